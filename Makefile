@@ -1,0 +1,40 @@
+# verl-gigpo — one-command install, test, demo and benchmarks.
+#   make install   create .venv/ (torch CPU 2.13.0 first, then verl[verl-core]==0.9.1, ALFWorld lean, this package)
+#   make test      lint + format check + the whole CPU test suite (installs first on a fresh clone)
+#   make bench     estimator speed benchmark (benchmarks/RESULTS.md)
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/pip install --disable-pip-version-check
+STAMP := $(VENV)/.install-stamp
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install test lint pytest bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml requirements.txt requirements-alfworld.txt Makefile
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	# torch first, pinned: on these machines 2.13.0 is the local CPU build; anything else may pull CUDA wheels.
+	$(PIP) torch==2.13.0
+	$(PIP) "verl[verl-core]==0.9.1"
+	$(PIP) --no-deps -r requirements-alfworld.txt
+	$(PIP) -e ".[test]"
+	touch $@
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+pytest: $(STAMP)
+	$(BIN)/python -m pytest tests
+
+test: lint pytest
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_advantage.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,349 @@
+"""The text-environment contract every environment in this package follows.
+
+Gymnasium-shaped, text in and text out::
+
+    env = make_env("sokoban", key_mode="state", max_steps=20)
+    obs, info = env.reset(seed=3, options={"split": "train"})
+    action, valid = env.parse_action(llm_text)            # pure and total: never raises
+    obs, reward, terminated, truncated, info = env.step(action if valid else None)
+
+* ``terminated``: the task ended (won, or lost for good). ``truncated``: the step limit ``max_steps`` was hit.
+* ``step(None)`` is the *invalid-action step*: the state does not change, the observation says the action
+  was invalid, and it counts toward ``max_steps``. The environment reward of an invalid step is 0; the
+  invalid-action penalty is shaping added by the episode runner, not by the environment.
+* ``info`` always holds (see :data:`INFO_KEYS`): ``anchor_key`` (str), ``admissible_actions`` (list[str] or None),
+  ``won`` (bool), ``task`` (the task description), ``task_id`` (str), ``task_type`` (str or None),
+  ``action_valid`` (bool), ``step`` (int, steps taken so far) and ``env_name`` (str).
+* One ``np.random.Generator`` per environment (``self.np_random``); no global seeding. ``reset(seed=s)``
+  reseeds it, so the same ``(seed, options["split"])`` gives the same task and the same initial state —
+  that is what makes an episode group.
+
+Anchor keys (``key_mode`` in the constructor) are pure functions of the environment state after a reset/step:
+
+* ``"observation"``: the environment's canonical observation of the current state (the text an agent
+  sees, as in the GiGPO paper), without one-off feedback such as "that action was invalid";
+* ``"state"``: a digest of the environment's true state (e.g. the Sokoban grid);
+* ``"history:K"``: the state digest plus the last ``K`` actions (invalid ones written ``<invalid>``).
+
+Subclasses implement the ``_reset``/``_step``/``_state_digest``/``_match_action`` hooks and the class
+attributes documented on :class:`TextEnv`; the public methods here do the bookkeeping (step counting,
+truncation, invalid steps, keys, error wrapping) once for every environment.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+__all__ = [
+    "INFO_KEYS",
+    "INVALID_ACTION_TEXT",
+    "EnvError",
+    "StepResult",
+    "TextEnv",
+    "extract_tag",
+    "parse_key_mode",
+]
+
+INFO_KEYS = (
+    "anchor_key",
+    "admissible_actions",
+    "won",
+    "task",
+    "task_id",
+    "task_type",
+    "action_valid",
+    "step",
+    "env_name",
+)
+
+INVALID_ACTION_TEXT = "Your previous output did not contain a valid action, so nothing happened."
+
+#: Longest text ``parse_action`` looks at; anything beyond is ignored (LLM outputs are far shorter).
+MAX_PARSE_CHARS = 65_536
+
+
+class EnvError(RuntimeError):
+    """An environment failed inside ``reset`` or ``step``.
+
+    Carries enough to find the failing episode again: the environment name, the task id and the step.
+    The original exception is chained (``raise ... from``) and kept in ``cause``.
+    """
+
+    def __init__(self, env_name: str, task_id: str | None, step: int, message: str, cause: BaseException | None = None):
+        self.env_name = env_name
+        self.task_id = task_id
+        self.step = step
+        self.cause = cause
+        super().__init__(f"[env={env_name} task={task_id} step={step}] {message}")
+
+
+@dataclass
+class StepResult:
+    """What a subclass's ``_step`` returns.
+
+    observation: the text the agent sees next (canonical state observation, feedback included).
+    reward: environment reward of this transition.
+    terminated: whether the task ended (won or lost for good).
+    won: whether the task is solved.
+    extra: additional info entries (must not clash with :data:`INFO_KEYS`).
+    """
+
+    observation: str
+    reward: float = 0.0
+    terminated: bool = False
+    won: bool = False
+    extra: dict[str, Any] | None = None
+
+
+def parse_key_mode(key_mode: str) -> tuple[str, int]:
+    """Split a key mode into ``(kind, k)``: ``"observation"`` -> ``("observation", 0)``,
+    ``"state"`` -> ``("state", 0)``, ``"history:3"`` -> ``("history", 3)``.
+
+    Raises:
+        ValueError: for anything else, listing the valid spellings.
+    """
+    if not isinstance(key_mode, str):
+        raise ValueError(f"key_mode must be a string, got {type(key_mode).__name__}: {key_mode!r}")
+    if key_mode in ("observation", "state"):
+        return key_mode, 0
+    match = re.fullmatch(r"history:(\d+)", key_mode)
+    if match:
+        return "history", int(match.group(1))
+    raise ValueError(
+        f"unknown key_mode {key_mode!r}: use 'observation' (raw observation text, as in the paper), "
+        "'state' (the environment's true state) or 'history:K' (state plus the last K actions, e.g. 'history:2')"
+    )
+
+
+def extract_tag(text: str, tag: str) -> list[str]:
+    """All non-nested ``<tag>...</tag>`` contents of ``text``, in order (case-insensitive tags, DOTALL)."""
+    pattern = re.compile(rf"<{tag}>(.*?)</{tag}>", re.IGNORECASE | re.DOTALL)
+    return pattern.findall(text)
+
+
+class TextEnv(abc.ABC):
+    """Base class of every text environment.
+
+    Class attributes a subclass sets:
+        name: registry name (e.g. ``"sokoban"``).
+        splits: the task splits ``reset(options={"split": ...})`` accepts; the first is the default.
+        prompt_template: a ``str.format`` template with the fields ``{task}``, ``{history}``,
+            ``{observation}``, ``{admissible_actions}``, ``{step}`` and ``{max_steps}``
+            (kept in a ``prompt.py`` beside the environment).
+        history_item_template: renders one past step; fields ``{step}``, ``{observation}``, ``{action}``.
+
+    Hooks a subclass implements:
+        ``_reset(split, options) -> str``: build the task from ``self.np_random`` (already seeded) and return
+            the first observation; set ``self.task_description``, ``self.task_id``, ``self.task_type``.
+        ``_step(action: str) -> StepResult``: apply a *parsed* action (never None).
+        ``_state_digest() -> str``: the true state as a string (same state <=> same string).
+        ``_state_observation() -> str``: canonical observation of the current state, used by the
+            ``observation`` key mode and after an invalid step (default: the last observation).
+        ``_match_action(candidate: str) -> str | None``: map a candidate action string (tag content, or
+            the whole reply when it has no tags) to the canonical action, or None when it is not an action.
+        ``_admissible_actions() -> list[str] | None``: the actions valid now, or None when unbounded.
+    """
+
+    name: ClassVar[str] = "base"
+    splits: ClassVar[tuple[str, ...]] = ("train",)
+    prompt_template: ClassVar[str] = (
+        "Task: {task}\n{history}Current observation (step {step} of {max_steps}):\n{observation}\n"
+        "Admissible actions: {admissible_actions}\n"
+        "Think inside <think>...</think>, then give exactly one action inside <action>...</action>."
+    )
+    history_item_template: ClassVar[str] = "Step {step}: observation: {observation}\nAction: {action}\n"
+
+    def __init__(self, *, key_mode: str = "state", max_steps: int = 50) -> None:
+        self.key_kind, self.key_history = parse_key_mode(key_mode)
+        self.key_mode = key_mode
+        if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
+            raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
+        self.max_steps = max_steps
+        self.np_random: np.random.Generator = np.random.default_rng()
+        self.task_description: str = ""
+        self.task_id: str | None = None
+        self.task_type: str | None = None
+        self.split: str = self.splits[0]
+        self._step_count = 0
+        self._actions: list[str] = []
+        self._last_obs = ""
+        self._won = False
+        self._started = False
+        self._done = False
+
+    # ------------------------------------------------------------------ public API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """Start an episode. ``seed`` (int) reseeds ``self.np_random``; ``options["split"]`` picks the task split.
+
+        Returns ``(observation, info)``.
+        """
+        options = dict(options or {})
+        split = options.pop("split", self.splits[0])
+        if split not in self.splits:
+            raise ValueError(f"{self.name}: unknown split {split!r}; known splits: {list(self.splits)}")
+        if seed is not None:
+            if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+                raise ValueError(f"{self.name}: seed must be a non-negative int, got {seed!r}")
+            self.np_random = np.random.default_rng(int(seed))
+        self.split = split
+        self._step_count = 0
+        self._actions = []
+        self._won = False
+        self._done = False
+        try:
+            obs = self._reset(split, options)
+        except (EnvError, ValueError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - re-raised as EnvError with context, never swallowed
+            raise EnvError(self.name, self.task_id, 0, f"reset failed: {exc!r}", exc) from exc
+        self._started = True
+        self._last_obs = obs
+        return obs, self._info(action_valid=True)
+
+    def step(self, action: str | None) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Apply one action (``None`` = the invalid-action step).
+
+        Returns ``(obs, reward, terminated, truncated, info)``.
+        """
+        if not self._started:
+            raise RuntimeError(f"{self.name}: call reset() before step()")
+        if self._done:
+            raise RuntimeError(f"{self.name}: the episode has ended (terminated or truncated); call reset()")
+        if action is not None and not isinstance(action, str):
+            raise TypeError(f"{self.name}: action must be a str or None, got {type(action).__name__}")
+        self._step_count += 1
+        if action is None:
+            result = StepResult(observation=f"{INVALID_ACTION_TEXT}\n{self._state_observation()}")
+            valid = False
+            self._actions.append("<invalid>")
+        else:
+            try:
+                result = self._step(action)
+            except EnvError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - re-raised as EnvError with context, never swallowed
+                message = f"step({action!r}) failed: {exc!r}"
+                raise EnvError(self.name, self.task_id, self._step_count, message, exc) from exc
+            valid = True
+            self._actions.append(action)
+        self._won = bool(result.won)
+        terminated = bool(result.terminated)
+        truncated = not terminated and self._step_count >= self.max_steps
+        self._done = terminated or truncated
+        if valid:
+            self._last_obs = result.observation  # an invalid step leaves the state, and its observation, as it was
+        info = self._info(action_valid=valid)
+        if result.extra:
+            clash = set(result.extra) & set(INFO_KEYS)
+            if clash:
+                raise EnvError(self.name, self.task_id, self._step_count, f"_step extra overrides info keys {clash}")
+            info.update(result.extra)
+        return result.observation, float(result.reward), terminated, truncated, info
+
+    def parse_action(self, llm_text: str) -> tuple[str | None, bool]:
+        """Extract the action from an LLM reply. Pure and total: never raises, whatever the input.
+
+        Format: ``<think>...</think><action>ACTION</action>``. Exactly one ``<action>`` block is required when
+        tags are present (several blocks are ambiguous -> invalid). Without tags, the whole reply (stripped) is
+        tried as the environment's own action syntax. Returns ``(canonical_action, True)`` or ``(None, False)``.
+        """
+        if isinstance(llm_text, bytes | bytearray):
+            llm_text = bytes(llm_text).decode("utf-8", errors="replace")
+        if not isinstance(llm_text, str):
+            return None, False
+        text = llm_text[:MAX_PARSE_CHARS]
+        tagged = extract_tag(text, "action")
+        if len(tagged) > 1:
+            return None, False
+        if len(tagged) == 1:
+            candidate = tagged[0]
+        elif re.search(r"</?action>", text, re.IGNORECASE):
+            return None, False  # an unclosed or stray tag: malformed
+        else:
+            candidate = re.sub(r"<think>.*?</think>", "", text, flags=re.IGNORECASE | re.DOTALL)
+        candidate = candidate.strip()
+        if not candidate:
+            return None, False
+        action = self._match_action(candidate)
+        return (action, True) if action is not None else (None, False)
+
+    def anchor_key(self) -> str:
+        """The anchor key of the current state under the configured ``key_mode``."""
+        if self.key_kind == "observation":
+            return self._state_observation()
+        digest = self._state_digest()
+        if self.key_kind == "state":
+            return digest
+        recent = self._actions[-self.key_history :] if self.key_history else []
+        return digest + "\n#last-actions:" + "|".join(recent)
+
+    def render_prompt(self, observation: str, info: dict[str, Any], history: Sequence[tuple[str, str]] = ()) -> str:
+        """Fill ``prompt_template`` with the task, the given past ``(observation, action)`` pairs (oldest first,
+        already cut to the wanted length by the caller), the current observation and the admissible actions."""
+        first = info.get("step", 0) - len(history)
+        lines = [
+            self.history_item_template.format(step=first + i, observation=obs, action=act)
+            for i, (obs, act) in enumerate(history)
+        ]
+        hist = ("Recent history:\n" + "".join(lines)) if lines else ""
+        admissible = info.get("admissible_actions")
+        return self.prompt_template.format(
+            task=info.get("task", self.task_description),
+            history=hist,
+            observation=observation,
+            admissible_actions=", ".join(admissible) if admissible else "any",
+            step=info.get("step", 0),
+            max_steps=self.max_steps,
+        )
+
+    def close(self) -> None:
+        """Release external resources (engines, files). Safe to call twice."""
+        return None
+
+    # ------------------------------------------------------------------ hooks
+    @abc.abstractmethod
+    def _reset(self, split: str, options: dict[str, Any]) -> str: ...
+
+    @abc.abstractmethod
+    def _step(self, action: str) -> StepResult: ...
+
+    @abc.abstractmethod
+    def _state_digest(self) -> str: ...
+
+    @abc.abstractmethod
+    def _match_action(self, candidate: str) -> str | None: ...
+
+    def _state_observation(self) -> str:
+        return self._last_obs  # the last observation of a real transition (invalid steps do not change it)
+
+    def _admissible_actions(self) -> list[str] | None:
+        return None
+
+    def checker_paths(self) -> list[tuple[list[str | None], list[str | None]]]:
+        """Pairs of action sequences that, from the task ``reset`` just built, reach the same state.
+
+        Used by :func:`environments.checker.check_env` for key stability. The default pair (nothing vs one
+        invalid step) holds for every environment; subclasses add pairs of real, different paths.
+        """
+        return [([], [None])]
+
+    # ------------------------------------------------------------------ internals
+    def _info(self, *, action_valid: bool) -> dict[str, Any]:
+        admissible = self._admissible_actions()
+        return {
+            "anchor_key": self.anchor_key(),
+            "admissible_actions": list(admissible) if admissible is not None else None,
+            "won": self._won,
+            "task": self.task_description,
+            "task_id": self.task_id,
+            "task_type": self.task_type,
+            "action_valid": action_valid,
+            "step": self._step_count,
+            "env_name": self.name,
+        }
