@@ -17,7 +17,13 @@ from environments.base import EnvError, TextEnv
 __all__ = ["EnvError", "TextEnv", "list_envs", "make_env", "register_env"]
 
 # name -> "module:Class". Extra dependencies needed by an entry are named in its module's ImportError.
-_REGISTRY: dict[str, str] = {}
+_REGISTRY: dict[str, str] = {
+    "alfworld": "environments.alfworld.env:AlfWorldEnv",
+    "gridnav": "environments.gridnav.env:GridNavEnv",
+    "search": "environments.search.env:SearchQAEnv",
+    "sokoban": "environments.sokoban.env:SokobanEnv",
+    "webshop": "environments.webshop.env:WebShopEnv",
+}
 
 
 def register_env(name: str, target: str) -> None:

@@ -325,6 +325,14 @@ class TextEnv(abc.ABC):
     def _admissible_actions(self) -> list[str] | None:
         return None
 
+    def example_actions(self) -> list[str]:
+        """Actions worth trying now (used by the checker's random walks and by tests).
+
+        Default: the admissible actions. Environments whose action space is unbounded (``admissible_actions``
+        is None) return a few representative actions.
+        """
+        return list(self._admissible_actions() or [])
+
     def checker_paths(self) -> list[tuple[list[str | None], list[str | None]]]:
         """Pairs of action sequences that, from the task ``reset`` just built, reach the same state.
 

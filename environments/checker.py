@@ -1,0 +1,311 @@
+"""Validate that an environment follows the contract of :mod:`environments.base`.
+
+    python -m environments.checker sokoban
+    python -m environments.checker alfworld --set data_path=/path/to/alfworld_data --seeds 2
+
+:func:`check_env` runs every check and raises :class:`EnvCheckError` listing all failures:
+
+* types: ``reset``/``step`` return shapes and the types of every ``info`` entry;
+* seeded determinism: the same seed and the same random action sequence give the same transcript, even
+  after an episode with another seed in between (no state leaks across resets);
+* step determinism: each transition (observation, reward, flags, info) replays identically;
+* key stability: each pair of paths from ``env.checker_paths()`` reaches the same state digest, and the
+  same anchor key in the ``state`` and ``observation`` key modes;
+* ``parse_action`` totality: fuzzed inputs (empty, huge, binary-looking, unicode, several tags, no tags)
+  never raise, always return ``(str, True)`` or ``(None, False)``, and do not touch the state;
+* the invalid-action step: ``step(None)`` leaves the state unchanged, says so, and counts toward the step limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import numpy as np
+
+from environments.base import INFO_KEYS, INVALID_ACTION_TEXT, TextEnv
+
+__all__ = ["EnvCheckError", "check_env", "main"]
+
+
+class EnvCheckError(AssertionError):
+    """One or more contract checks failed; ``failures`` lists them."""
+
+    def __init__(self, env_name: str, failures: list[str]):
+        self.failures = failures
+        super().__init__(f"{env_name}: {len(failures)} check(s) failed:\n  - " + "\n  - ".join(failures))
+
+
+FUZZ_INPUTS: list[Any] = [
+    "",
+    " ",
+    "\n\n\t",
+    "<action></action>",
+    "<action>   </action>",
+    "<action>",
+    "</action>",
+    "<action>up</action><action>down</action>",
+    "<think>x</think>",
+    "<think><action>up</action>",
+    "<ACTION>up</ACTION>",
+    "<action><action>up</action></action>",
+    "\x00\x01\x02\xff\xfe",
+    b"\xff\xfe<action>up</action>",
+    "💥" * 1000,
+    "a" * 200_000,
+    "<action>" + "x" * 100_000 + "</action>",
+    "search[<action>click[buy now]</action>]",
+    "click[" * 500,
+    None,
+    12345,
+]
+
+
+def _random_text(rng: np.random.Generator) -> str:
+    pieces = ["<action>", "</action>", "<think>", "</think>", "[", "]", "click", "search", "up", " ", "\n", "é", "\x00"]
+    out = []
+    for _ in range(int(rng.integers(0, 20))):
+        if rng.random() < 0.5:
+            out.append(pieces[int(rng.integers(len(pieces)))])
+        else:
+            out.append("".join(chr(int(c)) for c in rng.integers(1, 0x3000, size=int(rng.integers(1, 8)))))
+    return "".join(out)
+
+
+def _check_info(info: Any, where: str, failures: list[str]) -> None:
+    if not isinstance(info, dict):
+        failures.append(f"{where}: info must be a dict, got {type(info).__name__}")
+        return
+    missing = [k for k in INFO_KEYS if k not in info]
+    if missing:
+        failures.append(f"{where}: info lacks {missing}")
+        return
+    expect = {
+        "anchor_key": str,
+        "won": bool,
+        "task": str,
+        "task_id": str,
+        "action_valid": bool,
+        "step": int,
+        "env_name": str,
+    }
+    for key, typ in expect.items():
+        if not isinstance(info[key], typ):
+            failures.append(f"{where}: info[{key!r}] must be {typ.__name__}, got {type(info[key]).__name__}")
+    adm = info["admissible_actions"]
+    if adm is not None and not (isinstance(adm, list) and all(isinstance(a, str) for a in adm)):
+        failures.append(f"{where}: info['admissible_actions'] must be list[str] or None")
+    if info["task_type"] is not None and not isinstance(info["task_type"], str):
+        failures.append(f"{where}: info['task_type'] must be str or None")
+
+
+def _comparable(info: dict[str, Any]) -> str:
+    return json.dumps(info, sort_keys=True, default=repr)
+
+
+def _play(env: TextEnv, seed: int, split: str, action_seed: int, n_steps: int) -> list[str]:
+    """Reset with ``seed`` and take up to ``n_steps`` random example actions (some invalid); return a transcript."""
+    rng = np.random.default_rng(action_seed)
+    obs, info = env.reset(seed=seed, options={"split": split})
+    transcript = [obs, _comparable(info)]
+    for _ in range(n_steps):
+        choices = env.example_actions()
+        if not choices or rng.random() < 0.15:
+            action = None
+        else:
+            action = choices[int(rng.integers(len(choices)))]
+        obs, reward, terminated, truncated, info = env.step(action)
+        transcript += [repr(action), obs, repr(reward), repr(terminated), repr(truncated), _comparable(info)]
+        if terminated or truncated:
+            break
+    return transcript
+
+
+def _walk(env: TextEnv, seed: int, split: str, path: list[str | None]) -> tuple[str, str, dict[str, str]]:
+    env.reset(seed=seed, options={"split": split})
+    for action in path:
+        _, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            break
+    keys = {}
+    saved = (env.key_kind, env.key_history)
+    for kind in ("state", "observation"):
+        env.key_kind, env.key_history = kind, 0
+        keys[kind] = env.anchor_key()
+    env.key_kind, env.key_history = saved
+    return env._state_digest(), repr(path), keys
+
+
+def check_env(
+    env: TextEnv, *, seeds: tuple[int, ...] = (0, 1, 2), n_steps: int = 12, split: str | None = None
+) -> dict[str, int]:
+    """Run every contract check on ``env`` (an instance; it is reset many times).
+
+    Args:
+        env: the environment under test.
+        seeds: task seeds to try.
+        n_steps: length of each random action sequence.
+        split: task split (default: the environment's first split).
+
+    Returns:
+        counts of what was checked, e.g. ``{"transitions": 84, "fuzz_inputs": 121, "path_pairs": 6}``.
+
+    Raises:
+        EnvCheckError: listing every failed check.
+    """
+    failures: list[str] = []
+    split = split or env.splits[0]
+    counts = {"transitions": 0, "fuzz_inputs": 0, "path_pairs": 0}
+
+    # -- types
+    obs, info = env.reset(seed=seeds[0], options={"split": split})
+    if not isinstance(obs, str):
+        failures.append(f"reset: observation must be str, got {type(obs).__name__}")
+    _check_info(info, "reset", failures)
+    if info.get("step") != 0 or info.get("action_valid") is not True:
+        failures.append("reset: info['step'] must be 0 and info['action_valid'] True")
+    choices = env.example_actions()
+    if choices:
+        out = env.step(choices[0])
+        if not (isinstance(out, tuple) and len(out) == 5):
+            failures.append("step must return a 5-tuple (obs, reward, terminated, truncated, info)")
+        else:
+            obs, reward, terminated, truncated, info = out
+            if not isinstance(obs, str):
+                failures.append("step: observation must be str")
+            if not isinstance(reward, float):
+                failures.append(f"step: reward must be float, got {type(reward).__name__}")
+            if not isinstance(terminated, bool) or not isinstance(truncated, bool):
+                failures.append("step: terminated and truncated must be bool")
+            _check_info(info, "step", failures)
+    else:
+        failures.append("example_actions() is empty right after reset: the checker cannot exercise step()")
+
+    # -- seeded and step determinism (with another seed played in between)
+    for i, seed in enumerate(seeds):
+        first = _play(env, seed, split, action_seed=1000 + i, n_steps=n_steps)
+        _play(env, seed + 7919, split, action_seed=2000 + i, n_steps=n_steps)
+        second = _play(env, seed, split, action_seed=1000 + i, n_steps=n_steps)
+        counts["transitions"] += (len(first) - 2) // 6
+        if first != second:
+            at = next(j for j, (a, b) in enumerate(zip(first, second, strict=False)) if a != b) if first else 0
+            failures.append(
+                f"seed {seed}: replaying the same actions diverged at transcript item {at}: "
+                f"{first[at][:200]!r} != {second[at][:200]!r}"
+                if at < min(len(first), len(second))
+                else f"seed {seed}: transcripts differ in length ({len(first)} vs {len(second)})"
+            )
+        # the same seed must give the same task whatever came before
+        env.reset(seed=seed, options={"split": split})
+        task_a = (env.task_id, env.task_description, env._state_digest())
+        env.reset(seed=seed + 1, options={"split": split})
+        env.reset(seed=seed, options={"split": split})
+        if (env.task_id, env.task_description, env._state_digest()) != task_a:
+            failures.append(f"seed {seed}: reset(seed) did not rebuild the same task and initial state")
+
+    # -- key stability
+    for seed in seeds:
+        env.reset(seed=seed, options={"split": split})
+        for path_a, path_b in env.checker_paths():
+            da, _, keys_a = _walk(env, seed, split, list(path_a))
+            db, _, keys_b = _walk(env, seed, split, list(path_b))
+            counts["path_pairs"] += 1
+            if da != db:
+                failures.append(f"seed {seed}: paths {path_a} and {path_b} should reach the same state but do not")
+            for kind in ("state", "observation"):
+                if keys_a[kind] != keys_b[kind]:
+                    failures.append(f"seed {seed}: {kind} keys differ for paths {path_a} and {path_b}")
+
+    # -- parse_action totality and purity
+    env.reset(seed=seeds[0], options={"split": split})
+    digest = env._state_digest()
+    rng = np.random.default_rng(0)
+    inputs = FUZZ_INPUTS + [_random_text(rng) for _ in range(100)]
+    inputs += [f"<think>ok</think><action>{a}</action>" for a in env.example_actions()[:10]]
+    for text in inputs:
+        counts["fuzz_inputs"] += 1
+        try:
+            out = env.parse_action(text)
+            again = env.parse_action(text)
+        except Exception as exc:  # noqa: BLE001 - the check is precisely that nothing escapes
+            failures.append(f"parse_action raised {exc!r} on {repr(text)[:80]}")
+            continue
+        if out != again:
+            failures.append(f"parse_action is not pure on {repr(text)[:80]}")
+        if not (isinstance(out, tuple) and len(out) == 2):
+            failures.append(f"parse_action must return a 2-tuple, got {out!r:.80}")
+            continue
+        action, valid = out
+        if valid is not (action is not None) or (action is not None and not isinstance(action, str)):
+            failures.append(f"parse_action returned inconsistent {out!r:.80} for {repr(text)[:80]}")
+    for a in env.example_actions()[:10]:
+        parsed, valid = env.parse_action(f"<think>ok</think><action>{a}</action>")
+        if not valid:
+            failures.append(f"parse_action rejects the example action {a!r}")
+    if env._state_digest() != digest:
+        failures.append("parse_action changed the environment state")
+
+    # -- invalid-action step
+    obs0, info0 = env.reset(seed=seeds[0], options={"split": split})
+    digest = env._state_digest()
+    obs, reward, terminated, truncated, info = env.step(None)
+    if env._state_digest() != digest:
+        failures.append("step(None) changed the state")
+    if INVALID_ACTION_TEXT not in obs:
+        failures.append("step(None): the observation must say the action was invalid")
+    if info.get("action_valid") is not False or info.get("step") != 1 or reward != 0.0 or terminated:
+        failures.append("step(None): expected action_valid False, step 1, reward 0.0, not terminated")
+    if env.key_kind in ("state", "observation") and info.get("anchor_key") != info0.get("anchor_key"):
+        failures.append("step(None) changed the anchor key")
+    steps = 1
+    while not (terminated or truncated):
+        obs, reward, terminated, truncated, info = env.step(None)
+        steps += 1
+    if not truncated or steps != env.max_steps:
+        failures.append(f"invalid steps must truncate at max_steps={env.max_steps}, ended after {steps}")
+
+    if failures:
+        raise EnvCheckError(env.name, failures)
+    return counts
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: ``python -m environments.checker NAME [--set key=value ...] [--seeds N] [--steps N]``."""
+    from environments import list_envs, make_env
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("name", help=f"environment name (one of: {', '.join(list_envs())})")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="constructor argument")
+    parser.add_argument("--seeds", type=int, default=3, help="number of task seeds to check (default 3)")
+    parser.add_argument("--steps", type=int, default=12, help="random actions per episode (default 12)")
+    parser.add_argument("--split", default=None, help="task split (default: the environment's first)")
+    args = parser.parse_args(argv)
+    kwargs = {}
+    for item in args.set:
+        if "=" not in item:
+            parser.error(f"--set expects KEY=VALUE, got {item!r}")
+        key, value = item.split("=", 1)
+        kwargs[key] = _parse_value(value)
+    env = make_env(args.name, **kwargs)
+    try:
+        counts = check_env(env, seeds=tuple(range(args.seeds)), n_steps=args.steps, split=args.split)
+    except EnvCheckError as exc:
+        print(f"FAIL {exc}", file=sys.stderr)
+        return 1
+    finally:
+        env.close()
+    print(f"OK {args.name}: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
