@@ -15,8 +15,9 @@ Gymnasium-shaped, text in and text out::
   ``won`` (bool), ``task`` (the task description), ``task_id`` (str), ``task_type`` (str or None),
   ``action_valid`` (bool), ``step`` (int, steps taken so far) and ``env_name`` (str).
 * One ``np.random.Generator`` per environment (``self.np_random``); no global seeding. ``reset(seed=s)``
-  reseeds it, so the same ``(seed, options["split"])`` gives the same task and the same initial state —
-  that is what makes an episode group.
+  reseeds it from ``(s, index of the split)``, so the same ``(seed, options["split"])`` gives the same task
+  and the same initial state — that is what makes an episode group. ``reset(seed=None)`` continues the
+  current stream. The seed is kept in ``self.seed`` for environments that index fixed task lists.
 
 Anchor keys (``key_mode`` in the constructor) are pure functions of the environment state after a reset/step:
 
@@ -170,6 +171,7 @@ class TextEnv(abc.ABC):
         self.task_id: str | None = None
         self.task_type: str | None = None
         self.split: str = self.splits[0]
+        self.seed: int | None = None
         self._step_count = 0
         self._actions: list[str] = []
         self._last_obs = ""
@@ -190,7 +192,9 @@ class TextEnv(abc.ABC):
         if seed is not None:
             if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
                 raise ValueError(f"{self.name}: seed must be a non-negative int, got {seed!r}")
-            self.np_random = np.random.default_rng(int(seed))
+            # one stream per (seed, split): train seed 3 and test seed 3 are different tasks
+            self.np_random = np.random.default_rng([int(seed), self.splits.index(split)])
+        self.seed = None if seed is None else int(seed)
         self.split = split
         self._step_count = 0
         self._actions = []
