@@ -199,6 +199,7 @@ async def run_episode(
                     history_used=used,
                     history_dropped=min(config.history_length, len(history)) - used,
                     prompt_truncated=cut,
+                    generation_info=dict(getattr(out, "extra_fields", None) or {}),
                 )
             )
             episode.episode_return += step_reward

@@ -96,6 +96,8 @@ class StepRecord:
     terminated / truncated / won: flags after the step.
     history_used: past steps shown in the prompt; history_dropped: past steps removed to fit max_prompt_length.
     prompt_truncated: the prompt was cut from the left even with no history.
+    generation_info: the generator output's ``extra_fields`` when it has them (verl's servers report e.g. the
+        weight versions ``min_global_steps``/``max_global_steps``), else an empty dict.
     """
 
     step_id: int
@@ -116,6 +118,7 @@ class StepRecord:
     history_used: int = 0
     history_dropped: int = 0
     prompt_truncated: bool = False
+    generation_info: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
