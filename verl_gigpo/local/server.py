@@ -1,0 +1,454 @@
+"""An in-process generation server for Hugging Face causal LMs with the async interface of verl's server manager.
+
+    server = LocalGenerationServer(model, tokenizer, max_batch_size=64)
+    out = await server.generate("traj-0", prompt_ids=[...], sampling_params={"temperature": 1.0, "max_tokens": 8})
+    out.token_ids, out.log_probs, out.stop_reason
+
+Concurrent ``generate`` calls are batched: each call queues a request; one background task takes whatever is
+waiting (up to ``max_batch_size``) and runs ONE batched generation for it — left padding with an attention mask,
+a KV cache, one forward per new token for the whole batch — in a worker thread, so the event loop keeps stepping
+environments meanwhile. Requests that arrive during a batch form the next one.
+
+Sampling parameters (vLLM names; anything else is rejected with ``ValueError``):
+
+* ``temperature`` (default 1.0; 0 = greedy), ``top_p`` (1.0), ``top_k`` (-1 or 0 = off),
+* ``max_tokens`` (alias ``max_new_tokens``; default 16): a hard cap on generated tokens,
+* ``stop_token_ids``: extra stop ids besides the tokenizer's EOS id(s) and the pad id,
+* ``allowed_token_ids``: restrict sampling to these ids (constrained decoding; the log-probs are then those of
+  the restricted distribution, so an actor must apply the same restriction when it recomputes them),
+* ``seed`` (int: a fresh generator per call, vLLM-style) or ``generator`` (a ``torch.Generator`` the caller
+  owns and that advances across calls — the way to make multi-step episodes reproducible),
+* ``logprobs`` and ``n`` are accepted for compatibility (log-probs are always returned; ``n`` must be 1).
+
+Returned log-probs: for each generated token, ``log softmax(logits / temperature)`` over the (allowed) vocabulary,
+taken BEFORE top-k/top-p truncation — what an actor recomputes from the same logits. With ``temperature == 0``
+the token is the argmax and the log-prob is that of the untempered distribution (``temperature = 1``).
+
+Reproducibility: each request draws its uniforms from its own generator (``seed``/``generator``, else the
+server's generator), so the sampled tokens do not depend on which other requests share the batch (up to
+float rounding of the batched forward, which only matters when a uniform falls within ~1e-7 of a boundary).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from verl_gigpo.rollout.types import GenerationOutput
+
+__all__ = ["LocalGenerationServer", "SamplingParams", "parse_sampling_params"]
+
+logger = logging.getLogger(__name__)
+
+_KNOWN_PARAMS = {
+    "temperature",
+    "top_p",
+    "top_k",
+    "max_tokens",
+    "max_new_tokens",
+    "stop_token_ids",
+    "allowed_token_ids",
+    "seed",
+    "generator",
+    "logprobs",
+    "n",
+    "repetition_penalty",
+}
+
+
+@dataclass
+class SamplingParams:
+    """Validated sampling parameters of one request (see the module docstring for their meaning)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_tokens: int = 16
+    stop_token_ids: tuple[int, ...] = ()
+    allowed_token_ids: tuple[int, ...] | None = None
+    seed: int | None = None
+    generator: torch.Generator | None = field(default=None, repr=False)
+
+
+def parse_sampling_params(params: dict[str, Any] | None, *, vocab_size: int, default_max_tokens: int = 16):
+    """Validate a sampling-parameter dict (vLLM names) into :class:`SamplingParams`.
+
+    Raises:
+        ValueError: unknown key, or a value out of range (the message names the key and the accepted range).
+    """
+    params = dict(params or {})
+    unknown = set(params) - _KNOWN_PARAMS
+    if unknown:
+        raise ValueError(f"unknown sampling parameter(s) {sorted(unknown)}; accepted: {sorted(_KNOWN_PARAMS)}")
+    if "max_tokens" in params and "max_new_tokens" in params and params["max_tokens"] != params["max_new_tokens"]:
+        raise ValueError("give either max_tokens or max_new_tokens (they are the same setting), not two values")
+    out = SamplingParams(max_tokens=default_max_tokens)
+
+    temperature = params.get("temperature", 1.0)
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not temperature >= 0:
+        raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {temperature!r}")
+    out.temperature = float(temperature)
+    top_p = params.get("top_p", 1.0)
+    if isinstance(top_p, bool) or not isinstance(top_p, int | float) or not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+    out.top_p = float(top_p)
+    top_k = params.get("top_k", 0)
+    if top_k is None:
+        top_k = 0
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < -1:
+        raise ValueError(f"top_k must be an int >= 1, or -1/0 for no top-k, got {top_k!r}")
+    out.top_k = max(int(top_k), 0)
+    max_tokens = params.get("max_tokens", params.get("max_new_tokens", default_max_tokens))
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"max_tokens (max_new_tokens) must be an int >= 1, got {max_tokens!r}")
+    out.max_tokens = int(max_tokens)
+    for name in ("stop_token_ids", "allowed_token_ids"):
+        ids = params.get(name)
+        if ids is None:
+            continue
+        if isinstance(ids, str | bytes) or not isinstance(ids, Sequence):
+            raise ValueError(f"{name} must be a list of token ids, got {type(ids).__name__}")
+        bad = [i for i in ids if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < vocab_size]
+        if bad:
+            raise ValueError(f"{name} holds ids outside [0, {vocab_size}): {bad[:5]}")
+        if name == "allowed_token_ids" and not ids:
+            raise ValueError("allowed_token_ids is empty: nothing could be sampled; omit it to allow every token")
+        setattr(out, name, tuple(int(i) for i in ids))
+    seed = params.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ValueError(f"seed must be an int or None, got {seed!r}")
+    out.seed = seed
+    generator = params.get("generator")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    if generator is not None and seed is not None:
+        raise ValueError("give either seed (a fresh generator per call) or generator (advancing), not both")
+    out.generator = generator
+    n = params.get("n", 1)
+    if n != 1:
+        raise ValueError(f"n must be 1 (one sample per request; issue several requests for more), got {n!r}")
+    rep = params.get("repetition_penalty", 1.0)
+    if rep != 1.0:
+        raise ValueError(f"repetition_penalty is not supported by the local server (got {rep!r}); leave it at 1.0")
+    return out
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    params: SamplingParams
+    future: asyncio.Future
+
+
+class LocalGenerationServer:
+    """Batched async generation with a Hugging Face causal LM, in this process (CPU or one GPU).
+
+    Args:
+        model: a ``transformers`` causal LM (moved to ``device`` and put in eval mode for generation).
+        tokenizer: its tokenizer (EOS and pad ids come from it unless given).
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:0"``, ...
+        max_batch_size: most requests per batched generation.
+        default_max_tokens: ``max_tokens`` when a request does not say.
+        eos_token_ids: stop ids (default: the tokenizer's EOS id, plus the model's generation-config EOS ids).
+        pad_token_id: padding id (default: the tokenizer's pad id, else the first EOS id); it also stops.
+        seed: seed of the server's own generator, used by requests that bring neither ``seed`` nor ``generator``.
+
+    Attributes:
+        stats: counters — ``requests``, ``batches`` (batched generations), ``forward_passes`` (model calls),
+            ``generated_tokens``, ``max_batch`` (largest batch so far).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        device: str = "cpu",
+        max_batch_size: int = 64,
+        default_max_tokens: int = 16,
+        eos_token_ids: Sequence[int] | None = None,
+        pad_token_id: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        if not isinstance(max_batch_size, int) or max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be a positive int, got {max_batch_size!r}")
+        self.device = torch.device(device)
+        self.model = model.to(self.device)
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.default_max_tokens = default_max_tokens
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        if eos_token_ids is None:
+            ids: list[int] = []
+            for source in (getattr(tokenizer, "eos_token_id", None), _generation_eos(model)):
+                for i in source if isinstance(source, list | tuple) else [source]:
+                    if i is not None and i not in ids:
+                        ids.append(int(i))
+            eos_token_ids = ids
+        if not eos_token_ids:
+            raise ValueError("no EOS token id: the tokenizer has none; pass eos_token_ids=[...]")
+        self.eos_token_ids = tuple(int(i) for i in eos_token_ids)
+        if pad_token_id is None:
+            pad_token_id = getattr(tokenizer, "pad_token_id", None)
+        self.pad_token_id = int(pad_token_id) if pad_token_id is not None else self.eos_token_ids[0]
+        self.generator = torch.Generator(device="cpu").manual_seed(seed)
+        self.stats = {"requests": 0, "batches": 0, "forward_passes": 0, "generated_tokens": 0, "max_batch": 0}
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-generate")
+        self._pending: list[_Request] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wakeup: asyncio.Event | None = None
+        self._worker: asyncio.Task | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ public API
+    async def generate(
+        self, request_id: str, *, prompt_ids: Sequence[int], sampling_params: dict[str, Any] | None = None
+    ) -> GenerationOutput:
+        """Generate a continuation of ``prompt_ids`` (batched with whatever other requests are waiting).
+
+        Args:
+            request_id: caller's id (may repeat across the steps of one episode); used in error messages.
+            prompt_ids: prompt token ids (P,), P >= 1.
+            sampling_params: see the module docstring.
+
+        Returns:
+            :class:`GenerationOutput` with ``token_ids`` (R,), ``log_probs`` (R,) and ``stop_reason``
+            (``"completed"`` when a stop id ended it — the stop id is included — else ``"length"``).
+
+        Raises:
+            ValueError: bad prompt ids or sampling parameters.
+            RuntimeError: the server is closed.
+        """
+        if self._closed:
+            raise RuntimeError("LocalGenerationServer is closed")
+        if isinstance(prompt_ids, str | bytes) or not isinstance(prompt_ids, Sequence) or len(prompt_ids) == 0:
+            raise ValueError(f"request {request_id}: prompt_ids must be a non-empty list of token ids")
+        prompt = [int(i) for i in prompt_ids]
+        if min(prompt) < 0 or max(prompt) >= self.vocab_size:
+            raise ValueError(f"request {request_id}: prompt_ids must lie in [0, {self.vocab_size}) (the model's vocab)")
+        params = parse_sampling_params(
+            sampling_params, vocab_size=self.vocab_size, default_max_tokens=self.default_max_tokens
+        )
+        loop = asyncio.get_running_loop()
+        self._ensure_worker(loop)
+        future = loop.create_future()
+        self._pending.append(_Request(prompt, params, future))
+        self.stats["requests"] += 1
+        self._wakeup.set()
+        return await future
+
+    def generate_batch(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list:
+        """Synchronous batched generation (what the background task runs in its thread); one output per prompt.
+
+        Args:
+            prompts: B prompt id lists (any lengths; left-padded here).
+            params: B validated :class:`SamplingParams`.
+        """
+        return self._generate_batch(list(prompts), list(params))
+
+    async def aclose(self) -> None:
+        """Stop the background task and the worker thread (pending requests fail with RuntimeError)."""
+        self._closed = True
+        if self._worker is not None:
+            self._worker.cancel()
+            try:
+                await self._worker
+            except asyncio.CancelledError:
+                pass
+        for req in self._pending:
+            if not req.future.done():
+                req.future.set_exception(RuntimeError("LocalGenerationServer closed before this request ran"))
+        self._pending.clear()
+        self._executor.shutdown(wait=True)
+
+    def close(self) -> None:
+        """Synchronous close for use outside an event loop (the worker thread is shut down)."""
+        self._closed = True
+        if self._worker is not None and not self._worker.done():
+            self._worker.cancel()
+        self._executor.shutdown(wait=True)
+
+    # ------------------------------------------------------------------ batching
+    def _ensure_worker(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._loop is not loop or self._worker is None or self._worker.done():
+            if self._pending and self._loop is not loop:
+                raise RuntimeError("LocalGenerationServer is in use by another event loop")
+            self._loop = loop
+            self._wakeup = asyncio.Event()
+            self._worker = loop.create_task(self._serve(), name="local-generation-server")
+
+    async def _serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            # let coroutines that are ready now (e.g. episodes whose environment step just finished) queue up
+            await asyncio.sleep(0)
+            while self._pending:
+                batch = self._pending[: self.max_batch_size]
+                del self._pending[: self.max_batch_size]
+                batch = [r for r in batch if not r.future.done()]  # cancelled callers
+                if not batch:
+                    continue
+                try:
+                    outputs = await loop.run_in_executor(
+                        self._executor, self._generate_batch, [r.prompt_ids for r in batch], [r.params for r in batch]
+                    )
+                except asyncio.CancelledError:
+                    for req in batch:
+                        if not req.future.done():
+                            req.future.set_exception(RuntimeError("LocalGenerationServer closed during generation"))
+                    raise
+                except Exception as exc:  # noqa: BLE001 - handed to every caller of the batch, with context
+                    logger.exception("batched generation of %d requests failed", len(batch))
+                    err = RuntimeError(f"local generation failed for a batch of {len(batch)}: {exc!r}")
+                    for req in batch:
+                        if not req.future.done():
+                            req.future.set_exception(err)
+                    continue
+                for req, out in zip(batch, outputs, strict=True):
+                    if not req.future.done():
+                        req.future.set_result(out)
+
+    # ------------------------------------------------------------------ the batched generation
+    @torch.inference_mode()
+    def _generate_batch(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[GenerationOutput]:
+        from transformers import DynamicCache
+
+        batch = len(prompts)
+        dev = self.device
+        self.model.eval()
+        lengths = torch.tensor([len(p) for p in prompts])
+        width = int(lengths.max())
+        input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)  # (B, P) left-padded
+        attention = torch.zeros((batch, width), dtype=torch.long)  # (B, P)
+        for i, p in enumerate(prompts):
+            input_ids[i, width - len(p) :] = torch.tensor(p)
+            attention[i, width - len(p) :] = 1
+        input_ids, attention = input_ids.to(dev), attention.to(dev)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (B, P)
+
+        temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=dev)  # (B,)
+        greedy = temperature == 0
+        max_tokens = torch.tensor([p.max_tokens for p in params], device=dev)  # (B,)
+        allowed = None
+        if any(p.allowed_token_ids is not None for p in params):
+            allowed = torch.ones((batch, self.vocab_size), dtype=torch.bool, device=dev)  # (B, V)
+            for i, p in enumerate(params):
+                if p.allowed_token_ids is not None:
+                    allowed[i] = False
+                    allowed[i, list(p.allowed_token_ids)] = True
+        stop = torch.zeros((batch, self.vocab_size), dtype=torch.bool, device=dev)  # (B, V)
+        stop[:, list(self.eos_token_ids) + [self.pad_token_id]] = True
+        for i, p in enumerate(params):
+            if p.stop_token_ids:
+                stop[i, list(p.stop_token_ids)] = True
+        generators = [
+            p.generator
+            if p.generator is not None
+            else (torch.Generator().manual_seed(p.seed) if p.seed is not None else self.generator)
+            for p in params
+        ]
+
+        cache = DynamicCache()
+        out_tokens: list[list[int]] = [[] for _ in range(batch)]
+        out_logprobs: list[list[float]] = [[] for _ in range(batch)]
+        stop_reason = ["length"] * batch
+        done = torch.zeros(batch, dtype=torch.bool, device=dev)  # (B,)
+        step_ids, step_pos = input_ids, positions
+        for t in range(int(max_tokens.max())):
+            out = self.model(
+                input_ids=step_ids,
+                attention_mask=attention,
+                position_ids=step_pos,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            self.stats["forward_passes"] += 1
+            cache = out.past_key_values
+            logits = out.logits[:, -1, :].float()  # (B, V)
+            if allowed is not None:
+                logits = logits.masked_fill(~allowed, float("-inf"))
+            tokens, logprobs = _sample(logits, temperature, greedy, params, generators)  # (B,), (B,)
+            tok_list, lp_list = tokens.tolist(), logprobs.tolist()
+            for i in range(batch):
+                if done[i]:
+                    continue
+                out_tokens[i].append(tok_list[i])
+                out_logprobs[i].append(lp_list[i])
+                if stop[i, tok_list[i]]:
+                    stop_reason[i] = "completed"
+                    done[i] = True
+                elif t + 1 >= int(max_tokens[i]):
+                    done[i] = True
+            if bool(done.all()):
+                break
+            step_ids = torch.where(done, torch.full_like(tokens, self.pad_token_id), tokens)[:, None]  # (B, 1)
+            step_pos = step_pos[:, -1:] + 1  # (B, 1)
+            attention = torch.cat([attention, torch.ones((batch, 1), dtype=attention.dtype, device=dev)], dim=1)
+
+        self.stats["batches"] += 1
+        self.stats["max_batch"] = max(self.stats["max_batch"], batch)
+        self.stats["generated_tokens"] += sum(len(t) for t in out_tokens)
+        return [
+            GenerationOutput(token_ids=out_tokens[i], log_probs=out_logprobs[i], stop_reason=stop_reason[i])
+            for i in range(batch)
+        ]
+
+
+def _generation_eos(model: Any) -> list[int] | int | None:
+    config = getattr(model, "generation_config", None)
+    return getattr(config, "eos_token_id", None) if config is not None else None
+
+
+def _sample(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    greedy: torch.Tensor,
+    params: list[SamplingParams],
+    generators: list[torch.Generator],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row and return ``(tokens (B,), log_probs (B,))``.
+
+    ``log_probs`` = log softmax(logits / T) at the drawn token, before top-k/top-p (T = 1 for greedy rows).
+    Sampling: top-k then top-p (smallest set of highest-probability tokens with mass >= p) on the tempered
+    distribution, then inverse-CDF with one uniform per row drawn from that row's generator.
+    """
+    temp = torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]  # (B, 1)
+    scaled = logits / temp  # (B, V)
+    logp = torch.log_softmax(scaled, dim=-1)  # (B, V)
+    tokens = torch.argmax(logits, dim=-1)  # (B,)
+    sample_rows = (~greedy).nonzero().flatten().tolist()
+    if sample_rows:
+        rows = torch.tensor(sample_rows, device=logits.device)
+        sub = scaled[rows].clone()  # (S, V)
+        for j, i in enumerate(sample_rows):
+            k = params[i].top_k
+            if 0 < k < sub.shape[-1]:
+                kth = torch.topk(sub[j], k).values[-1]
+                sub[j] = sub[j].masked_fill(sub[j] < kth, float("-inf"))
+        probs = torch.softmax(sub, dim=-1)  # (S, V)
+        top_ps = torch.tensor([params[i].top_p for i in sample_rows], device=logits.device)  # (S,)
+        if bool((top_ps < 1).any()):
+            sorted_p, order = torch.sort(probs, dim=-1, descending=True)  # (S, V)
+            mass_before = sorted_p.cumsum(-1) - sorted_p  # (S, V) mass of strictly more likely tokens
+            keep_sorted = mass_before < top_ps[:, None]
+            keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+            probs = torch.where(keep, probs, torch.zeros_like(probs))
+        cdf = probs.double().cumsum(-1)  # (S, V)
+        u = torch.stack([torch.rand((), generator=generators[i], dtype=torch.float64) for i in sample_rows])
+        u = u.to(logits.device) * cdf[:, -1]  # (S,)
+        drawn = torch.searchsorted(cdf, u[:, None], right=True).squeeze(-1)  # (S,)
+        # the boundary case u == total mass and zero-probability tail tokens: clamp to the last kept token
+        last_kept = (probs > 0).long().cumsum(-1).argmax(-1)  # (S,)
+        drawn = torch.minimum(drawn, last_kept)
+        tokens = tokens.clone()
+        tokens[rows] = drawn
+    return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
