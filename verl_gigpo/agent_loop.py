@@ -1,0 +1,205 @@
+"""The ``gigpo_env_agent`` verl agent loop: one environment episode -> one training row per step.
+
+verl builds one instance per trajectory inside its agent-loop worker and calls ``run(sampling_params, **row)``
+with the dataset row's fields (``env_name``, ``seed``, ``split`` written by ``python -m verl_gigpo.data.prepare``)
+plus ``uid`` and ``session_id``. The episode itself is played by the shared runner
+(:func:`verl_gigpo.rollout.run_episode`) against verl's server manager; each step becomes an
+``AgentLoopOutput`` whose ``extra_fields`` carry what the ``gigpo_sync`` trainer mode needs:
+
+=================  ==========================================================================================
+traj_id            ``{uid}_{session_id}``: unique per trajectory; ``uid`` is the episode group
+step_id            0-based step index
+anchor_key         anchor key of the state the action was taken from (``algorithm.gigpo.key_mode``)
+step_reward        environment reward minus ``env.invalid_action_penalty`` when the reply held no valid action
+env_reward         environment reward alone
+action_valid       the reply held a valid action
+won                the EPISODE was won (same on every row of the trajectory)
+env_name, task_id  environment and its task id; task_type (e.g. ALFWorld's pick/clean/...), split, seed
+env_error          the environment raised; the episode stopped there and its rows get response_mask 0
+history_dropped    past steps dropped from this prompt to fit ``data.max_prompt_length``
+episode_length     number of steps of the episode; episode_return: sum of its step rewards
+reward_extra_info  {"won", "episode_length", "invalid_actions"} — verl logs these in validation metrics
+=================  ==========================================================================================
+
+``reward_score`` of the final row is the episode return (verl copies it to the episode's other rows, and
+GRPO/RLOO baselines use it as the trajectory score). The server's log-probs are kept (``response_logprobs``).
+Environment calls run in a thread pool shared by all episodes of the worker process, so hundreds of episodes
+proceed concurrently with no lock-step barrier.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, ClassVar
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+
+from verl_gigpo import AGENT_LOOP_NAME
+from verl_gigpo.config import GiGPOConfig
+from verl_gigpo.rollout import ChatPromptEncoder, Episode, EpisodeConfig, TaskSpec, run_episode
+
+__all__ = ["GiGPOEnvAgentLoop", "episode_config_from", "episode_to_outputs"]
+
+logger = logging.getLogger(__name__)
+logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+
+
+def episode_config_from(config: Any) -> EpisodeConfig:
+    """The :class:`EpisodeConfig` of a verl trainer config (``env.*``, ``algorithm.gigpo.key_mode``, lengths)."""
+    env = config.get("env", None)
+    if env is None:
+        raise ValueError(
+            f"the '{AGENT_LOOP_NAME}' agent loop needs the env.* config section; run with "
+            "`python -m verl_gigpo.main` (config verl_gigpo/config/gigpo_trainer.yaml)"
+        )
+    gigpo = config.algorithm.get("gigpo", None) or {}
+    key_mode = GiGPOConfig.from_mapping(dict(gigpo)).env_key_mode
+    rollout = config.actor_rollout_ref.rollout
+    return EpisodeConfig(
+        max_steps=int(env.max_steps),
+        history_length=int(env.history_length),
+        max_prompt_length=int(rollout.prompt_length),
+        max_response_length=int(rollout.response_length),
+        invalid_action_penalty=float(env.invalid_action_penalty),
+        key_mode=key_mode,
+    )
+
+
+def episode_to_outputs(episode: Episode, *, placeholder_prompt_ids: list[int], eos_id: int) -> list[AgentLoopOutput]:
+    """One ``AgentLoopOutput`` per step of ``episode`` (see the module docstring for ``extra_fields``).
+
+    An episode whose environment failed before its first step yields one placeholder row (``placeholder_prompt_ids``,
+    response ``[eos_id]``, response_mask 0, ``env_error`` True) because verl expects at least one output.
+    Rows of an episode with ``env_error`` get response_mask 0, so no loss flows through them.
+    """
+    failed = episode.env_error is not None
+    versions = [s.generation_info for s in episode.steps]
+    min_versions = [v["min_global_steps"] for v in versions if v.get("min_global_steps") is not None]
+    max_versions = [v["max_global_steps"] for v in versions if v.get("max_global_steps") is not None]
+    common = {
+        "traj_id": episode.traj_id,
+        "env_name": episode.task.env_name,
+        "task_id": episode.task_id,
+        "task_type": episode.task_type,
+        "split": episode.task.split,
+        "seed": episode.task.seed,
+        "won": episode.won,
+        "env_error": failed,
+        "env_error_message": episode.env_error or "",
+        "episode_length": episode.length,
+        "episode_return": episode.episode_return,
+        "min_global_steps": min(min_versions) if min_versions else None,
+        "max_global_steps": max(max_versions) if max_versions else None,
+        "reward_extra_info": {
+            "won": float(episode.won),
+            "episode_length": float(episode.length),
+            "invalid_actions": float(episode.num_invalid),
+        },
+    }
+    if not episode.steps:
+        return [
+            AgentLoopOutput(
+                prompt_ids=list(placeholder_prompt_ids),
+                response_ids=[eos_id],
+                response_mask=[0],
+                reward_score=0.0,
+                num_turns=0,
+                metrics=AgentLoopMetrics(),
+                extra_fields={
+                    **common,
+                    "step_id": 0,
+                    "anchor_key": "",
+                    "step_reward": 0.0,
+                    "env_reward": 0.0,
+                    "action_valid": False,
+                    "history_dropped": 0,
+                },
+            )
+        ]
+    per_step_time = (episode.timing.get("generate", 0.0)) / max(episode.length, 1)
+    outputs = []
+    for i, step in enumerate(episode.steps):
+        last = i == episode.length - 1
+        outputs.append(
+            AgentLoopOutput(
+                prompt_ids=step.prompt_ids,
+                response_ids=step.response_ids,
+                response_mask=[0 if failed else 1] * len(step.response_ids),
+                response_logprobs=step.response_logprobs,
+                reward_score=float(episode.episode_return) if last else None,
+                num_turns=2,
+                metrics=AgentLoopMetrics(generate_sequences=per_step_time),
+                extra_fields={
+                    **common,
+                    "step_id": step.step_id,
+                    "anchor_key": step.anchor_key,
+                    "step_reward": step.step_reward,
+                    "env_reward": step.env_reward,
+                    "action_valid": step.action_valid,
+                    "history_dropped": step.history_dropped,
+                    "prompt_truncated": step.prompt_truncated,
+                },
+            )
+        )
+    return outputs
+
+
+@register(AGENT_LOOP_NAME)
+class GiGPOEnvAgentLoop(AgentLoopBase):
+    """Plays one environment episode per trajectory and returns one training row per step (see module doc)."""
+
+    _executor: ClassVar[ThreadPoolExecutor | None] = None
+    _executor_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.episode_config = episode_config_from(self.config)
+        env_cfg = self.config.env
+        self.default_env_name = env_cfg.get("name", None)
+        self.env_kwargs = dict(env_cfg.get("kwargs", None) or {})
+        self.encoder = ChatPromptEncoder(self.tokenizer, chat_template_kwargs=dict(self.apply_chat_template_kwargs))
+
+    @classmethod
+    def executor(cls) -> ThreadPoolExecutor:
+        """The worker-wide thread pool environment calls run in (size ``GIGPO_ENV_THREADS``, default 64)."""
+        with cls._executor_lock:
+            if cls._executor is None:
+                threads = int(os.getenv("GIGPO_ENV_THREADS", "64"))
+                cls._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="gigpo-env")
+            return cls._executor
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:
+        """Play the episode of the dataset row ``kwargs`` (env_name, seed, split, uid, session_id)."""
+        env_name = kwargs.get("env_name") or self.default_env_name
+        if not env_name:
+            raise ValueError("the dataset row has no env_name and env.name is not set")
+        if "seed" not in kwargs:
+            raise ValueError(
+                f"the dataset row has no 'seed' column (fields: {sorted(kwargs)}); write task rows with "
+                "`python -m verl_gigpo.data.prepare`"
+            )
+        task = TaskSpec(
+            env_name=str(env_name),
+            seed=int(kwargs["seed"]),
+            split=str(kwargs.get("split") or "train"),
+            env_kwargs=self.env_kwargs,
+        )
+        traj_id = f"{kwargs.get('uid', 'nouid')}_{kwargs.get('session_id', 0)}"
+        episode = await run_episode(
+            task,
+            generator=self.server_manager,
+            encoder=self.encoder,
+            tokenizer=self.tokenizer,
+            config=self.episode_config,
+            traj_id=traj_id,
+            sampling_params=sampling_params,
+            executor=self.executor(),
+        )
+        placeholder = []
+        if not episode.steps:
+            placeholder = self.tokenizer.encode(f"environment {env_name} failed: {episode.env_error}")[:64] or [0]
+        eos = self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else 0
+        return episode_to_outputs(episode, placeholder_prompt_ids=placeholder, eos_id=eos)

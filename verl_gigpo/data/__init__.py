@@ -1,0 +1,1 @@
+"""Task data for verl: ``python -m verl_gigpo.data.prepare``."""

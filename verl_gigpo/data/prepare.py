@@ -1,0 +1,152 @@
+"""Write the train/val parquet files of task rows that verl's dataset loader (``RLHFDataset``) reads.
+
+    python -m verl_gigpo.data.prepare --env alfworld --train-size 2048 --out ~/data/gigpo/alfworld
+    python -m verl_gigpo.data.prepare --env webshop --train-size 4096 --val-size 500 --out ~/data/gigpo/webshop
+
+A row is a TASK, not a prompt: ``env_name``, ``seed`` and ``split`` say which environment and which task the
+``gigpo_env_agent`` agent loop plays (verl repeats each row ``actor_rollout_ref.rollout.n`` times with one ``uid``
+= one episode group). The ``prompt`` column only satisfies verl's loader; the agent loop renders the real prompts.
+
+Training rows are tasks ``0..train_size-1`` of the environment's training split (verl shuffles them each epoch;
+environments map a seed to a task, e.g. ALFWorld's game index modulo the number of games). Validation uses a
+FIXED task list: tasks ``0..val_size-1`` of the evaluation split (ALFWorld ``valid_seen``/``valid_unseen``: every
+game of the split by default; WebShop: goals 0-499 of ``test``; others: the first ``val_size`` seeds of ``test``),
+never random draws, so numbers are comparable across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from environments import list_envs, make_env
+from verl_gigpo import AGENT_LOOP_NAME
+
+__all__ = ["DEFAULT_VAL_SPLIT", "main", "task_rows", "write_task_files"]
+
+logger = logging.getLogger(__name__)
+
+#: evaluation split of each environment (the paper's evaluation sets where they exist)
+DEFAULT_VAL_SPLIT = {
+    "alfworld": "valid_seen",
+    "webshop": "test",
+    "sokoban": "test",
+    "search": "test",
+    "gridnav": "test",
+}
+#: default validation size when the environment has no fixed list of its own
+DEFAULT_VAL_SIZE = {"webshop": 500, "sokoban": 128, "search": 256, "gridnav": 64}
+
+
+def task_rows(env_name: str, split: str, seeds: range, *, data_source: str | None = None) -> list[dict[str, Any]]:
+    """Task rows for ``seeds`` of ``split``: the columns verl's ``RLHFDataset`` and the agent loop read."""
+    rows = []
+    for index, seed in enumerate(seeds):
+        rows.append(
+            {
+                "data_source": data_source or env_name,
+                "prompt": [{"role": "user", "content": f"{env_name} task {split}/{seed}"}],
+                "agent_name": AGENT_LOOP_NAME,
+                "env_name": env_name,
+                "seed": int(seed),
+                "split": split,
+                "ability": "agent",
+                "reward_model": {"style": "environment", "ground_truth": ""},
+                "extra_info": {"index": index, "split": split, "seed": int(seed)},
+            }
+        )
+    return rows
+
+
+def _fixed_task_count(env_name: str, split: str, env_kwargs: dict[str, Any]) -> int | None:
+    """Size of the environment's fixed task list for ``split`` when it has one (``num_tasks(split)``), else None."""
+    env = make_env(env_name, **env_kwargs)
+    try:
+        counter = getattr(env, "num_tasks", None)
+        return int(counter(split)) if callable(counter) else None
+    finally:
+        env.close()
+
+
+def write_task_files(
+    env_name: str,
+    out_dir: str | Path,
+    *,
+    train_size: int,
+    val_size: int | None = None,
+    val_split: str | None = None,
+    train_split: str = "train",
+    env_kwargs: dict[str, Any] | None = None,
+) -> tuple[Path, Path]:
+    """Write ``train.parquet`` and ``val.parquet`` under ``out_dir``; return their paths.
+
+    Args:
+        env_name: registry name of the environment.
+        out_dir: output folder (created).
+        train_size: number of training tasks (seeds ``0..train_size-1`` of ``train_split``).
+        val_size: number of validation tasks; None = the environment's whole fixed list (e.g. every ALFWorld game of
+            the split) or its default size.
+        val_split: evaluation split (default: :data:`DEFAULT_VAL_SPLIT`).
+        train_split: training split.
+        env_kwargs: constructor arguments used to look up the size of a fixed task list (e.g. ``data_path``).
+
+    Raises:
+        ValueError: unknown environment or split, non-positive sizes, or ``val_size`` beyond a fixed list.
+    """
+    if env_name not in list_envs():
+        raise ValueError(f"unknown environment {env_name!r}; known environments: {', '.join(list_envs())}")
+    if train_size < 1:
+        raise ValueError(f"train_size must be >= 1, got {train_size}")
+    env_kwargs = dict(env_kwargs or {})
+    val_split = val_split or DEFAULT_VAL_SPLIT.get(env_name, "test")
+    fixed = _fixed_task_count(env_name, val_split, env_kwargs)
+    if val_size is None:
+        val_size = fixed if fixed is not None else DEFAULT_VAL_SIZE.get(env_name, 64)
+    if val_size < 1:
+        raise ValueError(f"val_size must be >= 1, got {val_size}")
+    if fixed is not None and val_size > fixed:
+        raise ValueError(f"{env_name} split {val_split!r} has {fixed} tasks; val_size={val_size} is larger")
+    out = Path(out_dir).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    train_path, val_path = out / "train.parquet", out / "val.parquet"
+    pd.DataFrame(task_rows(env_name, train_split, range(train_size))).to_parquet(train_path)
+    pd.DataFrame(task_rows(env_name, val_split, range(val_size))).to_parquet(val_path)
+    logger.info(
+        "wrote %d train tasks to %s and %d %s tasks to %s", train_size, train_path, val_size, val_split, val_path
+    )
+    return train_path, val_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point (see the module docstring)."""
+    parser = argparse.ArgumentParser(description="Write train/val task parquet files for verl-gigpo.")
+    parser.add_argument("--env", required=True, help=f"environment: {', '.join(list_envs())}")
+    parser.add_argument("--train-size", type=int, required=True, help="number of training tasks")
+    parser.add_argument("--val-size", type=int, default=None, help="validation tasks (default: the fixed list)")
+    parser.add_argument("--val-split", default=None, help="evaluation split (default per environment)")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--env-kwargs", default="{}", help='JSON constructor arguments, e.g. \'{"data_path": "..."}\'')
+    args = parser.parse_args(argv)
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+    except json.JSONDecodeError as exc:
+        parser.error(f"--env-kwargs is not valid JSON: {exc}")
+    train_path, val_path = write_task_files(
+        args.env,
+        args.out,
+        train_size=args.train_size,
+        val_size=args.val_size,
+        val_split=args.val_split,
+        env_kwargs=env_kwargs,
+    )
+    print(f"train: {train_path}\nval:   {val_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

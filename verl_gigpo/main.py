@@ -1,0 +1,32 @@
+"""Train with GiGPO on verl's own PPO pipeline (Ray, vLLM/SGLang rollout servers, FSDP actor).
+
+    python -m verl_gigpo.main env.name=alfworld data.train_files=... data.val_files=... [overrides...]
+
+Equivalent to verl's own entry point with this package's config::
+
+    python -m verl.trainer.main_ppo -cp pkg://verl_gigpo -cn config/gigpo_trainer [overrides...]
+
+The config is ``verl_gigpo/config/gigpo_trainer.yaml`` (verl's ``ppo_trainer`` plus the GiGPO keys). The
+difference: this entry point first checks that the plug-in really registered itself into verl (verl hides plug-in
+import errors) and says why when it did not. See ``recipes/`` for complete commands.
+"""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+
+@hydra.main(config_path="config", config_name="gigpo_trainer", version_base=None)
+def main(config: DictConfig) -> None:
+    """Hydra entry point: check the plug-in, then hand the composed config to verl's ``main_ppo``."""
+    from verl.trainer import main_ppo
+
+    from verl_gigpo.plugin import ensure_registered
+
+    ensure_registered()
+    main_ppo.main(config)  # hydra passes an explicit config straight to the task function
+
+
+if __name__ == "__main__":
+    main()

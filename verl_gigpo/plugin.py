@@ -1,0 +1,124 @@
+"""verl plug-in entry point (``[project.entry-points."verl.plugins"] gigpo = "verl_gigpo.plugin"``).
+
+``import verl`` imports every ``verl.plugins`` entry point, so importing this module registers, through verl's
+own registries:
+
+* the advantage estimator ``"gigpo"`` (``verl.trainer.ppo.core_algos.register_adv_est``);
+* the agent loop ``"gigpo_env_agent"`` (``verl.experimental.agent_loop.agent_loop.register``),
+  see :mod:`verl_gigpo.agent_loop`;
+* the V1 trainer mode ``"gigpo_sync"`` (``verl.trainer.ppo.v1.register_trainer``), see :mod:`verl_gigpo.trainer`.
+
+verl swallows plug-in import errors at DEBUG level; this module logs a failure at ERROR level (and re-raises),
+and one INFO line on success (shown when ``VERL_LOGGING_LEVEL`` is INFO, the default for this logger).
+:func:`ensure_registered` lets entry points check that the registration really happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, TRAINER_MODE
+
+__all__ = ["AGENT_LOOP_NAME", "ESTIMATOR_NAME", "TRAINER_MODE", "ensure_registered", "gigpo_adv_estimator"]
+
+logger = logging.getLogger(__name__)
+logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+
+
+_STEP_FIELDS = ("step_rewards", "group_ids", "traj_ids", "step_ids", "anchor_keys")
+
+
+def gigpo_adv_estimator(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    config: Any = None,
+    index: np.ndarray | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The function registered as verl's ``"gigpo"`` advantage estimator.
+
+    verl's generic dispatch passes only ``token_level_rewards`` (N, L), ``response_mask`` (N, L), ``config`` and
+    ``index`` (uid); GiGPO also needs per-row step rewards, trajectory ids, step ids and anchor keys, which the
+    trainer mode ``gigpo_sync`` (:class:`verl_gigpo.trainer.GiGPOTrainerSync`) reads from the rollout's
+    ``extra_fields``. Called with ``step_rewards``, ``group_ids`` (defaults to ``index``), ``traj_ids``,
+    ``step_ids`` and ``anchor_keys`` as keyword arguments it computes
+    :func:`verl_gigpo.advantage.compute_gigpo_advantage`; called without them it raises ``ValueError`` naming the
+    trainer mode to use.
+
+    Returns:
+        advantages (N, L), returns (N, L).
+    """
+    if index is not None and "group_ids" not in kwargs:
+        kwargs["group_ids"] = index
+    missing = [name for name in _STEP_FIELDS if kwargs.get(name) is None]
+    if missing:
+        raise ValueError(
+            f"adv_estimator='{ESTIMATOR_NAME}' needs per-step data ({', '.join(missing)}) that verl's generic "
+            f"advantage path does not pass. Use the GiGPO trainer mode, which supplies it: "
+            f"trainer.v1.trainer_mode={TRAINER_MODE} (set by `python -m verl_gigpo.main`, i.e. the config "
+            f"verl_gigpo/config/gigpo_trainer.yaml), with actor_rollout_ref.rollout.agent.default_agent_loop="
+            f"{AGENT_LOOP_NAME}."
+        )
+    from verl_gigpo.advantage import compute_gigpo_advantage
+    from verl_gigpo.config import GiGPOConfig
+
+    gigpo_cfg = config.get("gigpo", {}) if config is not None else {}
+    cfg = GiGPOConfig.from_mapping({**dict(gigpo_cfg or {}), "gamma": float(config.get("gamma", 0.95))})
+    return compute_gigpo_advantage(
+        kwargs["step_rewards"],
+        response_mask,
+        np.asarray(kwargs["group_ids"], dtype=object),
+        np.asarray(kwargs["traj_ids"], dtype=object),
+        np.asarray(kwargs["step_ids"]),
+        np.asarray(kwargs["anchor_keys"], dtype=object),
+        row_mask=kwargs.get("row_mask"),
+        **cfg.estimator_kwargs(),
+    )
+
+
+def _register() -> None:
+    from verl.trainer.ppo.core_algos import register_adv_est
+
+    register_adv_est(ESTIMATOR_NAME)(gigpo_adv_estimator)
+    import verl_gigpo.agent_loop  # noqa: F401  - @register("gigpo_env_agent")
+    import verl_gigpo.trainer  # noqa: F401  - @register_trainer("gigpo_sync")
+
+
+def ensure_registered() -> None:
+    """Raise ``RuntimeError`` (with the cause) unless the estimator, agent loop and trainer mode are registered.
+
+    Use in entry points: verl hides plug-in import errors, so a broken install would otherwise surface later as
+    "Unknown advantage estimator".
+    """
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+
+    if (
+        ESTIMATOR_NAME not in ADV_ESTIMATOR_REGISTRY
+        or AGENT_LOOP_NAME not in _agent_loop_registry
+        or TRAINER_MODE not in TRAINER_REGISTRY
+    ):
+        try:
+            _register()
+        except Exception as exc:
+            raise RuntimeError(f"verl_gigpo could not register itself into verl: {exc!r}") from exc
+
+
+try:
+    _register()
+except Exception:
+    logger.error("verl_gigpo plug-in failed to load; GiGPO will be unavailable in verl", exc_info=True)
+    raise
+else:
+    logger.info(
+        "verl_gigpo plug-in loaded: adv_estimator=%r, agent loop %r, trainer mode %r",
+        ESTIMATOR_NAME,
+        AGENT_LOOP_NAME,
+        TRAINER_MODE,
+    )

@@ -1,0 +1,251 @@
+"""The ``gigpo_sync`` verl V1 trainer mode: verl's synchronous PPO trainer with a GiGPO advantage step.
+
+Select it with ``trainer.v1.trainer_mode=gigpo_sync`` (``verl_gigpo/config/gigpo_trainer.yaml`` does). Only
+``_compute_advantage`` changes:
+
+* every estimator: the rows' ``extra_fields`` (written by the ``gigpo_env_agent`` agent loop) are read from
+  TransferQueue and turned into ``env/*`` and ``episode/*`` metrics;
+* ``algorithm.adv_estimator=gigpo``: per-step rewards, trajectory ids, step ids and anchor keys go to
+  :func:`verl_gigpo.advantage.compute_gigpo_advantage`; verl's padding rows (tag ``is_padding``, deep copies of
+  a real row) and rows of episodes whose environment failed are excluded from every statistic and get 0;
+  advantages/returns are written back to TransferQueue; ``gigpo/*`` metrics come from the estimator;
+* any other estimator (``grpo``, ``rloo``, ...): verl's own ``_compute_advantage``, unchanged, on the same
+  rollouts — baselines differ only in ``algorithm.adv_estimator``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import transfer_queue as tq
+from tensordict import TensorDict
+from transfer_queue import KVBatchMeta
+from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
+from verl.workers.utils.padding import response_to_nested
+
+from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, TRAINER_MODE
+from verl_gigpo.advantage import gigpo_advantage_terms
+from verl_gigpo.anchors import anchor_group_ids
+from verl_gigpo.config import GiGPOConfig
+
+__all__ = ["GiGPOTrainerSync", "StepBatch", "compute_step_advantages", "episode_metrics", "gigpo_config_from"]
+
+logger = logging.getLogger(__name__)
+logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+
+#: extra_fields every row of the gigpo_env_agent agent loop carries.
+REQUIRED_FIELDS = ("traj_id", "step_id", "anchor_key", "step_reward", "action_valid", "won", "env_error")
+
+
+@dataclass
+class StepBatch:
+    """Per-row step data of one training batch, as numpy arrays of length N (all rows, padding included).
+
+    group_ids: verl ``uid`` (one per task = episode group); traj_ids, step_ids, anchor_keys, step_rewards (float64),
+    action_valid, won (episode won, on every row of the trajectory) and env_error (bool); task_types (str or None);
+    row_mask: False for padding rows and rows of failed episodes.
+    """
+
+    group_ids: np.ndarray
+    traj_ids: np.ndarray
+    step_ids: np.ndarray
+    anchor_keys: np.ndarray
+    step_rewards: np.ndarray
+    action_valid: np.ndarray
+    won: np.ndarray
+    env_error: np.ndarray
+    task_types: np.ndarray
+    history_dropped: np.ndarray
+    row_mask: np.ndarray
+
+    @classmethod
+    def from_rows(cls, uids: Sequence[str], extra_fields: Sequence[dict], is_padding: Sequence[bool]) -> StepBatch:
+        """Build from TransferQueue rows: their ``uid``, ``extra_fields`` and the ``is_padding`` tags.
+
+        Raises:
+            ValueError: a real row lacks the agent loop's step fields (wrong agent loop).
+        """
+        n = len(uids)
+        if not (len(extra_fields) == n == len(is_padding)):
+            raise ValueError(
+                f"uids ({n}), extra_fields ({len(extra_fields)}) and is_padding ({len(is_padding)}) differ in length"
+            )
+        padding = np.asarray(is_padding, dtype=bool) | np.array([str(u).startswith("pad") for u in uids], dtype=bool)
+        for i in range(n):
+            if padding[i]:
+                continue
+            missing = [k for k in REQUIRED_FIELDS if k not in (extra_fields[i] or {})]
+            if missing:
+                raise ValueError(
+                    f"row {i} (uid {uids[i]}) lacks extra_fields {missing}: adv_estimator={ESTIMATOR_NAME} needs the "
+                    f"step rows of the '{AGENT_LOOP_NAME}' agent loop (actor_rollout_ref.rollout.agent."
+                    f"default_agent_loop={AGENT_LOOP_NAME}, or an agent_name column in the dataset)"
+                )
+
+        def column(key: str, default: Any, dtype: Any = object) -> np.ndarray:
+            return np.array([(ef or {}).get(key, default) for ef in extra_fields], dtype=dtype)
+
+        env_error = column("env_error", False, bool)
+        return cls(
+            group_ids=np.array([str(u) for u in uids], dtype=object),
+            traj_ids=column("traj_id", ""),
+            step_ids=column("step_id", 0, np.int64),
+            anchor_keys=column("anchor_key", ""),
+            step_rewards=column("step_reward", 0.0, np.float64),
+            action_valid=column("action_valid", True, bool),
+            won=column("won", False, bool),
+            env_error=env_error,
+            task_types=column("task_type", None),
+            history_dropped=column("history_dropped", 0, np.int64),
+            row_mask=~padding & ~env_error,
+        )
+
+
+def gigpo_config_from(algorithm: Any) -> GiGPOConfig:
+    """``GiGPOConfig`` from verl's ``algorithm`` config: ``algorithm.gigpo.*`` plus ``gamma = algorithm.gamma``."""
+    gigpo = algorithm.get("gigpo", None) or {}
+    return GiGPOConfig.from_mapping({**dict(gigpo), "gamma": float(algorithm.get("gamma", 0.95))})
+
+
+def compute_step_advantages(
+    steps: StepBatch, response_mask: torch.Tensor, cfg: GiGPOConfig
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    """GiGPO advantages for a batch of step rows.
+
+    Args:
+        steps: the rows' step data (length N).
+        response_mask: (N, L) right-padded response mask.
+        cfg: estimator settings; with ``key_mode="similarity"`` observation keys are first merged by
+            :func:`verl_gigpo.anchors.anchor_group_ids` at ``cfg.similarity_threshold``.
+
+    Returns:
+        advantages (N, L), returns (N, L), and the estimator's ``gigpo/*`` stats plus ``gigpo/step_adv_abs_mean``.
+    """
+    keys = steps.anchor_keys
+    if cfg.key_mode == "similarity":
+        keys = anchor_group_ids(keys, steps.group_ids, similarity_threshold=cfg.similarity_threshold)
+    terms = gigpo_advantage_terms(
+        torch.as_tensor(steps.step_rewards, dtype=torch.float32),
+        response_mask,
+        steps.group_ids,
+        steps.traj_ids,
+        steps.step_ids,
+        keys,
+        row_mask=steps.row_mask,
+        **cfg.estimator_kwargs(),
+    )
+    mask = response_mask.to(torch.float32)
+    episode_adv = torch.as_tensor(np.asarray(terms.episode_adv), dtype=torch.float32).reshape(-1, 1)
+    step_adv = torch.as_tensor(np.asarray(terms.step_adv), dtype=torch.float32).reshape(-1, 1)
+    step_return = torch.as_tensor(np.asarray(terms.step_return), dtype=torch.float32).reshape(-1, 1)
+    advantages = (episode_adv + cfg.step_advantage_w * step_adv) * mask
+    returns = step_return * mask
+    return advantages, returns, dict(terms.stats)
+
+
+def episode_metrics(steps: StepBatch) -> dict[str, float]:
+    """``env/*`` and ``episode/*`` metrics of a batch of step rows (padding rows excluded).
+
+    env/success_rate: fraction of trajectories won; env/success_rate/<task_type>: the same per task type;
+    env/invalid_action_rate: fraction of steps whose reply held no valid action; env/episode_length: mean steps
+    per trajectory; env/env_error_rate: fraction of trajectories whose environment raised;
+    env/history_dropped_rate: fraction of steps whose prompt lost history to fit max_prompt_length;
+    episode/return_mean|min|max: trajectory returns (sum of step rewards); episode/num_trajectories;
+    episode/num_step_rows.
+    """
+    real = ~np.array([str(g).startswith("pad") for g in steps.group_ids], dtype=bool) & (
+        steps.row_mask | steps.env_error
+    )
+    if not real.any():
+        return {}
+    traj = defaultdict(lambda: {"len": 0, "ret": 0.0, "won": False, "err": False, "type": None})
+    for i in np.flatnonzero(real):
+        t = traj[steps.traj_ids[i]]
+        t["len"] += 1
+        t["ret"] += float(steps.step_rewards[i])
+        t["won"] |= bool(steps.won[i])
+        t["err"] |= bool(steps.env_error[i])
+        t["type"] = steps.task_types[i]
+    rows = traj.values()
+    won = np.array([t["won"] for t in rows], dtype=float)
+    returns = np.array([t["ret"] for t in rows])
+    out = {
+        "env/success_rate": float(won.mean()),
+        "env/invalid_action_rate": float((~steps.action_valid[real]).mean()),
+        "env/episode_length": float(np.mean([t["len"] for t in rows])),
+        "env/env_error_rate": float(np.mean([t["err"] for t in rows])),
+        "env/history_dropped_rate": float((steps.history_dropped[real] > 0).mean()),
+        "episode/return_mean": float(returns.mean()),
+        "episode/return_min": float(returns.min()),
+        "episode/return_max": float(returns.max()),
+        "episode/num_trajectories": float(len(returns)),
+        "episode/num_step_rows": float(real.sum()),
+    }
+    by_type: dict[str, list[bool]] = defaultdict(list)
+    for t in rows:
+        if t["type"]:
+            by_type[str(t["type"])].append(t["won"])
+    for task_type, flags in sorted(by_type.items()):
+        out[f"env/success_rate/{task_type}"] = float(np.mean(flags))
+    return out
+
+
+@register_trainer(TRAINER_MODE)
+class GiGPOTrainerSync(PPOTrainerSync):
+    """verl's synchronous V1 PPO trainer whose advantage step understands GiGPO's step rows (see module doc)."""
+
+    def __init__(self, config: Any):
+        algorithm = config.algorithm
+        if algorithm.adv_estimator == ESTIMATOR_NAME:
+            if algorithm.get("use_kl_in_reward", False):
+                raise ValueError(
+                    "adv_estimator=gigpo does not support algorithm.use_kl_in_reward=True (rewards are per step, "
+                    "not per token); use the KL loss instead: actor_rollout_ref.actor.use_kl_loss=True"
+                )
+            self.gigpo_config = gigpo_config_from(algorithm)
+            agent = config.actor_rollout_ref.rollout.agent.default_agent_loop
+            if agent != AGENT_LOOP_NAME:
+                logger.warning(
+                    "adv_estimator=gigpo with default_agent_loop=%s: rows must carry the step fields of the %r "
+                    "agent loop (set an agent_name column in the dataset, or the default agent loop)",
+                    agent,
+                    AGENT_LOOP_NAME,
+                )
+            if config.actor_rollout_ref.rollout.n < 2:
+                logger.warning("actor_rollout_ref.rollout.n < 2: every group has one member and all advantages are 0")
+        super().__init__(config)
+
+    def _read_steps(self, batch: KVBatchMeta) -> tuple[StepBatch, TensorDict]:
+        data = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "response_mask", "extra_fields"]
+        )
+        is_padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
+        steps = StepBatch.from_rows(list(data["uid"]), list(data["extra_fields"]), is_padding)
+        return steps, data
+
+    def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        """Env/episode metrics for every estimator; GiGPO advantages for ``adv_estimator=gigpo``, else verl's."""
+        steps, data = self._read_steps(batch)
+        metrics.update(episode_metrics(steps))
+        if self.config.algorithm.adv_estimator != ESTIMATOR_NAME:
+            return super()._compute_advantage(batch, metrics)
+
+        nested_mask = data["response_mask"]
+        response_mask = nested_mask.to_padded_tensor(0)  # (N, L)
+        advantages, returns, stats = compute_step_advantages(steps, response_mask, self.gigpo_config)
+        metrics.update(stats)
+        output = TensorDict(
+            {
+                "advantages": response_to_nested(advantages, nested_mask),
+                "returns": response_to_nested(returns, nested_mask),
+            },
+            batch_size=len(batch),
+        )
+        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
