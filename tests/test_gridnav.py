@@ -1,0 +1,134 @@
+"""The gridnav demo environment (CPU-only): contract checker over variants, golden observations, oracle
+playthroughs, the episode-group property and argument validation."""
+
+from __future__ import annotations
+
+import pytest
+
+from environments import make_env
+from environments.checker import check_env
+from environments.gridnav import GridTask, shortest_path
+
+VARIANTS = [
+    {},
+    {"key_mode": "observation"},
+    {"key_mode": "history:2", "max_steps": 6},
+    {"size": 7, "walls": 8, "min_path": 6, "max_steps": 24},
+    {"key": True, "size": 6, "min_path": 6, "max_steps": 20},
+    {"key": True, "observe": "target", "show_blocked": False},
+]
+
+
+@pytest.mark.parametrize("kwargs", VARIANTS)
+def test_gridnav_passes_the_contract_checker_cpu(kwargs):
+    counts = check_env(make_env("gridnav", **kwargs), seeds=(0, 1, 2, 3))
+    assert counts["transitions"] > 0 and counts["path_pairs"] >= 4
+
+
+def test_golden_observations_on_a_hand_built_layout_cpu():
+    env = make_env("gridnav")
+    env.reset(seed=0)
+    # replace the drawn layout by a known one:  row 0 "A.#..", row 2 "..G.." ; walls at (0,2)
+    env.task = GridTask(size=5, walls=frozenset({(0, 2)}), start=(0, 0), goal=(2, 2))
+    env.agent = (0, 0)
+    assert env._state_observation() == "goal: down 2, right 2. blocked: up, left."
+    obs, reward, terminated, _, info = env.step("right")
+    assert obs == "goal: down 2, right 1. blocked: up, right." and reward == 0.0 and not terminated
+    obs, *_ = env.step("right")  # a wall: valid no-op
+    assert obs == "goal: down 2, right 1. blocked: up, right." and env.agent == (0, 1)
+    env.step("down")
+    obs, reward, terminated, _, info = env.step("down")
+    assert env.agent == (2, 1) and obs == "goal: right 1. blocked: none."
+    obs, reward, terminated, _, info = env.step("right")
+    assert reward == 1.0 and terminated and info["won"]
+
+    key_env = make_env("gridnav", key=True)
+    key_env.reset(seed=0)
+    key_env.task = GridTask(size=3, walls=frozenset(), start=(1, 1), goal=(0, 1), key=(2, 2))
+    key_env.agent = (1, 1)
+    # the goal is a locked door: "up" is blocked until the key is held
+    assert key_env._state_observation() == "key: down 1, right 1. goal: up 1. blocked: up."
+    obs, reward, terminated, *_ = key_env.step("up")
+    assert key_env.agent == (1, 1) and not terminated and reward == 0.0
+    key_env.step("right")
+    obs, _, _, _, info = key_env.step("down")
+    assert info["picked_key"] and obs == "key: held. goal: up 2, left 1. blocked: down, right."
+    assert key_env.anchor_key().endswith("|agent=2,2|key=held")
+    key_env.observe = "target"
+    assert key_env._state_observation() == "goal: up 2, left 1. blocked: down, right."
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"size": 7, "walls": (6, 10), "min_path": 7, "max_steps": 30},
+        {"key": True, "size": 6, "min_path": 6, "max_steps": 20},
+    ],
+)
+def test_oracle_playthrough_reaches_the_goal_cpu(kwargs):
+    env = make_env("gridnav", **kwargs)
+    lengths = []
+    for seed in range(40):
+        obs, info = env.reset(seed=seed, options={"split": "test" if seed % 2 else "train"})
+        steps = 0
+        while True:
+            action, valid = env.parse_action(f"<think>go</think><action>{env.oracle_action()}</action>")
+            assert valid
+            obs, reward, terminated, truncated, info = env.step(action)
+            steps += 1
+            if terminated or truncated:
+                break
+        assert info["won"] and terminated and reward >= 1.0, (seed, env.render_grid())
+        assert steps >= env.min_path
+        lengths.append(steps)
+    assert max(lengths) <= env.max_steps
+
+
+def test_group_property_same_seed_same_task_cpu():
+    a, b = make_env("gridnav", key=True), make_env("gridnav", key=True)
+    obs_a, info_a = a.reset(seed=17, options={"split": "train"})
+    b.reset(seed=3)
+    obs_b, info_b = b.reset(seed=17, options={"split": "train"})
+    assert (obs_a, info_a["anchor_key"], info_a["task_id"]) == (obs_b, info_b["anchor_key"], info_b["task_id"])
+    assert a.render_grid() == b.render_grid()
+    # the same state reached along different paths has the same anchor key; train and test splits differ
+    _, test_info = b.reset(seed=17, options={"split": "test"})
+    assert test_info["task_id"] != info_a["task_id"]
+    layouts = {make_env("gridnav").reset(seed=s)[1]["task_id"] for s in range(50)}
+    assert len(layouts) >= 45
+
+
+def test_actions_parse_bare_and_tagged_cpu():
+    env = make_env("gridnav")
+    env.reset(seed=0)
+    assert env.parse_action("up") == ("up", True)
+    assert env.parse_action(" Left.\n") == ("left", True)
+    assert env.parse_action("<think>hmm</think><action>DOWN</action>") == ("down", True)
+    assert env.parse_action("go up") == (None, False)
+    assert env.parse_action("<action>up</action><action>down</action>") == (None, False)
+
+
+def test_shortest_path_and_bad_arguments_cpu():
+    task = GridTask(size=3, walls=frozenset({(1, 0), (1, 1)}), start=(0, 0), goal=(2, 0))
+    assert shortest_path(task, task.start, task.goal, has_key=False) == [
+        "right",
+        "right",
+        "down",
+        "down",
+        "left",
+        "left",
+    ]
+    assert (
+        shortest_path(GridTask(3, frozenset({(1, 0), (1, 1), (1, 2)}), (0, 0), (2, 0)), (0, 0), (2, 0), False) is None
+    )
+    with pytest.raises(ValueError, match="size"):
+        make_env("gridnav", size=2)
+    with pytest.raises(ValueError, match="walls"):
+        make_env("gridnav", walls=(5, 2))
+    with pytest.raises(ValueError, match="observe"):
+        make_env("gridnav", observe="grid")
+    with pytest.raises(ValueError, match="min_path"):
+        make_env("gridnav", size=3, walls=0, min_path=9).reset(seed=0)
+    with pytest.raises(ValueError, match="reset options"):
+        make_env("gridnav").reset(seed=0, options={"level": 3})
