@@ -23,6 +23,7 @@ _REGISTRY: dict[str, str] = {
     "search": "environments.search.env:SearchQAEnv",
     "sokoban": "environments.sokoban.env:SokobanEnv",
     "webshop": "environments.webshop.env:WebShopEnv",
+    "webshop_real": "environments.webshop.real:WebShopRealEnv",
 }
 
 
