@@ -324,6 +324,7 @@ def test_seeds_and_splits_give_different_rooms():
         ("<action>Go  up.</action>", "up"),
         ("<action>push left</action>", "left"),
         ('<action>"down"</action>', "down"),
+        ("<action>'up.'</action>", "up"),
         ("right", "right"),
         ("  Left.  ", "left"),
         ("<think>I should go up</think>\nup", "up"),
@@ -411,6 +412,8 @@ def test_bad_reset_options_and_layouts():
         env.reset(options={"room": "# # # # #\n# P X _ #\n# # # # #"})
     with pytest.raises(ValueError, match="border"):
         env.reset(options={"room": "# # # # #\nP _ X O #\n# # # # #"})
+    with pytest.raises(ValueError, match="already solved"):
+        env.reset(options={"room": "# # # # #\n# P * _ #\n# # # # #"})
     with pytest.raises(ValueError, match="unknown symbol"):
         parse_room("# # # #\n# P ? #\n# # # #")
     with pytest.raises(RuntimeError, match="reset"):

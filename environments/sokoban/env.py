@@ -25,7 +25,8 @@ observation (``observation`` key mode) and the state digest (``state`` key mode)
 **Actions.** ``up``, ``down``, ``left``, ``right`` — always all four admissible. :meth:`SokobanEnv._match_action`
 accepts, case-insensitively and with surrounding whitespace ignored: the bare word (``Up``), the word after
 ``move``, ``go`` or ``push`` and whitespace (``move left``), with an optional quote or backtick on either side
-and an optional final period (``"down".``). Anything else is not an action (``step(None)``, the invalid-action step).
+and an optional period before or after the closing quote (``"down".``, ``'up.'``). Anything else is not an
+action (``step(None)``, the invalid-action step).
 A move into a wall, or a push into a wall or another box, is a valid action that changes nothing.
 
 **Reward** (gym-sokoban's scheme; every value is a constructor argument), for a valid step::
@@ -67,7 +68,7 @@ __all__ = ["SokobanEnv"]
 
 logger = logging.getLogger(__name__)
 
-_ACTION_RE = re.compile(r"""["'`]?(?:(?:move|go|push)\s+)?(up|down|left|right)["'`]?\.?""", re.IGNORECASE)
+_ACTION_RE = re.compile(r"""["'`]?(?:(?:move|go|push)\s+)?(up|down|left|right)\.?["'`]?\.?""", re.IGNORECASE)
 _OPPOSITE = {"up": "down", "down": "up", "left": "right", "right": "left"}
 _CHECKER_PATH_LEN = 4  # checker_paths enumerates every action sequence up to this length
 
@@ -163,6 +164,8 @@ class SokobanEnv(TextEnv):
             if not isinstance(layout, str):
                 raise ValueError(f"sokoban: options['room'] must be a rendered room (str), got {type(layout).__name__}")
             self._room = parse_room(layout)
+            if self._room.solved:
+                raise ValueError("sokoban: options['room'] is already solved (every box on a target); nothing to play")
             digest = hashlib.sha1(render_room(self._room).encode()).hexdigest()[:12]
             self.task_id = f"{split}/room-{digest}"
             return render_room(self._room)
