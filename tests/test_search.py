@@ -100,7 +100,7 @@ def test_oracle_answers_every_question_single_and_two_hop(corpus):
     for split in ("train", "test"):
         for seed, q in enumerate(corpus.questions[split]):
             obs, info = env.reset(seed=seed, options={"split": split})
-            assert info["task_id"] == q.id and q.question in obs
+            assert info["task_id"] == q.id and q.question in obs and info["task_type"].startswith(f"{q.hops}hop/")
             for query, support in zip(q.queries, q.support, strict=True):
                 obs, reward, terminated, _, info = env.step(f"search[{query}]")
                 assert support in info["retrieved_ids"], (q, query, obs)
@@ -266,6 +266,10 @@ def test_same_seed_same_task_across_instances():
     ids = {env.reset(seed=s)[1]["task_id"] for s in range(20)}
     assert len(ids) == 20  # distinct seeds, distinct questions
     assert env.reset(seed=4, options={"split": "test"})[1]["task_id"] != env.reset(seed=4)[1]["task_id"]
+    a, b = SearchQAEnv(), SearchQAEnv()
+    for e in (a, b):
+        e.reset(seed=5)
+    assert [a.reset()[1]["task_id"] for _ in range(3)] == [b.reset()[1]["task_id"] for _ in range(3)]
     n_train = len(env.questions["train"])
     assert env.reset(seed=4 + n_train)[1]["task_id"] == env.reset(seed=4)[1]["task_id"]  # seed wraps mod n
 
@@ -338,6 +342,22 @@ def test_user_corpus_and_questions_jsonl(tmp_path):
         SearchQAEnv(corpus_path=corpus_path, questions_path=questions_path, retriever_url="http://127.0.0.1:1")
     with pytest.raises(ValueError, match="unique"):
         BM25Retriever([Passage("x", "a", "b"), Passage("x", "c", "d")])
+
+
+def test_generated_corpus_round_trips_through_jsonl(tmp_path, corpus, bm25):
+    """write_jsonl -> corpus_path/questions_path plays the same questions over the same passages."""
+    corpus.write_jsonl(tmp_path / "corpus.jsonl", tmp_path / "questions.jsonl")
+    from_files = SearchQAEnv(corpus_path=tmp_path / "corpus.jsonl", questions_path=tmp_path / "questions.jsonl")
+    assert from_files.retriever.passages == bm25.passages
+    for split in ("train", "test"):
+        assert [(q.id, q.question, q.answers, q.kind) for q in from_files.questions[split]] == [
+            (q.id, q.question, q.answers, q.kind) for q in corpus.questions[split]
+        ]
+    generated = SearchQAEnv()
+    for env in (from_files, generated):
+        env.reset(seed=2, options={"split": "test"})
+    for action in generated.example_actions():
+        assert from_files.step(action) == generated.step(action)
 
 
 def test_bm25_retriever_behaviour(bm25, corpus):

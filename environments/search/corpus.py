@@ -158,8 +158,9 @@ class Question:
     """One question with its gold answers.
 
     id: unique id (``"q0042"`` for generated questions); question: the text; answers: accepted answers (exact
-    match after normalisation against any of them); split: "train" or "test"; kind: the template name (or the
-    ``type`` of a user question, or None); hops: 1 or 2 (0 when unknown); support: ids of the passages that hold
+    match after normalisation against any of them); split: "train" or "test"; kind: ``"<hops>hop/<template>"``
+    for generated questions (e.g. ``"2hop/birthplace_river"``; template names in the module docstring), else the
+    ``type`` of a user question or None; hops: 1 or 2 (0 when unknown); support: ids of the passages that hold
     the needed facts, one per hop; queries: the entity names to search for, one per hop (the oracle's queries).
     """
 
@@ -323,7 +324,7 @@ def generate_corpus(seed: int = 0, config: CorpusConfig | None = None) -> Fictio
 
     def ask(kind: str, answers: tuple[str, ...], chain: tuple[str, ...], **names: str) -> None:
         template = _Q1.get(kind) or _Q2[kind]
-        raw.append((kind, template.format(**names), answers, len(chain), chain))
+        raw.append((f"{len(chain)}hop/{kind}", template.format(**names), answers, len(chain), chain))
 
     for p in people:
         t = birthplace[p]

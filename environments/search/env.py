@@ -209,8 +209,9 @@ class SearchQAEnv(TextEnv):
         key_mode: anchor key mode; "observation" by default (the paper's choice).
 
     ``reset(seed=i)`` plays question ``i mod n`` of the split (``n`` questions); ``reset(seed=None)`` draws one
-    from the environment's random stream. ``task_type`` is "single_hop" / "two_hop" for generated questions and
-    the ``type`` field for user questions.
+    from the environment's random stream. ``task_type`` is the question's kind: ``"1hop/<template>"`` or
+    ``"2hop/<template>"`` for generated questions (group metrics by the prefix for single- vs two-hop), the
+    ``type`` field for user questions.
     """
 
     name = "search"
@@ -294,7 +295,7 @@ class SearchQAEnv(TextEnv):
         self._answer = None
         self.task_description = q.question
         self.task_id = q.id
-        self.task_type = {1: "single_hop", 2: "two_hop"}.get(q.hops, q.kind)
+        self.task_type = q.kind
         return self._observation(START_TEXT)
 
     def _step(self, action: str) -> StepResult:
