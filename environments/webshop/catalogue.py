@@ -48,6 +48,7 @@ __all__ = [
     "Goal",
     "Product",
     "build_catalogue",
+    "generate_catalogue",
     "tokenize",
 ]
 
@@ -111,7 +112,8 @@ class Product:
     id: ASIN-like identifier, upper case (``"B0K3J9QX2M"``); pages show it, ``click[...]`` takes it lower-cased.
     category: top-level category. category_path: most general first, e.g. ``("clothing", "men's clothing",
     "shirts")``. product_type: audience + noun (``"men's t-shirt"``), WebShop's "query".
-    type_nouns: nouns of the type (``("men", "t-shirt")``), used by the type reward's title score.
+    type_nouns: the words of the type's noun (``("t-shirt",)``, ``("running", "shoes")``), used by the type
+    reward's title score; the audience is left out (it is part of ``product_type``).
     options: ``((name, (value, ...)), ...)`` in display order. features: bullet points.
     """
 
@@ -240,7 +242,7 @@ def _make_product(draws: _Draws, ptype: ProductType, taken: set[str]) -> Product
     )
     features = tuple(f"{a.upper()} - {_BULLET_TAILS[draws.below(len(_BULLET_TAILS))]}" for a in attributes)
     features += (FILLER_BULLETS[draws.below(len(FILLER_BULLETS))],)
-    type_nouns = ((audience.split("'")[0],) if audience else ()) + tuple(ptype.noun.split())
+    type_nouns = tuple(ptype.noun.split())
     return Product(
         id=_make_id(draws, taken),
         category=ptype.category,
@@ -306,6 +308,8 @@ class Catalogue:
         seed: the catalogue seed.
         products: every product, in catalogue order.
         goals: ``{"test": (...500 goals), "train": (...)}``.
+        search: ``search(query) -> tuple[str, ...]``: ids of up to 50 products matching ``query``, best BM25 score
+            first (ties in catalogue order), only products with a positive score; cached per query.
     """
 
     def __init__(self, seed: int, products: tuple[Product, ...], goals: Mapping[str, tuple[Goal, ...]]):
@@ -367,7 +371,6 @@ class Catalogue:
         }
 
 
-@functools.lru_cache(maxsize=8)
 def build_catalogue(seed: int = 0, num_products: int = 1000, num_train_goals: int = 5000) -> Catalogue:
     """Generate (or fetch from the cache) the catalogue for these settings.
 
@@ -386,6 +389,16 @@ def build_catalogue(seed: int = 0, num_products: int = 1000, num_train_goals: in
         raise ValueError(f"num_products must be an int >= 50, got {num_products!r}")
     if isinstance(num_train_goals, bool) or not isinstance(num_train_goals, int) or num_train_goals < 1:
         raise ValueError(f"num_train_goals must be a positive int, got {num_train_goals!r}")
+    return _cached_catalogue(int(seed), num_products, num_train_goals)
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_catalogue(seed: int, num_products: int, num_train_goals: int) -> Catalogue:
+    return generate_catalogue(seed, num_products, num_train_goals)
+
+
+def generate_catalogue(seed: int, num_products: int, num_train_goals: int) -> Catalogue:
+    """Generate the catalogue afresh (no cache, no argument checks; use :func:`build_catalogue`)."""
     draws = _Draws(np.random.default_rng([int(seed), 0]))
     taken: set[str] = set()
     type_index = [draws.below(len(PRODUCT_TYPES)) for _ in range(num_products)]

@@ -11,7 +11,8 @@ For a goal with wanted attributes ``A`` (``|A| = n_attr``), wanted options ``O``
 * ``r_price``: 1 if ``p.price <= u`` else 0.
 * ``r_type`` (WebShop's type reward), from ``query_match`` (same product type, e.g. "men's t-shirt"),
   ``category_match`` (the two category paths share at least 2 nodes) and the title score
-  ``title_score = |nouns(p) & nouns(goal)| / |nouns(goal)|`` over the type nouns (e.g. {"men", "t-shirt"})::
+  ``title_score = |nouns(p) & nouns(goal)| / |nouns(goal)|`` over the words of the type noun (e.g. {"running",
+  "shoes"}; the audience "men's"/"women's" is not one of them)::
 
       r_type = 0.0  if title_score == 0
                0.1  if 0 < title_score < 0.1
@@ -26,8 +27,12 @@ Deviations from WebShop's ``get_reward``, on purpose (numbered):
    merely occurs in the title/description, which rewards, e.g., picking the wrong colour of a product whose title
    names another colour.
 3. The title score uses the type nouns the catalogue records instead of spaCy part-of-speech tags of the title
-   (no spaCy model offline); brand names are not nouns here, so buying the same brand's other product type scores
-   ``r_type = 0``.
+   (no spaCy model offline). Brand and audience words are not among them, so a product of another type whose noun
+   shares no word with the goal's scores ``r_type = 0`` even from the same brand or for the same audience
+   (WebShop's noun overlap often gives such a product ``r_type = 1``),
+   while the same type for another audience (a women's t-shirt for a men's t-shirt goal) keeps ``r_type = 1``
+   (as in WebShop; the audience still decides ``query_match``). Partial overlaps stay as lenient as WebShop's:
+   "wireless mouse" for a "wireless earbuds" goal has ``title_score = 0.5`` and so ``r_type = 1``.
 4. The attribute fallback matches whole words (WebShop: any substring), so "cotton" does not match "cottonwood".
 5. Every goal has a price bound, so ``r_price`` is never undefined.
 """
