@@ -19,3 +19,30 @@ def tiny_model_dir(tmp_path_factory):
     return build_tiny_model(
         out, hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128, envs=("gridnav",), seed=0
     )
+
+
+# ---------------------------------------------------------------------------------------- Ray + TransferQueue (verl)
+@pytest.fixture(scope="session")
+def ray_tq():
+    """One local Ray cluster and one real TransferQueue for the whole test session (TQ init costs ~10-20 s on CPU).
+
+    Settings that work on a 2-core machine (notes/verl-0.9.1.md): 16 *logical* Ray CPUs (with num_cpus=2 the TQ
+    storage actors starve and calls hang) and a single storage unit.
+    """
+    import os
+
+    import ray
+    import transfer_queue as tq
+    from omegaconf import OmegaConf
+
+    env_vars = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    ray.init(
+        num_cpus=16,
+        include_dashboard=False,
+        log_to_driver=bool(os.getenv("GIGPO_TEST_RAY_LOGS")),
+        runtime_env={"env_vars": env_vars},
+    )
+    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
+    yield
+    tq.close()
+    ray.shutdown()

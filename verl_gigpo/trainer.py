@@ -126,7 +126,8 @@ def compute_step_advantages(
             :func:`verl_gigpo.anchors.anchor_group_ids` at ``cfg.similarity_threshold``.
 
     Returns:
-        advantages (N, L), returns (N, L), and the estimator's ``gigpo/*`` stats plus ``gigpo/step_adv_abs_mean``.
+        advantages (N, L), returns (N, L) (what :func:`~verl_gigpo.advantage.compute_gigpo_advantage` returns for
+        these rows) and the estimator's ``gigpo/*`` stats.
     """
     keys = steps.anchor_keys
     if cfg.key_mode == "similarity":
@@ -141,12 +142,7 @@ def compute_step_advantages(
         row_mask=steps.row_mask,
         **cfg.estimator_kwargs(),
     )
-    mask = response_mask.to(torch.float32)
-    episode_adv = torch.as_tensor(np.asarray(terms.episode_adv), dtype=torch.float32).reshape(-1, 1)
-    step_adv = torch.as_tensor(np.asarray(terms.step_adv), dtype=torch.float32).reshape(-1, 1)
-    step_return = torch.as_tensor(np.asarray(terms.step_return), dtype=torch.float32).reshape(-1, 1)
-    advantages = (episode_adv + cfg.step_advantage_w * step_adv) * mask
-    returns = step_return * mask
+    advantages, returns = terms.token_level(response_mask)  # (N, L), (N, L): exactly compute_gigpo_advantage's
     return advantages, returns, dict(terms.stats)
 
 
@@ -221,6 +217,18 @@ class GiGPOTrainerSync(PPOTrainerSync):
             if config.actor_rollout_ref.rollout.n < 2:
                 logger.warning("actor_rollout_ref.rollout.n < 2: every group has one member and all advantages are 0")
         super().__init__(config)
+
+    # verl 0.9.1 switches its synchronous code paths (ReplayBuffer vs ReplayBufferAsync, refill and checkpoint
+    # logic) on the literal ``trainer_mode == "sync"``; this mode IS synchronous PPO, so it reports "sync" there
+    # and keeps the registered name apart.
+    @property
+    def trainer_mode(self) -> str:
+        """Always ``"sync"`` for verl's internal checks (the registered name is :data:`TRAINER_MODE`)."""
+        return "sync"
+
+    @trainer_mode.setter
+    def trainer_mode(self, value: str) -> None:
+        self.registered_mode = value
 
     def _read_steps(self, batch: KVBatchMeta) -> tuple[StepBatch, TensorDict]:
         data = tq.kv_batch_get(

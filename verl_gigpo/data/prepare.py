@@ -35,12 +35,13 @@ logger = logging.getLogger(__name__)
 DEFAULT_VAL_SPLIT = {
     "alfworld": "valid_seen",
     "webshop": "test",
+    "webshop_real": "test",
     "sokoban": "test",
     "search": "test",
     "gridnav": "test",
 }
 #: default validation size when the environment has no fixed list of its own
-DEFAULT_VAL_SIZE = {"webshop": 500, "sokoban": 128, "search": 256, "gridnav": 64}
+DEFAULT_VAL_SIZE = {"webshop": 500, "webshop_real": 500, "sokoban": 128, "search": 256, "gridnav": 64}
 
 
 def task_rows(env_name: str, split: str, seeds: range, *, data_source: str | None = None) -> list[dict[str, Any]]:

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# GiGPO on ALFWorld with the paper's settings (arXiv 2505.10978, ALFWorld / Qwen2.5-1.5B-Instruct):
+# group size 8, 16 tasks per iteration, at most 50 steps, gamma 0.95, w = 1, mean_std, history 2, lr 1e-6,
+# KL loss 0.01 (low_var_kl), entropy 0.001, invalid-action penalty 0.1, 150 iterations, validation every 5
+# iterations on valid_seen.
+#
+#   ALFWORLD_DATA=~/.cache/alfworld bash recipes/run_alfworld.sh
+#   ADV_ESTIMATOR=grpo bash recipes/run_alfworld.sh        # the paper's GRPO baseline on the same settings
+#   DRY_RUN=1 bash recipes/run_alfworld.sh                 # print the final command only
+#   bash recipes/run_alfworld.sh trainer.total_training_steps=10   # extra Hydra overrides go last
+#
+# ALFWORLD_DATA: the real games (`alfworld-download` on a machine with GitHub access), or synthetic ones from
+# `python -m environments.alfworld.synth --out DIR`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source recipes/common.sh
+
+PYTHON=${PYTHON:-python3}
+MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-1.5B-Instruct}
+ALFWORLD_DATA=${ALFWORLD_DATA:-}
+if gigpo_dry_run; then ALFWORLD_DATA=${ALFWORLD_DATA:-/path/to/alfworld_data}; fi
+DATA_DIR=${DATA_DIR:-$HOME/data/verl-gigpo/alfworld}
+N_GPUS=${N_GPUS:-2}
+ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
+VAL_SPLIT=${VAL_SPLIT:-valid_seen}
+GROUP_SIZE=${GROUP_SIZE:-8}
+TRAIN_TASKS_PER_ITER=${TRAIN_TASKS_PER_ITER:-16}
+TOTAL_ITERS=${TOTAL_ITERS:-150}
+EXPERIMENT=${EXPERIMENT:-alfworld_${ADV_ESTIMATOR}_$(basename "$MODEL_PATH")}
+
+gigpo_check_gpus "$N_GPUS"
+gigpo_check_model "$MODEL_PATH"
+if ! gigpo_dry_run; then
+    [[ -n "$ALFWORLD_DATA" ]] || gigpo_fail "ALFWORLD_DATA is not set: point it at the ALFWorld data \
+(\`alfworld-download\` fetches it on a machine with GitHub access) or generate synthetic games with \
+\`python -m environments.alfworld.synth --out DIR\` and set ALFWORLD_DATA=DIR"
+    [[ -d "$ALFWORLD_DATA/json_2.1.1" ]] || gigpo_fail "ALFWORLD_DATA=$ALFWORLD_DATA has no json_2.1.1/ folder; \
+set it to the folder \`alfworld-download\` (or environments.alfworld.synth) wrote"
+fi
+gigpo_prepare_data alfworld "$DATA_DIR" 2048 --val-split "$VAL_SPLIT" \
+    --env-kwargs "{\"data_path\": \"$ALFWORLD_DATA\"}"
+
+cmd=(
+    "$PYTHON" -m verl_gigpo.main
+    algorithm.adv_estimator="$ADV_ESTIMATOR"
+    algorithm.gamma=0.95
+    algorithm.gigpo.step_advantage_w=1.0
+    algorithm.gigpo.norm=mean_std
+    algorithm.gigpo.key_mode=observation
+    algorithm.norm_adv_by_std_in_grpo=true
+    algorithm.use_kl_in_reward=false
+    env.name=alfworld
+    env.max_steps=50
+    env.history_length=2
+    env.invalid_action_penalty=0.1
+    +env.kwargs.data_path="$ALFWORLD_DATA"
+    data.train_files="$DATA_DIR/train.parquet"
+    data.val_files="$DATA_DIR/val.parquet"
+    data.train_batch_size="$TRAIN_TASKS_PER_ITER"
+    data.max_prompt_length=2048
+    data.max_response_length=512
+    data.filter_overlong_prompts=false
+    data.return_raw_chat=true
+    actor_rollout_ref.model.path="$MODEL_PATH"
+    actor_rollout_ref.model.use_remove_padding=true
+    actor_rollout_ref.model.enable_gradient_checkpointing=true
+    actor_rollout_ref.actor.optim.lr=1e-6
+    actor_rollout_ref.actor.ppo_mini_batch_size=32
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16
+    actor_rollout_ref.actor.use_kl_loss=true
+    actor_rollout_ref.actor.kl_loss_coef=0.01
+    actor_rollout_ref.actor.kl_loss_type=low_var_kl
+    actor_rollout_ref.actor.entropy_coeff=0.001
+    actor_rollout_ref.actor.fsdp_config.param_offload=false
+    actor_rollout_ref.actor.fsdp_config.optimizer_offload=false
+    actor_rollout_ref.rollout.name=vllm
+    actor_rollout_ref.rollout.n="$GROUP_SIZE"
+    actor_rollout_ref.rollout.tensor_model_parallel_size=1
+    actor_rollout_ref.rollout.gpu_memory_utilization=0.6
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32
+    actor_rollout_ref.rollout.temperature=1.0
+    actor_rollout_ref.rollout.val_kwargs.do_sample=true
+    actor_rollout_ref.rollout.val_kwargs.temperature=0.4
+    actor_rollout_ref.rollout.val_kwargs.n=1
+    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32
+    actor_rollout_ref.ref.fsdp_config.param_offload=true
+    trainer.n_gpus_per_node="$N_GPUS"
+    trainer.nnodes=1
+    trainer.total_training_steps="$TOTAL_ITERS"
+    trainer.total_epochs=1000
+    trainer.test_freq=5
+    trainer.save_freq=50
+    trainer.val_before_train=true
+    trainer.critic_warmup=0
+    trainer.logger='["console"]'
+    trainer.project_name=verl_gigpo
+    trainer.experiment_name="$EXPERIMENT"
+    "$@"
+)
+gigpo_run "${cmd[@]}"

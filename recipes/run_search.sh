@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# GiGPO on search-augmented QA (the paper's search setting): group size 5, at most 4 turns, similarity anchor
+# keys at threshold 0.9 (observations are free text: retrieved passages), gamma 0.95, w = 1, mean_std.
+#
+#   bash recipes/run_search.sh                                    # embedded BM25 over the generated corpus
+#   RETRIEVER_URL=http://127.0.0.1:8000 bash recipes/run_search.sh   # a Search-R1-style retrieval server
+#   ADV_ESTIMATOR=grpo bash recipes/run_search.sh
+#   DRY_RUN=1 bash recipes/run_search.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source recipes/common.sh
+
+PYTHON=${PYTHON:-python3}
+MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-3B-Instruct}
+DATA_DIR=${DATA_DIR:-$HOME/data/verl-gigpo/search}
+N_GPUS=${N_GPUS:-2}
+ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
+RETRIEVER_URL=${RETRIEVER_URL:-}
+GROUP_SIZE=${GROUP_SIZE:-5}
+TRAIN_TASKS_PER_ITER=${TRAIN_TASKS_PER_ITER:-64}
+TOTAL_ITERS=${TOTAL_ITERS:-200}
+TEST_FREQ=${TEST_FREQ:-10}
+EXPERIMENT=${EXPERIMENT:-search_${ADV_ESTIMATOR}_$(basename "$MODEL_PATH")}
+
+gigpo_check_gpus "$N_GPUS"
+gigpo_check_model "$MODEL_PATH"
+gigpo_prepare_data search "$DATA_DIR" 4096 --val-size 256 --val-split test
+
+retriever=()
+if [[ -n "$RETRIEVER_URL" ]]; then
+    retriever=(+env.kwargs.retriever_url="$RETRIEVER_URL")
+fi
+
+cmd=(
+    "$PYTHON" -m verl_gigpo.main
+    algorithm.adv_estimator="$ADV_ESTIMATOR"
+    algorithm.gamma=0.95
+    algorithm.gigpo.step_advantage_w=1.0
+    algorithm.gigpo.norm=mean_std
+    algorithm.gigpo.key_mode=similarity
+    algorithm.gigpo.similarity_threshold=0.9
+    algorithm.norm_adv_by_std_in_grpo=true
+    env.name=search
+    env.max_steps=4
+    env.history_length=4
+    env.invalid_action_penalty=0.1
+    "${retriever[@]}"
+    data.train_files="$DATA_DIR/train.parquet"
+    data.val_files="$DATA_DIR/val.parquet"
+    data.train_batch_size="$TRAIN_TASKS_PER_ITER"
+    data.max_prompt_length=4096
+    data.max_response_length=512
+    data.filter_overlong_prompts=false
+    data.return_raw_chat=true
+    actor_rollout_ref.model.path="$MODEL_PATH"
+    actor_rollout_ref.model.use_remove_padding=true
+    actor_rollout_ref.model.enable_gradient_checkpointing=true
+    actor_rollout_ref.actor.optim.lr=1e-6
+    actor_rollout_ref.actor.ppo_mini_batch_size=32
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16
+    actor_rollout_ref.actor.use_kl_loss=true
+    actor_rollout_ref.actor.kl_loss_coef=0.01
+    actor_rollout_ref.actor.kl_loss_type=low_var_kl
+    actor_rollout_ref.actor.entropy_coeff=0.001
+    actor_rollout_ref.actor.fsdp_config.param_offload=false
+    actor_rollout_ref.actor.fsdp_config.optimizer_offload=false
+    actor_rollout_ref.rollout.name=vllm
+    actor_rollout_ref.rollout.n="$GROUP_SIZE"
+    actor_rollout_ref.rollout.tensor_model_parallel_size=1
+    actor_rollout_ref.rollout.gpu_memory_utilization=0.6
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32
+    actor_rollout_ref.rollout.temperature=1.0
+    actor_rollout_ref.rollout.val_kwargs.do_sample=true
+    actor_rollout_ref.rollout.val_kwargs.temperature=0.4
+    actor_rollout_ref.rollout.val_kwargs.n=1
+    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32
+    actor_rollout_ref.ref.fsdp_config.param_offload=true
+    trainer.n_gpus_per_node="$N_GPUS"
+    trainer.nnodes=1
+    trainer.total_training_steps="$TOTAL_ITERS"
+    trainer.total_epochs=1000
+    trainer.test_freq="$TEST_FREQ"
+    trainer.save_freq=50
+    trainer.val_before_train=true
+    trainer.critic_warmup=0
+    trainer.logger='["console"]'
+    trainer.project_name=verl_gigpo
+    trainer.experiment_name="$EXPERIMENT"
+    "$@"
+)
+gigpo_run "${cmd[@]}"

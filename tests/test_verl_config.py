@@ -1,0 +1,157 @@
+"""CPU tests: the Hydra config composes through verl, and every recipe's final command composes and passes verl's own
+config validation (``verl.utils.config.validate_config``) — the checks verl runs before it starts Ray."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from verl.trainer.ppo.utils import need_critic, need_reference_policy
+from verl.utils.config import validate_config
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG_DIR = ROOT / "verl_gigpo" / "config"
+RECIPES = ["alfworld", "webshop", "sokoban", "search"]
+
+
+def compose_gigpo(overrides: list[str]):
+    """Compose verl_gigpo/config/gigpo_trainer.yaml (verl's ppo_trainer + ours) with Hydra overrides."""
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        return compose(config_name="gigpo_trainer", overrides=overrides)
+
+
+def dry_run(recipe: str, *args: str, **env: str) -> tuple[list[str], str]:
+    """Run ``DRY_RUN=1 bash recipes/run_<recipe>.sh`` and return (argv of the printed command, full stdout)."""
+    proc = subprocess.run(
+        ["bash", str(ROOT / "recipes" / f"run_{recipe}.sh"), *args],
+        env={**os.environ, "DRY_RUN": "1", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    command = "\n".join(line for line in proc.stdout.splitlines() if not line.startswith("#"))
+    return shlex.split(command.replace("\\\n", " ")), proc.stdout
+
+
+def test_config_declares_gigpo_keys_and_defaults():
+    cfg = compose_gigpo([])
+    assert cfg.algorithm.adv_estimator == "gigpo"
+    assert cfg.algorithm.gamma == 0.95
+    assert dict(cfg.algorithm.gigpo) == {
+        "step_advantage_w": 1.0,
+        "norm": "mean_std",
+        "epsilon": 1e-6,
+        "episode_stats": "trajectory",
+        "key_mode": "observation",
+        "similarity_threshold": 0.9,
+    }
+    assert cfg.env.name == "sokoban" and cfg.env.max_steps == 50 and cfg.env.history_length == 2
+    assert cfg.trainer.v1.trainer_mode == "gigpo_sync"
+    assert cfg.actor_rollout_ref.rollout.agent.default_agent_loop == "gigpo_env_agent"
+    # verl's own defaults are still there (the yaml holds only the differences)
+    assert cfg.actor_rollout_ref.actor.clip_ratio == 0.2
+    assert cfg.data.prompt_key == "prompt"
+
+
+def test_plain_overrides_work_without_plus():
+    cfg = compose_gigpo(
+        ["env.name=alfworld", "env.max_steps=7", "algorithm.gigpo.norm=mean", "algorithm.gigpo.key_mode=history:2"]
+    )
+    assert (cfg.env.name, cfg.env.max_steps, cfg.algorithm.gigpo.norm) == ("alfworld", 7, "mean")
+    assert cfg.algorithm.gigpo.key_mode == "history:2"
+
+
+def test_unknown_gigpo_key_is_rejected_by_struct_mode():
+    with pytest.raises(Exception, match="step_weight"):
+        compose_gigpo(["algorithm.gigpo.step_weight=2"])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [sys.executable, "-m", "verl_gigpo.main"],
+        [sys.executable, "-m", "verl.trainer.main_ppo", "-cp", "pkg://verl_gigpo", "-cn", "config/gigpo_trainer"],
+    ],
+    ids=["verl_gigpo.main", "verl_main_ppo"],
+)
+def test_entry_points_compose_with_cfg_job(argv):
+    """Both documented entry points compose the same config in a fresh process (``--cfg job`` stops before Ray)."""
+    proc = subprocess.run(
+        [*argv, "algorithm.adv_estimator=gigpo", "env.name=webshop", "--cfg", "job"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cfg = OmegaConf.create(proc.stdout)
+    assert cfg.algorithm.adv_estimator == "gigpo"
+    assert cfg.env.name == "webshop"
+    assert cfg.trainer.v1.trainer_mode == "gigpo_sync"
+    assert cfg.actor_rollout_ref.actor.strategy == "fsdp"  # verl's ppo_trainer underneath
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("estimator", ["gigpo", "grpo"])
+def test_recipe_dry_run_composes_and_validates(recipe, estimator):
+    argv, stdout = dry_run(recipe, ADV_ESTIMATOR=estimator)
+    assert argv[:3] == ["python3", "-m", "verl_gigpo.main"], argv[:3]
+    assert "verl_gigpo.data.prepare" in stdout  # the data-prep step is part of the recipe
+    overrides = argv[3:]
+    assert f"algorithm.adv_estimator={estimator}" in overrides
+    cfg = compose_gigpo(overrides)
+    assert cfg.env.name == recipe
+    assert cfg.algorithm.adv_estimator == estimator
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+
+
+def test_alfworld_recipe_has_the_paper_settings():
+    argv, _ = dry_run("alfworld")
+    cfg = compose_gigpo(argv[3:])
+    assert cfg.actor_rollout_ref.model.path == "Qwen/Qwen2.5-1.5B-Instruct"
+    assert cfg.actor_rollout_ref.rollout.n == 8
+    assert cfg.data.train_batch_size == 16
+    assert cfg.env.max_steps == 50 and cfg.env.history_length == 2 and cfg.env.invalid_action_penalty == 0.1
+    assert cfg.algorithm.gamma == 0.95
+    assert cfg.algorithm.gigpo.step_advantage_w == 1.0 and cfg.algorithm.gigpo.norm == "mean_std"
+    actor = cfg.actor_rollout_ref.actor
+    assert actor.optim.lr == 1e-6
+    assert actor.use_kl_loss and actor.kl_loss_coef == 0.01 and actor.kl_loss_type == "low_var_kl"
+    assert actor.entropy_coeff == 0.001
+    assert cfg.trainer.total_training_steps == 150 and cfg.trainer.test_freq == 5
+    assert cfg.data.val_files.endswith("val.parquet")
+
+
+def test_recipe_extra_overrides_come_last_and_win():
+    argv, _ = dry_run("webshop", "env.max_steps=3", "algorithm.gigpo.norm=mean_std")
+    assert argv[-2:] == ["env.max_steps=3", "algorithm.gigpo.norm=mean_std"]
+    cfg = compose_gigpo(argv[3:])
+    assert cfg.env.max_steps == 3 and cfg.algorithm.gigpo.norm == "mean_std"
+
+
+def test_webshop_and_search_recipes_use_their_paper_settings():
+    web = compose_gigpo(dry_run("webshop")[0][3:])
+    assert web.env.max_steps == 15 and web.algorithm.gigpo.norm == "mean"
+    search = compose_gigpo(dry_run("search")[0][3:])
+    assert search.algorithm.gigpo.key_mode == "similarity" and search.algorithm.gigpo.similarity_threshold == 0.9
+    assert search.env.max_steps == 4 and search.actor_rollout_ref.rollout.n == 5
+
+
+def test_recipe_without_gpu_fails_early_with_a_message(tmp_path):
+    """Without DRY_RUN and without nvidia-smi on PATH the recipe stops before doing anything."""
+    env = {k: v for k, v in os.environ.items() if k != "DRY_RUN"}
+    for tool in ("dirname", "basename"):  # the only external tools the recipe needs before its GPU check
+        (tmp_path / tool).symlink_to(shutil.which(tool))
+    env["PATH"] = str(tmp_path)  # a PATH with no nvidia-smi, even on a GPU machine
+    recipe = [shutil.which("bash"), str(ROOT / "recipes" / "run_sokoban.sh")]
+    proc = subprocess.run(recipe, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "no NVIDIA GPU found" in proc.stderr and "DRY_RUN=1" in proc.stderr
