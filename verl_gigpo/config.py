@@ -1,0 +1,152 @@
+"""GiGPO configuration: one validated dataclass, readable from a dict or an OmegaConf ``DictConfig``.
+
+In verl's Hydra config these fields live under ``algorithm.gigpo``; :meth:`GiGPOConfig.from_mapping` reads that
+node and :meth:`GiGPOConfig.estimator_kwargs` gives the keyword arguments of
+:func:`verl_gigpo.advantage.compute_gigpo_advantage`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+__all__ = ["EPISODE_STATS", "KEY_MODES", "NORMS", "GiGPOConfig"]
+
+NORMS = ("mean_std", "mean")
+EPISODE_STATS = ("trajectory", "step")
+KEY_MODES = ("observation", "state", "history:K", "similarity")
+_HISTORY = re.compile(r"history:(\d+)")
+
+
+@dataclass
+class GiGPOConfig:
+    """Hyper-parameters of the GiGPO advantage estimator and of anchor-state grouping.
+
+    Attributes:
+        gamma: discount in (0, 1] of the step return ``R_t = sum_{k>=t} gamma^(k-t) r_k`` that the step-level
+            advantage compares. Paper: 0.95.
+        step_advantage_w: weight w of the step-level term in ``A = A_episode + w * A_step``; 0 gives the
+            episode-level (GRPO-style) advantage alone. Paper: 1.0.
+        norm: how both levels normalise within a group: ``"mean_std"`` = (x - mean) / (std + epsilon) with the
+            unbiased std, ``"mean"`` = x - mean only. Paper: ``"mean_std"`` for ALFWorld, ``"mean"`` for WebShop.
+        epsilon: > 0, added to the std in ``"mean_std"``. Default 1e-6 (as GRPO in verl).
+        episode_stats: what the episode-level mean/std are taken over: ``"trajectory"`` (each trajectory once,
+            the paper's Eq. 3) or ``"step"`` (every step row, so long trajectories weigh more, as the reference
+            code does). Default ``"trajectory"``.
+        key_mode: what makes two steps "the same state" (their anchor key): ``"observation"`` (the observation
+            text, as in the paper), ``"state"`` (the environment's true state, where it exposes one),
+            ``"history:K"`` (state plus the last K actions, e.g. ``"history:2"``), or ``"similarity"``
+            (observation texts grouped by similarity, see :mod:`verl_gigpo.anchors`). Default ``"observation"``.
+        similarity_threshold: in (0, 1]; used only when ``key_mode == "similarity"``: observations whose 5-byte
+            shingle sets have Dice similarity >= this are linked (1.0 = exact match). Default 0.9. (The
+            reference code's optional similarity mode uses a different measure, difflib's ratio, with 0.95.)
+    """
+
+    gamma: float = 0.95
+    step_advantage_w: float = 1.0
+    norm: str = "mean_std"
+    epsilon: float = 1e-6
+    episode_stats: str = "trajectory"
+    key_mode: str = "observation"
+    similarity_threshold: float = 0.9
+
+    def __post_init__(self) -> None:
+        self.gamma = _real("gamma", self.gamma)
+        if not 0.0 < self.gamma <= 1.0:
+            raise ValueError(f"gamma={self.gamma!r} must be in (0, 1]; the paper uses 0.95 (1.0 = no discount)")
+        self.step_advantage_w = _real("step_advantage_w", self.step_advantage_w)
+        if not math.isfinite(self.step_advantage_w) or self.step_advantage_w < 0:
+            raise ValueError(
+                f"step_advantage_w={self.step_advantage_w!r} must be a finite number >= 0; the paper uses 1.0, "
+                "and 0 turns the step-level term off"
+            )
+        if self.norm not in NORMS:
+            hint = {
+                "mean_norm": " (the reference code's mode='mean_norm' meant 'mean')",
+                "mean_std_norm": " (the reference code's 'mean_std_norm' is 'mean_std')",
+            }.get(self.norm, "")
+            raise ValueError(
+                f"norm={self.norm!r} is not a norm{hint}; use 'mean_std' (divide by std) or 'mean' (only subtract "
+                "the mean)"
+            )
+        self.epsilon = _real("epsilon", self.epsilon)
+        if not 0.0 < self.epsilon < math.inf:
+            raise ValueError(f"epsilon={self.epsilon!r} must be a finite number > 0, e.g. 1e-6")
+        if self.episode_stats not in EPISODE_STATS:
+            raise ValueError(
+                f"episode_stats={self.episode_stats!r} is not valid; use 'trajectory' (each trajectory counts "
+                "once, paper Eq. 3) or 'step' (every step row counts, as the reference code does)"
+            )
+        if not isinstance(self.key_mode, str) or not (
+            self.key_mode in ("observation", "state", "similarity") or _HISTORY.fullmatch(self.key_mode)
+        ):
+            raise ValueError(
+                f"key_mode={self.key_mode!r} is not valid; use 'observation' (observation text, as in the paper), "
+                "'state' (the environment's true state), 'history:K' (state plus the last K actions, e.g. "
+                "'history:2') or 'similarity' (observation texts grouped by similarity_threshold)"
+            )
+        self.similarity_threshold = _real("similarity_threshold", self.similarity_threshold)
+        if not 0.0 < self.similarity_threshold <= 1.0:
+            raise ValueError(
+                f"similarity_threshold={self.similarity_threshold!r} must be in (0, 1]: 1.0 = exact match, "
+                "0.9 = observations that differ in a few words are grouped"
+            )
+
+    @classmethod
+    def from_mapping(cls, mapping: Any) -> GiGPOConfig:
+        """Build from a dict or an OmegaConf ``DictConfig`` (e.g. ``config.algorithm.gigpo``).
+
+        Missing keys take their defaults; ``None`` is accepted as "not set". Interpolations are resolved.
+
+        Raises:
+            ValueError: on unknown keys (listing the known ones), a non-mapping, or invalid values.
+        """
+        if mapping is None:
+            return cls()
+        if isinstance(mapping, DictConfig):
+            mapping = OmegaConf.to_container(mapping, resolve=True)
+        if not isinstance(mapping, Mapping):
+            raise ValueError(f"GiGPOConfig.from_mapping needs a dict or DictConfig, got {type(mapping).__name__}")
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(str(k) for k in mapping if k not in known)
+        if unknown:
+            raise ValueError(f"unknown GiGPO config key(s) {unknown}; known keys: {known}")
+        return cls(**{k: v for k, v in mapping.items() if v is not None})
+
+    def estimator_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for :func:`verl_gigpo.advantage.compute_gigpo_advantage` (and
+        ``gigpo_advantage_terms``): gamma, step_advantage_w, norm, epsilon, episode_stats."""
+        return {
+            "gamma": self.gamma,
+            "step_advantage_w": self.step_advantage_w,
+            "norm": self.norm,
+            "epsilon": self.epsilon,
+            "episode_stats": self.episode_stats,
+        }
+
+    @property
+    def env_key_mode(self) -> str:
+        """The ``key_mode`` to build environments with: ``"observation"`` when grouping by similarity (the
+        environment emits observation texts, the trainer groups them), else ``key_mode`` itself."""
+        return "observation" if self.key_mode == "similarity" else self.key_mode
+
+    @property
+    def anchor_similarity_threshold(self) -> float | None:
+        """``similarity_threshold`` when ``key_mode == "similarity"``, else None (exact keys): the argument for
+        :func:`verl_gigpo.anchors.anchor_group_ids`."""
+        return self.similarity_threshold if self.key_mode == "similarity" else None
+
+
+def _real(name: str, value: Any) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a number, got {type(value).__name__}: {value!r}")
+    if math.isnan(value):
+        raise ValueError(f"{name} must be a number, got NaN")
+    return float(value)
