@@ -282,7 +282,7 @@ def gigpo_advantage_terms(
     if bad.size:
         i = int(rows[bad[0]])
         raise ValueError(
-            f"step_rewards[{i}] = {rewards[i]!r} is not finite ({bad.size} non-finite reward(s) among valid rows; "
+            f"step_rewards[{i}] = {_show(rewards[i])} is not finite ({bad.size} non-finite reward(s) among valid rows; "
             f"first bad row {i}): fix the reward source, or mark the row with row_mask=False to ignore it"
         )
     steps = _as_step_ids(steps_raw[rows], rows)  # (M,) int64
@@ -300,10 +300,10 @@ def gigpo_advantage_terms(
         k = int(split[0])
         i, j = int(rows[k]), int(rep[t[k]])
         if pd.isna(row_groups[k]):
-            raise ValueError(f"group_ids[{i}] is missing ({row_groups[k]!r}); every valid row needs an id")
+            raise ValueError(f"group_ids[{i}] is missing ({_show(row_groups[k])}); every valid row needs an id")
         raise ValueError(
-            f"trajectory traj_ids[{i}] = {trajs[i]!r} appears in two episode groups: {groups[i]!r} (row {i}) and "
-            f"{groups[j]!r} (row {j}); every row of a trajectory must carry the same group id"
+            f"trajectory traj_ids[{i}] = {_show(trajs[i])} appears in two episode groups: {_show(groups[i])} "
+            f"(row {i}) and {_show(groups[j])} (row {j}); every row of a trajectory must carry the same group id"
         )
     a = _factorize(anchors[rows], "anchor_keys", rows)  # (M,) anchor key codes
 
@@ -314,7 +314,7 @@ def gigpo_advantage_terms(
     if dup.size:
         i, j = sorted((int(rows[order[dup[0]]]), int(rows[order[dup[0] + 1]])))
         raise ValueError(
-            f"duplicate (traj id, step id) among valid rows: rows {i} and {j} both have traj_ids = {trajs[i]!r}, "
+            f"duplicate (traj id, step id) among valid rows: rows {i} and {j} both have traj_ids = {_show(trajs[i])}, "
             f"step_ids = {int(steps_raw[i])}; each step of a trajectory must appear once (mark padding or "
             "duplicated copies with row_mask=False)"
         )
@@ -455,11 +455,11 @@ def _check_options(*, gamma: Any, step_advantage_w: Any, norm: Any, epsilon: Any
             "or 'step' (every step row counts, as the reference code does)"
         )
     if not _is_real(gamma) or not 0.0 < gamma <= 1.0:
-        raise ValueError(f"gamma={gamma!r} must be a number in (0, 1] (the paper uses 0.95)")
+        raise ValueError(f"gamma={_show(gamma)} must be a number in (0, 1] (the paper uses 0.95)")
     if not _is_real(epsilon) or not 0.0 < epsilon < math.inf:
-        raise ValueError(f"epsilon={epsilon!r} must be a finite number > 0 (e.g. 1e-6)")
+        raise ValueError(f"epsilon={_show(epsilon)} must be a finite number > 0 (e.g. 1e-6)")
     if not _is_real(step_advantage_w) or not math.isfinite(step_advantage_w):
-        raise ValueError(f"step_advantage_w={step_advantage_w!r} must be a finite number (the paper uses 1.0)")
+        raise ValueError(f"step_advantage_w={_show(step_advantage_w)} must be a finite number (the paper uses 1.0)")
 
 
 def _is_real(x: Any) -> bool:
@@ -549,7 +549,7 @@ def _as_step_ids(steps: np.ndarray, rows: np.ndarray) -> np.ndarray:
     bad = np.flatnonzero(~np.isfinite(f) | (f != np.round(f)))
     if bad.size:
         i = int(rows[bad[0]])
-        raise ValueError(f"step_ids must be integers; step_ids[{i}] = {steps[bad[0]]!r} is not a whole number")
+        raise ValueError(f"step_ids must be integers; step_ids[{i}] = {_show(steps[bad[0]])} is not a whole number")
     return f.astype(np.int64)
 
 
@@ -581,17 +581,22 @@ def _factorize(values: np.ndarray, name: str, rows: np.ndarray) -> np.ndarray:
     except TypeError as err:
         bad = next((i for i, v in enumerate(values) if not _hashable(v)), 0)
         raise ValueError(
-            f"{name}[{rows[bad]}] = {values[bad]!r} is not hashable ({err}); convert keys to str/int/tuple "
+            f"{name}[{rows[bad]}] = {_show(values[bad])} is not hashable ({err}); convert keys to str/int/tuple "
             "(verl_gigpo.anchors.hashable_key does it)"
         ) from err
     missing = np.flatnonzero(codes < 0)
     if missing.size:
         i = int(rows[missing[0]])
-        raise ValueError(f"{name}[{i}] is missing ({values[missing[0]]!r}); every valid row needs an id")
+        raise ValueError(f"{name}[{i}] is missing ({_show(values[missing[0]])}); every valid row needs an id")
     return codes.astype(np.int64, copy=False)
 
 
 _HASH = np.frompyfunc(hash, 1, 1)
+
+
+def _show(v: Any) -> str:
+    """repr of a value for error messages, with numpy scalars shown as plain Python values."""
+    return repr(v.item() if isinstance(v, np.generic) else v)
 
 
 def _hashable(v: Any) -> bool:
