@@ -556,3 +556,16 @@ def test_duplicates_allowed_when_masked_cpu():
         compute_gigpo_advantage(*padded, gamma=0.5)
     adv, _ = compute_gigpo_advantage(*padded, gamma=0.5, row_mask=np.r_[np.ones(6, bool), False])
     torch.testing.assert_close(adv[:6], compute_gigpo_advantage(*inputs, gamma=0.5)[0])
+
+
+def test_constant_groups_are_exactly_zero_cpu():
+    # Three trajectories with return 0.1 each: the float mean is 0.10000000000000002, so a plain (x - mean) / (std
+    # + eps) would give about -1e-11 instead of 0. Groups whose members are all equal get exactly 0.
+    n = 3
+    rewards = torch.full((n,), 0.1, dtype=torch.float64)
+    for norm in ("mean_std", "mean"):
+        terms = gigpo_advantage_terms(
+            rewards, torch.ones(n, 1), np.zeros(n), np.arange(n), np.zeros(n, int), np.zeros(n), norm=norm
+        )
+        assert np.all(terms.episode_adv == 0.0) and np.all(terms.step_adv == 0.0)
+        assert terms.stats["gigpo/frac_zero_std_episode_groups"] == 1.0

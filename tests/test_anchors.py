@@ -1,0 +1,222 @@
+"""CPU tests of anchor grouping (verl_gigpo.anchors): similarity grouping against a brute-force all-pairs
+oracle, order independence, exact mode, per-episode-group grouping, key utilities, validation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from verl_gigpo.advantage import gigpo_advantage_terms
+from verl_gigpo.anchors import (
+    anchor_group_ids,
+    hashable_key,
+    shingle_set,
+    shingle_similarity,
+    similarity_groups,
+)
+
+ROOM = (
+    "You arrive at countertop 1. On the countertop 1, you see a apple 1, a bread 2, a butterknife 3, a cup 1, "
+    "a dishsponge 2, a fork 1, a lettuce 2, a peppershaker 1, a plate 2, a saltshaker 3, and a spatula 1."
+)
+OTHER = "You are facing the drawer 4. The drawer 4 is closed. Nothing happens when you wait here for a while."
+
+
+def _brute_force_groups(texts, threshold):
+    """All pairs, union-find: the definition of the grouping, written the slow obvious way."""
+    parent = list(range(len(texts)))
+
+    def find(x):
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    for i in range(len(texts)):
+        for j in range(i + 1, len(texts)):
+            if texts[i] == texts[j] or shingle_similarity(texts[i], texts[j]) >= threshold:
+                ri, rj = find(i), find(j)
+                parent[max(ri, rj)] = min(ri, rj)
+    return np.array([find(i) for i in range(len(texts))])
+
+
+def _same_partition(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return len(set(zip(a.tolist(), b.tolist(), strict=True))) == len(set(a.tolist())) == len(set(b.tolist()))
+
+
+def test_shingle_similarity_definition_cpu():
+    assert shingle_set("abcdef") == {b"abcde", b"bcdef"}
+    assert shingle_set("abc") == {b"abc"}  # shorter than a shingle: the whole text
+    assert shingle_similarity("abcdef", "abcdef") == 1.0
+    assert shingle_similarity("abcdef", "abcdeX") == pytest.approx(2 * 1 / (2 + 2))  # shares "abcde"
+    assert shingle_similarity("abc", "xyz") == 0.0
+    assert shingle_similarity(ROOM, OTHER) < 0.2
+    a, b = ROOM, ROOM.replace("apple 1", "apple 2")  # one character: 5 of ~190 shingles change
+    assert shingle_similarity(a, b) == shingle_similarity(b, a) > 0.97
+    assert shingle_similarity("é日本語", "é日本語!") > 0.5  # UTF-8 bytes, multi-byte characters are fine
+
+
+def test_identical_strings_share_a_group_cpu():
+    texts = [OTHER, ROOM, OTHER, "", "", "x", ROOM]
+    for threshold in (1.0, 0.9, 0.5, 1e-9):
+        labels = similarity_groups(texts, threshold)
+        assert labels.dtype == np.int64 and labels.shape == (7,)
+        assert labels[0] == labels[2] and labels[1] == labels[6] and labels[3] == labels[4]
+
+
+def test_near_duplicates_merge_and_unrelated_stay_apart_at_0_9_cpu():
+    variants = [
+        ROOM,
+        ROOM.replace("apple 1", "apple 2"),
+        ROOM.replace("bread 2", "egg 2").replace("fork 1", "knife 1"),
+        ROOM.replace("lettuce", "tomato"),
+    ]
+    unrelated = [OTHER, "You pick up the apple 1 from the countertop 1.", "Nothing happens."]
+    labels = similarity_groups(variants + unrelated, 0.9)
+    assert len(set(labels[:4].tolist())) == 1  # one anchor state for all variants of the room
+    assert len(set(labels.tolist())) == 4  # each unrelated text alone
+    exact = similarity_groups(variants + unrelated, 1.0)
+    assert len(set(exact.tolist())) == 7  # threshold 1.0: exact match only
+
+
+def test_threshold_one_is_exact_match_cpu():
+    # "aaaaaa" and "aaaaaaa" have the same shingle set {"aaaaa"} (similarity 1.0) but are different strings:
+    # threshold 1.0 means string equality, so they stay apart; any threshold below 1 merges them.
+    assert shingle_similarity("aaaaaa", "aaaaaaa") == 1.0
+    rng = np.random.default_rng(0)
+    texts = [str(x) for x in rng.choice(["ab", "abc", "aaaaaa", "aaaaaaa", ROOM, ROOM + " "], size=50)]
+    labels = similarity_groups(texts, 1.0)
+    _, expected = np.unique(np.array(texts, dtype=object), return_inverse=True)
+    np.testing.assert_array_equal(labels, expected)  # canonical labels = rank of the sorted distinct texts
+    merged = similarity_groups(["aaaaaa", "aaaaaaa"], 0.999)
+    assert merged[0] == merged[1]
+
+
+def test_grouping_is_transitive_chaining_cpu():
+    # a ~ b and b ~ c but not a ~ c: connected components put all three together, whatever the order.
+    a = "the quick brown fox jumps over the lazy dog near the river bank today"
+    b = a.replace("lazy dog", "lazy cat")
+    c = b.replace("river bank", "river side")
+    t = 0.85
+    assert shingle_similarity(a, b) >= t and shingle_similarity(b, c) >= t and shingle_similarity(a, c) < t
+    for order in ([a, b, c], [a, c, b], [c, a, b]):
+        assert len(set(similarity_groups(order, t).tolist())) == 1
+
+
+def test_matches_brute_force_and_is_order_independent_cpu():
+    # Random corpora of near-duplicate word sequences: the fast grouping (prefix-filtered candidates, exact
+    # verification) must give exactly the all-pairs partition, and canonical labels under any permutation.
+    rng = np.random.default_rng(1)
+    words = "you see a the apple bread knife fridge cabinet drawer 1 2 3 on in at é 日本".split()
+    for trial in range(150):
+        bases = [" ".join(rng.choice(words, size=int(rng.integers(0, 14)))) for _ in range(int(rng.integers(1, 6)))]
+        texts = []
+        for _ in range(int(rng.integers(1, 30))):
+            tokens = bases[int(rng.integers(len(bases)))].split(" ")
+            for _ in range(int(rng.integers(0, 3))):
+                tokens[int(rng.integers(len(tokens)))] = str(rng.choice(words))
+            texts.append(" ".join(tokens))
+        threshold = float(rng.choice([0.2, 0.5, 0.7, 0.8, 0.9, 0.95]))
+        labels = similarity_groups(texts, threshold)
+        assert _same_partition(labels, _brute_force_groups(texts, threshold)), (trial, threshold, texts)
+        perm = rng.permutation(len(texts))
+        np.testing.assert_array_equal(similarity_groups([texts[i] for i in perm], threshold), labels[perm])
+
+
+def test_labels_are_canonical_cpu():
+    texts = ["zeta", "alpha", "zeta", "mid"]
+    np.testing.assert_array_equal(similarity_groups(texts, 0.9), [2, 0, 2, 1])  # numbered by smallest text
+    np.testing.assert_array_equal(similarity_groups(np.array(texts), 0.9), [2, 0, 2, 1])  # a numpy str array
+
+
+def test_empty_input_cpu():
+    out = similarity_groups([], 0.9)
+    assert out.dtype == np.int64 and out.shape == (0,)
+    assert anchor_group_ids([], [], 0.9).shape == (0,)
+
+
+@pytest.mark.parametrize("threshold", [0.0, -0.5, 1.5, float("nan"), True, "0.9", None])
+def test_similarity_threshold_validation_cpu(threshold):
+    with pytest.raises(ValueError, match=r"similarity threshold must be a number in \(0, 1\]"):
+        similarity_groups(["a", "b"], threshold)
+
+
+def test_non_text_input_is_rejected_cpu():
+    with pytest.raises(ValueError, match=r"texts\[1\] is a int \(3\); similarity grouping needs str"):
+        similarity_groups(["a", 3], 0.9)
+    with pytest.raises(ValueError, match=r"texts must be 1-D"):
+        similarity_groups(np.array([["a", "b"]]), 0.9)
+    with pytest.raises(ValueError, match=r"anchor_keys\[0\] is a tuple"):
+        anchor_group_ids([(1, 2), (1, 2)], ["g", "g"], 0.9)
+
+
+def test_anchor_group_ids_exact_mode_cpu():
+    keys = np.fromiter([(0, "a"), (0, "a"), (1, "a"), (0, "a"), "s"], dtype=object, count=5)
+    groups = np.array(["g1", "g1", "g1", "g2", "g2"], dtype=object)
+    for threshold in (None, 1.0):
+        ids = anchor_group_ids(keys, groups, threshold)
+        assert ids.dtype == np.int64
+        # rows 0 and 1 share key and group; row 3 has the same key in another group.
+        assert ids[0] == ids[1] and len(set(ids.tolist())) == 4
+
+
+def test_anchor_group_ids_similarity_stays_within_episode_groups_cpu():
+    a = "the quick brown fox jumps over the lazy dog near the river bank today"
+    b = a.replace("lazy dog", "lazy cat")
+    c = b.replace("river bank", "river side")  # a ~ b ~ c, a !~ c at 0.85
+    keys = [a, c, b, a.replace("today", "now!"), b]
+    groups = ["g1", "g1", "g2", "g1", "g1"]
+    ids = anchor_group_ids(keys, groups, 0.85)
+    # In g1: a, c, a', b -> a ~ a' ~ b ~ c: one group. In g2: b alone, never merged with g1's texts.
+    assert ids[0] == ids[1] == ids[3] == ids[4] and ids[2] != ids[0]
+    ids = anchor_group_ids(keys[:4], groups[:4], 0.85)  # without g1's b, a and c are only linked through g2's b
+    assert ids[0] == ids[3] and ids[1] != ids[0]
+    rng = np.random.default_rng(2)
+    for _ in range(10):  # the partition does not depend on the row order
+        perm = rng.permutation(5)
+        permuted = anchor_group_ids([keys[i] for i in perm], [groups[i] for i in perm], 0.85)
+        assert _same_partition(permuted, anchor_group_ids(keys, groups, 0.85)[perm])
+
+
+def test_anchor_group_ids_feed_the_estimator_cpu():
+    # Ids from anchor_group_ids(exact) as anchor_keys give the same advantages as the raw keys.
+    rng = np.random.default_rng(3)
+    n = 40
+    groups = rng.integers(0, 3, size=n)
+    trajs = groups * 10 + rng.integers(0, 3, size=n)
+    steps = np.zeros(n, dtype=np.int64)
+    for t in np.unique(trajs):
+        steps[trajs == t] = rng.permutation(int((trajs == t).sum()))
+    keys = np.array([f"state {k}" for k in rng.integers(0, 4, size=n)], dtype=object)
+    rewards = torch.from_numpy(rng.normal(size=n))
+    args = (rewards, torch.ones(n, 2), groups, trajs, steps)
+    direct = gigpo_advantage_terms(*args, keys)
+    via_ids = gigpo_advantage_terms(*args, anchor_group_ids(keys, groups))
+    np.testing.assert_array_equal(via_ids.advantage, direct.advantage)
+    np.testing.assert_array_equal(via_ids.anchor_group_size, direct.anchor_group_size)
+
+
+def test_anchor_group_ids_validation_cpu():
+    with pytest.raises(ValueError, match=r"length mismatch: anchor_keys has 2 entries but group_ids has 3"):
+        anchor_group_ids(["a", "b"], ["g", "g", "g"])
+    with pytest.raises(ValueError, match=r"anchor_keys\[1\] is missing"):
+        anchor_group_ids(np.array(["a", None], dtype=object), ["g", "g"])
+    with pytest.raises(ValueError, match=r"unhashable"):
+        keys = np.empty(2, dtype=object)
+        keys[0], keys[1] = ["a"], ["b"]  # lists are not hashable
+        anchor_group_ids(keys, ["g", "g"])
+    with pytest.raises(ValueError, match=r"similarity threshold must be a number"):
+        anchor_group_ids(["a", "b"], ["g", "g"], 2.0)
+
+
+def test_hashable_key_cpu():
+    assert hashable_key([1, [2, 3]]) == (1, (2, 3))
+    assert hashable_key(np.array([[0, 1], [1, 0]])) == ((0, 1), (1, 0))
+    assert hashable_key({"b": 1, "a": [2]}) == (("a", (2,)), ("b", 1))
+    assert hashable_key({3, 1, 2}) == (1, 2, 3)
+    assert hashable_key(np.int64(4)) == 4 and type(hashable_key(np.int64(4))) is int
+    assert hashable_key("room") == "room"
+    assert hash(hashable_key({"grid": np.zeros((2, 2)), "pos": [0, 1]}))
+    with pytest.raises(ValueError, match=r"keys cannot be sorted"):
+        hashable_key({1: "a", "b": 2})

@@ -1,0 +1,116 @@
+"""CPU tests of GiGPOConfig: defaults, validation messages, from_mapping with dicts and OmegaConf, and that
+its estimator kwargs drive the real estimator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from verl_gigpo.advantage import compute_gigpo_advantage
+from verl_gigpo.config import GiGPOConfig
+
+
+def test_defaults_follow_the_paper_cpu():
+    cfg = GiGPOConfig()
+    assert (cfg.gamma, cfg.step_advantage_w, cfg.norm, cfg.epsilon) == (0.95, 1.0, "mean_std", 1e-6)
+    assert (cfg.episode_stats, cfg.key_mode, cfg.similarity_threshold) == ("trajectory", "observation", 0.9)
+    assert cfg.env_key_mode == "observation" and cfg.anchor_similarity_threshold is None
+
+
+def test_estimator_kwargs_drive_the_estimator_cpu():
+    cfg = GiGPOConfig(gamma=0.5, norm="mean", step_advantage_w=0.0, episode_stats="step")
+    kwargs = cfg.estimator_kwargs()
+    assert kwargs == {"gamma": 0.5, "step_advantage_w": 0.0, "norm": "mean", "epsilon": 1e-6, "episode_stats": "step"}
+    # Group of two one-step trajectories with rewards 1 and 0: norm="mean", w=0 -> advantages +0.5 and -0.5.
+    adv, ret = compute_gigpo_advantage(
+        torch.tensor([1.0, 0.0]), torch.ones(2, 3), np.zeros(2), np.arange(2), np.zeros(2, int), ["s", "s"], **kwargs
+    )
+    torch.testing.assert_close(adv, torch.tensor([[0.5] * 3, [-0.5] * 3]))
+    torch.testing.assert_close(ret, torch.tensor([[1.0] * 3, [0.0] * 3]))
+
+
+@pytest.mark.parametrize(
+    ("key_mode", "env_key_mode", "threshold"),
+    [
+        ("observation", "observation", None),
+        ("state", "state", None),
+        ("history:3", "history:3", None),
+        ("similarity", "observation", 0.8),
+    ],
+)
+def test_key_modes_cpu(key_mode, env_key_mode, threshold):
+    cfg = GiGPOConfig(key_mode=key_mode, similarity_threshold=0.8)
+    assert cfg.env_key_mode == env_key_mode
+    assert cfg.anchor_similarity_threshold == threshold
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("gamma", 0.0, r"gamma=0.0 must be in \(0, 1\]; the paper uses 0.95"),
+        ("gamma", 1.01, r"gamma=1.01 must be in \(0, 1\]"),
+        ("gamma", "0.95", r"gamma must be a number, got str"),
+        ("gamma", float("nan"), r"gamma must be a number, got NaN"),
+        ("step_advantage_w", -1.0, r"step_advantage_w=-1.0 must be a finite number >= 0; the paper uses 1.0"),
+        ("step_advantage_w", float("inf"), r"step_advantage_w=inf must be a finite number"),
+        ("step_advantage_w", True, r"step_advantage_w must be a number, got bool"),
+        (
+            "norm",
+            "mean_norm",
+            r"norm='mean_norm' is not a norm \(the reference code's mode='mean_norm' meant 'mean'\); "
+            r"use 'mean_std' \(divide by std\) or 'mean' \(only subtract the mean\)",
+        ),
+        ("norm", "mean_std_norm", r"'mean_std_norm' is 'mean_std'"),
+        ("norm", "std", r"norm='std' is not a norm; use 'mean_std'"),
+        ("epsilon", 0.0, r"epsilon=0.0 must be a finite number > 0"),
+        ("episode_stats", "steps", r"episode_stats='steps' is not valid; use 'trajectory' .* or 'step'"),
+        ("key_mode", "history", r"key_mode='history' is not valid; use 'observation' .*'history:K'"),
+        ("key_mode", "history:x", r"key_mode='history:x' is not valid"),
+        ("similarity_threshold", 0.0, r"similarity_threshold=0.0 must be in \(0, 1\]: 1.0 = exact match"),
+        ("similarity_threshold", 1.5, r"similarity_threshold=1.5 must be in \(0, 1\]"),
+    ],
+)
+def test_validation_messages_cpu(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        GiGPOConfig(**{field: value})
+
+
+def test_numbers_are_normalised_to_float_cpu():
+    cfg = GiGPOConfig(gamma=1, step_advantage_w=np.float32(0.5), similarity_threshold=np.int64(1))
+    assert type(cfg.gamma) is float and cfg.gamma == 1.0
+    assert type(cfg.step_advantage_w) is float and cfg.step_advantage_w == 0.5
+    assert type(cfg.similarity_threshold) is float
+
+
+def test_from_mapping_dict_and_dictconfig_cpu():
+    assert GiGPOConfig.from_mapping({"gamma": 0.9, "norm": "mean"}) == GiGPOConfig(gamma=0.9, norm="mean")
+    assert GiGPOConfig.from_mapping(None) == GiGPOConfig()
+    # A Hydra-style node with an interpolation and a null (= default).
+    root = OmegaConf.create(
+        {
+            "discount": 0.97,
+            "algorithm": {
+                "gigpo": {
+                    "gamma": "${discount}",
+                    "step_advantage_w": 0.5,
+                    "key_mode": "similarity",
+                    "similarity_threshold": 0.95,
+                    "epsilon": None,
+                }
+            },
+        }
+    )
+    cfg = GiGPOConfig.from_mapping(root.algorithm.gigpo)
+    assert cfg == GiGPOConfig(gamma=0.97, step_advantage_w=0.5, key_mode="similarity", similarity_threshold=0.95)
+    assert cfg.anchor_similarity_threshold == 0.95 and cfg.env_key_mode == "observation"
+
+
+def test_from_mapping_rejects_unknown_keys_and_non_mappings_cpu():
+    with pytest.raises(ValueError, match=r"unknown GiGPO config key\(s\) \['mode'\]; known keys: \['gamma', "):
+        GiGPOConfig.from_mapping(OmegaConf.create({"gamma": 0.9, "mode": "mean_norm"}))
+    with pytest.raises(ValueError, match=r"needs a dict or DictConfig, got list"):
+        GiGPOConfig.from_mapping([("gamma", 0.9)])
+    with pytest.raises(ValueError, match=r"gamma=2.0 must be in \(0, 1\]"):
+        GiGPOConfig.from_mapping({"gamma": 2.0})
