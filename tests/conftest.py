@@ -46,3 +46,20 @@ def ray_tq():
     yield
     tq.close()
     ray.shutdown()
+
+
+# ------------------------------------------------------------------------------------ ALFWorld (synthetic games)
+@pytest.fixture(scope="session")
+def alfworld_data(tmp_path_factory):
+    """A small synthetic ALFWorld data root, generated once per session (~5-10 s on 2 cores) with alfworld's own
+    game generation: train has one game of each of the six task types; valid_seen has a pick and a clean game,
+    valid_unseen a look and a heat game. Returns the root (pass it as ``data_path`` or ``ALFWORLD_DATA``)."""
+    from environments.alfworld.synth import generate
+
+    out = tmp_path_factory.mktemp("alfworld-data")
+    generate(
+        out,
+        games_per_type={"train": 1, "valid_seen": {"pick": 1, "clean": 1}, "valid_unseen": {"look": 1, "heat": 1}},
+        seed=0,
+    )
+    return out
