@@ -6,8 +6,8 @@
 
 Concurrent ``generate`` calls are batched: each call queues a request; one background task takes whatever is
 waiting (up to ``max_batch_size``) and runs ONE batched generation for it — left padding with an attention mask,
-a KV cache, one forward per new token for the whole batch — in a worker thread, so the event loop keeps stepping
-environments meanwhile. Requests that arrive during a batch form the next one.
+identical prompts prefilled once, a KV cache, one forward per new token for the whole batch — in a worker thread,
+so the event loop keeps stepping environments meanwhile. Requests that arrive during a batch form the next one.
 
 Sampling parameters (vLLM names; anything else is rejected with ``ValueError``):
 
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -161,7 +162,8 @@ class LocalGenerationServer:
 
     Attributes:
         stats: counters — ``requests``, ``batches`` (batched generations), ``forward_passes`` (model calls),
-            ``generated_tokens``, ``max_batch`` (largest batch so far).
+            ``generated_tokens``, ``max_batch`` (largest batch so far), ``busy_s`` (seconds spent generating),
+            ``prefill_rows`` (distinct prompts prefilled: identical prompts in one batch are prefilled once).
     """
 
     def __init__(
@@ -198,7 +200,15 @@ class LocalGenerationServer:
             pad_token_id = getattr(tokenizer, "pad_token_id", None)
         self.pad_token_id = int(pad_token_id) if pad_token_id is not None else self.eos_token_ids[0]
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
-        self.stats = {"requests": 0, "batches": 0, "forward_passes": 0, "generated_tokens": 0, "max_batch": 0}
+        self.stats = {
+            "requests": 0,
+            "batches": 0,
+            "forward_passes": 0,
+            "generated_tokens": 0,
+            "max_batch": 0,
+            "busy_s": 0.0,
+            "prefill_rows": 0,
+        }
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-generate")
         self._pending: list[_Request] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -321,22 +331,26 @@ class LocalGenerationServer:
     def _generate_batch(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[GenerationOutput]:
         from transformers import DynamicCache
 
+        start = time.perf_counter()
         batch = len(prompts)
         dev = self.device
         self.model.eval()
-        lengths = torch.tensor([len(p) for p in prompts])
-        width = int(lengths.max())
-        input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)  # (B, P) left-padded
-        attention = torch.zeros((batch, width), dtype=torch.long)  # (B, P)
-        for i, p in enumerate(prompts):
+        # identical prompts (e.g. the members of an episode group at their first step) are prefilled once
+        unique: dict[tuple[int, ...], int] = {}
+        expand = torch.tensor([unique.setdefault(tuple(p), len(unique)) for p in prompts], device=dev)  # (B,)
+        width = max(len(p) for p in unique)
+        input_ids = torch.full((len(unique), width), self.pad_token_id, dtype=torch.long)  # (U, P) left-padded
+        attention = torch.zeros((len(unique), width), dtype=torch.long)  # (U, P)
+        for i, p in enumerate(unique):
             input_ids[i, width - len(p) :] = torch.tensor(p)
             attention[i, width - len(p) :] = 1
         input_ids, attention = input_ids.to(dev), attention.to(dev)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (B, P)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (U, P)
+        self.stats["prefill_rows"] += len(unique)
 
         temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=dev)  # (B,)
         greedy = temperature == 0
-        max_tokens = torch.tensor([p.max_tokens for p in params], device=dev)  # (B,)
+        max_tokens = [p.max_tokens for p in params]
         allowed = None
         if any(p.allowed_token_ids is not None for p in params):
             allowed = torch.ones((batch, self.vocab_size), dtype=torch.bool, device=dev)  # (B, V)
@@ -344,11 +358,8 @@ class LocalGenerationServer:
                 if p.allowed_token_ids is not None:
                     allowed[i] = False
                     allowed[i, list(p.allowed_token_ids)] = True
-        stop = torch.zeros((batch, self.vocab_size), dtype=torch.bool, device=dev)  # (B, V)
-        stop[:, list(self.eos_token_ids) + [self.pad_token_id]] = True
-        for i, p in enumerate(params):
-            if p.stop_token_ids:
-                stop[i, list(p.stop_token_ids)] = True
+        base_stops = set(self.eos_token_ids) | {self.pad_token_id}
+        stops = [base_stops | set(p.stop_token_ids) for p in params]
         generators = [
             p.generator
             if p.generator is not None
@@ -360,9 +371,9 @@ class LocalGenerationServer:
         out_tokens: list[list[int]] = [[] for _ in range(batch)]
         out_logprobs: list[list[float]] = [[] for _ in range(batch)]
         stop_reason = ["length"] * batch
-        done = torch.zeros(batch, dtype=torch.bool, device=dev)  # (B,)
+        done = [False] * batch
         step_ids, step_pos = input_ids, positions
-        for t in range(int(max_tokens.max())):
+        for t in range(max(max_tokens)):
             out = self.model(
                 input_ids=step_ids,
                 attention_mask=attention,
@@ -373,30 +384,37 @@ class LocalGenerationServer:
             )
             self.stats["forward_passes"] += 1
             cache = out.past_key_values
-            logits = out.logits[:, -1, :].float()  # (B, V)
+            logits = out.logits[:, -1, :].float()  # (B, V); (U, V) after the prefill
+            if t == 0:
+                logits = logits.index_select(0, expand)  # (B, V)
+                if max(max_tokens) > 1:  # decoding continues per request: give each request its own cache row
+                    cache.reorder_cache(expand)
+                    attention = attention.index_select(0, expand)  # (B, P)
+                    step_pos = step_pos.index_select(0, expand)  # (B, P)
             if allowed is not None:
                 logits = logits.masked_fill(~allowed, float("-inf"))
-            tokens, logprobs = _sample(logits, temperature, greedy, params, generators)  # (B,), (B,)
+            active = [i for i in range(batch) if not done[i]]
+            tokens, logprobs = _sample(logits, temperature, greedy, params, generators, active)  # (B,), (B,)
             tok_list, lp_list = tokens.tolist(), logprobs.tolist()
-            for i in range(batch):
-                if done[i]:
-                    continue
+            for i in active:
                 out_tokens[i].append(tok_list[i])
                 out_logprobs[i].append(lp_list[i])
-                if stop[i, tok_list[i]]:
+                if tok_list[i] in stops[i]:
                     stop_reason[i] = "completed"
                     done[i] = True
-                elif t + 1 >= int(max_tokens[i]):
+                elif t + 1 >= max_tokens[i]:
                     done[i] = True
-            if bool(done.all()):
+            if all(done):
                 break
-            step_ids = torch.where(done, torch.full_like(tokens, self.pad_token_id), tokens)[:, None]  # (B, 1)
+            finished = torch.tensor(done, device=dev)  # (B,)
+            step_ids = torch.where(finished, torch.full_like(tokens, self.pad_token_id), tokens)[:, None]  # (B, 1)
             step_pos = step_pos[:, -1:] + 1  # (B, 1)
             attention = torch.cat([attention, torch.ones((batch, 1), dtype=attention.dtype, device=dev)], dim=1)
 
         self.stats["batches"] += 1
         self.stats["max_batch"] = max(self.stats["max_batch"], batch)
         self.stats["generated_tokens"] += sum(len(t) for t in out_tokens)
+        self.stats["busy_s"] += time.perf_counter() - start
         return [
             GenerationOutput(token_ids=out_tokens[i], log_probs=out_logprobs[i], stop_reason=stop_reason[i])
             for i in range(batch)
@@ -414,18 +432,20 @@ def _sample(
     greedy: torch.Tensor,
     params: list[SamplingParams],
     generators: list[torch.Generator],
+    active: list[int],
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw one token per row and return ``(tokens (B,), log_probs (B,))``.
 
     ``log_probs`` = log softmax(logits / T) at the drawn token, before top-k/top-p (T = 1 for greedy rows).
     Sampling: top-k then top-p (smallest set of highest-probability tokens with mass >= p) on the tempered
-    distribution, then inverse-CDF with one uniform per row drawn from that row's generator.
+    distribution, then inverse-CDF with one uniform per row drawn from that row's generator. Only the rows in
+    ``active`` (not yet finished) sample, so a request's generator advances once per token it generates.
     """
     temp = torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]  # (B, 1)
     scaled = logits / temp  # (B, V)
     logp = torch.log_softmax(scaled, dim=-1)  # (B, V)
     tokens = torch.argmax(logits, dim=-1)  # (B,)
-    sample_rows = (~greedy).nonzero().flatten().tolist()
+    sample_rows = [i for i in active if not bool(greedy[i])]
     if sample_rows:
         rows = torch.tensor(sample_rows, device=logits.device)
         sub = scaled[rows].clone()  # (S, V)

@@ -127,11 +127,20 @@ def build_tokenizer(texts: Sequence[str], *, vocab_size: int = 2048, single_toke
     Raises:
         ValueError: when a word of ``single_token_words`` still splits (raise ``vocab_size``).
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
+    # the same normalizer and pre-tokenizer as Qwen2's tokenizer class, which AutoTokenizer picks for a Qwen2
+    # model directory: training and use then split text identically (digits are single pre-tokens there)
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -139,7 +148,7 @@ def build_tokenizer(texts: Sequence[str], *, vocab_size: int = 2048, single_toke
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    boost = [" ".join(_FORMAT_WORDS)] * 200
+    boost = [" ".join(_FORMAT_WORDS), "\n".join(_FORMAT_WORDS)] * 200
     for word in single_token_words:
         boost += [f"{word}\n{word} {word}"] * 500
     tok.train_from_iterator(list(texts) + boost, trainer=trainer)
