@@ -36,7 +36,7 @@ from verl_gigpo.local_client import LocalLLMClient
 from verl_gigpo.trainer import GiGPOTrainerSync
 
 ROOT = Path(__file__).resolve().parents[1]
-N_TASKS, GROUP, MAX_STEPS, RESPONSE_LEN = 3, 4, 4, 3
+N_TASKS, GROUP, MAX_STEPS, RESPONSE_LEN = 3, 4, 6, 3
 
 
 def _config(model_dir: Path, data_dir: Path, estimator: str):
@@ -55,6 +55,7 @@ def _config(model_dir: Path, data_dir: Path, estimator: str):
         "data.dataloader_num_workers=0",
         f"actor_rollout_ref.model.path={model_dir}",
         f"actor_rollout_ref.rollout.n={GROUP}",
+        "actor_rollout_ref.rollout.name=vllm",  # only read, no vLLM server is started: LocalLLMClient serves
         "actor_rollout_ref.rollout.temperature=1.0",
         "actor_rollout_ref.actor.ppo_mini_batch_size=1",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
@@ -67,12 +68,12 @@ def _config(model_dir: Path, data_dir: Path, estimator: str):
 
 
 @pytest.fixture(scope="module")
-def rollout(ray_tq, tiny_model_dir, tmp_path_factory):
+def rollout(ray_tq, action_model_dir, tmp_path_factory):
     """Run one batch of N_TASKS tasks x GROUP episodes through verl's agent-loop worker into TransferQueue."""
     data_dir = tmp_path_factory.mktemp("tasks")
     write_task_files("gridnav", data_dir, train_size=N_TASKS, val_size=2)
-    cfg = _config(tiny_model_dir, data_dir, "gigpo")
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    cfg = _config(action_model_dir, data_dir, "gigpo")
+    tokenizer = AutoTokenizer.from_pretrained(action_model_dir)
     dataset = create_rl_dataset([str(data_dir / "train.parquet")], cfg.data, tokenizer, None)
     batch_dict = collate_fn([dataset[i] for i in range(N_TASKS)])
     uids = [str(uuid.uuid4()) for _ in range(N_TASKS)]
@@ -83,7 +84,7 @@ def rollout(ray_tq, tiny_model_dir, tmp_path_factory):
     trainer = GiGPOTrainerSync(cfg)
     tags = [{"is_prompt": True, "status": "pending", "global_steps": 1} for _ in uids]
     tq.kv_batch_put(keys=uids, partition_id="train", tags=tags)
-    worker = AgentLoopWorkerTQ.remote(cfg, LocalLLMClient(str(tiny_model_dir), max_tokens=RESPONSE_LEN))
+    worker = AgentLoopWorkerTQ.remote(cfg, LocalLLMClient(str(action_model_dir), max_tokens=RESPONSE_LEN))
     ray.get(worker.generate_sequences.remote(batch))
     meta, _ = trainer.replay_buffer.sample(global_steps=1, partition_id="train", batch_size=N_TASKS)
     fields = ["uid", "prompts", "responses", "response_mask", "rollout_log_probs", "rm_scores", "extra_fields"]
@@ -183,11 +184,11 @@ def test_gigpo_advantage_step_matches_the_estimator_and_skips_padding(rollout):
     assert 0.0 <= metrics["env/success_rate"] <= 1.0 and 0.0 <= metrics["env/invalid_action_rate"] <= 1.0
 
 
-def test_grpo_defers_to_verl_on_the_same_rollouts(rollout, tiny_model_dir, tmp_path):
+def test_grpo_defers_to_verl_on_the_same_rollouts(rollout, action_model_dir, tmp_path):
     """adv_estimator=grpo: verl's own V1 GRPO (final row of each session, broadcast to the session's rows)."""
     meta, data = rollout["meta"], rollout["data"]
     write_task_files("gridnav", tmp_path, train_size=N_TASKS, val_size=2)
-    trainer = GiGPOTrainerSync(_config(tiny_model_dir, tmp_path, "grpo"))
+    trainer = GiGPOTrainerSync(_config(action_model_dir, tmp_path, "grpo"))
     old_log_probs = tu.get_tensordict({"old_log_probs": data["rollout_log_probs"]})  # what the actor would write
     tq.kv_batch_put(keys=meta.keys, partition_id=meta.partition_id, fields=old_log_probs)
     metrics: dict = {}
@@ -197,6 +198,7 @@ def test_grpo_defers_to_verl_on_the_same_rollouts(rollout, tiny_model_dir, tmp_p
 
     extra = list(data["extra_fields"])
     episode_return = {ef["traj_id"]: ef["episode_return"] for ef in extra}
+    assert len(set(episode_return.values())) > 1  # the format-tuned model gives varied returns: a real test
     by_group = defaultdict(list)
     for traj, ret in episode_return.items():
         by_group[traj.rsplit("_", 1)[0]].append(ret)
