@@ -214,7 +214,7 @@ def test_bookkeeping_predicate_is_read_by_nothing(alfworld_data):
 # ---------------------------------------------------------------------------------------------- groups and tasks
 def test_group_members_replay_identically(alfworld_data):
     # b shares the memoised PDDL translation of the game; a translates afresh, as alfworld itself does
-    a = AlfWorldEnv(data_path=alfworld_data, cache_translations=False)
+    a = AlfWorldEnv(data_path=alfworld_data, engine_cache=False)
     b = AlfWorldEnv(data_path=alfworld_data)
     b.reset(seed=4, options={"split": "train"})  # makes sure b's next reset hits the translation cache
     rng = np.random.default_rng(7)
@@ -242,6 +242,7 @@ def test_splits_indexing_and_errors(env):
     ids = [env.reset(seed=i, options={"split": "valid_seen"})[1]["task_id"] for i in range(2)]
     assert ids == [g.rel_path for g in env.games("valid_seen")] and ids == sorted(ids)
     assert [env.reset(seed=i, options={"split": "valid_unseen"})[1]["task_type"] for i in range(2)] == ["look", "heat"]
+    assert (env.num_tasks("valid_seen"), env.num_tasks("valid_unseen"), env.num_tasks("train")) == (2, 2, None)
     with pytest.raises(ValueError, match=r"seed 2 is out of range .*valid_seen.* 2 games"):
         env.reset(seed=2, options={"split": "valid_seen"})
     with pytest.raises(ValueError, match="unknown reset options"):
@@ -293,3 +294,26 @@ def test_engine_side_effects_are_contained_and_close_is_idempotent(alfworld_data
     env.close()
     with pytest.raises(EnvError, match="closed"):
         env.reset(seed=0)
+
+
+def test_environments_in_threads_match_sequential_play(alfworld_data):
+    # the engine has process-global state; the adapter's lock must make threaded play equal to sequential play
+    from concurrent.futures import ThreadPoolExecutor
+
+    def play(seed):
+        env = AlfWorldEnv(data_path=alfworld_data, engine_cache=seed % 2 == 0)
+        try:
+            obs, info = env.reset(seed=seed, options={"split": "train"})
+            out = [obs, info["anchor_key"]]
+            for k in range(4):
+                actions = info["admissible_actions"]
+                obs, _, _, _, info = env.step(actions[(seed + k) % len(actions)])
+                out += [obs, info["anchor_key"]]
+            return out
+        finally:
+            env.close()
+
+    sequential = [play(seed) for seed in (1, 2)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        threaded = list(pool.map(play, (1, 2)))
+    assert threaded == sequential

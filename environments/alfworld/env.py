@@ -7,10 +7,10 @@
 Engine: the same wrapper stack as alfworld's ``AlfredTWEnv`` (``PddlEnv`` -> ``AlfredDemangler`` ->
 ``AlfredInfos`` [-> ``AlfredExpert`` in planner mode]), built once per environment instance and fed one game
 at a time (batch size 1, no gym/multiprocessing layer). A reset of the game already loaded only resets the
-engine; another game is loaded into the same engine. The engine translates the game's PDDL to fast-downward's
-SAS format on every reset; that translation is memoised per process (``cache_translations``), so the
-members of an episode group and repeated resets of one game translate once. ``close()`` frees the engine's
-planning task.
+engine; another game is loaded into the same engine. The engine parses a game's logic on every load and
+translates its PDDL to fast-downward's SAS format on every reset; both are memoised per process
+(``engine_cache``), so the members of an episode group and repeated resets of one game do that work once.
+``close()`` frees the engine's planning task.
 
 Tasks: ``reset(seed=i, options={"split": s})`` plays game ``i`` of :func:`environments.alfworld.data.list_games`
 (the split's games sorted by path). ``train`` wraps around (``i % n``); ``valid_seen``/``valid_unseen`` are
@@ -44,9 +44,10 @@ Anchor keys:
       :meth:`parse_action`) would be one key for every state. The ``state`` key has no such aliasing.
 
 Thread safety: the engine keeps process-global state (the fast-downward translator's options, the grammar
-parser, it swaps ``sys.stdout`` and overwrites ``sys.argv`` on every reset), so every engine call runs under
-one process-wide lock and ``sys.argv`` is restored afterwards. Run many environments in parallel with
-processes, not threads.
+parser; it swaps ``sys.stdout`` and overwrites ``sys.argv`` on every reset), so every engine call runs under
+one process-wide lock (which also guards the cache) and ``sys.argv`` is restored afterwards.
+Environments in threads are safe but take turns; run them in processes for parallel speed. Each instance
+loads its own copy of fast-downward's library (~34 MB file, as textworld does), so reuse instances.
 """
 
 from __future__ import annotations
@@ -77,49 +78,52 @@ _TASK_PREFIX = "Your task is to: "
 _ENGINE_LOCK = threading.RLock()
 
 
-#: (pddl domain, pddl problem, optimize) -> fast-downward's translation (task, sas), most recently used last
-_TRANSLATIONS: OrderedDict[tuple[str, str, bool], tuple[Any, str]] = OrderedDict()
-TRANSLATION_CACHE_SIZE = 32
+#: (what, args, kwargs) -> result of a pure engine-preparation step, most recently used last (see _memoised)
+_ENGINE_CACHE: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+ENGINE_CACHE_SIZE = 64
 
 
-def _memoised_pddl2sas(translate: Callable[..., tuple[Any, str]]) -> Callable[..., tuple[Any, str]]:
-    """``fast_downward.pddl2sas`` with a process-wide LRU cache keyed by its text inputs.
+def _memoised(what: str, build: Callable[..., Any]) -> Callable[..., Any]:
+    """``build`` with a process-wide LRU cache keyed by its (text) arguments.
 
-    The engine translates the game's PDDL twice on every reset (~0.1-0.3 s, most of a reset); the translation is
-    a pure function of the domain and problem texts and the engine only reads the returned task, so group members
-    and repeated resets of one game can share it.
+    Used for the two slow, pure preparation steps of the engine: parsing a game's logic (domain + grammar with
+    its goal text; ~0.25 s per load) and translating its PDDL problem to fast-downward's SAS format (twice per
+    reset, ~0.1-0.3 s). The engine only reads their results (the one write, adding the task's types to the
+    logic's type hierarchy, is idempotent), so the members of an episode group and repeated resets of a game
+    can share them.
     """
 
-    def pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False) -> tuple[Any, str]:
-        key = (domain, problem, bool(optimize))
-        hit = _TRANSLATIONS.get(key)
-        if hit is None:
-            hit = translate(domain, problem, verbose=verbose, optimize=optimize)
-            _TRANSLATIONS[key] = hit
-            while len(_TRANSLATIONS) > TRANSLATION_CACHE_SIZE:
-                _TRANSLATIONS.popitem(last=False)
-        else:
-            _TRANSLATIONS.move_to_end(key)
-        return hit
+    def cached(*args: Any, **kwargs: Any) -> Any:
+        key = (what, args, tuple(sorted(kwargs.items())))
+        if key in _ENGINE_CACHE:
+            _ENGINE_CACHE.move_to_end(key)
+            return _ENGINE_CACHE[key]
+        value = build(*args, **kwargs)
+        _ENGINE_CACHE[key] = value
+        while len(_ENGINE_CACHE) > ENGINE_CACHE_SIZE:
+            _ENGINE_CACHE.popitem(last=False)
+        return value
 
-    return pddl2sas
+    return cached
 
 
 @contextlib.contextmanager
-def _engine_call(*, cache_translations: bool = True) -> Iterator[None]:
-    """Run engine calls under one process-wide lock, with the memoised translator swapped in (when asked), and
-    undo the engine's ``sys.argv`` overwrite afterwards."""
+def _engine_call(*, cache: bool = True) -> Iterator[None]:
+    """Run engine calls under one process-wide lock, with the memoised logic parser and PDDL translator swapped
+    in (``cache``), and undo the engine's ``sys.argv`` overwrite afterwards."""
     import fast_downward
+    from textworld.envs.pddl import logic as pddl_logic
 
     with _ENGINE_LOCK:
         argv = list(sys.argv)
-        original = fast_downward.pddl2sas
-        if cache_translations:
-            fast_downward.pddl2sas = _memoised_pddl2sas(original)
+        originals = (fast_downward.pddl2sas, pddl_logic.GameLogic)
+        if cache:
+            fast_downward.pddl2sas = _memoised("pddl2sas", originals[0])
+            pddl_logic.GameLogic = _memoised("GameLogic", originals[1])
         try:
             yield
         finally:
-            fast_downward.pddl2sas = original
+            fast_downward.pddl2sas, pddl_logic.GameLogic = originals
             sys.argv[:] = argv
 
 
@@ -167,9 +171,9 @@ class AlfWorldEnv(TextEnv):
         expert_plan: also run alfworld's planner expert; :meth:`expert_plan` and each step's
             ``info["expert_plan"]`` then give the planner's plan from the current state (slower: it replans
             every step; for tests and demonstrations).
-        cache_translations: share the engine's PDDL-to-SAS translation of a game across resets and instances in
-            this process (an LRU of :data:`TRANSLATION_CACHE_SIZE` games); same results, resets several times
-            faster. False translates on every reset, as alfworld does.
+        engine_cache: share each game's parsed logic and PDDL-to-SAS translation across resets and instances in
+            this process (an LRU of :data:`ENGINE_CACHE_SIZE` entries); same results, loads and resets several
+            times faster. False parses and translates on every load/reset, as alfworld does.
 
     Raises:
         FileNotFoundError: no usable data folder (the message says how to download or generate games).
@@ -190,7 +194,7 @@ class AlfWorldEnv(TextEnv):
         max_steps: int = 50,
         success_reward: float = 10.0,
         expert_plan: bool = False,
-        cache_translations: bool = True,
+        engine_cache: bool = True,
     ) -> None:
         super().__init__(key_mode=key_mode, max_steps=max_steps)
         if isinstance(success_reward, bool) or not isinstance(success_reward, int | float):
@@ -199,7 +203,7 @@ class AlfWorldEnv(TextEnv):
             raise ValueError(f"success_reward must be finite, got {success_reward!r}")
         self.success_reward = float(success_reward)
         self.use_expert = bool(expert_plan)
-        self.cache_translations = bool(cache_translations)
+        self.engine_cache = bool(engine_cache)
         self.json_root: Path = resolve_json_root(data_path)  # before importing alfworld (its import sets the var)
         engine = _import_engine()
         infos = engine["textworld"].EnvInfos(admissible_commands=True, won=True, extras=["gamefile"])
@@ -210,7 +214,6 @@ class AlfWorldEnv(TextEnv):
             tw = engine["AlfredExpert"](tw, expert_type=engine["planner"])
         self._tw: Any = tw
         self._loaded: Path | None = None
-        self._game: GameEntry | None = None
         self._state: Any = None  # the engine's last GameState
         self._digest: str | None = None
 
@@ -218,6 +221,13 @@ class AlfWorldEnv(TextEnv):
     def games(self, split: str) -> tuple[GameEntry, ...]:
         """The playable games of ``split``, sorted by path (``reset(seed=i)`` plays entry ``i``)."""
         return list_games(self.json_root, split)
+
+    def num_tasks(self, split: str) -> int | None:
+        """Size of the fixed task list of ``split``: the number of games of ``valid_seen``/``valid_unseen``
+        (``reset(seed=i)`` needs ``i`` below it); None for ``train``, whose seeds wrap around its games."""
+        if split not in self.splits:
+            raise ValueError(f"alfworld: unknown split {split!r}; known splits: {list(self.splits)}")
+        return None if split == "train" else len(self.games(split))
 
     def _pick_game(self, split: str) -> GameEntry:
         games = self.games(split)
@@ -248,13 +258,13 @@ class AlfWorldEnv(TextEnv):
         path = self.json_root / game.rel_path
         self.task_id = game.rel_path
         self.task_type = game.kind
-        with _engine_call(cache_translations=self.cache_translations):
+        with _engine_call(cache=self.engine_cache):
             if self._loaded != path:
                 self._loaded = None
+                logger.debug("alfworld: loading %s", path)
                 self._tw.load(str(path))
                 self._loaded = path
             self._state = self._tw.reset()
-        self._game = game
         self._digest = None
         obs = str(self._state.feedback)
         goal = [line for line in obs.splitlines() if line.startswith(_TASK_PREFIX)]
