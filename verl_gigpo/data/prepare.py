@@ -64,12 +64,16 @@ def task_rows(env_name: str, split: str, seeds: range, *, data_source: str | Non
     return rows
 
 
-def _fixed_task_count(env_name: str, split: str, env_kwargs: dict[str, Any]) -> int | None:
-    """Size of the environment's fixed task list for ``split`` when it has one (``num_tasks(split)``), else None."""
+def _inspect_env(env_name: str, splits: tuple[str, ...], env_kwargs: dict[str, Any]) -> int | None:
+    """Check that the environment knows ``splits``; return the size of the fixed task list of ``splits[-1]`` when
+    the environment has one (a ``num_tasks(split)`` method), else None."""
     env = make_env(env_name, **env_kwargs)
     try:
+        for split in splits:
+            if split not in env.splits:
+                raise ValueError(f"{env_name} has no split {split!r}; its splits: {list(env.splits)}")
         counter = getattr(env, "num_tasks", None)
-        return int(counter(split)) if callable(counter) else None
+        return int(counter(splits[-1])) if callable(counter) else None
     finally:
         env.close()
 
@@ -98,6 +102,7 @@ def write_task_files(
 
     Raises:
         ValueError: unknown environment or split, non-positive sizes, or ``val_size`` beyond a fixed list.
+        ImportError / EnvError: the environment cannot be built (e.g. ALFWorld without its data).
     """
     if env_name not in list_envs():
         raise ValueError(f"unknown environment {env_name!r}; known environments: {', '.join(list_envs())}")
@@ -105,7 +110,7 @@ def write_task_files(
         raise ValueError(f"train_size must be >= 1, got {train_size}")
     env_kwargs = dict(env_kwargs or {})
     val_split = val_split or DEFAULT_VAL_SPLIT.get(env_name, "test")
-    fixed = _fixed_task_count(env_name, val_split, env_kwargs)
+    fixed = _inspect_env(env_name, (train_split, val_split), env_kwargs)
     if val_size is None:
         val_size = fixed if fixed is not None else DEFAULT_VAL_SIZE.get(env_name, 64)
     if val_size < 1:

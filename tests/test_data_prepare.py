@@ -1,0 +1,60 @@
+"""CPU tests of ``python -m verl_gigpo.data.prepare``: the task parquet files verl's dataset loader reads."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from verl_gigpo.data.prepare import main, write_task_files
+
+
+def test_rows_are_tasks_with_fixed_validation_seeds(tmp_path):
+    train, val = write_task_files("webshop", tmp_path, train_size=7)
+    tr, va = pd.read_parquet(train), pd.read_parquet(val)
+    assert list(tr["seed"]) == list(range(7)) and set(tr["split"]) == {"train"}
+    assert list(va["seed"]) == list(range(500)) and set(va["split"]) == {"test"}  # WebShop goals 0-499
+    assert set(tr["agent_name"]) == {"gigpo_env_agent"} and set(tr["env_name"]) == {"webshop"}
+    row = tr.iloc[3]
+    assert list(row["prompt"])[0]["role"] == "user" and row["extra_info"]["index"] == 3
+    assert row["data_source"] == "webshop"
+
+
+def test_writing_twice_gives_identical_files(tmp_path):
+    a = write_task_files("sokoban", tmp_path / "a", train_size=5, val_size=3)
+    b = write_task_files("sokoban", tmp_path / "b", train_size=5, val_size=3)
+    for x, y in zip(a, b, strict=True):
+        pd.testing.assert_frame_equal(pd.read_parquet(x), pd.read_parquet(y))
+
+
+def test_cli(tmp_path):
+    assert main(["--env", "gridnav", "--train-size", "4", "--val-size", "2", "--out", str(tmp_path)]) == 0
+    assert len(pd.read_parquet(tmp_path / "val.parquet")) == 2
+
+
+def test_cli_as_module_prints_the_paths(tmp_path):
+    args = ["--env", "search", "--train-size", "3", "--out", str(tmp_path)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl_gigpo.data.prepare", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert str(tmp_path / "train.parquet") in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"env_name": "nope", "train_size": 3}, "known environments"),
+        ({"env_name": "gridnav", "train_size": 0}, "train_size"),
+        ({"env_name": "gridnav", "train_size": 3, "val_size": 0}, "val_size"),
+        ({"env_name": "gridnav", "train_size": 3, "val_split": "nope"}, "split"),
+    ],
+)
+def test_bad_arguments_are_named(tmp_path, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        write_task_files(out_dir=tmp_path, **kwargs)
