@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from verl_gigpo import anchors
 from verl_gigpo.advantage import gigpo_advantage_terms
 from verl_gigpo.anchors import (
     anchor_group_ids,
@@ -124,6 +125,38 @@ def test_matches_brute_force_and_is_order_independent_cpu():
         np.testing.assert_array_equal(similarity_groups([texts[i] for i in perm], threshold), labels[perm])
 
 
+@pytest.mark.parametrize("candidates", ["lsh", "exact"])
+@pytest.mark.parametrize("bitsets", [True, False])
+def test_candidate_paths_match_brute_force_cpu(candidates, bitsets, monkeypatch):
+    # Low-entropy observations (one template, few object words): the case where "auto" switches to
+    # MinHash-LSH. Both candidate generators and both verifiers must give the all-pairs partition here.
+    if not bitsets:
+        monkeypatch.setattr(anchors, "BITSET_WORDS", 0)  # force the set-intersection verifier
+    rng = np.random.default_rng(4)
+    objects = "apple bread cup egg fork knife mug pan".split()
+    for _ in range(4):
+        bases = [[f"a {rng.choice(objects)} {rng.integers(1, 4)}" for _ in range(8)] for _ in range(12)]
+        texts = []
+        for _ in range(60):
+            items = list(bases[int(rng.integers(len(bases)))])
+            for _ in range(int(rng.integers(0, 3))):
+                items[int(rng.integers(len(items)))] = f"a {rng.choice(objects)} {rng.integers(1, 4)}"
+            texts.append("On the countertop 1, you see " + ", ".join(items) + ".")
+        for threshold in (0.8, 0.9):
+            labels = similarity_groups(texts, threshold, candidates=candidates)
+            assert _same_partition(labels, _brute_force_groups(texts, threshold))
+            np.testing.assert_array_equal(labels, similarity_groups(texts, threshold))  # "auto" agrees
+
+
+def test_lsh_bands_meet_the_miss_target_cpu():
+    for threshold in (0.5, 0.8, 0.9, 0.95):
+        r, b = anchors.lsh_bands(threshold)
+        jaccard = threshold / (2 - threshold)
+        assert r * b <= anchors.LSH_BINS and (1 - jaccard**r) ** b <= anchors.LSH_MISS
+        assert r == anchors.LSH_BINS or (1 - jaccard ** (r + 1)) ** (anchors.LSH_BINS // (r + 1)) > anchors.LSH_MISS
+    assert anchors.lsh_bands(0.9) == (8, 32)
+
+
 def test_labels_are_canonical_cpu():
     texts = ["zeta", "alpha", "zeta", "mid"]
     np.testing.assert_array_equal(similarity_groups(texts, 0.9), [2, 0, 2, 1])  # numbered by smallest text
@@ -140,6 +173,11 @@ def test_empty_input_cpu():
 def test_similarity_threshold_validation_cpu(threshold):
     with pytest.raises(ValueError, match=r"similarity threshold must be a number in \(0, 1\]"):
         similarity_groups(["a", "b"], threshold)
+
+
+def test_candidates_option_validation_cpu():
+    with pytest.raises(ValueError, match=r"candidates='minhash' is not valid; use 'auto', 'exact' or 'lsh'"):
+        similarity_groups(["a", "b"], 0.9, candidates="minhash")
 
 
 def test_non_text_input_is_rejected_cpu():

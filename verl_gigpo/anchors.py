@@ -6,11 +6,12 @@ words (a counter, an object number) can instead be grouped by similarity; this m
 precisely and groups by it in a way that does not depend on the order of the input.
 
 Similarity measure (:func:`shingle_similarity`):
-    Each text is encoded as UTF-8 and cut into its set of overlapping 3-byte shingles (for ASCII text: the set
-    of character 3-grams; a text shorter than 3 bytes has one shingle, the whole text). The similarity of two
+    Each text is encoded as UTF-8 and cut into its set of overlapping 5-byte shingles (for ASCII text: the set
+    of character 5-grams; a text shorter than 5 bytes has one shingle, the whole text). The similarity of two
     texts with shingle sets A and B is the Sorensen-Dice coefficient ``2 |A & B| / (|A| + |B|)``, in [0, 1].
-    For a ~300-character observation, changing one 6-letter word changes about 8 of ~300 shingles: similarity
-    ~0.97; three words ~0.92; unrelated English text of that length is typically far below 0.5.
+    For a ~300-character observation, changing one character ("apple 1" -> "apple 2") changes about 5 of ~300
+    shingles (similarity ~0.98), one 6-letter word about 10 (~0.97), two words ~0.93, three words ~0.90.
+    Unrelated observations built from the same template and vocabulary (ALFWorld-like) score around 0.5.
 
 Grouping (:func:`similarity_groups`):
     Two texts are linked when they are identical or their similarity is >= threshold; the groups are the
@@ -19,18 +20,29 @@ Grouping (:func:`similarity_groups`):
     canonical: component ids are numbered 0, 1, ... in the sorted order of each component's smallest text.
     ``threshold == 1.0`` means exact string equality (not "equal shingle sets").
 
-How it scales:
-    Exact duplicates are collapsed first (hash factorisation, O(n)). Candidate pairs are generated exactly by
-    prefix filtering (as in all-pairs set-similarity joins): shingles are ordered globally by (document
-    frequency, value) and each text indexes only its ``|A| - ceil(t' |A|) + 1`` rarest shingles, with
-    ``t' = t / (2 - t)`` the Jaccard equivalent of Dice threshold t. Two texts with Dice >= t share at least
-    ``ceil(t' |A|)`` shingles and therefore at least one indexed shingle, so candidate generation never misses a
-    pair (no probabilistic hashing; fully deterministic). Candidates also pass a size filter and are then
-    verified exactly; pairs already in the same component are skipped. Cost: O(S log S) for the S shingles of
-    the distinct texts, plus the candidate pairs, which grow quadratically only with the number of *distinct*
-    texts that are near-duplicates of one another (k distinct variants of one observation give up to k(k-1)/2
-    candidates). 10,000 observations of ~300 characters with many duplicates and near-duplicates group in well
-    under a second on one CPU core (benchmarks/RESULTS.md).
+How it is computed, and how it scales:
+    1. Exact duplicates are collapsed (hash factorisation, O(n)); the rest works on the D distinct texts and
+       their S shingles (O(S log S) to build).
+    2. Candidate pairs, exact: prefix filtering (as in all-pairs set-similarity joins). Shingles are ordered
+       globally by (document frequency, value) and each text indexes only its ``|A| - ceil(t' |A|) + 1``
+       rarest shingles, with ``t' = t / (2 - t)`` the Jaccard equivalent of Dice threshold t. Two texts with
+       Dice >= t share at least ``ceil(t' |A|)`` shingles, hence at least one indexed shingle: this never misses
+       a pair. It is cheap when texts contain rare shingles (free text), but on low-entropy text (a template
+       and a small vocabulary, where every shingle is frequent) nearly all pairs become candidates.
+    3. So when prefix filtering would give more than ``PREFIX_PAIR_BUDGET + 20 D`` candidate pairs (counted
+       before they are built), candidates come from MinHash-LSH instead: 256 fixed hash functions of the
+       shingle bytes, banded into b bands of r rows (:func:`lsh_bands`; r = 8, b = 32 at t = 0.9). This is
+       deterministic (fixed hash functions, no random state) and still order-independent, but it can miss a
+       pair: with probability ``(1 - J^r)^b`` for a pair of Jaccard similarity J (independent hash functions
+       assumed), at t = 0.9 about 7.7e-4 for a pair exactly at the threshold, 3e-6 at Dice 0.93, 5e-9 at 0.95.
+       A missed pair inside a cluster of near-duplicates is usually still connected through other members.
+       ``similarity_groups(..., candidates="exact")`` forces step 2 (no misses, possibly quadratic).
+    4. Every candidate passes a size filter and is verified exactly (popcounts of shingle bitsets when the
+       vocabulary is small, otherwise set intersections that skip already-connected pairs).
+    10,000 ALFWorld-like observations of ~300 characters (duplicates, near-duplicates, distinct ones from a
+    16-word object vocabulary) take about 1-2 s on 2 shared CPU cores through the LSH path, with the same
+    partition as the exact path (which needs ~17 s there); free text with a rich vocabulary stays on the exact
+    path and takes well under a second (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -44,9 +56,13 @@ import numpy as np
 import pandas as pd
 
 __all__ = [
+    "LSH_BINS",
+    "LSH_MISS",
+    "PREFIX_PAIR_BUDGET",
     "SHINGLE_BYTES",
     "anchor_group_ids",
     "hashable_key",
+    "lsh_bands",
     "shingle_set",
     "shingle_similarity",
     "similarity_groups",
@@ -56,6 +72,18 @@ logger = logging.getLogger(__name__)
 
 SHINGLE_BYTES = 5
 """Length of a shingle in bytes of the UTF-8 encoding (characters, for ASCII text)."""
+
+PREFIX_PAIR_BUDGET = 100_000
+"""Exact prefix-filter candidates allowed (plus 20 per distinct text) before switching to MinHash-LSH."""
+
+LSH_BINS = 256
+"""Largest number of MinHash functions (rows x bands) of the LSH fallback."""
+
+BITSET_WORDS = 2**23
+"""Verification uses shingle bitsets (vectorised popcounts) while distinct texts x 64-bit words <= this (64 MB)."""
+
+LSH_MISS = 1e-3
+"""Target probability that the LSH fallback misses a pair exactly at the threshold (independent bins assumed)."""
 
 
 def hashable_key(value: Any) -> Hashable:
@@ -112,7 +140,7 @@ def shingle_similarity(a: str, b: str) -> float:
     return 2.0 * len(sa & sb) / (len(sa) + len(sb))
 
 
-def similarity_groups(texts: Sequence[str] | np.ndarray, threshold: float) -> np.ndarray:
+def similarity_groups(texts: Sequence[str] | np.ndarray, threshold: float, *, candidates: str = "auto") -> np.ndarray:
     """Group near-identical texts: connected components of "identical or shingle similarity >= threshold".
 
     See the module docstring for the similarity measure, why the partition is order-independent, how candidate
@@ -121,6 +149,9 @@ def similarity_groups(texts: Sequence[str] | np.ndarray, threshold: float) -> np
     Args:
         texts: ``(n,)`` sequence or array of str.
         threshold: in (0, 1]; 1.0 = exact string equality.
+        candidates: how candidate pairs are found: ``"auto"`` (exact prefix filtering while it stays within
+            :data:`PREFIX_PAIR_BUDGET` + 20 candidates per distinct text, else MinHash-LSH), ``"exact"`` (always
+            prefix filtering: never misses a pair, but quadratic on low-entropy text) or ``"lsh"``.
 
     Returns:
         ``(n,)`` int64 group ids in ``[0, G)``; equal ids = same group. Ids are canonical: groups are numbered
@@ -130,13 +161,16 @@ def similarity_groups(texts: Sequence[str] | np.ndarray, threshold: float) -> np
         ValueError: a threshold outside (0, 1], or a non-str entry (naming its index and type).
     """
     _check_threshold(threshold)
+    if candidates not in ("auto", "exact", "lsh"):
+        raise ValueError(f"candidates={candidates!r} is not valid; use 'auto', 'exact' or 'lsh'")
     arr = _as_text_array(texts, "texts")
     n = arr.shape[0]
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     doc, uniques = pd.factorize(arr)  # (n,), (D,) exact duplicates collapse here
     doc = doc.astype(np.int64, copy=False)
-    component = _components(uniques, np.zeros(len(uniques), dtype=np.int64), threshold)  # (D,)
+    budget = {"auto": None, "exact": np.iinfo(np.int64).max, "lsh": -1}[candidates]
+    component = _components(uniques, np.zeros(len(uniques), dtype=np.int64), threshold, pair_budget=budget)  # (D,)
     # Canonical labels: number components by the sorted rank of their smallest text.
     text_rank = np.empty(len(uniques), dtype=np.int64)
     text_rank[np.argsort(uniques)] = np.arange(len(uniques))  # Python str order (code points); texts distinct
@@ -201,18 +235,22 @@ def anchor_group_ids(
 # helpers
 
 
-def _components(docs: np.ndarray, blocks: np.ndarray, threshold: float) -> np.ndarray:
+def _components(
+    docs: np.ndarray, blocks: np.ndarray, threshold: float, *, pair_budget: int | None = None
+) -> np.ndarray:
     """Connected components over distinct texts ``docs`` (D,) of "same block and similarity >= threshold".
 
-    Returns ``(D,)`` int64 component ids (arbitrary numbering).
+    ``pair_budget`` (default :data:`PREFIX_PAIR_BUDGET` + 20 D) caps the exact prefix-filter candidates before
+    switching to MinHash-LSH. Returns ``(D,)`` int64 component ids (arbitrary numbering).
     """
     num_docs = docs.shape[0]
     if threshold >= 1.0 or num_docs < 2:
         return np.arange(num_docs, dtype=np.int64)
+    budget = PREFIX_PAIR_BUDGET + 20 * num_docs if pair_budget is None else pair_budget
     doc, code = _shingles(docs)  # (S,), (S,) one entry per distinct (doc, shingle), sorted by doc
     size = np.bincount(doc, minlength=num_docs)  # (D,) |A|
-    token = _dense_ids(code)  # (S,) shingles of different blocks are different tokens:
-    token = _dense_ids((blocks[doc] << 32) | token) if blocks.max(initial=0) > 0 else token
+    token = _sorted_unique(code)[1]  # (S,) dense shingle ids; shingles of different blocks are different tokens:
+    token = _sorted_unique((blocks[doc] << 32) | token)[1] if blocks.max(initial=0) > 0 else token
     count = np.bincount(token)  # document frequency of each token
     rank = np.empty(count.shape[0], dtype=np.int64)  # global order: rarest first, ties by token id
     rank[np.lexsort((np.arange(count.shape[0]), count))] = np.arange(count.shape[0])
@@ -226,24 +264,47 @@ def _components(docs: np.ndarray, blocks: np.ndarray, threshold: float) -> np.nd
     need = np.ceil(jaccard_t * size - 1e-9).astype(np.int64)  # (D,) shingles any partner must share
     prefix = np.clip(size - need + 1, 1, size)  # (D,)
     keep = pos < prefix[doc]
-
-    # Candidate pairs: docs sharing an indexed shingle.
-    rank_doc = np.sort((rank_s[keep] << 32) | doc[keep])  # posting lists: by token, then doc
-    p_rank, p_doc = rank_doc >> 32, rank_doc & 0xFFFFFFFF
-    run_start = np.flatnonzero(np.r_[True, p_rank[1:] != p_rank[:-1]])
-    run_end = np.r_[run_start[1:], p_rank.shape[0]]
-    partners = np.repeat(run_end, run_end - run_start) - np.arange(p_rank.shape[0]) - 1  # later docs in the run
-    left = np.repeat(np.arange(p_rank.shape[0]), partners)
-    offset = np.arange(left.shape[0]) - np.repeat(np.cumsum(partners) - partners, partners)
-    pair = np.sort((p_doc[left] << 32) | p_doc[left + 1 + offset])  # a < b: docs are sorted inside a run
-    pair = pair[np.r_[True, pair[1:] != pair[:-1]]] if pair.size else pair
-    a, b = pair >> 32, pair & 0xFFFFFFFF
+    posting = np.sort((rank_s[keep] << 32) | doc[keep])  # posting lists: by token, then doc
+    run_len = np.diff(np.r_[np.flatnonzero(np.r_[True, np.diff(posting >> 32) != 0]), posting.shape[0]])
+    num_prefix_pairs = int((run_len * (run_len - 1) // 2).sum())
+    if num_prefix_pairs <= budget:
+        a, b = _pairs_in_runs(posting >> 32, posting & 0xFFFFFFFF)
+        method = "prefix filter (exact)"
+    else:  # low-entropy text: frequent shingles everywhere, prefix filtering would compare almost all pairs
+        a, b = _lsh_candidates(doc, code, blocks[doc], num_docs, threshold)
+        method = "MinHash-LSH"
     small, large = np.minimum(size[a], size[b]), np.maximum(size[a], size[b])
     fits = small >= jaccard_t * large - 1e-9  # Dice >= t needs |small| / |large| >= t / (2 - t)
     a, b = a[fits], b[fits]
-    logger.debug("similarity grouping: %d distinct texts, %d candidate pairs", num_docs, a.shape[0])
+    logger.debug("similarity grouping: %d texts, %d candidate pairs by %s", num_docs, a.shape[0], method)
 
-    # Exact verification with union-find; pairs already joined are skipped (they cannot change the partition).
+    edges = _verify(a, b, rank_s, start, size, threshold)
+    return _connected_components(num_docs, *edges)
+
+
+def _verify(
+    a: np.ndarray, b: np.ndarray, tokens: np.ndarray, start: np.ndarray, size: np.ndarray, threshold: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The candidate pairs whose exact Dice similarity is >= threshold.
+
+    ``tokens[start[d] : start[d] + size[d]]`` are doc d's distinct token ids. With a small token vocabulary
+    (bitsets of all docs within :data:`BITSET_WORDS`) the intersections are popcounts of ANDed bitsets,
+    vectorised; otherwise a loop intersects Python sets, skipping pairs already joined through verified edges.
+    """
+    num_docs = size.shape[0]
+    words = (int(tokens.max(initial=0)) >> 6) + 1
+    if a.size and num_docs * words <= BITSET_WORDS:
+        bits = np.zeros((num_docs, words), dtype=np.uint64)  # (D, W) shingle-set bitsets
+        doc_of = np.repeat(np.arange(num_docs), size)
+        np.bitwise_or.at(bits, (doc_of, tokens >> 6), np.left_shift(np.uint64(1), (tokens & 63).astype(np.uint64)))
+        inter = np.concatenate(
+            [
+                np.bitwise_count(bits[a[i : i + 65536]] & bits[b[i : i + 65536]]).sum(axis=1, dtype=np.int64)
+                for i in range(0, a.shape[0], 65536)
+            ]
+        )
+        ok = 2.0 * inter / (size[a] + size[b]) >= threshold
+        return a[ok], b[ok]
     parent = list(range(num_docs))
 
     def find(x: int) -> int:
@@ -253,27 +314,117 @@ def _components(docs: np.ndarray, blocks: np.ndarray, threshold: float) -> np.nd
         return x
 
     sets: dict[int, frozenset[int]] = {}
-    starts = start.tolist()
-    sizes = size.tolist()
+    starts, sizes = start.tolist(), size.tolist()
+    keep = []
     for x, y in zip(a.tolist(), b.tolist(), strict=True):
         rx, ry = find(x), find(y)
         if rx == ry:
-            continue
+            continue  # already connected: this edge cannot change the partition
         for d in (x, y):
             if d not in sets:
-                sets[d] = frozenset(rank_s[starts[d] : starts[d] + sizes[d]].tolist())
+                sets[d] = frozenset(tokens[starts[d] : starts[d] + sizes[d]].tolist())
         if 2.0 * len(sets[x] & sets[y]) / (sizes[x] + sizes[y]) >= threshold:
             parent[max(rx, ry)] = min(rx, ry)
-    return np.fromiter((find(x) for x in range(num_docs)), dtype=np.int64, count=num_docs)
+            keep.append((x, y))
+    edges = np.array(keep, dtype=np.int64).reshape(-1, 2)
+    return edges[:, 0], edges[:, 1]
 
 
-def _dense_ids(x: np.ndarray) -> np.ndarray:
-    """Dense ids ``[0, K)`` of the distinct values of an int64 array, in sorted order (sort-based)."""
+def _connected_components(num_nodes: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Component id (the smallest member) of each of ``num_nodes`` nodes under undirected edges ``a - b``."""
+    label = np.arange(num_nodes, dtype=np.int64)
+    while a.size:
+        low = np.minimum(label[a], label[b])
+        np.minimum.at(label, a, low)
+        np.minimum.at(label, b, low)
+        label = label[label]  # pointer jumping: labels are always members with smaller or equal ids
+        while True:
+            jumped = label[label]
+            if np.array_equal(jumped, label):
+                break
+            label = jumped
+        if np.array_equal(label[a], label[b]):
+            break
+    return label
+
+
+def _pairs_in_runs(keys: np.ndarray, members: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """All distinct pairs ``(a, b)``, ``a < b``, of ``members`` that share a key; ``keys`` must be sorted."""
+    m = keys.shape[0]
+    if m < 2:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    run_start = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    run_end = np.r_[run_start[1:], m]
+    partners = np.repeat(run_end, run_end - run_start) - np.arange(m) - 1  # later members of the same run
+    left = np.repeat(np.arange(m), partners)
+    right = left + 1 + np.arange(left.shape[0]) - np.repeat(np.cumsum(partners) - partners, partners)
+    a, b = members[left].astype(np.int64), members[right].astype(np.int64)
+    a, b = np.minimum(a, b), np.maximum(a, b)
+    pair = np.sort((a << 32) | b)
+    pair = pair[np.r_[True, pair[1:] != pair[:-1]]] if pair.size else pair
+    pair = pair[(pair >> 32) != (pair & 0xFFFFFFFF)]  # a doc paired with itself (LSH: two bands) is no pair
+    return pair >> 32, pair & 0xFFFFFFFF
+
+
+def lsh_bands(threshold: float) -> tuple[int, int]:
+    """``(rows r, bands b)`` of the MinHash-LSH fallback for a Dice ``threshold``: the largest r whose
+    ``b = LSH_BINS // r`` bands miss a pair at the threshold with probability ``(1 - J^r)^b <= LSH_MISS``
+    (J = t / (2 - t), the Jaccard equivalent; independent bins assumed)."""
+    jaccard_t = threshold / (2.0 - threshold)
+    for r in range(LSH_BINS, 0, -1):
+        if (1.0 - jaccard_t**r) ** (LSH_BINS // r) <= LSH_MISS:
+            return r, LSH_BINS // r
+    return 1, LSH_BINS
+
+
+def _lsh_candidates(
+    doc: np.ndarray, code: np.ndarray, block: np.ndarray, num_docs: int, threshold: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate pairs (a < b) from MinHash signatures and LSH banding.
+
+    Signature: for each of ``LSH_BINS`` fixed hash functions ``h_k`` (splitmix64 of the shingle code mixed with
+    k: functions of the shingle bytes only), a doc keeps ``min h_k`` over its shingles; two docs agree on a
+    position with probability J (their Jaccard similarity). Docs in the same block whose r positions of a band
+    all agree, in any of the b bands (see :func:`lsh_bands`), become candidates.
+    """
+    codes, token = _sorted_unique(code)
+    size = np.bincount(doc, minlength=num_docs)
+    start = np.cumsum(size) - size
+    r, b = lsh_bands(threshold)
+    seeds = _mix64(np.arange(1, r * b + 1, dtype=np.uint64))  # (K,) one per hash function
+    codes = codes.astype(np.uint64)
+    sig = np.empty((r * b, num_docs), dtype=np.uint32)  # (K, D)
+    for k in range(r * b):
+        h_k = (_mix64(codes ^ seeds[k]) >> np.uint64(32)).astype(np.uint32)  # (V,) hash of each distinct shingle
+        sig[k] = np.minimum.reduceat(h_k[token], start)  # docs are contiguous and non-empty
+    doc_block = np.zeros(num_docs, dtype=np.uint64)
+    doc_block[doc] = block.astype(np.uint64)
+    keys = np.empty((b, num_docs), dtype=np.uint64)
+    for band in range(b):
+        key = _mix64(doc_block * np.uint64(0x2545F4914F6CDD1D) + seeds[band])
+        for k in range(band * r, (band + 1) * r):
+            key = _mix64(key ^ sig[k].astype(np.uint64))
+        keys[band] = key
+    flat = keys.ravel()
+    order = np.argsort(flat, kind="stable")
+    return _pairs_in_runs(flat[order], np.tile(np.arange(num_docs), b)[order])
+
+
+def _sorted_unique(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(x, return_inverse=True)`` by sorting (numpy's hash-based unique is slow on large arrays)."""
     order = np.argsort(x, kind="stable")
     xs = x[order]
-    ids = np.empty(x.shape[0], dtype=np.int64)
-    ids[order] = np.cumsum(np.r_[False, xs[1:] != xs[:-1]]) if x.size else 0
-    return ids
+    first = np.r_[True, xs[1:] != xs[:-1]]
+    inverse = np.empty(x.shape[0], dtype=np.int64)
+    inverse[order] = np.cumsum(first) - 1
+    return xs[first], inverse
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser on uint64 arrays (wrapping arithmetic): a fixed, well-mixed 64-bit hash."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
 
 
 def _shingles(docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
