@@ -18,6 +18,7 @@ from environments import make_env
 from environments.alfworld.data import TASK_KINDS, TASK_TYPES, list_games
 from environments.alfworld.env import BOOKKEEPING_PREDICATES, AlfWorldEnv
 from environments.alfworld.synth import generate, problem_to_pddl, sample_problem
+from environments.alfworld.synth import main as synth_main
 from environments.base import EnvError
 from environments.checker import check_env
 
@@ -82,6 +83,20 @@ def test_synth_seeds_and_unseen_scenes_differ():
         sample_problem("pick", np.random.default_rng([0, i]), seed=0, unseen=True).scene_num % 100 for i in range(30)
     }
     assert max(seen) <= 20 < min(unseen)
+
+
+def test_synth_cli_prints_path_and_counts(tmp_path, capsys):
+    out = tmp_path / "cli"
+    assert (
+        synth_main(["--out", str(out), "--games-per-type", "1", "--eval-games-per-type", "0", "--kinds", "pick"]) == 0
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == str(out)
+    assert lines[1] == "train: 1 games (pick=1)" and lines[2] == "valid_seen: 0 games (pick=0)"
+    assert re.fullmatch(r"1 games in [\d.]+ s \([\d.]+ s/game, 0 draws rejected by the expert\)", lines[4])
+    assert [g.kind for g in list_games(out / "json_2.1.1", "train")] == ["pick"]
+    with pytest.raises(SystemExit):
+        synth_main(["--out", str(out)])  # already holds games: argparse error, exit status 2
 
 
 def test_synth_rejects_bad_arguments(tmp_path, alfworld_data):
@@ -317,3 +332,25 @@ def test_environments_in_threads_match_sequential_play(alfworld_data):
     with ThreadPoolExecutor(max_workers=2) as pool:
         threaded = list(pool.map(play, (1, 2)))
     assert threaded == sequential
+
+
+def test_alfworld_is_imported_lazily_and_leaves_the_data_variable_alone(alfworld_data):
+    # a fresh interpreter: importing the adapter loads no engine; building one does, without setting $ALFWORLD_DATA
+    import os
+    import subprocess
+
+    code = (
+        "import os, sys\n"
+        "import environments, environments.alfworld, environments.alfworld.synth\n"
+        "heavy = [m for m in sys.modules if m.split('.')[0] in ('alfworld', 'textworld', 'fast_downward')]\n"
+        "assert not heavy, heavy\n"
+        "env = environments.make_env('alfworld', data_path=sys.argv[1])\n"
+        "assert 'textworld' in sys.modules and 'ALFWORLD_DATA' not in os.environ\n"
+        "print(env.reset(seed=0)[1]['task_type'])\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if k != "ALFWORLD_DATA"}
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(alfworld_data)], capture_output=True, text=True, env=environ, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "look"
