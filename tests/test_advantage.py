@@ -455,7 +455,8 @@ def test_padding_rows_change_nothing_and_get_zero_cpu():
 def test_output_dtype_device_and_mask_kinds_cpu():
     inputs = _golden_inputs()
     expected, _ = compute_gigpo_advantage(*inputs, gamma=0.5)
-    for mask in (torch.ones(6, 4, dtype=torch.bool), torch.ones(6, 4, dtype=torch.int64), torch.ones(6, 4).double()):
+    masks = [torch.ones(6, 4, dtype=dtype) for dtype in (torch.bool, torch.int64, torch.float64, torch.bfloat16)]
+    for mask in masks:  # bfloat16 takes the torch path (numpy has no bfloat16), the others the numpy path
         adv, ret = compute_gigpo_advantage(inputs[0], mask, *inputs[2:], gamma=0.5)
         assert adv.dtype == ret.dtype == torch.float32 and adv.device == mask.device
         torch.testing.assert_close(adv, expected)

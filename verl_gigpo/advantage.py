@@ -75,6 +75,18 @@ NORMS = ("mean_std", "mean")
 EPISODE_STATS = ("trajectory", "step")
 """Valid ``episode_stats`` values: statistics over trajectories (paper Eq. 3) or over step rows (reference)."""
 
+_NUMPY_MASK_DTYPES = (
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.float32,
+    torch.float64,
+)
+
 STAT_NAMES = (
     "gigpo/num_episode_groups",
     "gigpo/num_step_groups",
@@ -125,10 +137,15 @@ class GiGPOTerms:
         Returns:
             ``(advantages, returns)``, both float32 ``(N, L)``: ``A[:, None] * mask`` and ``R_t[:, None] * mask``.
         """
-        mask = _as_response_mask(response_mask, self.advantage.shape[0]).to(torch.float32)  # (N, L)
-        adv = torch.from_numpy(self.advantage.astype(np.float32)).to(mask.device)  # (N,)
-        ret = torch.from_numpy(self.step_return.astype(np.float32)).to(mask.device)  # (N,)
-        return adv.unsqueeze(-1) * mask, ret.unsqueeze(-1) * mask  # (N, L), (N, L)
+        mask = _as_response_mask(response_mask, self.advantage.shape[0]).detach()  # (N, L)
+        adv = self.advantage.astype(np.float32)[:, None]  # (N, 1)
+        ret = self.step_return.astype(np.float32)[:, None]  # (N, 1)
+        if mask.device.type == "cpu" and mask.dtype in _NUMPY_MASK_DTYPES:
+            # numpy on CPU: single-threaded, so no thread-pool hand-off on a busy machine; same numbers.
+            m = mask.numpy().astype(np.float32, copy=False)
+            return torch.from_numpy(adv * m), torch.from_numpy(ret * m)  # (N, L), (N, L)
+        mask = mask.to(torch.float32)
+        return torch.from_numpy(adv).to(mask.device) * mask, torch.from_numpy(ret).to(mask.device) * mask
 
 
 @torch.no_grad()
@@ -563,7 +580,7 @@ def _factorize(values: np.ndarray, name: str, rows: np.ndarray) -> np.ndarray:
     """
     if values.dtype == object and values.size:
         try:
-            hashed = _HASH(values).astype(np.int64)  # (M,)
+            hashed = np.fromiter(map(hash, values), dtype=np.int64, count=values.shape[0])  # (M,)
         except TypeError:
             hashed = None  # an unhashable value: pandas below reports which
         if hashed is not None:
@@ -589,9 +606,6 @@ def _factorize(values: np.ndarray, name: str, rows: np.ndarray) -> np.ndarray:
         i = int(rows[missing[0]])
         raise ValueError(f"{name}[{i}] is missing ({_show(values[missing[0]])}); every valid row needs an id")
     return codes.astype(np.int64, copy=False)
-
-
-_HASH = np.frompyfunc(hash, 1, 1)
 
 
 def _show(v: Any) -> str:
