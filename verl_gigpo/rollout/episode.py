@@ -131,12 +131,15 @@ async def run_episode(
     episode.timing = timing
     env: TextEnv | None = None
 
-    async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
-        start = time.perf_counter()
+    def timed(fn: Callable[..., Any], *args: Any) -> Any:
+        start = time.perf_counter()  # inside the worker thread: the environment's own time, not queueing
         try:
-            return await loop.run_in_executor(executor, fn, *args)
+            return fn(*args)
         finally:
             timing["env"] += time.perf_counter() - start
+
+    async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+        return await loop.run_in_executor(executor, timed, fn, *args)
 
     def _reset(e: TextEnv) -> tuple[str, dict[str, Any]]:
         return e.reset(seed=task.seed, options={"split": task.split})

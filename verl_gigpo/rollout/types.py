@@ -129,7 +129,8 @@ class Episode:
     steps: one :class:`StepRecord` per step (may be empty if the environment failed at reset).
     won: the task was solved; episode_return: sum of step rewards (shaping included).
     env_error: the error message when the environment raised (the episode ended there), else None.
-    timing: seconds spent in ``generate`` (awaiting the server), ``env`` (reset/step/close) and ``glue``.
+    timing: seconds spent in ``generate`` (awaiting the server), ``env`` (inside reset/step/close, measured in the
+        worker thread) and ``glue`` (prompt render + chat template + tokenise, decode + parse).
     """
 
     traj_id: str
