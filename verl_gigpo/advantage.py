@@ -35,7 +35,8 @@ Deliberate deviations from the reference implementation (verl-agent, ``gigpo/cor
    ``norm="mean_std" | "mean"`` (the reference's ``mode="mean_norm"`` meant "do not divide by the std").
 6. One reward signal: the episode return is the sum of the same step rewards that give R_t (the reference reads
    the episode score from a separate token-level reward tensor).
-7. Vectorised and linear-ish: factorisation, one sort and a segmented scan; no O(N^2) ``np.where`` per group.
+7. Vectorised: hash factorisation of the ids (O(N)), one O(N log N) sort by (trajectory, step id) and an
+   O(N log T_max) segmented scan for R_t; no Python loop over rows and no O(N^2) ``np.where`` per group.
 8. Group ids come from the ids passed in, never from positions (``i % n``) or ``uuid4`` inside the maths; the
    result depends only on ids and values, so permuting the batch permutes the output.
 9. Diagnostics are returned as floats (:class:`GiGPOTerms` ``.stats``), never printed.

@@ -144,7 +144,8 @@ def similarity_groups(texts: Sequence[str] | np.ndarray, threshold: float, *, ca
     """Group near-identical texts: connected components of "identical or shingle similarity >= threshold".
 
     See the module docstring for the similarity measure, why the partition is order-independent, how candidate
-    pairs are found without misses, and how it scales.
+    pairs are found (exactly, or by MinHash-LSH with a stated miss probability on low-entropy text), and how it
+    scales.
 
     Args:
         texts: ``(n,)`` sequence or array of str.
