@@ -365,26 +365,40 @@ class AlfWorldEnv(TextEnv):
             return {name(f.arguments[0]) for f in facts if f.name == pred}
 
         closed = sorted((where("openable") - where("opened")) & set(receptacles))
+        pickupable = where("pickupable")
         rtype = {name(f.arguments[0]): f.arguments[1].name for f in facts if f.name == "receptacletype"}
         otype = {name(f.arguments[0]): f.arguments[1].name for f in facts if f.name == "objecttype"}
         fits = {(f.arguments[0].name, f.arguments[1].name) for f in facts if f.name == "cancontain"}
+        place = {name(f.arguments[0]): f.arguments[1].name for f in facts if f.name == "receptacleatlocation"}
+        # an object that can be taken (receptacle not closed) and put back (the receptacle type can hold it)
         lying = sorted(
             (name(f.arguments[1]), name(f.arguments[0]))
             for f in facts
-            if f.name == "inreceptacle" and name(f.arguments[0]) in where("pickupable")
+            if f.name == "inreceptacle" and name(f.arguments[0]) in pickupable
         )
-        # an object that can be taken (receptacle not closed) and put back (the receptacle type can hold it)
-        lying = [(r, o) for r, o in lying if r not in closed and (rtype.get(r), otype.get(o)) in fits]
-        a, b = receptacles[0], receptacles[-1]
-        pairs.append(([f"go to {a}", f"go to {b}"], [f"go to {b}"]))
-        pairs.append(([f"go to {a}", "look", "inventory", f"examine {a}", f"go to {b}"], [f"go to {b}"]))
+        lying = [
+            (r, o) for r, o in lying if r in receptacles and r not in closed and (rtype.get(r), otype.get(o)) in fits
+        ]
+
+        def elsewhere(x: str) -> str | None:
+            """The last receptacle (by name) at another location than ``x``: "go to" it is admissible from ``x``."""
+            others = [r for r in receptacles if place.get(r) != place.get(x)]
+            return others[-1] if others else None
+
+        a = receptacles[0]
+        b = elsewhere(a)
+        if b is not None:
+            pairs.append(([f"go to {a}", f"go to {b}"], [f"go to {b}"]))
+            pairs.append(([f"go to {a}", "look", "inventory", f"examine {a}", f"go to {b}"], [f"go to {b}"]))
         for c in closed[:1]:
-            other = b if c != b else a
-            pairs.append(([f"go to {c}", f"open {c}", f"close {c}", f"go to {other}"], [f"go to {other}"]))
+            other = elsewhere(c)
+            if other is not None:
+                pairs.append(([f"go to {c}", f"open {c}", f"close {c}", f"go to {other}"], [f"go to {other}"]))
         for r, o in lying[:1]:
-            other = b if r != b else a
-            path = [f"go to {r}", f"take {o} from {r}", f"move {o} to {r}", f"go to {other}"]
-            pairs.append((path, [f"go to {other}"]))
+            other = elsewhere(r)
+            if other is not None:
+                path = [f"go to {r}", f"take {o} from {r}", f"move {o} to {r}", f"go to {other}"]
+                pairs.append((path, [f"go to {other}"]))
         return pairs
 
     def close(self) -> None:
