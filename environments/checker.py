@@ -184,9 +184,12 @@ def check_env(
         failures.append("example_actions() is empty right after reset: the checker cannot exercise step()")
 
     # -- seeded and step determinism (with another seed played in between)
+    num_tasks = getattr(env, "num_tasks", None)
+    n_tasks = num_tasks(split) if callable(num_tasks) else None  # fixed task lists (e.g. ALFWorld eval splits)
     for i, seed in enumerate(seeds):
+        other = seed + 7919 if n_tasks is None else (seed + 1) % n_tasks
         first = _play(env, seed, split, action_seed=1000 + i, n_steps=n_steps)
-        _play(env, seed + 7919, split, action_seed=2000 + i, n_steps=n_steps)
+        _play(env, other, split, action_seed=2000 + i, n_steps=n_steps)
         second = _play(env, seed, split, action_seed=1000 + i, n_steps=n_steps)
         counts["transitions"] += (len(first) - 2) // 6
         if first != second:
@@ -200,7 +203,7 @@ def check_env(
         # the same seed must give the same task whatever came before
         env.reset(seed=seed, options={"split": split})
         task_a = (env.task_id, env.task_description, env._state_digest())
-        env.reset(seed=seed + 1, options={"split": split})
+        env.reset(seed=other, options={"split": split})
         env.reset(seed=seed, options={"split": split})
         if (env.task_id, env.task_description, env._state_digest()) != task_a:
             failures.append(f"seed {seed}: reset(seed) did not rebuild the same task and initial state")
@@ -296,8 +299,13 @@ def main(argv: list[str] | None = None) -> int:
         key, value = item.split("=", 1)
         kwargs[key] = _parse_value(value)
     env = make_env(args.name, **kwargs)
+    seeds = args.seeds
+    num_tasks = getattr(env, "num_tasks", None)
+    n_tasks = num_tasks(args.split or env.splits[0]) if callable(num_tasks) else None
+    if n_tasks is not None:  # a fixed task list: check at most the tasks it has
+        seeds = min(seeds, n_tasks)
     try:
-        counts = check_env(env, seeds=tuple(range(args.seeds)), n_steps=args.steps, split=args.split)
+        counts = check_env(env, seeds=tuple(range(seeds)), n_steps=args.steps, split=args.split)
     except EnvCheckError as exc:
         print(f"FAIL {exc}", file=sys.stderr)
         return 1

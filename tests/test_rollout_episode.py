@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from environments import EnvError, make_env
 from environments.gridnav.env import GridNavEnv
 from verl_gigpo.local.server import LocalGenerationServer
-from verl_gigpo.rollout import ChatPromptEncoder, EpisodeConfig, TaskSpec, build_prompt, run_episode
+from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, EpisodeConfig, TaskSpec, build_prompt, run_episode
 
 SAMPLING = {"temperature": 1.0, "max_tokens": 3}
 
@@ -46,10 +46,16 @@ def _play(served, tasks, config, **kwargs):
     return asyncio.run(main())
 
 
-def test_steps_replay_exactly_in_a_fresh_environment(served):
+@pytest.mark.parametrize("pooled", [False, True], ids=["fresh-envs", "env-pool"])
+def test_steps_replay_exactly_in_a_fresh_environment(served, pooled):
     tokenizer, server = served
     config = EpisodeConfig(max_steps=6, max_prompt_length=512, max_response_length=3, key_mode="state")
-    episodes = _play(served, [TaskSpec("gridnav", seed=s) for s in range(4) for _ in range(3)], config)
+    tasks = [TaskSpec("gridnav", seed=s) for s in range(4) for _ in range(3)]
+    pool = EnvPool() if pooled else None
+    episodes = _play(served, tasks, config, env_pool=pool)
+    if pooled:  # a second round reuses the first round's environments (reset, not rebuilt)
+        episodes += _play(served, tasks, config, env_pool=pool)
+        assert pool.reused >= len(tasks) and pool.created <= len(tasks) and len(pool) == pool.created
     assert server.stats["max_batch"] > 1  # concurrent episodes were batched into shared forward passes
     for ep in episodes:
         assert ep.env_error is None and 1 <= ep.length <= 6

@@ -24,7 +24,8 @@ reward_extra_info  {"won", "episode_length", "invalid_actions"} — verl logs th
 ``reward_score`` of the final row is the episode return (verl copies it to the episode's other rows, and
 GRPO/RLOO baselines use it as the trajectory score). The server's log-probs are kept (``response_logprobs``).
 Environment calls run in a thread pool shared by all episodes of the worker process, so hundreds of episodes
-proceed concurrently with no lock-step barrier.
+proceed concurrently with no lock-step barrier; finished environments are kept in a worker-wide
+:class:`~verl_gigpo.rollout.EnvPool` and reset for the next episode instead of being rebuilt.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 
 from verl_gigpo import AGENT_LOOP_NAME
 from verl_gigpo.config import GiGPOConfig
-from verl_gigpo.rollout import ChatPromptEncoder, Episode, EpisodeConfig, TaskSpec, run_episode
+from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, Episode, EpisodeConfig, TaskSpec, run_episode
 
 __all__ = ["GiGPOEnvAgentLoop", "episode_config_from", "episode_to_outputs"]
 
@@ -153,6 +154,8 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
 
     _executor: ClassVar[ThreadPoolExecutor | None] = None
     _executor_lock: ClassVar[threading.Lock] = threading.Lock()
+    #: environments are reused across the worker's episodes (building an ALFWorld engine is expensive)
+    env_pool: ClassVar[EnvPool] = EnvPool()
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -197,6 +200,7 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
             traj_id=traj_id,
             sampling_params=sampling_params,
             executor=self.executor(),
+            env_pool=self.env_pool,
         )
         placeholder = []
         if not episode.steps:

@@ -26,6 +26,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 from environments import TextEnv, make_env
+from verl_gigpo.rollout.pool import EnvPool
 from verl_gigpo.rollout.types import Episode, EpisodeConfig, Generator, StepRecord, TaskSpec
 
 __all__ = ["ChatPromptEncoder", "build_prompt", "make_task_env", "run_episode"]
@@ -109,6 +110,7 @@ async def run_episode(
     sampling_params: dict[str, Any],
     env_factory: Callable[[TaskSpec, EpisodeConfig], TextEnv] = make_task_env,
     executor: Executor | None = None,
+    env_pool: EnvPool | None = None,
 ) -> Episode:
     """Play one episode of ``task`` and return it with one :class:`StepRecord` per step.
 
@@ -122,8 +124,10 @@ async def run_episode(
         config: episode settings (step limit, history, lengths, penalty, key mode).
         traj_id: unique id of this trajectory.
         sampling_params: passed to the generator unchanged.
-        env_factory: builds the environment (default: the registry, :func:`make_task_env`).
+        env_factory: builds the environment (default: the registry, :func:`make_task_env`); ignored with a pool.
         executor: where environment calls run (default: the event loop's default thread pool).
+        env_pool: reuse environments across episodes (recommended when building one is expensive, e.g. ALFWorld);
+            without a pool the environment is built for this episode and closed at its end.
     """
     loop = asyncio.get_running_loop()
     episode = Episode(traj_id=traj_id, task=task)
@@ -144,14 +148,23 @@ async def run_episode(
     def _reset(e: TextEnv) -> tuple[str, dict[str, Any]]:
         return e.reset(seed=task.seed, options={"split": task.split})
 
+    async def finish(env: TextEnv) -> None:
+        if env_pool is not None:
+            await in_thread(env_pool.release, task, config, env, episode.env_error is not None)
+        else:
+            await in_thread(env.close)
+
     try:
-        env = await in_thread(env_factory, task, config)
+        if env_pool is not None:
+            env = await in_thread(env_pool.acquire, task, config)
+        else:
+            env = await in_thread(env_factory, task, config)
         observation, info = await in_thread(_reset, env)
     except Exception as exc:  # noqa: BLE001 - recorded on the episode and logged, never swallowed
         episode.env_error = f"{type(exc).__name__}: {exc}"
         logger.warning("episode %s: environment failed at reset: %s", traj_id, episode.env_error)
         if env is not None:
-            await in_thread(env.close)
+            await finish(env)
         return episode
 
     episode.task_id, episode.task_type = info.get("task_id"), info.get("task_type")
@@ -212,7 +225,7 @@ async def run_episode(
             if terminated or truncated:
                 break
     finally:
-        await in_thread(env.close)
+        await finish(env)
 
     episode.won = bool(episode.steps and episode.steps[-1].won)
     return episode

@@ -1,0 +1,79 @@
+"""Reuse environment instances across episodes.
+
+Building an environment can be expensive (ALFWorld loads a TextWorld engine and a 34 MB planner library per
+instance, which ``close`` cannot fully unload), while ``reset`` fully re-initialises any environment that follows
+the contract. :class:`EnvPool` keeps finished environments per (name, kwargs, max_steps, key_mode) and hands them
+to the next episode of the same kind. Thread-safe: the episode runner acquires and releases in worker threads.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Hashable
+
+from environments import TextEnv
+from verl_gigpo.rollout.types import EpisodeConfig, TaskSpec
+
+__all__ = ["EnvPool"]
+
+
+class EnvPool:
+    """A pool of idle environments keyed by what makes them interchangeable.
+
+    Args:
+        factory: builds a new environment for ``(task, config)`` (default: the registry via ``make_task_env``).
+        max_idle: idle instances kept per key; extra ones are closed on release.
+    """
+
+    def __init__(self, factory: Callable[[TaskSpec, EpisodeConfig], TextEnv] | None = None, max_idle: int = 256):
+        if factory is None:
+            from verl_gigpo.rollout.episode import make_task_env
+
+            factory = make_task_env
+        if max_idle < 0:
+            raise ValueError(f"max_idle must be >= 0, got {max_idle}")
+        self.factory = factory
+        self.max_idle = max_idle
+        self._idle: dict[Hashable, list[TextEnv]] = defaultdict(list)
+        self._lock = threading.Lock()
+        self.created = 0
+        self.reused = 0
+
+    @staticmethod
+    def key(task: TaskSpec, config: EpisodeConfig) -> Hashable:
+        """Environments built for tasks with equal keys are interchangeable (only the seed/split differ)."""
+        kwargs = json.dumps(dict(task.env_kwargs), sort_keys=True, default=repr)
+        return (task.env_name, kwargs, config.max_steps, config.key_mode)
+
+    def acquire(self, task: TaskSpec, config: EpisodeConfig) -> TextEnv:
+        """An idle environment for ``task`` if there is one, else a new one (the caller resets it)."""
+        key = self.key(task, config)
+        with self._lock:
+            if self._idle[key]:
+                self.reused += 1
+                return self._idle[key].pop()
+            self.created += 1
+        return self.factory(task, config)
+
+    def release(self, task: TaskSpec, config: EpisodeConfig, env: TextEnv, broken: bool = False) -> None:
+        """Give ``env`` back after an episode; a ``broken`` one (it raised) is closed instead of reused."""
+        key = self.key(task, config)
+        with self._lock:
+            if not broken and len(self._idle[key]) < self.max_idle:
+                self._idle[key].append(env)
+                return
+        env.close()
+
+    def close(self) -> None:
+        """Close every idle environment."""
+        with self._lock:
+            envs = [env for group in self._idle.values() for env in group]
+            self._idle.clear()
+        for env in envs:
+            env.close()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(group) for group in self._idle.values())
