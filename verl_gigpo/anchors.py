@@ -29,7 +29,7 @@ How it is computed, and how it scales:
        Dice >= t share at least ``ceil(t' |A|)`` shingles, hence at least one indexed shingle: this never misses
        a pair. It is cheap when texts contain rare shingles (free text), but on low-entropy text (a template
        and a small vocabulary, where every shingle is frequent) nearly all pairs become candidates.
-    3. So when prefix filtering would give more than ``PREFIX_PAIR_BUDGET + 20 D`` candidate pairs (counted
+    3. So when prefix filtering would give more than ``PREFIX_PAIR_BUDGET + 50 D`` candidate pairs (counted
        before they are built), candidates come from MinHash-LSH instead: 256 fixed hash functions of the
        shingle bytes, banded into b bands of r rows (:func:`lsh_bands`; r = 8, b = 32 at t = 0.9). This is
        deterministic (fixed hash functions, no random state) and still order-independent, but it can miss a
@@ -73,8 +73,8 @@ logger = logging.getLogger(__name__)
 SHINGLE_BYTES = 5
 """Length of a shingle in bytes of the UTF-8 encoding (characters, for ASCII text)."""
 
-PREFIX_PAIR_BUDGET = 100_000
-"""Exact prefix-filter candidates allowed (plus 20 per distinct text) before switching to MinHash-LSH."""
+PREFIX_PAIR_BUDGET = 1_000_000
+"""Exact prefix-filter candidates allowed (plus 50 per distinct text) before switching to MinHash-LSH."""
 
 LSH_BINS = 256
 """Largest number of MinHash functions (rows x bands) of the LSH fallback."""
@@ -151,7 +151,7 @@ def similarity_groups(texts: Sequence[str] | np.ndarray, threshold: float, *, ca
         texts: ``(n,)`` sequence or array of str.
         threshold: in (0, 1]; 1.0 = exact string equality.
         candidates: how candidate pairs are found: ``"auto"`` (exact prefix filtering while it stays within
-            :data:`PREFIX_PAIR_BUDGET` + 20 candidates per distinct text, else MinHash-LSH), ``"exact"`` (always
+            :data:`PREFIX_PAIR_BUDGET` + 50 candidates per distinct text, else MinHash-LSH), ``"exact"`` (always
             prefix filtering: never misses a pair, but quadratic on low-entropy text) or ``"lsh"``.
 
     Returns:
@@ -241,17 +241,18 @@ def _components(
 ) -> np.ndarray:
     """Connected components over distinct texts ``docs`` (D,) of "same block and similarity >= threshold".
 
-    ``pair_budget`` (default :data:`PREFIX_PAIR_BUDGET` + 20 D) caps the exact prefix-filter candidates before
+    ``pair_budget`` (default :data:`PREFIX_PAIR_BUDGET` + 50 D) caps the exact prefix-filter candidates before
     switching to MinHash-LSH. Returns ``(D,)`` int64 component ids (arbitrary numbering).
     """
     num_docs = docs.shape[0]
     if threshold >= 1.0 or num_docs < 2:
         return np.arange(num_docs, dtype=np.int64)
-    budget = PREFIX_PAIR_BUDGET + 20 * num_docs if pair_budget is None else pair_budget
+    budget = PREFIX_PAIR_BUDGET + 50 * num_docs if pair_budget is None else pair_budget
     doc, code = _shingles(docs)  # (S,), (S,) one entry per distinct (doc, shingle), sorted by doc
     size = np.bincount(doc, minlength=num_docs)  # (D,) |A|
-    token = _sorted_unique(code)[1]  # (S,) dense shingle ids; shingles of different blocks are different tokens:
-    token = _sorted_unique((blocks[doc] << 32) | token)[1] if blocks.max(initial=0) > 0 else token
+    codes, code_id = _sorted_unique(code)  # (V,) distinct shingle codes, (S,) dense shingle ids
+    # shingles of different blocks are different tokens:
+    token = _sorted_unique((blocks[doc] << 32) | code_id)[1] if blocks.max(initial=0) > 0 else code_id
     count = np.bincount(token)  # document frequency of each token
     rank = np.empty(count.shape[0], dtype=np.int64)  # global order: rarest first, ties by token id
     rank[np.lexsort((np.arange(count.shape[0]), count))] = np.arange(count.shape[0])
@@ -272,7 +273,7 @@ def _components(
         a, b = _pairs_in_runs(posting >> 32, posting & 0xFFFFFFFF)
         method = "prefix filter (exact)"
     else:  # low-entropy text: frequent shingles everywhere, prefix filtering would compare almost all pairs
-        a, b = _lsh_candidates(doc, code, blocks[doc], num_docs, threshold)
+        a, b = _lsh_candidates(doc, codes, code_id, blocks[doc], num_docs, threshold)
         method = "MinHash-LSH"
     small, large = np.minimum(size[a], size[b]), np.maximum(size[a], size[b])
     fits = small >= jaccard_t * large - 1e-9  # Dice >= t needs |small| / |large| >= t / (2 - t)
@@ -290,13 +291,14 @@ def _verify(
 
     ``tokens[start[d] : start[d] + size[d]]`` are doc d's distinct token ids. With a small token vocabulary
     (bitsets of all docs within :data:`BITSET_WORDS`) the intersections are popcounts of ANDed bitsets,
-    vectorised; otherwise a loop intersects Python sets, skipping pairs already joined through verified edges.
+    vectorised. Otherwise candidates first pass an exact upper bound on the intersection (per-bucket counts),
+    then a loop intersects Python sets, skipping pairs already joined through verified edges.
     """
     num_docs = size.shape[0]
+    doc_of = np.repeat(np.arange(num_docs), size)  # (S,)
     words = (int(tokens.max(initial=0)) >> 6) + 1
     if a.size and num_docs * words <= BITSET_WORDS:
         bits = np.zeros((num_docs, words), dtype=np.uint64)  # (D, W) shingle-set bitsets
-        doc_of = np.repeat(np.arange(num_docs), size)
         np.bitwise_or.at(bits, (doc_of, tokens >> 6), np.left_shift(np.uint64(1), (tokens & 63).astype(np.uint64)))
         inter = np.concatenate(
             [
@@ -306,6 +308,19 @@ def _verify(
         )
         ok = 2.0 * inter / (size[a] + size[b]) >= threshold
         return a[ok], b[ok]
+    # Large vocabulary: an exact upper bound first. With tokens split into 128 buckets,
+    # |A & B| <= sum_k min(|A_k|, |B_k|); it removes most unrelated candidates (bound ~0.7) cheaply.
+    counts = np.bincount(doc_of * 128 + (tokens & 127), minlength=num_docs * 128).reshape(num_docs, 128)
+    counts = counts.astype(np.uint16)
+    bound = np.concatenate(
+        [
+            np.minimum(counts[a[i : i + 65536]], counts[b[i : i + 65536]]).sum(axis=1, dtype=np.int64)
+            for i in range(0, a.shape[0], 65536)
+        ]
+        or [np.zeros(0, dtype=np.int64)]
+    )
+    possible = 2.0 * bound / (size[a] + size[b]) >= threshold
+    a, b = a[possible], b[possible]
     parent = list(range(num_docs))
 
     def find(x: int) -> int:
@@ -379,25 +394,33 @@ def lsh_bands(threshold: float) -> tuple[int, int]:
 
 
 def _lsh_candidates(
-    doc: np.ndarray, code: np.ndarray, block: np.ndarray, num_docs: int, threshold: float
+    doc: np.ndarray, codes: np.ndarray, token: np.ndarray, block: np.ndarray, num_docs: int, threshold: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Candidate pairs (a < b) from MinHash signatures and LSH banding.
+    """Candidate pairs (a < b) from MinHash signatures and LSH banding; ``codes[token]`` is the code of each
+    (doc, shingle) entry.
 
     Signature: for each of ``LSH_BINS`` fixed hash functions ``h_k`` (splitmix64 of the shingle code mixed with
     k: functions of the shingle bytes only), a doc keeps ``min h_k`` over its shingles; two docs agree on a
     position with probability J (their Jaccard similarity). Docs in the same block whose r positions of a band
     all agree, in any of the b bands (see :func:`lsh_bands`), become candidates.
     """
-    codes, token = _sorted_unique(code)
     size = np.bincount(doc, minlength=num_docs)
     start = np.cumsum(size) - size
     r, b = lsh_bands(threshold)
     seeds = _mix64(np.arange(1, r * b + 1, dtype=np.uint64))  # (K,) one per hash function
     codes = codes.astype(np.uint64)
-    sig = np.empty((r * b, num_docs), dtype=np.uint32)  # (K, D)
+    table = np.empty((r * b, codes.shape[0]), dtype=np.uint32)  # (K, V) h_k of each distinct shingle
     for k in range(r * b):
-        h_k = (_mix64(codes ^ seeds[k]) >> np.uint64(32)).astype(np.uint32)  # (V,) hash of each distinct shingle
-        sig[k] = np.minimum.reduceat(h_k[token], start)  # docs are contiguous and non-empty
+        table[k] = (_mix64(codes ^ seeds[k]) >> np.uint64(32)).astype(np.uint32)
+    sig = np.empty((r * b, num_docs), dtype=np.uint32)  # (K, D) MinHash signatures
+    for lo in range(0, num_docs, 512):  # docs in chunks, so each chunk's token ids stay in cache over the K passes
+        hi = min(num_docs, lo + 512)
+        tok = token[start[lo] : start[hi - 1] + size[hi - 1]]
+        offsets = start[lo:hi] - start[lo]
+        buf = np.empty(tok.shape[0], dtype=np.uint32)
+        for k in range(r * b):
+            np.take(table[k], tok, out=buf)
+            sig[k, lo:hi] = np.minimum.reduceat(buf, offsets)  # docs are contiguous and non-empty
     doc_block = np.zeros(num_docs, dtype=np.uint64)
     doc_block[doc] = block.astype(np.uint64)
     keys = np.empty((b, num_docs), dtype=np.uint64)
@@ -438,14 +461,18 @@ def _shingles(docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     encoded = [s.encode("utf-8") for s in docs.tolist()]
     lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))  # (D,)
     data = np.frombuffer(b"".join(encoded) + bytes(w), dtype=np.uint8).astype(np.int64)  # (B + w,) zero-padded
+    num_bytes = data.shape[0] - w
     ends = np.cumsum(lengths)
     starts = ends - lengths
-    doc_of_byte = np.repeat(np.arange(len(encoded)), lengths)  # (B,)
-    pos = np.flatnonzero(np.arange(doc_of_byte.shape[0]) + w <= ends[doc_of_byte])  # a full shingle starts here
-    doc = doc_of_byte[pos]
-    code = np.zeros(pos.shape[0], dtype=np.int64)
-    for k in range(w):
-        code |= data[pos + k] << (8 * (w - 1 - k))
+    code = data[:num_bytes] << (8 * (w - 1))  # (B,) the shingle starting at every byte (contiguous slices)
+    for k in range(1, w):
+        code |= data[k : num_bytes + k] << (8 * (w - 1 - k))
+    full = np.ones(num_bytes, dtype=bool)  # a full shingle starts here: not in the last w - 1 bytes of a text
+    for k in range(1, w):
+        last = ends - k
+        full[last[last >= starts]] = False
+    doc = np.repeat(np.arange(len(encoded)), lengths)[full]
+    code = code[full]
     short = np.flatnonzero(lengths < w)
     if short.size:
         short_code = (lengths[short] + 1) << (8 * w)
