@@ -11,7 +11,7 @@ STAMP := $(VENV)/.install-stamp
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test lint pytest bench clean
+.PHONY: install test lint pytest bench clean demo
 
 install: $(STAMP)
 
@@ -32,6 +32,11 @@ pytest: $(STAMP)
 	$(BIN)/python -m pytest tests
 
 test: lint pytest
+
+# CPU demo: build artifacts/tiny-model if missing, train it with GiGPO on gridnav (a few minutes on 2 cores).
+# DEMO_ITERS=2 make demo for a quick check; DEMO_SEED, DEMO_OUT (runs/demo) and DEMO_MODEL also apply.
+demo: $(STAMP)
+	$(BIN)/python -m verl_gigpo.local.demo
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_advantage.py

@@ -1,14 +1,18 @@
 """Grid navigation with walls (and optionally a key): the demo task a tiny model learns from scratch on a CPU.
 
 The agent walks on a ``size x size`` grid with a few walls; start, goal (and key) are random per task seed.
-The observation gives the *offset* to the goal in words plus the blocked directions, e.g.::
+The observation gives the blocked sides of the agent's cell (compass words) and the *offset* to the goal in
+words (rows grow downwards), e.g.::
 
-    goal: down 2, left 1. blocked: up, right.
+    walls: north, east. goal: down 2, left 1.
 
 because a model trained from scratch with sparse reward finds that feature, and not, for instance, a raw text
-picture of the grid (see ``/work/shared/notes/local-learning.md``). Actions: ``up``, ``down``, ``left``,
-``right`` (bare words or ``<action>...</action>``). Moving into a wall or off the grid is a valid no-op (the
-step still counts). Reward 1 on reaching the goal (terminated, won); 0 otherwise.
+picture of the grid (see ``/work/shared/notes/local-learning.md``). The offset comes last, next to where the
+reply starts, and the walls use words that are not actions, so the only action words in the observation point
+at the target. Actions: ``up``, ``down``, ``left``, ``right`` (bare words or ``<action>...</action>``). Moving
+into a wall or off the grid is a valid no-op (the step still counts). Reward 1 on reaching the goal (terminated,
+won); 0 otherwise. The prompt (``prompt.py``) is just the recent history and this observation: short prompts
+keep CPU training fast.
 
 Variants (constructor arguments; defaults = the demo task):
 
@@ -20,7 +24,7 @@ Variants (constructor arguments; defaults = the demo task):
 * ``observe``: what the observation shows in the key variant: ``"all"`` (default; the key's offset, or
   ``key: held``, and the goal's offset — the agent must learn to go for the key first) or ``"target"`` (only
   the offset of the current target: the key until it is held, then the goal).
-* ``show_blocked`` (True): list the blocked directions in the observation.
+* ``show_blocked`` (True): name the blocked sides (``walls: ...``) in the observation.
 * ``key_reward`` (0.0): reward for picking up the key (0 keeps the reward sparse).
 
 Anchor keys: ``state`` = task id + agent position (+ key status); ``observation`` = the observation text (it
@@ -46,6 +50,9 @@ Cell = tuple[int, int]
 #: action -> (row delta, column delta); rows grow downwards.
 ACTIONS: dict[str, Cell] = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 _OPPOSITE = {"up": "down", "down": "up", "left": "right", "right": "left"}
+#: Blocked sides are named with compass words, so that the action words in an observation only ever point to
+#: the target (a model trained from scratch first learns "the direction word in the observation is the move").
+_COMPASS = {"up": "north", "down": "south", "left": "west", "right": "east"}
 _MAX_TRIES = 10_000
 
 
@@ -184,7 +191,7 @@ class GridNavEnv(TextEnv):
         min_path: minimum length of the shortest solution.
         key: add a key that unlocks the goal.
         observe: ``"all"`` or ``"target"`` (key variant only; see the module docstring).
-        show_blocked: list the blocked directions in the observation.
+        show_blocked: name the blocked sides of the agent's cell in the observation.
         key_reward: reward for picking up the key.
     """
 
@@ -274,8 +281,8 @@ class GridNavEnv(TextEnv):
             parts.append(f"goal: {_offset_words(self.agent, task.goal)}")
         text = ". ".join(parts) + "."
         if self.show_blocked:
-            blocked = [a for a in ACTIONS if task.move(self.agent, a, self.has_key) == self.agent]
-            text += f" blocked: {', '.join(blocked) if blocked else 'none'}."
+            blocked = [_COMPASS[a] for a in ACTIONS if task.move(self.agent, a, self.has_key) == self.agent]
+            text = f"walls: {', '.join(blocked) if blocked else 'none'}. {text}"
         return text
 
     def _match_action(self, candidate: str) -> str | None:

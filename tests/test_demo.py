@@ -1,0 +1,38 @@
+"""`make demo` in its shortened mode (DEMO_ITERS=2), as a subprocess like make runs it (CPU-only)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_make_demo_target_runs_the_demo_module_cpu():
+    out = subprocess.run(["make", "-n", "demo"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert "-m verl_gigpo.local.demo" in out
+
+
+def test_demo_shortened_mode_cpu(tiny_model_dir, tmp_path):
+    env = {
+        **os.environ,
+        "DEMO_ITERS": "2",
+        "DEMO_SEED": "1",
+        "DEMO_OUT": str(tmp_path / "run"),
+        "DEMO_MODEL": str(tiny_model_dir),  # the session's tiny model (building the full-size one is tested apart)
+        "HF_HUB_OFFLINE": "1",
+    }
+    # a smaller validation set keeps the shortened mode quick; everything else is the demo's configuration
+    cmd = [sys.executable, "-m", "verl_gigpo.local.demo", "data.val_size=16", "local.progress=false"]
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = done.stdout
+    assert "validation success before training:" in text and "validation success after training:" in text
+    assert f"metrics: {tmp_path / 'run' / 'metrics.jsonl'}" in text
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["training_step"] for m in lines] == [0.0, 1.0, 2.0]
+    assert lines[-1]["val/success_rate"] >= 0 and "gigpo/num_step_groups" in lines[-1]
+    assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 1000
