@@ -235,6 +235,18 @@ def test_anchor_group_ids_feed_the_estimator_cpu():
     np.testing.assert_array_equal(via_ids.anchor_group_size, direct.anchor_group_size)
 
 
+def test_anchor_group_ids_row_mask_cpu():
+    # Masked rows (padding, failed episodes) are skipped, even with keys that would be invalid, and get -1.
+    keys = np.array(["room a", "room a!", None, "room a"], dtype=object)
+    groups = ["g", "g", "g", "g"]
+    mask = np.array([True, True, False, True])
+    ids = anchor_group_ids(keys, groups, 0.5, row_mask=mask)
+    assert ids[2] == -1 and ids[0] == ids[1] == ids[3] >= 0
+    np.testing.assert_array_equal(anchor_group_ids(keys, groups, row_mask=mask)[[0, 3]], [0, 0])
+    with pytest.raises(ValueError, match=r"row_mask must be a bool array of shape \(4,\)"):
+        anchor_group_ids(keys, groups, row_mask=np.ones(4, dtype=int))
+
+
 def test_anchor_group_ids_validation_cpu():
     with pytest.raises(ValueError, match=r"length mismatch: anchor_keys has 2 entries but group_ids has 3"):
         anchor_group_ids(["a", "b"], ["g", "g", "g"])

@@ -187,6 +187,8 @@ def anchor_group_ids(
     anchor_keys: Sequence[Any] | np.ndarray,
     group_ids: Sequence[Any] | np.ndarray,
     similarity_threshold: float | None = None,
+    *,
+    row_mask: np.ndarray | None = None,
 ) -> np.ndarray:
     """Anchor-group id of each row: rows share an id iff they are in the same episode group and their anchor
     keys match.
@@ -202,14 +204,16 @@ def anchor_group_ids(
         anchor_keys: ``(N,)`` hashables (exact mode) or str (similarity mode).
         group_ids: ``(N,)`` hashables, the episode group of each row.
         similarity_threshold: None / 1.0 for exact keys, else a threshold in (0, 1).
+        row_mask: optional ``(N,)`` bool; rows with False (padding, failed episodes) are left out: not
+            validated, never compared, id -1.
 
     Returns:
-        ``(N,)`` int64 ids in ``[0, K)``. The partition does not depend on the row order; the id values are
-        numbered by first appearance and carry no meaning.
+        ``(N,)`` int64 ids in ``[0, K)`` (-1 for masked rows). The partition does not depend on the row order; the
+        id values are numbered by first appearance and carry no meaning.
 
     Raises:
-        ValueError: length mismatch, missing (None/NaN) or unhashable keys/ids, a threshold outside (0, 1], or
-            non-str keys in similarity mode.
+        ValueError: length mismatch, missing (None/NaN) or unhashable keys/ids, a threshold outside (0, 1],
+            non-str keys in similarity mode, or a row_mask that is not a bool (N,) array.
     """
     keys = _as_key_array(anchor_keys, "anchor_keys")
     groups = _as_key_array(group_ids, "group_ids")
@@ -217,6 +221,15 @@ def anchor_group_ids(
         raise ValueError(
             f"length mismatch: anchor_keys has {keys.shape[0]} entries but group_ids has {groups.shape[0]}"
         )
+    if row_mask is not None:
+        mask = np.asarray(row_mask)
+        if mask.dtype != np.bool_ or mask.shape != keys.shape:
+            raise ValueError(
+                f"row_mask must be a bool array of shape {keys.shape}, got dtype {mask.dtype} and shape {mask.shape}"
+            )
+        out = np.full(keys.shape[0], -1, dtype=np.int64)
+        out[mask] = anchor_group_ids(keys[mask], groups[mask], similarity_threshold)
+        return out
     if keys.shape[0] == 0:
         return np.zeros(0, dtype=np.int64)
     g = _codes(groups, "group_ids")
