@@ -131,7 +131,9 @@ def compute_step_advantages(
     """
     keys = steps.anchor_keys
     if cfg.key_mode == "similarity":
-        keys = anchor_group_ids(keys, steps.group_ids, similarity_threshold=cfg.similarity_threshold)
+        keys = anchor_group_ids(
+            keys, steps.group_ids, similarity_threshold=cfg.similarity_threshold, row_mask=steps.row_mask
+        )
     terms = gigpo_advantage_terms(
         torch.as_tensor(steps.step_rewards, dtype=torch.float32),
         response_mask,

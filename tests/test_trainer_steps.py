@@ -1,0 +1,109 @@
+"""CPU unit tests of the trainer mode's step-row handling (no Ray): reading rows, metrics, similarity keys."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from verl_gigpo.advantage import compute_gigpo_advantage
+from verl_gigpo.anchors import anchor_group_ids
+from verl_gigpo.config import GiGPOConfig
+from verl_gigpo.trainer import StepBatch, compute_step_advantages, episode_metrics, gigpo_config_from
+
+
+def _row(traj, step, key, reward, *, valid=True, won=False, error=False, task_type="pick", dropped=0):
+    return {
+        "traj_id": traj,
+        "step_id": step,
+        "anchor_key": key,
+        "step_reward": reward,
+        "action_valid": valid,
+        "won": won,
+        "env_error": error,
+        "task_type": task_type,
+        "history_dropped": dropped,
+    }
+
+
+def _batch():
+    """Two groups; g0 has trajectories a (won, 2 steps) and b (lost, 3 steps); g1 has c (env error) and d."""
+    rows = [
+        ("g0", _row("a", 0, "s0", 0.0, won=True)),
+        ("g0", _row("a", 1, "s1", 10.0, won=True)),
+        ("g0", _row("b", 0, "s0", -0.1, valid=False)),
+        ("g0", _row("b", 1, "s0", 0.0, dropped=1)),
+        ("g0", _row("b", 2, "s2", 0.0)),
+        ("g1", _row("c", 0, "x", 0.0, error=True, task_type="heat")),
+        ("g1", _row("d", 0, "x", 0.0, task_type="heat")),
+    ]
+    uids = [g for g, _ in rows] + ["pad123"]  # verl's padding row: a deep copy of the first row, uid "pad..."
+    extra = [r for _, r in rows] + [dict(rows[0][1])]
+    return StepBatch.from_rows(uids, extra, [False] * len(rows) + [True])
+
+
+def test_padding_and_failed_episodes_are_masked():
+    steps = _batch()
+    assert steps.row_mask.tolist() == [True, True, True, True, True, False, True, False]
+
+
+def test_episode_metrics_by_hand():
+    m = episode_metrics(_batch())
+    # trajectories a (won), b, c (env error), d; padding excluded
+    assert m["episode/num_trajectories"] == 4 and m["episode/num_step_rows"] == 7
+    assert m["env/success_rate"] == pytest.approx(1 / 4)
+    assert m["env/success_rate/pick"] == pytest.approx(1 / 2) and m["env/success_rate/heat"] == 0.0
+    assert m["env/invalid_action_rate"] == pytest.approx(1 / 7)
+    assert m["env/episode_length"] == pytest.approx((2 + 3 + 1 + 1) / 4)
+    assert m["env/env_error_rate"] == pytest.approx(1 / 4)
+    assert m["env/history_dropped_rate"] == pytest.approx(1 / 7)
+    assert m["episode/return_max"] == pytest.approx(10.0) and m["episode/return_min"] == pytest.approx(-0.1)
+
+
+def test_rows_without_step_fields_name_the_agent_loop():
+    with pytest.raises(ValueError, match="gigpo_env_agent"):
+        StepBatch.from_rows(["u"], [{"turn_scores": []}], [False])
+    with pytest.raises(ValueError, match="differ in length"):
+        StepBatch.from_rows(["u", "v"], [{}], [False])
+
+
+def test_step_advantages_equal_the_estimator_on_the_real_rows():
+    steps = _batch()
+    mask = torch.ones(len(steps.group_ids), 3)
+    cfg = GiGPOConfig(key_mode="state")
+    adv, ret, stats = compute_step_advantages(steps, mask, cfg)
+    want_adv, want_ret = compute_gigpo_advantage(
+        torch.tensor(steps.step_rewards, dtype=torch.float32),
+        mask,
+        steps.group_ids,
+        steps.traj_ids,
+        steps.step_ids,
+        steps.anchor_keys,
+        row_mask=steps.row_mask,
+    )
+    torch.testing.assert_close(adv, want_adv, rtol=0, atol=0)
+    torch.testing.assert_close(ret, want_ret, rtol=0, atol=0)
+    assert adv[5].abs().sum() == 0 and adv[7].abs().sum() == 0  # failed episode and padding rows
+    assert stats["gigpo/num_masked_rows"] == 2
+
+
+def test_similarity_key_mode_merges_near_identical_observations():
+    obs = "You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a countertop 1."
+    rows = [_row("a", 0, obs, 1.0), _row("b", 0, obs + " ", 0.0), _row("c", 0, obs.replace("1.", "2."), 0.5)]
+    steps = StepBatch.from_rows(["g"] * 3, rows, [False] * 3)
+    mask = torch.ones(3, 2)
+    exact = compute_step_advantages(steps, mask, GiGPOConfig(key_mode="observation"))[2]
+    similar = compute_step_advantages(steps, mask, GiGPOConfig(key_mode="similarity", similarity_threshold=0.9))[2]
+    assert exact["gigpo/num_step_groups"] == 3 and similar["gigpo/num_step_groups"] < 3
+    ids = anchor_group_ids(steps.anchor_keys, steps.group_ids, similarity_threshold=0.9)
+    assert ids[0] == ids[1]
+
+
+def test_config_from_verl_algorithm_section():
+    algorithm = OmegaConf.create({"gamma": 0.9, "gigpo": {"norm": "mean", "step_advantage_w": 0.5}})
+    cfg = gigpo_config_from(algorithm)
+    assert (cfg.gamma, cfg.norm, cfg.step_advantage_w) == (0.9, "mean", 0.5)
+    with pytest.raises(ValueError, match="mean_norm"):
+        gigpo_config_from(OmegaConf.create({"gamma": 0.9, "gigpo": {"norm": "mean_norm"}}))
+    assert np.isclose(gigpo_config_from(OmegaConf.create({"gamma": 1.0})).gamma, 1.0)
