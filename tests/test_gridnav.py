@@ -58,6 +58,15 @@ def test_golden_observations_on_a_hand_built_layout_cpu():
     assert key_env._state_observation() == "walls: south, east. goal: up 2, left 1."
 
 
+def test_prompt_is_history_and_observation_only_cpu():
+    env = make_env("gridnav", show_blocked=False)
+    obs, info = env.reset(seed=0)
+    assert env.render_prompt(obs, info) == obs == "goal: right 3."
+    past = [("goal: right 4.", "right")]
+    expected = "Recent history:\ngoal: right 4. -> right\ngoal: right 3."
+    assert env.render_prompt(obs, {**info, "step": 1}, past) == expected
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [

@@ -55,6 +55,28 @@ async def test_concurrent_greedy_equals_one_at_a_time_cpu(server, model_and_toke
         assert a.log_probs == pytest.approx(b.log_probs, abs=1e-4)
 
 
+async def test_identical_prompts_are_prefilled_once_cpu(server, model_and_tokenizer):
+    _, tok = model_and_tokenizer
+    prompts = _prompts(tok, 2)
+    requests = [prompts[i % 2] for i in range(8)]  # 2 distinct prompts, 4 requests each
+    params = [{"max_tokens": 1 + i % 3, "seed": i, "allowed_token_ids": _no_eos(tok, server)} for i in range(8)]
+    alone = [
+        await server.generate(str(i), prompt_ids=p, sampling_params=q)
+        for i, (p, q) in enumerate(zip(requests, params, strict=True))
+    ]
+    before = server.stats["prefill_rows"]
+    together = await asyncio.gather(
+        *[
+            server.generate(str(i), prompt_ids=p, sampling_params=q)
+            for i, (p, q) in enumerate(zip(requests, params, strict=True))
+        ]
+    )
+    assert server.stats["prefill_rows"] - before == 2
+    for a, b, q in zip(alone, together, params, strict=True):
+        assert a.token_ids == b.token_ids and len(b.token_ids) == q["max_tokens"]
+        assert a.log_probs == pytest.approx(b.log_probs, abs=1e-4)
+
+
 async def test_batches_are_capped_by_max_batch_size_cpu(server, model_and_tokenizer):
     _, tok = model_and_tokenizer
     outs = await asyncio.gather(
@@ -151,7 +173,7 @@ async def test_sampling_follows_the_model_distribution_cpu(server, model_and_tok
     ids = [tok.convert_tokens_to_ids(a) for a in ACTIONS]
     params = {"max_tokens": 1, "allowed_token_ids": ids, "temperature": 0.3}
     outs = await asyncio.gather(
-        *[server.generate(str(i), prompt_ids=prompt, sampling_params={**params, "seed": i}) for i in range(400)]
+        *[server.generate(str(i), prompt_ids=prompt, sampling_params={**params, "seed": i}) for i in range(240)]
     )
     probs = {}
     for o in outs:

@@ -124,9 +124,7 @@ def test_resume_gives_the_same_run_cpu(tiny_model_dir, tmp_path):
         _cfg(tiny_model_dir, tmp_path / "b", "trainer.total_training_steps=2", "trainer.resume=true", *common)
     )
     try:
-        assert resumed.load_checkpoint() == 1
-        resumed.iteration, resumed.history = 0, []  # fit() resumes by itself; start from a clean object state
-        history_b = resumed.fit()
+        history_b = resumed.fit()  # trainer.resume=true: restores iteration 1 (model, optimizer, RNGs, metrics)
         params_b = _params(resumed.model)
     finally:
         resumed.close()
