@@ -68,7 +68,7 @@ def alfworld_data(tmp_path_factory):
 # ------------------------------------------------------------------------- a tiny model that answers in the format
 @pytest.fixture(scope="session")
 def action_model_dir(tiny_model_dir, tmp_path_factory):
-    """The tiny model after ~60 supervised steps on gridnav prompts -> a uniformly random action word + EOS.
+    """The tiny model after 40 supervised steps on gridnav prompts -> a uniformly random action word + EOS.
 
     A random-init model almost never emits a parseable action, so its rollouts are all invalid steps with equal
     returns — a degenerate batch. This one replies with valid actions (in random directions), so rollouts have
