@@ -31,6 +31,7 @@ if [[ -n "$RETRIEVER_URL" ]]; then
     retriever=(+env.kwargs.retriever_url="$RETRIEVER_URL")
 fi
 
+gigpo_verl_overrides
 cmd=(
     "$PYTHON" -m verl_gigpo.main
     algorithm.adv_estimator="$ADV_ESTIMATOR"
@@ -52,40 +53,7 @@ cmd=(
     data.max_response_length=512
     data.filter_overlong_prompts=false
     data.return_raw_chat=true
-    actor_rollout_ref.model.path="$MODEL_PATH"
-    actor_rollout_ref.model.use_remove_padding=true
-    actor_rollout_ref.model.enable_gradient_checkpointing=true
-    actor_rollout_ref.actor.optim.lr=1e-6
-    actor_rollout_ref.actor.ppo_mini_batch_size=16
-    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16
-    actor_rollout_ref.actor.use_kl_loss=true
-    actor_rollout_ref.actor.kl_loss_coef=0.01
-    actor_rollout_ref.actor.kl_loss_type=low_var_kl
-    actor_rollout_ref.actor.entropy_coeff=0.001
-    actor_rollout_ref.actor.fsdp_config.param_offload=false
-    actor_rollout_ref.actor.fsdp_config.optimizer_offload=false
-    actor_rollout_ref.rollout.name=vllm
-    actor_rollout_ref.rollout.n="$GROUP_SIZE"
-    actor_rollout_ref.rollout.tensor_model_parallel_size=1
-    actor_rollout_ref.rollout.gpu_memory_utilization=0.6
-    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32
-    actor_rollout_ref.rollout.temperature=1.0
-    actor_rollout_ref.rollout.val_kwargs.do_sample=true
-    actor_rollout_ref.rollout.val_kwargs.temperature=0.4
-    actor_rollout_ref.rollout.val_kwargs.n=1
-    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32
-    actor_rollout_ref.ref.fsdp_config.param_offload=true
-    trainer.n_gpus_per_node="$N_GPUS"
-    trainer.nnodes=1
-    trainer.total_training_steps="$TOTAL_ITERS"
-    trainer.total_epochs=1000
-    trainer.test_freq="$TEST_FREQ"
-    trainer.save_freq=50
-    trainer.val_before_train=true
-    trainer.critic_warmup=0
-    trainer.logger='["console"]'
-    trainer.project_name=verl_gigpo
-    trainer.experiment_name="$EXPERIMENT"
+    "${GIGPO_VERL_OVERRIDES[@]}"
     "$@"
 )
 gigpo_run "${cmd[@]}"
