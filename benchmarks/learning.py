@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="artifacts/tiny-model", help="built with tiny_model when missing")
     parser.add_argument("--runs", default="runs/learning")
     parser.add_argument("--report-only", action="store_true", help="only rebuild the table and plot")
-    parser.add_argument("--no-results", action="store_true", help="do not touch benchmarks/RESULTS.md")
+    parser.add_argument("--no-results", action="store_true", help="print only: write neither RESULTS.md nor the PNG")
     parser.add_argument("extra", nargs="*", help="extra overrides for every run (key=value)")
     args = parser.parse_args(argv)
     names = [n for n in args.configs.split(",") if n]
@@ -271,10 +271,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     rows = summarise(curves, args.threshold)
     png = REPO / "benchmarks" / "learning.png"
-    plot(curves, png, args.threshold, "gridnav with key: validation success")
     text = markdown(rows, args, command, wall, load)
     print(text)
     if not args.no_results:
+        plot(curves, png, args.threshold, "gridnav with key: validation success")
         write_section(REPO / "benchmarks" / "RESULTS.md", text)
         print(f"written: {REPO / 'benchmarks' / 'RESULTS.md'} and {png}")
     return 0
