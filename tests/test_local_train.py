@@ -38,9 +38,12 @@ def _params(model):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-@pytest.mark.parametrize("estimator", ["gigpo", "grpo", "rloo"])
+@pytest.mark.parametrize("estimator", ["gigpo", "gigpo-similarity", "grpo", "rloo"])
 def test_one_iteration_updates_the_model_cpu(tiny_model_dir, tmp_path, estimator):
-    trainer = LocalTrainer(_cfg(tiny_model_dir, tmp_path, f"algorithm.adv_estimator={estimator}"))
+    extra = [f"algorithm.adv_estimator={estimator.split('-')[0]}"]
+    if estimator == "gigpo-similarity":  # observation texts grouped by similarity (verl_gigpo.anchors)
+        extra += ["algorithm.gigpo.key_mode=similarity", "algorithm.gigpo.similarity_threshold=0.95"]
+    trainer = LocalTrainer(_cfg(tiny_model_dir, tmp_path, *extra))
     try:
         before = _params(trainer.model)
         metrics = trainer.train_step()
@@ -58,7 +61,8 @@ def test_one_iteration_updates_the_model_cpu(tiny_model_dir, tmp_path, estimator
     assert metrics["rollout/forward_rows"] < metrics["rollout/rows"]
     assert metrics["rollout/logprob_diff_max"] < 1e-4
     assert metrics["rollout/batch_size_mean"] > 1  # concurrent episodes shared batched generations
-    if estimator == "gigpo":
+    if estimator.startswith("gigpo"):
+        assert trainer.episode_config.key_mode == ("observation" if "similarity" in estimator else "state")
         assert metrics["gigpo/num_episode_groups"] == 3
         assert metrics["gigpo/step_group_size_mean"] > 1
     for key in ("timing_s/rollout", "timing_s/generate", "timing_s/env", "timing_s/adv", "timing_s/update"):
