@@ -69,8 +69,14 @@ def episode_config_from(config: Any) -> EpisodeConfig:
     )
 
 
-def episode_to_outputs(episode: Episode, *, placeholder_prompt_ids: list[int], eos_id: int) -> list[AgentLoopOutput]:
+def episode_to_outputs(
+    episode: Episode, *, placeholder_prompt_ids: list[int], eos_id: int, weight_version: int | None = None
+) -> list[AgentLoopOutput]:
     """One ``AgentLoopOutput`` per step of ``episode`` (see the module docstring for ``extra_fields``).
+
+    ``min_global_steps``/``max_global_steps`` (the weight versions verl's off-policy bookkeeping reads from every
+    row) come from the server's outputs; ``weight_version`` (the batch's ``global_steps``) fills them in when no
+    generation happened (an environment that failed at reset).
 
     An episode whose environment failed before its first step yields one placeholder row (``placeholder_prompt_ids``,
     response ``[eos_id]``, response_mask 0, ``env_error`` True) because verl expects at least one output.
@@ -92,8 +98,8 @@ def episode_to_outputs(episode: Episode, *, placeholder_prompt_ids: list[int], e
         "env_error_message": episode.env_error or "",
         "episode_length": episode.length,
         "episode_return": episode.episode_return,
-        "min_global_steps": min(min_versions) if min_versions else None,
-        "max_global_steps": max(max_versions) if max_versions else None,
+        "min_global_steps": min(min_versions) if min_versions else weight_version,
+        "max_global_steps": max(max_versions) if max_versions else weight_version,
         "reward_extra_info": {
             "won": float(episode.won),
             "episode_length": float(episode.length),
@@ -206,4 +212,10 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
         if not episode.steps:
             placeholder = self.tokenizer.encode(f"environment {env_name} failed: {episode.env_error}")[:64] or [0]
         eos = self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else 0
-        return episode_to_outputs(episode, placeholder_prompt_ids=placeholder, eos_id=eos)
+        version = kwargs.get("global_steps")
+        return episode_to_outputs(
+            episode,
+            placeholder_prompt_ids=placeholder,
+            eos_id=eos,
+            weight_version=int(version) if version is not None else None,
+        )

@@ -1,0 +1,59 @@
+"""CPU tests of the agent loop's episode -> verl rows conversion, including failed episodes."""
+
+from __future__ import annotations
+
+from verl_gigpo.agent_loop import episode_to_outputs
+from verl_gigpo.rollout import Episode, StepRecord, TaskSpec
+from verl_gigpo.trainer import StepBatch
+
+
+def _step(i: int, *, valid: bool = True, reward: float = 0.0, versions=(3, 3)) -> StepRecord:
+    return StepRecord(
+        step_id=i,
+        observation=f"obs{i}",
+        anchor_key=f"key{i}",
+        prompt_text="p",
+        prompt_ids=[1, 2, 3],
+        response_ids=[7, 8],
+        response_logprobs=[-0.5, -0.25],
+        response_text="up",
+        action="up" if valid else None,
+        action_valid=valid,
+        env_reward=reward,
+        step_reward=reward - (0.0 if valid else 0.1),
+        terminated=False,
+        truncated=False,
+        won=False,
+        generation_info={"min_global_steps": versions[0], "max_global_steps": versions[1]},
+    )
+
+
+def test_one_row_per_step_with_the_final_reward_score():
+    steps = [_step(0, valid=False), _step(1, reward=1.0, versions=(3, 4))]
+    ep = Episode(traj_id="u_0", task=TaskSpec("gridnav", seed=5), task_id="train/5", steps=steps, won=True)
+    ep.episode_return = sum(s.step_reward for s in steps)
+    rows = episode_to_outputs(ep, placeholder_prompt_ids=[], eos_id=0)
+    assert len(rows) == 2
+    assert rows[0].reward_score is None and rows[1].reward_score == 0.9  # verl copies it to earlier rows
+    assert rows[0].response_mask == [1, 1] and rows[0].response_logprobs == [-0.5, -0.25]
+    first = rows[0].extra_fields
+    assert (first["traj_id"], first["step_id"], first["anchor_key"]) == ("u_0", 0, "key0")
+    assert first["step_reward"] == -0.1 and not first["action_valid"] and first["won"]  # won: the episode's
+    assert (first["min_global_steps"], first["max_global_steps"]) == (3, 4)
+    assert first["reward_extra_info"] == {"won": 1.0, "episode_length": 2.0, "invalid_actions": 1.0}
+
+
+def test_an_episode_failed_at_reset_gives_one_masked_placeholder_row():
+    ep = Episode(traj_id="u_1", task=TaskSpec("alfworld", seed=0), env_error="EnvError: no games")
+    (row,) = episode_to_outputs(ep, placeholder_prompt_ids=[5, 6], eos_id=2, weight_version=7)
+    assert row.prompt_ids == [5, 6] and row.response_ids == [2] and row.response_mask == [0]
+    assert row.extra_fields["env_error"] and row.extra_fields["env_error_message"] == "EnvError: no games"
+    assert (row.extra_fields["min_global_steps"], row.extra_fields["max_global_steps"]) == (7, 7)
+    steps = StepBatch.from_rows(["u"], [row.extra_fields], [False])
+    assert not steps.row_mask[0]  # the trainer mode leaves it out of every statistic
+
+
+def test_rows_of_an_episode_that_failed_mid_way_carry_no_loss():
+    ep = Episode(traj_id="u_2", task=TaskSpec("gridnav", seed=1), steps=[_step(0)], env_error="EnvError: boom")
+    (row,) = episode_to_outputs(ep, placeholder_prompt_ids=[], eos_id=0)
+    assert row.response_mask == [0, 0] and row.extra_fields["env_error"]
