@@ -22,7 +22,6 @@ import importlib.util
 import logging
 import os
 import platform
-import re
 import statistics
 import sys
 import time
@@ -35,6 +34,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from results_md import write_section  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 from verl_gigpo.advantage import compute_gigpo_advantage, gigpo_advantage_terms  # noqa: E402
 from verl_gigpo.anchors import similarity_groups  # noqa: E402
@@ -160,6 +161,7 @@ def median_time(fn, repeats: int) -> float:
 
 
 def main() -> None:
+    """CLI entry point (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, print only (do not write RESULTS.md)")
     parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
@@ -246,19 +248,8 @@ def main() -> None:
     print()
     print(section)
     if not args.quick:
-        write_section(args.results, section)
+        write_section(section, "## Estimator speed", args.results)
         print(f"wrote {args.results}")
-
-
-def write_section(path: Path, section: str) -> None:
-    """Replace (or append) the "## Estimator speed" section of ``path``, keeping every other section."""
-    text = path.read_text() if path.exists() else "# Benchmark results\n\n"
-    pattern = re.compile(r"^## Estimator speed\n.*?(?=^## |\Z)", re.DOTALL | re.MULTILINE)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section + "\n", text, count=1)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text.rstrip("\n") + "\n")
 
 
 if __name__ == "__main__":
