@@ -191,7 +191,8 @@ def markdown(rows: list[dict], args: argparse.Namespace, command: str, wall: flo
         f"Task: gridnav with a key ({' '.join(o for o in TASK if o.startswith('env.'))}); tiny model "
         f"`{args.model}`; {args.iters} iterations x (8 tasks x 8 episodes); validation on {args.val_size} fixed "
         f"test-split tasks every {args.test_freq} iterations (sampled, temperature 1); seeds "
-        f"{', '.join(str(s) for s in range(args.seeds))}. Mean ± std over seeds.",
+        f"{', '.join(str(s) for s in range(args.seeds))}. Mean ± std over seeds (population std, ddof 0); "
+        f"'reaching' = some validation point at or above the threshold.",
         "",
         f"| config | seeds | val success at start | final val success | mean val success over training | "
         f"train success, last 20 it. | seeds reaching {args.threshold:.2f} | median it. to {args.threshold:.2f} | "
