@@ -9,10 +9,11 @@ the same rollout budget (tasks x group size per iteration) and the same optimise
 estimator differs. Each run is ``python -m verl_gigpo.local.train`` in its own process with one torch thread;
 ``--jobs`` of them run side by side (more total throughput than one run on two threads).
 
-The task (``TASK``): gridnav with a key (7x7 would be too slow to learn here; see the RESULTS section), where the
-goal is a locked door until the agent has stepped on the key: longer horizons than the demo, a decision whose
-pay-off comes later (fetching the key), and many states revisited across a group — where step-level credit
-should matter.
+The task (``TASK``): 5x5 gridnav with a key (``observe=target``: the observation gives the offset to the key
+until it is held, then to the goal), where the goal is a locked door until the agent has stepped on the key:
+longer horizons than the demo (shortest solutions of 5+ steps, 15-step limit), a sub-goal whose pay-off comes
+later, and many states revisited across a group — where step-level credit should matter. About 1-2% of random
+episodes succeed, so the reward is sparse.
 
 Outputs: ``benchmarks/learning.png`` (validation success, mean and spread over seeds, per configuration) and the
 section "## Learning: GiGPO vs GRPO" of ``benchmarks/RESULTS.md`` (replaced in place; other sections are kept),

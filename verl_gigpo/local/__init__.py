@@ -2,7 +2,9 @@
 
     python -m verl_gigpo.local.tiny_model --out artifacts/tiny-model
     python -m verl_gigpo.local.train actor_rollout_ref.model.path=artifacts/tiny-model
+    make demo                                  # = python -m verl_gigpo.local.demo
 
 Submodules: :mod:`~verl_gigpo.local.server` (``LocalGenerationServer``), :mod:`~verl_gigpo.local.tiny_model`
-(``build_tiny_model``), :mod:`~verl_gigpo.local.train` (the training loop). Nothing heavy is imported here.
+(``build_tiny_model``), :mod:`~verl_gigpo.local.train` (``LocalTrainer``, the training loop),
+:mod:`~verl_gigpo.local.demo` (the CPU demo). Nothing heavy is imported here.
 """
