@@ -18,7 +18,7 @@ env_name, task_id  environment and its task id; task_type (e.g. ALFWorld's pick/
 env_error          the environment raised; the episode stopped there and its rows get response_mask 0
 history_dropped    past steps dropped from this prompt to fit ``data.max_prompt_length``
 episode_length     number of steps of the episode; episode_return: sum of its step rewards
-reward_extra_info  {"won", "episode_length", "invalid_actions"} — verl logs these in validation metrics
+reward_extra_info  {"acc" (= won), "episode_length", "invalid_actions"}: verl logs them as validation metrics
 =================  ==========================================================================================
 
 ``reward_score`` of the final row is the episode return (verl copies it to the episode's other rows, and
@@ -101,7 +101,7 @@ def episode_to_outputs(
         "min_global_steps": min(min_versions) if min_versions else weight_version,
         "max_global_steps": max(max_versions) if max_versions else weight_version,
         "reward_extra_info": {
-            "won": float(episode.won),
+            "acc": float(episode.won),  # verl makes "acc" its core validation metric: val-core/<source>/acc/mean@n
             "episode_length": float(episode.length),
             "invalid_actions": float(episode.num_invalid),
         },
