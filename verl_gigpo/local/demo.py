@@ -20,6 +20,7 @@ import logging
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 __all__ = ["DEMO_ITERS", "DEMO_OVERRIDES", "main", "run_demo"]
@@ -81,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.iters < 1:
         parser.error(f"--iters / DEMO_ITERS must be >= 1, got {args.iters}")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # verl warns at import about training engines it cannot load (megatron, torchtitan, ...); none is used here
+    warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
     print(f"gridnav demo: GiGPO, {args.iters} iterations, seed {args.seed}, CPU", flush=True)
     result = run_demo(iters=args.iters, seed=args.seed, out_dir=args.out, model_dir=args.model, extra=args.overrides)
     print(f"validation success before training: {result['val_start']:.3f}")

@@ -74,6 +74,7 @@ import random
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -884,6 +885,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint (trainer.resume)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # verl warns at import about training engines it cannot load (megatron, torchtitan, ...); none is used here
+    warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
     overrides = list(args.overrides) + (["trainer.resume=true"] if args.resume else [])
     try:
         cfg = load_config(overrides, args.config)
