@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from verl_gigpo.advantage import compute_gigpo_advantage
 from verl_gigpo.anchors import anchor_group_ids
 from verl_gigpo.config import GiGPOConfig
-from verl_gigpo.trainer import StepBatch, compute_step_advantages, episode_metrics, gigpo_config_from
+from verl_gigpo.trainer import StepBatch, compute_step_advantages, episode_metrics
 
 
 def _row(traj, step, key, reward, *, valid=True, won=False, error=False, task_type="pick", dropped=0):
@@ -102,8 +102,9 @@ def test_similarity_key_mode_merges_near_identical_observations():
 
 def test_config_from_verl_algorithm_section():
     algorithm = OmegaConf.create({"gamma": 0.9, "gigpo": {"norm": "mean", "step_advantage_w": 0.5}})
-    cfg = gigpo_config_from(algorithm)
+    cfg = GiGPOConfig.from_algorithm(algorithm)
     assert (cfg.gamma, cfg.norm, cfg.step_advantage_w) == (0.9, "mean", 0.5)
     with pytest.raises(ValueError, match="mean_norm"):
-        gigpo_config_from(OmegaConf.create({"gamma": 0.9, "gigpo": {"norm": "mean_norm"}}))
-    assert np.isclose(gigpo_config_from(OmegaConf.create({"gamma": 1.0})).gamma, 1.0)
+        GiGPOConfig.from_algorithm(OmegaConf.create({"gamma": 0.9, "gigpo": {"norm": "mean_norm"}}))
+    assert np.isclose(GiGPOConfig.from_algorithm(OmegaConf.create({"gamma": 1.0})).gamma, 1.0)
+    assert GiGPOConfig.from_algorithm(None) == GiGPOConfig() == GiGPOConfig.from_algorithm({"gigpo": None})

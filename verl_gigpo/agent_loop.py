@@ -56,8 +56,7 @@ def episode_config_from(config: Any) -> EpisodeConfig:
             f"the '{AGENT_LOOP_NAME}' agent loop needs the env.* config section; run with "
             "`python -m verl_gigpo.main` (config verl_gigpo/config/gigpo_trainer.yaml)"
         )
-    gigpo = config.algorithm.get("gigpo", None) or {}
-    key_mode = GiGPOConfig.from_mapping(dict(gigpo)).env_key_mode
+    key_mode = GiGPOConfig.from_algorithm(config.algorithm).env_key_mode
     rollout = config.actor_rollout_ref.rollout
     return EpisodeConfig(
         max_steps=int(env.max_steps),

@@ -120,6 +120,25 @@ class GiGPOConfig:
             raise ValueError(f"unknown GiGPO config key(s) {unknown}; known keys: {known}")
         return cls(**{k: v for k, v in mapping.items() if v is not None})
 
+    @classmethod
+    def from_algorithm(cls, algorithm: Any) -> GiGPOConfig:
+        """Build from verl's ``algorithm`` config section (a dict or ``DictConfig``, or None for the defaults):
+        the ``algorithm.gigpo.*`` keys plus ``gamma = algorithm.gamma`` (the discount both engines share).
+
+        Raises:
+            ValueError: as :meth:`from_mapping`.
+        """
+        if algorithm is None:
+            return cls()
+        if isinstance(algorithm, DictConfig):
+            algorithm = OmegaConf.to_container(algorithm, resolve=True)
+        if not isinstance(algorithm, Mapping):
+            raise ValueError(f"GiGPOConfig.from_algorithm needs a dict or DictConfig, got {type(algorithm).__name__}")
+        gigpo = dict(algorithm.get("gigpo") or {})
+        if algorithm.get("gamma") is not None:
+            gigpo["gamma"] = float(algorithm["gamma"])
+        return cls.from_mapping(gigpo)
+
     def estimator_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :func:`verl_gigpo.advantage.compute_gigpo_advantage` (and
         ``gigpo_advantage_terms``): gamma, step_advantage_w, norm, epsilon, episode_stats."""

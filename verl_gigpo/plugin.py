@@ -67,8 +67,7 @@ def gigpo_adv_estimator(
     from verl_gigpo.advantage import compute_gigpo_advantage
     from verl_gigpo.config import GiGPOConfig
 
-    gigpo_cfg = config.get("gigpo", {}) if config is not None else {}
-    cfg = GiGPOConfig.from_mapping({**dict(gigpo_cfg or {}), "gamma": float(config.get("gamma", 0.95))})
+    cfg = GiGPOConfig.from_algorithm(config)
     return compute_gigpo_advantage(
         kwargs["step_rewards"],
         response_mask,

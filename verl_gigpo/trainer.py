@@ -35,7 +35,7 @@ from verl_gigpo.advantage import gigpo_advantage_terms
 from verl_gigpo.anchors import anchor_group_ids
 from verl_gigpo.config import GiGPOConfig
 
-__all__ = ["GiGPOTrainerSync", "StepBatch", "compute_step_advantages", "episode_metrics", "gigpo_config_from"]
+__all__ = ["GiGPOTrainerSync", "StepBatch", "compute_step_advantages", "episode_metrics"]
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
@@ -106,12 +106,6 @@ class StepBatch:
             history_dropped=column("history_dropped", 0, np.int64),
             row_mask=~padding & ~env_error,
         )
-
-
-def gigpo_config_from(algorithm: Any) -> GiGPOConfig:
-    """``GiGPOConfig`` from verl's ``algorithm`` config: ``algorithm.gigpo.*`` plus ``gamma = algorithm.gamma``."""
-    gigpo = algorithm.get("gigpo", None) or {}
-    return GiGPOConfig.from_mapping({**dict(gigpo), "gamma": float(algorithm.get("gamma", 0.95))})
 
 
 def compute_step_advantages(
@@ -207,7 +201,7 @@ class GiGPOTrainerSync(PPOTrainerSync):
                     "adv_estimator=gigpo does not support algorithm.use_kl_in_reward=True (rewards are per step, "
                     "not per token); use the KL loss instead: actor_rollout_ref.actor.use_kl_loss=True"
                 )
-            self.gigpo_config = gigpo_config_from(algorithm)
+            self.gigpo_config = GiGPOConfig.from_algorithm(algorithm)
             agent = config.actor_rollout_ref.rollout.agent.default_agent_loop
             if agent != AGENT_LOOP_NAME:
                 logger.warning(

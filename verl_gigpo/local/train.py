@@ -174,8 +174,7 @@ def validate_config(cfg: DictConfig) -> None:
 def _gigpo_config(cfg: DictConfig):
     from verl_gigpo.config import GiGPOConfig
 
-    gigpo = OmegaConf.to_container(cfg.algorithm.gigpo, resolve=True)
-    return GiGPOConfig.from_mapping({**gigpo, "gamma": float(cfg.algorithm.gamma)})
+    return GiGPOConfig.from_algorithm(cfg.algorithm)
 
 
 # ---------------------------------------------------------------------------------------------------- data
