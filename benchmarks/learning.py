@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from results_md import write_section  # benchmarks/ is on sys.path when this runs as a script
 
 REPO = Path(__file__).resolve().parent.parent
 SECTION = "## Learning: GiGPO vs GRPO"
@@ -213,18 +214,6 @@ def markdown(rows: list[dict], args: argparse.Namespace, command: str, wall: flo
     return "\n".join(lines)
 
 
-def write_section(results: Path, text: str) -> None:
-    """Replace (or append) this benchmark's section of RESULTS.md, keeping every other section."""
-    old = results.read_text() if results.exists() else "# Benchmark results\n"
-    start = old.find(SECTION)
-    if start < 0:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        nxt = old.find("\n## ", start + len(SECTION))
-        new = old[:start] + text + ("" if nxt < 0 else old[nxt:])
-    results.write_text(new.rstrip("\n") + "\n")
-
-
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -277,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if not args.no_results:
         plot(curves, png, args.threshold, "gridnav with key: validation success")
-        write_section(REPO / "benchmarks" / "RESULTS.md", text)
+        write_section(text, SECTION, REPO / "benchmarks" / "RESULTS.md")
         print(f"written: {REPO / 'benchmarks' / 'RESULTS.md'} and {png}")
     return 0
 
