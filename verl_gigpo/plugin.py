@@ -6,7 +6,8 @@ own registries:
 * the advantage estimator ``"gigpo"`` (``verl.trainer.ppo.core_algos.register_adv_est``);
 * the agent loop ``"gigpo_env_agent"`` (``verl.experimental.agent_loop.agent_loop.register``),
   see :mod:`verl_gigpo.agent_loop`;
-* the V1 trainer mode ``"gigpo_sync"`` (``verl.trainer.ppo.v1.register_trainer``), see :mod:`verl_gigpo.trainer`.
+* the V1 trainer mode ``"gigpo_sync"`` (``verl.trainer.ppo.v1.register_trainer``), see :mod:`verl_gigpo.trainer`;
+* the ``cpu`` platform and the ``hf`` rollout backend that run verl's pipeline on a CPU, see :mod:`verl_gigpo.cpu`.
 
 verl swallows plug-in import errors at DEBUG level; this module logs a failure at ERROR level (and re-raises),
 and one INFO line on success (shown when ``VERL_LOGGING_LEVEL`` is INFO, the default for this logger).
@@ -81,6 +82,10 @@ def gigpo_adv_estimator(
 
 
 def _register() -> None:
+    # first: verl modules imported below read the platform at import time (verl/trainer/constants_ppo.py:26)
+    from verl_gigpo.cpu import register_cpu_backends
+
+    register_cpu_backends()
     from verl.trainer.ppo.core_algos import register_adv_est
 
     register_adv_est(ESTIMATOR_NAME)(gigpo_adv_estimator)

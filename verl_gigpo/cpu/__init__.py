@@ -1,0 +1,150 @@
+"""Run verl's own pipeline on a CPU: the ``cpu`` platform, the ``hf`` rollout backend and the shims they need.
+
+:func:`register_cpu_backends` is called by the plug-in (:mod:`verl_gigpo.plugin`) in every process that imports
+verl. It registers, through verl's own extension points:
+
+* the ``cpu`` platform (``verl.plugin.platform.PlatformRegistry``; selected by ``VERL_PLATFORM=cpu``, never
+  auto-detected), see :mod:`verl_gigpo.cpu.platform`;
+* the ``hf`` rollout backend (``verl.workers.rollout.replica.RolloutReplicaRegistry``; selected by
+  ``actor_rollout_ref.rollout.name=hf``), see :mod:`verl_gigpo.cpu.hf_rollout`;
+
+and, only in processes on the CPU platform, verl's FSDP engines for device ``cpu``
+(``verl.workers.engine.EngineRegistry``) and the shims of :mod:`verl_gigpo.cpu.shims`.
+
+Users reach all of it with ``python -m verl_gigpo.main platform=cpu`` or ``DEVICE=cpu`` in the
+recipes.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+# No verl import at module level: a Ray process may import a submodule (e.g. the hf server class) before verl, and
+# verl's plug-in loading then imports this package again; everything it needs must already be defined here.
+
+__all__ = [
+    "PLATFORM_NAME",
+    "ROLLOUT_NAME",
+    "activate_cpu_platform",
+    "check_cpu_config",
+    "cpu_selected",
+    "register_cpu_backends",
+    "register_cpu_engines",
+    "register_rollout_backend",
+]
+
+#: the name verl's platform registry knows the CPU platform by (``VERL_PLATFORM=cpu``)
+PLATFORM_NAME = "cpu"
+#: ``actor_rollout_ref.rollout.name`` of the Hugging Face rollout backend
+ROLLOUT_NAME = "hf"
+
+
+def cpu_selected() -> bool:
+    """True when this process runs verl on the CPU platform (``VERL_PLATFORM=cpu``)."""
+    return os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM_NAME
+
+
+_ADAPTER_PATH = "verl_gigpo.cpu.hf_rollout.HFServerAdapter"
+
+
+def _load_hf_replica() -> type:
+    from verl_gigpo.cpu.hf_rollout import HFReplica
+
+    return HFReplica
+
+
+def register_rollout_backend() -> None:
+    """Register the ``hf`` rollout backend with verl (idempotent; imports nothing heavy)."""
+    from verl.workers.rollout import base
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_hf_replica)
+    # verl/workers/rollout/base.py:89 keeps the in-worker rollout classes in a module-private dict with no
+    # register function (get_rollout_class reads it); adding our entry is the only way in.
+    base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = _ADAPTER_PATH
+
+
+def register_cpu_engines() -> None:
+    """Register verl's FSDP engines (language and value models) for device ``cpu`` (idempotent).
+
+    verl registers them for ``cuda``/``npu`` only (verl/workers/engine/fsdp/transformer_impl.py:1143, :1594); the
+    same classes run on CPU with gloo and FSDP2.
+    """
+    from verl.workers.engine.base import EngineRegistry
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
+
+    for model_type, cls in (("language_model", FSDPEngineWithLMHead), ("value_model", FSDPEngineWithValueHead)):
+        registered = EngineRegistry._engines.get(model_type, {})
+        for backend in ("fsdp", "fsdp2"):
+            if "cpu" not in registered.get(backend, {}):
+                EngineRegistry.register(model_type=model_type, backend=backend, device="cpu")(cls)
+
+
+def register_cpu_backends() -> None:
+    """Register the ``cpu`` platform and the ``hf`` rollout backend; on the CPU platform also the FSDP engines for
+    ``cpu`` and the shims (see the module docstring). Safe to call more than once."""
+    import importlib
+
+    platform = importlib.import_module("verl_gigpo.cpu.platform")
+    # a process whose first import is verl_gigpo.cpu.platform reaches here (via verl's plug-in loading) while that
+    # module is still importing verl; it registers itself at its end, so there is nothing to do yet
+    if hasattr(platform, "register_cpu_platform"):
+        platform.register_cpu_platform()
+    register_rollout_backend()
+    if cpu_selected():
+        from verl_gigpo.cpu.shims import apply_cpu_shims
+
+        apply_cpu_shims()
+        register_cpu_engines()
+
+
+def check_cpu_config(config: Any) -> None:
+    """Raise ``ValueError`` naming the setting when a ``trainer.device=cpu`` config cannot run on the CPU platform.
+
+    The settings come from ``platform=cpu`` (``verl_gigpo/config/platform/cpu.yaml``); this catches a config that
+    set ``trainer.device=cpu`` without it, or overrode one of them with a value that needs a GPU.
+    """
+    problems = []
+    arr = config.actor_rollout_ref
+    if arr.rollout.name != ROLLOUT_NAME:
+        problems.append(f"actor_rollout_ref.rollout.name={arr.rollout.name} (needs {ROLLOUT_NAME}: no vLLM on CPU)")
+    for role in ("actor", "ref"):
+        strategy = arr[role].get("strategy")
+        if strategy != "fsdp2":
+            problems.append(f"actor_rollout_ref.{role}.strategy={strategy} (needs fsdp2: FSDP1 needs a GPU)")
+    attn = (arr.model.get("override_config") or {}).get("attn_implementation")
+    if attn not in ("sdpa", "eager"):
+        problems.append(f"actor_rollout_ref.model.override_config.attn_implementation={attn} (needs sdpa or eager)")
+    num_gpus = config.ray_kwargs.ray_init.get("num_gpus")
+    needed = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
+    if num_gpus is None or int(num_gpus) < needed:
+        problems.append(
+            f"ray_kwargs.ray_init.num_gpus={num_gpus} (needs >= trainer.n_gpus_per_node * nnodes = {needed} logical "
+            "GPUs: verl places one worker per GPU)"
+        )
+    if problems:
+        raise ValueError(
+            "trainer.device=cpu, but these settings cannot run on a CPU:\n  - "
+            + "\n  - ".join(problems)
+            + "\nAdd `platform=cpu` to the command (it sets all of them; verl_gigpo/config/platform/cpu.yaml), or "
+            "DEVICE=cpu for the recipes."
+        )
+
+
+def activate_cpu_platform(config: Any) -> None:
+    """Make this process, and every Ray process it starts, run verl on the CPU platform.
+
+    Checks ``config`` (:func:`check_cpu_config`), sets ``VERL_PLATFORM=cpu`` (inherited by Ray workers; the
+    ``platform=cpu`` config also passes it in Ray's runtime env), registers the CPU engines and shims here, and
+    replaces verl's platform singleton if this process resolved another platform before.
+    """
+    check_cpu_config(config)
+    os.environ["VERL_PLATFORM"] = PLATFORM_NAME
+    register_cpu_backends()
+    from verl.plugin.platform import get_platform, set_platform
+
+    from verl_gigpo.cpu.platform import CPUPlatform
+
+    if get_platform().device_name != "cpu":
+        set_platform(CPUPlatform())
