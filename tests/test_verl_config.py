@@ -1,5 +1,6 @@
 """CPU tests: the Hydra config composes through verl, and every recipe's final command composes and passes verl's own
-config validation (``verl.utils.config.validate_config``) — the checks verl runs before it starts Ray."""
+config validation (``verl.utils.config.validate_config``) — the checks verl runs before it starts Ray — and this
+package's (``verl_gigpo.preflight``)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
+
+from verl_gigpo.preflight import config_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = ROOT / "verl_gigpo" / "config"
@@ -111,6 +114,7 @@ def test_recipe_dry_run_composes_and_validates(recipe, estimator):
     assert cfg.env.name == recipe
     assert cfg.algorithm.adv_estimator == estimator
     validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    assert config_problems(cfg) == []  # and python -m verl_gigpo.main's own checks of the GiGPO keys
 
 
 def test_alfworld_recipe_has_the_paper_settings():

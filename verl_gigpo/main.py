@@ -23,8 +23,10 @@ def main(config: DictConfig) -> None:
     from verl.trainer import main_ppo
 
     from verl_gigpo.plugin import ensure_registered
+    from verl_gigpo.preflight import preflight
 
     ensure_registered()
+    preflight(config)  # algorithm.gigpo.*, env.* and the V1 path, checked here rather than inside Ray
     main_ppo.main(config)  # hydra passes an explicit config straight to the task function
 
 

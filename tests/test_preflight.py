@@ -1,0 +1,216 @@
+"""CPU tests of ``verl_gigpo.preflight``: ``python -m verl_gigpo.main`` checks ``algorithm.gigpo.*``, ``env.*`` and
+the supported verl path on the driver, before verl starts Ray, with the messages of the components that read those
+keys later (``GiGPOConfig.from_algorithm`` in the trainer mode, ``episode_config_from`` in the agent loop).
+
+Configs are composed by Hydra from the real ``verl_gigpo/config/gigpo_trainer.yaml`` over verl's own ``ppo_trainer``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from verl.trainer.ppo.v1 import AgentLoopManagerTQ
+from verl.utils.import_utils import load_class_from_fqn
+
+from environments import list_envs
+from verl_gigpo.agent_loop import episode_config_from
+from verl_gigpo.config import GiGPOConfig
+from verl_gigpo.preflight import GiGPOConfigError, config_problems, preflight
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def compose_gigpo(overrides: list[str]):
+    """Compose verl_gigpo/config/gigpo_trainer.yaml (verl's ppo_trainer + ours) with Hydra overrides."""
+    with initialize_config_dir(config_dir=str(ROOT / "verl_gigpo" / "config"), version_base=None):
+        return compose(config_name="gigpo_trainer", overrides=overrides)
+
+
+def reader_message(reader, argument) -> str:
+    """The ValueError message the component's own reader gives for this config."""
+    with pytest.raises(ValueError) as info:
+        reader(argument)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("overrides", [[], ["algorithm.adv_estimator=grpo"], ["env.name=alfworld", "env.kwargs={}"]])
+def test_valid_configs_pass(overrides):
+    cfg = compose_gigpo(overrides)
+    assert config_problems(cfg) == []
+    assert preflight(cfg) is None
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "algorithm.gigpo.norm=foo",
+        "algorithm.gigpo.norm=mean_norm",
+        "algorithm.gigpo.epsilon=0",
+        "algorithm.gigpo.step_advantage_w=-1",
+        "algorithm.gigpo.episode_stats=episode",
+        "algorithm.gigpo.key_mode=history",
+        "algorithm.gigpo.similarity_threshold=1.5",
+        "+algorithm.gigpo.step_weight=2",
+        "algorithm.gamma=0",
+    ],
+)
+def test_gigpo_errors_are_the_trainer_modes_messages(override):
+    """Each bad algorithm.gigpo.* value is reported on the driver with GiGPOConfig.from_algorithm's own message."""
+    cfg = compose_gigpo([override])
+    expected = reader_message(GiGPOConfig.from_algorithm, cfg.algorithm)
+    assert config_problems(cfg) == [expected]
+    with pytest.raises(GiGPOConfigError, match="found before starting Ray") as info:
+        preflight(cfg)
+    assert isinstance(info.value, ValueError)
+    assert info.value.problems == [expected]
+
+
+def test_gamma_under_gigpo_is_rejected_naming_algorithm_gamma():
+    cfg = compose_gigpo(["+algorithm.gigpo.gamma=0.5"])
+    # what happened before: the trainer mode's reader takes algorithm.gamma and drops the other one silently
+    assert GiGPOConfig.from_algorithm(cfg.algorithm).gamma == 0.95
+    [problem] = config_problems(cfg)
+    assert problem.startswith("algorithm.gigpo.gamma=0.5 is not read")
+    assert "set algorithm.gamma=0.5 and drop algorithm.gigpo.gamma" in problem
+
+
+def test_gamma_under_gigpo_does_not_hide_other_gigpo_errors():
+    cfg = compose_gigpo(["+algorithm.gigpo.gamma=0.5", "algorithm.gigpo.norm=foo"])
+    problems = config_problems(cfg)
+    assert len(problems) == 2
+    assert problems[0].startswith("algorithm.gigpo.gamma=0.5 is not read")
+    assert problems[1].startswith("norm='foo' is not a norm")
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["env.max_steps=0", "env.history_length=-1", "env.invalid_action_penalty=-0.5", "data.max_response_length=0"],
+)
+def test_env_range_errors_are_the_agent_loops_messages(override):
+    """Values of the right type but out of range: the agent loop's reader (episode_config_from) says it, verbatim."""
+    cfg = compose_gigpo([override])
+    assert config_problems(cfg) == [reader_message(episode_config_from, cfg)]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("env.name=alfwrold", "env.name='alfwrold' is not a registered environment; known environments: "),
+        ("env.name=null", "env.name=None is not a registered environment"),
+        ("env.max_steps=2.5", "env.max_steps must be a whole number >= 1, got 2.5 (float)"),
+        ("env.max_steps=ten", "env.max_steps must be a whole number >= 1, got 'ten' (str)"),
+        ("env.history_length=true", "env.history_length must be a whole number >= 0, got True (bool)"),
+        ("env.invalid_action_penalty=nan", "env.invalid_action_penalty must be a finite number >= 0"),
+        ("env.invalid_action_penalty=inf", "env.invalid_action_penalty must be a finite number >= 0"),
+        ("env.invalid_action_penalty=high", "env.invalid_action_penalty must be a finite number >= 0"),
+        ("env.kwargs=3", "env.kwargs must be a mapping of environment constructor arguments"),
+        ("+env.kwargs.max_steps=9", "env.kwargs.max_steps is set by the agent loop from env.max_steps"),
+        ("+env.kwargs.key_mode=state", "env.kwargs.key_mode is set by the agent loop from algorithm.gigpo.key_mode"),
+        ("+env.max_step=9", "unknown env key(s) ['max_step']: nothing reads them; known keys: "),
+    ],
+)
+def test_env_errors_the_readers_let_through(override, message):
+    """What episode_config_from would truncate (2.5 -> 2), fail on with Python's own words, or never look at."""
+    [problem] = config_problems(compose_gigpo([override]))
+    assert problem.startswith(message)
+
+
+def test_unknown_env_name_lists_the_registry():
+    [problem] = config_problems(compose_gigpo(["env.name=alfwrold"]))
+    assert problem.endswith(
+        f"known environments: {', '.join(list_envs())} (add yours with +env.registry.<name>=package.module:Class)"
+    )
+
+
+def test_env_name_may_come_from_env_registry():
+    """env.registry names the user's environments for the agent-loop workers; they count as registered."""
+    cfg = compose_gigpo(["+env.registry.my_env=my_pkg.envs:MyEnv", "env.name=my_env"])
+    assert config_problems(cfg) == []
+    [problem] = config_problems(compose_gigpo(["+env.registry.my_env=my_pkg.envs:MyEnv", "env.name=other"]))
+    assert "known environments: alfworld, gridnav, my_env, search" in problem
+
+
+def test_every_problem_is_reported_at_once():
+    cfg = compose_gigpo(["algorithm.gigpo.norm=foo", "env.name=nope", "env.max_steps=2.5", "trainer.use_v1=false"])
+    problems = config_problems(cfg)
+    assert len(problems) == 4
+    with pytest.raises(GiGPOConfigError) as info:
+        preflight(cfg)
+    message = str(info.value)
+    assert message.startswith("the config has 4 problem(s), found before starting Ray (verl_gigpo.preflight):\n")
+    assert all(f"\n  - {p}" in message for p in problems)
+
+
+@pytest.mark.parametrize("estimator", ["gigpo", "grpo"])
+def test_legacy_v0_trainer_is_rejected(estimator):
+    """The agent loop returns one output per step (a list), which only verl's V1 TransferQueue path stores: with
+    either estimator the run would crash in the V0 trainer after the first rollout."""
+    [problem] = config_problems(compose_gigpo([f"algorithm.adv_estimator={estimator}", "trainer.use_v1=false"]))
+    assert problem.startswith("trainer.use_v1=false selects verl's legacy (V0) trainer")
+    assert problem.endswith("set trainer.use_v1=true (verl's default)")
+
+
+def test_custom_agent_loop_manager_is_rejected():
+    cfg = compose_gigpo(["+actor_rollout_ref.rollout.agent.agent_loop_manager_class=my_pkg.manager.MyManager"])
+    [problem] = config_problems(cfg)
+    assert problem.startswith("actor_rollout_ref.rollout.agent.agent_loop_manager_class=my_pkg.manager.MyManager")
+    assert "remove the override (agent_loop_manager_class=null)" in problem
+
+
+@pytest.mark.parametrize(
+    "fqn", ["verl.trainer.ppo.v1.AgentLoopManagerTQ", "verl.trainer.ppo.v1.agent_loop_tq.AgentLoopManagerTQ"]
+)
+def test_naming_verls_own_manager_is_accepted(fqn):
+    assert load_class_from_fqn(fqn, "AgentLoopManager") is AgentLoopManagerTQ  # verl resolves it to its default
+    assert config_problems(compose_gigpo([f"+actor_rollout_ref.rollout.agent.agent_loop_manager_class={fqn}"])) == []
+
+
+def test_gigpo_needs_the_gigpo_trainer_mode():
+    [problem] = config_problems(compose_gigpo(["trainer.v1.trainer_mode=sync"]))
+    assert problem.startswith("adv_estimator=gigpo with trainer.v1.trainer_mode=sync: only the gigpo_sync trainer mode")
+    # a baseline estimator may use verl's own sync mode
+    assert config_problems(compose_gigpo(["algorithm.adv_estimator=grpo", "trainer.v1.trainer_mode=sync"])) == []
+
+
+def test_a_run_without_our_estimator_or_agent_loop_is_not_path_checked():
+    cfg = compose_gigpo(
+        [
+            "algorithm.adv_estimator=grpo",
+            "actor_rollout_ref.rollout.agent.default_agent_loop=single_turn_agent",
+            "trainer.use_v1=false",
+        ]
+    )
+    assert config_problems(cfg) == []
+
+
+def test_main_rejects_a_bad_config_before_ray_starts():
+    """``python -m verl_gigpo.main`` with bad GiGPO keys exits with the messages instead of starting Ray (where the
+    trainer mode would have rejected them minutes later)."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl_gigpo.main",
+            # the two settings verl's own validate_config (run before Ray) needs: without the driver-side check of
+            # verl_gigpo.main, this config goes on to start Ray and fails only inside its actors
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+            "algorithm.gigpo.norm=foo",
+            "+algorithm.gigpo.gamma=0.9",
+            "trainer.use_v1=false",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 1
+    assert "ray init kwargs" not in proc.stdout  # verl's run_ppo prints this just before ray.init
+    assert "GiGPOConfigError: the config has 3 problem(s), found before starting Ray" in proc.stderr
+    assert "norm='foo' is not a norm" in proc.stderr
+    assert "set algorithm.gamma=0.9 and drop algorithm.gigpo.gamma" in proc.stderr
+    assert "set trainer.use_v1=true" in proc.stderr
