@@ -11,15 +11,91 @@ gigpo_dry_run() {
     [[ "${DRY_RUN:-0}" != "0" ]]
 }
 
-# gigpo_check_gpus N: at least N NVIDIA GPUs are visible.
+# --- Quoting: values from variables (paths, names) reach Hydra and JSON intact ------------------------------------
+
+# gigpo_hydra_quote VALUE: print VALUE as a Hydra override value that Hydra reads back as exactly that string. Plain
+# paths and names (a letter or / first, then letters, digits, / . _ - @ + :) stay as they are, except the words Hydra
+# reads as other types (true, false, null, inf, nan); anything else (a comma would make Hydra sweep, a " or a space
+# would not parse, ${ would interpolate, 123 would be a number) is single-quoted with Hydra's escapes: \' for a quote,
+# \${ for a literal ${, and backslashes doubled where they precede either or the closing quote.
+gigpo_hydra_quote() {
+    local value=$1
+    if [[ "$value" =~ ^[A-Za-z/][A-Za-z0-9_./@+:-]*$ && ! "${value,,}" =~ ^(true|false|null|inf|nan)$ ]]; then
+        printf '%s' "$value"
+        return
+    fi
+    local out="" slashes="" char i
+    for ((i = 0; i < ${#value}; i++)); do
+        char=${value:i:1}
+        if [[ "$char" == "\\" ]]; then
+            slashes+="\\"
+        elif [[ "$char" == "'" ]]; then
+            out+="$slashes$slashes\\'"
+            slashes=""
+        elif [[ "$char" == "\$" && "${value:i+1:1}" == "{" ]]; then
+            out+="$slashes$slashes\\\$"
+            slashes=""
+        else
+            out+="$slashes$char"
+            slashes=""
+        fi
+    done
+    printf "'%s'" "$out$slashes$slashes"
+}
+
+# gigpo_json_string VALUE: print VALUE as a JSON string literal (quotes, backslashes and control characters escaped).
+gigpo_json_string() {
+    local value=$1
+    value=${value//\\/\\\\}
+    value=${value//\"/\\\"}
+    value=${value//$'\n'/\\n}
+    value=${value//$'\r'/\\r}
+    value=${value//$'\t'/\\t}
+    printf '"%s"' "$value"
+}
+
+# --- GPU count: N_GPUS defaults to the GPUs this process can see -------------------------------------------------
+
+# gigpo_visible_gpus: print how many NVIDIA GPUs this process may use: the GPUs `nvidia-smi -L` lists, or fewer when
+# CUDA_VISIBLE_DEVICES is set (one per entry; empty = none). Prints nothing when nvidia-smi is missing.
+gigpo_visible_gpus() {
+    command -v nvidia-smi >/dev/null 2>&1 || return 0
+    local listed entries=() entry count=0
+    listed=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+    if [[ -n "${CUDA_VISIBLE_DEVICES+set}" ]]; then
+        IFS=',' read -r -a entries <<<"$CUDA_VISIBLE_DEVICES"
+        for entry in "${entries[@]}"; do
+            [[ -n "${entry// /}" ]] && count=$((count + 1))
+        done
+        ((count < listed)) && listed=$count
+    fi
+    echo "$listed"
+}
+
+# gigpo_default_n_gpus: the default of N_GPUS: the visible GPUs; 1 without nvidia-smi (DRY_RUN then prints a one-GPU
+# command, and a real run stops in gigpo_check_gpus saying why).
+gigpo_default_n_gpus() {
+    local visible
+    visible=$(gigpo_visible_gpus)
+    echo "${visible:-1}"
+}
+
+# gigpo_check_positive_int NAME VALUE HINT: VALUE is a whole number >= 1, else stop naming NAME (also with DRY_RUN).
+gigpo_check_positive_int() {
+    [[ "$2" =~ ^[1-9][0-9]*$ ]] || gigpo_fail "$1=$2 is not a whole number >= 1; $3"
+}
+
+# gigpo_check_gpus N: N is a whole number and at least N NVIDIA GPUs are visible.
 gigpo_check_gpus() {
+    gigpo_check_positive_int N_GPUS "$1" "set N_GPUS to the number of GPUs to train on, e.g. N_GPUS=2 (the default is \
+the number of visible GPUs: nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)"
     gigpo_dry_run && return 0
     command -v nvidia-smi >/dev/null 2>&1 || gigpo_fail "no NVIDIA GPU found (nvidia-smi is missing). These recipes \
 train with verl on GPUs (vLLM + FSDP, see requirements-gpu.txt). On a CPU or to try things out use \`make demo\` or \
 \`python -m verl_gigpo.local.train\`. To only print the command, set DRY_RUN=1."
     local visible
-    visible=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-    if (( visible < $1 )); then
+    visible=$(gigpo_visible_gpus)
+    if ((visible < $1)); then
         gigpo_fail "N_GPUS=$1 but $visible GPU(s) are visible; set N_GPUS=$visible (or CUDA_VISIBLE_DEVICES)"
     fi
 }
@@ -75,10 +151,13 @@ gigpo_run() {
 # gigpo_verl_overrides: fill the array GIGPO_VERL_OVERRIDES with the settings every recipe shares, one Hydra
 # override per line: the model, the paper's actor settings (lr 1e-6, KL loss 0.01 low_var_kl, entropy 0.001),
 # the vLLM rollout, the reference policy and the trainer. Reads MODEL_PATH, GROUP_SIZE, N_GPUS, TOTAL_ITERS,
-# TEST_FREQ and EXPERIMENT. Recipes put these after their own settings; the user's "$@" comes last and wins.
+# TEST_FREQ, MAX_CKPTS_TO_KEEP and EXPERIMENT. Recipes put these after their own settings; the user's "$@" comes last
+# and wins.
 gigpo_verl_overrides() {
+    gigpo_check_positive_int MAX_CKPTS_TO_KEEP "$MAX_CKPTS_TO_KEEP" "it is how many checkpoints verl keeps \
+(trainer.max_actor_ckpt_to_keep); to keep every checkpoint pass trainer.max_actor_ckpt_to_keep=null as an override"
     GIGPO_VERL_OVERRIDES=(
-        actor_rollout_ref.model.path="$MODEL_PATH"
+        actor_rollout_ref.model.path="$(gigpo_hydra_quote "$MODEL_PATH")"
         actor_rollout_ref.model.use_remove_padding=true
         actor_rollout_ref.model.enable_gradient_checkpointing=true
         actor_rollout_ref.actor.optim.lr=1e-6
@@ -108,10 +187,12 @@ gigpo_verl_overrides() {
         trainer.total_epochs=1000
         trainer.test_freq="$TEST_FREQ"
         trainer.save_freq=50
+        # full FSDP checkpoints (actor + optimizer) every save_freq iterations: keep the newest MAX_CKPTS_TO_KEEP
+        trainer.max_actor_ckpt_to_keep="$MAX_CKPTS_TO_KEEP"
         trainer.val_before_train=true
         trainer.critic_warmup=0
         trainer.logger='["console"]'
         trainer.project_name=verl_gigpo
-        trainer.experiment_name="$EXPERIMENT"
+        trainer.experiment_name="$(gigpo_hydra_quote "$EXPERIMENT")"
     )
 }

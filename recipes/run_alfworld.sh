@@ -20,13 +20,16 @@ MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-1.5B-Instruct}
 ALFWORLD_DATA=${ALFWORLD_DATA:-}
 if gigpo_dry_run; then ALFWORLD_DATA=${ALFWORLD_DATA:-/path/to/alfworld_data}; fi
 DATA_DIR=${DATA_DIR:-$HOME/data/verl-gigpo/alfworld}
-N_GPUS=${N_GPUS:-2}
+# default: the GPUs this machine shows (nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)
+N_GPUS=${N_GPUS:-$(gigpo_default_n_gpus)}
 ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
 VAL_SPLIT=${VAL_SPLIT:-valid_seen}
 GROUP_SIZE=${GROUP_SIZE:-8}
 TRAIN_TASKS_PER_ITER=${TRAIN_TASKS_PER_ITER:-16}
 TOTAL_ITERS=${TOTAL_ITERS:-150}
 TEST_FREQ=${TEST_FREQ:-5}
+# checkpoints (every 50 iterations) kept on disk; trainer.max_actor_ckpt_to_keep=null as an override keeps all
+MAX_CKPTS_TO_KEEP=${MAX_CKPTS_TO_KEEP:-2}
 EXPERIMENT=${EXPERIMENT:-alfworld_${ADV_ESTIMATOR}_$(basename "$MODEL_PATH")}
 
 gigpo_check_gpus "$N_GPUS"
@@ -39,7 +42,7 @@ if ! gigpo_dry_run; then
 set it to the folder \`alfworld-download\` (or environments.alfworld.synth) wrote"
 fi
 gigpo_prepare_data alfworld "$DATA_DIR" 2048 --val-split "$VAL_SPLIT" \
-    --env-kwargs "{\"data_path\": \"$ALFWORLD_DATA\"}"
+    --env-kwargs "{\"data_path\": $(gigpo_json_string "$ALFWORLD_DATA")}"
 
 gigpo_verl_overrides
 cmd=(
@@ -55,9 +58,9 @@ cmd=(
     env.max_steps=50
     env.history_length=2
     env.invalid_action_penalty=0.1
-    +env.kwargs.data_path="$ALFWORLD_DATA"
-    data.train_files="$DATA_DIR/train.parquet"
-    data.val_files="$DATA_DIR/val.parquet"
+    +env.kwargs.data_path="$(gigpo_hydra_quote "$ALFWORLD_DATA")"
+    data.train_files="$(gigpo_hydra_quote "$DATA_DIR/train.parquet")"
+    data.val_files="$(gigpo_hydra_quote "$DATA_DIR/val.parquet")"
     data.train_batch_size="$TRAIN_TASKS_PER_ITER"
     data.max_prompt_length=2048
     data.max_response_length=512

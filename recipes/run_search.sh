@@ -13,13 +13,16 @@ source recipes/common.sh
 PYTHON=${PYTHON:-python3}
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-3B-Instruct}
 DATA_DIR=${DATA_DIR:-$HOME/data/verl-gigpo/search}
-N_GPUS=${N_GPUS:-2}
+# default: the GPUs this machine shows (nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)
+N_GPUS=${N_GPUS:-$(gigpo_default_n_gpus)}
 ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
 RETRIEVER_URL=${RETRIEVER_URL:-}
 GROUP_SIZE=${GROUP_SIZE:-5}
 TRAIN_TASKS_PER_ITER=${TRAIN_TASKS_PER_ITER:-64}
 TOTAL_ITERS=${TOTAL_ITERS:-200}
 TEST_FREQ=${TEST_FREQ:-10}
+# checkpoints (every 50 iterations) kept on disk; trainer.max_actor_ckpt_to_keep=null as an override keeps all
+MAX_CKPTS_TO_KEEP=${MAX_CKPTS_TO_KEEP:-2}
 EXPERIMENT=${EXPERIMENT:-search_${ADV_ESTIMATOR}_$(basename "$MODEL_PATH")}
 
 gigpo_check_gpus "$N_GPUS"
@@ -28,7 +31,7 @@ gigpo_prepare_data search "$DATA_DIR" 4096 --val-size 256 --val-split test
 
 retriever=()
 if [[ -n "$RETRIEVER_URL" ]]; then
-    retriever=(+env.kwargs.retriever_url="$RETRIEVER_URL")
+    retriever=(+env.kwargs.retriever_url="$(gigpo_hydra_quote "$RETRIEVER_URL")")
 fi
 
 gigpo_verl_overrides
@@ -46,8 +49,8 @@ cmd=(
     env.history_length=4
     env.invalid_action_penalty=0.1
     "${retriever[@]}"
-    data.train_files="$DATA_DIR/train.parquet"
-    data.val_files="$DATA_DIR/val.parquet"
+    data.train_files="$(gigpo_hydra_quote "$DATA_DIR/train.parquet")"
+    data.val_files="$(gigpo_hydra_quote "$DATA_DIR/val.parquet")"
     data.train_batch_size="$TRAIN_TASKS_PER_ITER"
     data.max_prompt_length=4096
     data.max_response_length=512

@@ -13,13 +13,16 @@ source recipes/common.sh
 PYTHON=${PYTHON:-python3}
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-1.5B-Instruct}
 DATA_DIR=${DATA_DIR:-$HOME/data/verl-gigpo/sokoban}
-N_GPUS=${N_GPUS:-2}
+# default: the GPUs this machine shows (nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)
+N_GPUS=${N_GPUS:-$(gigpo_default_n_gpus)}
 ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
 GROUP_SIZE=${GROUP_SIZE:-8}
 TRAIN_TASKS_PER_ITER=${TRAIN_TASKS_PER_ITER:-32}
 TOTAL_ITERS=${TOTAL_ITERS:-200}
 TEST_FREQ=${TEST_FREQ:-10}
 VAL_SIZE=${VAL_SIZE:-128}
+# checkpoints (every 50 iterations) kept on disk; trainer.max_actor_ckpt_to_keep=null as an override keeps all
+MAX_CKPTS_TO_KEEP=${MAX_CKPTS_TO_KEEP:-2}
 EXPERIMENT=${EXPERIMENT:-sokoban_${ADV_ESTIMATOR}_$(basename "$MODEL_PATH")}
 
 gigpo_check_gpus "$N_GPUS"
@@ -39,8 +42,8 @@ cmd=(
     env.max_steps=15
     env.history_length=2
     env.invalid_action_penalty=0.1
-    data.train_files="$DATA_DIR/train.parquet"
-    data.val_files="$DATA_DIR/val.parquet"
+    data.train_files="$(gigpo_hydra_quote "$DATA_DIR/train.parquet")"
+    data.val_files="$(gigpo_hydra_quote "$DATA_DIR/val.parquet")"
     data.train_batch_size="$TRAIN_TASKS_PER_ITER"
     data.max_prompt_length=1024
     data.max_response_length=256

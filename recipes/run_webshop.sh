@@ -14,7 +14,8 @@ source recipes/common.sh
 PYTHON=${PYTHON:-python3}
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-1.5B-Instruct}
 DATA_DIR=${DATA_DIR:-$HOME/data/verl-gigpo/webshop}
-N_GPUS=${N_GPUS:-2}
+# default: the GPUs this machine shows (nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)
+N_GPUS=${N_GPUS:-$(gigpo_default_n_gpus)}
 ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
 # webshop = the project's simulator; webshop_real = the adapter to a real WebShop installation
 WEBSHOP_ENV=${WEBSHOP_ENV:-webshop}
@@ -22,6 +23,8 @@ GROUP_SIZE=${GROUP_SIZE:-8}
 TRAIN_TASKS_PER_ITER=${TRAIN_TASKS_PER_ITER:-16}
 TOTAL_ITERS=${TOTAL_ITERS:-150}
 TEST_FREQ=${TEST_FREQ:-5}
+# checkpoints (every 50 iterations) kept on disk; trainer.max_actor_ckpt_to_keep=null as an override keeps all
+MAX_CKPTS_TO_KEEP=${MAX_CKPTS_TO_KEEP:-2}
 EXPERIMENT=${EXPERIMENT:-webshop_${ADV_ESTIMATOR}_$(basename "$MODEL_PATH")}
 
 gigpo_check_gpus "$N_GPUS"
@@ -41,8 +44,8 @@ cmd=(
     env.max_steps=15
     env.history_length=2
     env.invalid_action_penalty=0.1
-    data.train_files="$DATA_DIR/train.parquet"
-    data.val_files="$DATA_DIR/val.parquet"
+    data.train_files="$(gigpo_hydra_quote "$DATA_DIR/train.parquet")"
+    data.val_files="$(gigpo_hydra_quote "$DATA_DIR/val.parquet")"
     data.train_batch_size="$TRAIN_TASKS_PER_ITER"
     data.max_prompt_length=4096
     data.max_response_length=512

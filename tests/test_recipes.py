@@ -1,0 +1,157 @@
+"""CPU tests of the recipes' shell logic (recipes/common.sh): the GPU-count default, the checks of numeric variables,
+checkpoint retention, and paths with characters that Hydra or JSON treat specially.
+
+Each test runs the real ``bash recipes/run_<env>.sh`` (mostly with ``DRY_RUN=1``) and composes the printed command with
+Hydra over verl's own config, as ``python -m verl_gigpo.main`` would. GPUs are simulated by a stand-in ``nvidia-smi``
+on PATH that prints what ``nvidia-smi -L`` prints on an 8-GPU machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from verl.trainer.ppo.utils import need_critic, need_reference_policy
+from verl.utils.config import validate_config
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ["alfworld", "webshop", "sokoban", "search"]
+# what `nvidia-smi -L` prints on an 8-GPU node (one line per GPU; MIG devices would be indented lines)
+NVIDIA_SMI_8 = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-0000000{i})\n" for i in range(8))
+
+
+def compose_gigpo(overrides: list[str]):
+    """Compose verl_gigpo/config/gigpo_trainer.yaml (verl's ppo_trainer + ours) with Hydra overrides."""
+    with initialize_config_dir(config_dir=str(ROOT / "verl_gigpo" / "config"), version_base=None):
+        return compose(config_name="gigpo_trainer", overrides=overrides)
+
+
+def run_recipe(recipe: str, *args: str, path: str | None = None, **env: str) -> subprocess.CompletedProcess:
+    """Run ``bash recipes/run_<recipe>.sh args`` with extra environment variables (``DRY_RUN`` only if given)."""
+    base = {k: v for k, v in os.environ.items() if k not in ("DRY_RUN", "N_GPUS", "CUDA_VISIBLE_DEVICES")}
+    if path is not None:
+        base["PATH"] = path
+    return subprocess.run(
+        [shutil.which("bash"), str(ROOT / "recipes" / f"run_{recipe}.sh"), *args],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def printed_overrides(proc: subprocess.CompletedProcess) -> list[str]:
+    """The Hydra overrides of the command a DRY_RUN printed (after ``python3 -m verl_gigpo.main``)."""
+    assert proc.returncode == 0, proc.stderr
+    command = "\n".join(line for line in proc.stdout.splitlines() if not line.startswith("#"))
+    argv = shlex.split(command.replace("\\\n", " "))
+    assert argv[1:3] == ["-m", "verl_gigpo.main"], argv[:3]
+    return argv[3:]
+
+
+def printed_prep_command(proc: subprocess.CompletedProcess) -> list[str]:
+    """The data-prep command a DRY_RUN printed as a comment (``# python3 -m verl_gigpo.data.prepare ...``)."""
+    lines = [line[2:] for line in proc.stdout.splitlines() if line.startswith("# ") and "data.prepare" in line]
+    assert len(lines) == 1, proc.stdout
+    return shlex.split(lines[0])
+
+
+@pytest.fixture
+def gpus8(tmp_path) -> str:
+    """A PATH whose first entry holds an ``nvidia-smi`` that lists 8 GPUs."""
+    tool = tmp_path / "bin" / "nvidia-smi"
+    tool.parent.mkdir()
+    tool.write_text(f"#!/bin/sh\ncat <<'EOF'\n{NVIDIA_SMI_8}EOF\n")
+    tool.chmod(0o755)
+    return f"{tool.parent}{os.pathsep}{os.environ['PATH']}"
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_n_gpus_defaults_to_the_visible_gpus_and_validates(recipe, gpus8):
+    """On an 8-GPU machine the recipe trains on 8 GPUs (it used to default to 2), and verl accepts that config."""
+    cfg = compose_gigpo(printed_overrides(run_recipe(recipe, path=gpus8, DRY_RUN="1")))
+    assert cfg.trainer.n_gpus_per_node == 8
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+
+
+def test_n_gpus_default_follows_cuda_visible_devices(gpus8):
+    cfg = compose_gigpo(printed_overrides(run_recipe("sokoban", path=gpus8, DRY_RUN="1", CUDA_VISIBLE_DEVICES="2,5")))
+    assert cfg.trainer.n_gpus_per_node == 2
+    # the GPU check counts the same way: 4 requested, 2 visible -> stop before anything runs
+    proc = run_recipe("sokoban", path=gpus8, N_GPUS="4", CUDA_VISIBLE_DEVICES="2,5")
+    assert proc.returncode == 1
+    assert "N_GPUS=4 but 2 GPU(s) are visible; set N_GPUS=2" in proc.stderr
+
+
+def test_explicit_n_gpus_wins_over_the_default(gpus8):
+    cfg = compose_gigpo(printed_overrides(run_recipe("webshop", path=gpus8, DRY_RUN="1", N_GPUS="4")))
+    assert cfg.trainer.n_gpus_per_node == 4
+
+
+@pytest.mark.parametrize("value", ["two", "2.5", "0", "-1", "1,2"])
+def test_non_integer_n_gpus_is_rejected_with_a_message(value, gpus8):
+    """Checked even with DRY_RUN, which used to print a command that Hydra or verl would reject later."""
+    proc = run_recipe("sokoban", path=gpus8, DRY_RUN="1", N_GPUS=value)
+    assert proc.returncode == 1
+    assert f"N_GPUS={value} is not a whole number >= 1; set N_GPUS to the number of GPUs" in proc.stderr
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_checkpoints_kept_are_limited(recipe):
+    """verl keeps every full FSDP checkpoint unless trainer.max_actor_ckpt_to_keep is an int (its checkpoint manager
+    tests ``isinstance(max_ckpt_to_keep, int)``, so a string would silently keep them all)."""
+    cfg = compose_gigpo(printed_overrides(run_recipe(recipe, DRY_RUN="1")))
+    keep = cfg.trainer.max_actor_ckpt_to_keep
+    assert type(keep) is int and keep == 2
+    cfg = compose_gigpo(printed_overrides(run_recipe(recipe, DRY_RUN="1", MAX_CKPTS_TO_KEEP="5")))
+    assert cfg.trainer.max_actor_ckpt_to_keep == 5
+
+
+def test_bad_max_ckpts_to_keep_is_rejected():
+    proc = run_recipe("search", DRY_RUN="1", MAX_CKPTS_TO_KEEP="all")
+    assert proc.returncode == 1
+    assert "MAX_CKPTS_TO_KEEP=all is not a whole number >= 1" in proc.stderr
+    assert "trainer.max_actor_ckpt_to_keep=null" in proc.stderr  # how to keep them all instead
+
+
+# characters Hydra's override grammar or JSON treat specially: a comma (Hydra sweep), double and single quotes, a
+# backslash (also right before a quote), a space, "=", and "${" (an OmegaConf interpolation)
+ODD_NAMES = ['a,b"c', "it's here", "sp ace=x", "back\\slash\\", "lit${x}eral", "q\\'s"]
+
+
+@pytest.mark.parametrize("odd", ODD_NAMES)
+def test_data_paths_with_odd_characters_reach_hydra_and_json_intact(odd, tmp_path):
+    data_dir = str(tmp_path / f"data{odd}")
+    games = str(tmp_path / f"games{odd}")
+    model = str(tmp_path / f"model{odd}")
+    proc = run_recipe("alfworld", DRY_RUN="1", DATA_DIR=data_dir, ALFWORLD_DATA=games, MODEL_PATH=model)
+    cfg = compose_gigpo(printed_overrides(proc))
+    assert cfg.data.train_files == f"{data_dir}/train.parquet"
+    assert cfg.data.val_files == f"{data_dir}/val.parquet"
+    assert cfg.env.kwargs.data_path == games
+    assert cfg.actor_rollout_ref.model.path == model
+    assert cfg.trainer.experiment_name == f"alfworld_gigpo_model{odd}"
+    # the data-prep step gets the games folder as JSON, which verl_gigpo.data.prepare parses with json.loads
+    prep = printed_prep_command(proc)
+    assert prep[prep.index("--out") + 1] == data_dir
+    assert json.loads(prep[prep.index("--env-kwargs") + 1]) == {"data_path": games}
+
+
+def test_retriever_url_with_a_comma_reaches_hydra_intact():
+    url = "http://retriever:8000/search?fields=title,text"
+    cfg = compose_gigpo(printed_overrides(run_recipe("search", DRY_RUN="1", RETRIEVER_URL=url)))
+    assert cfg.env.kwargs.retriever_url == url
+
+
+@pytest.mark.parametrize("value", ["Qwen/Qwen2.5-1.5B-Instruct", "/models/qwen", "true", "null", "123", "nan"])
+def test_plain_values_keep_their_string_type(value, tmp_path):
+    """Values that look like other types to Hydra (true, 123, ...) still arrive as strings."""
+    cfg = compose_gigpo(printed_overrides(run_recipe("sokoban", DRY_RUN="1", MODEL_PATH=value)))
+    assert cfg.actor_rollout_ref.model.path == value
