@@ -1,0 +1,90 @@
+"""CPU tests of the README's metrics table: every metric the trainer mode logs is documented, and each row says what
+it is counted over (per trajectory, per step row, ...) — verl's own rollout metrics are per step row, which in this
+package means long episodes weigh more."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from verl_gigpo.config import GiGPOConfig
+from verl_gigpo.trainer import StepBatch, compute_step_advantages, episode_metrics
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+UNITS = {"trajectory", "step row", "token", "anchor group", "episode group", "batch"}
+
+
+def metrics_table() -> dict[str, tuple[str, str]]:
+    """{metric name pattern: (counted over, meaning)} from the table under "## Metrics"."""
+    section = README.read_text().split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    table = {}
+    for row in rows:
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]]
+        assert len(cells) == 3, f"metrics table row needs name | counted over | meaning: {row}"
+        for name in re.findall(r"`([^`]+)`", cells[0]):
+            table[name] = (cells[1], cells[2])
+    return table
+
+
+def documented(name: str, table: dict[str, tuple[str, str]]) -> str:
+    """The `counted over` of the table row whose pattern (``*`` or ``<placeholder>`` wildcards) matches ``name``."""
+    matches = [unit for pattern, (unit, _) in table.items() if fnmatch.fnmatch(name, re.sub(r"<[^>]+>", "*", pattern))]
+    assert matches, f"{name} is not documented in the README metrics table"
+    assert len(set(matches)) == 1, f"{name} matches README rows that disagree: {matches}"
+    return matches[0]
+
+
+def test_every_row_says_what_it_counts_over():
+    table = metrics_table()
+    assert len(table) >= 30
+    assert {unit for unit, _ in table.values()} <= UNITS
+
+
+def test_every_metric_the_trainer_mode_logs_is_documented():
+    # two trajectories of one task (ALFWorld-style task type), 3 and 1 steps, plus one verl padding row
+    uids = ["u0", "u0", "u0", "u0", "pad1"]
+    rows = [
+        {"traj_id": "t0", "step_id": 0, "anchor_key": "a", "step_reward": 0.0, "action_valid": True, "won": True},
+        {"traj_id": "t0", "step_id": 1, "anchor_key": "b", "step_reward": 0.0, "action_valid": False, "won": True},
+        {"traj_id": "t0", "step_id": 2, "anchor_key": "c", "step_reward": 1.0, "action_valid": True, "won": True},
+        {"traj_id": "t1", "step_id": 0, "anchor_key": "a", "step_reward": 0.0, "action_valid": True, "won": False},
+    ]
+    rows = [{**r, "env_error": False, "task_type": "pick_and_place", "history_dropped": 0} for r in rows]
+    steps = StepBatch.from_rows(uids, [*rows, dict(rows[0])], [False, False, False, False, True])
+    env = episode_metrics(steps)
+    assert env["env/success_rate"] == 0.5 and env["episode/num_trajectories"] == 2.0  # really counted per trajectory
+    _, _, stats = compute_step_advantages(steps, torch.ones(5, 3), GiGPOConfig())
+    table = metrics_table()
+    for name in [*env, *stats]:
+        documented(name, table)
+
+
+@pytest.mark.parametrize(
+    ("name", "unit"),
+    [
+        ("env/success_rate", "trajectory"),
+        ("env/episode_length", "trajectory"),
+        ("episode/return_mean", "trajectory"),
+        ("val-core/alfworld/acc/mean@1", "trajectory"),
+        ("env/invalid_action_rate", "step row"),
+        # verl's rollout metrics: one value per training row = per environment step
+        ("critic/score/mean", "step row"),
+        ("critic/rewards/mean", "step row"),
+        ("response_length/mean", "step row"),
+        ("num_turns/mean", "step row"),
+        ("training/num_turns/mean", "step row"),
+    ],
+)
+def test_per_trajectory_and_per_row_metrics_are_labelled(name, unit):
+    assert documented(name, metrics_table()) == unit
+
+
+def test_num_turns_points_to_the_episode_length():
+    """verl's num_turns is 2 on every row of this agent loop; the README says so and names the metric to read."""
+    _, meaning = metrics_table()["num_turns/*"]
+    assert "always 2" in meaning and "`env/episode_length`" in meaning
