@@ -157,6 +157,44 @@ def test_lsh_bands_meet_the_miss_target_cpu():
     assert anchors.lsh_bands(0.9) == (8, 32)
 
 
+def _dense_room_texts(n, fmt="{i}"):
+    """Dense near-duplicates: one sentence and a counter, so every text shares most shingles with every other."""
+    return [f"You are in the middle of a room. step {fmt.format(i=i)}" for i in range(n)]
+
+
+@pytest.mark.parametrize(("fmt", "threshold"), [("{i}", 0.9), ("{i:04d}", 0.95), ("{i}", 0.97)])
+def test_dense_near_duplicate_buckets_are_split_and_match_brute_force_cpu(fmt, threshold, caplog):
+    # 600 texts that share all but their last few shingles: their LSH buckets hold hundreds of texts, more than
+    # LSH_BUCKET_MAX, so the bucket-splitting path runs; the partition must still be the all-pairs one
+    # ({i}, 0.9: one group through chains; {i:04d}, 0.95: one group per shared 3-digit prefix; {i}, 0.97: one
+    # group linked only through one-shingle differences), and it must not depend on the input order.
+    texts = _dense_room_texts(600, fmt)
+    with caplog.at_level("DEBUG", logger="verl_gigpo.anchors"):
+        labels = similarity_groups(texts, threshold, candidates="lsh")
+    split = [r.getMessage() for r in caplog.records if "bucket members split" in r.getMessage()]
+    assert split and " 0 bucket members split" not in split[-1]
+    assert _same_partition(labels, _brute_force_groups(texts, threshold))
+    perm = np.random.default_rng(0).permutation(len(texts))
+    np.testing.assert_array_equal(similarity_groups([texts[i] for i in perm], threshold), labels[perm])
+
+
+def test_dense_near_duplicates_take_memory_linear_in_the_input_cpu():
+    # Before bucket splitting, every pair of a dense LSH bucket was built at once: 3,000 of these texts took a
+    # 1.6 GB tracemalloc peak (10,000 did not fit in memory). Now the peak is the per-band pairs (at most
+    # LSH_BUCKET_MAX / 2 per text) and the shingle bitsets: a few KB per text.
+    import tracemalloc
+
+    texts = _dense_room_texts(3000)
+    tracemalloc.start()
+    try:
+        labels = similarity_groups(texts, 0.9)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3000 * 5_000, f"peak {peak / 2**20:.1f} MB"
+    assert labels.max() == 0  # all linked: "step 199" ~ "step 200" ~ "step 2000" ...
+
+
 def test_labels_are_canonical_cpu():
     texts = ["zeta", "alpha", "zeta", "mid"]
     np.testing.assert_array_equal(similarity_groups(texts, 0.9), [2, 0, 2, 1])  # numbered by smallest text
