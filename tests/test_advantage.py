@@ -19,10 +19,12 @@ import torch
 
 from verl_gigpo.advantage import (
     STAT_NAMES,
+    check_estimator_options,
     compute_gigpo_advantage,
     discounted_step_returns,
     gigpo_advantage_terms,
 )
+from verl_gigpo.config import GiGPOConfig
 
 ATOL = 1e-5
 RTOL = 1e-5
@@ -517,11 +519,11 @@ def _call(**overrides):
             r"step_rewards\[2\] = nan is not finite \(2 non-finite .*first bad row 2",
         ),
         ({"step_rewards": torch.tensor([0.0, 0.0, 0.0, 0.0, float("-inf"), 0.0])}, r"step_rewards\[4\] = -inf"),
-        ({"norm": "mean_norm"}, r"norm='mean_norm' is not a norm; use 'mean_std' .* or 'mean'"),
+        ({"norm": "mean_norm"}, r"norm='mean_norm' is not a norm \(the reference .*; use 'mean_std' .* or 'mean'"),
         ({"episode_stats": "episode"}, r"episode_stats='episode' is not valid; use 'trajectory' .* or 'step'"),
-        ({"gamma": 0.0}, r"gamma=0.0 must be a number in \(0, 1\]"),
-        ({"gamma": 1.5}, r"gamma=1.5 must be a number in \(0, 1\]"),
+        ({"gamma": 1.5}, r"gamma=1.5 must be a number in \[0, 1\]"),
         ({"gamma": -0.1}, r"gamma=-0.1 must be"),
+        ({"step_advantage_w": -1.0}, r"step_advantage_w=-1.0 must be a finite number >= 0"),
         ({"epsilon": 0.0}, r"epsilon=0.0 must be a finite number > 0"),
         ({"epsilon": -1e-6}, r"epsilon=-1e-06 must be"),
         ({"step_advantage_w": float("nan")}, r"step_advantage_w=nan must be a finite number"),
@@ -548,6 +550,103 @@ def _call(**overrides):
 def test_bad_input_raises_cpu(overrides, match):
     with pytest.raises(ValueError, match=match):
         _call(**overrides)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# numerics: overflow, step ids beyond int64, non-finite masks, gamma = 0
+
+
+def _one_group(rewards, steps=None, traj=None):
+    n = len(rewards)
+    return (
+        torch.tensor(rewards, dtype=torch.float64),
+        torch.ones(n, 2),
+        np.zeros(n, dtype=int),
+        np.arange(n) if traj is None else np.asarray(traj),
+        np.zeros(n, dtype=int) if steps is None else steps,
+        np.array(["s"] * n, dtype=object),
+    )
+
+
+def test_finite_rewards_that_overflow_raise_cpu():
+    # Each reward is finite, but the group mean sums 1e308 + 1e308: inf - inf = NaN advantages before this check.
+    with pytest.raises(ValueError, match=r"the advantage of row 0 overflows float64 \(nan\) although every reward"):
+        compute_gigpo_advantage(*_one_group([1e308, 1e308, -1e308, 0.0]))
+    # One trajectory of two 1e308 steps: its episode return is inf.
+    with pytest.raises(ValueError, match=r"the episode return of row 0 overflows float64 \(inf\).*scale the rewards"):
+        compute_gigpo_advantage(*_one_group([1e308, 1e308], steps=np.arange(2), traj=[0, 0]))
+    # Fits float64 but not the float32 output tensors.
+    with pytest.raises(ValueError, match=r"the step return R_t of row 0 \(1e\+200\) does not fit the float32"):
+        compute_gigpo_advantage(*_one_group([1e200, 0.0]))
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        np.array([2**63 - 1, 2**63], dtype=np.uint64),  # wraps to [2^63 - 1, -2^63]: the order would reverse
+        np.array([1e20, 1.0]),
+        np.array([2**64, 0], dtype=object),
+    ],
+)
+def test_step_ids_beyond_int64_raise_cpu(steps):
+    with pytest.raises(ValueError, match=r"step_ids\[\d\] = \S+ is outside the int64 range \[-2\^63, 2\^63\)"):
+        compute_gigpo_advantage(*_one_group([1.0, 0.0], steps=steps, traj=[0, 0]))
+
+
+def test_large_integer_step_ids_keep_their_order_cpu():
+    # 2^60 and 2^60 + 1 are the same float64: they must not go through float (a false duplicate before).
+    steps = np.array([2**60 + 1, 2**60], dtype=object)
+    terms = gigpo_advantage_terms(*_one_group([1.0, 2.0], steps=steps, traj=[0, 0]), gamma=0.5)
+    np.testing.assert_allclose(terms.step_return, [1.0, 2.0 + 0.5 * 1.0])  # row 1 (2^60) is the first step
+
+
+def test_non_finite_response_mask_raises_cpu():
+    inputs = list(_golden_inputs())
+    inputs[1] = inputs[1].clone()
+    inputs[1][1, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"response_mask\[1, 0\] = nan is not finite; the mask must hold 1"):
+        compute_gigpo_advantage(*inputs)
+
+
+def test_gamma_zero_gives_the_step_reward_cpu():
+    # gamma = 0 is a valid discount: R_t = r_t (accepted by the estimator and by GiGPOConfig alike).
+    inputs = _golden_inputs()
+    terms = gigpo_advantage_terms(*inputs, gamma=0)
+    np.testing.assert_array_equal(terms.step_return, inputs[0].double().numpy())
+    assert GiGPOConfig(gamma=0).estimator_kwargs()["gamma"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"gamma": -0.5},
+        {"gamma": 1.01},
+        {"gamma": "0.9"},
+        {"gamma": float("nan")},
+        {"step_advantage_w": -1.0},
+        {"step_advantage_w": float("inf")},
+        {"step_advantage_w": True},
+        {"epsilon": 0.0},
+        {"norm": "mean_norm"},
+        {"episode_stats": "episode"},
+    ],
+)
+def test_config_and_estimator_share_one_option_check_cpu(options):
+    # One validator: the same value is rejected by both, with the same message.
+    defaults = {
+        "gamma": 0.95,
+        "step_advantage_w": 1.0,
+        "norm": "mean_std",
+        "epsilon": 1e-6,
+        "episode_stats": "trajectory",
+    }
+    with pytest.raises(ValueError) as direct:
+        check_estimator_options(**{**defaults, **options})
+    with pytest.raises(ValueError) as from_config:
+        GiGPOConfig(**options)
+    with pytest.raises(ValueError) as from_estimator:
+        compute_gigpo_advantage(*_golden_inputs(), **options)
+    assert str(from_config.value) == str(from_estimator.value) == str(direct.value)
 
 
 def test_duplicates_allowed_when_masked_cpu():

@@ -63,6 +63,7 @@ __all__ = [
     "NORMS",
     "STAT_NAMES",
     "GiGPOTerms",
+    "check_estimator_options",
     "compute_gigpo_advantage",
     "discounted_step_returns",
     "gigpo_advantage_terms",
@@ -137,8 +138,26 @@ class GiGPOTerms:
 
         Returns:
             ``(advantages, returns)``, both float32 ``(N, L)``: ``A[:, None] * mask`` and ``R_t[:, None] * mask``.
+
+        Raises:
+            ValueError: a non-finite ``response_mask`` entry (NaN would pass into the loss), or an advantage or
+                step return too large for float32 (|x| > 3.4e38).
         """
         mask = _as_response_mask(response_mask, self.advantage.shape[0]).detach()  # (N, L)
+        if mask.is_floating_point() and not bool(torch.isfinite(mask).all()):
+            i, j = (int(x) for x in torch.nonzero(~torch.isfinite(mask))[0])
+            raise ValueError(
+                f"response_mask[{i}, {j}] = {float(mask[i, j])} is not finite; the mask must hold 1 on response "
+                "tokens and 0 on padding (NaN or inf would pass into every loss term)"
+            )
+        for name, values in (("advantage", self.advantage), ("step return R_t", self.step_return)):
+            too_big = np.flatnonzero(np.abs(values) > np.finfo(np.float32).max)
+            if too_big.size:
+                i = int(too_big[0])
+                raise ValueError(
+                    f"the {name} of row {i} ({values[i]:.3g}) does not fit the float32 output (|x| <= 3.4e38); scale "
+                    "the rewards down (e.g. to |r| <= 1e6)"
+                )
         adv = self.advantage.astype(np.float32)[:, None]  # (N, 1)
         ret = self.step_return.astype(np.float32)[:, None]  # (N, 1)
         if mask.device.type == "cpu" and mask.dtype in _NUMPY_MASK_DTYPES:
@@ -181,8 +200,9 @@ def compute_gigpo_advantage(
         step_ids: ``(N,)`` integer array, step index inside the trajectory.
         anchor_keys: ``(N,)`` array of hashables (str / int / tuple), the anchor state of each step.
         row_mask: optional ``(N,)`` bool array or tensor; False marks padding/duplicate rows.
-        gamma: discount in (0, 1] for R_t.
-        step_advantage_w: weight w of the step-level term.
+        gamma: discount in [0, 1] for R_t (0: R_t = r_t).
+        step_advantage_w: weight w >= 0 of the step-level term.
+        (The options are checked by :func:`check_estimator_options`, as ``GiGPOConfig`` does.)
         norm: ``"mean_std"`` or ``"mean"``.
         epsilon: > 0, added to the std.
         episode_stats: ``"trajectory"`` (paper) or ``"step"`` (reference code).
@@ -279,12 +299,15 @@ def gigpo_advantage_terms(
 
     Raises:
         ValueError: length mismatches (naming the argument and both lengths); ``response_mask`` not 2-D;
-            non-finite rewards (first bad row and value); unknown ``norm`` / ``episode_stats``; ``gamma``
-            outside (0, 1]; ``epsilon <= 0``; non-integer ``step_ids``; duplicate (traj id, step id) among valid
+            non-finite rewards (first bad row and value); rewards whose sums or squares overflow float64;
+            invalid options (see :func:`check_estimator_options`); non-integer ``step_ids`` or ids outside
+            int64; duplicate (traj id, step id) among valid
             rows; a trajectory in two episode groups; a ``row_mask`` that is not a bool ``(N,)`` array; missing
             (None/NaN) or unhashable ids.
     """
-    _check_options(gamma=gamma, step_advantage_w=step_advantage_w, norm=norm, epsilon=epsilon, stats=episode_stats)
+    check_estimator_options(
+        gamma=gamma, step_advantage_w=step_advantage_w, norm=norm, epsilon=epsilon, episode_stats=episode_stats
+    )
     rewards = _as_rewards(step_rewards)  # (N,) float64
     n = rewards.shape[0]
     _as_response_mask(response_mask, n)
@@ -337,24 +360,28 @@ def gigpo_advantage_terms(
             "duplicated copies with row_mask=False)"
         )
 
-    # Returns.
-    R_t = np.empty_like(r)  # (M,)
-    R_t[order] = discounted_step_returns(r[order], t_sorted, gamma)
-    R_traj = np.bincount(t, weights=r, minlength=num_trajs)  # (T,) episode return of each trajectory
+    # Finite rewards can still overflow float64 in a sum, a difference or a square (|r| near 1e308, or
+    # |R| above ~1e154 for the std): computed quietly here, then every result is checked below.
+    with np.errstate(over="ignore", invalid="ignore"):
+        # Returns.
+        R_t = np.empty_like(r)  # (M,)
+        R_t[order] = discounted_step_returns(r[order], t_sorted, gamma)
+        R_traj = np.bincount(t, weights=r, minlength=num_trajs)  # (T,) episode return of each trajectory
 
-    # Episode-level relative advantage (paper Eq. 3).
-    if episode_stats == "trajectory":
-        adv_traj, _, flat_groups = _normalise_in_groups(R_traj, traj_group, num_groups, norm, epsilon)  # (T,)
-        A_E = adv_traj[t]  # (M,)
-    else:
-        A_E, _, flat_groups = _normalise_in_groups(R_traj[t], g, num_groups, norm, epsilon)  # (M,)
+        # Episode-level relative advantage (paper Eq. 3).
+        if episode_stats == "trajectory":
+            adv_traj, _, flat_groups = _normalise_in_groups(R_traj, traj_group, num_groups, norm, epsilon)  # (T,)
+            A_E = adv_traj[t]  # (M,)
+        else:
+            A_E, _, flat_groups = _normalise_in_groups(R_traj[t], g, num_groups, norm, epsilon)  # (M,)
 
-    # Anchor groups = (episode group, anchor key); step-level relative advantage.
-    s_group, s_uniques = pd.factorize(g * (int(a.max(initial=0)) + 1) + a)  # (M,)
-    num_step_groups = len(s_uniques)
-    A_S, s_size, _ = _normalise_in_groups(R_t, s_group, num_step_groups, norm, epsilon)  # (M,), (S,)
+        # Anchor groups = (episode group, anchor key); step-level relative advantage.
+        s_group, s_uniques = pd.factorize(g * (int(a.max(initial=0)) + 1) + a)  # (M,)
+        num_step_groups = len(s_uniques)
+        A_S, s_size, _ = _normalise_in_groups(R_t, s_group, num_step_groups, norm, epsilon)  # (M,), (S,)
 
-    A = A_E + step_advantage_w * A_S  # (M,)
+        A = A_E + step_advantage_w * A_S  # (M,)
+    _check_overflow(rows, r, {"episode return": R_traj[t], "step return R_t": R_t, "advantage": A})
 
     def scatter(x: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
         out = np.zeros(n, dtype=dtype)
@@ -461,23 +488,72 @@ def _order_by_traj_step(t: np.ndarray, steps: np.ndarray) -> np.ndarray:
     return np.lexsort((steps, t))
 
 
-def _check_options(*, gamma: Any, step_advantage_w: Any, norm: Any, epsilon: Any, stats: Any) -> None:
+def check_estimator_options(
+    *, gamma: Any, step_advantage_w: Any, norm: Any, epsilon: Any, episode_stats: Any
+) -> dict[str, Any]:
+    """Validate the estimator's options; the one check that both the estimator and ``GiGPOConfig`` use.
+
+    Valid values: ``gamma`` a number in [0, 1] (0: R_t = r_t; 1: no discount), ``step_advantage_w`` a finite
+    number >= 0 (0: the episode-level term alone), ``norm`` in :data:`NORMS`, ``epsilon`` a finite number > 0,
+    ``episode_stats`` in :data:`EPISODE_STATS`. Booleans and strings are not numbers.
+
+    Returns:
+        the options as a dict, numbers as Python floats (the keyword arguments of :func:`compute_gigpo_advantage`).
+
+    Raises:
+        ValueError: naming the option, the value given and the valid values.
+    """
     if norm not in NORMS:
+        hint = (
+            {
+                "mean_norm": " (the reference code's mode='mean_norm' meant 'mean')",
+                "mean_std_norm": " (the reference code's 'mean_std_norm' is 'mean_std')",
+            }.get(norm, "")
+            if isinstance(norm, str)
+            else ""
+        )
         raise ValueError(
-            f"norm={norm!r} is not a norm; use 'mean_std' (subtract the group mean, divide by std + epsilon) "
+            f"norm={norm!r} is not a norm{hint}; use 'mean_std' (subtract the group mean, divide by std + epsilon) "
             "or 'mean' (only subtract the group mean)"
         )
-    if stats not in EPISODE_STATS:
+    if episode_stats not in EPISODE_STATS:
         raise ValueError(
-            f"episode_stats={stats!r} is not valid; use 'trajectory' (each trajectory counts once, paper Eq. 3) "
-            "or 'step' (every step row counts, as the reference code does)"
+            f"episode_stats={episode_stats!r} is not valid; use 'trajectory' (each trajectory counts once, paper "
+            "Eq. 3) or 'step' (every step row counts, as the reference code does)"
         )
-    if not _is_real(gamma) or not 0.0 < gamma <= 1.0:
-        raise ValueError(f"gamma={_show(gamma)} must be a number in (0, 1] (the paper uses 0.95)")
+    if not _is_real(gamma) or not 0.0 <= gamma <= 1.0:
+        raise ValueError(
+            f"gamma={_show(gamma)} must be a number in [0, 1] (the paper uses 0.95; 1.0 = no discount, 0 = each "
+            "step's own reward)"
+        )
     if not _is_real(epsilon) or not 0.0 < epsilon < math.inf:
         raise ValueError(f"epsilon={_show(epsilon)} must be a finite number > 0 (e.g. 1e-6)")
-    if not _is_real(step_advantage_w) or not math.isfinite(step_advantage_w):
-        raise ValueError(f"step_advantage_w={_show(step_advantage_w)} must be a finite number (the paper uses 1.0)")
+    if not _is_real(step_advantage_w) or not 0.0 <= step_advantage_w < math.inf:
+        raise ValueError(
+            f"step_advantage_w={_show(step_advantage_w)} must be a finite number >= 0 (the paper uses 1.0; 0 turns "
+            "the step-level term off)"
+        )
+    return {
+        "gamma": float(gamma),
+        "step_advantage_w": float(step_advantage_w),
+        "norm": norm,
+        "epsilon": float(epsilon),
+        "episode_stats": episode_stats,
+    }
+
+
+def _check_overflow(rows: np.ndarray, rewards: np.ndarray, results: dict[str, np.ndarray]) -> None:
+    """Raise when a result is not finite although every reward is (float64 overflow); ``results`` in the order
+    they are computed, each ``(M,)`` over the valid rows ``rows``."""
+    for what, values in results.items():
+        bad = np.flatnonzero(~np.isfinite(values))
+        if bad.size:
+            i = int(rows[bad[0]])
+            raise ValueError(
+                f"the {what} of row {i} overflows float64 ({_show(values[bad[0]])}) although every reward is finite "
+                f"(largest |reward| {float(np.abs(rewards).max()):.3g}): sums, differences and squares of rewards "
+                "must stay below ~1e154 in magnitude; scale the rewards down (e.g. to |r| <= 1e6)"
+            )
 
 
 def _is_real(x: Any) -> bool:
@@ -555,11 +631,24 @@ def _as_1d(values: Any, name: str, n: int) -> np.ndarray:
 
 
 def _as_step_ids(steps: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Step ids as int64, exactly: integers, or floats / objects holding whole numbers, all within int64 (a
+    uint64 or float id >= 2^63 would wrap negative and silently reverse the step order)."""
     kind = steps.dtype.kind
-    if kind in "iu":
+    limit = 2**63
+    if kind == "i":
         return steps.astype(np.int64, copy=False)
+    if kind == "u":
+        big = np.flatnonzero(steps >= np.uint64(limit)) if steps.dtype.itemsize == 8 else np.zeros(0, np.int64)
+        if big.size:
+            _raise_step_range(steps, rows, int(big[0]))
+        return steps.astype(np.int64)
     if kind not in "fO":
         raise ValueError(f"step_ids must be integers, got dtype {steps.dtype}; pass an integer array")
+    if kind == "O" and all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in steps.tolist()):
+        big = [k for k, v in enumerate(steps.tolist()) if not -limit <= int(v) < limit]
+        if big:
+            _raise_step_range(steps, rows, big[0])
+        return steps.astype(np.int64)  # exact for Python ints (no detour through float64)
     try:
         f = steps.astype(np.float64)
     except (TypeError, ValueError) as err:
@@ -568,7 +657,17 @@ def _as_step_ids(steps: np.ndarray, rows: np.ndarray) -> np.ndarray:
     if bad.size:
         i = int(rows[bad[0]])
         raise ValueError(f"step_ids must be integers; step_ids[{i}] = {_show(steps[bad[0]])} is not a whole number")
+    big = np.flatnonzero((f >= float(limit)) | (f < -float(limit)))
+    if big.size:
+        _raise_step_range(steps, rows, int(big[0]))
     return f.astype(np.int64)
+
+
+def _raise_step_range(steps: np.ndarray, rows: np.ndarray, k: int) -> None:
+    raise ValueError(
+        f"step_ids[{int(rows[k])}] = {_show(steps[k])} is outside the int64 range [-2^63, 2^63); step ids number "
+        "the steps of a trajectory (0, 1, 2, ...): pass the step index, not a timestamp or a hash"
+    )
 
 
 def _factorize(values: np.ndarray, name: str, rows: np.ndarray) -> np.ndarray:

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from verl_gigpo.advantage import EPISODE_STATS, NORMS, check_estimator_options
+
 __all__ = ["EPISODE_STATS", "KEY_MODES", "NORMS", "GiGPOConfig"]
 
-NORMS = ("mean_std", "mean")
-EPISODE_STATS = ("trajectory", "step")
 KEY_MODES = ("observation", "state", "history:K", "similarity")
 _HISTORY = re.compile(r"history:(\d+)")
 
@@ -30,9 +30,9 @@ class GiGPOConfig:
     """Hyper-parameters of the GiGPO advantage estimator and of anchor-state grouping.
 
     Attributes:
-        gamma: discount in (0, 1] of the step return ``R_t = sum_{k>=t} gamma^(k-t) r_k`` that the step-level
-            advantage compares. Paper: 0.95.
-        step_advantage_w: weight w of the step-level term in ``A = A_episode + w * A_step``; 0 gives the
+        gamma: discount in [0, 1] of the step return ``R_t = sum_{k>=t} gamma^(k-t) r_k`` that the step-level
+            advantage compares (0: R_t = r_t). Paper: 0.95.
+        step_advantage_w: weight w >= 0 of the step-level term in ``A = A_episode + w * A_step``; 0 gives the
             episode-level (GRPO-style) advantage alone. Paper: 1.0.
         norm: how both levels normalise within a group: ``"mean_std"`` = (x - mean) / (std + epsilon) with the
             unbiased std, ``"mean"`` = x - mean only. Paper: ``"mean_std"`` for ALFWorld, ``"mean"`` for WebShop.
@@ -58,32 +58,18 @@ class GiGPOConfig:
     similarity_threshold: float = 0.9
 
     def __post_init__(self) -> None:
-        self.gamma = _real("gamma", self.gamma)
-        if not 0.0 < self.gamma <= 1.0:
-            raise ValueError(f"gamma={self.gamma!r} must be in (0, 1]; the paper uses 0.95 (1.0 = no discount)")
-        self.step_advantage_w = _real("step_advantage_w", self.step_advantage_w)
-        if not math.isfinite(self.step_advantage_w) or self.step_advantage_w < 0:
-            raise ValueError(
-                f"step_advantage_w={self.step_advantage_w!r} must be a finite number >= 0; the paper uses 1.0, "
-                "and 0 turns the step-level term off"
-            )
-        if self.norm not in NORMS:
-            hint = {
-                "mean_norm": " (the reference code's mode='mean_norm' meant 'mean')",
-                "mean_std_norm": " (the reference code's 'mean_std_norm' is 'mean_std')",
-            }.get(self.norm, "")
-            raise ValueError(
-                f"norm={self.norm!r} is not a norm{hint}; use 'mean_std' (divide by std) or 'mean' (only subtract "
-                "the mean)"
-            )
-        self.epsilon = _real("epsilon", self.epsilon)
-        if not 0.0 < self.epsilon < math.inf:
-            raise ValueError(f"epsilon={self.epsilon!r} must be a finite number > 0, e.g. 1e-6")
-        if self.episode_stats not in EPISODE_STATS:
-            raise ValueError(
-                f"episode_stats={self.episode_stats!r} is not valid; use 'trajectory' (each trajectory counts "
-                "once, paper Eq. 3) or 'step' (every step row counts, as the reference code does)"
-            )
+        options = check_estimator_options(
+            gamma=self.gamma,
+            step_advantage_w=self.step_advantage_w,
+            norm=self.norm,
+            epsilon=self.epsilon,
+            episode_stats=self.episode_stats,
+        )  # the estimator's own check: one set of rules for both
+        self.gamma, self.step_advantage_w, self.epsilon = (
+            options["gamma"],
+            options["step_advantage_w"],
+            options["epsilon"],
+        )
         if not isinstance(self.key_mode, str) or not (
             self.key_mode in ("observation", "state", "similarity") or _HISTORY.fullmatch(self.key_mode)
         ):
