@@ -68,52 +68,17 @@ def alfworld_data(tmp_path_factory):
 # ------------------------------------------------------------------------- a tiny model that answers in the format
 @pytest.fixture(scope="session")
 def action_model_dir(tiny_model_dir, tmp_path_factory):
-    """The tiny model after 40 supervised steps on gridnav prompts -> a uniformly random action word + EOS.
+    """The tiny model after 40 supervised steps on gridnav prompts -> a uniformly random action word + EOS
+    (``verl_gigpo.local.tiny_model.sft_action_format``, the ``--sft-actions`` option of its CLI).
 
     A random-init model almost never emits a parseable action, so its rollouts are all invalid steps with equal
     returns — a degenerate batch. This one replies with valid actions (in random directions), so rollouts have
     varied returns, wins and anchor groups, like a real model's. Takes a few seconds on CPU.
     """
-    import numpy as np
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import shutil
 
-    from environments import make_env
-    from verl_gigpo.rollout import ChatPromptEncoder
+    from verl_gigpo.local.tiny_model import sft_action_format
 
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    encoder = ChatPromptEncoder(tokenizer)
-    rng = np.random.default_rng(0)
-    env = make_env("gridnav", max_steps=10, key_mode="state")
-    examples = []
-    for seed in range(64):
-        obs, info = env.reset(seed=seed)
-        for _ in range(3):
-            action = ["up", "down", "left", "right"][int(rng.integers(4))]
-            prompt = encoder(env.render_prompt(obs, info))
-            examples.append((prompt, tokenizer.encode(action, add_special_tokens=False) + [tokenizer.eos_token_id]))
-            obs, _, terminated, truncated, info = env.step(action)
-            if terminated or truncated:
-                break
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    model.train()
-    width = max(len(p) + len(t) for p, t in examples)
-    for _ in range(40):
-        batch = [examples[int(i)] for i in rng.integers(len(examples), size=16)]
-        ids = torch.full((len(batch), width), tokenizer.pad_token_id)  # right padding, one forward per step
-        labels = torch.full((len(batch), width), -100)
-        attention = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, (prompt, target) in enumerate(batch):
-            n = len(prompt) + len(target)
-            ids[row, :n] = torch.tensor(prompt + target)
-            labels[row, len(prompt) : n] = torch.tensor(target)
-            attention[row, :n] = 1
-        loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
     out = tmp_path_factory.mktemp("action-model")
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    shutil.copytree(tiny_model_dir, out, dirs_exist_ok=True)
+    return sft_action_format(out, steps=40, seed=0)

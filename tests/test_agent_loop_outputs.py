@@ -49,6 +49,14 @@ def test_an_episode_failed_at_reset_gives_one_masked_placeholder_row():
     assert row.prompt_ids == [5, 6] and row.response_ids == [2] and row.response_mask == [0]
     assert row.extra_fields["env_error"] and row.extra_fields["env_error_message"] == "EnvError: no games"
     assert (row.extra_fields["min_global_steps"], row.extra_fields["max_global_steps"]) == (7, 7)
+    # every field a real row carries (TransferQueue drops a field for the whole batch if one row lacks it, and verl's
+    # old-log-prob step then raised KeyError('rollout_log_probs'); tests/test_e2e_verl_cpu.py runs that path)
+    real = episode_to_outputs(
+        Episode(traj_id="u_0", task=TaskSpec("gridnav", seed=0), steps=[_step(0)]), placeholder_prompt_ids=[], eos_id=2
+    )[0]
+    assert row.response_logprobs == [0.0]
+    assert {k for k, v in vars(real).items() if v is not None} <= {k for k, v in vars(row).items() if v is not None}
+    assert set(real.extra_fields) == set(row.extra_fields)
     steps = StepBatch.from_rows(["u"], [row.extra_fields], [False])
     assert not steps.row_mask[0]  # the trainer mode leaves it out of every statistic
 

@@ -38,14 +38,33 @@ from typing import Any, ClassVar
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
+from environments import register_env
 from verl_gigpo import AGENT_LOOP_NAME
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, Episode, EpisodeConfig, TaskSpec, run_episode
 
-__all__ = ["GiGPOEnvAgentLoop", "episode_config_from", "episode_to_outputs"]
+__all__ = ["GiGPOEnvAgentLoop", "episode_config_from", "episode_to_outputs", "register_envs"]
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+
+
+def register_envs(registry: Any) -> None:
+    """Register the user's environments of ``env.registry`` (``{name: "package.module:Class"}``) in this process.
+
+    verl runs the agent loops in Ray worker processes, so environments registered in the driver are unknown
+    there; ``env.registry`` names them in the config instead. The modules must be importable by the workers
+    (installed, or on ``PYTHONPATH``). Registering the same target twice is a no-op.
+
+    Raises:
+        ValueError: ``registry`` is not a mapping, or a name is already registered to another target.
+    """
+    if not registry:
+        return
+    if not hasattr(registry, "items"):
+        raise ValueError(f"env.registry must map names to 'package.module:Class' targets, got {registry!r}")
+    for name, target in registry.items():
+        register_env(str(name), str(target))
 
 
 def episode_config_from(config: Any) -> EpisodeConfig:
@@ -74,11 +93,14 @@ def episode_to_outputs(
     """One ``AgentLoopOutput`` per step of ``episode`` (see the module docstring for ``extra_fields``).
 
     ``min_global_steps``/``max_global_steps`` (the weight versions verl's off-policy bookkeeping reads from every
-    row) come from the server's outputs; ``weight_version`` (the batch's ``global_steps``) fills them in when no
-    generation happened (an environment that failed at reset).
+    row) come from the server's outputs; ``weight_version`` fills them in when no generation happened (an
+    environment that failed at reset): :meth:`GiGPOEnvAgentLoop.run` passes ``global_steps - 1``, the version the
+    servers hold while verl's synchronous trainer samples batch ``global_steps`` (they are synced after each
+    update), so verl's staleness metrics (``(global_steps - 1) - version``) read 0 for it, as for its siblings.
 
     An episode whose environment failed before its first step yields one placeholder row (``placeholder_prompt_ids``,
-    response ``[eos_id]``, response_mask 0, ``env_error`` True) because verl expects at least one output.
+    response ``[eos_id]``, response_mask 0, log-prob 0, ``env_error`` True) because verl expects at least one
+    output; it carries every field a real row carries (TransferQueue keeps a field only if all rows have it).
     Rows of an episode with ``env_error`` get response_mask 0, so no loss flows through them.
     """
     failed = episode.env_error is not None
@@ -111,6 +133,9 @@ def episode_to_outputs(
                 prompt_ids=list(placeholder_prompt_ids),
                 response_ids=[eos_id],
                 response_mask=[0],
+                # every field a real row has: TransferQueue drops a field for the WHOLE batch when one row lacks
+                # it, and verl's old-log-prob step then fails on the missing rollout_log_probs
+                response_logprobs=[0.0],
                 reward_score=0.0,
                 num_turns=0,
                 metrics=AgentLoopMetrics(),
@@ -122,6 +147,7 @@ def episode_to_outputs(
                     "env_reward": 0.0,
                     "action_valid": False,
                     "history_dropped": 0,
+                    "prompt_truncated": False,
                 },
             )
         ]
@@ -166,6 +192,7 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
         super().__init__(*args, **kwargs)
         self.episode_config = episode_config_from(self.config)
         env_cfg = self.config.env
+        register_envs(env_cfg.get("registry", None))
         self.default_env_name = env_cfg.get("name", None)
         self.env_kwargs = dict(env_cfg.get("kwargs", None) or {})
         self.encoder = ChatPromptEncoder(self.tokenizer, chat_template_kwargs=dict(self.apply_chat_template_kwargs))
@@ -216,5 +243,5 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
             episode,
             placeholder_prompt_ids=placeholder,
             eos_id=eos,
-            weight_version=int(version) if version is not None else None,
+            weight_version=int(version) - 1 if version is not None else None,
         )

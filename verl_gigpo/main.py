@@ -13,13 +13,25 @@ import errors) and says why when it did not. See ``recipes/`` for complete comma
 
 from __future__ import annotations
 
+import os
+import sys
+
 import hydra
 from omegaconf import DictConfig
+
+# `platform=cpu` on the command line: select verl's cpu platform before Hydra's composition first imports verl, so
+# that no process of the run ever resolves (and warns about) a GPU platform. main() checks the composed config.
+if any(arg in ("platform=cpu", "trainer.device=cpu") for arg in sys.argv[1:]):
+    os.environ.setdefault("VERL_PLATFORM", "cpu")
 
 
 @hydra.main(config_path="config", config_name="gigpo_trainer", version_base=None)
 def main(config: DictConfig) -> None:
     """Hydra entry point: check the plug-in, then hand the composed config to verl's ``main_ppo``."""
+    if config.trainer.device == "cpu":
+        from verl_gigpo.cpu import activate_cpu_platform
+
+        activate_cpu_platform(config)  # before main_ppo: verl reads the platform at import time
     from verl.trainer import main_ppo
 
     from verl_gigpo.plugin import ensure_registered

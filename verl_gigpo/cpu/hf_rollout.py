@@ -37,10 +37,15 @@ from verl.workers.rollout.replica import RolloutMode, RolloutReplica, TokenOutpu
 
 from verl_gigpo.cpu import ROLLOUT_NAME
 
-__all__ = ["HFGenerationServer", "HFReplica", "HFServerAdapter", "server_actor_name"]
+__all__ = ["DUMP_WEIGHTS_ENV", "HFGenerationServer", "HFReplica", "HFServerAdapter", "server_actor_name"]
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+
+#: environment variable: a folder where every server saves the weights it received at each sync (safetensors,
+#: ``sync<NNN>_step<global_steps>_replica<R>.safetensors``), so that a run can be checked against the actor's
+#: checkpoints afterwards (the CPU e2e test does)
+DUMP_WEIGHTS_ENV = "GIGPO_HF_DUMP_WEIGHTS_DIR"
 
 #: sampling keys verl's agent loops send that the local server reads under the same name
 _PASSED = ("temperature", "top_p", "top_k", "max_tokens", "max_new_tokens", "seed", "stop_token_ids")
@@ -191,6 +196,13 @@ class HFGenerationServer:
         self.weight_updates += 1
         if global_steps is not None:
             self.global_steps = int(global_steps)
+        dump_dir = os.environ.get(DUMP_WEIGHTS_ENV)
+        if dump_dir:
+            from safetensors.torch import save_file
+
+            os.makedirs(dump_dir, exist_ok=True)
+            name = f"sync{self.weight_updates:03d}_step{self.global_steps}_replica{self.replica_rank}.safetensors"
+            save_file({k: v.contiguous() for k, v in weights.items()}, os.path.join(dump_dir, name))
         return len(weights)
 
     def get_weights(self) -> dict[str, torch.Tensor]:

@@ -2,6 +2,7 @@
 
     python -m verl_gigpo.local.tiny_model --out artifacts/tiny-model
     python -m verl_gigpo.local.tiny_model --out /tmp/m --hidden-size 64 --layers 2 --envs gridnav --seed 1
+    python -m verl_gigpo.local.tiny_model --out artifacts/tiny-model-actions --envs gridnav --sft-actions
 
 What it writes (``save_pretrained``; loads with ``AutoTokenizer/AutoModelForCausalLM.from_pretrained(DIR)`` under
 ``HF_HUB_OFFLINE=1``):
@@ -13,6 +14,11 @@ What it writes (``save_pretrained``; loads with ``AutoTokenizer/AutoModelForCaus
 * a ChatML chat template (``<|im_start|>role\\n...<|im_end|>``), ``<|im_end|>`` as EOS, ``<|endoftext|>`` as pad;
 * a ``Qwen2ForCausalLM`` (default: hidden 128, 4 layers, 4 heads, MLP 512, tied embeddings, ~1.3M parameters)
   with random weights drawn from ``--seed``.
+
+With ``--sft-actions [STEPS]`` (default 40 steps) the model is then fine-tuned, supervised, to answer a gridnav
+prompt with one uniformly random action word and EOS (:func:`sft_action_format`): it speaks the action format but
+has no preference among actions, so group RL starts from varied, valid rollouts even when sampling over the full
+vocabulary (verl's rollout does; the local engine can also restrict outputs to the action tokens instead).
 
 Deterministic: the same options and the same set of importable environments give byte-identical files.
 Any real model directory can be used in its place by the local engine.
@@ -39,6 +45,7 @@ __all__ = [
     "build_tokenizer",
     "env_corpus",
     "main",
+    "sft_action_format",
 ]
 
 logger = logging.getLogger(__name__)
@@ -250,6 +257,84 @@ def build_tiny_model(
     return out
 
 
+def sft_action_format(
+    model_dir: str | Path,
+    *,
+    env_name: str = "gridnav",
+    steps: int = 40,
+    batch_size: int = 16,
+    lr: float = 3e-3,
+    seed: int = 0,
+) -> Path:
+    """Fine-tune the model in ``model_dir`` in place to reply to ``env_name`` prompts with a random action + EOS.
+
+    Examples: 64 seeded tasks, up to 3 steps each along a uniformly random walk; each example is the chat prompt
+    (:class:`verl_gigpo.rollout.ChatPromptEncoder`) and, as target, one action word drawn uniformly from the
+    environment's fixed action set followed by EOS. ``steps`` AdamW steps of ``batch_size`` examples, loss on the
+    target tokens only. The environment must have a fixed action set (``info["admissible_actions"]`` words that the
+    tokenizer keeps whole), e.g. gridnav's up/down/left/right.
+
+    Returns:
+        ``model_dir`` (model and tokenizer saved back; ``tiny_model_info.json`` records the fine-tuning).
+
+    Raises:
+        ValueError: ``steps`` or ``batch_size`` < 1, or the environment exposes no admissible actions.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from environments import make_env
+    from verl_gigpo.rollout import ChatPromptEncoder
+
+    if steps < 1 or batch_size < 1:
+        raise ValueError(f"steps ({steps}) and batch_size ({batch_size}) must be >= 1")
+    model_dir = Path(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    encoder = ChatPromptEncoder(tokenizer)
+    rng = np.random.default_rng(seed)
+    env = make_env(env_name, max_steps=10)
+    examples = []
+    for task_seed in range(64):
+        obs, info = env.reset(seed=task_seed)
+        for _ in range(3):
+            actions = list(info.get("admissible_actions") or [])
+            if not actions:
+                raise ValueError(f"{env_name} lists no admissible actions; --sft-actions needs a fixed action set")
+            action = actions[int(rng.integers(len(actions)))]
+            prompt = encoder(env.render_prompt(obs, info))
+            examples.append((prompt, tokenizer.encode(action, add_special_tokens=False) + [tokenizer.eos_token_id]))
+            obs, _, terminated, truncated, info = env.step(action)
+            if terminated or truncated:
+                break
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+        model.train()
+        width = max(len(p) + len(t) for p, t in examples)
+        for _ in range(steps):
+            batch = [examples[int(i)] for i in rng.integers(len(examples), size=batch_size)]
+            ids = torch.full((len(batch), width), tokenizer.pad_token_id)  # (B, W) right-padded
+            labels = torch.full((len(batch), width), -100)  # (B, W) loss on the target tokens only
+            attention = torch.zeros((len(batch), width), dtype=torch.long)  # (B, W)
+            for row, (prompt, target) in enumerate(batch):
+                n = len(prompt) + len(target)
+                ids[row, :n] = torch.tensor(prompt + target)
+                labels[row, len(prompt) : n] = torch.tensor(target)
+                attention[row, :n] = 1
+            loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    info_path = model_dir / "tiny_model_info.json"
+    info = json.loads(info_path.read_text()) if info_path.exists() else {}
+    info["sft_actions"] = {"env": env_name, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed}
+    info_path.write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
+    logger.info("fine-tuned %s to answer %s prompts with a random action (%d steps)", model_dir, env_name, steps)
+    return model_dir
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point (see the module docstring)."""
     parser = argparse.ArgumentParser(
@@ -264,7 +349,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab-size", type=int, default=2048)
     parser.add_argument("--envs", default=",".join(DEFAULT_ENVS), help="comma-separated environments for the corpus")
     parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
+    parser.add_argument(
+        "--sft-actions",
+        type=int,
+        nargs="?",
+        const=40,
+        default=0,
+        metavar="STEPS",
+        help="then fine-tune to answer gridnav prompts with a random action word (default 40 steps)",
+    )
     args = parser.parse_args(argv)
+    if args.sft_actions < 0:
+        parser.error(f"--sft-actions takes a number of steps >= 1, got {args.sft_actions}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     out = build_tiny_model(
         args.out,
@@ -277,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
         envs=[e for e in args.envs.split(",") if e],
         seed=args.seed,
     )
+    if args.sft_actions:
+        sft_action_format(out, steps=args.sft_actions, seed=args.seed)
     info = json.loads((out / "tiny_model_info.json").read_text())
     print(f"tiny model: {info['parameters']:,} parameters, vocab {info['vocab_size']}, corpus {info['corpus_envs']}")
     print(f"written to {out}")

@@ -1,0 +1,27 @@
+"""A gridnav that fails at ``reset`` now and then: drives the verl pipeline's failed-episode path in the CPU e2e test.
+
+Registered in the agent-loop workers through ``env.registry`` (``{gridnav_faulty: "gigpo_faulty_env:FaultyGridNav"}``)
+with this folder on ``PYTHONPATH``. Every ``FAIL_EVERY``-th reset in a process raises, so each training iteration
+has failed episodes while most episodes play normally.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+from environments.gridnav.env import GridNavEnv
+
+#: every n-th reset (per process) raises; GIGPO_FAULTY_EVERY overrides
+FAIL_EVERY = int(os.environ.get("GIGPO_FAULTY_EVERY", "5"))
+
+_resets = itertools.count(1)
+
+
+class FaultyGridNav(GridNavEnv):
+    """``GridNavEnv`` whose every ``FAIL_EVERY``-th reset in this process raises ``RuntimeError``."""
+
+    def reset(self, *, seed=None, options=None):
+        if next(_resets) % FAIL_EVERY == 0:
+            raise RuntimeError("gridnav_faulty: injected failure at reset (tests/helpers/gigpo_faulty_env.py)")
+        return super().reset(seed=seed, options=options)

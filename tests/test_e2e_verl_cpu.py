@@ -1,0 +1,126 @@
+"""verl's whole pipeline on CPU, end to end, as users launch it: ``python -m verl_gigpo.main platform=cpu``.
+
+One module-scoped fixture runs :func:`verl_gigpo.cpu.smoke.run_smoke` (what ``make e2e`` runs): verl's
+``main_ppo`` -> ``TaskRunnerV1`` -> the ``gigpo_sync`` trainer mode -> FSDP actor and reference workers (gloo) ->
+the ``gigpo_env_agent`` agent loop on the ``hf`` rollout backend -> TransferQueue; GiGPO for iterations 1-2 with a
+checkpoint after each, a second launch that resumes from ``global_step_2`` for iteration 3, and GRPO for 2
+iterations. Nothing of verl is replaced. The tasks are played by ``gridnav_faulty`` (``tests/helpers``), a gridnav
+whose every 5th reset raises, registered in the workers through ``env.registry``: failed episodes in every
+iteration must leave the run alive with their rows masked (before the fix, verl's old-log-prob step failed with
+``KeyError('rollout_log_probs')``).
+
+Everything asserted comes from what the runs wrote: verl's file logger (``metrics_<run>.jsonl``), verl's
+checkpoints, the weights the rollout server received at each sync, the console log. About 4 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+from environments import register_env
+from verl_gigpo.cpu.smoke import _actor_checkpoint, check_runs, run_smoke, val_metric
+
+pytestmark = pytest.mark.slow
+
+HELPERS = Path(__file__).resolve().parent / "helpers"
+FAULTY = "gridnav_faulty"
+
+
+@pytest.fixture(scope="module")
+def runs(action_model_dir, tmp_path_factory):
+    sys.path.insert(0, str(HELPERS))  # the task files are written here, for the registered faulty environment
+    try:
+        register_env(FAULTY, "gigpo_faulty_env:FaultyGridNav")
+        out = tmp_path_factory.mktemp("e2e")
+        pythonpath = os.pathsep.join(p for p in (str(HELPERS), os.environ.get("PYTHONPATH", "")) if p)
+        return run_smoke(
+            out,
+            action_model_dir,
+            env_name=FAULTY,
+            extra=[f"+env.registry.{FAULTY}=gigpo_faulty_env:FaultyGridNav"],
+            env={"PYTHONPATH": pythonpath, "GIGPO_FAULTY_EVERY": "5"},
+        )
+    finally:
+        sys.path.remove(str(HELPERS))
+
+
+def _training_rows(run):
+    return [m for m in run.metrics if "actor/pg_loss" in m]
+
+
+def test_every_launch_exits_0_and_the_smoke_checks_pass(runs, action_model_dir):
+    assert set(runs) == {"gigpo", "gigpo_resume", "grpo"}
+    for name, run in runs.items():
+        assert run.returncode == 0, f"{name} failed; last lines:\n" + "\n".join(run.log.read_text().splitlines()[-40:])
+    assert check_runs(runs, action_model_dir) == []  # what `make e2e` reports, on the same runs
+
+
+@pytest.mark.parametrize("name", ["gigpo", "gigpo_resume", "grpo"])
+def test_each_iteration_logs_finite_training_and_environment_metrics(runs, name):
+    rows = _training_rows(runs[name])
+    assert rows, f"{name} logged no training iteration"
+    needed = ["env/success_rate", "env/env_error_rate", "episode/num_step_rows", "actor/pg_loss", "actor/grad_norm"]
+    if name.startswith("gigpo"):
+        needed += ["gigpo/step_group_size_mean", "gigpo/frac_singleton_step_groups", "gigpo/num_masked_rows"]
+    for row in rows:
+        for key in needed:
+            assert isinstance(row.get(key), int | float) and math.isfinite(row[key]), (name, row["step"], key)
+        assert row["episode/num_step_rows"] > 0 and 0.0 <= row["env/success_rate"] <= 1.0
+        assert row["actor/grad_norm"] > 0  # a real update happened
+    if name == "grpo":
+        assert not any(k.startswith("gigpo/") for row in rows for k in row)
+
+
+def test_validation_before_and_after_training(runs):
+    def validated_steps(run):
+        return [m["step"] for m in run.metrics if val_metric(m)]
+
+    assert validated_steps(runs["gigpo"])[0] == 0 and validated_steps(runs["gigpo_resume"])[-1] == 3
+    assert validated_steps(runs["grpo"]) == [0, 2]
+    last = next(m for m in runs["gigpo_resume"].metrics if val_metric(m))
+    assert val_metric(last) == f"val-core/{FAULTY}/acc/mean@1" and 0.0 <= last[val_metric(last)] <= 1.0
+
+
+def test_resume_continues_from_the_saved_step_and_logs_iteration_3_once(runs):
+    first, resumed = runs["gigpo"], runs["gigpo_resume"]
+    assert [m["step"] for m in _training_rows(first)] == [1, 2]
+    assert [m["step"] for m in _training_rows(resumed)] == [3]
+    log = first.log.read_text()  # both launches append to the run's train.log
+    assert f"Resuming from {first.run_dir / 'ckpt' / 'global_step_2'}, setting global step to 2" in log
+    assert (first.run_dir / "ckpt" / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+
+
+def test_actor_weights_move_and_the_rollout_server_holds_them_after_every_sync(runs, action_model_dir):
+    run_dir = runs["gigpo"].run_dir
+    initial = AutoModelForCausalLM.from_pretrained(action_model_dir).state_dict()
+    step1 = _actor_checkpoint(run_dir / "ckpt" / "global_step_1")
+    assert max(float((step1[k] - initial[k]).abs().max()) for k in initial) > 0  # iteration 1 changed the actor
+
+    dumps = sorted((run_dir / "synced_weights").glob("*.safetensors"))
+    synced = {}
+    for dump in dumps:  # sync<NNN>_step<k>_replica0: one file per sync, both launches
+        step = int(dump.stem.split("_step")[1].split("_")[0])
+        synced.setdefault(step, []).append(load_file(dump))
+    assert sorted(synced) == [0, 1, 2, 3] and len(synced[2]) == 2  # step 2: after the update and at resume
+    for step, received in synced.items():
+        actor = initial if step == 0 else _actor_checkpoint(run_dir / "ckpt" / f"global_step_{step}")
+        for weights in received:
+            assert set(weights) == set(actor)
+            for name, tensor in weights.items():
+                torch.testing.assert_close(tensor, actor[name], rtol=0, atol=0, msg=f"step {step}: {name}")
+
+
+def test_failed_resets_leave_the_run_alive_with_their_rows_masked(runs):
+    rows = _training_rows(runs["gigpo"]) + _training_rows(runs["gigpo_resume"])
+    assert all(row["env/env_error_rate"] > 0 for row in rows)  # every iteration had failed episodes
+    assert all(row["gigpo/num_masked_rows"] > 0 for row in rows)
+    log = runs["gigpo"].log.read_text()
+    assert "gridnav_faulty: injected failure at reset" in log and "KeyError" not in log
