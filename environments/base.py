@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -49,6 +49,8 @@ __all__ = [
     "TextEnv",
     "extract_tag",
     "parse_key_mode",
+    "strip_tag",
+    "tag_blocks",
 ]
 
 INFO_KEYS = (
@@ -67,6 +69,9 @@ INVALID_ACTION_TEXT = "Your previous output did not contain a valid action, so n
 
 #: Longest text ``parse_action`` looks at; anything beyond is ignored (LLM outputs are far shorter).
 MAX_PARSE_CHARS = 65_536
+
+#: Largest ``max_steps`` of any environment (an episode keeps its actions; LLM agent episodes are far shorter).
+MAX_EPISODE_STEPS = 10_000
 
 
 class EnvError(RuntimeError):
@@ -122,10 +127,41 @@ def parse_key_mode(key_mode: str) -> tuple[str, int]:
     )
 
 
+def tag_blocks(text: str, tag: str) -> list[tuple[int, int, int, int]]:
+    """Spans ``(open_start, open_end, close_start, close_end)`` of the non-nested ``<tag>...</tag>`` blocks of
+    ``text`` (case-insensitive), in order, in one linear scan.
+
+    A block runs from an opening tag to the nearest closing tag after it; opening tags inside a block are part of
+    its content, a closing tag with no block open is plain text, and an opening tag that is never closed starts no
+    block. This is exactly what ``re.findall(r"<tag>(.*?)</tag>", text, re.I | re.S)`` matches, but linear in
+    ``len(text)`` (the lazy regex rescans the rest of the text from every unclosed opening tag: quadratic).
+    """
+    spans = []
+    open_at: tuple[int, int] | None = None
+    for m in re.finditer(rf"<(/?){re.escape(tag)}>", text, re.IGNORECASE):
+        if not m.group(1):
+            if open_at is None:
+                open_at = (m.start(), m.end())
+        elif open_at is not None:
+            spans.append((open_at[0], open_at[1], m.start(), m.end()))
+            open_at = None
+    return spans
+
+
 def extract_tag(text: str, tag: str) -> list[str]:
-    """All non-nested ``<tag>...</tag>`` contents of ``text``, in order (case-insensitive tags, DOTALL)."""
-    pattern = re.compile(rf"<{tag}>(.*?)</{tag}>", re.IGNORECASE | re.DOTALL)
-    return pattern.findall(text)
+    """All non-nested ``<tag>...</tag>`` contents of ``text``, in order (case-insensitive tags; see
+    :func:`tag_blocks`, linear time)."""
+    return [text[open_end:close_start] for _, open_end, close_start, _ in tag_blocks(text, tag)]
+
+
+def strip_tag(text: str, tag: str) -> str:
+    """``text`` without its ``<tag>...</tag>`` blocks (tags included; see :func:`tag_blocks`, linear time)."""
+    pieces, pos = [], 0
+    for open_start, _, _, close_end in tag_blocks(text, tag):
+        pieces.append(text[pos:open_start])
+        pos = close_end
+    pieces.append(text[pos:])
+    return "".join(pieces)
 
 
 class TextEnv(abc.ABC):
@@ -163,8 +199,8 @@ class TextEnv(abc.ABC):
     def __init__(self, *, key_mode: str = "state", max_steps: int = 50) -> None:
         self.key_kind, self.key_history = parse_key_mode(key_mode)
         self.key_mode = key_mode
-        if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
-            raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
+        if not isinstance(max_steps, int) or isinstance(max_steps, bool) or not 1 <= max_steps <= MAX_EPISODE_STEPS:
+            raise ValueError(f"max_steps must be an int in [1, {MAX_EPISODE_STEPS}], got {max_steps!r}")
         self.max_steps = max_steps
         self.np_random: np.random.Generator = np.random.default_rng()
         self.task_description: str = ""
@@ -185,6 +221,11 @@ class TextEnv(abc.ABC):
 
         Returns ``(observation, info)``.
         """
+        if options is not None and not isinstance(options, Mapping):
+            raise ValueError(
+                f"{self.name}: reset options must be a dict or None, got {type(options).__name__} {options!r:.80}; "
+                f"e.g. options={{'split': {self.splits[0]!r}}}"
+            )
         options = dict(options or {})
         split = options.pop("split", self.splits[0])
         if split not in self.splits:
@@ -256,6 +297,7 @@ class TextEnv(abc.ABC):
         Format: ``<think>...</think><action>ACTION</action>``. Exactly one ``<action>`` block is required when
         tags are present (several blocks are ambiguous -> invalid). Without tags, the whole reply (stripped) is
         tried as the environment's own action syntax. Returns ``(canonical_action, True)`` or ``(None, False)``.
+        Linear in the length of the reply (only the first :data:`MAX_PARSE_CHARS` characters are read).
         """
         if isinstance(llm_text, bytes | bytearray):
             llm_text = bytes(llm_text).decode("utf-8", errors="replace")
@@ -270,7 +312,7 @@ class TextEnv(abc.ABC):
         elif re.search(r"</?action>", text, re.IGNORECASE):
             return None, False  # an unclosed or stray tag: malformed
         else:
-            candidate = re.sub(r"<think>.*?</think>", "", text, flags=re.IGNORECASE | re.DOTALL)
+            candidate = strip_tag(text, "think")
         candidate = candidate.strip()
         if not candidate:
             return None, False

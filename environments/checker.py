@@ -11,8 +11,10 @@
 * step determinism: each transition (observation, reward, flags, info) replays identically;
 * key stability: each pair of paths from ``env.checker_paths()`` reaches the same state digest, and the
   same anchor key in the ``state`` and ``observation`` key modes;
-* ``parse_action`` totality: fuzzed inputs (empty, huge, binary-looking, unicode, several tags, no tags)
-  never raise, always return ``(str, True)`` or ``(None, False)``, and do not touch the state;
+* ``parse_action`` totality: fuzzed inputs (empty, huge, binary-looking, unicode, several tags, no tags, tags
+  repeated up to the parse limit) never raise, always return ``(str, True)`` or ``(None, False)``, and do not
+  touch the state;
+* ``reset`` options: a non-dict ``options`` is a ``ValueError`` that names ``options``;
 * the invalid-action step: ``step(None)`` leaves the state unchanged, says so, and counts toward the step limit.
 """
 
@@ -58,6 +60,10 @@ FUZZ_INPUTS: list[Any] = [
     "<action>" + "x" * 100_000 + "</action>",
     "search[<action>click[buy now]</action>]",
     "click[" * 500,
+    "<action>" * 8192,  # unclosed tags repeated up to the parse limit: linear parsing, not a rescan per tag
+    "<think>" * 9362,
+    "<ACTION>" * 8191 + "</action>",
+    "</action>" * 7000,
     None,
     12345,
 ]
@@ -153,8 +159,13 @@ def check_env(
         counts of what was checked, e.g. ``{"transitions": 84, "fuzz_inputs": 121, "path_pairs": 6}``.
 
     Raises:
+        ValueError: no seeds, or ``n_steps < 1``.
         EnvCheckError: listing every failed check.
     """
+    if not seeds:
+        raise ValueError("check_env needs at least one seed, e.g. seeds=(0, 1, 2)")
+    if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 1:
+        raise ValueError(f"n_steps must be an int >= 1 (random actions per episode), got {n_steps!r}")
     failures: list[str] = []
     split = split or env.splits[0]
     counts = {"transitions": 0, "fuzz_inputs": 0, "path_pairs": 0}
@@ -250,6 +261,18 @@ def check_env(
     if env._state_digest() != digest:
         failures.append("parse_action changed the environment state")
 
+    # -- reset options must be a dict: anything else is a clear ValueError, not a confusing one
+    for bad in (["x"], "train", 5):
+        try:
+            env.reset(seed=seeds[0], options=bad)
+        except ValueError as exc:
+            if "options" not in str(exc):
+                failures.append(f"reset(options={bad!r}) raised a ValueError that does not name options: {exc}")
+        except Exception as exc:  # noqa: BLE001 - the check is precisely which exception escapes
+            failures.append(f"reset(options={bad!r}) must raise ValueError, raised {exc!r}")
+        else:
+            failures.append(f"reset(options={bad!r}) was accepted; options must be a dict")
+
     # -- invalid-action step
     obs0, info0 = env.reset(seed=seeds[0], options={"split": split})
     digest = env._state_digest()
@@ -274,6 +297,17 @@ def check_env(
     return counts
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an int >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
 def _parse_value(text: str) -> Any:
     try:
         return json.loads(text)
@@ -288,8 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("name", help=f"environment name (one of: {', '.join(list_envs())})")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="constructor argument")
-    parser.add_argument("--seeds", type=int, default=3, help="number of task seeds to check (default 3)")
-    parser.add_argument("--steps", type=int, default=12, help="random actions per episode (default 12)")
+    parser.add_argument("--seeds", type=_positive_int, default=3, help="number of task seeds to check (default 3)")
+    parser.add_argument("--steps", type=_positive_int, default=12, help="random actions per episode (default 12)")
     parser.add_argument("--split", default=None, help="task split (default: the environment's first)")
     args = parser.parse_args(argv)
     kwargs = {}
@@ -298,7 +332,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--set expects KEY=VALUE, got {item!r}")
         key, value = item.split("=", 1)
         kwargs[key] = _parse_value(value)
-    env = make_env(args.name, **kwargs)
+    try:
+        env = make_env(args.name, **kwargs)
+    except (ValueError, TypeError) as exc:  # unknown name, or a bad constructor argument
+        parser.error(f"cannot build {args.name!r} with {kwargs}: {exc}")
     seeds = args.seeds
     num_tasks = getattr(env, "num_tasks", None)
     n_tasks = num_tasks(args.split or env.splits[0]) if callable(num_tasks) else None

@@ -3,14 +3,17 @@ as it is registered), plus the checker's command line."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import environments
 from environments import list_envs, make_env
-from environments.checker import EnvCheckError, check_env
+from environments.base import extract_tag, strip_tag
+from environments.checker import FUZZ_INPUTS, EnvCheckError, check_env
 
 
 def _kwargs(name: str, request) -> dict:
@@ -70,3 +73,77 @@ def test_checker_cli_exits_zero():
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("OK sokoban")
+
+
+def test_checker_cli_rejects_no_seeds_and_negative_steps(capsys):
+    from environments.checker import main
+
+    for args, match in ((["--seeds", "0"], "--seeds: expected an integer >= 1, got 0"), (["--steps", "-5"], "got -5")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["gridnav", *args])
+        assert exit_info.value.code == 2
+        assert match in capsys.readouterr().err
+    with pytest.raises(ValueError, match="at least one seed"):
+        check_env(make_env("gridnav"), seeds=())
+    with pytest.raises(ValueError, match=r"n_steps must be an int >= 1"):
+        check_env(make_env("gridnav"), n_steps=-5)
+
+
+@pytest.mark.parametrize("name", list_envs())
+@pytest.mark.parametrize("options", [["x"], "train", 5])
+def test_reset_options_that_are_not_a_dict_are_a_clear_error(name, options, request):
+    try:
+        env = make_env(name, **_kwargs(name, request))
+    except ImportError:
+        pytest.skip(f"{name}: optional dependency not installed")
+    with pytest.raises(
+        ValueError, match=rf"{name}: reset options must be a dict or None, got {type(options).__name__}"
+    ):
+        env.reset(seed=0, options=options)
+    env.close()
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "match"),
+    [
+        ("gridnav", {"size": 100_000}, r"gridnav: size must be an int in \[3, 64\], got 100000"),
+        ("gridnav", {"size": 5, "min_path": 10**9}, r"min_path must be an int in \[1, size\^2 - 1\] = \[1, 24\]"),
+        ("gridnav", {"max_steps": 10**9}, r"max_steps must be an int in \[1, 10000\]"),
+        ("sokoban", {"dim_room": (1000, 1000)}, r"dim_room=\(1000, 1000\) is too large: each side must be <= 32"),
+        ("sokoban", {"num_gen_steps": 10**6}, r"num_gen_steps must be an int in \[1, 1000\]"),
+        ("sokoban", {"max_gen_states": 10**9}, r"max_gen_states must be an int in \[1, 2000000\]"),
+        ("webshop", {"num_products": 10**7}, r"num_products must be an int in \[50, 50000\]"),
+        ("webshop", {"num_train_goals": 10**8}, r"num_train_goals must be an int in \[1, 200000\]"),
+        ("search", {"top_k": 10**6}, r"top_k must be an int in \[1, 100\]"),
+        ("search", {"corpus_config": {"n_people": 10**7}}, r"CorpusConfig.n_people must be an int in \[0, 10000\]"),
+    ],
+)
+def test_unbounded_constructor_arguments_are_rejected(name, kwargs, match):
+    # Each of these used to be accepted and then exhausted memory or time (gridnav size=100000 at the first reset).
+    with pytest.raises(ValueError, match=match):
+        make_env(name, **kwargs)
+
+
+def _regex_blocks(text: str, tag: str) -> list[str]:
+    """The definition the linear scan must reproduce: the lazy regex (quadratic on unclosed tags)."""
+    return re.findall(rf"<{tag}>(.*?)</{tag}>", text, re.IGNORECASE | re.DOTALL)
+
+
+def test_tag_scanning_matches_the_regex_definition():
+    rng = np.random.default_rng(0)
+    pieces = ["<action>", "</action>", "<ACTION>", "</Action>", "<think>", "</think>", "<action", "x", " ", "\n", "é"]
+    for _ in range(3000):
+        text = "".join(pieces[int(i)] for i in rng.integers(len(pieces), size=int(rng.integers(0, 16))))
+        for tag in ("action", "think"):
+            assert extract_tag(text, tag) == _regex_blocks(text, tag), (text, tag)
+            expected = re.sub(rf"<{tag}>.*?</{tag}>", "", text, flags=re.IGNORECASE | re.DOTALL)
+            assert strip_tag(text, tag) == expected, (text, tag)
+
+
+@pytest.mark.parametrize("text", ["<action>" * 8192, "<think>" * 9362, "<ACTION>" * 8191 + "</action>"])
+def test_repeated_unclosed_tags_parse_as_invalid(text):
+    # These made parse_action quadratic (2.6 s at the 64 KB cap, see benchmarks/RESULTS.md); the checker fuzzes
+    # them in every environment. The result is the same as before: no single well-formed action.
+    assert text in FUZZ_INPUTS
+    assert make_env("gridnav").parse_action(text) == (None, False)
+    assert extract_tag(text, "action") == _regex_blocks(text, "action")

@@ -54,6 +54,8 @@ _OPPOSITE = {"up": "down", "down": "up", "left": "right", "right": "left"}
 #: the target (a model trained from scratch first learns "the direction word in the observation is the move").
 _COMPASS = {"up": "north", "down": "south", "left": "west", "right": "east"}
 _MAX_TRIES = 10_000
+#: Largest grid side accepted (layouts are drawn and solved by BFS at every reset).
+MAX_SIZE = 64
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,7 @@ class GridNavEnv(TextEnv):
 
     Args:
         key_mode, max_steps: see :class:`environments.base.TextEnv` (``max_steps`` default 10).
-        size: grid side (>= 3).
+        size: grid side, in [3, :data:`MAX_SIZE`].
         walls: number of walls, or an inclusive ``(low, high)`` range drawn per task.
         min_path: minimum length of the shortest solution.
         key: add a key that unlocks the goal.
@@ -214,15 +216,21 @@ class GridNavEnv(TextEnv):
         key_reward: float = 0.0,
     ) -> None:
         super().__init__(key_mode=key_mode, max_steps=max_steps)
-        if not isinstance(size, int) or size < 3:
-            raise ValueError(f"gridnav: size must be an int >= 3, got {size!r}")
+        if isinstance(size, bool) or not isinstance(size, int) or not 3 <= size <= MAX_SIZE:
+            raise ValueError(
+                f"gridnav: size must be an int in [3, {MAX_SIZE}], got {size!r} (layouts are drawn and solved by "
+                "breadth-first search at every reset; the demo uses 5)"
+            )
         lo, hi = (walls, walls) if isinstance(walls, int) else tuple(walls)
         if not (0 <= lo <= hi) or hi > size * size - 3:
             raise ValueError(
                 f"gridnav: walls must be a count or (low, high) with 0 <= low <= high < size^2-2, got {walls!r}"
             )
-        if not isinstance(min_path, int) or min_path < 1:
-            raise ValueError(f"gridnav: min_path must be an int >= 1, got {min_path!r}")
+        if isinstance(min_path, bool) or not isinstance(min_path, int) or not 1 <= min_path < size * size:
+            raise ValueError(
+                f"gridnav: min_path must be an int in [1, size^2 - 1] = [1, {size * size - 1}] (no path is longer "
+                f"than the cells of the grid), got {min_path!r}"
+            )
         if observe not in ("all", "target"):
             raise ValueError(f"gridnav: observe must be 'all' (key and goal offsets) or 'target', got {observe!r}")
         self.size = size

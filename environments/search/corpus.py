@@ -111,6 +111,10 @@ _Q2 = {
 }
 
 
+#: Largest count of any one kind of entity in a generated world (each count of :class:`CorpusConfig`).
+MAX_ENTITIES = 10_000
+
+
 @dataclass(frozen=True)
 class CorpusConfig:
     """Sizes of the generated world (defaults: ~270 passages, ~690 questions, generated in a few ms).
@@ -134,8 +138,11 @@ class CorpusConfig:
     def __post_init__(self) -> None:
         for name in ("n_people", "n_towns", "n_companies", "n_provinces", "n_rivers", "n_seas", "n_distractors"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"CorpusConfig.{name} must be a non-negative int, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_ENTITIES:
+                raise ValueError(
+                    f"CorpusConfig.{name} must be an int in [0, {MAX_ENTITIES}], got {value!r} (the world is generated "
+                    "in memory at construction)"
+                )
         for name in ("n_people", "n_towns", "n_provinces", "n_rivers", "n_seas"):
             if getattr(self, name) < 1:
                 raise ValueError(f"CorpusConfig.{name} must be at least 1")

@@ -72,6 +72,8 @@ __all__ = [
 MAX_QUERY_CHARS = 256
 #: Longest answer kept (characters); gold answers are short, so a longer answer could not match anyway.
 MAX_ANSWER_CHARS = 256
+#: Most passages a search may show (every passage goes into the prompt).
+MAX_TOP_K = 100
 
 START_TEXT = "No search yet. Search with <search>query</search>, or answer with <answer>answer</answer>."
 NO_RESULTS_TEXT = "No passage matched the query."
@@ -234,8 +236,10 @@ class SearchQAEnv(TextEnv):
         retriever_options: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(key_mode=key_mode, max_steps=max_steps)
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            raise ValueError(f"top_k must be a positive int (passages per search), got {top_k!r}")
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= MAX_TOP_K:
+            raise ValueError(
+                f"top_k must be an int in [1, {MAX_TOP_K}] (passages shown per search; Search-R1 uses 3), got {top_k!r}"
+            )
         sources = {"retriever": retriever, "retriever_url": retriever_url, "corpus_path": corpus_path}
         given = [name for name, value in sources.items() if value is not None]
         if len(given) > 1:

@@ -68,6 +68,9 @@ __all__ = ["SokobanEnv"]
 
 logger = logging.getLogger(__name__)
 
+#: Most room states the generator may keep (``max_gen_states``): bounds the memory and time of one reset.
+MAX_GEN_STATES = 2_000_000
+
 _ACTION_RE = re.compile(r"""["'`]?(?:(?:move|go|push)\s+)?(up|down|left|right)\.?["'`]?\.?""", re.IGNORECASE)
 _OPPOSITE = {"up": "down", "down": "up", "left": "right", "right": "left"}
 _CHECKER_PATH_LEN = 4  # checker_paths enumerates every action sequence up to this length
@@ -115,8 +118,15 @@ class SokobanEnv(TextEnv):
         self.dim_room = check_room_config(dim_room, num_boxes, num_gen_steps)
         self.num_boxes = int(num_boxes)
         self.num_gen_steps = int(num_gen_steps)
-        if isinstance(max_gen_states, bool) or not isinstance(max_gen_states, int) or max_gen_states < 1:
-            raise ValueError(f"max_gen_states must be a positive int, got {max_gen_states!r}")
+        if (
+            isinstance(max_gen_states, bool)
+            or not isinstance(max_gen_states, int)
+            or not 1 <= max_gen_states <= MAX_GEN_STATES
+        ):
+            raise ValueError(
+                f"max_gen_states must be an int in [1, {MAX_GEN_STATES}] (room states kept while generating), "
+                f"got {max_gen_states!r}"
+            )
         self.max_gen_states = max_gen_states
         rewards = {
             "reward_step": reward_step,

@@ -72,12 +72,18 @@ class GeneratedRoom:
     states: int
 
 
+#: Largest room side (outer wall included) and reverse-play depth accepted by :func:`check_room_config`.
+MAX_ROOM_SIDE = 32
+MAX_GEN_STEPS = 1_000
+
+
 def check_room_config(dim_room: object, num_boxes: object, num_gen_steps: object = 1) -> tuple[int, int]:
     """Validate a generator configuration; returns ``dim_room`` as a ``(height, width)`` tuple of ints.
 
-    Rules: ``dim_room`` is two ints counting the outer wall, each >= 3 and one >= 5 (the interior needs three
-    cells in a row, or no box can ever move); the interior has at least ``num_boxes + 2`` cells; ``num_boxes``
-    and ``num_gen_steps`` are positive ints.
+    Rules: ``dim_room`` is two ints counting the outer wall, each in [3, :data:`MAX_ROOM_SIDE`] and one >= 5
+    (the interior needs three cells in a row, or no box can ever move); the interior has at least
+    ``num_boxes + 2`` cells; ``num_boxes`` is a positive int and ``num_gen_steps`` an int in
+    [1, :data:`MAX_GEN_STEPS`].
 
     Raises:
         ValueError: naming the bad value and what to use instead.
@@ -93,6 +99,11 @@ def check_room_config(dim_room: object, num_boxes: object, num_gen_steps: object
     height, width = int(dim_room[0]), int(dim_room[1])
     if isinstance(num_boxes, bool) or not isinstance(num_boxes, int | np.integer) or num_boxes < 1:
         raise ValueError(f"num_boxes must be a positive int, got {num_boxes!r}")
+    if max(height, width) > MAX_ROOM_SIDE:
+        raise ValueError(
+            f"dim_room={tuple(dim_room)!r} is too large: each side must be <= {MAX_ROOM_SIDE} (generation searches "
+            "reverse play over room states; the paper uses (6, 6))"
+        )
     if min(height, width) < 3 or max(height, width) < 5:
         raise ValueError(
             f"dim_room={tuple(dim_room)!r} is too small: sizes count the outer wall; each must be >= 3 and one >= 5 "
@@ -104,8 +115,14 @@ def check_room_config(dim_room: object, num_boxes: object, num_gen_steps: object
             f"dim_room={tuple(dim_room)!r} has {interior} interior cells, too few for num_boxes={num_boxes} "
             "(need at least num_boxes + 2); use a larger room or fewer boxes"
         )
-    if isinstance(num_gen_steps, bool) or not isinstance(num_gen_steps, int | np.integer) or num_gen_steps < 1:
-        raise ValueError(f"num_gen_steps must be a positive int (reverse-play depth), got {num_gen_steps!r}")
+    if (
+        isinstance(num_gen_steps, bool)
+        or not isinstance(num_gen_steps, int | np.integer)
+        or not 1 <= num_gen_steps <= MAX_GEN_STEPS
+    ):
+        raise ValueError(
+            f"num_gen_steps must be an int in [1, {MAX_GEN_STEPS}] (reverse-play depth), got {num_gen_steps!r}"
+        )
     return height, width
 
 
