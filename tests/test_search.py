@@ -4,8 +4,10 @@ against a real local HTTP server speaking Search-R1's retrieval protocol (CPU on
 from __future__ import annotations
 
 import json
+import math
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -395,12 +397,43 @@ class _SearchR1Handler(BaseHTTPRequestHandler):
             return self._send(422, {"detail": "topk must be an integer"})
         if server.mode == "garbage":
             return self._send(200, {"error": "retriever crashed"})
+        if server.mode in ("drip_body", "drip_headers"):
+            return self._drip(server, headers=server.mode == "drip_headers")
+        if server.mode == "nan":
+            return self._send(200, {"result": [[{"document": {"id": "1", "contents": '"T"\nx'}, "score": math.nan}]]})
+        if server.mode == "keepalive_then_close":  # announce a kept-alive HTTP/1.1 connection, then close it
+            self.protocol_version = "HTTP/1.1"
+            self.close_connection = True
         results = server.retriever.search(body["queries"], body["topk"])
         result = [
             [{"document": {"id": p.id, "contents": f'"{p.title}"\n{p.text}'}, "score": p.score} for p in hits]
             for hits in results
         ]
         return self._send(200, {"result": result})
+
+    def _drip(self, server, *, headers):
+        """A slow loris: a valid answer, one byte every 20 ms (in a header, or in the body); counts what it sent
+        until the client hangs up."""
+        body = json.dumps({"result": [[]]}).encode() + b" " * 200
+        slow = b"X-Slow: " + b"a" * 200 + b"\r\n" if headers else b""
+        head = b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+        try:
+            self.wfile.write(head)
+            for byte in slow:
+                self.wfile.write(bytes([byte]))
+                server.dripped += 1
+                time.sleep(0.02)
+            self.wfile.write(b"\r\n")
+            if headers:
+                self.wfile.write(body)
+            for byte in b"" if headers else body:
+                self.wfile.write(bytes([byte]))
+                server.dripped += 1
+                time.sleep(0.02)
+        except OSError:
+            pass  # the client gave up and closed the connection
+        finally:
+            server.drip_done.set()
 
     def _send(self, status, payload):
         data = json.dumps(payload).encode()
@@ -421,6 +454,7 @@ def server(bm25):
     httpd.daemon_threads = True
     httpd.retriever, httpd.mode, httpd.requests = bm25, "ok", 0
     httpd.lock, httpd.release = threading.Lock(), threading.Event()
+    httpd.dripped, httpd.drip_done = 0, threading.Event()
     httpd.url = f"http://127.0.0.1:{httpd.server_address[1]}"
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
@@ -458,6 +492,53 @@ def test_http_timeout_retries_then_clear_error(server):
     assert err.value.attempts == 3 and err.value.url == server.url + "/retrieve"
     assert server.requests == 3
     client.close()
+
+
+@pytest.mark.parametrize("where", ["body", "headers"])
+def test_http_deadline_bounds_the_whole_request_against_a_dripping_server(server, where):
+    # The server sends a valid answer one byte every 20 ms (~4 s): every socket read returns within the 0.3 s
+    # timeout, so a per-read timeout never fires and the request used to take the full 4 s. The deadline must cut
+    # it off, and the server must see the client hang up long before it has sent everything.
+    server.mode = f"drip_{where}"
+    client = HTTPRetriever(server.url, timeout=0.3, max_retries=0)
+    with pytest.raises(RetrieverError) as err:
+        client.search(["Veskand"], 3)
+    client.close()
+    message = str(err.value)
+    assert "timed out: no complete answer within the 0.3 s deadline (waited" in message
+    assert "failed after 1 attempt(s)" in message and err.value.attempts == 1
+    assert server.drip_done.wait(timeout=10)
+    assert server.dripped < 100  # of ~200 bytes: it stopped when the client closed the connection
+
+
+def test_http_total_timeout_bounds_the_retries(server):
+    server.mode = "sleep"  # never answers
+    client = HTTPRetriever(server.url, timeout=0.2, max_retries=5, backoff=0.01, total_timeout=0.5)
+    with pytest.raises(RetrieverError, match=r"\(deadline 0.2 s per attempt, 0.5 s in all\)") as err:
+        client.search(["Veskand"], 3)
+    client.close()
+    assert 1 <= err.value.attempts <= 3 < 6  # 0.5 s holds at most three 0.2 s attempts, not six
+    assert server.requests == err.value.attempts
+
+
+def test_http_non_finite_scores_are_rejected(server):
+    server.mode = "nan"
+    client = HTTPRetriever(server.url, max_retries=0)
+    with pytest.raises(RetrieverError, match=r"unexpected format \(result\[0\]\[0\]: score nan is not finite\)"):
+        client.search(["Veskand"], 3)
+    client.close()
+
+
+def test_http_keep_alive_connection_closed_by_the_server_is_reopened(server, bm25):
+    # The client keeps the connection for the next search; the server has closed it meanwhile. The request is sent
+    # again on a fresh connection, within the same attempt.
+    server.mode = "keepalive_then_close"
+    client = HTTPRetriever(server.url, max_retries=0)
+    expected = bm25.search(["Veskand"], 3)
+    assert client.search(["Veskand"], 3) == expected
+    assert client.search(["Veskand"], 3) == expected
+    client.close()
+    assert server.requests == 2
 
 
 def test_http_500_is_retried(server, bm25):

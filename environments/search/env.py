@@ -199,7 +199,8 @@ class SearchQAEnv(TextEnv):
     Args:
         retriever: a :class:`Retriever` to use as is (not closed by :meth:`close`).
         retriever_url: a Search-R1-style retrieval server (``http://host:port``); an :class:`HTTPRetriever` is
-            made with ``retriever_options`` (timeout, max_retries, backoff, backoff_max).
+            made with ``retriever_options`` (timeout per attempt, total_timeout, max_retries, backoff, backoff_max,
+            max_response_bytes).
         corpus_path: a corpus JSONL file (``id``/``title``/``text`` per line) indexed with BM25
             (``retriever_options``: k1, b); needs ``questions_path``.
         questions_path: a question JSONL file (``question``, ``answers`` or ``golden_answers``, optional ``id``,

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import abc
 import hashlib
+import http.client
 import json
 import logging
 import math
 import re
+import socket
 import threading
 import time
 from collections import Counter
@@ -250,55 +252,85 @@ class BM25Retriever(Retriever):
 _RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
 
+class _Transient(Exception):
+    """One attempt failed in a way worth retrying (connection, deadline, 429/5xx); ``str`` says how."""
+
+
+class _Stale(Exception):
+    """A kept-alive connection failed before any answer: the server closed it meanwhile."""
+
+
 class HTTPRetriever(Retriever):
     """Client of a Search-R1-style retrieval server (``POST <url>/retrieve``; protocol in the module docstring).
 
-    Each request has a ``timeout`` (seconds, connect and read). Connection errors, timeouts and HTTP 429/5xx are
-    retried ``max_retries`` times with exponential backoff (``backoff * 2**i`` seconds, at most ``backoff_max``);
-    after that, or at once for other HTTP errors and malformed answers, a :class:`RetrieverError` names the URL,
-    the number of attempts and the last error. One ``requests.Session`` per thread (sessions are not thread-safe).
+    Deadlines are real: ``timeout`` bounds each whole attempt (connecting, sending, the status line, the headers
+    and the whole body), not each socket read, so a server that drips its answer byte by byte cannot hold a
+    request longer than ``timeout``; ``total_timeout`` bounds one :meth:`search` call, retries and backoff
+    included. At an attempt's deadline its socket is shut down from a timer thread, which wakes any blocked read.
+    Connection errors, deadlines and HTTP 429/5xx are retried ``max_retries`` times with exponential backoff
+    (``backoff * 2**i`` seconds, at most ``backoff_max``) while the total budget lasts; after that, or at once for
+    other HTTP errors and malformed answers (including non-finite scores and bodies over ``max_response_bytes``),
+    a :class:`RetrieverError` names the URL, the attempts, the time waited and the last error.
+
+    One keep-alive connection per thread (``http.client``; proxies from the environment are not used: a
+    retrieval server is contacted directly).
 
     Args:
-        url: the server, ``http://host:port`` (``/retrieve`` is appended) or the full ``.../retrieve`` endpoint.
-        timeout: seconds per request.
+        url: the server, ``http(s)://host:port`` (``/retrieve`` is appended) or the full ``.../retrieve`` endpoint.
+        timeout: seconds per attempt, everything included.
         max_retries: retries after the first attempt (0 = try once).
         backoff: first retry delay in seconds; backoff_max: the largest delay.
+        total_timeout: seconds for one search, retries and backoff included; None = every attempt's full
+            ``timeout`` plus every backoff delay.
+        max_response_bytes: the largest answer accepted (default 64 MiB).
     """
 
     def __init__(
-        self, url: str, *, timeout: float = 30.0, max_retries: int = 3, backoff: float = 0.5, backoff_max: float = 8.0
+        self,
+        url: str,
+        *,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        backoff: float = 0.5,
+        backoff_max: float = 8.0,
+        total_timeout: float | None = None,
+        max_response_bytes: int = 64 * 2**20,
     ):
-        import requests  # noqa: F401 - fail early, with the import error, when requests is missing
-
-        if not isinstance(url, str) or not re.match(r"https?://[^/\s]+", url):
+        match = re.fullmatch(r"(https?)://([^/\s?#]+)(/[^\s]*)?", url) if isinstance(url, str) else None
+        if match is None:
             raise ValueError(f"retriever url must look like 'http://host:port', got {url!r}")
         for name, value in (("timeout", timeout), ("backoff", backoff), ("backoff_max", backoff_max)):
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be a non-negative number of seconds, got {value!r}")
         if timeout == 0:
-            raise ValueError("timeout must be positive (seconds per request)")
+            raise ValueError("timeout must be positive (seconds per attempt)")
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise ValueError(f"max_retries must be a non-negative int, got {max_retries!r}")
+        delays = [min(float(backoff_max), float(backoff) * 2**i) for i in range(max_retries)]
+        if total_timeout is None:
+            total_timeout = (1 + max_retries) * float(timeout) + sum(delays)
+        elif (
+            isinstance(total_timeout, bool)
+            or not isinstance(total_timeout, int | float)
+            or not math.isfinite(total_timeout)
+            or total_timeout <= 0
+        ):
+            raise ValueError(f"total_timeout must be a positive number of seconds or None, got {total_timeout!r}")
+        if isinstance(max_response_bytes, bool) or not isinstance(max_response_bytes, int) or max_response_bytes < 1:
+            raise ValueError(f"max_response_bytes must be a positive int, got {max_response_bytes!r}")
         base = url.rstrip("/")
         self.url = base if base.endswith("/retrieve") else base + "/retrieve"
+        self._scheme, self._netloc = match.group(1), match.group(2)
+        self._path = self.url[len(f"{self._scheme}://{self._netloc}") :] or "/retrieve"
         self.timeout = float(timeout)
+        self.total_timeout = float(total_timeout)
         self.max_retries = max_retries
         self.backoff = float(backoff)
         self.backoff_max = float(backoff_max)
+        self.max_response_bytes = max_response_bytes
         self._local = threading.local()
-        self._sessions: list[Any] = []
+        self._connections: list[Any] = []
         self._lock = threading.Lock()
-
-    def _session(self) -> Any:
-        import requests
-
-        session = getattr(self._local, "session", None)
-        if session is None:
-            session = requests.Session()
-            self._local.session = session
-            with self._lock:
-                self._sessions.append(session)
-        return session
 
     def search(self, queries: list[str], top_k: int) -> list[list[Passage]]:
         """Send one batched request for all ``queries``; return the parsed passages (at most ``top_k`` each)."""
@@ -309,38 +341,32 @@ class HTTPRetriever(Retriever):
         return self._parse(body, len(queries), top_k, attempts)
 
     def _post(self, payload: dict[str, Any]) -> tuple[Any, int]:
-        """POST ``payload`` with retries; returns ``(decoded JSON body, attempts made)``."""
-        import requests
-
-        transient = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
+        """POST ``payload`` with retries within the deadlines; returns ``(decoded JSON body, attempts made)``."""
+        data = json.dumps(payload).encode("utf-8")
+        start = time.monotonic()
+        budget_end = start + self.total_timeout
         attempts = 1 + self.max_retries
         last_error = ""
-        cause: BaseException | None = None
+        attempt = 0
         for attempt in range(1, attempts + 1):
+            deadline = min(time.monotonic() + self.timeout, budget_end)
             try:
-                response = self._session().post(self.url, json=payload, timeout=self.timeout)
-            except transient as exc:
-                last_error, cause = f"{type(exc).__name__}: {exc}", exc
-            except requests.RequestException as exc:  # not transient (bad URL, redirect loop...): do not retry
-                raise RetrieverError(
-                    f"retrieval server {self.url}: request failed ({type(exc).__name__}: {exc})",
-                    url=self.url,
-                    attempts=attempt,
-                    last_error=f"{type(exc).__name__}: {exc}",
-                ) from exc
+                status, text = self._attempt(data, deadline)
+            except _Transient as exc:
+                last_error = str(exc)
             else:
-                if response.status_code < 400:
+                if status < 400:
                     try:
-                        return response.json(), attempt
-                    except ValueError as exc:  # requests' JSONDecodeError is a ValueError
+                        return json.loads(text), attempt
+                    except ValueError as exc:  # JSONDecodeError and invalid UTF-8 are ValueErrors
                         raise RetrieverError(
-                            f"retrieval server {self.url} answered with invalid JSON ({exc}): {response.text[:200]!r}",
+                            f"retrieval server {self.url} answered with invalid JSON ({exc}): {text[:200]!r}",
                             url=self.url,
                             attempts=attempt,
                             last_error=str(exc),
                         ) from exc
-                last_error, cause = f"HTTP {response.status_code}: {response.text[:200]!r}", None
-                if response.status_code not in _RETRYABLE_STATUS:
+                last_error = f"HTTP {status}: {text[:200]!r}"
+                if status not in _RETRYABLE_STATUS:
                     raise RetrieverError(
                         f"retrieval server {self.url} rejected the request ({last_error}); check that it speaks the "
                         "Search-R1 protocol (POST /retrieve with queries/topk/return_scores)",
@@ -348,24 +374,147 @@ class HTTPRetriever(Retriever):
                         attempts=attempt,
                         last_error=last_error,
                     )
-            if attempt < attempts:
-                delay = min(self.backoff_max, self.backoff * 2 ** (attempt - 1))
-                logger.warning(
-                    "retrieval server %s: attempt %d/%d failed (%s); retrying in %.2f s",
-                    self.url,
-                    attempt,
-                    attempts,
-                    last_error,
-                    delay,
-                )
-                time.sleep(delay)
+            if attempt == attempts:
+                break
+            delay = min(self.backoff_max, self.backoff * 2 ** (attempt - 1))
+            if time.monotonic() + delay >= budget_end:
+                break  # no time left for another attempt
+            logger.warning(
+                "retrieval server %s: attempt %d/%d failed (%s); retrying in %.2f s",
+                self.url,
+                attempt,
+                attempts,
+                last_error,
+                delay,
+            )
+            time.sleep(delay)
+        waited = time.monotonic() - start
         raise RetrieverError(
-            f"retrieval server {self.url} failed after {attempts} attempt(s) (timeout {self.timeout:g} s each); "
-            f"last error: {last_error}. Is the server running and reachable?",
+            f"retrieval server {self.url} failed after {attempt} attempt(s) in {waited:.2f} s (deadline "
+            f"{self.timeout:g} s per attempt, {self.total_timeout:g} s in all); last error: {last_error}. Is the "
+            "server running, reachable and answering in time?",
             url=self.url,
-            attempts=attempts,
+            attempts=attempt,
             last_error=last_error,
-        ) from cause
+        )
+
+    # ------------------------------------------------------------------ one attempt
+    def _connection(self) -> Any:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            cls = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
+            conn = cls(self._netloc, timeout=self.timeout)
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    def _drop_connection(self, conn: Any, response: Any = None) -> None:
+        """Close ``conn`` (and ``response``, which holds its socket open otherwise) and forget it."""
+        if response is not None:
+            response.close()
+        conn.close()
+        self._local.conn = None
+        with self._lock:
+            if conn in self._connections:
+                self._connections.remove(conn)
+
+    def _attempt(self, data: bytes, deadline: float) -> tuple[int, str]:
+        """One POST that ends by ``deadline`` (``time.monotonic()``); returns ``(status, body text)``.
+
+        A kept-alive connection that the server has closed meanwhile fails before any answer; the request is then
+        sent once more on a fresh connection, within the same deadline.
+
+        Raises:
+            _Transient: connection failures, the deadline, an incomplete answer (all retryable).
+            RetrieverError: an answer larger than ``max_response_bytes``.
+        """
+        began = time.monotonic()
+        try:
+            return self._exchange(self._connection(), data, deadline, began)
+        except _Stale:
+            return self._exchange(self._connection(), data, deadline, began)  # a fresh connection: never stale
+
+    def _exchange(self, conn: Any, data: bytes, deadline: float, began: float) -> tuple[int, str]:
+        """Send ``data`` on ``conn`` and read the whole answer by ``deadline`` (see :meth:`_attempt`)."""
+        expired = threading.Event()
+        sockets: list[socket.socket] = []  # the connection's socket (the response keeps using it after
+        # http.client's conn.close(), e.g. on an HTTP/1.0 answer, so it is held here)
+
+        def expire() -> None:  # runs in the timer thread at the deadline: wake up whatever read is blocked
+            expired.set()
+            for sock in sockets:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass  # already closed: nothing is blocked on it
+
+        def left() -> float:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or expired.is_set():
+                raise TimeoutError
+            return remaining
+
+        def timed_out() -> _Transient:
+            return _Transient(
+                f"timed out: no complete answer within the {deadline - began:.3g} s deadline (waited "
+                f"{time.monotonic() - began:.2f} s, {received} body bytes received)"
+            )
+
+        reused = conn.sock is not None
+        timer = threading.Timer(max(0.0, deadline - time.monotonic()), expire)
+        timer.daemon = True
+        timer.start()
+        received = 0
+        response = None
+        try:
+            conn.timeout = left()
+            if conn.sock is None:
+                conn.connect()
+            sock = conn.sock
+            sockets.append(sock)
+            if expired.is_set():  # the timer fired during connect, before the socket was known
+                raise TimeoutError
+            sock.settimeout(left())
+            conn.request("POST", self._path, body=data, headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            chunks = []
+            while True:
+                sock.settimeout(left())
+                piece = response.read1(65536)
+                if not piece:
+                    break
+                received += len(piece)
+                if received > self.max_response_bytes:
+                    self._drop_connection(conn, response)
+                    raise RetrieverError(
+                        f"retrieval server {self.url} sent more than max_response_bytes={self.max_response_bytes} "
+                        "bytes; lower topk or raise max_response_bytes",
+                        url=self.url,
+                        attempts=1,
+                        last_error="answer too large",
+                    )
+                chunks.append(piece)
+            if expired.is_set():
+                raise TimeoutError
+            if response.length:  # http.client counts the Content-Length down: bytes are missing
+                raise http.client.IncompleteRead(b"".join(chunks), response.length)
+            if response.will_close:
+                self._drop_connection(conn)
+            return response.status, b"".join(chunks).decode("utf-8", errors="replace")
+        except TimeoutError:
+            self._drop_connection(conn, response)
+            raise timed_out() from None
+        except (OSError, http.client.HTTPException) as exc:
+            self._drop_connection(conn, response)
+            if expired.is_set():  # the timer shut the socket down under a read
+                raise timed_out() from None
+            if reused and response is None and isinstance(exc, ConnectionError | http.client.RemoteDisconnected):
+                raise _Stale from None
+            kind = "ConnectionError" if isinstance(exc, OSError) else type(exc).__name__
+            raise _Transient(f"{kind}: {exc!r}") from None
+        finally:
+            timer.cancel()
 
     def _parse(self, body: Any, n_queries: int, top_k: int, attempts: int) -> list[list[Passage]]:
         def bad(why: str) -> RetrieverError:
@@ -393,18 +542,24 @@ class HTTPRetriever(Retriever):
             for r, item in enumerate(items[:top_k]):
                 doc, score = (item["document"], item.get("score", 0.0)) if _has_document(item) else (item, 0.0)
                 try:
-                    passages.append(passage_from_record(doc, score=float(score)))
+                    value = float(score)
+                except (TypeError, ValueError) as exc:
+                    raise bad(f"result[{q}][{r}]: score {score!r:.40} is not a number") from exc
+                if not math.isfinite(value):
+                    raise bad(f"result[{q}][{r}]: score {value} is not finite")
+                try:
+                    passages.append(passage_from_record(doc, score=value))
                 except (TypeError, ValueError) as exc:
                     raise bad(f"result[{q}][{r}]: {exc}") from exc
             out.append(passages)
         return out
 
     def close(self) -> None:
-        """Close the HTTP sessions of every thread that used this retriever."""
+        """Close the HTTP connections of every thread that used this retriever."""
         with self._lock:
-            sessions, self._sessions = self._sessions, []
-        for session in sessions:
-            session.close()
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            conn.close()
         self._local = threading.local()
 
 
