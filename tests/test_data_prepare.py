@@ -58,3 +58,24 @@ def test_cli_as_module_prints_the_paths(tmp_path):
 def test_bad_arguments_are_named(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):
         write_task_files(out_dir=tmp_path, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--out", ""], "out_dir is empty; name the folder"),
+        (["--out", "x", "--val-split", "train"], "the validation split 'train' is the training split"),
+        (["--out", "x", "--env-kwargs", "[1,2]"], "--env-kwargs must be a JSON object of constructor arguments"),
+        (["--out", "x", "--env-kwargs", '{"size": 100000}'], "gridnav: size must be an int in"),
+        (["--out", "x", "--env-kwargs", '{"colour": 1}'], "unexpected keyword argument 'colour'"),
+    ],
+)
+def test_cli_rejects_bad_arguments_before_writing_anything(tmp_path, monkeypatch, capsys, args, message):
+    # Each of these used to write files (into the current folder for --out "", or validation tasks that are
+    # training tasks for --val-split train) or end in a raw traceback.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--env", "gridnav", "--train-size", "4", *args])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.rglob("*.parquet"))

@@ -101,15 +101,26 @@ def write_task_files(
         env_kwargs: constructor arguments used to look up the size of a fixed task list (e.g. ``data_path``).
 
     Raises:
-        ValueError: unknown environment or split, non-positive sizes, or ``val_size`` beyond a fixed list.
+        ValueError: unknown environment or split, a validation split equal to the training split, non-positive
+            sizes, ``val_size`` beyond a fixed list, an empty ``out_dir``, or ``env_kwargs`` that is not a dict.
         ImportError / EnvError: the environment cannot be built (e.g. ALFWorld without its data).
     """
     if env_name not in list_envs():
         raise ValueError(f"unknown environment {env_name!r}; known environments: {', '.join(list_envs())}")
-    if train_size < 1:
-        raise ValueError(f"train_size must be >= 1, got {train_size}")
+    if isinstance(train_size, bool) or not isinstance(train_size, int) or train_size < 1:
+        raise ValueError(f"train_size must be an int >= 1, got {train_size!r}")
+    if not str(out_dir).strip():
+        raise ValueError("out_dir is empty; name the folder for train.parquet and val.parquet, e.g. ~/data/gigpo/x")
+    if env_kwargs is not None and not isinstance(env_kwargs, dict):
+        raise ValueError(f"env_kwargs must be a dict of constructor arguments, got {type(env_kwargs).__name__}")
     env_kwargs = dict(env_kwargs or {})
     val_split = val_split or DEFAULT_VAL_SPLIT.get(env_name, "test")
+    if val_split == train_split:
+        raise ValueError(
+            f"the validation split {val_split!r} is the training split: validation tasks 0..val_size-1 would be "
+            f"training tasks too; use an evaluation split (default for {env_name}: "
+            f"{DEFAULT_VAL_SPLIT.get(env_name, 'test')!r})"
+        )
     fixed = _inspect_env(env_name, (train_split, val_split), env_kwargs)
     if val_size is None:
         val_size = fixed if fixed is not None else DEFAULT_VAL_SIZE.get(env_name, 64)
@@ -142,14 +153,22 @@ def main(argv: list[str] | None = None) -> int:
         env_kwargs = json.loads(args.env_kwargs)
     except json.JSONDecodeError as exc:
         parser.error(f"--env-kwargs is not valid JSON: {exc}")
-    train_path, val_path = write_task_files(
-        args.env,
-        args.out,
-        train_size=args.train_size,
-        val_size=args.val_size,
-        val_split=args.val_split,
-        env_kwargs=env_kwargs,
-    )
+    if not isinstance(env_kwargs, dict):
+        parser.error(
+            f"--env-kwargs must be a JSON object of constructor arguments, e.g. '{{\"size\": 7}}'; "
+            f"got {args.env_kwargs}"
+        )
+    try:
+        train_path, val_path = write_task_files(
+            args.env,
+            args.out,
+            train_size=args.train_size,
+            val_size=args.val_size,
+            val_split=args.val_split,
+            env_kwargs=env_kwargs,
+        )
+    except (ValueError, TypeError) as exc:  # bad arguments, including environment constructor arguments
+        parser.error(str(exc))
     print(f"train: {train_path}\nval:   {val_path}")
     return 0
 
