@@ -116,6 +116,8 @@ class GiGPOTerms:
         episode_adv: float64, A_E: R(tau) normalised within its episode group.
         step_adv: float64, A_S: R_t normalised within its anchor group (episode group, anchor key).
         advantage: float64, A = A_E + step_advantage_w * A_S.
+        anchor_group: int64, the anchor group (episode group, anchor key) the row's A_S was computed in, numbered
+            0, 1, ... in order of first appearance among valid rows (-1 for masked rows).
         anchor_group_size: int64, number of valid rows in the row's anchor group (0 for masked rows).
         row_mask: bool, which rows took part (True) and which were ignored (False).
         stats: diagnostics as plain floats, keys :data:`STAT_NAMES` (see :func:`gigpo_advantage_terms`).
@@ -126,6 +128,7 @@ class GiGPOTerms:
     episode_adv: np.ndarray
     step_adv: np.ndarray
     advantage: np.ndarray
+    anchor_group: np.ndarray
     anchor_group_size: np.ndarray
     row_mask: np.ndarray
     stats: dict[str, float] = field(default_factory=dict)
@@ -383,8 +386,8 @@ def gigpo_advantage_terms(
         A = A_E + step_advantage_w * A_S  # (M,)
     _check_overflow(rows, r, {"episode return": R_traj[t], "step return R_t": R_t, "advantage": A})
 
-    def scatter(x: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
-        out = np.zeros(n, dtype=dtype)
+    def scatter(x: np.ndarray, dtype: Any = np.float64, fill: Any = 0) -> np.ndarray:
+        out = np.full(n, fill, dtype=dtype)
         out[rows] = x
         return out
 
@@ -408,6 +411,7 @@ def gigpo_advantage_terms(
         episode_adv=scatter(A_E),
         step_adv=scatter(A_S),
         advantage=scatter(A),
+        anchor_group=scatter(s_group, np.int64, fill=-1),
         anchor_group_size=scatter(s_size[s_group], np.int64),
         row_mask=valid,
         stats=stats,

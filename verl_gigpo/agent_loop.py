@@ -19,6 +19,8 @@ env_error          the environment raised; the episode stopped there and its row
 history_dropped    past steps dropped from this prompt to fit ``data.max_prompt_length``
 episode_length     number of steps of the episode; episode_return: sum of its step rewards
 reward_extra_info  {"acc" (= won), "episode_length", "invalid_actions"}: verl logs them as validation metrics
+observation        only with ``trainer.credit_log_freq`` > 0: the step's observation, cut to
+                   ``trainer.credit_log_max_chars``; action: the parsed action (the reply when invalid), cut likewise
 =================  ==========================================================================================
 
 ``reward_score`` of the final row is the episode return (verl copies it to the episode's other rows, and
@@ -41,6 +43,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 from environments import register_env
 from verl_gigpo import AGENT_LOOP_NAME
 from verl_gigpo.config import GiGPOConfig
+from verl_gigpo.credit import CreditLogOptions, action_text, truncate_text
 from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, Episode, EpisodeConfig, TaskSpec, run_episode
 
 __all__ = ["GiGPOEnvAgentLoop", "episode_config_from", "episode_to_outputs", "register_envs"]
@@ -88,7 +91,12 @@ def episode_config_from(config: Any) -> EpisodeConfig:
 
 
 def episode_to_outputs(
-    episode: Episode, *, placeholder_prompt_ids: list[int], eos_id: int, weight_version: int | None = None
+    episode: Episode,
+    *,
+    placeholder_prompt_ids: list[int],
+    eos_id: int,
+    weight_version: int | None = None,
+    text_chars: int = 0,
 ) -> list[AgentLoopOutput]:
     """One ``AgentLoopOutput`` per step of ``episode`` (see the module docstring for ``extra_fields``).
 
@@ -102,6 +110,8 @@ def episode_to_outputs(
     response ``[eos_id]``, response_mask 0, log-prob 0, ``env_error`` True) because verl expects at least one
     output; it carries every field a real row carries (TransferQueue keeps a field only if all rows have it).
     Rows of an episode with ``env_error`` get response_mask 0, so no loss flows through them.
+
+    ``text_chars`` > 0 (credit records on) adds ``observation`` and ``action`` texts cut to that many characters.
     """
     failed = episode.env_error is not None
     versions = [s.generation_info for s in episode.steps]
@@ -148,6 +158,7 @@ def episode_to_outputs(
                     "action_valid": False,
                     "history_dropped": 0,
                     "prompt_truncated": False,
+                    **({"observation": "", "action": ""} if text_chars > 0 else {}),
                 },
             )
         ]
@@ -173,10 +184,19 @@ def episode_to_outputs(
                     "action_valid": step.action_valid,
                     "history_dropped": step.history_dropped,
                     "prompt_truncated": step.prompt_truncated,
+                    **(_step_texts(step, text_chars) if text_chars > 0 else {}),
                 },
             )
         )
     return outputs
+
+
+def _step_texts(step: Any, max_chars: int) -> dict[str, str]:
+    """The credit records' texts of a step, cut to ``max_chars`` (bounded TransferQueue cost per row)."""
+    return {
+        "observation": truncate_text(step.observation, max_chars),
+        "action": truncate_text(action_text(step.action, step.response_text, step.action_valid), max_chars),
+    }
 
 
 @register(AGENT_LOOP_NAME)
@@ -196,6 +216,8 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
         self.default_env_name = env_cfg.get("name", None)
         self.env_kwargs = dict(env_cfg.get("kwargs", None) or {})
         self.encoder = ChatPromptEncoder(self.tokenizer, chat_template_kwargs=dict(self.apply_chat_template_kwargs))
+        credit = CreditLogOptions.from_trainer(self.config.get("trainer", None))  # texts for credit records
+        self.text_chars = credit.max_chars if credit.enabled else 0
 
     @classmethod
     def executor(cls) -> ThreadPoolExecutor:
@@ -244,4 +266,5 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
             placeholder_prompt_ids=placeholder,
             eos_id=eos,
             weight_version=int(version) - 1 if version is not None else None,
+            text_chars=self.text_chars,
         )

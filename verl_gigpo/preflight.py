@@ -10,7 +10,8 @@ with ``+`` that nothing reads). :func:`preflight` checks the whole GiGPO part of
   :func:`verl_gigpo.agent_loop.episode_config_from` — the readers the trainer mode and the agent loop use, so the
   messages are the ones those components would give later; plus what those readers let through: keys nothing
   reads (``algorithm.gigpo.gamma``, ``env.<typo>``), an ``env.name`` that is neither registered nor in
-  ``env.registry``, a non-integer step count, a non-finite penalty, an ``env.kwargs`` that is not a mapping.
+  ``env.registry``, a non-integer step count, a non-finite penalty, an ``env.kwargs`` that is not a mapping;
+* ``trainer.credit_log_*`` (per-step credit records) through :meth:`verl_gigpo.credit.CreditLogOptions.from_trainer`.
 
     from verl_gigpo.preflight import preflight
     preflight(config)  # raises GiGPOConfigError listing every problem, or returns None
@@ -28,6 +29,7 @@ from environments import list_envs
 from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, TRAINER_MODE
 from verl_gigpo.agent_loop import episode_config_from
 from verl_gigpo.config import GiGPOConfig
+from verl_gigpo.credit import CreditLogOptions
 
 __all__ = ["ENV_KEYS", "GiGPOConfigError", "config_problems", "preflight"]
 
@@ -81,6 +83,10 @@ def config_problems(config: Any) -> list[str]:
     gigpo_problems = _gigpo_problems(config.get("algorithm", None))
     env_problems, env_readable = _env_problems(config.get("env", None))
     problems += gigpo_problems + env_problems
+    try:  # trainer.credit_log_*: the reader the trainer mode and the agent loop call
+        CreditLogOptions.from_trainer(config.get("trainer", None))
+    except ValueError as exc:
+        problems.append(str(exc))
     if not gigpo_problems and env_readable:
         # the agent loop's own reader: env section present, integer ranges, penalty >= 0, prompt/response lengths
         try:

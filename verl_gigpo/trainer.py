@@ -31,11 +31,12 @@ from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
 from verl.workers.utils.padding import response_to_nested
 
 from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, TRAINER_MODE
-from verl_gigpo.advantage import gigpo_advantage_terms
+from verl_gigpo.advantage import GiGPOTerms, gigpo_advantage_terms
 from verl_gigpo.anchors import anchor_group_ids
 from verl_gigpo.config import GiGPOConfig
+from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
 
-__all__ = ["GiGPOTrainerSync", "StepBatch", "compute_step_advantages", "episode_metrics"]
+__all__ = ["GiGPOTrainerSync", "StepBatch", "compute_step_advantages", "episode_metrics", "step_advantage_terms"]
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
@@ -123,6 +124,14 @@ def compute_step_advantages(
         advantages (N, L), returns (N, L) (what :func:`~verl_gigpo.advantage.compute_gigpo_advantage` returns for
         these rows) and the estimator's ``gigpo/*`` stats.
     """
+    terms = step_advantage_terms(steps, response_mask, cfg)
+    advantages, returns = terms.token_level(response_mask)  # (N, L), (N, L): exactly compute_gigpo_advantage's
+    return advantages, returns, dict(terms.stats)
+
+
+def step_advantage_terms(steps: StepBatch, response_mask: torch.Tensor, cfg: GiGPOConfig) -> GiGPOTerms:
+    """The estimator's per-row terms (:class:`~verl_gigpo.advantage.GiGPOTerms`, arrays (N,)) for a batch of step
+    rows, arguments as :func:`compute_step_advantages`, which broadcasts them over the response tokens."""
     keys = steps.anchor_keys
     if cfg.key_mode == "similarity":
         keys = anchor_group_ids(
@@ -138,8 +147,7 @@ def compute_step_advantages(
         row_mask=steps.row_mask,
         **cfg.estimator_kwargs(),
     )
-    advantages, returns = terms.token_level(response_mask)  # (N, L), (N, L): exactly compute_gigpo_advantage's
-    return advantages, returns, dict(terms.stats)
+    return terms
 
 
 def episode_metrics(steps: StepBatch) -> dict[str, float]:
@@ -195,6 +203,9 @@ class GiGPOTrainerSync(PPOTrainerSync):
 
     def __init__(self, config: Any):
         algorithm = config.algorithm
+        # per-step credit records every trainer.credit_log_freq iterations, in trainer.default_local_dir/credit
+        credit = CreditLogOptions.from_trainer(config.trainer, estimator=algorithm.adv_estimator)
+        self.credit_logger = CreditLogger(credit, config.trainer.default_local_dir)
         if algorithm.adv_estimator == ESTIMATOR_NAME:
             if algorithm.get("use_kl_in_reward", False):
                 raise ValueError(
@@ -234,6 +245,22 @@ class GiGPOTrainerSync(PPOTrainerSync):
         steps = StepBatch.from_rows(list(data["uid"]), list(data["extra_fields"]), is_padding)
         return steps, data
 
+    def _write_credit(self, terms: GiGPOTerms, steps: StepBatch, extra_fields: Sequence[dict]) -> None:
+        """Every ``trainer.credit_log_freq`` iterations, write this batch's per-step credit records from the
+        estimator's ``terms`` (:mod:`verl_gigpo.credit`; texts from the agent loop's ``extra_fields``)."""
+        if not self.credit_logger.due(self.global_steps):
+            return
+        self.credit_logger.write(
+            self.global_steps,
+            terms,
+            group_ids=steps.group_ids,
+            traj_ids=steps.traj_ids,
+            step_ids=steps.step_ids,
+            anchor_keys=steps.anchor_keys,
+            step_rewards=steps.step_rewards,
+            context=StepContext.from_extra_fields(extra_fields),
+        )
+
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         """Env/episode metrics for every estimator; GiGPO advantages for ``adv_estimator=gigpo``, else verl's."""
         steps, data = self._read_steps(batch)
@@ -243,7 +270,10 @@ class GiGPOTrainerSync(PPOTrainerSync):
 
         nested_mask = data["response_mask"]
         response_mask = nested_mask.to_padded_tensor(0)  # (N, L)
-        advantages, returns, stats = compute_step_advantages(steps, response_mask, self.gigpo_config)
+        terms = step_advantage_terms(steps, response_mask, self.gigpo_config)
+        advantages, returns = terms.token_level(response_mask)  # (N, L), (N, L): as compute_step_advantages
+        stats = dict(terms.stats)
+        self._write_credit(terms, steps, list(data["extra_fields"]))  # trainer.credit_log_freq
         metrics.update(stats)
         output = TensorDict(
             {

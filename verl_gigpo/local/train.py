@@ -85,6 +85,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
 from verl_gigpo.local.server import LocalGenerationServer
 from verl_gigpo.rollout import ChatPromptEncoder, Episode, EpisodeConfig, TaskSpec, make_task_env, run_episode
 
@@ -167,6 +168,7 @@ def validate_config(cfg: DictConfig) -> None:
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
     get_policy_loss_fn(actor.policy_loss.loss_mode)  # raises with the list of known losses
+    CreditLogOptions.from_trainer(cfg.trainer)  # trainer.credit_log_*: raises naming the key
     if cfg.algorithm.adv_estimator == "gigpo":
         _gigpo_config(cfg)  # validates algorithm.gigpo.*
 
@@ -316,6 +318,10 @@ class LocalTrainer:
         self.task_rng = np.random.default_rng(cfg.trainer.seed)
         self.iteration = 0
         self.history: list[dict[str, float]] = []
+        # credit records (trainer.credit_log_*, verl_gigpo.credit): the estimator's terms of the last gigpo batch
+        credit = CreditLogOptions.from_trainer(cfg.trainer, estimator=cfg.algorithm.adv_estimator)
+        self.credit_logger = CreditLogger(credit, self.out_dir, seed=cfg.trainer.seed)
+        self.gigpo_terms = None
         from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
         self.policy_loss_fn = get_policy_loss_fn(actor.policy_loss.loss_mode)
@@ -447,6 +453,7 @@ class LocalTrainer:
                 keys,
                 **self.gigpo.estimator_kwargs(),
             )
+            self.gigpo_terms = terms
             return np.asarray(terms.advantage, dtype=np.float64), dict(terms.stats)
         from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, compute_rloo_outcome_advantage
 
@@ -661,6 +668,17 @@ class LocalTrainer:
         t1 = time.perf_counter()
         batch = self._batch(episodes, n)
         advantages, adv_metrics = self.compute_advantages(batch)
+        if self.gigpo is not None and len(batch) and self.credit_logger.due(self.iteration):  # credit records
+            self.credit_logger.write(
+                self.iteration,
+                self.gigpo_terms,
+                group_ids=batch.group_ids,
+                traj_ids=batch.traj_ids,
+                step_ids=batch.step_ids,
+                anchor_keys=batch.anchor_keys,
+                step_rewards=batch.rewards,
+                context=StepContext.from_episodes(episodes),
+            )
         t2 = time.perf_counter()
         actor_metrics = self.update(batch, advantages)
         t3 = time.perf_counter()

@@ -1,0 +1,440 @@
+"""Per-step credit records: what GiGPO credited, one JSON line per step row (both engines).
+
+    python -m verl_gigpo.local.train trainer.credit_log_freq=10          # local engine
+    python -m verl_gigpo.main ... trainer.credit_log_freq=10             # verl engine (written by the driver)
+    python -m verl_gigpo.inspect runs/local                              # the report (verl_gigpo.inspect)
+
+Every ``trainer.credit_log_freq`` iterations (0 = off, the default) the engine writes
+``<run dir>/credit/iter_<k>.jsonl`` (run dir = ``trainer.default_local_dir``): one JSON object per valid step row
+of ``trainer.credit_log_groups`` episode groups sampled from the batch (-1 = every group). The numbers are the
+per-row arrays of the :class:`~verl_gigpo.advantage.GiGPOTerms` that the estimator returned for that batch and
+whose advantages the update used; nothing is recomputed. Padding rows and rows of failed episodes (``row_mask``
+False) are not written.
+
+================== ===========================================================================================
+field              meaning
+================== ===========================================================================================
+iteration          training iteration k (verl's ``global_steps``)
+group              episode group id (verl: the ``uid``; local engine: the task's index in the iteration)
+traj               trajectory id; step: step id in the trajectory (0-based)
+anchor_key         12-hex-digit hash of the anchor key (the raw key can be a long observation)
+anchor_group       the anchor group (episode group, anchor key) A_S was computed in (``GiGPOTerms.anchor_group``:
+                   an id within this iteration's batch; with ``key_mode=similarity``, the merged group)
+anchor_group_size  valid rows in that anchor group (1 = singleton: A_S = 0)
+observation        the observation the action was chosen from, cut to ``trainer.credit_log_max_chars``
+action             the parsed action, or the reply (cut likewise) when it held no valid action
+action_valid       the reply held a valid action
+step_reward        r_t (environment reward + shaping)
+step_return        R_t = sum_{k >= t} gamma^(k - t) r_k
+episode_return     R(tau) = sum_t r_t of the trajectory
+episode_adv        A_E (episode-level relative advantage)
+step_adv           A_S (step-level relative advantage within the anchor group)
+advantage          A = A_E + w * A_S
+won                the episode was won
+task_id, task_type the environment's task id and type (None when the environment has none)
+================== ===========================================================================================
+
+Size: about ``rows * (2 * credit_log_max_chars + 400)`` bytes per logged iteration (gridnav demo: 2 groups, about
+100 rows, 40 KB). Sampling uses its own generator seeded by (seed, iteration): with logging on or off, training
+draws the same random numbers, so the run is the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from verl_gigpo.advantage import GiGPOTerms
+
+__all__ = [
+    "CREDIT_DIR",
+    "RECORD_FIELDS",
+    "action_text",
+    "CreditLogOptions",
+    "CreditLogger",
+    "StepContext",
+    "anchor_key_hash",
+    "credit_records",
+    "read_credit_records",
+    "select_groups",
+    "truncate_text",
+    "write_credit_records",
+]
+
+logger = logging.getLogger(__name__)
+
+#: sub-folder of the run directory that holds ``iter_<k>.jsonl``
+CREDIT_DIR = "credit"
+
+RECORD_FIELDS = (
+    "iteration",
+    "group",
+    "traj",
+    "step",
+    "anchor_key",
+    "anchor_group",
+    "anchor_group_size",
+    "observation",
+    "action",
+    "action_valid",
+    "step_reward",
+    "step_return",
+    "episode_return",
+    "episode_adv",
+    "step_adv",
+    "advantage",
+    "won",
+    "task_id",
+    "task_type",
+)
+"""The keys of every record, in file order (documented in the module docstring)."""
+
+
+# ---------------------------------------------------------------------------------------------------- options
+@dataclass(frozen=True)
+class CreditLogOptions:
+    """The ``trainer.credit_log_*`` options (the same keys on both engines).
+
+    freq: write records every ``freq`` iterations (iterations k with k % freq == 0); 0 = off.
+    groups: episode groups written per logged iteration, sampled; -1 = every group of the batch.
+    max_chars: observation and action texts are cut to this many characters (bounds the files and, on verl,
+        the text the agent loop adds to each row's ``extra_fields``).
+    """
+
+    freq: int = 0
+    groups: int = 2
+    max_chars: int = 200
+
+    def __post_init__(self) -> None:
+        checks = (
+            ("freq", lambda v: v >= 0, "a whole number >= 0 (0 turns credit records off)"),
+            ("groups", lambda v: v >= 1 or v == -1, "a whole number >= 1, or -1 for every episode group"),
+            ("max_chars", lambda v: v >= 1, "a whole number >= 1 (e.g. 200)"),
+        )
+        for name, ok, valid in checks:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or not ok(value):
+                raise ValueError(f"trainer.credit_log_{name}={value!r} must be {valid}")
+
+    @classmethod
+    def from_trainer(cls, trainer: Mapping[str, Any] | None, *, estimator: str | None = None) -> CreditLogOptions:
+        """Read and validate ``trainer.credit_log_freq|groups|max_chars`` (missing keys take the defaults).
+
+        The one reader of these keys: the verl trainer mode, the agent loop, the preflight check and the local
+        engine all call it. With ``estimator`` given and not ``"gigpo"``, logs a warning when records are on:
+        they hold GiGPO's terms, so other estimators write none.
+
+        Raises:
+            ValueError: a value out of range, naming the key and the valid values.
+        """
+        trainer = trainer or {}
+        default = cls.__dataclass_fields__
+        options = cls(
+            freq=trainer.get("credit_log_freq", default["freq"].default),
+            groups=trainer.get("credit_log_groups", default["groups"].default),
+            max_chars=trainer.get("credit_log_max_chars", default["max_chars"].default),
+        )
+        if options.enabled and estimator is not None and estimator != "gigpo":
+            logger.warning(
+                "trainer.credit_log_freq=%d but algorithm.adv_estimator=%s: credit records hold GiGPO's terms, none "
+                "are written",
+                options.freq,
+                estimator,
+            )
+        return options
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any iteration is logged."""
+        return self.freq > 0
+
+    def due(self, iteration: int) -> bool:
+        """Whether iteration ``iteration`` (1-based) is logged: ``freq > 0`` and ``iteration % freq == 0``."""
+        return self.freq > 0 and int(iteration) % self.freq == 0
+
+
+def truncate_text(text: Any, max_chars: int) -> str:
+    """``str(text)`` cut to at most ``max_chars`` characters (the last one an ellipsis when cut); None -> ""."""
+    if text is None:
+        return ""
+    text = str(text)
+    return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
+
+
+def anchor_key_hash(key: Any) -> str:
+    """A short stable id of an anchor key: the first 12 hex digits of BLAKE2b of ``str(key)``."""
+    return hashlib.blake2b(str(key).encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------- row context
+@dataclass(frozen=True)
+class StepContext:
+    """What a record shows beside the estimator's numbers, one entry per batch row (N rows, batch order).
+
+    observations, actions: texts (see :data:`RECORD_FIELDS`); action_valid, won: bools; task_ids, task_types:
+    str or None; step_ids: the rows' step ids, used to check that the context is aligned with the batch.
+    """
+
+    observations: Sequence[str]
+    actions: Sequence[str]
+    action_valid: Sequence[bool]
+    won: Sequence[bool]
+    task_ids: Sequence[Any]
+    task_types: Sequence[Any]
+    step_ids: Sequence[int]
+
+    def __len__(self) -> int:
+        return len(self.step_ids)
+
+    @classmethod
+    def from_extra_fields(cls, extra_fields: Sequence[Mapping[str, Any] | None]) -> StepContext:
+        """From the ``extra_fields`` of verl rows written by the ``gigpo_env_agent`` agent loop, which adds
+        ``observation`` and ``action`` when credit records are on (padding rows may lack them: empty text)."""
+        rows = [ef or {} for ef in extra_fields]
+        return cls(
+            observations=[str(r.get("observation", "")) for r in rows],
+            actions=[str(r.get("action", "")) for r in rows],
+            action_valid=[bool(r.get("action_valid", True)) for r in rows],
+            won=[bool(r.get("won", False)) for r in rows],
+            task_ids=[r.get("task_id") for r in rows],
+            task_types=[r.get("task_type") for r in rows],
+            step_ids=[int(r.get("step_id", 0)) for r in rows],
+        )
+
+    @classmethod
+    def from_episodes(cls, episodes: Iterable[Any], *, skip_failed: bool = True) -> StepContext:
+        """From finished episodes (:class:`verl_gigpo.rollout.Episode`), one row per step in episode order.
+
+        ``skip_failed``: leave out episodes whose environment raised, as the local engine's batch does.
+        """
+        obs, acts, valid, won, task_ids, task_types, steps = [], [], [], [], [], [], []
+        for ep in episodes:
+            if skip_failed and ep.env_error is not None:
+                continue
+            for s in ep.steps:
+                obs.append(s.observation)
+                acts.append(action_text(s.action, s.response_text, s.action_valid))
+                valid.append(bool(s.action_valid))
+                won.append(bool(ep.won))
+                task_ids.append(ep.task_id)
+                task_types.append(ep.task_type)
+                steps.append(int(s.step_id))
+        return cls(obs, acts, valid, won, task_ids, task_types, steps)
+
+
+def action_text(action: Any, response_text: str, action_valid: bool) -> str:
+    """The action a record shows: the parsed action when the reply held a valid one, else the reply itself."""
+    return str(action) if action_valid and action is not None else str(response_text)
+
+
+# ---------------------------------------------------------------------------------------------------- records
+def select_groups(group_ids: np.ndarray, row_mask: np.ndarray, k: int, rng: np.random.Generator) -> list[Any]:
+    """``k`` episode groups drawn without replacement from those with a valid row, in first-appearance order.
+
+    Args:
+        group_ids: ``(N,)`` episode group of each row.
+        row_mask: ``(N,)`` bool, valid rows.
+        k: how many; -1 (or more than there are) = all of them.
+        rng: the generator to draw with (never the training one).
+    """
+    valid_groups = np.asarray(group_ids, dtype=object)[np.asarray(row_mask, dtype=bool)]
+    seen: dict[Any, None] = dict.fromkeys(valid_groups.tolist())  # keeps first-appearance order
+    groups = list(seen)
+    if k < 0 or k >= len(groups):
+        return groups
+    picked = sorted(rng.choice(len(groups), size=k, replace=False).tolist())
+    return [groups[i] for i in picked]
+
+
+def credit_records(
+    terms: GiGPOTerms,
+    *,
+    iteration: int,
+    group_ids: Sequence[Any],
+    traj_ids: Sequence[Any],
+    step_ids: Sequence[int],
+    anchor_keys: Sequence[Any],
+    step_rewards: Sequence[float],
+    context: StepContext,
+    groups: Iterable[Any] | None = None,
+    max_chars: int = 200,
+) -> list[dict[str, Any]]:
+    """One record per valid row of ``groups`` (all groups when None), in batch order.
+
+    Args:
+        terms: what :func:`~verl_gigpo.advantage.gigpo_advantage_terms` returned for this batch; every number of
+            a record is read from it (``step_return``, ``episode_return``, ``episode_adv``, ``step_adv``,
+            ``advantage``, ``anchor_group``, ``anchor_group_size``, ``row_mask``).
+        iteration: the training iteration.
+        group_ids, traj_ids, step_ids, anchor_keys, step_rewards: ``(N,)``, the estimator's inputs for the same
+            rows (``anchor_keys`` the raw keys, hashed into ``anchor_key``).
+        context: the rows' texts and flags (:class:`StepContext`), ``(N,)``.
+        groups: the episode groups to write.
+        max_chars: texts are cut to this many characters.
+
+    Raises:
+        ValueError: an input whose length is not N, or a context whose step ids differ from ``step_ids`` (it was
+            built from other rows, or in another order).
+    """
+    n = terms.row_mask.shape[0]
+    for name, values in (
+        ("group_ids", group_ids),
+        ("traj_ids", traj_ids),
+        ("step_ids", step_ids),
+        ("anchor_keys", anchor_keys),
+        ("step_rewards", step_rewards),
+        ("context", context),
+    ):
+        if len(values) != n:
+            raise ValueError(f"credit records: {name} has {len(values)} rows but the estimator's terms have {n}")
+    steps = np.asarray(step_ids, dtype=np.int64)
+    mismatch = np.flatnonzero(np.asarray(context.step_ids, dtype=np.int64) != steps)
+    if mismatch.size:
+        i = int(mismatch[0])
+        raise ValueError(
+            f"credit records: the step context is not aligned with the batch (row {i}: step id "
+            f"{context.step_ids[i]} in the context, {steps[i]} in the batch); build it from the same rows, in "
+            "batch order"
+        )
+    gids = np.asarray(group_ids, dtype=object)
+    keep = terms.row_mask.copy()
+    if groups is not None:
+        wanted = set(groups)
+        keep &= np.fromiter((g in wanted for g in gids), dtype=bool, count=n)
+    records = []
+    for i in np.flatnonzero(keep).tolist():
+        records.append(
+            {
+                "iteration": int(iteration),
+                "group": _plain(gids[i]),
+                "traj": _plain(traj_ids[i]),
+                "step": int(steps[i]),
+                "anchor_key": anchor_key_hash(anchor_keys[i]),
+                "anchor_group": int(terms.anchor_group[i]),
+                "anchor_group_size": int(terms.anchor_group_size[i]),
+                "observation": truncate_text(context.observations[i], max_chars),
+                "action": truncate_text(context.actions[i], max_chars),
+                "action_valid": bool(context.action_valid[i]),
+                "step_reward": float(step_rewards[i]),
+                "step_return": float(terms.step_return[i]),
+                "episode_return": float(terms.episode_return[i]),
+                "episode_adv": float(terms.episode_adv[i]),
+                "step_adv": float(terms.step_adv[i]),
+                "advantage": float(terms.advantage[i]),
+                "won": bool(context.won[i]),
+                "task_id": _plain(context.task_ids[i]),
+                "task_type": _plain(context.task_types[i]),
+            }
+        )
+    return records
+
+
+def write_credit_records(records: Sequence[Mapping[str, Any]], run_dir: str | Path, iteration: int) -> Path:
+    """Write ``records`` to ``<run_dir>/credit/iter_<iteration>.jsonl`` (replacing it atomically); returns the path."""
+    out = Path(run_dir) / CREDIT_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"iter_{int(iteration)}.jsonl"
+    tmp = path.with_suffix(".jsonl.tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for record in records:
+            fh.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_credit_records(path: str | Path) -> list[dict[str, Any]]:
+    """The records of one ``iter_<k>.jsonl`` file.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a line that is not a JSON object with the :data:`RECORD_FIELDS` (names the file and line).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no credit records file {path}")
+    records = []
+    with path.open(encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{number} is not JSON ({exc.msg}); was the file cut short?") from exc
+            missing = [k for k in RECORD_FIELDS if not isinstance(record, dict) or k not in record]
+            if missing:
+                raise ValueError(
+                    f"{path}:{number} is not a credit record (missing {missing}); credit files are written by "
+                    "trainer.credit_log_freq > 0"
+                )
+            records.append(record)
+    return records
+
+
+class CreditLogger:
+    """Writes credit records every ``options.freq`` iterations (see the module docstring).
+
+    Args:
+        options: the validated ``trainer.credit_log_*`` options.
+        run_dir: the run directory; files go to ``<run_dir>/credit/``.
+        seed: seeds the group sampling together with the iteration (its own generator).
+    """
+
+    def __init__(self, options: CreditLogOptions, run_dir: str | Path, *, seed: int = 0) -> None:
+        self.options = options
+        self.run_dir = Path(run_dir)
+        self.seed = int(seed)
+
+    def due(self, iteration: int) -> bool:
+        """Whether iteration ``iteration`` is logged."""
+        return self.options.due(iteration)
+
+    def write(
+        self,
+        iteration: int,
+        terms: GiGPOTerms,
+        *,
+        group_ids: Sequence[Any],
+        traj_ids: Sequence[Any],
+        step_ids: Sequence[int],
+        anchor_keys: Sequence[Any],
+        step_rewards: Sequence[float],
+        context: StepContext,
+    ) -> Path:
+        """Sample the groups, build the records (:func:`credit_records`) and write them; returns the file."""
+        rng = np.random.default_rng([self.seed & 0xFFFFFFFF, int(iteration)])
+        groups = select_groups(np.asarray(group_ids, dtype=object), terms.row_mask, self.options.groups, rng)
+        records = credit_records(
+            terms,
+            iteration=iteration,
+            group_ids=group_ids,
+            traj_ids=traj_ids,
+            step_ids=step_ids,
+            anchor_keys=anchor_keys,
+            step_rewards=step_rewards,
+            context=context,
+            groups=groups,
+            max_chars=self.options.max_chars,
+        )
+        path = write_credit_records(records, self.run_dir, iteration)
+        logger.info(
+            "credit records of iteration %d: %d rows of %d groups -> %s", iteration, len(records), len(groups), path
+        )
+        return path
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-friendly id: numpy scalars -> Python scalars; other non-JSON types -> str."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
