@@ -54,6 +54,45 @@ gigpo_json_string() {
     printf '"%s"' "$value"
 }
 
+# --- Device: DEVICE=cuda (GPUs: vLLM + FSDP) or DEVICE=cpu (verl's own pipeline on this CPU, a tiny model) --------
+
+# gigpo_device_setup ENV_NAME: resolve DEVICE (default: cuda when a GPU is visible; without one, a run stops and says
+# to pass DEVICE=cpu, a dry run prints the GPU command). DEVICE=cpu sets small defaults for every variable the user
+# left unset (a tiny model, 4 tasks x 4 episodes, 2 iterations, short episodes and replies, its own data folder), so
+# that a recipe finishes in minutes on a laptop: a check of the recipe, a config change or a new environment through
+# verl's real pipeline (platform=cpu: verl_gigpo/config/platform/cpu.yaml), not a way to train a real model.
+gigpo_device_setup() {
+    local env_name=$1
+    if [[ -z "${DEVICE:-}" ]]; then
+        if [[ "$(gigpo_visible_gpus)" =~ ^[1-9] ]] || gigpo_dry_run; then
+            DEVICE=cuda
+        else
+            gigpo_fail "no NVIDIA GPU is visible. These recipes train on GPUs (vLLM + FSDP, requirements-gpu.txt); to \
+run the same pipeline on this CPU with a tiny model, as a smoke test, set DEVICE=cpu (e.g. \
+MODEL_PATH=artifacts/tiny-model DEVICE=cpu bash $0). To learn on one machine use \`make demo\`. To only print the \
+command, set DRY_RUN=1."
+        fi
+    fi
+    case "$DEVICE" in
+        cuda) ROLLOUT_NAME=vllm ;;
+        cpu)
+            ROLLOUT_NAME=hf
+            MODEL_PATH=${MODEL_PATH:-artifacts/tiny-model}
+            N_GPUS=${N_GPUS:-1}
+            GROUP_SIZE=${GROUP_SIZE:-4}
+            TRAIN_TASKS_PER_ITER=${TRAIN_TASKS_PER_ITER:-4}
+            TOTAL_ITERS=${TOTAL_ITERS:-2}
+            TEST_FREQ=${TEST_FREQ:-100}
+            TRAIN_SIZE=${TRAIN_SIZE:-64}
+            VAL_SIZE=${VAL_SIZE:-8}
+            MAX_STEPS=${MAX_STEPS:-4}
+            RESPONSE_LENGTH=${RESPONSE_LENGTH:-16}
+            DATA_DIR=${DATA_DIR:-$HOME/data/verl-gigpo/cpu/$env_name}
+            ;;
+        *) gigpo_fail "DEVICE=$DEVICE: use DEVICE=cuda (GPUs) or DEVICE=cpu (smoke test on this CPU)" ;;
+    esac
+}
+
 # --- GPU count: N_GPUS defaults to the GPUs this process can see -------------------------------------------------
 
 # gigpo_visible_gpus: print how many NVIDIA GPUs this process may use: the GPUs `nvidia-smi -L` lists, or fewer when
@@ -85,11 +124,12 @@ gigpo_check_positive_int() {
     [[ "$2" =~ ^[1-9][0-9]*$ ]] || gigpo_fail "$1=$2 is not a whole number >= 1; $3"
 }
 
-# gigpo_check_gpus N: N is a whole number and at least N NVIDIA GPUs are visible.
+# gigpo_check_gpus N: N is a whole number and at least N NVIDIA GPUs are visible (on DEVICE=cpu: N FSDP ranks).
 gigpo_check_gpus() {
     gigpo_check_positive_int N_GPUS "$1" "set N_GPUS to the number of GPUs to train on, e.g. N_GPUS=2 (the default is \
 the number of visible GPUs: nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)"
     gigpo_dry_run && return 0
+    [[ "${DEVICE:-cuda}" == cpu ]] && return 0
     command -v nvidia-smi >/dev/null 2>&1 || gigpo_fail "no NVIDIA GPU found (nvidia-smi is missing). These recipes \
 train with verl on GPUs (vLLM + FSDP, see requirements-gpu.txt). On a CPU or to try things out use \`make demo\` or \
 \`python -m verl_gigpo.local.train\`. To only print the command, set DRY_RUN=1."
@@ -104,6 +144,11 @@ train with verl on GPUs (vLLM + FSDP, see requirements-gpu.txt). On a CPU or to 
 gigpo_check_model() {
     gigpo_dry_run && return 0
     local model=$1
+    if [[ "${DEVICE:-cuda}" == cpu && ! -d "$model" ]]; then
+        gigpo_fail "MODEL_PATH=$model is not a model folder. DEVICE=cpu runs a tiny local model: build one with \
+\`python -m verl_gigpo.local.tiny_model --out artifacts/tiny-model\` (or \`make e2e\`, which builds \
+artifacts/tiny-model-actions) and set MODEL_PATH to it"
+    fi
     if [[ "$model" == /* || "$model" == ./* || "$model" == ~* || "$model" == ../* ]]; then
         [[ -d "$model" ]] || gigpo_fail "MODEL_PATH=$model does not exist; set MODEL_PATH to a local model \
 folder or a Hugging Face id such as Qwen/Qwen2.5-1.5B-Instruct"
@@ -149,20 +194,31 @@ gigpo_run() {
 }
 
 # gigpo_verl_overrides: fill the array GIGPO_VERL_OVERRIDES with the settings every recipe shares, one Hydra
-# override per line: the model, the paper's actor settings (lr 1e-6, KL loss 0.01 low_var_kl, entropy 0.001),
-# the vLLM rollout, the reference policy and the trainer. Reads MODEL_PATH, GROUP_SIZE, N_GPUS, TOTAL_ITERS,
-# TEST_FREQ, MAX_CKPTS_TO_KEEP and EXPERIMENT. Recipes put these after their own settings; the user's "$@" comes last
-# and wins.
+# override per line: the model, the paper's actor settings (lr 1e-6, KL loss 0.01 low_var_kl, entropy 0.001,
+# 2,048 step rows per optimizer step), the rollout (vLLM, or hf on DEVICE=cpu), the reference policy and the trainer.
+# Reads DEVICE, ROLLOUT_NAME, MODEL_PATH, GROUP_SIZE, N_GPUS, TOTAL_ITERS, TEST_FREQ, MINI_BATCH_ROWS,
+# MAX_CKPTS_TO_KEEP and EXPERIMENT. Recipes put these after their own settings; the user's "$@" comes last and wins.
 gigpo_verl_overrides() {
     gigpo_check_positive_int MAX_CKPTS_TO_KEEP "$MAX_CKPTS_TO_KEEP" "it is how many checkpoints verl keeps \
 (trainer.max_actor_ckpt_to_keep); to keep every checkpoint pass trainer.max_actor_ckpt_to_keep=null as an override"
+    MINI_BATCH_ROWS=${MINI_BATCH_ROWS:-2048}
+    gigpo_check_positive_int MINI_BATCH_ROWS "$MINI_BATCH_ROWS" "it is the most step rows per optimizer step \
+(trainer.v1.gigpo_sync.mini_batch_rows; the reference implementation uses 2048)"
+    local platform=()
+    [[ "${DEVICE:-cuda}" == cpu ]] && platform=(platform=cpu)
     GIGPO_VERL_OVERRIDES=(
+        # DEVICE=cpu: verl's cpu platform, FSDP2 over gloo, the hf rollout backend (verl_gigpo/config/platform/cpu.yaml)
+        "${platform[@]}"
         actor_rollout_ref.model.path="$(gigpo_hydra_quote "$MODEL_PATH")"
-        actor_rollout_ref.model.use_remove_padding=true
-        actor_rollout_ref.model.enable_gradient_checkpointing=true
+        # packing and activation checkpointing pay off on GPUs; on DEVICE=cpu both slow a tiny model down (cpu.yaml)
+        actor_rollout_ref.model.use_remove_padding="$([[ "${DEVICE:-cuda}" == cpu ]] && echo false || echo true)"
+        actor_rollout_ref.model.enable_gradient_checkpointing="$([[ "${DEVICE:-cuda}" == cpu ]] && echo false || echo true)"
         actor_rollout_ref.actor.optim.lr=1e-6
-        # verl counts mini-batches in tasks: one optimizer step per 16 tasks x n trajectories' step rows
-        actor_rollout_ref.actor.ppo_mini_batch_size=16
+        # optimizer steps: an iteration's R step rows make ceil(R / MINI_BATCH_ROWS) equal mini-batches, rows
+        # shuffled across groups (the gigpo_sync trainer mode). verl's own ppo_mini_batch_size would count TASKS
+        # (16 tasks x n trajectories' rows per step, up to ~50 steps per ALFWorld iteration); verl still checks it.
+        trainer.v1.gigpo_sync.mini_batch_rows="$MINI_BATCH_ROWS"
+        actor_rollout_ref.actor.ppo_mini_batch_size="$((TRAIN_TASKS_PER_ITER < 16 ? TRAIN_TASKS_PER_ITER : 16))"
         actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16
         actor_rollout_ref.actor.use_kl_loss=true
         actor_rollout_ref.actor.kl_loss_coef=0.01
@@ -170,7 +226,7 @@ gigpo_verl_overrides() {
         actor_rollout_ref.actor.entropy_coeff=0.001
         actor_rollout_ref.actor.fsdp_config.param_offload=false
         actor_rollout_ref.actor.fsdp_config.optimizer_offload=false
-        actor_rollout_ref.rollout.name=vllm
+        actor_rollout_ref.rollout.name="${ROLLOUT_NAME:-vllm}"
         actor_rollout_ref.rollout.n="$GROUP_SIZE"
         actor_rollout_ref.rollout.tensor_model_parallel_size=1
         actor_rollout_ref.rollout.gpu_memory_utilization=0.6
@@ -180,7 +236,8 @@ gigpo_verl_overrides() {
         actor_rollout_ref.rollout.val_kwargs.temperature=0.4
         actor_rollout_ref.rollout.val_kwargs.n=1
         actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32
-        actor_rollout_ref.ref.fsdp_config.param_offload=true
+        # the reference model waits in host memory between uses (on DEVICE=cpu it is there anyway)
+        actor_rollout_ref.ref.fsdp_config.param_offload="$([[ "${DEVICE:-cuda}" == cpu ]] && echo false || echo true)"
         trainer.n_gpus_per_node="$N_GPUS"
         trainer.nnodes=1
         trainer.total_training_steps="$TOTAL_ITERS"

@@ -6,6 +6,7 @@
 #
 #   ALFWORLD_DATA=~/.cache/alfworld bash recipes/run_alfworld.sh
 #   ADV_ESTIMATOR=grpo bash recipes/run_alfworld.sh        # the paper's GRPO baseline on the same settings
+#   MODEL_PATH=artifacts/tiny-model DEVICE=cpu bash recipes/run_alfworld.sh   # verl's pipeline on this CPU, tiny model
 #   DRY_RUN=1 bash recipes/run_alfworld.sh                 # print the final command only
 #   bash recipes/run_alfworld.sh trainer.total_training_steps=10   # extra Hydra overrides go last
 #
@@ -14,6 +15,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source recipes/common.sh
+# DEVICE=cpu: verl's pipeline on this CPU with small defaults (see gigpo_device_setup in common.sh)
+gigpo_device_setup alfworld
 
 PYTHON=${PYTHON:-python3}
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-1.5B-Instruct}
@@ -23,6 +26,11 @@ DATA_DIR=${DATA_DIR:-$HOME/data/verl-gigpo/alfworld}
 # default: the GPUs this machine shows (nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)
 N_GPUS=${N_GPUS:-$(gigpo_default_n_gpus)}
 ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
+MAX_STEPS=${MAX_STEPS:-50}
+RESPONSE_LENGTH=${RESPONSE_LENGTH:-512}
+TRAIN_SIZE=${TRAIN_SIZE:-2048}
+# validation tasks: empty = every game of VAL_SPLIT
+VAL_SIZE=${VAL_SIZE:-}
 VAL_SPLIT=${VAL_SPLIT:-valid_seen}
 GROUP_SIZE=${GROUP_SIZE:-8}
 TRAIN_TASKS_PER_ITER=${TRAIN_TASKS_PER_ITER:-16}
@@ -41,7 +49,7 @@ if ! gigpo_dry_run; then
     [[ -d "$ALFWORLD_DATA/json_2.1.1" ]] || gigpo_fail "ALFWORLD_DATA=$ALFWORLD_DATA has no json_2.1.1/ folder; \
 set it to the folder \`alfworld-download\` (or environments.alfworld.synth) wrote"
 fi
-gigpo_prepare_data alfworld "$DATA_DIR" 2048 --val-split "$VAL_SPLIT" \
+gigpo_prepare_data alfworld "$DATA_DIR" "$TRAIN_SIZE" --val-split "$VAL_SPLIT" ${VAL_SIZE:+--val-size "$VAL_SIZE"} \
     --env-kwargs "{\"data_path\": $(gigpo_json_string "$ALFWORLD_DATA")}"
 
 gigpo_verl_overrides
@@ -55,7 +63,7 @@ cmd=(
     algorithm.norm_adv_by_std_in_grpo=true
     algorithm.use_kl_in_reward=false
     env.name=alfworld
-    env.max_steps=50
+    env.max_steps="$MAX_STEPS"
     env.history_length=2
     env.invalid_action_penalty=0.1
     +env.kwargs.data_path="$(gigpo_hydra_quote "$ALFWORLD_DATA")"
@@ -63,7 +71,7 @@ cmd=(
     data.val_files="$(gigpo_hydra_quote "$DATA_DIR/val.parquet")"
     data.train_batch_size="$TRAIN_TASKS_PER_ITER"
     data.max_prompt_length=2048
-    data.max_response_length=512
+    data.max_response_length="$RESPONSE_LENGTH"
     data.filter_overlong_prompts=false
     data.return_raw_chat=true
     "${GIGPO_VERL_OVERRIDES[@]}"

@@ -5,10 +5,13 @@
 #   bash recipes/run_search.sh                                    # embedded BM25 over the generated corpus
 #   RETRIEVER_URL=http://127.0.0.1:8000 bash recipes/run_search.sh   # a Search-R1-style retrieval server
 #   ADV_ESTIMATOR=grpo bash recipes/run_search.sh
+#   MODEL_PATH=artifacts/tiny-model DEVICE=cpu bash recipes/run_search.sh   # verl's pipeline on this CPU, tiny model
 #   DRY_RUN=1 bash recipes/run_search.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source recipes/common.sh
+# DEVICE=cpu: verl's pipeline on this CPU with small defaults (see gigpo_device_setup in common.sh)
+gigpo_device_setup search
 
 PYTHON=${PYTHON:-python3}
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-3B-Instruct}
@@ -16,6 +19,10 @@ DATA_DIR=${DATA_DIR:-$HOME/data/verl-gigpo/search}
 # default: the GPUs this machine shows (nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)
 N_GPUS=${N_GPUS:-$(gigpo_default_n_gpus)}
 ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
+MAX_STEPS=${MAX_STEPS:-4}
+RESPONSE_LENGTH=${RESPONSE_LENGTH:-512}
+TRAIN_SIZE=${TRAIN_SIZE:-4096}
+VAL_SIZE=${VAL_SIZE:-256}
 RETRIEVER_URL=${RETRIEVER_URL:-}
 GROUP_SIZE=${GROUP_SIZE:-5}
 TRAIN_TASKS_PER_ITER=${TRAIN_TASKS_PER_ITER:-64}
@@ -27,7 +34,7 @@ EXPERIMENT=${EXPERIMENT:-search_${ADV_ESTIMATOR}_$(basename "$MODEL_PATH")}
 
 gigpo_check_gpus "$N_GPUS"
 gigpo_check_model "$MODEL_PATH"
-gigpo_prepare_data search "$DATA_DIR" 4096 --val-size 256 --val-split test
+gigpo_prepare_data search "$DATA_DIR" "$TRAIN_SIZE" --val-size "$VAL_SIZE" --val-split test
 
 retriever=()
 if [[ -n "$RETRIEVER_URL" ]]; then
@@ -45,7 +52,7 @@ cmd=(
     algorithm.gigpo.similarity_threshold=0.9
     algorithm.norm_adv_by_std_in_grpo=true
     env.name=search
-    env.max_steps=4
+    env.max_steps="$MAX_STEPS"
     env.history_length=4
     env.invalid_action_penalty=0.1
     "${retriever[@]}"
@@ -53,7 +60,7 @@ cmd=(
     data.val_files="$(gigpo_hydra_quote "$DATA_DIR/val.parquet")"
     data.train_batch_size="$TRAIN_TASKS_PER_ITER"
     data.max_prompt_length=4096
-    data.max_response_length=512
+    data.max_response_length="$RESPONSE_LENGTH"
     data.filter_overlong_prompts=false
     data.return_raw_chat=true
     "${GIGPO_VERL_OVERRIDES[@]}"

@@ -5,10 +5,13 @@
 #   bash recipes/run_sokoban.sh
 #   ADV_ESTIMATOR=grpo bash recipes/run_sokoban.sh
 #   MODEL_PATH=Qwen/Qwen2.5-0.5B-Instruct N_GPUS=1 TOTAL_ITERS=3 bash recipes/run_sokoban.sh   # quick GPU check
+#   MODEL_PATH=artifacts/tiny-model DEVICE=cpu bash recipes/run_sokoban.sh   # verl's pipeline on this CPU, tiny model
 #   DRY_RUN=1 bash recipes/run_sokoban.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source recipes/common.sh
+# DEVICE=cpu: verl's pipeline on this CPU with small defaults (see gigpo_device_setup in common.sh)
+gigpo_device_setup sokoban
 
 PYTHON=${PYTHON:-python3}
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-1.5B-Instruct}
@@ -16,6 +19,9 @@ DATA_DIR=${DATA_DIR:-$HOME/data/verl-gigpo/sokoban}
 # default: the GPUs this machine shows (nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)
 N_GPUS=${N_GPUS:-$(gigpo_default_n_gpus)}
 ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
+MAX_STEPS=${MAX_STEPS:-15}
+RESPONSE_LENGTH=${RESPONSE_LENGTH:-256}
+TRAIN_SIZE=${TRAIN_SIZE:-4096}
 GROUP_SIZE=${GROUP_SIZE:-8}
 TRAIN_TASKS_PER_ITER=${TRAIN_TASKS_PER_ITER:-32}
 TOTAL_ITERS=${TOTAL_ITERS:-200}
@@ -27,7 +33,7 @@ EXPERIMENT=${EXPERIMENT:-sokoban_${ADV_ESTIMATOR}_$(basename "$MODEL_PATH")}
 
 gigpo_check_gpus "$N_GPUS"
 gigpo_check_model "$MODEL_PATH"
-gigpo_prepare_data sokoban "$DATA_DIR" 4096 --val-size "$VAL_SIZE" --val-split test
+gigpo_prepare_data sokoban "$DATA_DIR" "$TRAIN_SIZE" --val-size "$VAL_SIZE" --val-split test
 
 gigpo_verl_overrides
 cmd=(
@@ -39,14 +45,14 @@ cmd=(
     algorithm.gigpo.key_mode=state
     algorithm.norm_adv_by_std_in_grpo=true
     env.name=sokoban
-    env.max_steps=15
+    env.max_steps="$MAX_STEPS"
     env.history_length=2
     env.invalid_action_penalty=0.1
     data.train_files="$(gigpo_hydra_quote "$DATA_DIR/train.parquet")"
     data.val_files="$(gigpo_hydra_quote "$DATA_DIR/val.parquet")"
     data.train_batch_size="$TRAIN_TASKS_PER_ITER"
     data.max_prompt_length=1024
-    data.max_response_length=256
+    data.max_response_length="$RESPONSE_LENGTH"
     data.filter_overlong_prompts=false
     data.return_raw_chat=true
     "${GIGPO_VERL_OVERRIDES[@]}"

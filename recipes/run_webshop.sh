@@ -6,10 +6,13 @@
 #   bash recipes/run_webshop.sh                          # the project's WebShop-style simulator (no downloads)
 #   WEBSHOP_ENV=webshop_real bash recipes/run_webshop.sh  # a real WebShop installation (web_agent_site importable)
 #   ADV_ESTIMATOR=grpo bash recipes/run_webshop.sh       # the GRPO baseline on the same settings
+#   MODEL_PATH=artifacts/tiny-model DEVICE=cpu bash recipes/run_webshop.sh   # verl's pipeline on this CPU, tiny model
 #   DRY_RUN=1 bash recipes/run_webshop.sh                # print the final command only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source recipes/common.sh
+# DEVICE=cpu: verl's pipeline on this CPU with small defaults (see gigpo_device_setup in common.sh)
+gigpo_device_setup webshop
 
 PYTHON=${PYTHON:-python3}
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-1.5B-Instruct}
@@ -17,6 +20,10 @@ DATA_DIR=${DATA_DIR:-$HOME/data/verl-gigpo/webshop}
 # default: the GPUs this machine shows (nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)
 N_GPUS=${N_GPUS:-$(gigpo_default_n_gpus)}
 ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
+MAX_STEPS=${MAX_STEPS:-15}
+RESPONSE_LENGTH=${RESPONSE_LENGTH:-512}
+TRAIN_SIZE=${TRAIN_SIZE:-4096}
+VAL_SIZE=${VAL_SIZE:-500}
 # webshop = the project's simulator; webshop_real = the adapter to a real WebShop installation
 WEBSHOP_ENV=${WEBSHOP_ENV:-webshop}
 GROUP_SIZE=${GROUP_SIZE:-8}
@@ -29,7 +36,7 @@ EXPERIMENT=${EXPERIMENT:-webshop_${ADV_ESTIMATOR}_$(basename "$MODEL_PATH")}
 
 gigpo_check_gpus "$N_GPUS"
 gigpo_check_model "$MODEL_PATH"
-gigpo_prepare_data "$WEBSHOP_ENV" "$DATA_DIR" 4096 --val-size 500 --val-split test
+gigpo_prepare_data "$WEBSHOP_ENV" "$DATA_DIR" "$TRAIN_SIZE" --val-size "$VAL_SIZE" --val-split test
 
 gigpo_verl_overrides
 cmd=(
@@ -41,14 +48,14 @@ cmd=(
     algorithm.gigpo.key_mode=observation
     algorithm.norm_adv_by_std_in_grpo=true
     env.name="$WEBSHOP_ENV"
-    env.max_steps=15
+    env.max_steps="$MAX_STEPS"
     env.history_length=2
     env.invalid_action_penalty=0.1
     data.train_files="$(gigpo_hydra_quote "$DATA_DIR/train.parquet")"
     data.val_files="$(gigpo_hydra_quote "$DATA_DIR/val.parquet")"
     data.train_batch_size="$TRAIN_TASKS_PER_ITER"
     data.max_prompt_length=4096
-    data.max_response_length=512
+    data.max_response_length="$RESPONSE_LENGTH"
     data.filter_overlong_prompts=false
     data.return_raw_chat=true
     "${GIGPO_VERL_OVERRIDES[@]}"

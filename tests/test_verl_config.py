@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 
+from verl_gigpo.cpu import check_cpu_config
 from verl_gigpo.preflight import config_problems
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,4 +159,32 @@ def test_recipe_without_gpu_fails_early_with_a_message(tmp_path):
     recipe = [shutil.which("bash"), str(ROOT / "recipes" / "run_sokoban.sh")]
     proc = subprocess.run(recipe, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
-    assert "no NVIDIA GPU found" in proc.stderr and "DRY_RUN=1" in proc.stderr
+    assert "no NVIDIA GPU is visible" in proc.stderr and "DRY_RUN=1" in proc.stderr and "DEVICE=cpu" in proc.stderr
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_cpu_recipe_dry_run_selects_the_cpu_platform_with_small_defaults(recipe):
+    argv, stdout = dry_run(recipe, DEVICE="cpu")
+    cfg = compose_gigpo(argv[3:])
+    assert cfg.trainer.device == "cpu" and cfg.actor_rollout_ref.rollout.name == "hf"
+    assert cfg.actor_rollout_ref.actor.strategy == "fsdp2" and not cfg.actor_rollout_ref.model.use_remove_padding
+    assert cfg.actor_rollout_ref.model.path == "artifacts/tiny-model"
+    assert cfg.data.train_batch_size == 4 and cfg.actor_rollout_ref.rollout.n == 4 and cfg.env.max_steps == 4
+    assert cfg.trainer.total_training_steps == 2 and cfg.trainer.n_gpus_per_node == 1
+    assert "/verl-gigpo/cpu/" in cfg.data.train_files  # small task files of its own, not the GPU run's
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    assert config_problems(cfg) == []
+    check_cpu_config(cfg)  # what python -m verl_gigpo.main checks before selecting the cpu platform
+
+
+def test_unknown_device_is_rejected():
+    env = {**os.environ, "DRY_RUN": "1", "DEVICE": "tpu"}
+    proc = subprocess.run(
+        ["bash", str(ROOT / "recipes" / "run_sokoban.sh")], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 1 and "DEVICE=tpu: use DEVICE=cuda (GPUs) or DEVICE=cpu" in proc.stderr
+
+
+def test_recipes_split_updates_by_step_rows():
+    cfg = compose_gigpo(dry_run("alfworld")[0][3:])
+    assert cfg.trainer.v1.gigpo_sync.mini_batch_rows == 2048 and cfg.trainer.v1.gigpo_sync.shuffle_rows
