@@ -71,6 +71,7 @@ def run_one(name: str, seed: int, args: argparse.Namespace) -> Path:
         "verl_gigpo.local.train",
         f"actor_rollout_ref.model.path={args.model}",
         f"trainer.default_local_dir={out}",
+        "trainer.overwrite=true",  # an unfinished run (killed, or another config) starts over
         f"trainer.total_training_steps={args.iters}",
         f"trainer.test_freq={args.test_freq}",
         f"trainer.save_freq={args.iters}",

@@ -176,3 +176,141 @@ def test_cli_writes_metrics_plot_and_checkpoint_cpu(tiny_model_dir, tmp_path, ca
     assert np.isfinite(lines[1]["actor/pg_loss"])
     assert (out / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
+
+
+# ---------------------------------------------------------------------------------------------- the run folder
+def _run(cfg):
+    trainer = LocalTrainer(cfg)
+    try:
+        return trainer.fit()
+    finally:
+        trainer.close()
+
+
+def test_resume_checks_the_config_and_sets_a_changed_lr_cpu(tiny_model_dir, tmp_path, caplog):
+    out = tmp_path / "run"
+    _run(_cfg(tiny_model_dir, out, "trainer.total_training_steps=1", "data.val_size=0"))
+    lines = (out / "metrics.jsonl").read_text()
+    # A key that changes what the run computes: refused before anything is built or written, naming the key.
+    with pytest.raises(ValueError, match=r"cannot resume: .*env\.name: 'gridnav' -> 'sokoban'.*--allow-config-change"):
+        LocalTrainer(_cfg(tiny_model_dir, out, "trainer.resume=true", "data.val_size=0", "env.name=sokoban"))
+    assert (out / "metrics.jsonl").read_text() == lines
+    # ... unless explicitly allowed.
+    LocalTrainer(
+        _cfg(
+            tiny_model_dir,
+            out,
+            "trainer.resume=true",
+            "data.val_size=0",
+            "actor_rollout_ref.actor.clip_ratio=0.3",
+            "trainer.allow_config_change=true",
+        )  # fmt: skip
+    ).close()
+    # Keys that may change: total steps (applied) and the lr, which must reach the restored optimizer (its
+    # load_state_dict brings back the saved 1e-3).
+    resumed = LocalTrainer(
+        _cfg(
+            tiny_model_dir,
+            out,
+            "trainer.resume=true",
+            "data.val_size=0",
+            "trainer.total_training_steps=2",
+            "actor_rollout_ref.actor.optim.lr=0.5",
+        )  # fmt: skip
+    )
+    try:
+        with caplog.at_level("WARNING", logger="verl_gigpo.local.train"):
+            history = resumed.fit()
+        assert [g["lr"] for g in resumed.optimizer.param_groups] == [0.5]
+    finally:
+        resumed.close()
+    assert "actor_rollout_ref.actor.optim.lr: 0.001 in the checkpoint, 0.5 from now on" in caplog.text
+    assert [m["training_step"] for m in history] == [0.0, 1.0, 2.0] and history[-1]["actor/lr"] == 0.5
+    saved = torch.load(out / "checkpoints" / "iter_2" / "state.pt", weights_only=False)
+    assert saved["config"]["actor_rollout_ref"]["actor"]["optim"]["lr"] == 0.5
+    assert [g["lr"] for g in saved["optimizer"]["param_groups"]] == [0.5]
+
+
+def test_a_run_is_never_overwritten_by_accident_cpu(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    _run(_cfg(tiny_model_dir, out, "trainer.total_training_steps=2", "trainer.save_freq=1", "data.val_size=0"))
+    lines = (out / "metrics.jsonl").read_text()
+    (out / "notes.txt").write_text("mine")
+    # Starting again without --resume used to truncate metrics.jsonl and move the checkpoint pointer back.
+    with pytest.raises(
+        ValueError,
+        match=r"already holds a run .*3 metrics line\(s\), checkpoints of iterations \[1, 2\].*--resume.*--overwrite",
+    ):  # noqa: E501
+        LocalTrainer(_cfg(tiny_model_dir, out, "trainer.total_training_steps=1", "data.val_size=0"))
+    args = [
+        f"actor_rollout_ref.model.path={tiny_model_dir}",
+        f"trainer.default_local_dir={out}",
+        "local.progress=false",
+    ]
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2 and "already holds a run" in capsys.readouterr().err
+    assert (out / "metrics.jsonl").read_text() == lines
+    assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text() == "2\n"
+    # --overwrite removes the old run's outputs (and nothing else) before the new run writes anything.
+    history = _run(
+        _cfg(tiny_model_dir, out, "trainer.total_training_steps=1", "data.val_size=0", "trainer.overwrite=true")
+    )
+    assert [m["training_step"] for m in history] == [0.0, 1.0]
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["iter_1", "latest_checkpointed_iteration.txt"]
+    assert (out / "notes.txt").read_text() == "mine"
+    with pytest.raises(ValueError, match="contradict"):
+        LocalTrainer(_cfg(tiny_model_dir, out, "trainer.resume=true", "trainer.overwrite=true"))
+
+
+def test_resume_falls_back_to_the_newest_complete_checkpoint_cpu(tiny_model_dir, tmp_path, caplog, monkeypatch):
+    out = tmp_path / "run"
+    _run(_cfg(tiny_model_dir, out, "trainer.total_training_steps=3", "trainer.save_freq=1", "data.val_size=0"))
+    ckpts = out / "checkpoints"
+    pointer = ckpts / "latest_checkpointed_iteration.txt"
+
+    def resumed_iteration():
+        trainer = LocalTrainer(_cfg(tiny_model_dir, out, "trainer.resume=true", "data.val_size=0"))
+        try:
+            return trainer.load_checkpoint()
+        finally:
+            trainer.close()
+
+    # A crash between truncating and writing the pointer left it empty: `int('')` failed on resume.
+    pointer.write_text("")
+    with caplog.at_level("WARNING", logger="verl_gigpo.local.run_folder"):
+        assert resumed_iteration() == 3
+    assert "is unreadable" in caplog.text and "newest complete checkpoint, iteration 3" in caplog.text
+    pointer.write_text("7\n")  # names a checkpoint that is not there
+    assert resumed_iteration() == 3
+    (ckpts / "iter_3" / "state.pt").rename(ckpts / "iter_3" / "state.pt.tmp")  # a partial checkpoint
+    pointer.write_text("3\n")
+    assert resumed_iteration() == 2
+    (ckpts / "iter_2" / "state.pt").write_bytes(b"PK\x03\x04 truncated")  # unreadable: the next one is used
+    assert resumed_iteration() == 1
+    # The pointer itself is written atomically: a crash before the rename leaves the previous pointer whole.
+    from verl_gigpo.local import run_folder
+
+    monkeypatch.setattr(run_folder.os, "replace", lambda *a: (_ for _ in ()).throw(OSError("crash")))
+    with pytest.raises(OSError, match="crash"):
+        run_folder.write_latest(ckpts, 9)
+    assert pointer.read_text() == "3\n"
+
+
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [
+        ("trainer.save_freq=abc", r"trainer.save_freq must be an integer \(checkpoint every N iterations"),
+        ("trainer.test_freq=abc", r"trainer.test_freq must be an integer \(validate every N iterations"),
+        ("trainer.seed=1.5", r"trainer.seed must be an integer"),
+        ("actor_rollout_ref.actor.grad_clip=x", r"actor_rollout_ref.actor.grad_clip must be a finite number"),
+        ("env.invalid_action_penalty=.nan", r"env.invalid_action_penalty must be a finite number"),
+        ("local.plot=2", r"local.plot must be true or false"),
+        ("actor_rollout_ref.rollout.top_p=1.5", r"top_p must be in \(0, 1\]"),
+    ],
+)
+def test_numeric_keys_are_checked_before_the_run_cpu(override, match):
+    # trainer.save_freq=abc used to pass and crash after the first iteration (at `iteration % save_freq`).
+    with pytest.raises(ValueError, match=match):
+        load_config([override])

@@ -10,7 +10,8 @@ prints the validation success before and after training and where the metrics an
 arguments are config overrides applied last.
 
 Environment variables (each also a CLI option): ``DEMO_ITERS`` (iterations), ``DEMO_SEED`` (trainer seed),
-``DEMO_OUT`` (run directory, default ``runs/demo``), ``DEMO_MODEL`` (model directory).
+``DEMO_OUT`` (run directory, default ``runs/demo``; each demo replaces the previous demo run there),
+``DEMO_MODEL`` (model directory).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def run_demo(*, iters: int, seed: int, out_dir: str | Path, model_dir: str | Pat
         f"trainer.total_training_steps={iters}",
         f"trainer.seed={seed}",
         f"trainer.default_local_dir={out_dir}",
+        "trainer.overwrite=true",  # each demo is a fresh run: the previous demo run in out_dir is replaced
         *extra,
     ]
     cfg = load_config(overrides)

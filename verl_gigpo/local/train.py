@@ -5,6 +5,7 @@
     python -m verl_gigpo.local.train algorithm.adv_estimator=grpo trainer.default_local_dir=runs/grpo
     python -m verl_gigpo.local.train env.kwargs.size=7 env.kwargs.key=true env.max_steps=24 trainer.seed=3
     python -m verl_gigpo.local.train trainer.total_training_steps=300 --resume      # continue a run
+    python -m verl_gigpo.local.train --overwrite                                    # delete the run, start over
 
 Defaults: ``verl_gigpo/config/local_trainer.yaml`` (same key names as the verl recipes); overrides are OmegaConf
 dotlist items ``key=value``; unknown keys are an error. Any Hugging Face causal LM directory works as
@@ -39,8 +40,11 @@ validations differ only through the policy.
 
 Outputs in ``trainer.default_local_dir``: ``metrics.jsonl`` (one line per iteration, ``training_step`` 0 holding
 the first validation), ``learning_curve.png`` and ``checkpoints/iter_K/`` (model, optimizer, RNG states,
-iteration, metrics so far; ``latest_checkpointed_iteration.txt`` names the last one). ``--resume`` continues from
-the last checkpoint and gives the same parameters and metrics as an uninterrupted run (CPU).
+iteration, metrics so far; ``latest_checkpointed_iteration.txt`` names the last one; both written atomically).
+``--resume`` continues from the last checkpoint and gives the same parameters and metrics as an uninterrupted run
+(CPU). A folder that already holds a run is refused without ``--resume`` or ``--overwrite`` (which deletes the old
+run's outputs first); on resume the config must match the saved one except for total steps, frequencies, logging,
+speed-only keys and the learning rate (``--allow-config-change`` overrides): :mod:`verl_gigpo.local.run_folder`.
 
 Metrics (namespaced): ``env/success_rate``, ``env/invalid_action_rate``, ``env/episode_length``,
 ``env/env_error_rate``, ``episode/return_mean``, ``gigpo/*`` (estimator diagnostics, gigpo only),
@@ -69,7 +73,9 @@ import asyncio
 import copy
 import json
 import logging
+import math
 import os
+import pickle
 import random
 import sys
 import threading
@@ -86,6 +92,13 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
+from verl_gigpo.local.run_folder import (
+    LR_KEY,
+    checkpoint_candidates,
+    prepare_run_folder,
+    resume_config_changes,
+    write_latest,
+)
 from verl_gigpo.local.server import LocalGenerationServer
 from verl_gigpo.rollout import ChatPromptEncoder, Episode, EpisodeConfig, TaskSpec, make_task_env, run_episode
 
@@ -95,7 +108,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "local_trainer.yaml"
 ESTIMATORS = ("gigpo", "grpo", "rloo")
-LATEST = "latest_checkpointed_iteration.txt"
 
 
 # ---------------------------------------------------------------------------------------------------- config
@@ -123,9 +135,80 @@ def load_config(overrides: Sequence[str] = (), config_path: str | Path | None = 
     return cfg
 
 
+# Every numeric and boolean key of local_trainer.yaml outside algorithm.gigpo (GiGPOConfig checks those) and
+# trainer.credit_log_* (CreditLogOptions): (kind, lowest allowed value or None, what it means). Checked before the
+# run starts, so a typo such as trainer.save_freq=abc fails at once, not after the first iteration.
+_NUMBERS: dict[str, tuple[str, float | None, str]] = {
+    "actor_rollout_ref.rollout.n": ("int", 1, "episodes per task"),
+    "actor_rollout_ref.rollout.temperature": ("float", 0.0, "sampling temperature"),
+    "actor_rollout_ref.rollout.top_p": ("float", 0.0, "nucleus sampling mass, in (0, 1]"),
+    "actor_rollout_ref.rollout.top_k": ("int", -1, "top-k sampling, -1 = off"),
+    "actor_rollout_ref.rollout.response_length": ("int", 1, "generated tokens per step"),
+    "actor_rollout_ref.rollout.val_kwargs.do_sample": ("bool", None, "sample in validation"),
+    "actor_rollout_ref.rollout.val_kwargs.temperature": ("float", 0.0, "validation temperature"),
+    "actor_rollout_ref.rollout.val_kwargs.n": ("int", 1, "validation episodes per task"),
+    "actor_rollout_ref.actor.optim.lr": ("float", 0.0, "learning rate"),
+    "actor_rollout_ref.actor.optim.weight_decay": ("float", 0.0, "AdamW weight decay"),
+    "actor_rollout_ref.actor.clip_ratio": ("float", 0.0, "PPO clip range"),
+    "actor_rollout_ref.actor.ppo_epochs": ("int", 1, "passes over each iteration's rows"),
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": ("int", 1, "sequences per micro-batch"),
+    "actor_rollout_ref.actor.grad_clip": ("float", 0.0, "gradient-norm clipping"),
+    "actor_rollout_ref.actor.use_kl_loss": ("bool", None, "KL loss to the initial model"),
+    "actor_rollout_ref.actor.kl_loss_coef": ("float", 0.0, "KL loss coefficient"),
+    "actor_rollout_ref.actor.entropy_coeff": ("float", None, "entropy bonus coefficient"),
+    "data.train_batch_size": ("int", 1, "tasks per iteration"),
+    "data.max_prompt_length": ("int", 1, "prompt token budget"),
+    "data.val_size": ("int", 0, "validation tasks, 0 = no validation"),
+    "algorithm.gamma": ("float", 0.0, "discount of R_t, in [0, 1]"),
+    "algorithm.norm_adv_by_std_in_grpo": ("bool", None, "GRPO: divide by the group std"),
+    "env.max_steps": ("int", 1, "steps per episode"),
+    "env.history_length": ("int", 0, "past steps in the prompt"),
+    "env.invalid_action_penalty": ("float", None, "penalty of an invalid action"),
+    "trainer.total_training_steps": ("int", 1, "iterations"),
+    "trainer.test_freq": ("int", None, "validate every N iterations; <= 0: start and end only"),
+    "trainer.save_freq": ("int", None, "checkpoint every N iterations; <= 0: after the last only"),
+    "trainer.seed": ("int", 0, "seed of the run"),
+    "trainer.resume": ("bool", None, "continue the run in the folder"),
+    "trainer.overwrite": ("bool", None, "delete the run in the folder first"),
+    "trainer.allow_config_change": ("bool", None, "resume with a changed config"),
+    "local.constrain_to_actions": ("bool", None, "decode action tokens only"),
+    "local.max_batch_size": ("int", 1, "requests per batched generation"),
+    "local.env_workers": ("int", 0, "environment threads, 0 = inline"),
+    "local.num_threads": ("int", 1, "torch threads, null = torch's default"),
+    "local.progress": ("bool", None, "progress bar"),
+    "local.plot": ("bool", None, "write learning_curve.png"),
+}
+_NULLABLE = frozenset({"local.num_threads"})
+
+
+def _check_numbers(cfg: DictConfig) -> None:
+    """Type and lower bound of every key of :data:`_NUMBERS`; raises ``ValueError`` naming the key, the value
+    and what the key means."""
+    for key, (kind, lowest, meaning) in _NUMBERS.items():
+        value = OmegaConf.select(cfg, key)
+        if value is None and key in _NULLABLE:
+            continue
+        is_bool = isinstance(value, bool)
+        ok = {
+            "bool": is_bool,
+            "int": isinstance(value, int) and not is_bool,
+            "float": isinstance(value, int | float) and not is_bool and math.isfinite(value),
+        }[kind]
+        if not ok:
+            what = {"bool": "true or false", "int": "an integer", "float": "a finite number"}[kind]
+            raise ValueError(f"{key} must be {what} ({meaning}), got {value!r}")
+        if lowest is not None and value < lowest:
+            raise ValueError(f"{key} must be >= {lowest:g} ({meaning}), got {value!r}")
+
+
 def validate_config(cfg: DictConfig) -> None:
     """Check values and combinations; raise ``ValueError`` saying what to change."""
+    _check_numbers(cfg)
     rollout, actor = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.actor
+    if not 0.0 < rollout.top_p <= 1.0:
+        raise ValueError(f"actor_rollout_ref.rollout.top_p must be in (0, 1], got {rollout.top_p!r}")
+    if cfg.algorithm.gamma > 1.0:
+        raise ValueError(f"algorithm.gamma must be in [0, 1], got {cfg.algorithm.gamma!r}")
     if cfg.algorithm.adv_estimator not in ESTIMATORS:
         raise ValueError(f"algorithm.adv_estimator={cfg.algorithm.adv_estimator!r}: the local engine runs {ESTIMATORS}")
     positive = {
@@ -274,6 +357,9 @@ class LocalTrainer:
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("trainer.device=cuda but torch sees no CUDA device; use trainer.device=cpu")
         self.out_dir = Path(cfg.trainer.default_local_dir)
+        prepare_run_folder(self.out_dir, resume=cfg.trainer.resume, overwrite=cfg.trainer.overwrite)
+        # resuming: find and check the checkpoint now, before anything is built or written (applied in fit())
+        self._resume_from = self._read_checkpoint() if cfg.trainer.resume else None
         self.out_dir.mkdir(parents=True, exist_ok=True)
         path = cfg.actor_rollout_ref.model.path
         if not Path(path).is_dir():
@@ -778,21 +864,58 @@ class LocalTrainer:
         tmp = ckpt_dir / "state.pt.tmp"
         torch.save(state, tmp)
         os.replace(tmp, ckpt_dir / "state.pt")
-        (self.out_dir / "checkpoints" / LATEST).write_text(f"{self.iteration}\n")
+        write_latest(self.out_dir / "checkpoints", self.iteration)  # atomic, like state.pt
         logger.info("checkpoint written to %s", ckpt_dir)
         return ckpt_dir
 
+    def _read_checkpoint(self) -> tuple[dict[str, Any], Path] | None:
+        """Load the checkpoint to resume from (see :mod:`verl_gigpo.local.run_folder`: the pointer's, else the
+        newest complete one) and check its config against this run's; None when the folder has no checkpoint.
+
+        Raises:
+            ValueError: the config differs in keys that may not change on resume (the message lists them).
+        """
+        for iteration, path in checkpoint_candidates(self.out_dir / "checkpoints"):
+            try:
+                state = torch.load(path, map_location=self.device, weights_only=False)
+            except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as exc:
+                logger.warning("checkpoint %s cannot be read (%s); trying the next newest", path, exc)
+                continue
+            changes = resume_config_changes(
+                state["config"],
+                OmegaConf.to_container(self.cfg, resolve=True),
+                defaults=OmegaConf.to_container(OmegaConf.load(DEFAULT_CONFIG), resolve=True),
+                allow=bool(self.cfg.trainer.allow_config_change),
+            )
+            if changes:
+                logger.info(
+                    "resuming iteration %d with changed settings: %s",
+                    iteration,
+                    "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items()),
+                )
+            return state, path
+        return None
+
     def load_checkpoint(self) -> int:
-        """Restore the last checkpoint of ``trainer.default_local_dir``; returns its iteration (0 when none)."""
-        latest = self.out_dir / "checkpoints" / LATEST
-        if not latest.exists():
+        """Restore the last checkpoint of ``trainer.default_local_dir`` (model, optimizer, RNGs, iteration,
+        metrics); returns its iteration (0 when there is none). A learning rate changed on resume is set in the
+        restored optimizer.
+
+        Raises:
+            ValueError: the config differs from the checkpoint's in keys that may not change on resume.
+        """
+        found, self._resume_from = self._resume_from or self._read_checkpoint(), None
+        if found is None:
             logger.warning("trainer.resume: no checkpoint in %s, starting from scratch", self.out_dir)
             return 0
-        iteration = int(latest.read_text().strip())
-        path = self.out_dir / "checkpoints" / f"iter_{iteration}" / "state.pt"
-        state = torch.load(path, map_location=self.device, weights_only=False)
+        state, path = found
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        lr = float(self.cfg.actor_rollout_ref.actor.optim.lr)
+        for group in self.optimizer.param_groups:  # load_state_dict restored the saved lr
+            if group["lr"] != lr:
+                logger.warning("%s: %g in the checkpoint, %g from now on", LR_KEY, group["lr"], lr)
+                group["lr"] = lr
         self.task_rng.bit_generator.state = state["task_rng"]
         self.server.generator.set_state(state["server_rng"])
         torch.set_rng_state(state["torch_rng"])
@@ -900,16 +1023,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="config overrides (OmegaConf dotlist)")
     parser.add_argument("--config", default=None, help=f"defaults file (default: {DEFAULT_CONFIG})")
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint (trainer.resume)")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete the run already in trainer.default_local_dir and start over (trainer.overwrite)",
+    )
+    parser.add_argument(
+        "--allow-config-change",
+        action="store_true",
+        help="resume although keys that change the computation differ from the saved run (allow_config_change)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # verl warns at import about training engines it cannot load (megatron, torchtitan, ...); none is used here
     warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
     overrides = list(args.overrides) + (["trainer.resume=true"] if args.resume else [])
+    overrides += (["trainer.overwrite=true"] if args.overwrite else []) + (
+        ["trainer.allow_config_change=true"] if args.allow_config_change else []
+    )
     try:
         cfg = load_config(overrides, args.config)
     except ValueError as exc:
         parser.error(str(exc))
-    trainer = LocalTrainer(cfg)
+    try:
+        trainer = LocalTrainer(cfg)
+    except ValueError as exc:  # a run already in the folder, a resume with a changed config, a missing model
+        parser.error(str(exc))
     try:
         history = trainer.fit()
     finally:

@@ -1,0 +1,202 @@
+"""The local engine's run folder: what a run writes there, how a run is protected from being overwritten by
+accident, how checkpoints are found, and which config keys may change when a run is resumed.
+
+A run folder (``trainer.default_local_dir``) holds :data:`RUN_OUTPUTS`: ``metrics.jsonl``, ``learning_curve.png``,
+``checkpoints/iter_K/state.pt`` with the pointer ``checkpoints/latest_checkpointed_iteration.txt``, and
+``credit/``. Rules:
+
+1. Starting a run (no ``--resume``) in a folder that holds one is refused (:func:`prepare_run_folder`): pass
+   ``--resume`` to continue it or ``--overwrite`` to delete its outputs first. Other files are never touched.
+2. ``state.pt`` and the pointer are each written to a temporary file and renamed (atomic on POSIX), so a crash
+   leaves either the old or the new file, never a truncated one (:func:`write_latest`).
+3. On resume the pointer's checkpoint is used; when the pointer is missing, unreadable, or names a checkpoint
+   without a complete ``state.pt``, the newest complete checkpoint is used instead, with a warning
+   (:func:`checkpoint_candidates`; a ``state.pt`` that fails to load also falls back to the next one).
+4. The saved config is compared with the new one (:func:`resume_config_changes`): the keys of
+   :data:`RESUMABLE_KEYS` (length of the run, frequencies, logging, speed-only settings, the folder itself) and
+   the learning rate :data:`LR_KEY` may change and take effect; any other difference stops the resume with the
+   list of keys, unless ``--allow-config-change`` is given.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "LATEST",
+    "LR_KEY",
+    "RESUMABLE_KEYS",
+    "RUN_OUTPUTS",
+    "checkpoint_candidates",
+    "flatten_config",
+    "prepare_run_folder",
+    "resume_config_changes",
+    "write_latest",
+]
+
+logger = logging.getLogger(__name__)
+
+LATEST = "latest_checkpointed_iteration.txt"
+"""File in ``checkpoints/`` naming the iteration of the last checkpoint written."""
+
+RUN_OUTPUTS = ("metrics.jsonl", "learning_curve.png", "checkpoints", "credit")
+"""What a run writes in its folder (and all that ``--overwrite`` removes)."""
+
+LR_KEY = "actor_rollout_ref.actor.optim.lr"
+"""The learning rate: may change on resume, and is then set in the restored optimizer."""
+
+RESUMABLE_KEYS = frozenset(
+    {
+        "trainer.total_training_steps",
+        "trainer.test_freq",
+        "trainer.save_freq",
+        "trainer.resume",
+        "trainer.overwrite",
+        "trainer.allow_config_change",
+        "trainer.default_local_dir",
+        "trainer.credit_log_freq",
+        "trainer.credit_log_groups",
+        "trainer.credit_log_max_chars",
+        "local.progress",
+        "local.plot",
+        "local.num_threads",
+        "local.env_workers",
+        LR_KEY,
+    }
+)
+"""Keys that may differ from the saved config on resume: they change how long the run goes, how often it validates,
+saves and logs, and how fast it runs, but not what an iteration computes (the learning rate aside)."""
+
+_ITER = re.compile(r"iter_(\d+)")
+
+
+def prepare_run_folder(out_dir: str | Path, *, resume: bool, overwrite: bool) -> None:
+    """Make sure starting (or resuming) a run in ``out_dir`` destroys nothing by accident.
+
+    Without ``resume``, a folder that already holds a run (any of :data:`RUN_OUTPUTS`) is refused unless
+    ``overwrite``, which then deletes those outputs (and only those). ``resume`` and ``overwrite`` together are
+    contradictory.
+
+    Raises:
+        ValueError: the folder holds a run and neither flag is given (the message says which flags do what), or
+            both flags are given.
+    """
+    out = Path(out_dir)
+    if resume and overwrite:
+        raise ValueError("--resume and --overwrite contradict each other: continue the run in the folder, or delete it")
+    found = [name for name in RUN_OUTPUTS if (out / name).exists()]
+    if resume or not found:
+        return
+    if not overwrite:
+        metrics = out / "metrics.jsonl"
+        lines = len(metrics.read_text().splitlines()) if metrics.is_file() else 0
+        saved = sorted(int(m.group(1)) for p in (out / "checkpoints").glob("iter_*") if (m := _ITER.fullmatch(p.name)))
+        raise ValueError(
+            f"{out} already holds a run ({', '.join(found)}; {lines} metrics line(s), checkpoints of iterations "
+            f"{saved or 'none'}). Pass --resume (trainer.resume=true) to continue it, --overwrite "
+            "(trainer.overwrite=true) to delete it and start over, or choose another trainer.default_local_dir"
+        )
+    for name in found:
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    logger.warning("trainer.overwrite: deleted the previous run's %s in %s", ", ".join(found), out)
+
+
+def write_latest(checkpoints: str | Path, iteration: int) -> None:
+    """Point ``checkpoints/LATEST`` at ``iteration``, atomically: a temporary file, flushed to disk, renamed."""
+    checkpoints = Path(checkpoints)
+    tmp = checkpoints / (LATEST + ".tmp")
+    with tmp.open("w") as fh:
+        fh.write(f"{iteration}\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, checkpoints / LATEST)
+
+
+def checkpoint_candidates(checkpoints: str | Path) -> list[tuple[int, Path]]:
+    """``(iteration, state.pt path)`` of the checkpoints to try on resume, best first: the one the pointer names
+    (when it is readable and complete), then every other complete checkpoint, newest first. Empty when there is
+    none. Logs a warning when the pointer is missing, unreadable or names a missing or partial checkpoint."""
+    checkpoints = Path(checkpoints)
+    complete = sorted(
+        (
+            (int(m.group(1)), p / "state.pt")
+            for p in checkpoints.glob("iter_*")
+            if (m := _ITER.fullmatch(p.name)) and (p / "state.pt").is_file()
+        ),
+        reverse=True,
+    )
+    pointer = checkpoints / LATEST
+    named: int | None = None
+    problem = ""
+    try:
+        named = int(pointer.read_text().strip())
+    except FileNotFoundError:
+        problem = f"{pointer} is missing"
+    except (OSError, ValueError) as exc:
+        problem = f"{pointer} is unreadable ({exc})"
+    if named is not None and all(it != named for it, _ in complete):
+        problem = f"{pointer} names iteration {named}, whose checkpoint is missing or partial"
+        named = None
+    if problem and complete:
+        logger.warning("%s; resuming from the newest complete checkpoint, iteration %d", problem, complete[0][0])
+    first = [c for c in complete if c[0] == named]
+    return first + [c for c in complete if c[0] != named]
+
+
+def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists and other values are leaves)."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten_config(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def resume_config_changes(
+    saved: Mapping[str, Any], current: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = None, allow: bool
+) -> dict[str, tuple[Any, Any]]:
+    """The differences between the ``saved`` config of a checkpoint and the ``current`` one, as
+    ``{dotted key: (saved value, current value)}``.
+
+    Keys absent from an older saved config count as unchanged when the current value is their default
+    (``defaults``, a flat or nested config). Differences outside :data:`RESUMABLE_KEYS` are an error unless
+    ``allow``, in which case they are logged as a warning.
+
+    Raises:
+        ValueError: listing every key that may not change on resume, with both values, and what to do.
+    """
+    old, new = flatten_config(saved), flatten_config(current)
+    flat_defaults = flatten_config(defaults or {})
+    missing = object()
+    changes = {}
+    for key in sorted(set(old) | set(new)):
+        before, after = old.get(key, missing), new.get(key, missing)
+        if before is missing and after == flat_defaults.get(key, missing):
+            continue
+        if before != after:
+            changes[key] = (None if before is missing else before, None if after is missing else after)
+    blocked = {k: v for k, v in changes.items() if k not in RESUMABLE_KEYS}
+    if blocked:
+        listing = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in blocked.items())
+        if not allow:
+            raise ValueError(
+                f"cannot resume: the config differs from the run's saved config in key(s) that change what the "
+                f"run computes: {listing}. Keep the run's values, start a new run in another "
+                "trainer.default_local_dir, or pass --allow-config-change (trainer.allow_config_change=true) to "
+                f"continue anyway. Keys that may change on resume: {', '.join(sorted(RESUMABLE_KEYS))}"
+            )
+        logger.warning("resuming with a changed config (--allow-config-change): %s", listing)
+    return changes
