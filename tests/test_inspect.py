@@ -1,0 +1,229 @@
+"""The credit report (python -m verl_gigpo.inspect), CPU-only: the anchor-state graph of a hand-built group has the
+expected nodes, edges and colours (the data behind the picture, not pixels); the report and the CLI work on real
+record files and give clear errors for a missing file, an unknown iteration or group."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from matplotlib import colormaps
+from matplotlib.colors import to_hex, to_rgb
+
+from verl_gigpo.advantage import gigpo_advantage_terms
+from verl_gigpo.credit import StepContext, credit_records, write_credit_records
+from verl_gigpo.inspect import (
+    CreditReportError,
+    CreditRun,
+    anchor_graph,
+    credit_colour,
+    credit_pairs,
+    load_credit_run,
+    make_report,
+    run_stats,
+    top_pairs,
+)
+from verl_gigpo.inspect.__main__ import main
+from verl_gigpo.inspect.graph import CMAP, INVALID, NOT_WON, WON
+
+# One episode group, gridnav-like, gamma = 1, mean_std:
+#   a: s0 -right-> s1 -down-> goal (won, rewards 0, 1)
+#   c: the same as a
+#   b: s0 -left-> s0 (a wall: same state) -right-> s1 -up-> s2 -(reply with no action)-> step limit (not won;
+#      rewards 0, 0, 0, -0.1)
+# R_t: a, c: 1, 1; b: -0.1 on every step. Anchor groups: s0 = {a0, c0, b0, b1} (R_t 1, 1, -0.1, -0.1: A_S = +-0.866),
+# s1 = {a1, c1, b2} (1, 1, -0.1: A_S = 0.577, 0.577, -1.155), s2 = {b3} (singleton: A_S = 0).
+GROUP = [  # (traj, step, state, action, valid, reward, won)
+    ("a", 0, "s0", "right", True, 0.0, True),
+    ("a", 1, "s1", "down", True, 1.0, True),
+    ("b", 0, "s0", "left", True, 0.0, False),
+    ("b", 1, "s0", "right", True, 0.0, False),
+    ("b", 2, "s1", "up", True, 0.0, False),
+    ("b", 3, "s2", "fly away", False, -0.1, False),
+    ("c", 0, "s0", "right", True, 0.0, True),
+    ("c", 1, "s1", "down", True, 1.0, True),
+]
+
+
+def _records(rows=GROUP, *, iteration=3, group="g0", gamma=1.0):
+    """Credit records of ``rows`` built from the real estimator's terms, as the engines build them."""
+    n = len(rows)
+    trajs = [r[0] for r in rows]
+    steps = [r[1] for r in rows]
+    keys = [r[2] for r in rows]
+    rewards = [r[5] for r in rows]
+    groups = [group] * n
+    terms = gigpo_advantage_terms(
+        torch.tensor(rewards, dtype=torch.float64), torch.ones(n, 1), groups, trajs, steps, keys, gamma=gamma
+    )
+    context = StepContext(
+        observations=[f"you are in {k}" for k in keys],
+        actions=[r[3] for r in rows],
+        action_valid=[r[4] for r in rows],
+        won=[r[6] for r in rows],
+        task_ids=["task-1"] * n,
+        task_types=["goal"] * n,
+        step_ids=steps,
+    )
+    return credit_records(
+        terms,
+        iteration=iteration,
+        group_ids=groups,
+        traj_ids=trajs,
+        step_ids=steps,
+        anchor_keys=keys,
+        step_rewards=rewards,
+        context=context,
+    )
+
+
+def test_graph_of_a_hand_built_group_has_the_expected_nodes_edges_and_colours():
+    records = _records()
+    graph = anchor_graph(records)
+    s0, s1, s2 = (records[i]["anchor_group"] for i in (0, 1, 5))  # the estimator's anchor group ids
+    assert set(graph.nodes) == {s0, s1, s2, WON, NOT_WON}
+    nodes = graph.nodes
+    assert [nodes[s]["visits"] for s in (s0, s1, s2, WON, NOT_WON)] == [4, 3, 1, 2, 1]
+    assert [s for s in graph if nodes[s]["start"]] == [s0]
+    assert [nodes[s]["depth"] for s in (s0, s1, s2, WON, NOT_WON)] == [0, 1, 3, 4, 4]
+    assert nodes[WON]["terminal"] and nodes[WON]["won"] and not nodes[NOT_WON]["won"]
+    assert nodes[s0]["label"] == "you are in s0"
+
+    edges = {(u, v, k): d for u, v, k, d in graph.edges(keys=True, data=True)}
+    expected = {  # (from, to, action): (times taken, mean A_S), the values written out by hand
+        (s0, s1, "right"): (3, (0.866 + 0.866 - 0.866) / 3),
+        (s0, s0, "left"): (1, -0.866),  # a self-loop: the move kept the state
+        (s1, WON, "down"): (2, 0.577),
+        (s1, s2, "up"): (1, -1.155),
+        (s2, NOT_WON, INVALID): (1, 0.0),  # a reply with no valid action: one edge per state, whatever the text
+    }
+    assert set(edges) == set(expected)
+    for edge, (count, mean) in expected.items():
+        assert edges[edge]["count"] == count, edge
+        assert edges[edge]["step_adv_mean"] == pytest.approx(mean, abs=1e-3), edge
+    assert graph.graph["vmax"] == pytest.approx(1.155, abs=1e-3)  # symmetric scale: the largest |mean|
+    # colours: the most blamed edge is the map's low end (red), the singleton's edge its middle (grey), credited
+    # edges blue; each is the map's colour of its mean
+    assert edges[(s1, s2, "up")]["color"] == to_hex(colormaps[CMAP](0.0))
+    assert edges[(s2, NOT_WON, INVALID)]["color"] == to_hex(colormaps[CMAP](0.5))
+    for edge, data in edges.items():
+        assert data["color"] == credit_colour(data["step_adv_mean"], graph.graph["vmax"]), edge
+        red, _, blue = to_rgb(data["color"])
+        if data["step_adv_mean"] > 0.01:
+            assert blue > red, edge
+        elif data["step_adv_mean"] < -0.01:
+            assert red > blue, edge
+    assert edges[(s0, s1, "right")]["width"] == max(d["width"] for d in edges.values())  # taken most often
+    assert (graph.graph["trajectories"], graph.graph["won_trajectories"]) == (3, 2)
+
+
+def test_graph_wants_one_group_of_one_iteration():
+    with pytest.raises(ValueError, match="got none"):
+        anchor_graph([])
+    with pytest.raises(ValueError, match="ONE episode group"):
+        anchor_graph(_records(group="g0") + _records(group="g1"))
+
+
+def test_run_statistics_and_top_pairs():
+    records = _records()
+    # a second iteration whose group has all-distinct states: every row is a singleton (A_S = 0)
+    distinct = [(t, s, f"{t}{s}", a, v, r, w) for t, s, _, a, v, r, w in GROUP]
+    run = CreditRun(source=Path("memory"), records={3: records, 4: _records(distinct, iteration=4)})
+    stats = run_stats(run)
+    assert stats.rows == 16 and stats.episode_groups == 2 and stats.anchor_groups == 3 + 8
+    assert sorted(stats.anchor_group_sizes.tolist()) == [1] * 9 + [3, 4]
+    assert stats.singleton_row_frac == {3: 1 / 8, 4: 1.0}
+    # iteration 3: A_E = +0.577 for a and c (won), -1.155 for b; every row but b3 (A_S = 0) has both terms nonzero,
+    # and each has the sign of its trajectory's A_E (a, c only beat b; b's steps only lose), so none disagree
+    a_e = {r["traj"]: r["episode_adv"] for r in records}
+    assert a_e["a"] == pytest.approx(0.577, abs=1e-3) and a_e["b"] == pytest.approx(-1.155, abs=1e-3)
+    assert stats.both_nonzero_frac[3] == 7 / 8
+    assert stats.disagree_frac[3] == 0.0
+    assert np.isnan(stats.disagree_frac[4])  # no row has a step term
+    best = top_pairs(credit_pairs(records), 2)
+    assert [(p.action, p.count) for p in best] == [("down", 2), ("right", 3)]
+    worst = top_pairs(credit_pairs(records), 5, credited=False)
+    assert [p.action for p in worst] == ["up", "left"]  # the singleton's invalid reply (A_S = 0) is neither
+    assert worst[0].step_adv_mean == pytest.approx(-1.155, abs=1e-3)
+
+
+def test_the_terms_can_disagree_in_sign():
+    # gamma = 0.5: w won after a detour from s0 (R_t 0.25 there), x won directly (0.5), l lost (0)
+    rows = [
+        ("w", 0, "s0", "left", True, 0.0, True),
+        ("w", 1, "s0", "right", True, 0.0, True),
+        ("w", 2, "s1", "down", True, 1.0, True),
+        ("x", 0, "s0", "right", True, 0.0, True),
+        ("x", 1, "s1", "down", True, 1.0, True),
+        ("l", 0, "s0", "up", True, 0.0, False),
+        ("l", 1, "s3", "up", True, 0.0, False),
+    ]
+    records = _records(rows, iteration=1, gamma=0.5)
+    stats = run_stats(CreditRun(source=Path("memory"), records={1: records}))
+    # w0 (the detour from s0): A_E > 0 (won) but A_S < 0 (below the mean 0.3125 of s0's R_t) -> they disagree
+    w0 = records[0]
+    assert w0["episode_adv"] > 0 > w0["step_adv"]
+    assert 0 < stats.disagree_frac[1] < 1
+
+
+def _write_run(run_dir):
+    write_credit_records(_records(iteration=3), run_dir, 3)
+    write_credit_records(_records(iteration=6, group="g7") + _records(iteration=6, group="g8"), run_dir, 6)
+    return run_dir
+
+
+def test_report_writes_pngs_and_a_self_contained_page(tmp_path):
+    run_dir = _write_run(tmp_path / "run")
+    report = make_report(run_dir)
+    assert report.iteration == 6 and report.group == "g7"  # last iteration; equal signal: the first group
+    out = run_dir / "credit" / "report"
+    for path in (report.graph_png, report.distributions_png):
+        assert path.parent == out and path.read_bytes()[:4] == b"\x89PNG"
+    assert report.graph_png.name == "credit_graph_iter6_groupg7.png"
+    page = report.html.read_text()
+    assert page.count('src="data:image/png;base64,') == 2 and "http" not in page.split("<body>")[1]
+    assert "right (+0.87)" in page  # the group's trajectories with each action's A_S
+    assert report.summary_txt.read_text().strip() == report.summary
+    assert "2 logged iteration(s) (3, 6); 24 step rows of 3 episode group(s)" in report.summary
+    chosen = make_report(run_dir / "credit" / "iter_3.jsonl", group="g0", out_dir=tmp_path / "one")
+    assert (chosen.iteration, chosen.group) == (3, "g0") and chosen.html.parent == tmp_path / "one"
+
+
+def test_cli_prints_the_summary_and_the_files(tmp_path, capsys):
+    run_dir = _write_run(tmp_path / "run")
+    assert main([str(run_dir), "--iter", "3", "--group", "g0", "--out", str(tmp_path / "rep")]) == 0
+    out = capsys.readouterr().out
+    assert "top-credited (state, action) pairs" in out and "'you are in s1' -> 'down'" in out
+    assert "graph: iteration 3, episode group g0 (task task-1): 3 trajectories, 2 won; 3 anchor states" in out
+    assert f"report: {tmp_path / 'rep' / 'credit_report.html'}" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["missing"], "does not exist"),
+        (["empty"], "no credit records in"),
+        (["run", "--group", "nope"], "episode group 'nope' is not in the credit records of iteration 6"),
+        (["run", "--iter", "5"], "iteration 5 has no credit records"),
+    ],
+)
+def test_cli_errors_say_what_is_wrong(tmp_path, capsys, args, message):
+    _write_run(tmp_path / "run")
+    (tmp_path / "empty").mkdir()
+    assert main([str(tmp_path / args[0]), *args[1:]]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err
+    if "--group" in args:
+        assert "groups there: g7, g8" in err
+    if "--iter" in args:
+        assert "logged iterations: 3, 6" in err
+
+
+def test_a_file_that_is_not_credit_records_is_refused(tmp_path):
+    bad = tmp_path / "credit" / "iter_1.jsonl"
+    bad.parent.mkdir()
+    bad.write_text('{"iteration": 1}\n')
+    with pytest.raises(CreditReportError, match="is not a credit record"):
+        load_credit_run(tmp_path)

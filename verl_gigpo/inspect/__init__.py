@@ -1,0 +1,37 @@
+"""See what GiGPO credited: a report on the per-step credit records of a run (:mod:`verl_gigpo.credit`).
+
+    python -m verl_gigpo.inspect RUN_DIR_OR_FILE [--iter K] [--group ID] [--out DIR]
+
+writes, into ``--out`` (default: ``<run dir>/credit/report/``):
+
+* ``credit_graph_iter<K>_group<ID>.png``: the anchor-state graph of one episode group (:mod:`.graph`);
+* ``credit_distributions.png``: anchor-group sizes, rows in singleton anchor groups per iteration, A_E vs A_S,
+  how often the two terms disagree in sign (:func:`.report.plot_distributions`);
+* ``credit_summary.txt`` (also printed) and ``credit_report.html``, one self-contained page with all of it.
+
+Records come from a run with ``trainer.credit_log_freq > 0`` on either engine.
+"""
+
+from verl_gigpo.inspect.graph import anchor_graph, credit_colour, draw_anchor_graph
+from verl_gigpo.inspect.load import CreditReportError, CreditRun, load_credit_run
+from verl_gigpo.inspect.report import CreditReport, default_group, make_report, plot_distributions
+from verl_gigpo.inspect.stats import PairCredit, RunStats, credit_pairs, run_stats, summary_text, top_pairs
+
+__all__ = [
+    "CreditReport",
+    "CreditReportError",
+    "CreditRun",
+    "PairCredit",
+    "RunStats",
+    "anchor_graph",
+    "credit_colour",
+    "credit_pairs",
+    "default_group",
+    "draw_anchor_graph",
+    "load_credit_run",
+    "make_report",
+    "plot_distributions",
+    "run_stats",
+    "summary_text",
+    "top_pairs",
+]

@@ -1,0 +1,37 @@
+"""``python -m verl_gigpo.inspect RUN_DIR_OR_FILE [--iter K] [--group ID] [--out DIR]`` (see the package doc)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from verl_gigpo.inspect.load import CreditReportError
+from verl_gigpo.inspect.report import make_report
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point: write the credit report, print its summary and where the files are; 2 on a usage error."""
+    parser = argparse.ArgumentParser(
+        prog="python -m verl_gigpo.inspect",
+        description="Report on what GiGPO credited: the anchor-state graph of one episode group, distributions "
+        "over the run, and a summary (from the records of trainer.credit_log_freq > 0)",
+    )
+    parser.add_argument("source", help="run directory (trainer.default_local_dir), its credit/ folder, or one file")
+    parser.add_argument("--iter", type=int, default=None, help="iteration to draw (default: the last logged)")
+    parser.add_argument("--group", default=None, help="episode group to draw (default: the one with most step signal)")
+    parser.add_argument("--out", default=None, help="output folder (default: <credit folder>/report)")
+    args = parser.parse_args(argv)
+    try:
+        report = make_report(args.source, iteration=args.iter, group=args.group, out_dir=args.out)
+    except CreditReportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(report.summary)
+    print(f"graph: {report.graph_png}")
+    print(f"distributions: {report.distributions_png}")
+    print(f"report: {report.html}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+"""The anchor-state graph of one episode group: which actions GiGPO credited from which shared state.
+
+Built from the credit records of ONE episode group of ONE iteration (:mod:`verl_gigpo.credit`):
+
+* a node per anchor group (the estimator's ``anchor_group``: the states its step term compares actions in),
+  plus two terminal nodes, :data:`WON` and :data:`NOT_WON`, where the trajectories ended;
+* an edge ``u -> v`` per (state, action, next state) seen: a trajectory took ``action`` from anchor state ``u``
+  and its next step was taken from ``v`` (from its last step: to a terminal node). Several actions from one
+  state are parallel edges (a ``MultiDiGraph`` keyed by the action); a move that leaves the state unchanged
+  (e.g. into a wall) is a self-loop.
+
+Drawn with networkx (``multipartite_layout``: columns by the first step at which a state was visited, the start on
+the left, the terminal nodes on the right) and matplotlib: node size = visits, label = observation excerpt; edge
+width = how often the action was taken, edge colour = its mean step advantage A_S on a diverging map (blue =
+credited, red = blamed, grey = 0), the same colour scale for the whole graph (symmetric around 0).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.colors import Normalize, to_hex
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+__all__ = ["CMAP", "INVALID", "NOT_WON", "WON", "anchor_graph", "credit_colour", "draw_anchor_graph"]
+
+#: terminal node ids
+WON = "won"
+NOT_WON = "not won"
+#: the edge key of every action that was not a valid action (their texts differ; one edge per state)
+INVALID = "(invalid)"
+#: diverging colour map of the edges: low (blamed, A_S < 0) red, 0 light grey, high (credited) blue
+CMAP = "coolwarm_r"
+
+
+def credit_colour(value: float, vmax: float) -> str:
+    """The hex colour of a mean step advantage ``value`` on :data:`CMAP` over ``[-vmax, vmax]`` (clipped)."""
+    norm = Normalize(vmin=-vmax, vmax=vmax, clip=True)
+    return to_hex(colormaps[CMAP](norm(value)))
+
+
+def anchor_graph(records: Sequence[dict[str, Any]], *, label_chars: int = 40) -> nx.MultiDiGraph:
+    """The anchor-state graph of one episode group (see the module docstring).
+
+    Args:
+        records: the credit records of one episode group of one iteration (any order).
+        label_chars: node labels are the first ``label_chars`` characters of the state's observation.
+
+    Returns:
+        a ``MultiDiGraph``. Node attributes: ``visits`` (rows taken from the state), ``label``, ``observation``,
+        ``start`` (a trajectory began there), ``terminal``, ``won`` (terminal nodes), ``depth`` (first step id
+        seen there; terminal nodes: one more than the largest), ``step_adv_mean`` (mean A_S of its rows),
+        ``anchor_key``. Edge key = the action (:data:`INVALID` for replies with no valid action); edge attributes:
+        ``count`` (times taken), ``step_adv_mean`` (mean A_S of those rows), ``color`` (:func:`credit_colour`),
+        ``width``. Graph attributes: ``iteration``, ``group``, ``vmax`` (the colour scale's bound: the largest
+        |edge mean A_S|, 1.0 when all are 0), ``trajectories``, ``won_trajectories``.
+
+    Raises:
+        ValueError: no records, or records of more than one iteration or episode group.
+    """
+    if not records:
+        raise ValueError("anchor_graph needs the credit records of one episode group; got none")
+    keys = {(r["iteration"], str(r["group"])) for r in records}
+    if len(keys) != 1:
+        raise ValueError(
+            f"anchor_graph draws ONE episode group of ONE iteration; the records hold {len(keys)} "
+            f"(iteration, group) pairs: {sorted(keys)[:5]}"
+        )
+    ((iteration, group),) = keys
+    trajs: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        trajs[r["traj"]].append(r)
+
+    graph = nx.MultiDiGraph(iteration=iteration, group=group)
+    node_adv: dict[Any, list[float]] = defaultdict(list)
+    edge_adv: dict[tuple[Any, Any, str], list[float]] = defaultdict(list)
+    starts, ends = set(), {WON: 0, NOT_WON: 0}
+    for rows in trajs.values():
+        rows = sorted(rows, key=lambda r: r["step"])
+        starts.add(rows[0]["anchor_group"])
+        end = WON if rows[0]["won"] else NOT_WON
+        ends[end] += 1
+        for i, r in enumerate(rows):
+            u = r["anchor_group"]
+            if u not in graph:
+                graph.add_node(
+                    u,
+                    observation=r["observation"],
+                    label=textwrap.fill(_excerpt(r["observation"], label_chars), width=max(12, label_chars // 2)),
+                    anchor_key=r["anchor_key"],
+                    depth=r["step"],
+                    terminal=False,
+                    won=False,
+                )
+            graph.nodes[u]["depth"] = min(graph.nodes[u]["depth"], r["step"])
+            node_adv[u].append(float(r["step_adv"]))
+            v = rows[i + 1]["anchor_group"] if i + 1 < len(rows) else end
+            action = r["action"] if r["action_valid"] else INVALID
+            edge_adv[(u, v, action)].append(float(r["step_adv"]))
+
+    depth = max((d for _, d in graph.nodes(data="depth")), default=-1) + 1
+    for end, count in ends.items():
+        if count:
+            graph.add_node(end, observation="", label=end, anchor_key="", depth=depth, terminal=True, won=end == WON)
+            graph.nodes[end]["visits"] = count
+            graph.nodes[end]["step_adv_mean"] = 0.0
+    for u, values in node_adv.items():
+        graph.nodes[u]["visits"] = len(values)
+        graph.nodes[u]["step_adv_mean"] = float(np.mean(values))
+    for node in graph:
+        graph.nodes[node]["start"] = node in starts
+
+    means = {e: float(np.mean(v)) for e, v in edge_adv.items()}
+    vmax = max((abs(m) for m in means.values()), default=0.0) or 1.0
+    most = max(len(v) for v in edge_adv.values())
+    for (u, v, action), values in edge_adv.items():
+        graph.add_edge(
+            u,
+            v,
+            key=action,
+            count=len(values),
+            step_adv_mean=means[(u, v, action)],
+            color=credit_colour(means[(u, v, action)], vmax),
+            width=1.0 + 5.0 * len(values) / most,
+        )
+    graph.graph.update(vmax=vmax, trajectories=len(trajs), won_trajectories=ends[WON])
+    return graph
+
+
+def draw_anchor_graph(graph: nx.MultiDiGraph, path: str | Path, *, title: str | None = None) -> Path:
+    """Draw :func:`anchor_graph`'s graph to a PNG at ``path`` (see the module docstring for the encoding)."""
+    pos = nx.multipartite_layout(graph, subset_key="depth", align="vertical", scale=1.0)
+    columns = len({d for _, d in graph.nodes(data="depth")})
+    fig = Figure(figsize=(min(3.0 + 1.9 * columns, 22.0), 8.0), dpi=100)
+    ax = fig.add_subplot()
+    most = max(graph.nodes[n]["visits"] for n in graph)
+    size = {n: 250.0 + 1600.0 * graph.nodes[n]["visits"] / most for n in graph}
+
+    states = [n for n in graph if not graph.nodes[n]["terminal"]]
+    starts = [n for n in states if graph.nodes[n]["start"]]
+    nx.draw_networkx_nodes(
+        graph,
+        pos,
+        nodelist=states,
+        node_size=[size[n] for n in states],
+        node_color="#f3f3f3",
+        edgecolors="#555555",
+        linewidths=1.0,
+        ax=ax,
+    )
+    if starts:
+        nx.draw_networkx_nodes(
+            graph,
+            pos,
+            nodelist=starts,
+            node_size=[size[n] for n in starts],
+            node_color="#f3f3f3",
+            edgecolors="#2ca02c",
+            linewidths=3.5,
+            ax=ax,
+        )
+    for end, shape, colour in ((WON, "*", "#f2c12e"), (NOT_WON, "s", "#b0b0b0")):
+        if end in graph:
+            nx.draw_networkx_nodes(
+                graph,
+                pos,
+                nodelist=[end],
+                node_size=[size[end] * 1.6],
+                node_shape=shape,
+                node_color=colour,
+                edgecolors="#555555",
+                ax=ax,
+            )
+
+    # one call for all edges: networkx numbers parallel edges between two nodes and gives the k-th the k-th style
+    # (increasing curvature, so each stays visible; u->v and v->u bend to opposite sides), and sizes self-loops
+    # (a move that kept the state) by the extent of the whole drawing
+    edges = list(graph.edges(keys=True, data=True))
+    parallel = max((graph.number_of_edges(u, v) for u, v, _, _ in edges), default=1)
+    styles = [f"arc3,rad={0.1 + 0.15 * k:.2f}" for k in range(parallel)]
+    nodes = list(graph)
+    nx.draw_networkx_edges(
+        graph,
+        pos,
+        edgelist=[(u, v, k) for u, v, k, _ in edges],
+        width=[d["width"] for *_, d in edges],
+        edge_color=[d["color"] for *_, d in edges],
+        connectionstyle=styles,
+        arrowsize=14,
+        nodelist=nodes,
+        node_size=[size[n] for n in nodes],
+        ax=ax,
+    )
+    nx.draw_networkx_edge_labels(
+        graph,
+        pos,
+        edge_labels={(u, v, k): f"{_excerpt(str(k), 14)} ({d['count']})" for u, v, k, d in edges},
+        connectionstyle=styles,
+        font_size=7,
+        bbox={"alpha": 0.0},
+        nodelist=nodes,
+        node_size=[size[n] for n in nodes],
+        ax=ax,
+    )
+    labels = {n: graph.nodes[n]["label"] for n in graph}
+    nx.draw_networkx_labels(graph, pos, labels=labels, font_size=7, ax=ax)
+
+    vmax = graph.graph["vmax"]
+    mappable = _scalar_mappable(vmax)
+    fig.colorbar(mappable, ax=ax, fraction=0.03, pad=0.01, label="mean step advantage A_S of the action")
+    handles = [
+        Line2D([], [], marker="o", ls="", mfc="#f3f3f3", mec="#2ca02c", mew=3, ms=12, label="start state"),
+        Line2D([], [], marker="*", ls="", mfc="#f2c12e", mec="#555555", ms=16, label="won (episode ended)"),
+        Line2D([], [], marker="s", ls="", mfc="#b0b0b0", mec="#555555", ms=11, label="not won (lost / step limit)"),
+    ]
+    ax.legend(handles=handles, loc="lower left", fontsize=8, framealpha=0.8)
+    g = graph.graph
+    ax.set_title(
+        title
+        or f"iteration {g['iteration']}, episode group {g['group']}: {g['trajectories']} trajectories, "
+        f"{g['won_trajectories']} won; node size = visits, edge width = times taken",
+        fontsize=10,
+    )
+    ax.margins(0.08)
+    ax.set_axis_off()
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    return path
+
+
+def _scalar_mappable(vmax: float):
+    from matplotlib.cm import ScalarMappable
+
+    return ScalarMappable(norm=Normalize(vmin=-vmax, vmax=vmax), cmap=colormaps[CMAP])
+
+
+def _excerpt(text: str, chars: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= chars else text[: chars - 1] + "…"
