@@ -36,3 +36,9 @@ def test_demo_shortened_mode_cpu(tiny_model_dir, tmp_path):
     assert [m["training_step"] for m in lines] == [0.0, 1.0, 2.0]
     assert lines[-1]["val/success_rate"] >= 0 and "gigpo/num_step_groups" in lines[-1]
     assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 1000
+    # credit records every max(1, iters // 4) = 1 iterations, and the report on them at the end
+    credit = tmp_path / "run" / "credit"
+    assert sorted(p.name for p in credit.glob("iter_*.jsonl")) == ["iter_1.jsonl", "iter_2.jsonl"]
+    assert f"credit report: {credit / 'report' / 'credit_report.html'}" in text
+    assert "top-credited (state, action) pairs" in text
+    assert (credit / "report" / "credit_report.html").read_text().count("data:image/png;base64,") == 2

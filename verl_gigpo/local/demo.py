@@ -9,6 +9,10 @@ with the local engine (:mod:`verl_gigpo.local.train`) on gridnav with the settin
 prints the validation success before and after training and where the metrics and the plot went. Extra
 arguments are config overrides applied last.
 
+Credit records are on at a low frequency (``trainer.credit_log_freq`` = a quarter of the iterations, see
+:func:`credit_log_freq`); at the end the demo writes the credit report (:mod:`verl_gigpo.inspect`) into
+``<out>/credit/report/``, prints its summary and where the page is.
+
 Environment variables (each also a CLI option): ``DEMO_ITERS`` (iterations), ``DEMO_SEED`` (trainer seed),
 ``DEMO_OUT`` (run directory, default ``runs/demo``; each demo replaces the previous demo run there),
 ``DEMO_MODEL`` (model directory).
@@ -24,7 +28,7 @@ import time
 import warnings
 from pathlib import Path
 
-__all__ = ["DEMO_ITERS", "DEMO_OVERRIDES", "main", "run_demo"]
+__all__ = ["DEMO_ITERS", "DEMO_OVERRIDES", "credit_log_freq", "main", "run_demo"]
 
 #: Iterations of the full demo.
 DEMO_ITERS = 200
@@ -37,8 +41,15 @@ DEMO_OVERRIDES: tuple[str, ...] = (
 )
 
 
+def credit_log_freq(iters: int) -> int:
+    """The demo's ``trainer.credit_log_freq``: four logged iterations per run (every iteration when shorter)."""
+    return max(1, iters // 4)
+
+
 def run_demo(*, iters: int, seed: int, out_dir: str | Path, model_dir: str | Path, extra: list[str] = ()) -> dict:
-    """Build the model if needed, train, and return ``{"val_start", "val_end", "seconds", "metrics", "plot"}``."""
+    """Build the model if needed, train, write the credit report; return ``{"val_start", "val_end", "seconds",
+    "metrics", "plot", "credit_report"}`` (the report is None when no credit records were written, e.g. with
+    ``algorithm.adv_estimator=grpo``)."""
     from verl_gigpo.local.tiny_model import build_tiny_model
     from verl_gigpo.local.train import LocalTrainer, load_config
 
@@ -53,6 +64,7 @@ def run_demo(*, iters: int, seed: int, out_dir: str | Path, model_dir: str | Pat
         f"trainer.seed={seed}",
         f"trainer.default_local_dir={out_dir}",
         "trainer.overwrite=true",  # each demo is a fresh run: the previous demo run in out_dir is replaced
+        f"trainer.credit_log_freq={credit_log_freq(iters)}",
         *extra,
     ]
     cfg = load_config(overrides)
@@ -63,12 +75,19 @@ def run_demo(*, iters: int, seed: int, out_dir: str | Path, model_dir: str | Pat
     finally:
         trainer.close()
     val = [m for m in history if "val/success_rate" in m]
+    seconds = time.perf_counter() - start
+    report = None
+    if (Path(out_dir) / "credit").is_dir():
+        from verl_gigpo.inspect import make_report
+
+        report = make_report(out_dir)
     return {
         "val_start": val[0]["val/success_rate"] if val else float("nan"),
         "val_end": val[-1]["val/success_rate"] if val else float("nan"),
-        "seconds": time.perf_counter() - start,
+        "seconds": seconds,
         "metrics": Path(out_dir) / "metrics.jsonl",
         "plot": Path(out_dir) / "learning_curve.png",
+        "credit_report": report,
     }
 
 
@@ -93,6 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wall time: {result['seconds']:.0f} s")
     print(f"metrics: {result['metrics']}")
     print(f"plot: {result['plot']}")
+    report = result["credit_report"]
+    if report is None:
+        print("credit report: none (credit records hold GiGPO's terms: algorithm.adv_estimator=gigpo writes them)")
+    else:
+        print(f"\n{report.summary}\n")
+        print(f"credit graph: {report.graph_png}")
+        print(f"credit report: {report.html}  (python -m verl_gigpo.inspect {args.out} --iter K --group ID)")
     return 0
 
 
