@@ -32,6 +32,7 @@ pytestmark = pytest.mark.slow
 
 HELPERS = Path(__file__).resolve().parent / "helpers"
 FAULTY = "gridnav_faulty"
+MINI_BATCH_KEY, MINI_BATCH_ROWS = "trainer.v1.gigpo_sync.mini_batch_rows", 48
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,8 @@ def runs(action_model_dir, tmp_path_factory):
             out,
             action_model_dir,
             env_name=FAULTY,
-            extra=[f"+env.registry.{FAULTY}=gigpo_faulty_env:FaultyGridNav"],
+            # 48 step rows per optimizer step: ~2 per iteration (verl's own split would take ~6: 16 rows each)
+            extra=[f"+env.registry.{FAULTY}=gigpo_faulty_env:FaultyGridNav", f"{MINI_BATCH_KEY}={MINI_BATCH_ROWS}"],
             env={"PYTHONPATH": pythonpath, "GIGPO_FAULTY_EVERY": "5"},
         )
     finally:
@@ -124,3 +126,27 @@ def test_failed_resets_leave_the_run_alive_with_their_rows_masked(runs):
     assert all(row["gigpo/num_masked_rows"] > 0 for row in rows)
     log = runs["gigpo"].log.read_text()
     assert "gridnav_faulty: injected failure at reset" in log and "KeyError" not in log
+
+
+def _optimizer_steps(ckpt: Path) -> int:
+    """AdamW's step count in verl's optimizer checkpoint: the optimizer steps the actor has taken so far."""
+    state = torch.load(ckpt / "actor" / "optim_world_size_1_rank_0.pt", map_location="cpu", weights_only=False)
+    counts = {int(param_state["step"]) for param_state in state["state"].values()}
+    assert len(counts) == 1, counts
+    return counts.pop()
+
+
+def test_optimizer_steps_per_iteration_follow_the_rows_based_setting(runs):
+    run_dir = runs["gigpo"].run_dir
+    rows = {m["step"]: m for m in _training_rows(runs["gigpo"]) + _training_rows(runs["gigpo_resume"])}
+    taken, before = {}, 0
+    for step in (1, 2, 3):
+        total = _optimizer_steps(run_dir / "ckpt" / f"global_step_{step}")
+        taken[step], before = total - before, total
+    for step, metrics in rows.items():
+        real_rows = metrics["episode/num_step_rows"]
+        assert metrics["update/rows"] == real_rows  # every row of the batch, failed episodes' included
+        assert metrics["update/num_mini_batches"] == math.ceil(real_rows / metrics["update/mini_batch_rows"])
+        assert metrics["update/mini_batch_rows"] <= MINI_BATCH_ROWS + 15  # rounded up to the micro-batch size, 16
+        assert taken[step] == metrics["update/num_mini_batches"] == math.ceil(real_rows / MINI_BATCH_ROWS)
+        assert taken[step] < real_rows / 16  # verl's own split: ppo_mini_batch_size (4 tasks) x n (4) = 16 rows

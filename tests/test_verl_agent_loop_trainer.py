@@ -5,8 +5,9 @@ running the ``gigpo_env_agent`` agent loop against a tiny Qwen2 model (built in 
 locally) served by the project's local generation server -> rows in a real TransferQueue -> verl's ReplayBuffer
 -> verl's padding (``upsample_batch_to_divisible_size``) -> the ``gigpo_sync`` trainer mode's advantage step.
 
-What verl cannot do on CPU (vLLM server, FSDP actor update) is the only thing replaced: generation is served by
-:class:`verl_gigpo.local_client.LocalLLMClient`.
+Generation goes through verl's own ``LLMServerClient`` and load balancer to the ``hf`` rollout backend's server
+(:class:`verl_gigpo.cpu.hf_rollout.HFGenerationServer`, a Ray actor) instead of a vLLM server; the FSDP actor is not
+started here (``tests/test_e2e_verl_cpu.py`` runs the whole pipeline).
 """
 
 from __future__ import annotations
@@ -27,19 +28,22 @@ from verl.trainer.ppo.utils import create_rl_dataset
 from verl.trainer.ppo.v1 import AgentLoopWorkerTQ
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl.utils import tensordict_utils as tu
+from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.dataset.rl_dataset import collate_fn
+from verl.workers.rollout.llm_server import LLMServerClient
+from verl.workers.rollout.router import get_router_handle
 
 from environments import make_env
 from verl_gigpo.advantage import compute_gigpo_advantage
+from verl_gigpo.cpu.hf_rollout import HFGenerationServer
 from verl_gigpo.data.prepare import write_task_files
-from verl_gigpo.local_client import LocalLLMClient
 from verl_gigpo.trainer import GiGPOTrainerSync
 
 ROOT = Path(__file__).resolve().parents[1]
 N_TASKS, GROUP, MAX_STEPS, RESPONSE_LEN = 3, 4, 6, 3
 
 
-def _config(model_dir: Path, data_dir: Path, estimator: str):
+def _config(model_dir: Path, data_dir: Path, estimator: str, *extra: str):
     overrides = [
         f"algorithm.adv_estimator={estimator}",
         "algorithm.gigpo.key_mode=state",
@@ -55,7 +59,7 @@ def _config(model_dir: Path, data_dir: Path, estimator: str):
         "data.dataloader_num_workers=0",
         f"actor_rollout_ref.model.path={model_dir}",
         f"actor_rollout_ref.rollout.n={GROUP}",
-        "actor_rollout_ref.rollout.name=vllm",  # only read, no vLLM server is started: LocalLLMClient serves
+        "actor_rollout_ref.rollout.name=hf",
         "actor_rollout_ref.rollout.temperature=1.0",
         "actor_rollout_ref.actor.ppo_mini_batch_size=1",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
@@ -64,7 +68,7 @@ def _config(model_dir: Path, data_dir: Path, estimator: str):
         "trainer.logger=[console]",
     ]
     with initialize_config_dir(config_dir=str(ROOT / "verl_gigpo" / "config"), version_base=None):
-        return compose(config_name="gigpo_trainer", overrides=overrides)
+        return compose(config_name="gigpo_trainer", overrides=[*overrides, *extra])
 
 
 @pytest.fixture(scope="module")
@@ -84,13 +88,24 @@ def rollout(ray_tq, action_model_dir, tmp_path_factory):
     trainer = GiGPOTrainerSync(cfg)
     tags = [{"is_prompt": True, "status": "pending", "global_steps": 1} for _ in uids]
     tq.kv_batch_put(keys=uids, partition_id="train", tags=tags)
-    worker = AgentLoopWorkerTQ.remote(cfg, LocalLLMClient(str(action_model_dir), max_tokens=RESPONSE_LEN))
+    server = (
+        ray.remote(HFGenerationServer)
+        .options(max_concurrency=64)
+        .remote(
+            config=omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout),
+            model_path=str(action_model_dir),
+            replica_rank=0,
+        )
+    )
+    client = LLMServerClient(cfg, load_balancer_handle=get_router_handle(servers={"hf://test-server": server}))
+    worker = AgentLoopWorkerTQ.remote(cfg, client)
     ray.get(worker.generate_sequences.remote(batch))
     meta, _ = trainer.replay_buffer.sample(global_steps=1, partition_id="train", batch_size=N_TASKS)
     fields = ["uid", "prompts", "responses", "response_mask", "rollout_log_probs", "rm_scores", "extra_fields"]
     data = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=fields)
     yield {"cfg": cfg, "trainer": trainer, "meta": meta, "data": data, "tokenizer": tokenizer, "uids": uids}
     ray.kill(worker)
+    ray.kill(server)
 
 
 def test_trainer_mode_is_sync_for_verl(rollout):
@@ -207,3 +222,69 @@ def test_grpo_defers_to_verl_on_the_same_rollouts(rollout, action_model_dir, tmp
         expected = (ef["episode_return"] - scores.mean()) / (scores.std() + 1e-6)
         assert first_token[i] == pytest.approx(expected.item(), abs=1e-4)
     assert "env/success_rate" in metrics and not any(k.startswith("gigpo/") for k in metrics)
+
+
+def test_gigpo_applies_verls_rollout_correction(rollout, action_model_dir, tmp_path):
+    """algorithm.rollout_correction on the GiGPO path: verl's IS weights and rejection mask, before the advantages."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
+
+    meta, data = rollout["meta"], rollout["data"]
+    write_task_files("gridnav", tmp_path, train_size=N_TASKS, val_size=2)
+    settings = {
+        "rollout_is": "token",
+        "rollout_is_threshold": 1.5,
+        "rollout_rs": "token_k1",
+        "rollout_rs_threshold": "0.8_1.25",
+    }
+    cfg = _config(
+        action_model_dir, tmp_path, "gigpo", *(f"algorithm.rollout_correction.{k}={v}" for k, v in settings.items())
+    )
+    trainer = GiGPOTrainerSync(cfg)
+    rollout_lp = data["rollout_log_probs"].to_padded_tensor(0.0)  # (N, L)
+    mask = data["response_mask"].to_padded_tensor(0)  # (N, L)
+    drift = torch.linspace(-0.4, 0.4, rollout_lp.numel()).reshape(rollout_lp.shape) * mask  # an actor that moved
+    old_lp = rollout_lp + drift
+    nested = data["rollout_log_probs"]
+    tq.kv_batch_put(
+        keys=meta.keys,
+        partition_id=meta.partition_id,
+        fields=tu.get_tensordict(
+            {
+                "old_log_probs": torch.nested.as_nested_tensor(
+                    [row[: len(r)] for row, r in zip(old_lp, nested.unbind(), strict=True)], layout=torch.jagged
+                )
+            }
+        ),
+    )
+    metrics: dict = {}
+    out = trainer._compute_advantage(meta, metrics)
+    got = tq.kv_batch_get(
+        keys=out.keys,
+        partition_id=out.partition_id,
+        select_fields=["advantages", "response_mask", "rollout_is_weights"],
+    )
+    weights_verl, expected_mask, metrics_verl = compute_rollout_correction_and_rejection_mask(
+        old_log_prob=old_lp, rollout_log_prob=rollout_lp, response_mask=mask, **settings
+    )
+    new_mask = got["response_mask"].to_padded_tensor(0)
+    weights = got["rollout_is_weights"].to_padded_tensor(0.0)
+    assert 0 < int(expected_mask.sum()) < int(mask.sum())  # some tokens rejected: the check is not vacuous
+    torch.testing.assert_close(new_mask, expected_mask.to(new_mask.dtype), rtol=0, atol=0)
+    torch.testing.assert_close(weights, weights_verl.batch["rollout_is_weights"] * mask, rtol=0, atol=1e-7)
+    assert {k for k in metrics if k.startswith("rollout_corr/")} == set(metrics_verl)
+    # the advantages are GiGPO's on the rejection-masked rows
+    extra = list(data["extra_fields"])
+    expected_adv, _ = compute_gigpo_advantage(
+        torch.tensor([ef["step_reward"] for ef in extra]),
+        expected_mask,
+        np.array(list(data["uid"]), dtype=object),
+        np.array([ef["traj_id"] for ef in extra], dtype=object),
+        np.array([ef["step_id"] for ef in extra]),
+        np.array([ef["anchor_key"] for ef in extra], dtype=object),
+        gamma=0.95,
+        step_advantage_w=1.0,
+        norm="mean_std",
+        epsilon=1e-6,
+        episode_stats="trajectory",
+    )
+    torch.testing.assert_close(got["advantages"].to_padded_tensor(0.0), expected_adv, rtol=0, atol=0)

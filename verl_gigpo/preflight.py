@@ -87,6 +87,12 @@ def config_problems(config: Any) -> list[str]:
         CreditLogOptions.from_trainer(config.get("trainer", None))
     except ValueError as exc:
         problems.append(str(exc))
+    from verl_gigpo.trainer import UpdateSettings  # the trainer mode's reader of trainer.v1.gigpo_sync
+
+    try:
+        UpdateSettings.from_config(config)
+    except ValueError as exc:
+        problems.append(str(exc))
     if not gigpo_problems and env_readable:
         # the agent loop's own reader: env section present, integer ranges, penalty >= 0, prompt/response lengths
         try:

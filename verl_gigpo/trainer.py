@@ -10,12 +10,21 @@ Select it with ``trainer.v1.trainer_mode=gigpo_sync`` (``verl_gigpo/config/gigpo
   a real row) and rows of episodes whose environment failed are excluded from every statistic and get 0;
   advantages/returns are written back to TransferQueue; ``gigpo/*`` metrics come from the estimator;
 * any other estimator (``grpo``, ``rloo``, ...): verl's own ``_compute_advantage``, unchanged, on the same
-  rollouts — baselines differ only in ``algorithm.adv_estimator``.
+  rollouts — baselines differ only in ``algorithm.adv_estimator``;
+* verl's rollout correction (``algorithm.rollout_correction.rollout_is`` / ``rollout_rs``) runs on the GiGPO path
+  too, through verl's own ``compute_rollout_correction_and_add_to_batch``, before the advantages (as verl does).
+
+And the actor update is split by rows, not by tasks (``trainer.v1.gigpo_sync``, every estimator): verl 0.9.1 makes
+mini-batches of ``ppo_mini_batch_size * rollout.n`` rows, which for one row per environment step means an optimizer
+step per ~one task's trajectories (up to ~50 per ALFWorld iteration). With ``mini_batch_rows: M`` the R rows of an
+iteration are split into ``k = ceil(R / M)`` equal mini-batches (see :func:`plan_mini_batches`), shuffled across
+groups first (``shuffle_rows``): the reference implementation's 2,048 rows give 1-3 optimizer steps per iteration.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections import defaultdict
 from collections.abc import Sequence
@@ -36,7 +45,16 @@ from verl_gigpo.anchors import anchor_group_ids
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
 
-__all__ = ["GiGPOTrainerSync", "StepBatch", "compute_step_advantages", "episode_metrics", "step_advantage_terms"]
+__all__ = [
+    "GiGPOTrainerSync",
+    "MiniBatchPlan",
+    "StepBatch",
+    "UpdateSettings",
+    "compute_step_advantages",
+    "episode_metrics",
+    "plan_mini_batches",
+    "step_advantage_terms",
+]
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
@@ -107,6 +125,74 @@ class StepBatch:
             history_dropped=column("history_dropped", 0, np.int64),
             row_mask=~padding & ~env_error,
         )
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """How the ``gigpo_sync`` trainer mode splits an iteration's rows into optimizer steps (``trainer.v1.gigpo_sync``).
+
+    Attributes:
+        mini_batch_rows: most step rows per optimizer step; None = verl's own split (``ppo_mini_batch_size *
+            rollout.n`` rows per mini-batch). Reference implementation: 2048 (256 tasks x 8).
+        shuffle_rows: shuffle the rows (of each data-parallel rank) before splitting, so that a mini-batch mixes
+            episode groups instead of holding one task's consecutive trajectories.
+    """
+
+    mini_batch_rows: int | None = 2048
+    shuffle_rows: bool = True
+
+    @classmethod
+    def from_config(cls, config: Any) -> UpdateSettings:
+        """Read ``trainer.v1.gigpo_sync`` of a verl config (missing keys take the defaults).
+
+        Raises:
+            ValueError: ``mini_batch_rows`` not null or an int >= 1, ``shuffle_rows`` not a bool, an unknown key.
+        """
+        node = ((config.get("trainer") or {}).get("v1") or {}).get(TRAINER_MODE) or {}
+        unknown = sorted(str(k) for k in node if k not in ("mini_batch_rows", "shuffle_rows"))
+        if unknown:
+            raise ValueError(
+                f"unknown key(s) {unknown} in trainer.v1.{TRAINER_MODE}; known: mini_batch_rows, shuffle_rows"
+            )
+        rows = node.get("mini_batch_rows", cls.mini_batch_rows)
+        if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
+            raise ValueError(
+                f"trainer.v1.{TRAINER_MODE}.mini_batch_rows={rows!r} must be an int >= 1 (most step rows per "
+                "optimizer step; the reference implementation uses 2048) or null (verl's own split by tasks)"
+            )
+        shuffle = node.get("shuffle_rows", cls.shuffle_rows)
+        if not isinstance(shuffle, bool):
+            raise ValueError(f"trainer.v1.{TRAINER_MODE}.shuffle_rows={shuffle!r} must be true or false")
+        return cls(mini_batch_rows=rows, shuffle_rows=shuffle)
+
+
+@dataclass(frozen=True)
+class MiniBatchPlan:
+    """The split of one iteration: ``rows`` before padding, ``mini_batch_rows`` per optimizer step after padding,
+    ``num_mini_batches`` optimizer steps per PPO epoch (the batch is padded to ``num_mini_batches * mini_batch_rows``
+    rows with verl's zero-mask padding rows)."""
+
+    rows: int
+    mini_batch_rows: int
+    num_mini_batches: int
+
+
+def plan_mini_batches(rows: int, max_rows: int, multiple: int) -> MiniBatchPlan:
+    """Split ``rows`` step rows into equal mini-batches of at most about ``max_rows`` rows.
+
+    ``k = ceil(rows / max_rows)`` mini-batches of ``m = ceil(ceil(rows / k) / multiple) * multiple`` rows, ``multiple``
+    being what the workers need (data-parallel size x micro-batch size); verl pads the batch to a multiple of ``m``,
+    so the actor takes ``ceil(rows / m)`` optimizer steps (``k``, or fewer when rounding ``m`` up absorbs one).
+    E.g. 2,500 rows, 2,048, multiple 8: k = 2, m = 1,256 (not 2 x 2,048 with 1,596 padding rows).
+
+    Raises:
+        ValueError: ``rows``, ``max_rows`` or ``multiple`` < 1.
+    """
+    if rows < 1 or max_rows < 1 or multiple < 1:
+        raise ValueError(f"rows ({rows}), max_rows ({max_rows}) and multiple ({multiple}) must all be >= 1")
+    k = math.ceil(rows / max_rows)
+    m = math.ceil(math.ceil(rows / k) / multiple) * multiple
+    return MiniBatchPlan(rows=rows, mini_batch_rows=m, num_mini_batches=math.ceil(rows / m))
 
 
 def compute_step_advantages(
@@ -223,6 +309,10 @@ class GiGPOTrainerSync(PPOTrainerSync):
                 )
             if config.actor_rollout_ref.rollout.n < 2:
                 logger.warning("actor_rollout_ref.rollout.n < 2: every group has one member and all advantages are 0")
+        self.update_settings = UpdateSettings.from_config(config)
+        self.global_steps = 0  # verl sets it in init() (_load_checkpoint); the advantage step may run before that
+        self._rows_to_split: int | None = None
+        self.mini_batch_plan: MiniBatchPlan | None = None
         super().__init__(config)
 
     # verl 0.9.1 switches its synchronous code paths (ReplayBuffer vs ReplayBufferAsync, refill and checkpoint
@@ -236,6 +326,67 @@ class GiGPOTrainerSync(PPOTrainerSync):
     @trainer_mode.setter
     def trainer_mode(self, value: str) -> None:
         self.registered_mode = value
+
+    # ------------------------------------------------------------------ mini-batches counted in rows
+    # verl 0.9.1 has no setting for this: it pads the batch to a multiple of _get_required_batch_multiple() in
+    # _balance_batch() and passes mini_batch_size = ppo_mini_batch_size * rollout.n rows to the actor in
+    # _update_actor(). The three overrides below change only those numbers (and the shuffle flag).
+
+    def _balance_batch(self, batch: KVBatchMeta, metrics, logging_prefix="global_seqlen", keep_minibatch=False):
+        """verl's balancing, remembering the number of rows to split (padding comes next, sized by the plan)."""
+        self._rows_to_split = len(batch)
+        return super()._balance_batch(batch, metrics, logging_prefix=logging_prefix, keep_minibatch=keep_minibatch)
+
+    def _micro_multiple(self) -> int:
+        """Rows every worker call needs per data-parallel rank: the micro-batch sizes of the update and of the
+        old/reference log-prob passes (each must divide a rank's share unless dynamic batch sizes are on)."""
+        arr = self.config.actor_rollout_ref
+        sizes = []
+        if not arr.actor.get("use_dynamic_bsz", False):
+            sizes.append(arr.actor.get("ppo_micro_batch_size_per_gpu"))
+        if not arr.rollout.get("log_prob_use_dynamic_bsz", False):
+            sizes.append(arr.rollout.get("log_prob_micro_batch_size_per_gpu"))
+        if self.use_reference_policy and not arr.ref.get("log_prob_use_dynamic_bsz", False):
+            sizes.append(arr.ref.get("log_prob_micro_batch_size_per_gpu"))
+        return math.lcm(1, *(int(x) for x in sizes if x))
+
+    def _get_required_batch_multiple(self, dp_size: int) -> int:
+        """With ``mini_batch_rows`` set: pad to the planned mini-batch size (:func:`plan_mini_batches`)."""
+        rows, max_rows = self._rows_to_split, self.update_settings.mini_batch_rows
+        if max_rows is None or rows is None or self.use_critic or self.config.trainer.critic_warmup > self.global_steps:
+            self.mini_batch_plan = None
+            return super()._get_required_batch_multiple(dp_size)
+        self.mini_batch_plan = plan_mini_batches(rows, max_rows, dp_size * self._micro_multiple())
+        return self.mini_batch_plan.mini_batch_rows
+
+    def _update_actor(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        """verl's actor update with the planned rows per mini-batch and the row shuffle (``trainer.v1.gigpo_sync``)."""
+        plan = self.mini_batch_plan
+        if plan is None:
+            return super()._update_actor(batch, metrics)
+        metrics["update/rows"] = float(plan.rows)
+        metrics["update/mini_batch_rows"] = float(plan.mini_batch_rows)
+        metrics["update/num_mini_batches"] = float(plan.num_mini_batches)
+        worker_group = self.actor_rollout_wg
+        verl_update_actor = worker_group.update_actor
+        shuffle = self.update_settings.shuffle_rows
+
+        def update_actor(data: KVBatchMeta, *args: Any, **kwargs: Any) -> Any:
+            # verl's _update_actor filled extra_info with ppo_mini_batch_size * rollout.n; the plan replaces it
+            data.extra_info["global_batch_size"] = plan.mini_batch_rows
+            data.extra_info["mini_batch_size"] = plan.mini_batch_rows
+            data.extra_info["dataloader_kwargs"] = {**data.extra_info.get("dataloader_kwargs", {}), "shuffle": shuffle}
+            return verl_update_actor(data, *args, **kwargs)
+
+        own = "update_actor" in vars(worker_group)  # RayWorkerGroup binds its remote methods on the instance
+        worker_group.update_actor = update_actor
+        try:
+            return super()._update_actor(batch, metrics)
+        finally:
+            if own:
+                worker_group.update_actor = verl_update_actor
+            else:
+                del worker_group.update_actor
 
     def _read_steps(self, batch: KVBatchMeta) -> tuple[StepBatch, TensorDict]:
         data = tq.kv_batch_get(
@@ -270,16 +421,50 @@ class GiGPOTrainerSync(PPOTrainerSync):
 
         nested_mask = data["response_mask"]
         response_mask = nested_mask.to_padded_tensor(0)  # (N, L)
+        fields: dict[str, torch.Tensor] = {}
+        correction = self._rollout_correction(batch, response_mask, metrics)
+        if correction is not None:  # verl's IS weights / rejection, applied before the advantages as verl does
+            response_mask = correction["response_mask"]  # (N, L), rejected tokens 0
+            fields.update(correction)
         terms = step_advantage_terms(steps, response_mask, self.gigpo_config)
         advantages, returns = terms.token_level(response_mask)  # (N, L), (N, L): as compute_step_advantages
         stats = dict(terms.stats)
         self._write_credit(terms, steps, list(data["extra_fields"]))  # trainer.credit_log_freq
         metrics.update(stats)
+        fields.update(advantages=advantages, returns=returns)
         output = TensorDict(
-            {
-                "advantages": response_to_nested(advantages, nested_mask),
-                "returns": response_to_nested(returns, nested_mask),
-            },
-            batch_size=len(batch),
+            {name: response_to_nested(value, nested_mask) for name, value in fields.items()}, batch_size=len(batch)
         )
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
+
+    def _rollout_correction(
+        self, batch: KVBatchMeta, response_mask: torch.Tensor, metrics: dict
+    ) -> dict[str, torch.Tensor] | None:
+        """verl's rollout correction (``algorithm.rollout_correction``) for the GiGPO path, under the same condition
+        as verl's ``_compute_advantage`` (configured, not bypass mode, rollout log-probs present): verl's own
+        ``compute_rollout_correction_and_add_to_batch`` on ``old_log_probs``/``rollout_log_probs``.
+
+        Returns:
+            None when it does not apply, else ``response_mask`` (N, L) after rejection sampling and, when
+            ``rollout_is`` is set, ``rollout_is_weights`` (N, L); ``rollout_corr/*`` metrics go to ``metrics``.
+        """
+        from verl import DataProto
+        from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
+
+        config = self.config.algorithm.get("rollout_correction", None)
+        if config is None or config.get("bypass_mode", False):
+            return None
+        data = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["old_log_probs", "rollout_log_probs"]
+        )
+        if "rollout_log_probs" not in data.keys() or "old_log_probs" not in data.keys():
+            return None
+        width = response_mask.shape[1]
+        tensors = {name: data[name].to_padded_tensor(0.0)[:, :width] for name in ("old_log_probs", "rollout_log_probs")}
+        proto = DataProto.from_dict(tensors={**tensors, "response_mask": response_mask})
+        proto, corr_metrics = compute_rollout_correction_and_add_to_batch(proto, config)
+        metrics.update(corr_metrics)
+        out = {"response_mask": proto.batch["response_mask"]}
+        if "rollout_is_weights" in proto.batch.keys():
+            out["rollout_is_weights"] = proto.batch["rollout_is_weights"]
+        return out

@@ -1,0 +1,66 @@
+"""The ``gigpo_sync`` trainer mode's split of an iteration's step rows into optimizer steps (``trainer.v1.gigpo_sync``).
+
+Hand-computed cases of :func:`verl_gigpo.trainer.plan_mini_batches` and the settings reader. That verl's actor really
+takes this many optimizer steps is checked on the real pipeline in ``tests/test_e2e_verl_cpu.py`` (optimizer state of
+the checkpoints).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from omegaconf import OmegaConf
+
+from verl_gigpo.trainer import MiniBatchPlan, UpdateSettings, plan_mini_batches
+
+
+@pytest.mark.parametrize(
+    ("rows", "max_rows", "multiple", "expected"),
+    [
+        (2500, 2048, 8, MiniBatchPlan(rows=2500, mini_batch_rows=1256, num_mini_batches=2)),  # not 2 x 2048
+        (2048, 2048, 8, MiniBatchPlan(rows=2048, mini_batch_rows=2048, num_mini_batches=1)),
+        (6400, 2048, 8, MiniBatchPlan(rows=6400, mini_batch_rows=1600, num_mini_batches=4)),
+        (96, 48, 16, MiniBatchPlan(rows=96, mini_batch_rows=48, num_mini_batches=2)),
+        (81, 48, 16, MiniBatchPlan(rows=81, mini_batch_rows=48, num_mini_batches=2)),  # padded to 96 rows
+        (5, 2048, 32, MiniBatchPlan(rows=5, mini_batch_rows=32, num_mini_batches=1)),  # tiny batch: one step
+        # rounding m up to the multiple absorbs a mini-batch: 3 planned, 2 taken (each <= max_rows + multiple)
+        (100, 40, 32, MiniBatchPlan(rows=100, mini_batch_rows=64, num_mini_batches=2)),
+    ],
+)
+def test_plan_hand_computed(rows, max_rows, multiple, expected):
+    plan = plan_mini_batches(rows, max_rows, multiple)
+    assert plan == expected
+    assert plan.mini_batch_rows % multiple == 0
+    assert plan.num_mini_batches == math.ceil(rows / plan.mini_batch_rows)  # what verl does after padding
+    assert plan.num_mini_batches * plan.mini_batch_rows - rows < plan.mini_batch_rows  # padding < one mini-batch
+
+
+def test_plan_rejects_non_positive_sizes():
+    for args in ((0, 8, 1), (8, 0, 1), (8, 8, 0)):
+        with pytest.raises(ValueError, match="must all be >= 1"):
+            plan_mini_batches(*args)
+
+
+def _cfg(node):
+    return OmegaConf.create({"trainer": {"v1": {"gigpo_sync": node}}})
+
+
+def test_settings_defaults_match_the_reference_implementation():
+    assert UpdateSettings.from_config(OmegaConf.create({})) == UpdateSettings(mini_batch_rows=2048, shuffle_rows=True)
+    assert UpdateSettings.from_config(_cfg({"mini_batch_rows": None})).mini_batch_rows is None  # verl's own split
+
+
+@pytest.mark.parametrize(
+    ("node", "message"),
+    [
+        ({"mini_batch_rows": 0}, "mini_batch_rows=0 must be an int >= 1"),
+        ({"mini_batch_rows": "2048"}, "mini_batch_rows='2048' must be an int >= 1"),
+        ({"mini_batch_rows": True}, "mini_batch_rows=True must be an int >= 1"),
+        ({"shuffle_rows": "yes"}, "shuffle_rows='yes' must be true or false"),
+        ({"mini_batch_size": 64}, r"unknown key\(s\) \['mini_batch_size'\] in trainer.v1.gigpo_sync"),
+    ],
+)
+def test_settings_errors_name_the_key(node, message):
+    with pytest.raises(ValueError, match=message):
+        UpdateSettings.from_config(_cfg(node))
