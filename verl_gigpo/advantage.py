@@ -147,12 +147,6 @@ class GiGPOTerms:
                 step return too large for float32 (|x| > 3.4e38).
         """
         mask = _as_response_mask(response_mask, self.advantage.shape[0]).detach()  # (N, L)
-        if mask.is_floating_point() and not bool(torch.isfinite(mask).all()):
-            i, j = (int(x) for x in torch.nonzero(~torch.isfinite(mask))[0])
-            raise ValueError(
-                f"response_mask[{i}, {j}] = {float(mask[i, j])} is not finite; the mask must hold 1 on response "
-                "tokens and 0 on padding (NaN or inf would pass into every loss term)"
-            )
         for name, values in (("advantage", self.advantage), ("step return R_t", self.step_return)):
             too_big = np.flatnonzero(np.abs(values) > np.finfo(np.float32).max)
             if too_big.size:
@@ -165,9 +159,14 @@ class GiGPOTerms:
         ret = self.step_return.astype(np.float32)[:, None]  # (N, 1)
         if mask.device.type == "cpu" and mask.dtype in _NUMPY_MASK_DTYPES:
             # numpy on CPU: single-threaded, so no thread-pool hand-off on a busy machine; same numbers.
-            m = mask.numpy().astype(np.float32, copy=False)
+            with np.errstate(over="ignore"):  # a float64 value beyond float32 becomes inf: reported below
+                m = mask.numpy().astype(np.float32, copy=False)
+            if mask.is_floating_point() and not np.isfinite(m).all():
+                _raise_mask(mask, np.argwhere(~np.isfinite(m))[0])
             return torch.from_numpy(adv * m), torch.from_numpy(ret * m)  # (N, L), (N, L)
         mask = mask.to(torch.float32)
+        if not bool(torch.isfinite(mask).all()):
+            _raise_mask(response_mask, torch.nonzero(~torch.isfinite(mask))[0].tolist())
         return torch.from_numpy(adv).to(mask.device) * mask, torch.from_numpy(ret).to(mask.device) * mask
 
 
@@ -544,6 +543,14 @@ def check_estimator_options(
         "epsilon": float(epsilon),
         "episode_stats": episode_stats,
     }
+
+
+def _raise_mask(mask: Any, where: Any) -> None:
+    i, j = (int(x) for x in where)
+    raise ValueError(
+        f"response_mask[{i}, {j}] = {float(mask[i, j])} is not finite (as float32); the mask must hold 1 on response "
+        "tokens and 0 on padding (NaN or inf would pass into every loss term)"
+    )
 
 
 def _check_overflow(rows: np.ndarray, rewards: np.ndarray, results: dict[str, np.ndarray]) -> None:
