@@ -604,7 +604,13 @@ def test_non_finite_response_mask_raises_cpu():
     inputs = list(_golden_inputs())
     inputs[1] = inputs[1].clone()
     inputs[1][1, 0] = float("nan")
-    with pytest.raises(ValueError, match=r"response_mask\[1, 0\] = nan is not finite; the mask must hold 1"):
+    with pytest.raises(
+        ValueError, match=r"response_mask\[1, 0\] = nan is not finite \(as float32\); the mask must hold 1"
+    ):
+        compute_gigpo_advantage(*inputs)
+    inputs[1] = torch.ones(6, 4, dtype=torch.float64)
+    inputs[1][2, 3] = 1e39  # finite in float64, inf in the float32 output
+    with pytest.raises(ValueError, match=r"response_mask\[2, 3\] = 1e\+39 is not finite \(as float32\)"):
         compute_gigpo_advantage(*inputs)
 
 
