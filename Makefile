@@ -2,6 +2,7 @@
 #   make install   create .venv/ (torch CPU 2.13.0 first, then verl[verl-core]==0.9.1, ALFWorld lean, this package)
 #   make test      lint + format check + the whole CPU test suite (installs first on a fresh clone)
 #   make bench     estimator speed benchmark (benchmarks/RESULTS.md)
+#   make e2e       verl's own pipeline end to end on this CPU (GiGPO, resume, GRPO; ~5 min on 2 cores)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -11,7 +12,7 @@ STAMP := $(VENV)/.install-stamp
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test lint pytest bench clean demo
+.PHONY: install test lint pytest bench clean demo e2e
 
 install: $(STAMP)
 
@@ -37,6 +38,12 @@ test: lint pytest
 # DEMO_ITERS=2 make demo for a quick check; DEMO_SEED, DEMO_OUT (runs/demo) and DEMO_MODEL also apply.
 demo: $(STAMP)
 	$(BIN)/python -m verl_gigpo.local.demo
+
+# verl's main_ppo with GiGPO on CPU (platform=cpu): validation, 2 iterations + checkpoints, a resumed 3rd, GRPO;
+# builds artifacts/tiny-model-actions if missing; checks metrics, weight sync and resume (verl_gigpo/cpu/smoke.py).
+# E2E_OUT (runs/e2e) and E2E_RANKS (1) also apply.
+e2e: $(STAMP)
+	$(BIN)/python -m verl_gigpo.cpu.smoke --out $${E2E_OUT:-runs/e2e} --ranks $${E2E_RANKS:-1}
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_advantage.py

@@ -18,6 +18,7 @@ env_name, task_id  environment and its task id; task_type (e.g. ALFWorld's pick/
 env_error          the environment raised; the episode stopped there and its rows get response_mask 0
 history_dropped    past steps dropped from this prompt to fit ``data.max_prompt_length``
 episode_length     number of steps of the episode; episode_return: sum of its step rewards
+env_seconds        seconds the episode spent inside the environment; generate_seconds: awaiting the server
 reward_extra_info  {"acc" (= won), "episode_length", "invalid_actions"}: verl logs them as validation metrics
 observation        only with ``trainer.credit_log_freq`` > 0: the step's observation, cut to
                    ``trainer.credit_log_max_chars``; action: the parsed action (the reply when invalid), cut likewise
@@ -129,6 +130,9 @@ def episode_to_outputs(
         "env_error_message": episode.env_error or "",
         "episode_length": episode.length,
         "episode_return": episode.episode_return,
+        # seconds the episode spent in the environment and awaiting the rollout server (episode totals)
+        "env_seconds": float(episode.timing.get("env", 0.0)),
+        "generate_seconds": float(episode.timing.get("generate", 0.0)),
         "min_global_steps": min(min_versions) if min_versions else weight_version,
         "max_global_steps": max(max_versions) if max_versions else weight_version,
         "reward_extra_info": {

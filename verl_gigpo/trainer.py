@@ -83,6 +83,15 @@ class StepBatch:
     task_types: np.ndarray
     history_dropped: np.ndarray
     row_mask: np.ndarray
+    env_seconds: np.ndarray | None = None
+    generate_seconds: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.group_ids)
+        if self.env_seconds is None:
+            self.env_seconds = np.zeros(n)
+        if self.generate_seconds is None:
+            self.generate_seconds = np.zeros(n)
 
     @classmethod
     def from_rows(cls, uids: Sequence[str], extra_fields: Sequence[dict], is_padding: Sequence[bool]) -> StepBatch:
@@ -124,6 +133,8 @@ class StepBatch:
             task_types=column("task_type", None),
             history_dropped=column("history_dropped", 0, np.int64),
             row_mask=~padding & ~env_error,
+            env_seconds=column("env_seconds", 0.0, np.float64),
+            generate_seconds=column("generate_seconds", 0.0, np.float64),
         )
 
 
@@ -244,14 +255,18 @@ def episode_metrics(steps: StepBatch) -> dict[str, float]:
     per trajectory; env/env_error_rate: fraction of trajectories whose environment raised;
     env/history_dropped_rate: fraction of steps whose prompt lost history to fit max_prompt_length;
     episode/return_mean|min|max: trajectory returns (sum of step rewards); episode/num_trajectories;
-    episode/num_step_rows.
+    episode/num_step_rows; episode/env_seconds_mean and episode/generate_seconds_mean: seconds a trajectory spent
+    inside its environment and awaiting the rollout server (they overlap across trajectories: episodes run
+    concurrently).
     """
     real = ~np.array([str(g).startswith("pad") for g in steps.group_ids], dtype=bool) & (
         steps.row_mask | steps.env_error
     )
     if not real.any():
         return {}
-    traj = defaultdict(lambda: {"len": 0, "ret": 0.0, "won": False, "err": False, "type": None})
+    traj = defaultdict(
+        lambda: {"len": 0, "ret": 0.0, "won": False, "err": False, "type": None, "env_s": 0.0, "gen_s": 0.0}
+    )
     for i in np.flatnonzero(real):
         t = traj[steps.traj_ids[i]]
         t["len"] += 1
@@ -259,6 +274,7 @@ def episode_metrics(steps: StepBatch) -> dict[str, float]:
         t["won"] |= bool(steps.won[i])
         t["err"] |= bool(steps.env_error[i])
         t["type"] = steps.task_types[i]
+        t["env_s"], t["gen_s"] = float(steps.env_seconds[i]), float(steps.generate_seconds[i])
     rows = traj.values()
     won = np.array([t["won"] for t in rows], dtype=float)
     returns = np.array([t["ret"] for t in rows])
@@ -273,6 +289,8 @@ def episode_metrics(steps: StepBatch) -> dict[str, float]:
         "episode/return_max": float(returns.max()),
         "episode/num_trajectories": float(len(returns)),
         "episode/num_step_rows": float(real.sum()),
+        "episode/env_seconds_mean": float(np.mean([t["env_s"] for t in rows])),
+        "episode/generate_seconds_mean": float(np.mean([t["gen_s"] for t in rows])),
     }
     by_type: dict[str, list[bool]] = defaultdict(list)
     for t in rows:
@@ -398,8 +416,9 @@ class GiGPOTrainerSync(PPOTrainerSync):
 
     def _write_credit(self, terms: GiGPOTerms, steps: StepBatch, extra_fields: Sequence[dict]) -> None:
         """Every ``trainer.credit_log_freq`` iterations, write this batch's per-step credit records from the
-        estimator's ``terms`` (:mod:`verl_gigpo.credit`; texts from the agent loop's ``extra_fields``)."""
-        if not self.credit_logger.due(self.global_steps):
+        estimator's ``terms`` (:mod:`verl_gigpo.credit`; texts from the agent loop's ``extra_fields``). Off: returns
+        at once (verl sets ``global_steps`` only when training starts)."""
+        if not self.credit_logger.options.enabled or not self.credit_logger.due(self.global_steps):
             return
         self.credit_logger.write(
             self.global_steps,

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import subprocess
@@ -167,6 +168,7 @@ def run_pipeline(
         **(env or {}),
     }
     cmd = [sys.executable, "-m", "verl_gigpo.main", *overrides]
+    print(f"[{name}] python -m verl_gigpo.main ... (about 1-2 minutes; log: {run_dir / 'train.log'})", flush=True)
     start = time.perf_counter()
     with open(run_dir / "train.log", "a") as log:
         log.write(f"$ {' '.join(cmd)}\n")
@@ -178,6 +180,7 @@ def run_pipeline(
             log.write(f"\n[smoke] killed after {timeout:.0f} s\n")
             returncode = 124
     seconds = time.perf_counter() - start
+    print(f"[{name}] exit {returncode} after {seconds:.0f} s", flush=True)
     return RunResult(name, run_dir, returncode, seconds, read_metrics(run_dir / f"metrics_{name}.jsonl"))
 
 
@@ -203,7 +206,13 @@ def _actor_checkpoint(ckpt: Path) -> dict[str, Any]:
     import torch
 
     shards = sorted((ckpt / "actor").glob("model_world_size_*_rank_*.pt"), key=lambda p: int(p.stem.rsplit("_", 1)[1]))
-    parts = [torch.load(s, map_location="cpu", weights_only=False) for s in shards]
+    quiet = logging.getLogger("torch.distributed.device_mesh")  # warns about unpickling DTensors without a group
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        parts = [torch.load(s, map_location="cpu", weights_only=False) for s in shards]
+    finally:
+        quiet.setLevel(level)
     local = [{k: (v.to_local() if hasattr(v, "to_local") else v) for k, v in part.items()} for part in parts]
     return {k: torch.cat([p[k] for p in local], dim=0) if local[0][k].dim() > 0 else local[0][k] for k in local[0]}
 
@@ -222,7 +231,8 @@ def weight_sync_report(run_dir: Path, model_dir: Path) -> list[dict[str, Any]]:
     # the model's own state dict (tied weights such as lm_head appear under both names, as the actor sends them)
     initial = {k: v.detach() for k, v in AutoModelForCausalLM.from_pretrained(model_dir).state_dict().items()}
     report = []
-    for dump in sorted((run_dir / "synced_weights").glob("sync*_step*_replica*.safetensors")):
+    dumps = (run_dir / "synced_weights").glob("sync*_step*_replica*.safetensors")
+    for dump in sorted(dumps, key=lambda p: (p.stat().st_mtime, p.name)):  # in the order the syncs happened
         step = int(dump.stem.split("_step", 1)[1].split("_", 1)[0])
         ckpt = run_dir / "ckpt" / f"global_step_{step}"
         if step == 0:
@@ -365,7 +375,6 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     runs = run_smoke(out, args.model, ranks=args.ranks)
     for name, run in runs.items():
-        print(f"[{name}] exit {run.returncode} in {run.seconds:.0f} s, log {run.log}")
         for row in run.metrics:
             print(_iteration_line(name, row))
     first = runs.get("gigpo")
