@@ -34,8 +34,9 @@ from verl.workers.rollout.llm_server import LLMServerClient
 from verl.workers.rollout.router import get_router_handle
 
 from environments import make_env
-from verl_gigpo.advantage import compute_gigpo_advantage
+from verl_gigpo.advantage import compute_gigpo_advantage, gigpo_advantage_terms
 from verl_gigpo.cpu.hf_rollout import HFGenerationServer
+from verl_gigpo.credit import read_credit_records
 from verl_gigpo.data.prepare import write_task_files
 from verl_gigpo.trainer import GiGPOTrainerSync
 
@@ -73,10 +74,15 @@ def _config(model_dir: Path, data_dir: Path, estimator: str, *extra: str):
 
 @pytest.fixture(scope="module")
 def rollout(ray_tq, action_model_dir, tmp_path_factory):
-    """Run one batch of N_TASKS tasks x GROUP episodes through verl's agent-loop worker into TransferQueue."""
+    """Run one batch of N_TASKS tasks x GROUP episodes through verl's agent-loop worker into TransferQueue.
+
+    Credit records are on (every iteration, every group), so the agent loop adds each step's observation and action
+    to the rows; the trainer starts at global_steps 0, as verl's trainer does before its first iteration."""
     data_dir = tmp_path_factory.mktemp("tasks")
+    run_dir = tmp_path_factory.mktemp("run")
     write_task_files("gridnav", data_dir, train_size=N_TASKS, val_size=2)
-    cfg = _config(action_model_dir, data_dir, "gigpo")
+    credit = ["trainer.credit_log_freq=1", "trainer.credit_log_groups=-1", f"trainer.default_local_dir={run_dir}"]
+    cfg = _config(action_model_dir, data_dir, "gigpo", *credit)
     tokenizer = AutoTokenizer.from_pretrained(action_model_dir)
     dataset = create_rl_dataset([str(data_dir / "train.parquet")], cfg.data, tokenizer, None)
     batch_dict = collate_fn([dataset[i] for i in range(N_TASKS)])
@@ -86,6 +92,7 @@ def rollout(ray_tq, action_model_dir, tmp_path_factory):
     tu.assign_non_tensor_data(batch, "global_steps", 1)
 
     trainer = GiGPOTrainerSync(cfg)
+    trainer.global_steps = 0
     tags = [{"is_prompt": True, "status": "pending", "global_steps": 1} for _ in uids]
     tq.kv_batch_put(keys=uids, partition_id="train", tags=tags)
     server = (
@@ -103,7 +110,15 @@ def rollout(ray_tq, action_model_dir, tmp_path_factory):
     meta, _ = trainer.replay_buffer.sample(global_steps=1, partition_id="train", batch_size=N_TASKS)
     fields = ["uid", "prompts", "responses", "response_mask", "rollout_log_probs", "rm_scores", "extra_fields"]
     data = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=fields)
-    yield {"cfg": cfg, "trainer": trainer, "meta": meta, "data": data, "tokenizer": tokenizer, "uids": uids}
+    yield {
+        "cfg": cfg,
+        "trainer": trainer,
+        "meta": meta,
+        "data": data,
+        "tokenizer": tokenizer,
+        "uids": uids,
+        "run_dir": run_dir,
+    }
     ray.kill(worker)
     ray.kill(server)
 
@@ -150,8 +165,11 @@ def test_one_row_per_step_with_the_episode_fields(rollout):
             assert rm_scores[i][-1].item() == pytest.approx(episode_return, abs=1e-5)
             # replaying the decoded reply in a fresh environment gives the recorded key, validity and reward
             assert ef["anchor_key"] == info["anchor_key"]
+            assert ef["observation"] == obs  # credit records on: the observation the action was chosen from
             action, valid = env.parse_action(tokenizer.decode(responses[i].tolist(), skip_special_tokens=True))
             assert valid == ef["action_valid"]
+            if valid:
+                assert ef["action"] == action
             obs, reward, terminated, truncated, info = env.step(action)
             assert ef["env_reward"] == reward
             assert ef["step_reward"] == pytest.approx(reward - (0.0 if valid else 0.1))
@@ -197,6 +215,37 @@ def test_gigpo_advantage_step_matches_the_estimator_and_skips_padding(rollout):
     assert metrics["gigpo/num_masked_rows"] == n_pad
     assert metrics["episode/num_trajectories"] == N_TASKS * GROUP
     assert 0.0 <= metrics["env/success_rate"] <= 1.0 and 0.0 <= metrics["env/invalid_action_rate"] <= 1.0
+
+
+def test_gigpo_advantage_step_writes_the_estimators_terms_as_credit_records(rollout):
+    """trainer.credit_log_freq=1: the driver's advantage step writes one record per real row (padding left out)."""
+    trainer, meta, data = rollout["trainer"], rollout["meta"], rollout["data"]
+    credit = rollout["run_dir"] / "credit"
+    assert not credit.exists()  # global_steps 0 (before training) is never logged
+    padded = upsample_batch_to_divisible_size(meta, len(meta) + 5 - len(meta) % 5, rollout["tokenizer"].eos_token_id)
+    trainer.global_steps = 1  # what verl's fit loop sets for the first iteration
+    trainer._compute_advantage(padded, {})
+    records = read_credit_records(credit / "iter_1.jsonl")
+    assert len(records) == len(meta)
+
+    extra = list(data["extra_fields"])
+    terms = gigpo_advantage_terms(
+        torch.tensor([ef["step_reward"] for ef in extra]),
+        data["response_mask"].to_padded_tensor(0),
+        np.array(list(data["uid"]), dtype=object),
+        np.array([ef["traj_id"] for ef in extra], dtype=object),
+        np.array([ef["step_id"] for ef in extra]),
+        np.array([ef["anchor_key"] for ef in extra], dtype=object),
+    )
+    by_row = {(r["traj"], r["step"]): r for r in records}
+    for i, ef in enumerate(extra):
+        rec = by_row[(ef["traj_id"], ef["step_id"])]
+        assert rec["group"] == list(data["uid"])[i] and rec["anchor_group_size"] == terms.anchor_group_size[i]
+        for name in ("step_return", "episode_return", "episode_adv", "step_adv", "advantage"):
+            assert rec[name] == getattr(terms, name)[i], name
+        assert (rec["observation"], rec["action"]) == (ef["observation"], ef["action"])
+        assert "walls:" in rec["observation"] and rec["task_id"] == ef["task_id"]
+    assert any(r["step_adv"] != 0 for r in records)
 
 
 def test_grpo_defers_to_verl_on_the_same_rollouts(rollout, action_model_dir, tmp_path):

@@ -157,8 +157,9 @@ class CreditLogOptions:
         return self.freq > 0
 
     def due(self, iteration: int) -> bool:
-        """Whether iteration ``iteration`` (1-based) is logged: ``freq > 0`` and ``iteration % freq == 0``."""
-        return self.freq > 0 and int(iteration) % self.freq == 0
+        """Whether training iteration ``iteration`` (1, 2, ...) is logged: ``freq > 0`` and ``iteration % freq == 0``
+        (never 0, the state before training)."""
+        return self.freq > 0 and int(iteration) >= 1 and int(iteration) % self.freq == 0
 
 
 def truncate_text(text: Any, max_chars: int) -> str:
