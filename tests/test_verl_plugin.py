@@ -90,3 +90,30 @@ def test_registered_function_computes_the_estimator_when_given_step_data():
     )
     torch.testing.assert_close(got[0], want[0])
     torch.testing.assert_close(got[1], want[1])
+
+
+LIGHT = """
+import sys
+import verl
+heavy = ["verl.trainer.ppo.core_algos", "verl.trainer.ppo.v1", "verl.experimental.agent_loop.agent_loop",
+         "verl.workers.rollout.replica", "verl_gigpo.trainer", "verl_gigpo.agent_loop"]
+print(sorted(m for m in heavy if m in sys.modules))
+from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+from verl.trainer.ppo.v1 import get_trainer_cls
+from verl.workers.rollout.replica import RolloutReplicaRegistry
+from verl.workers.rollout.base import get_rollout_class
+print("gigpo" in ADV_ESTIMATOR_REGISTRY, "gigpo_env_agent" in _agent_loop_registry,
+      get_trainer_cls("gigpo_sync").__name__,
+      RolloutReplicaRegistry.get("hf").__name__, get_rollout_class("hf").__name__)
+"""
+
+
+def test_import_verl_stays_light_and_registers_on_first_use():
+    """`import verl` (every Ray process: rollout servers, workers) must not pull verl's trainer stack because of the
+    plug-in; each registration happens when verl imports the module holding its registry."""
+    proc = subprocess.run([sys.executable, "-c", LIGHT], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == "[]"
+    assert lines[1] == "True True GiGPOTrainerSync HFReplica HFServerAdapter"

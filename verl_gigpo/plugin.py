@@ -81,37 +81,68 @@ def gigpo_adv_estimator(
     )
 
 
-def _register() -> None:
-    # first: verl modules imported below read the platform at import time (verl/trainer/constants_ppo.py:26)
-    from verl_gigpo.cpu import register_cpu_backends
-
-    register_cpu_backends()
+def _register_estimator(_module: Any = None) -> None:
     from verl.trainer.ppo.core_algos import register_adv_est
 
-    register_adv_est(ESTIMATOR_NAME)(gigpo_adv_estimator)
+    register_adv_est(ESTIMATOR_NAME)(gigpo_adv_estimator)  # the same function again is accepted
+
+
+def _register_agent_loop(_module: Any = None) -> None:
     import verl_gigpo.agent_loop  # noqa: F401  - @register("gigpo_env_agent")
+
+
+def _register_trainer_mode(_module: Any = None) -> None:
     import verl_gigpo.trainer  # noqa: F401  - @register_trainer("gigpo_sync")
 
 
+#: verl module -> the registration into it, run when (and only if) that module is imported in this process
+_LAZY = (
+    ("verl.trainer.ppo.core_algos", _register_estimator),
+    ("verl.experimental.agent_loop.agent_loop", _register_agent_loop),
+    ("verl.trainer.ppo.v1", _register_trainer_mode),
+)
+
+
+def _register() -> None:
+    """Register everything, each piece when verl imports the module that holds its registry.
+
+    ``import verl`` loads this plug-in in every process (rollout servers, FSDP workers, reward workers, ...);
+    registering eagerly would import verl's trainer stack (~1,500 modules) into all of them. So each registration
+    is a post-import hook (``wrapt.register_post_import_hook``): the estimator when ``core_algos`` is imported, the
+    agent loop with verl's agent-loop module, the trainer mode with ``verl.trainer.ppo.v1``; a hook runs at once
+    when its module is already imported. The CPU platform registers now (verl resolves the platform early).
+    """
+    import wrapt
+
+    from verl_gigpo.cpu import register_cpu_backends
+
+    register_cpu_backends()
+    for module, hook in _LAZY:
+        wrapt.register_post_import_hook(hook, module)
+
+
 def ensure_registered() -> None:
-    """Raise ``RuntimeError`` (with the cause) unless the estimator, agent loop and trainer mode are registered.
+    """Run every registration now (importing verl's registries) and raise ``RuntimeError`` (with the cause) unless
+    the estimator, agent loop and trainer mode are registered.
 
     Use in entry points: verl hides plug-in import errors, so a broken install would otherwise surface later as
     "Unknown advantage estimator".
     """
-    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
-    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
-    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+    try:
+        from verl_gigpo.cpu import register_cpu_backends
 
-    if (
-        ESTIMATOR_NAME not in ADV_ESTIMATOR_REGISTRY
-        or AGENT_LOOP_NAME not in _agent_loop_registry
-        or TRAINER_MODE not in TRAINER_REGISTRY
-    ):
-        try:
-            _register()
-        except Exception as exc:
-            raise RuntimeError(f"verl_gigpo could not register itself into verl: {exc!r}") from exc
+        register_cpu_backends()
+        for _, hook in _LAZY:
+            hook()
+        from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+        from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+        from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+    except Exception as exc:
+        raise RuntimeError(f"verl_gigpo could not register itself into verl: {exc!r}") from exc
+    registries = ((ESTIMATOR_NAME, ADV_ESTIMATOR_REGISTRY), (AGENT_LOOP_NAME, _agent_loop_registry))
+    missing = [name for name, registry in (*registries, (TRAINER_MODE, TRAINER_REGISTRY)) if name not in registry]
+    if missing:
+        raise RuntimeError(f"verl_gigpo did not register {missing} into verl")
 
 
 try:
@@ -121,7 +152,8 @@ except Exception:
     raise
 else:
     logger.info(
-        "verl_gigpo plug-in loaded: adv_estimator=%r, agent loop %r, trainer mode %r",
+        "verl_gigpo plug-in loaded: adv_estimator=%r, agent loop %r, trainer mode %r (registered when verl imports "
+        "their registries)",
         ESTIMATOR_NAME,
         AGENT_LOOP_NAME,
         TRAINER_MODE,

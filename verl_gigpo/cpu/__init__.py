@@ -31,7 +31,9 @@ __all__ = [
     "cpu_selected",
     "register_cpu_backends",
     "register_cpu_engines",
+    "register_rollout_adapter",
     "register_rollout_backend",
+    "register_rollout_replica",
 ]
 
 #: the name verl's platform registry knows the CPU platform by (``VERL_PLATFORM=cpu``)
@@ -54,18 +56,29 @@ def _load_hf_replica() -> type:
     return HFReplica
 
 
-def register_rollout_backend() -> None:
-    """Register the ``hf`` rollout backend with verl (idempotent; imports nothing heavy)."""
-    from verl.workers.rollout import base
+def register_rollout_replica(_module: Any = None) -> None:
+    """Register the ``hf`` replica class in verl's ``RolloutReplicaRegistry`` (idempotent; the class loads lazily)."""
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
     RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_hf_replica)
+
+
+def register_rollout_adapter(_module: Any = None) -> None:
+    """Register the ``hf`` in-worker rollout class (what ``get_rollout_class("hf")`` returns; idempotent)."""
+    from verl.workers.rollout import base
+
     # verl/workers/rollout/base.py:89 keeps the in-worker rollout classes in a module-private dict with no
     # register function (get_rollout_class reads it); adding our entry is the only way in.
     base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = _ADAPTER_PATH
 
 
-def register_cpu_engines() -> None:
+def register_rollout_backend() -> None:
+    """Register both halves of the ``hf`` rollout backend now (imports verl's rollout modules)."""
+    register_rollout_replica()
+    register_rollout_adapter()
+
+
+def register_cpu_engines(_module: Any = None) -> None:
     """Register verl's FSDP engines (language and value models) for device ``cpu`` (idempotent).
 
     verl registers them for ``cuda``/``npu`` only (verl/workers/engine/fsdp/transformer_impl.py:1143, :1594); the
@@ -81,9 +94,35 @@ def register_cpu_engines() -> None:
                 EngineRegistry.register(model_type=model_type, backend=backend, device="cpu")(cls)
 
 
+def _fsdp_on_cpu(_module: Any = None) -> None:
+    from verl_gigpo.cpu.shims import unpinned_ref_offload
+
+    unpinned_ref_offload()
+    register_cpu_engines()
+
+
+def _gloo_on_cpu(_module: Any = None) -> None:
+    from verl_gigpo.cpu.shims import gloo_process_group
+
+    gloo_process_group()
+
+
+_HOOKED: set[str] = set()
+
+
+def _when_imported(module: str, hook: Any) -> None:
+    """Run ``hook`` when ``module`` is imported in this process (at once if it is already), once per module."""
+    import wrapt
+
+    if module not in _HOOKED:
+        _HOOKED.add(module)
+        wrapt.register_post_import_hook(hook, module)
+
+
 def register_cpu_backends() -> None:
-    """Register the ``cpu`` platform and the ``hf`` rollout backend; on the CPU platform also the FSDP engines for
-    ``cpu`` and the shims (see the module docstring). Safe to call more than once."""
+    """Register the ``cpu`` platform now, and, when verl imports their registries, the ``hf`` rollout backend and, on
+    the CPU platform only, the FSDP engines for ``cpu`` and the shims (see the module docstring). Processes that
+    never import those verl modules import nothing more. Safe to call more than once."""
     import importlib
 
     platform = importlib.import_module("verl_gigpo.cpu.platform")
@@ -91,12 +130,11 @@ def register_cpu_backends() -> None:
     # module is still importing verl; it registers itself at its end, so there is nothing to do yet
     if hasattr(platform, "register_cpu_platform"):
         platform.register_cpu_platform()
-    register_rollout_backend()
+    _when_imported("verl.workers.rollout.replica", register_rollout_replica)
+    _when_imported("verl.workers.rollout.base", register_rollout_adapter)
     if cpu_selected():
-        from verl_gigpo.cpu.shims import apply_cpu_shims
-
-        apply_cpu_shims()
-        register_cpu_engines()
+        _when_imported("verl.utils.distributed", _gloo_on_cpu)
+        _when_imported("verl.workers.engine.fsdp.transformer_impl", _fsdp_on_cpu)
 
 
 def check_cpu_config(config: Any) -> None:

@@ -2,8 +2,9 @@
 
 Everything else of the CPU path goes through verl's own registries (the ``cpu`` platform, the FSDP engine
 registered for device ``cpu``, the ``hf`` rollout backend). Each shim below names the verl file and line it works
-around and is applied only in processes that run on the CPU platform (``VERL_PLATFORM=cpu``), by
-:func:`apply_cpu_shims` (idempotent). Nothing here changes verl's behaviour on GPUs.
+around and is applied only in processes that run on the CPU platform (``VERL_PLATFORM=cpu``), when verl imports the
+module it changes (:func:`verl_gigpo.cpu.register_cpu_backends`); each is idempotent. Nothing here changes verl's
+behaviour on GPUs.
 """
 
 from __future__ import annotations
@@ -13,22 +14,12 @@ import logging
 import sys
 from typing import Any
 
-__all__ = ["apply_cpu_shims"]
+__all__ = ["gloo_process_group", "unpinned_ref_offload"]
 
 logger = logging.getLogger(__name__)
 
-_APPLIED: set[str] = set()
 
-
-def apply_cpu_shims() -> None:
-    """Apply every CPU shim once in this process (see the module docstring)."""
-    for name, shim in (("gloo_process_group", _gloo_process_group), ("unpinned_ref_offload", _unpinned_ref_offload)):
-        if name not in _APPLIED:
-            shim()
-            _APPLIED.add(name)
-
-
-def _gloo_process_group() -> None:
+def gloo_process_group() -> None:
     """verl/utils/distributed.py:89 builds the backend ``f"cpu:gloo,{device}:{backend}"``, which on the CPU platform
     is ``"cpu:gloo,cpu:gloo"``, and torch rejects a duplicate device type. Default the backend to plain ``gloo``.
 
@@ -53,7 +44,7 @@ def _gloo_process_group() -> None:
             module.initialize_global_process_group_ray = initialize_global_process_group_ray
 
 
-def _unpinned_ref_offload() -> None:
+def unpinned_ref_offload() -> None:
     """verl/workers/engine/fsdp/transformer_impl.py:462 gives forward-only engines (the reference policy)
     ``CPUOffloadPolicy(pin_memory=True)``; pinned host memory needs an accelerator ("Cannot access accelerator
     device"). On the CPU the parameters already live in host memory, so the same policy without pinning is used.
