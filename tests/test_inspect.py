@@ -133,6 +133,7 @@ def test_run_statistics_and_top_pairs():
     run = CreditRun(source=Path("memory"), records={3: records, 4: _records(distinct, iteration=4)})
     stats = run_stats(run)
     assert stats.rows == 16 and stats.episode_groups == 2 and stats.anchor_groups == 3 + 8
+    assert stats.flat_episode_groups == 0  # both groups have a won and a lost trajectory
     assert sorted(stats.anchor_group_sizes.tolist()) == [1] * 9 + [3, 4]
     assert stats.singleton_row_frac == {3: 1 / 8, 4: 1.0}
     # iteration 3: A_E = +0.577 for a and c (won), -1.155 for b; every row but b3 (A_S = 0) has both terms nonzero,
@@ -187,6 +188,7 @@ def test_report_writes_pngs_and_a_self_contained_page(tmp_path):
     assert "right (+0.87)" in page  # the group's trajectories with each action's A_S
     assert report.summary_txt.read_text().strip() == report.summary
     assert "2 logged iteration(s) (3, 6); 24 step rows of 3 episode group(s)" in report.summary
+    assert "all have the same return (A_E = 0, only the step term teaches): 0 of 3" in report.summary
     chosen = make_report(run_dir / "credit" / "iter_3.jsonl", group="g0", out_dir=tmp_path / "one")
     assert (chosen.iteration, chosen.group) == (3, "g0") and chosen.html.parent == tmp_path / "one"
 

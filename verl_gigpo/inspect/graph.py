@@ -18,7 +18,7 @@ credited, red = blamed, grey = 0), the same colour scale for the whole graph (sy
 from __future__ import annotations
 
 import textwrap
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -139,7 +139,13 @@ def draw_anchor_graph(graph: nx.MultiDiGraph, path: str | Path, *, title: str | 
     """Draw :func:`anchor_graph`'s graph to a PNG at ``path`` (see the module docstring for the encoding)."""
     pos = nx.multipartite_layout(graph, subset_key="depth", align="vertical", scale=1.0)
     columns = len({d for _, d in graph.nodes(data="depth")})
-    fig = Figure(figsize=(min(3.0 + 1.9 * columns, 22.0), 8.0), dpi=100)
+    ys = [y for _, y in pos.values()]
+    if max(ys) - min(ys) < 0.3:
+        # one state per column (a single path): networkx sizes self-loops by the drawing's height, which is then
+        # ~0, and falls back to huge loops; alternate the columns up and down a little instead
+        pos = {n: (x, y + (0.3 if graph.nodes[n]["depth"] % 2 else -0.3)) for n, (x, y) in pos.items()}
+    tallest = max(Counter(d for _, d in graph.nodes(data="depth")).values())  # states in the fullest column
+    fig = Figure(figsize=(min(3.0 + 1.9 * columns, 22.0), min(3.6 + 1.1 * tallest, 9.0)), dpi=100)
     ax = fig.add_subplot()
     most = max(graph.nodes[n]["visits"] for n in graph)
     size = {n: 250.0 + 1600.0 * graph.nodes[n]["visits"] / most for n in graph}
@@ -221,7 +227,7 @@ def draw_anchor_graph(graph: nx.MultiDiGraph, path: str | Path, *, title: str | 
         Line2D([], [], marker="*", ls="", mfc="#f2c12e", mec="#555555", ms=16, label="won (episode ended)"),
         Line2D([], [], marker="s", ls="", mfc="#b0b0b0", mec="#555555", ms=11, label="not won (lost / step limit)"),
     ]
-    ax.legend(handles=handles, loc="lower left", fontsize=8, framealpha=0.8)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, fontsize=8, frameon=False)
     g = graph.graph
     ax.set_title(
         title

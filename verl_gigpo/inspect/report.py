@@ -76,7 +76,7 @@ def plot_distributions(stats: RunStats, path: str | Path) -> Path:
     ax3.set(
         xlabel="episode advantage A_E",
         ylabel="step advantage A_S",
-        title="A_E vs A_S per step row (upper-left / lower-right: they disagree)",
+        title="A_E vs A_S per step row (upper-left, lower-right: disagree)",
     )
     if len(its) > 1:
         fig.colorbar(points, ax=ax3, label="iteration")

@@ -29,6 +29,8 @@ class RunStats:
         iterations: the logged iterations, ascending.
         rows: written step rows; episode_groups: (iteration, group) pairs; anchor_groups: (iteration, anchor group)
             pairs.
+        flat_episode_groups: episode groups whose trajectories all have the same return (A_E = 0: only the step
+            term says anything there).
         anchor_group_sizes: ``(anchor_groups,)`` int, the size of each anchor group (its valid rows).
         singleton_row_frac: ``{iteration: fraction of its rows alone in their anchor group (A_S = 0)}``.
         disagree_frac: ``{iteration: among rows whose A_E and A_S are both nonzero, the fraction with opposite
@@ -42,6 +44,7 @@ class RunStats:
     rows: int
     episode_groups: int
     anchor_groups: int
+    flat_episode_groups: int
     anchor_group_sizes: np.ndarray
     singleton_row_frac: dict[int, float]
     disagree_frac: dict[int, float]
@@ -74,6 +77,9 @@ def run_stats(run: CreditRun) -> RunStats:
     its = np.array([r["iteration"] for r in records], dtype=np.int64)  # (rows,)
     sizes_row = np.array([r["anchor_group_size"] for r in records], dtype=np.int64)  # (rows,)
     anchor = {(r["iteration"], r["anchor_group"]): r["anchor_group_size"] for r in records}
+    returns: dict[tuple, set[float]] = defaultdict(set)
+    for r in records:
+        returns[(r["iteration"], str(r["group"]))].add(r["episode_return"])
     singleton, disagree, both_frac = {}, {}, {}
     for k in run.iterations:
         sel = its == k
@@ -84,7 +90,8 @@ def run_stats(run: CreditRun) -> RunStats:
     return RunStats(
         iterations=run.iterations,
         rows=len(records),
-        episode_groups=len({(r["iteration"], str(r["group"])) for r in records}),
+        episode_groups=len(returns),
+        flat_episode_groups=sum(len(v) == 1 for v in returns.values()),
         anchor_groups=len(anchor),
         anchor_group_sizes=np.array(list(anchor.values()), dtype=np.int64),
         singleton_row_frac=singleton,
@@ -156,6 +163,10 @@ def summary_text(run: CreditRun, stats: RunStats, pairs: Sequence[PairCredit], *
         f"  anchor groups: {stats.anchor_groups}, size mean {sizes.mean():.1f} / max {sizes.max()}; singletons: "
         f"{(sizes == 1).mean():.0%} of the anchor groups, {stats.singleton_rows_overall:.0%} of the rows (A_S = 0)",
     ]
+    lines.append(
+        f"  episode groups whose trajectories all have the same return (A_E = 0, only the step term teaches): "
+        f"{stats.flat_episode_groups} of {stats.episode_groups}"
+    )
     if len(its) > 1:
         first, last = its[0], its[-1]
         lines.append(

@@ -10,8 +10,8 @@ prints the validation success before and after training and where the metrics an
 arguments are config overrides applied last.
 
 Credit records are on at a low frequency (``trainer.credit_log_freq`` = a quarter of the iterations, see
-:func:`credit_log_freq`); at the end the demo writes the credit report (:mod:`verl_gigpo.inspect`) into
-``<out>/credit/report/``, prints its summary and where the page is.
+:func:`credit_log_freq`; every episode group); at the end the demo writes the credit report
+(:mod:`verl_gigpo.inspect`) into ``<out>/credit/report/``, prints its summary and where the page is.
 
 Environment variables (each also a CLI option): ``DEMO_ITERS`` (iterations), ``DEMO_SEED`` (trainer seed),
 ``DEMO_OUT`` (run directory, default ``runs/demo``; each demo replaces the previous demo run there),
@@ -65,6 +65,7 @@ def run_demo(*, iters: int, seed: int, out_dir: str | Path, model_dir: str | Pat
         f"trainer.default_local_dir={out_dir}",
         "trainer.overwrite=true",  # each demo is a fresh run: the previous demo run in out_dir is replaced
         f"trainer.credit_log_freq={credit_log_freq(iters)}",
+        "trainer.credit_log_groups=-1",  # all 8 tasks: about 100 KB per logged iteration
         *extra,
     ]
     cfg = load_config(overrides)
