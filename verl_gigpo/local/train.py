@@ -40,7 +40,9 @@ validations differ only through the policy.
 
 Outputs in ``trainer.default_local_dir``: ``metrics.jsonl`` (one line per iteration, ``training_step`` 0 holding
 the first validation), ``learning_curve.png`` and ``checkpoints/iter_K/`` (model, optimizer, RNG states,
-iteration, metrics so far; ``latest_checkpointed_iteration.txt`` names the last one; both written atomically).
+iteration, metrics so far; ``latest_checkpointed_iteration.txt`` names the last one; both written atomically);
+with ``trainer.credit_log_freq`` > 0 (gigpo), ``credit/iter_K.jsonl``: per-step credit records from the estimator's
+terms (:mod:`verl_gigpo.credit`; report: ``python -m verl_gigpo.inspect DIR``).
 ``--resume`` continues from the last checkpoint and gives the same parameters and metrics as an uninterrupted run
 (CPU). A folder that already holds a run is refused without ``--resume`` or ``--overwrite`` (which deletes the old
 run's outputs first); on resume the config must match the saved one except for total steps, frequencies, logging,
