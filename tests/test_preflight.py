@@ -55,7 +55,7 @@ def test_valid_configs_pass(overrides):
         "algorithm.gigpo.key_mode=history",
         "algorithm.gigpo.similarity_threshold=1.5",
         "+algorithm.gigpo.step_weight=2",
-        "algorithm.gamma=0",
+        "algorithm.gamma=-0.5",  # gamma=0 is a valid discount (R_t = r_t)
     ],
 )
 def test_gigpo_errors_are_the_trainer_modes_messages(override):
