@@ -72,6 +72,24 @@ def _config(model_dir: Path, data_dir: Path, estimator: str, *extra: str):
         return compose(config_name="gigpo_trainer", overrides=[*overrides, *extra])
 
 
+def _expected_gigpo(data, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The estimator on the rows' own extra_fields with the config's settings: the oracle of the trainer mode."""
+    extra = list(data["extra_fields"])
+    return compute_gigpo_advantage(
+        torch.tensor([ef["step_reward"] for ef in extra]),
+        mask,
+        np.array(list(data["uid"]), dtype=object),
+        np.array([ef["traj_id"] for ef in extra], dtype=object),
+        np.array([ef["step_id"] for ef in extra]),
+        np.array([ef["anchor_key"] for ef in extra], dtype=object),
+        gamma=0.95,
+        step_advantage_w=1.0,
+        norm="mean_std",
+        epsilon=1e-6,
+        episode_stats="trajectory",
+    )
+
+
 @pytest.fixture(scope="module")
 def rollout(ray_tq, action_model_dir, tmp_path_factory):
     """Run one batch of N_TASKS tasks x GROUP episodes through verl's agent-loop worker into TransferQueue.
@@ -190,21 +208,8 @@ def test_gigpo_advantage_step_matches_the_estimator_and_skips_padding(rollout):
     advantages = got["advantages"].to_padded_tensor(0.0)
     returns = got["returns"].to_padded_tensor(0.0)
 
-    extra = list(data["extra_fields"])
     mask = data["response_mask"].to_padded_tensor(0)
-    expected_adv, expected_ret = compute_gigpo_advantage(
-        torch.tensor([ef["step_reward"] for ef in extra]),
-        mask,
-        np.array(list(data["uid"]), dtype=object),
-        np.array([ef["traj_id"] for ef in extra], dtype=object),
-        np.array([ef["step_id"] for ef in extra]),
-        np.array([ef["anchor_key"] for ef in extra], dtype=object),
-        gamma=0.95,
-        step_advantage_w=1.0,
-        norm="mean_std",
-        epsilon=1e-6,
-        episode_stats="trajectory",
-    )
+    expected_adv, expected_ret = _expected_gigpo(data, mask)
     width = mask.shape[1]
     torch.testing.assert_close(advantages[: len(meta), :width], expected_adv, rtol=0, atol=0)
     torch.testing.assert_close(returns[: len(meta), :width], expected_ret, rtol=0, atol=0)
@@ -322,18 +327,5 @@ def test_gigpo_applies_verls_rollout_correction(rollout, action_model_dir, tmp_p
     torch.testing.assert_close(weights, weights_verl.batch["rollout_is_weights"] * mask, rtol=0, atol=1e-7)
     assert {k for k in metrics if k.startswith("rollout_corr/")} == set(metrics_verl)
     # the advantages are GiGPO's on the rejection-masked rows
-    extra = list(data["extra_fields"])
-    expected_adv, _ = compute_gigpo_advantage(
-        torch.tensor([ef["step_reward"] for ef in extra]),
-        expected_mask,
-        np.array(list(data["uid"]), dtype=object),
-        np.array([ef["traj_id"] for ef in extra], dtype=object),
-        np.array([ef["step_id"] for ef in extra]),
-        np.array([ef["anchor_key"] for ef in extra], dtype=object),
-        gamma=0.95,
-        step_advantage_w=1.0,
-        norm="mean_std",
-        epsilon=1e-6,
-        episode_stats="trajectory",
-    )
+    expected_adv, _ = _expected_gigpo(data, expected_mask)
     torch.testing.assert_close(got["advantages"].to_padded_tensor(0.0), expected_adv, rtol=0, atol=0)
