@@ -187,12 +187,14 @@ class HFGenerationServer:
                 f"weight sync: {len(untied_missing)} parameters were not sent, e.g. {untied_missing[:3]}; "
                 "the served model would keep stale weights"
             )
+        wrong = [
+            f"{n} {tuple(t.shape)} != {tuple(own[n].shape)}" for n, t in weights.items() if t.shape != own[n].shape
+        ]
+        if wrong:  # checked before any copy: a failed sync leaves the served weights as they were
+            raise ValueError(f"weight sync: {len(wrong)} tensors of the wrong shape (sent != served), e.g. {wrong[:3]}")
         with torch.no_grad():
             for name, tensor in weights.items():
-                target = own[name]
-                if target.shape != tensor.shape:
-                    raise ValueError(f"weight sync: {name} has shape {tuple(tensor.shape)}, served {target.shape}")
-                target.copy_(tensor.to(dtype=target.dtype))
+                own[name].copy_(tensor.to(dtype=own[name].dtype))
         self.weight_updates += 1
         if global_steps is not None:
             self.global_steps = int(global_steps)
@@ -255,11 +257,6 @@ class HFGenerationServer:
 
     async def resume_kv_cache(self) -> None:
         """No-op (see :meth:`clear_kv_cache`)."""
-
-    async def wait_for_requests_to_drain(self) -> None:
-        """Return once no request is queued or running."""
-        while self.server._pending:
-            await asyncio.sleep(0.01)
 
     async def start_profile(self, **kwargs: Any) -> None:
         """No profiler on this backend."""

@@ -1,0 +1,120 @@
+"""The ``hf`` rollout backend's server (``verl_gigpo.cpu.hf_rollout.HFGenerationServer``), in this process.
+
+It runs as a Ray actor in verl's pipeline (``tests/test_e2e_verl_cpu.py``); here its contract is checked directly on
+the tiny model with verl's own ``RolloutConfig`` (composed from ``platform=cpu``): verl's ``max_tokens`` default,
+weight versions, weight loading and its refusals, sleep/wake gating, and parameters it cannot honour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from verl.utils.config import omega_conf_to_dataclass
+from verl.workers.rollout.replica import TokenOutput
+
+from verl_gigpo.cpu.hf_rollout import HFGenerationServer
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPT = [5, 6, 7, 8]
+
+
+@pytest.fixture
+def server(tiny_model_dir):
+    overrides = [
+        "platform=cpu",
+        f"actor_rollout_ref.model.path={tiny_model_dir}",
+        "data.max_prompt_length=16",
+        "data.max_response_length=3",
+    ]
+    with initialize_config_dir(config_dir=str(ROOT / "verl_gigpo" / "config"), version_base=None):
+        cfg = compose(config_name="gigpo_trainer", overrides=overrides)
+    return HFGenerationServer(omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout), str(tiny_model_dir), 0)
+
+
+def _generate(server, prompt=PROMPT, **params) -> TokenOutput:
+    return asyncio.run(server.generate("r", prompt, {"temperature": 1.0, "top_k": -1, "logprobs": True, **params}))
+
+
+def test_generate_follows_verls_length_default_and_reports_the_weight_version(server):
+    out = _generate(server, seed=0)
+    assert 1 <= len(out.token_ids) <= 3 == server.config.response_length  # min(response_length, room left)
+    assert len(out.log_probs) == len(out.token_ids) and all(lp <= 0 for lp in out.log_probs)
+    assert out.stop_reason == "completed" and out.extra_fields["global_steps"] is None
+    long_prompt = list(range(5, 5 + 18))  # prompt_length 16 + response_length 3 - 18 = 1 token of budget
+    assert len(_generate(server, long_prompt, seed=0).token_ids) == 1
+    server.update_weights(server.get_weights(), global_steps=7)
+    assert _generate(server, seed=0).extra_fields == {"global_steps": 7, "min_global_steps": 7, "max_global_steps": 7}
+
+
+def test_update_weights_loads_every_tensor_and_refuses_partial_or_foreign_ones(server):
+    weights = {name: t + 0.5 for name, t in server.get_weights().items()}
+    tied = "lm_head.weight"
+    assert torch.equal(server.get_weights()[tied], server.get_weights()["model.embed_tokens.weight"])
+    del weights[tied]  # tied to the embeddings: may be left out
+    assert server.update_weights(weights, global_steps=1) == len(weights)
+    for name, tensor in server.get_weights().items():
+        torch.testing.assert_close(tensor, weights.get(name, weights["model.embed_tokens.weight"]), rtol=0, atol=0)
+    before = server.get_weights()
+    with pytest.raises(ValueError, match="names unknown to the served model"):
+        server.update_weights({**weights, "model.extra.weight": torch.zeros(1)})
+    missing = dict(weights)
+    del missing["model.norm.weight"]
+    with pytest.raises(ValueError, match=r"1 parameters were not sent, e\.g\. \['model\.norm\.weight'\]"):
+        server.update_weights(missing)
+    wrong = {**weights, "model.norm.weight": torch.zeros(3)}
+    with pytest.raises(ValueError, match="wrong shape"):
+        server.update_weights(wrong)
+    after = server.get_weights()  # nothing of the refused syncs was loaded
+    assert all(torch.equal(after[k], before[k]) for k in before) and server.get_status()["weight_updates"] == 1
+
+
+def test_no_generation_between_sleep_and_the_kv_cache_wake_up(server):
+    async def scenario() -> list[str]:
+        events = []
+        await server.sleep()
+        request = asyncio.create_task(server.generate("r", PROMPT, {"seed": 0}))
+        await asyncio.sleep(0.2)
+        events.append("waiting" if not request.done() else "served asleep")
+        await server.wake_up(tags=["weights"])  # verl wakes the weights first, loads them, then the kv cache
+        await asyncio.sleep(0.2)
+        events.append("waiting" if not request.done() else "served before kv_cache")
+        await server.wake_up(tags=["kv_cache"])
+        await asyncio.wait_for(request, timeout=60)
+        events.append("served")
+        await server.abort_all_requests(reject_request=True)
+        try:
+            await server.generate("r", PROMPT, {"seed": 0})
+            events.append("served while rejecting")
+        except RuntimeError as exc:
+            events.append("rejected" if "rejected" in str(exc) else repr(exc))
+        await server.resume_generation()
+        await server.generate("r", PROMPT, {"seed": 0})
+        events.append("served")
+        return events
+
+    assert asyncio.run(scenario()) == ["waiting", "waiting", "served", "rejected", "served"]
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"repetition_penalty": 1.2}, "cannot apply repetition_penalty=1.2"),
+        ({"ignore_eos": True}, "cannot apply ignore_eos=True"),
+        ({"presence_penalty": 0.5}, "does not know the sampling parameter 'presence_penalty'"),
+    ],
+)
+def test_parameters_it_cannot_honour_are_errors(server, params, message):
+    with pytest.raises(ValueError, match=message):
+        _generate(server, **params)
+
+
+def test_multimodal_input_and_a_full_context_are_errors(server):
+    with pytest.raises(ValueError, match="text models only"):
+        asyncio.run(server.generate("r", PROMPT, {}, image_data=["img"]))
+    too_long = list(range(5, 5 + server.max_model_len))
+    with pytest.raises(ValueError, match="leaves no room"):
+        _generate(server, too_long)
