@@ -82,12 +82,16 @@ def test_unknown_gigpo_key_is_rejected_by_struct_mode():
     "argv",
     [
         [sys.executable, "-m", "verl_gigpo.main"],
+        [sys.executable, "-m", "verl.trainer.main_ppo", "-cp", "pkg://verl_gigpo.config", "-cn", "gigpo_trainer"],
         [sys.executable, "-m", "verl.trainer.main_ppo", "-cp", "pkg://verl_gigpo", "-cn", "config/gigpo_trainer"],
     ],
-    ids=["verl_gigpo.main", "verl_main_ppo"],
+    ids=["verl_gigpo.main", "verl_main_ppo", "verl_main_ppo_folder_name"],
 )
 def test_entry_points_compose_with_cfg_job(argv):
-    """Both documented entry points compose the same config in a fresh process (``--cfg job`` stops before Ray)."""
+    """The documented entry points (and the older config-name spelling) compose the same config.
+
+    Each runs in a fresh process; ``--cfg job`` stops before Ray.
+    """
     proc = subprocess.run(
         [*argv, "algorithm.adv_estimator=gigpo", "env.name=webshop", "--cfg", "job"],
         capture_output=True,

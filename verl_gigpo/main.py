@@ -4,7 +4,7 @@
 
 Equivalent to verl's own entry point with this package's config::
 
-    python -m verl.trainer.main_ppo -cp pkg://verl_gigpo -cn config/gigpo_trainer [overrides...]
+    python -m verl.trainer.main_ppo -cp pkg://verl_gigpo.config -cn gigpo_trainer [overrides...]
 
 The config is ``verl_gigpo/config/gigpo_trainer.yaml`` (verl's ``ppo_trainer`` plus the GiGPO keys). The
 difference: this entry point first checks that the plug-in really registered itself into verl (verl hides plug-in
