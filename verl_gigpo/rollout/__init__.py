@@ -1,9 +1,11 @@
 """Episode logic shared by the verl agent loop and the local engine: prompt, generate, parse, step, bookkeeping.
 
-Imports environments, never an engine (neither verl glue nor :mod:`verl_gigpo.local`).
+Imports environments, never an engine (neither verl glue nor :mod:`verl_gigpo.local`). Its modules import each
+other one way, bottom up: ``types`` (data) <- ``factory`` (building an environment) <- ``pool`` <- ``episode``.
 """
 
-from verl_gigpo.rollout.episode import ChatPromptEncoder, build_prompt, make_task_env, run_episode
+from verl_gigpo.rollout.episode import ChatPromptEncoder, build_prompt, run_episode
+from verl_gigpo.rollout.factory import make_task_env
 from verl_gigpo.rollout.pool import EnvPool
 from verl_gigpo.rollout.types import Episode, EpisodeConfig, GenerationOutput, Generator, StepRecord, TaskSpec
 

@@ -25,11 +25,12 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
 
-from environments import TextEnv, make_env
+from environments import TextEnv
+from verl_gigpo.rollout.factory import make_task_env
 from verl_gigpo.rollout.pool import EnvPool
 from verl_gigpo.rollout.types import Episode, EpisodeConfig, Generator, StepRecord, TaskSpec
 
-__all__ = ["ChatPromptEncoder", "build_prompt", "make_task_env", "run_episode"]
+__all__ = ["ChatPromptEncoder", "build_prompt", "run_episode"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,17 +63,6 @@ class ChatPromptEncoder:
             messages, add_generation_prompt=True, tokenize=False, **self.chat_template_kwargs
         )
         return list(self.tokenizer.encode(rendered, add_special_tokens=False))
-
-
-def make_task_env(task: TaskSpec, config: EpisodeConfig) -> TextEnv:
-    """Build the environment of ``task`` with the episode's ``max_steps`` and ``key_mode``."""
-    clash = {"max_steps", "key_mode"} & set(task.env_kwargs)
-    if clash:
-        raise ValueError(
-            f"env_kwargs of task {task} repeat {sorted(clash)}; set them in the episode config (env.max_steps, "
-            "algorithm.gigpo.key_mode) instead"
-        )
-    return make_env(task.env_name, max_steps=config.max_steps, key_mode=config.key_mode, **dict(task.env_kwargs))
 
 
 def build_prompt(

@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable
 
 from environments import TextEnv
+from verl_gigpo.rollout.factory import make_task_env
 from verl_gigpo.rollout.types import EpisodeConfig, TaskSpec
 
 __all__ = ["EnvPool"]
@@ -23,18 +24,15 @@ class EnvPool:
     """A pool of idle environments keyed by what makes them interchangeable.
 
     Args:
-        factory: builds a new environment for ``(task, config)`` (default: the registry via ``make_task_env``).
+        factory: builds a new environment for ``(task, config)`` (default: the registry via
+            :func:`verl_gigpo.rollout.factory.make_task_env`).
         max_idle: idle instances kept per key; extra ones are closed on release.
     """
 
     def __init__(self, factory: Callable[[TaskSpec, EpisodeConfig], TextEnv] | None = None, max_idle: int = 256):
-        if factory is None:
-            from verl_gigpo.rollout.episode import make_task_env
-
-            factory = make_task_env
         if max_idle < 0:
             raise ValueError(f"max_idle must be >= 0, got {max_idle}")
-        self.factory = factory
+        self.factory = factory if factory is not None else make_task_env
         self.max_idle = max_idle
         self._idle: dict[Hashable, list[TextEnv]] = defaultdict(list)
         self._lock = threading.Lock()
