@@ -46,8 +46,8 @@ REFERENCE_S_PER_6400 = 0.54  # the reference implementation, per DESIGN.md
 
 
 def load_oracle():
-    """Import ``loop_gigpo_advantage`` from tests/test_advantage.py by file path."""
-    spec = importlib.util.spec_from_file_location("gigpo_test_advantage", ROOT / "tests" / "test_advantage.py")
+    """Import ``loop_gigpo_advantage`` from tests/helpers/gigpo_oracle.py by file path."""
+    spec = importlib.util.spec_from_file_location("gigpo_oracle", ROOT / "tests" / "helpers" / "gigpo_oracle.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.loop_gigpo_advantage
@@ -229,7 +229,7 @@ def main() -> None:
     adv_fast, _ = compute_gigpo_advantage(*batch)
     max_diff = float((adv_loop - adv_fast).abs().max())
     note = f"vectorised {t_fast * 1e3:.1f} ms: {t_loop / t_fast:.0f}x faster; max |difference| {max_diff:.1e}"
-    rows.append((f"loop oracle (tests/test_advantage.py), {oracle_rows:,} rows, one run", t_loop, note))
+    rows.append((f"loop oracle (tests/helpers/gigpo_oracle.py), {oracle_rows:,} rows, one run", t_loop, note))
     print(f"{rows[-1][0]}: {t_loop * 1e3:.1f} ms  [{note}]", flush=True)
     load_after = os.getloadavg()
 

@@ -1,17 +1,18 @@
 """CPU tests of the GiGPO estimator (verl_gigpo.advantage).
 
 Golden cases with the numbers worked out by hand, "reduces to" checks, permutation invariance, padding rows,
-input validation, and equivalence with ``loop_gigpo_advantage`` — a plain dict-and-loop oracle written here,
-the obvious implementation of the maths — over hundreds of random batches.
-
-``loop_gigpo_advantage`` is also imported by file path by benchmarks/bench_advantage.py.
+input validation, and equivalence with ``loop_gigpo_advantage`` — a plain dict-and-loop oracle
+(``tests/helpers/gigpo_oracle.py``, shared with benchmarks/bench_advantage.py), the obvious implementation of the
+maths — over hundreds of random batches.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
 import uuid
-from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,133 +32,21 @@ RTOL = 1e-5
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# the loop oracle
+# the loop oracle (tests/helpers/gigpo_oracle.py, loaded by path: tests/ is no package, verl's wheel owns the name)
 
 
-def loop_gigpo_terms(
-    step_rewards,
-    group_ids,
-    traj_ids,
-    step_ids,
-    anchor_keys,
-    *,
-    row_mask=None,
-    gamma=0.95,
-    step_advantage_w=1.0,
-    norm="mean_std",
-    epsilon=1e-6,
-    episode_stats="trajectory",
-):
-    """Plain-Python GiGPO: returns a dict of per-row lists (episode_return, step_return, episode_adv, step_adv,
-    advantage); masked rows get 0."""
-    n = len(step_rewards)
-    rewards = [float(x) for x in step_rewards]
-    valid = [True] * n if row_mask is None else [bool(v) for v in row_mask]
-
-    rows_of_traj = defaultdict(list)
-    group_of_traj = {}
-    for i in range(n):
-        if valid[i]:
-            rows_of_traj[traj_ids[i]].append(i)
-            group_of_traj[traj_ids[i]] = group_ids[i]
-
-    episode_return = [0.0] * n
-    step_return = [0.0] * n
-    total_of_traj = {}
-    for traj, rows in rows_of_traj.items():
-        rows = sorted(rows, key=lambda i: int(step_ids[i]))
-        total = sum(rewards[i] for i in rows)
-        total_of_traj[traj] = total
-        running = 0.0
-        for i in reversed(rows):  # R_t = r_t + gamma * R_{t+1}
-            running = rewards[i] + gamma * running
-            step_return[i] = running
-            episode_return[i] = total
-
-    def normalise(groups):
-        """groups: {group: [(member, value), ...]} -> {member: normalised value}."""
-        out = {}
-        for members in groups.values():
-            values = [v for _, v in members]
-            k = len(values)
-            if k == 1:
-                out[members[0][0]] = 0.0
-                continue
-            mean = sum(values) / k
-            std = math.sqrt(sum((v - mean) ** 2 for v in values) / (k - 1))
-            for member, v in members:
-                out[member] = (v - mean) / (std + epsilon) if norm == "mean_std" else v - mean
-        return out
-
-    episode_adv = [0.0] * n
-    if episode_stats == "trajectory":
-        by_group = defaultdict(list)
-        for traj, total in total_of_traj.items():
-            by_group[group_of_traj[traj]].append((traj, total))
-        adv_of_traj = normalise(by_group)
-        for i in range(n):
-            if valid[i]:
-                episode_adv[i] = adv_of_traj[traj_ids[i]]
-    else:
-        by_group = defaultdict(list)
-        for i in range(n):
-            if valid[i]:
-                by_group[group_ids[i]].append((i, episode_return[i]))
-        adv_of_row = normalise(by_group)
-        for i, a in adv_of_row.items():
-            episode_adv[i] = a
-
-    by_anchor = defaultdict(list)
-    for i in range(n):
-        if valid[i]:
-            by_anchor[(group_ids[i], anchor_keys[i])].append((i, step_return[i]))
-    step_adv = [0.0] * n
-    for i, a in normalise(by_anchor).items():
-        step_adv[i] = a
-
-    advantage = [episode_adv[i] + step_advantage_w * step_adv[i] for i in range(n)]
-    return {
-        "episode_return": episode_return,
-        "step_return": step_return,
-        "episode_adv": episode_adv,
-        "step_adv": step_adv,
-        "advantage": advantage,
-    }
+def _load_helper(name):
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "helpers" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
-def loop_gigpo_advantage(
-    step_rewards,
-    response_mask,
-    group_ids,
-    traj_ids,
-    step_ids,
-    anchor_keys,
-    *,
-    row_mask=None,
-    gamma=0.95,
-    step_advantage_w=1.0,
-    norm="mean_std",
-    epsilon=1e-6,
-    episode_stats="trajectory",
-):
-    """Loop oracle with the signature of compute_gigpo_advantage: ``(advantages, returns)``, float32 (N, L)."""
-    terms = loop_gigpo_terms(
-        [float(x) for x in step_rewards],
-        list(group_ids),
-        list(traj_ids),
-        list(step_ids),
-        list(anchor_keys),
-        row_mask=None if row_mask is None else list(np.asarray(row_mask)),
-        gamma=gamma,
-        step_advantage_w=step_advantage_w,
-        norm=norm,
-        epsilon=epsilon,
-        episode_stats=episode_stats,
-    )
-    mask = response_mask.to(torch.float32)
-    adv = torch.tensor(terms["advantage"], dtype=torch.float32).unsqueeze(-1) * mask
-    ret = torch.tensor(terms["step_return"], dtype=torch.float32).unsqueeze(-1) * mask
-    return adv, ret
+_oracle = _load_helper("gigpo_oracle")
+loop_gigpo_terms = _oracle.loop_gigpo_terms
+loop_gigpo_advantage = _oracle.loop_gigpo_advantage
 
 
 # ----------------------------------------------------------------------------------------------------------------
