@@ -1,5 +1,6 @@
 """LocalGenerationServer on a tiny real Qwen2 model (CPU-only): batching, equivalence with one-at-a-time
-generation, log-probs against a direct forward pass, stop conditions, seeded sampling, parameter validation."""
+generation, log-probs against a direct forward pass, stop conditions, seeded sampling, parameter validation; and
+the left-padding helper both the server and the local actor update batch with."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from verl_gigpo.local.server import LocalGenerationServer
+from verl_gigpo.local.tensors import left_pad
 from verl_gigpo.rollout import GenerationOutput
 
 ACTIONS = ("up", "down", "left", "right")
@@ -221,3 +223,26 @@ async def test_bad_prompts_and_closed_server_cpu(model_and_tokenizer):
     await srv.aclose()
     with pytest.raises(RuntimeError, match="closed"):
         await srv.generate("p", prompt_ids=[1, 2], sampling_params={})
+
+
+# ------------------------------------------------------------------------------------------------ left padding
+def test_left_pad_by_hand_cpu():
+    ids, attention, positions = left_pad([[5, 6, 7], [8], (9, 4)], pad_id=0)
+    assert ids.tolist() == [[5, 6, 7], [0, 0, 8], [0, 9, 4]]
+    assert attention.tolist() == [[1, 1, 1], [0, 0, 1], [0, 1, 1]]
+    assert positions.tolist() == [[0, 1, 2], [0, 0, 0], [0, 0, 1]]
+    assert ids.dtype == attention.dtype == positions.dtype == torch.long
+    with pytest.raises(ValueError, match="at least one sequence"):
+        left_pad([], pad_id=0)
+
+
+def test_left_padded_rows_score_like_single_rows_cpu(model_and_tokenizer):
+    """The property both callers rely on: a row's last logits do not depend on the padding left of it."""
+    model, tok = model_and_tokenizer
+    prompts = _prompts(tok, 3)  # three lengths
+    ids, attention, positions = left_pad(prompts, pad_id=tok.pad_token_id)
+    with torch.no_grad():
+        batched = model(input_ids=ids, attention_mask=attention, position_ids=positions).logits[:, -1]  # (B, V)
+        for row, prompt in enumerate(prompts):
+            alone = model(input_ids=torch.tensor([prompt])).logits[0, -1]  # (V,)
+            assert torch.allclose(batched[row], alone, atol=1e-4)

@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+from verl_gigpo.local.tensors import left_pad
 from verl_gigpo.rollout.types import GenerationOutput
 
 __all__ = ["LocalGenerationServer", "SamplingParams", "parse_sampling_params"]
@@ -253,15 +254,6 @@ class LocalGenerationServer:
         self._wakeup.set()
         return await future
 
-    def generate_batch(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list:
-        """Synchronous batched generation (what the background task runs in its thread); one output per prompt.
-
-        Args:
-            prompts: B prompt id lists (any lengths; left-padded here).
-            params: B validated :class:`SamplingParams`.
-        """
-        return self._generate_batch(list(prompts), list(params))
-
     async def aclose(self) -> None:
         """Stop the background task and the worker thread (pending requests fail with RuntimeError)."""
         self._closed = True
@@ -329,51 +321,54 @@ class LocalGenerationServer:
     # ------------------------------------------------------------------ the batched generation
     @torch.inference_mode()
     def _generate_batch(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[GenerationOutput]:
-        from transformers import DynamicCache
-
+        """One batched generation for B requests (runs in the worker thread); one output per request, in order."""
         start = time.perf_counter()
-        batch = len(prompts)
-        dev = self.device
         self.model.eval()
         # identical prompts (e.g. the members of an episode group at their first step) are prefilled once
         unique: dict[tuple[int, ...], int] = {}
-        expand = torch.tensor([unique.setdefault(tuple(p), len(unique)) for p in prompts], device=dev)  # (B,)
-        width = max(len(p) for p in unique)
-        input_ids = torch.full((len(unique), width), self.pad_token_id, dtype=torch.long)  # (U, P) left-padded
-        attention = torch.zeros((len(unique), width), dtype=torch.long)  # (U, P)
-        for i, p in enumerate(unique):
-            input_ids[i, width - len(p) :] = torch.tensor(p)
-            attention[i, width - len(p) :] = 1
-        input_ids, attention = input_ids.to(dev), attention.to(dev)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (U, P)
+        expand = torch.tensor([unique.setdefault(tuple(p), len(unique)) for p in prompts], device=self.device)  # (B,)
+        input_ids, attention, positions = left_pad(list(unique), self.pad_token_id, device=self.device)  # (U, P)
         self.stats["prefill_rows"] += len(unique)
-
-        temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=dev)  # (B,)
-        greedy = temperature == 0
-        max_tokens = [p.max_tokens for p in params]
-        allowed = None
-        if any(p.allowed_token_ids is not None for p in params):
-            allowed = torch.ones((batch, self.vocab_size), dtype=torch.bool, device=dev)  # (B, V)
-            for i, p in enumerate(params):
-                if p.allowed_token_ids is not None:
-                    allowed[i] = False
-                    allowed[i, list(p.allowed_token_ids)] = True
-        base_stops = set(self.eos_token_ids) | {self.pad_token_id}
-        stops = [base_stops | set(p.stop_token_ids) for p in params]
-        generators = [
-            p.generator
-            if p.generator is not None
-            else (torch.Generator().manual_seed(p.seed) if p.seed is not None else self.generator)
-            for p in params
+        tokens, logprobs, stop_reason = self._decode(input_ids, attention, positions, expand, params)
+        self.stats["batches"] += 1
+        self.stats["max_batch"] = max(self.stats["max_batch"], len(prompts))
+        self.stats["generated_tokens"] += sum(len(t) for t in tokens)
+        self.stats["busy_s"] += time.perf_counter() - start
+        return [
+            GenerationOutput(token_ids=tokens[i], log_probs=logprobs[i], stop_reason=stop_reason[i])
+            for i in range(len(prompts))
         ]
 
+    def _decode(
+        self,
+        input_ids: torch.Tensor,
+        attention: torch.Tensor,
+        positions: torch.Tensor,
+        expand: torch.Tensor,
+        params: list[SamplingParams],
+    ) -> tuple[list[list[int]], list[list[float]], list[str]]:
+        """Prefill the U distinct prompts, then decode B requests one token per forward with a KV cache.
+
+        Args:
+            input_ids, attention, positions: the left-padded distinct prompts (:func:`left_pad`), (U, P) each.
+            expand: (B,) the distinct prompt of each request.
+            params: B validated :class:`SamplingParams`.
+
+        Returns:
+            per request: the generated token ids, their log-probs, and the stop reason.
+        """
+        from transformers import DynamicCache
+
+        batch, dev = len(params), self.device
+        ctl = self._controls(params)
+        longest = max(ctl.max_tokens)
         cache = DynamicCache()
         out_tokens: list[list[int]] = [[] for _ in range(batch)]
         out_logprobs: list[list[float]] = [[] for _ in range(batch)]
         stop_reason = ["length"] * batch
         done = [False] * batch
         step_ids, step_pos = input_ids, positions
-        for t in range(max(max_tokens)):
+        for t in range(longest):
             out = self.model(
                 input_ids=step_ids,
                 attention_mask=attention,
@@ -387,22 +382,22 @@ class LocalGenerationServer:
             logits = out.logits[:, -1, :].float()  # (B, V); (U, V) after the prefill
             if t == 0:
                 logits = logits.index_select(0, expand)  # (B, V)
-                if max(max_tokens) > 1:  # decoding continues per request: give each request its own cache row
+                if longest > 1:  # decoding continues per request: give each request its own cache row
                     cache.reorder_cache(expand)
                     attention = attention.index_select(0, expand)  # (B, P)
                     step_pos = step_pos.index_select(0, expand)  # (B, P)
-            if allowed is not None:
-                logits = logits.masked_fill(~allowed, float("-inf"))
+            if ctl.allowed is not None:
+                logits = logits.masked_fill(~ctl.allowed, float("-inf"))
             active = [i for i in range(batch) if not done[i]]
-            tokens, logprobs = _sample(logits, temperature, greedy, params, generators, active)  # (B,), (B,)
+            tokens, logprobs = _sample(logits, ctl.temperature, ctl.greedy, params, ctl.generators, active)  # (B,)
             tok_list, lp_list = tokens.tolist(), logprobs.tolist()
             for i in active:
                 out_tokens[i].append(tok_list[i])
                 out_logprobs[i].append(lp_list[i])
-                if tok_list[i] in stops[i]:
+                if tok_list[i] in ctl.stops[i]:
                     stop_reason[i] = "completed"
                     done[i] = True
-                elif t + 1 >= max_tokens[i]:
+                elif t + 1 >= ctl.max_tokens[i]:
                     done[i] = True
             if all(done):
                 break
@@ -410,15 +405,44 @@ class LocalGenerationServer:
             step_ids = torch.where(finished, torch.full_like(tokens, self.pad_token_id), tokens)[:, None]  # (B, 1)
             step_pos = step_pos[:, -1:] + 1  # (B, 1)
             attention = torch.cat([attention, torch.ones((batch, 1), dtype=attention.dtype, device=dev)], dim=1)
+        return out_tokens, out_logprobs, stop_reason
 
-        self.stats["batches"] += 1
-        self.stats["max_batch"] = max(self.stats["max_batch"], batch)
-        self.stats["generated_tokens"] += sum(len(t) for t in out_tokens)
-        self.stats["busy_s"] += time.perf_counter() - start
-        return [
-            GenerationOutput(token_ids=out_tokens[i], log_probs=out_logprobs[i], stop_reason=stop_reason[i])
-            for i in range(batch)
-        ]
+    def _controls(self, params: list[SamplingParams]) -> _Controls:
+        """The B requests' sampling parameters as the tensors and lists the decoding loop reads."""
+        allowed = None
+        if any(p.allowed_token_ids is not None for p in params):
+            allowed = torch.ones((len(params), self.vocab_size), dtype=torch.bool, device=self.device)  # (B, V)
+            for i, p in enumerate(params):
+                if p.allowed_token_ids is not None:
+                    allowed[i] = False
+                    allowed[i, list(p.allowed_token_ids)] = True
+        temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=self.device)  # (B,)
+        base_stops = set(self.eos_token_ids) | {self.pad_token_id}
+        return _Controls(
+            temperature=temperature,
+            greedy=temperature == 0,
+            max_tokens=[p.max_tokens for p in params],
+            allowed=allowed,
+            stops=[base_stops | set(p.stop_token_ids) for p in params],
+            generators=[
+                p.generator
+                if p.generator is not None
+                else (torch.Generator().manual_seed(p.seed) if p.seed is not None else self.generator)
+                for p in params
+            ],
+        )
+
+
+@dataclass
+class _Controls:
+    """What decoding needs of B requests' sampling parameters."""
+
+    temperature: torch.Tensor  # (B,) float32
+    greedy: torch.Tensor  # (B,) bool, temperature == 0
+    max_tokens: list[int]  # (B,)
+    allowed: torch.Tensor | None  # (B, V) bool, True = may be sampled; None = every token for every request
+    stops: list[set[int]]  # (B,) ids that end each request (EOS, pad, its stop_token_ids)
+    generators: list[torch.Generator]  # (B,) where each request's uniforms come from
 
 
 def _generation_eos(model: Any) -> list[int] | int | None:

@@ -102,6 +102,7 @@ from verl_gigpo.local.run_folder import (
     write_latest,
 )
 from verl_gigpo.local.server import LocalGenerationServer
+from verl_gigpo.local.tensors import left_pad
 from verl_gigpo.rollout import ChatPromptEncoder, Episode, EpisodeConfig, TaskSpec, make_task_env, run_episode
 
 __all__ = ["DEFAULT_CONFIG", "LocalTrainer", "load_config", "main"]
@@ -573,17 +574,8 @@ class LocalTrainer:
         """
         from verl.utils.torch_functional import entropy_from_logits
 
-        u = len(inputs)
-        width = max(len(x) for x in inputs)
         r_max = max(resp_lens)
-        pad = self.server.pad_token_id
-        ids = torch.full((u, width), pad, dtype=torch.long)  # (U, W)
-        attn = torch.zeros((u, width), dtype=torch.long)  # (U, W)
-        for i, x in enumerate(inputs):
-            ids[i, width - len(x) :] = torch.tensor(x)
-            attn[i, width - len(x) :] = 1
-        ids, attn = ids.to(self.device), attn.to(self.device)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)  # (U, W)
+        ids, attn, pos = left_pad(inputs, self.server.pad_token_id, device=self.device)  # (U, W) each
         logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=r_max).logits  # (U,R,V)
         logits = logits.float()
         if self.allowed_ids is not None:
