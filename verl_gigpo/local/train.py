@@ -75,7 +75,6 @@ import asyncio
 import copy
 import json
 import logging
-import math
 import os
 import pickle
 import random
@@ -83,7 +82,6 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,6 +92,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
+from verl_gigpo.local.config import DEFAULT_CONFIG, gigpo_config, load_config
+from verl_gigpo.local.plots import plot_metrics, run_title
 from verl_gigpo.local.run_folder import (
     LR_KEY,
     checkpoint_candidates,
@@ -108,161 +108,6 @@ from verl_gigpo.rollout import ChatPromptEncoder, Episode, EpisodeConfig, TaskSp
 __all__ = ["DEFAULT_CONFIG", "LocalTrainer", "load_config", "main"]
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "local_trainer.yaml"
-ESTIMATORS = ("gigpo", "grpo", "rloo")
-
-
-# ---------------------------------------------------------------------------------------------------- config
-def load_config(overrides: Sequence[str] = (), config_path: str | Path | None = None) -> DictConfig:
-    """The defaults (``local_trainer.yaml`` or ``config_path``) merged with dotlist ``overrides`` and validated.
-
-    Raises:
-        ValueError: an override names an unknown key (the message lists the known top-level sections), is not
-            ``key=value``, or a value is out of range (see :func:`validate_config`).
-    """
-    base = OmegaConf.load(Path(config_path) if config_path else DEFAULT_CONFIG)
-    OmegaConf.set_struct(base, True)
-    OmegaConf.set_struct(base.env.kwargs, False)  # environment arguments are free-form
-    for item in overrides:
-        if "=" not in item:
-            raise ValueError(f"override {item!r} is not key=value (e.g. trainer.seed=3)")
-    try:
-        cfg = OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
-    except Exception as exc:  # noqa: BLE001 - omegaconf raises several types; re-raised with the fix
-        raise ValueError(
-            f"bad override: {exc}. Keys are those of {DEFAULT_CONFIG.name} (sections: {', '.join(base.keys())}); "
-            "environment arguments go under env.kwargs.*"
-        ) from exc
-    validate_config(cfg)
-    return cfg
-
-
-# Every numeric and boolean key of local_trainer.yaml outside algorithm.gigpo (GiGPOConfig checks those) and
-# trainer.credit_log_* (CreditLogOptions): (kind, lowest allowed value or None, what it means). Checked before the
-# run starts, so a typo such as trainer.save_freq=abc fails at once, not after the first iteration.
-_NUMBERS: dict[str, tuple[str, float | None, str]] = {
-    "actor_rollout_ref.rollout.n": ("int", 1, "episodes per task"),
-    "actor_rollout_ref.rollout.temperature": ("float", 0.0, "sampling temperature"),
-    "actor_rollout_ref.rollout.top_p": ("float", 0.0, "nucleus sampling mass, in (0, 1]"),
-    "actor_rollout_ref.rollout.top_k": ("int", -1, "top-k sampling, -1 = off"),
-    "actor_rollout_ref.rollout.response_length": ("int", 1, "generated tokens per step"),
-    "actor_rollout_ref.rollout.val_kwargs.do_sample": ("bool", None, "sample in validation"),
-    "actor_rollout_ref.rollout.val_kwargs.temperature": ("float", 0.0, "validation temperature"),
-    "actor_rollout_ref.rollout.val_kwargs.n": ("int", 1, "validation episodes per task"),
-    "actor_rollout_ref.actor.optim.lr": ("float", 0.0, "learning rate"),
-    "actor_rollout_ref.actor.optim.weight_decay": ("float", 0.0, "AdamW weight decay"),
-    "actor_rollout_ref.actor.clip_ratio": ("float", 0.0, "PPO clip range"),
-    "actor_rollout_ref.actor.ppo_epochs": ("int", 1, "passes over each iteration's rows"),
-    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": ("int", 1, "sequences per micro-batch"),
-    "actor_rollout_ref.actor.grad_clip": ("float", 0.0, "gradient-norm clipping"),
-    "actor_rollout_ref.actor.use_kl_loss": ("bool", None, "KL loss to the initial model"),
-    "actor_rollout_ref.actor.kl_loss_coef": ("float", 0.0, "KL loss coefficient"),
-    "actor_rollout_ref.actor.entropy_coeff": ("float", None, "entropy bonus coefficient"),
-    "data.train_batch_size": ("int", 1, "tasks per iteration"),
-    "data.max_prompt_length": ("int", 1, "prompt token budget"),
-    "data.val_size": ("int", 0, "validation tasks, 0 = no validation"),
-    "algorithm.gamma": ("float", 0.0, "discount of R_t, in [0, 1]"),
-    "algorithm.norm_adv_by_std_in_grpo": ("bool", None, "GRPO: divide by the group std"),
-    "env.max_steps": ("int", 1, "steps per episode"),
-    "env.history_length": ("int", 0, "past steps in the prompt"),
-    "env.invalid_action_penalty": ("float", None, "penalty of an invalid action"),
-    "trainer.total_training_steps": ("int", 1, "iterations"),
-    "trainer.test_freq": ("int", None, "validate every N iterations; <= 0: start and end only"),
-    "trainer.save_freq": ("int", None, "checkpoint every N iterations; <= 0: after the last only"),
-    "trainer.seed": ("int", 0, "seed of the run"),
-    "trainer.resume": ("bool", None, "continue the run in the folder"),
-    "trainer.overwrite": ("bool", None, "delete the run in the folder first"),
-    "trainer.allow_config_change": ("bool", None, "resume with a changed config"),
-    "local.constrain_to_actions": ("bool", None, "decode action tokens only"),
-    "local.max_batch_size": ("int", 1, "requests per batched generation"),
-    "local.env_workers": ("int", 0, "environment threads, 0 = inline"),
-    "local.num_threads": ("int", 1, "torch threads, null = torch's default"),
-    "local.progress": ("bool", None, "progress bar"),
-    "local.plot": ("bool", None, "write learning_curve.png"),
-}
-_NULLABLE = frozenset({"local.num_threads"})
-
-
-def _check_numbers(cfg: DictConfig) -> None:
-    """Type and lower bound of every key of :data:`_NUMBERS`; raises ``ValueError`` naming the key, the value
-    and what the key means."""
-    for key, (kind, lowest, meaning) in _NUMBERS.items():
-        value = OmegaConf.select(cfg, key)
-        if value is None and key in _NULLABLE:
-            continue
-        is_bool = isinstance(value, bool)
-        ok = {
-            "bool": is_bool,
-            "int": isinstance(value, int) and not is_bool,
-            "float": isinstance(value, int | float) and not is_bool and math.isfinite(value),
-        }[kind]
-        if not ok:
-            what = {"bool": "true or false", "int": "an integer", "float": "a finite number"}[kind]
-            raise ValueError(f"{key} must be {what} ({meaning}), got {value!r}")
-        if lowest is not None and value < lowest:
-            raise ValueError(f"{key} must be >= {lowest:g} ({meaning}), got {value!r}")
-
-
-def validate_config(cfg: DictConfig) -> None:
-    """Check values and combinations; raise ``ValueError`` saying what to change."""
-    _check_numbers(cfg)
-    rollout, actor = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.actor
-    if not 0.0 < rollout.top_p <= 1.0:
-        raise ValueError(f"actor_rollout_ref.rollout.top_p must be in (0, 1], got {rollout.top_p!r}")
-    if cfg.algorithm.gamma > 1.0:
-        raise ValueError(f"algorithm.gamma must be in [0, 1], got {cfg.algorithm.gamma!r}")
-    if cfg.algorithm.adv_estimator not in ESTIMATORS:
-        raise ValueError(f"algorithm.adv_estimator={cfg.algorithm.adv_estimator!r}: the local engine runs {ESTIMATORS}")
-    positive = {
-        "actor_rollout_ref.rollout.n": rollout.n,
-        "actor_rollout_ref.rollout.response_length": rollout.response_length,
-        "actor_rollout_ref.rollout.val_kwargs.n": rollout.val_kwargs.n,
-        "actor_rollout_ref.actor.ppo_epochs": actor.ppo_epochs,
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": actor.ppo_micro_batch_size_per_gpu,
-        "data.train_batch_size": cfg.data.train_batch_size,
-        "data.max_prompt_length": cfg.data.max_prompt_length,
-        "env.max_steps": cfg.env.max_steps,
-        "trainer.total_training_steps": cfg.trainer.total_training_steps,
-        "local.max_batch_size": cfg.local.max_batch_size,
-    }
-    for key, value in positive.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{key} must be a positive integer, got {value!r}")
-    if not isinstance(cfg.local.env_workers, int) or cfg.local.env_workers < 0:
-        raise ValueError(f"local.env_workers must be an integer >= 0 (0 = inline), got {cfg.local.env_workers!r}")
-    if not isinstance(cfg.data.val_size, int) or cfg.data.val_size < 0:
-        raise ValueError(f"data.val_size must be an integer >= 0 (0 = no validation), got {cfg.data.val_size!r}")
-    mini = actor.ppo_mini_batch_size
-    if mini is not None and (not isinstance(mini, int) or not 1 <= mini <= cfg.data.train_batch_size):
-        raise ValueError(
-            f"actor_rollout_ref.actor.ppo_mini_batch_size={mini!r} must be null or in [1, data.train_batch_size]"
-        )
-    if rollout.n < 2:
-        logger.warning("actor_rollout_ref.rollout.n=1: every episode group has one member, all advantages are 0")
-    if not float(actor.optim.lr) > 0:
-        raise ValueError(f"actor_rollout_ref.actor.optim.lr must be > 0, got {actor.optim.lr!r}")
-    if not float(actor.clip_ratio) > 0:
-        raise ValueError(f"actor_rollout_ref.actor.clip_ratio must be > 0, got {actor.clip_ratio!r}")
-    if rollout.temperature < 0 or rollout.val_kwargs.temperature < 0:
-        raise ValueError("rollout temperatures must be >= 0 (0 = greedy)")
-    if rollout.temperature == 0:
-        raise ValueError(
-            "actor_rollout_ref.rollout.temperature=0 makes every episode of a group identical (nothing to compare); "
-            "use a temperature > 0 for training (val_kwargs.do_sample=false gives greedy validation)"
-        )
-    from verl.trainer.ppo.core_algos import get_policy_loss_fn
-
-    get_policy_loss_fn(actor.policy_loss.loss_mode)  # raises with the list of known losses
-    CreditLogOptions.from_trainer(cfg.trainer)  # trainer.credit_log_*: raises naming the key
-    if cfg.algorithm.adv_estimator == "gigpo":
-        _gigpo_config(cfg)  # validates algorithm.gigpo.*
-
-
-def _gigpo_config(cfg: DictConfig):
-    from verl_gigpo.config import GiGPOConfig
-
-    return GiGPOConfig.from_algorithm(cfg.algorithm)
 
 
 # ---------------------------------------------------------------------------------------------------- data
@@ -390,7 +235,7 @@ class LocalTrainer:
             seed=cfg.trainer.seed,
         )
         self.encoder = ChatPromptEncoder(self.tokenizer)
-        self.gigpo = _gigpo_config(cfg) if cfg.algorithm.adv_estimator == "gigpo" else None
+        self.gigpo = gigpo_config(cfg) if cfg.algorithm.adv_estimator == "gigpo" else None
         key_mode = self.gigpo.env_key_mode if self.gigpo is not None else "state"
         self.episode_config = EpisodeConfig(
             max_steps=cfg.env.max_steps,
@@ -823,7 +668,7 @@ class LocalTrainer:
         if bar is not None:
             bar.close()
         if cfg.local.plot:
-            plot_metrics(self.history, self.out_dir / "learning_curve.png", title=_run_title(cfg))
+            plot_metrics(self.history, self.out_dir / "learning_curve.png", title=run_title(cfg))
         return self.history
 
     def _record(self, metrics: dict[str, float], path: Path) -> None:
@@ -954,46 +799,6 @@ class _LossConfig:
                 "global_batch_size": global_batch_size,
             },
         )
-
-
-# ---------------------------------------------------------------------------------------------------- outputs
-def plot_metrics(history: list[dict[str, float]], path: Path, *, title: str = "") -> Path:
-    """Learning curves (train and validation success, episode length) as a PNG (matplotlib, Agg)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    train = [m for m in history if "env/success_rate" in m]
-    val = [m for m in history if "val/success_rate" in m]
-    if train:
-        xs = [m["training_step"] for m in train]
-        ys = [m["env/success_rate"] for m in train]
-        ax1.plot(xs, ys, alpha=0.35, label="train (sampled)")
-        window = max(1, len(ys) // 20)
-        smooth = np.convolve(ys, np.ones(window) / window, mode="valid")
-        ax1.plot(xs[window - 1 :], smooth, label=f"train, {window}-iteration mean")
-        ax2.plot(xs, [m["env/episode_length"] for m in train], label="train episode length")
-    if val:
-        ax1.plot([m["training_step"] for m in val], [m["val/success_rate"] for m in val], "o-", label="validation")
-        ax2.plot([m["training_step"] for m in val], [m["val/episode_length"] for m in val], "o-", label="validation")
-    ax1.set(xlabel="iteration", ylabel="success rate", ylim=(-0.02, 1.02), title=title)
-    ax2.set(xlabel="iteration", ylabel="steps per episode")
-    for ax in (ax1, ax2):
-        ax.grid(alpha=0.3)
-        ax.legend(loc="best", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def _run_title(cfg: DictConfig) -> str:
-    est = cfg.algorithm.adv_estimator
-    if est == "gigpo":
-        est += f" (w={cfg.algorithm.gigpo.step_advantage_w}, {cfg.algorithm.gigpo.norm})"
-    return f"{cfg.env.name}: {est}, seed {cfg.trainer.seed}"
 
 
 def _fmt(metrics: dict[str, float]) -> str:
