@@ -219,7 +219,7 @@ def test_resume_checks_the_config_and_sets_a_changed_lr_cpu(tiny_model_dir, tmp_
         )  # fmt: skip
     )
     try:
-        with caplog.at_level("WARNING", logger="verl_gigpo.local.train"):
+        with caplog.at_level("WARNING", logger="verl_gigpo.local.checkpoint"):
             history = resumed.fit()
         assert [g["lr"] for g in resumed.optimizer.param_groups] == [0.5]
     finally:

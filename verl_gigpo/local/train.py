@@ -75,9 +75,6 @@ import asyncio
 import copy
 import json
 import logging
-import os
-import pickle
-import random
 import sys
 import threading
 import time
@@ -92,15 +89,16 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
+from verl_gigpo.local.checkpoint import (
+    read_checkpoint,
+    restore_rng_states,
+    rng_states,
+    set_learning_rate,
+    write_checkpoint,
+)
 from verl_gigpo.local.config import DEFAULT_CONFIG, gigpo_config, load_config
 from verl_gigpo.local.plots import plot_metrics, run_title
-from verl_gigpo.local.run_folder import (
-    LR_KEY,
-    checkpoint_candidates,
-    prepare_run_folder,
-    resume_config_changes,
-    write_latest,
-)
+from verl_gigpo.local.run_folder import prepare_run_folder
 from verl_gigpo.local.server import LocalGenerationServer
 from verl_gigpo.local.tensors import left_pad
 from verl_gigpo.rollout import ChatPromptEncoder, Episode, EpisodeConfig, TaskSpec, make_task_env, run_episode
@@ -685,55 +683,15 @@ class LocalTrainer:
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:
         """Write ``checkpoints/iter_K/state.pt`` (model, optimizer, RNG states, iteration, metrics so far)."""
-        ckpt_dir = self.out_dir / "checkpoints" / f"iter_{self.iteration}"
-        ckpt_dir.mkdir(parents=True, exist_ok=True)
         state = {
             "iteration": self.iteration,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "task_rng": self.task_rng.bit_generator.state,
-            "server_rng": self.server.generator.get_state(),
-            "torch_rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-            "numpy_rng": np.random.get_state(),
-            "python_rng": random.getstate(),
+            **rng_states(self.task_rng, self.server.generator),
             "history": self.history,
             "config": OmegaConf.to_container(self.cfg, resolve=True),
         }
-        tmp = ckpt_dir / "state.pt.tmp"
-        torch.save(state, tmp)
-        os.replace(tmp, ckpt_dir / "state.pt")
-        write_latest(self.out_dir / "checkpoints", self.iteration)  # atomic, like state.pt
-        logger.info("checkpoint written to %s", ckpt_dir)
-        return ckpt_dir
-
-    def _read_checkpoint(self) -> tuple[dict[str, Any], Path] | None:
-        """Load the checkpoint to resume from (see :mod:`verl_gigpo.local.run_folder`: the pointer's, else the
-        newest complete one) and check its config against this run's; None when the folder has no checkpoint.
-
-        Raises:
-            ValueError: the config differs in keys that may not change on resume (the message lists them).
-        """
-        for iteration, path in checkpoint_candidates(self.out_dir / "checkpoints"):
-            try:
-                state = torch.load(path, map_location=self.device, weights_only=False)
-            except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as exc:
-                logger.warning("checkpoint %s cannot be read (%s); trying the next newest", path, exc)
-                continue
-            changes = resume_config_changes(
-                state["config"],
-                OmegaConf.to_container(self.cfg, resolve=True),
-                defaults=OmegaConf.to_container(OmegaConf.load(DEFAULT_CONFIG), resolve=True),
-                allow=bool(self.cfg.trainer.allow_config_change),
-            )
-            if changes:
-                logger.info(
-                    "resuming iteration %d with changed settings: %s",
-                    iteration,
-                    "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items()),
-                )
-            return state, path
-        return None
+        return write_checkpoint(self.out_dir / "checkpoints", self.iteration, state)
 
     def load_checkpoint(self) -> int:
         """Restore the last checkpoint of ``trainer.default_local_dir`` (model, optimizer, RNGs, iteration,
@@ -750,22 +708,16 @@ class LocalTrainer:
         state, path = found
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        lr = float(self.cfg.actor_rollout_ref.actor.optim.lr)
-        for group in self.optimizer.param_groups:  # load_state_dict restored the saved lr
-            if group["lr"] != lr:
-                logger.warning("%s: %g in the checkpoint, %g from now on", LR_KEY, group["lr"], lr)
-                group["lr"] = lr
-        self.task_rng.bit_generator.state = state["task_rng"]
-        self.server.generator.set_state(state["server_rng"])
-        torch.set_rng_state(state["torch_rng"])
-        if state["cuda_rng"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
-        np.random.set_state(state["numpy_rng"])
-        random.setstate(state["python_rng"])
+        set_learning_rate(self.optimizer, float(self.cfg.actor_rollout_ref.actor.optim.lr))
+        restore_rng_states(state, self.task_rng, self.server.generator)
         self.iteration = int(state["iteration"])
         self.history = list(state["history"])
         logger.info("resumed from %s (iteration %d)", path, self.iteration)
         return self.iteration
+
+    def _read_checkpoint(self) -> tuple[dict[str, Any], Path] | None:
+        """The checkpoint to resume from and its path (:func:`read_checkpoint`), None when there is none."""
+        return read_checkpoint(self.out_dir / "checkpoints", self.cfg, device=self.device)
 
 
 @dataclass

@@ -1,0 +1,111 @@
+"""The local engine's checkpoints: what ``checkpoints/iter_K/state.pt`` holds, and writing and reading it.
+
+    write_checkpoint(out_dir / "checkpoints", iteration, state)      # state.pt, then the pointer, both atomic
+    found = read_checkpoint(out_dir / "checkpoints", cfg, device=device)   # (state, path) or None
+
+A checkpoint is one ``torch.save`` dict: ``iteration``, ``model`` and ``optimizer`` state dicts, the RNG states
+(:func:`rng_states`: the task sampler's, the generation server's, torch's (CPU and CUDA), numpy's and Python's
+global ones), ``history`` (the metrics lines so far) and ``config`` (the resolved config). Restoring all of them
+makes a resumed run equal an uninterrupted one on the CPU. Which checkpoint is read, and which config changes a
+resume accepts, are the run folder's rules (:mod:`verl_gigpo.local.run_folder`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from verl_gigpo.local.config import DEFAULT_CONFIG
+from verl_gigpo.local.run_folder import LR_KEY, checkpoint_candidates, resume_config_changes, write_latest
+
+__all__ = ["read_checkpoint", "restore_rng_states", "rng_states", "set_learning_rate", "write_checkpoint"]
+
+logger = logging.getLogger(__name__)
+
+
+def rng_states(task_rng: np.random.Generator, server_generator: torch.Generator) -> dict[str, Any]:
+    """Every random state a run draws from: the task sampler's, the server's and the global ones."""
+    return {
+        "task_rng": task_rng.bit_generator.state,
+        "server_rng": server_generator.get_state(),
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        "numpy_rng": np.random.get_state(),
+        "python_rng": random.getstate(),
+    }
+
+
+def restore_rng_states(state: dict[str, Any], task_rng: np.random.Generator, server_generator: torch.Generator) -> None:
+    """Set the random states saved by :func:`rng_states` (the CUDA ones only where CUDA is available)."""
+    task_rng.bit_generator.state = state["task_rng"]
+    server_generator.set_state(state["server_rng"])
+    torch.set_rng_state(state["torch_rng"])
+    if state["cuda_rng"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    np.random.set_state(state["numpy_rng"])
+    random.setstate(state["python_rng"])
+
+
+def write_checkpoint(checkpoints_dir: Path, iteration: int, state: dict[str, Any]) -> Path:
+    """Write ``state`` to ``checkpoints_dir/iter_K/state.pt`` and point ``latest_checkpointed_iteration.txt`` at
+    it, each through a temporary file and a rename (a crash leaves the old file or the new one, never a part);
+    returns the checkpoint's folder."""
+    ckpt_dir = checkpoints_dir / f"iter_{iteration}"
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    tmp = ckpt_dir / "state.pt.tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, ckpt_dir / "state.pt")
+    write_latest(checkpoints_dir, iteration)
+    logger.info("checkpoint written to %s", ckpt_dir)
+    return ckpt_dir
+
+
+def read_checkpoint(
+    checkpoints_dir: Path, cfg: DictConfig, *, device: torch.device
+) -> tuple[dict[str, Any], Path] | None:
+    """Load the checkpoint to resume from (the pointer's, else the newest complete one that loads; see
+    :func:`verl_gigpo.local.run_folder.checkpoint_candidates`) and check its config against ``cfg``.
+
+    Returns:
+        ``(state, path of state.pt)``, or None when the folder holds no checkpoint that loads.
+
+    Raises:
+        ValueError: the config differs in keys that may not change on resume (the message lists them).
+    """
+    for iteration, path in checkpoint_candidates(checkpoints_dir):
+        try:
+            state = torch.load(path, map_location=device, weights_only=False)
+        except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as exc:
+            logger.warning("checkpoint %s cannot be read (%s); trying the next newest", path, exc)
+            continue
+        changes = resume_config_changes(
+            state["config"],
+            OmegaConf.to_container(cfg, resolve=True),
+            defaults=OmegaConf.to_container(OmegaConf.load(DEFAULT_CONFIG), resolve=True),
+            allow=bool(cfg.trainer.allow_config_change),
+        )
+        if changes:
+            logger.info(
+                "resuming iteration %d with changed settings: %s",
+                iteration,
+                "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items()),
+            )
+        return state, path
+    return None
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Give every parameter group the config's ``lr``: a restored optimizer brings back the saved one, and the
+    learning rate may change on resume (warned when it does)."""
+    for group in optimizer.param_groups:
+        if group["lr"] != lr:
+            logger.warning("%s: %g in the checkpoint, %g from now on", LR_KEY, group["lr"], lr)
+            group["lr"] = lr
