@@ -19,7 +19,12 @@ Gymnasium-shaped, text in and text out::
   and the same initial state — that is what makes an episode group. ``reset(seed=None)`` continues the
   current stream. The seed is kept in ``self.seed`` for environments that index fixed task lists.
 
-Anchor keys (``key_mode`` in the constructor) are pure functions of the environment state after a reset/step:
+* ``reset(options=...)`` accepts ``"split"`` and the environment's :attr:`TextEnv.reset_options`, checked once
+  here (an unknown option is a ``ValueError`` that lists the accepted ones); ``num_tasks(split)`` is the size of a
+  fixed task list (``reset(seed=0..n-1)``), None when tasks are procedural or unbounded.
+
+Anchor keys (``key_mode`` in the constructor) are pure functions of the environment state after a reset/step
+(``anchor_key(mode)`` gives the key of the current state under any mode, e.g. ``anchor_key("state")``):
 
 * ``"observation"``: the environment's canonical observation of the current state (the text an agent
   sees, as in the GiGPO paper), without one-off feedback such as "that action was invalid";
@@ -170,6 +175,8 @@ class TextEnv(abc.ABC):
     Class attributes a subclass sets:
         name: registry name (e.g. ``"sokoban"``).
         splits: the task splits ``reset(options={"split": ...})`` accepts; the first is the default.
+        reset_options: the ``reset`` options ``_reset`` reads besides ``"split"`` (e.g. Sokoban's ``"room"``);
+            :meth:`reset` refuses any other before calling ``_reset``.
         prompt_template: a ``str.format`` template with the fields ``{task}``, ``{history}``,
             ``{observation}``, ``{admissible_actions}``, ``{step}`` and ``{max_steps}``
             (kept in a ``prompt.py`` beside the environment).
@@ -178,6 +185,7 @@ class TextEnv(abc.ABC):
     Hooks a subclass implements:
         ``_reset(split, options) -> str``: build the task from ``self.np_random`` (already seeded) and return
             the first observation; set ``self.task_description``, ``self.task_id``, ``self.task_type``.
+            ``options`` holds only keys of ``reset_options`` (``"split"`` removed, unknown keys already refused).
         ``_step(action: str) -> StepResult``: apply a *parsed* action (never None).
         ``_state_digest() -> str``: the true state as a string (same state <=> same string).
         ``_state_observation() -> str``: canonical observation of the current state, used by the
@@ -185,10 +193,14 @@ class TextEnv(abc.ABC):
         ``_match_action(candidate: str) -> str | None``: map a candidate action string (tag content, or
             the whole reply when it has no tags) to the canonical action, or None when it is not an action.
         ``_admissible_actions() -> list[str] | None``: the actions valid now, or None when unbounded.
+
+    Public methods a subclass with a fixed task list overrides:
+        ``num_tasks(split) -> int | None``: the size of that list (default None: procedural or unbounded tasks).
     """
 
     name: ClassVar[str] = "base"
     splits: ClassVar[tuple[str, ...]] = ("train",)
+    reset_options: ClassVar[tuple[str, ...]] = ()
     prompt_template: ClassVar[str] = (
         "Task: {task}\n{history}Current observation (step {step} of {max_steps}):\n{observation}\n"
         "Admissible actions: {admissible_actions}\n"
@@ -220,6 +232,11 @@ class TextEnv(abc.ABC):
         """Start an episode. ``seed`` (int) reseeds ``self.np_random``; ``options["split"]`` picks the task split.
 
         Returns ``(observation, info)``.
+
+        Raises:
+            ValueError: ``options`` is not a dict, names an unknown split or an option outside ``"split"`` and
+                :attr:`reset_options`, or ``seed`` is not a non-negative int (all checked before any state changes).
+            EnvError: the environment failed while building the task.
         """
         if options is not None and not isinstance(options, Mapping):
             raise ValueError(
@@ -228,8 +245,15 @@ class TextEnv(abc.ABC):
             )
         options = dict(options or {})
         split = options.pop("split", self.splits[0])
-        if split not in self.splits:
-            raise ValueError(f"{self.name}: unknown split {split!r}; known splits: {list(self.splits)}")
+        self._check_split(split)
+        unknown = [key for key in options if key not in self.reset_options]
+        if unknown:
+            accepted = (
+                f"accepted: {', '.join(repr(k) for k in ('split', *self.reset_options))}"
+                if self.reset_options
+                else "only 'split' is accepted"
+            )
+            raise ValueError(f"{self.name}: unknown reset options {sorted(map(str, unknown))}; {accepted}")
         if seed is not None:
             if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
                 raise ValueError(f"{self.name}: seed must be a non-negative int, got {seed!r}")
@@ -319,15 +343,38 @@ class TextEnv(abc.ABC):
         action = self._match_action(candidate)
         return (action, True) if action is not None else (None, False)
 
-    def anchor_key(self) -> str:
-        """The anchor key of the current state under the configured ``key_mode``."""
-        if self.key_kind == "observation":
+    def anchor_key(self, key_mode: str | None = None) -> str:
+        """The anchor key of the current state under ``key_mode`` (default: the mode the environment was built
+        with, the key ``info["anchor_key"]`` holds).
+
+        ``"state"`` is the digest of the true state (same state <=> same key), ``"observation"`` the canonical
+        observation, ``"history:K"`` the state digest plus the last ``K`` actions. Asking for another mode than the
+        configured one changes nothing (used by the checker to compare states).
+
+        Raises:
+            ValueError: ``key_mode`` is not a valid key mode (see :func:`parse_key_mode`).
+        """
+        kind, history = (self.key_kind, self.key_history) if key_mode is None else parse_key_mode(key_mode)
+        if kind == "observation":
             return self._state_observation()
         digest = self._state_digest()
-        if self.key_kind == "state":
+        if kind == "state":
             return digest
-        recent = self._actions[-self.key_history :] if self.key_history else []
+        recent = self._actions[-history:] if history else []
         return digest + "\n#last-actions:" + "|".join(recent)
+
+    def num_tasks(self, split: str) -> int | None:
+        """Size of the fixed task list of ``split``: ``reset(seed=i)`` for ``i`` in ``0..n-1`` plays each of its
+        ``n`` tasks once (data prep sizes validation sets with it; the checker checks at most ``n`` seeds).
+
+        Default None: tasks are procedural or unbounded (every seed is a task). Environments with task lists
+        override it (ALFWorld's evaluation games, WebShop's goals).
+
+        Raises:
+            ValueError: unknown ``split``.
+        """
+        self._check_split(split)
+        return None
 
     def render_prompt(self, observation: str, info: dict[str, Any], history: Sequence[tuple[str, str]] = ()) -> str:
         """Fill ``prompt_template`` with the task, the given past ``(observation, action)`` pairs (oldest first,
@@ -388,6 +435,11 @@ class TextEnv(abc.ABC):
         return [([], [None])]
 
     # ------------------------------------------------------------------ internals
+    def _check_split(self, split: Any) -> None:
+        """Raise ``ValueError`` naming the known splits unless ``split`` is one of them."""
+        if split not in self.splits:
+            raise ValueError(f"{self.name}: unknown split {split!r}; known splits: {list(self.splits)}")
+
     def _info(self, *, action_valid: bool) -> dict[str, Any]:
         admissible = self._admissible_actions()
         return {

@@ -183,7 +183,7 @@ def _digest_after(env, seed, path):
     for action in path:
         _, _, terminated, _, info = env.step(action)
         assert info["action_valid"] and not terminated
-    return env._state_digest(), env._state_observation()
+    return env.anchor_key("state"), env.anchor_key("observation")
 
 
 def test_state_keys_same_state_by_different_paths(env):
@@ -197,7 +197,7 @@ def test_state_keys_same_state_by_different_paths(env):
 
 def test_state_keys_differ_for_different_states(env):
     env.reset(seed=0, options={"split": "train"})
-    start = env._state_digest()
+    start = env.anchor_key("state")
     a = _digest_after(env, 0, ["go to drawer 4"])
     b = _digest_after(env, 0, ["go to sidetable 1"])
     opened = _digest_after(env, 0, ["go to drawer 4", "open drawer 4"])

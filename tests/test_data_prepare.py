@@ -53,6 +53,8 @@ def test_cli_as_module_prints_the_paths(tmp_path):
         ({"env_name": "gridnav", "train_size": 0}, "train_size"),
         ({"env_name": "gridnav", "train_size": 3, "val_size": 0}, "val_size"),
         ({"env_name": "gridnav", "train_size": 3, "val_split": "nope"}, "split"),
+        # WebShop's 500 test goals are a fixed list (num_tasks): seeds past it would repeat goals 0, 1, ...
+        ({"env_name": "webshop", "train_size": 3, "val_size": 501}, "split 'test' has 500 tasks; val_size=501"),
     ],
 )
 def test_bad_arguments_are_named(tmp_path, kwargs, message):

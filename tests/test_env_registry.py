@@ -147,3 +147,89 @@ def test_repeated_unclosed_tags_parse_as_invalid(text):
     assert text in FUZZ_INPUTS
     assert make_env("gridnav").parse_action(text) == (None, False)
     assert extract_tag(text, "action") == _regex_blocks(text, "action")
+
+
+# ------------------------------------------------------------------------------ the contract's public pieces
+def _classes() -> dict[str, type]:
+    """Each registered environment's class (importing its module needs no optional dependency)."""
+    from environments.alfworld.env import AlfWorldEnv
+    from environments.gridnav.env import GridNavEnv
+    from environments.search.env import SearchQAEnv
+    from environments.sokoban.env import SokobanEnv
+    from environments.webshop.env import WebShopEnv
+    from environments.webshop.real import WebShopRealEnv
+
+    return {
+        "alfworld": AlfWorldEnv,
+        "gridnav": GridNavEnv,
+        "search": SearchQAEnv,
+        "sokoban": SokobanEnv,
+        "webshop": WebShopEnv,
+        "webshop_real": WebShopRealEnv,
+    }
+
+
+def test_each_environment_accepts_the_reset_options_it_did():
+    accepted = {name: cls.reset_options for name, cls in _classes().items()}
+    assert accepted == {name: ("room",) if name == "sokoban" else () for name in accepted}
+
+
+@pytest.mark.parametrize("name", list_envs())
+def test_an_unknown_reset_option_is_refused_before_anything_changes(name, request):
+    try:
+        env = make_env(name, **_kwargs(name, request))
+    except ImportError:
+        pytest.skip(f"{name}: optional dependency not installed")
+    env.reset(seed=0)
+    env.step(env.example_actions()[0])
+    before = (env.anchor_key("state"), env.task_id, env.seed, env.split)
+    accepted = "accepted: 'split', 'room'" if name == "sokoban" else "only 'split' is accepted"
+    with pytest.raises(ValueError, match=rf"^{name}: unknown reset options \['level'\]; {accepted}$"):
+        env.reset(seed=1, options={"split": env.splits[-1], "level": 3})
+    assert (env.anchor_key("state"), env.task_id, env.seed, env.split) == before
+    env.step(None)  # the episode goes on
+    env.close()
+
+
+def test_reset_hands_only_the_accepted_options_to_the_subclass():
+    from environments.gridnav.env import GridNavEnv
+
+    class WithLevel(GridNavEnv):
+        reset_options = ("level",)
+
+        def _reset(self, split, options):
+            self.seen = dict(options)
+            return super()._reset(split, {})
+
+    env = WithLevel()
+    env.reset(seed=0, options={"split": "test", "level": 3})
+    assert env.seen == {"level": 3} and env.split == "test"
+    with pytest.raises(ValueError, match=r"unknown reset options \['x'\]; accepted: 'split', 'level'"):
+        env.reset(options={"x": 1})
+
+
+@pytest.mark.parametrize("name", ["gridnav", "sokoban", "webshop", "search"])
+def test_anchor_key_by_mode_is_the_key_an_env_built_with_that_mode_reports(name):
+    modes = ("state", "observation", "history:2")
+    envs = {mode: make_env(name, key_mode=mode) for mode in modes}
+    rng = np.random.default_rng(0)
+    infos = {mode: env.reset(seed=3)[1] for mode, env in envs.items()}
+    for _ in range(6):
+        for mode in modes:  # asking for every mode, on every env, leaves each env's own key as it was
+            assert [envs[m].anchor_key(mode) for m in modes] == [infos[mode]["anchor_key"]] * len(modes)
+            assert envs[mode].anchor_key() == infos[mode]["anchor_key"] and envs[mode].key_mode == mode
+        choices = envs["state"].example_actions()
+        action = choices[int(rng.integers(len(choices)))] if rng.random() < 0.8 else None
+        outs = {mode: env.step(action) for mode, env in envs.items()}
+        infos = {mode: out[4] for mode, out in outs.items()}
+        if outs["state"][2] or outs["state"][3]:
+            break
+    with pytest.raises(ValueError, match="unknown key_mode 'states'"):
+        envs["state"].anchor_key("states")
+
+
+def test_num_tasks_is_none_for_procedural_tasks_and_checks_the_split():
+    env = make_env("gridnav")
+    assert [env.num_tasks(split) for split in env.splits] == [None, None]
+    with pytest.raises(ValueError, match=r"gridnav: unknown split 'valid'; known splits: \['train', 'test'\]"):
+        env.num_tasks("valid")

@@ -31,7 +31,7 @@ def test_golden_observations_on_a_hand_built_layout_cpu():
     # replace the drawn layout by a known one: agent at (0, 0), a wall at (0, 2), the goal at (2, 2)
     env.task = GridTask(size=5, walls=frozenset({(0, 2)}), start=(0, 0), goal=(2, 2))
     env.agent = (0, 0)
-    assert env._state_observation() == "walls: north, west. goal: down 2, right 2."
+    assert env.anchor_key("observation") == "walls: north, west. goal: down 2, right 2."
     obs, reward, terminated, _, info = env.step("right")
     assert obs == "walls: north, east. goal: down 2, right 1." and reward == 0.0 and not terminated
     obs, *_ = env.step("right")  # a wall: valid no-op
@@ -47,7 +47,7 @@ def test_golden_observations_on_a_hand_built_layout_cpu():
     key_env.task = GridTask(size=3, walls=frozenset(), start=(1, 1), goal=(0, 1), key=(2, 2))
     key_env.agent = (1, 1)
     # the goal is a locked door: "up" is blocked until the key is held
-    assert key_env._state_observation() == "walls: north. key: down 1, right 1. goal: up 1."
+    assert key_env.anchor_key("observation") == "walls: north. key: down 1, right 1. goal: up 1."
     obs, reward, terminated, *_ = key_env.step("up")
     assert key_env.agent == (1, 1) and not terminated and reward == 0.0
     key_env.step("right")
@@ -55,7 +55,7 @@ def test_golden_observations_on_a_hand_built_layout_cpu():
     assert info["picked_key"] and obs == "walls: south, east. key: held. goal: up 2, left 1."
     assert key_env.anchor_key().endswith("|agent=2,2|key=held")
     key_env.observe = "target"
-    assert key_env._state_observation() == "walls: south, east. goal: up 2, left 1."
+    assert key_env.anchor_key("observation") == "walls: south, east. goal: up 2, left 1."
 
 
 def test_prompt_is_history_and_observation_only_cpu():

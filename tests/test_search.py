@@ -218,7 +218,7 @@ def test_different_queries_same_passages_same_state(corpus):
     def after(seed, query):
         env.reset(seed=seed)
         obs, *_ = env.step(f"search[{query}]")
-        return env._state_digest(), obs
+        return env.anchor_key("state"), obs
 
     pair = None
     for seed, q in enumerate(corpus.questions["train"][:50]):
@@ -248,7 +248,7 @@ def test_state_is_the_set_of_passages_seen():
 
     env.reset(seed=0)
     obs, _, _, _, info = env.step(None)
-    assert INVALID_ACTION_TEXT in obs and INVALID_ACTION_TEXT not in env._state_observation()
+    assert INVALID_ACTION_TEXT in obs and INVALID_ACTION_TEXT not in env.anchor_key("observation")
     assert json.loads(info["anchor_key"]) == {"question": info["task_id"], "retrieved": [], "answer": None}
 
 
@@ -332,7 +332,7 @@ def test_user_corpus_and_questions_jsonl(tmp_path):
     _, info = env.reset(seed=0, options={"split": "test"})
     assert info["task_id"] == "test-1" and info["task_type"] is None
     env.step("search[lighthouse]")
-    assert env._state_digest() == json.dumps({"question": "test-1", "retrieved": ["a"], "answer": None})
+    assert env.anchor_key("state") == json.dumps({"question": "test-1", "retrieved": ["a"], "answer": None})
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(rows[0]) + "\n{not json\n")
@@ -606,7 +606,7 @@ def test_observation_keys_group_by_similarity():
         ):
             env.reset(seed=seed)
             obs, *_ = env.step(f"search[{query}]")
-            seen.setdefault(env._state_digest(), set()).add(obs)
+            seen.setdefault(env.anchor_key("state"), set()).add(obs)
         near = next((sorted(v) for v in seen.values() if len(v) > 1), None)
         if near:
             break

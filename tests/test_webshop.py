@@ -1,5 +1,6 @@
 """Tests of the WebShop simulator (catalogue, search, pages, protocol, reward, contract) and of the real-WebShop
-adapter's install error. CPU only; the default 1,000-product catalogue is built once per process (~0.3 s)."""
+adapter: its install error, and its contract over a stand-in for WebShop's text environment (WebShop cannot be
+installed offline). CPU only; the default 1,000-product catalogue is built once per process (~0.3 s)."""
 
 from __future__ import annotations
 
@@ -423,6 +424,9 @@ def test_reset_splits_and_seeds(env):
         env.reset(seed=0, options={"split": "test", "goal": 3})
     with pytest.raises(ValueError, match="unknown split"):
         env.reset(seed=0, options={"split": "eval"})
+    assert (env.num_tasks("test"), env.num_tasks("train")) == (NUM_TEST_GOALS, 5000)  # seeds wrap around these
+    with pytest.raises(ValueError, match="unknown split"):
+        env.num_tasks("eval")
     env.reset(seed=11, options={"split": "train"})
     ids = set()
     for _ in range(5):  # seed=None continues the generator: a goal drawn from it
@@ -471,3 +475,141 @@ def test_real_adapter_says_how_to_install_webshop():
     assert "princeton-nlp/WebShop" in message and "PYTHONPATH" in message and "setup.sh" in message
     assert "make_env('webshop')" in message
     assert isinstance(excinfo.value.__cause__, ImportError)
+
+
+class _FakeServer:
+    """Just what the adapter reads of WebShop's ``SimServer``: goals, user sessions, page names (a fake URL is the
+    page name itself)."""
+
+    def __init__(self, n_goals: int):
+        instruction = "i want item {}, and price lower than 50.00 dollars"
+        self.goals = [
+            {"instruction_text": instruction.format(i), "category": "fashion", "query": f"item {i}"}
+            for i in range(n_goals)
+        ]
+        self.user_sessions: dict[str, dict] = {}
+
+    def get_page_name(self, url: str) -> str:
+        return url
+
+
+class _FakeWebAgentTextEnv:
+    """A stand-in for ``web_agent_site``'s ``WebAgentTextEnv`` with WebShop's page flow (search -> results ->
+    item -> done) and its spellings (clickables lower case, ``"search"`` the search page's button). Only the
+    adapter's side of the interface is modelled; WebShop itself is not installable offline."""
+
+    n_goals = 600
+    clickables = {
+        "": ["search"],
+        "search_results": ["back to search", "next >", "b0abc", "b0xyz"],
+        "item_page": ["back to search", "< prev", "Large", "small", "buy now"],  # one spelt as WebShop may
+        "done": [],
+    }
+
+    def __init__(self, *, server=None, observation_mode, num_products, human_goals, session_prefix, **kwargs):
+        assert observation_mode == "text"
+        self.server = server or _FakeServer(self.n_goals)
+        self.browser = type("Browser", (), {"current_url": ""})()
+        self.prefix, self.session, self.observation = session_prefix, None, ""
+
+    def _render(self) -> str:
+        s = self.server.user_sessions[self.session]
+        page = self.browser.current_url or "search"
+        return f"[{page}] [SEP] {s['keywords']} [SEP] page {s['page']} [SEP] {s['asin']} [SEP] {s['options']}"
+
+    def reset(self, session: int):
+        self.session = f"{self.prefix}{session}"
+        goal = self.server.goals[session]
+        empty = {"keywords": None, "page": None, "asin": None, "options": {}}
+        self.server.user_sessions[self.session] = {"goal": goal, **empty}
+        self.browser.current_url = ""
+        self.observation = self._render()
+        return self.observation, None
+
+    def get_available_actions(self) -> dict:
+        url = self.browser.current_url
+        return {"has_search_bar": url == "", "clickables": list(self.clickables[url])}
+
+    def step(self, action: str):
+        s, url = self.server.user_sessions[self.session], self.browser.current_url
+        verb, arg = action[:-1].split("[", 1)
+        assert (verb == "search" and url == "") or arg in self.clickables[url], action  # the adapter checked it
+        reward = 0.0
+        if verb == "search":
+            s.update(keywords=arg.split(), page=1)
+            url = "search_results"
+        elif arg == "back to search":
+            s.update(keywords=None, page=None, asin=None, options={})
+            url = ""
+        elif arg == "next >":
+            s["page"] += 1
+        elif url == "search_results":
+            s["asin"], url = arg, "item_page"
+        elif arg == "< prev":
+            s.update(asin=None, options={})
+            url = "search_results"
+        elif arg == "buy now":
+            reward, url = (1.0 if s["options"].get("size") == "Large" else 0.5), "done"
+        else:
+            s["options"] = {**s["options"], "size": arg}
+        self.browser.current_url = url
+        self.observation = self._render()
+        return self.observation, reward, url == "done", None
+
+    def close(self) -> None:
+        return None
+
+
+@pytest.fixture
+def fake_webshop(monkeypatch):
+    """``WebShopRealEnv`` over :class:`_FakeWebAgentTextEnv` (WebShop's goals: ``_FakeWebAgentTextEnv.n_goals``)."""
+    from environments.webshop import real
+
+    monkeypatch.setattr(real, "_import_webshop", lambda: _FakeWebAgentTextEnv)
+    return real.WebShopRealEnv
+
+
+def test_real_adapter_num_tasks_are_the_goal_splits(fake_webshop, monkeypatch):
+    env = fake_webshop(share_server=False)
+    assert (env.num_tasks("test"), env.num_tasks("train")) == (NUM_TEST_GOALS, 600 - NUM_TEST_GOALS)
+    _, info = env.reset(seed=NUM_TEST_GOALS + 3, options={"split": "test"})
+    assert info["task_id"] == "test-3"  # seeds wrap around the split's goals
+    _, info = env.reset(seed=100 + 4, options={"split": "train"})
+    assert info["task_id"] == f"train-{NUM_TEST_GOALS + 4}"
+    with pytest.raises(ValueError, match="unknown split"):
+        env.num_tasks("valid")
+    monkeypatch.setattr(_FakeWebAgentTextEnv, "n_goals", 300)
+    small = fake_webshop(share_server=False)
+    assert small.num_tasks("test") == 300
+    with pytest.raises(ValueError, match="only 300 goals, so there is no train split"):
+        small.num_tasks("train")
+
+
+def test_real_adapter_actions_follow_the_shared_protocol(fake_webshop):
+    env = fake_webshop(share_server=False)
+    env.reset(seed=2, options={"split": "test"})
+    assert env.parse_action("<action>Search[ Item  2 ]</action>") == ("search[item 2]", True)
+    assert env.parse_action("<action>click[b0abc]</action>") == (None, False)  # no such button on the search page
+    assert env.parse_action("click[search]") == (None, False)  # WebShop's search button: searching is search[...]
+    _step_real(env, "search[item 2]")
+    assert env.parse_action("<action>search[other]</action>") == (None, False)  # no search bar on the results
+    assert env.parse_action("<action> Click[ B0ABC ] </action>") == ("click[b0abc]", True)
+    _, _, _, _, info = _step_real(env, "click[b0abc]")
+    item_page = ("back to search", "< prev", "Large", "small", "buy now")
+    assert info["admissible_actions"] == [f"click[{name}]" for name in item_page]
+    assert env.parse_action("<action>click[large]</action>") == ("click[Large]", True)  # WebShop's own spelling
+    _step_real(env, "click[LARGE]")
+    obs, reward, terminated, truncated, info = _step_real(env, "click[buy now]")
+    assert (reward, terminated, info["won"]) == (1.0, True, True)
+    assert env.anchor_key("state") == "done|q=|p=0|id=b0abc|opts=size=Large|sub="
+
+
+def _step_real(env, text: str):
+    action, valid = env.parse_action(f"<action>{text}</action>")
+    assert valid, text
+    return env.step(action)
+
+
+def test_real_adapter_passes_the_checker(fake_webshop):
+    counts = check_env(fake_webshop(share_server=False), seeds=(0, 1, 2), n_steps=8)
+    assert counts["transitions"] > 0 and counts["path_pairs"] == 3

@@ -225,8 +225,7 @@ class AlfWorldEnv(TextEnv):
     def num_tasks(self, split: str) -> int | None:
         """Size of the fixed task list of ``split``: the number of games of ``valid_seen``/``valid_unseen``
         (``reset(seed=i)`` needs ``i`` below it); None for ``train``, whose seeds wrap around its games."""
-        if split not in self.splits:
-            raise ValueError(f"alfworld: unknown split {split!r}; known splits: {list(self.splits)}")
+        self._check_split(split)
         return None if split == "train" else len(self.games(split))
 
     def _pick_game(self, split: str) -> GameEntry:
@@ -250,8 +249,6 @@ class AlfWorldEnv(TextEnv):
 
     # ------------------------------------------------------------------ hooks
     def _reset(self, split: str, options: dict[str, Any]) -> str:
-        if options:
-            raise ValueError(f"alfworld: unknown reset options {sorted(options)}; only 'split' is accepted")
         if self._tw is None:
             raise RuntimeError("alfworld: the environment was closed; make a new one")
         game = self._pick_game(split)

@@ -246,8 +246,6 @@ class GridNavEnv(TextEnv):
 
     # ------------------------------------------------------------------ hooks
     def _reset(self, split: str, options: dict[str, Any]) -> str:
-        if options:
-            raise ValueError(f"gridnav: unknown reset options {sorted(options)}; only 'split' is accepted")
         self.task = generate_task(
             self.np_random, size=self.size, walls=self.walls_range, min_path=self.min_path, key=self.with_key
         )

@@ -95,6 +95,7 @@ class SokobanEnv(TextEnv):
 
     name = "sokoban"
     splits = ("train", "test")
+    reset_options = ("room",)
     prompt_template = SOKOBAN_PROMPT
     history_item_template = SOKOBAN_HISTORY_ITEM
 
@@ -166,10 +167,7 @@ class SokobanEnv(TextEnv):
         ).room
 
     def _reset(self, split: str, options: dict[str, Any]) -> str:
-        options = dict(options)
-        layout = options.pop("room", None)
-        if options:
-            raise ValueError(f"sokoban: unknown reset options {sorted(options)}; accepted: 'split', 'room'")
+        layout = options.get("room")
         if layout is not None:
             if not isinstance(layout, str):
                 raise ValueError(f"sokoban: options['room'] must be a rendered room (str), got {type(layout).__name__}")

@@ -84,10 +84,18 @@ class WebShopEnv(TextEnv):
         self._page = PageState()
         self._reward: float | None = None
 
+    def num_tasks(self, split: str) -> int:
+        """Number of goals of ``split`` (500 for ``"test"``, ``num_train_goals`` for ``"train"``); ``reset(seed=i)``
+        plays goal ``i`` modulo it.
+
+        Raises:
+            ValueError: unknown split.
+        """
+        self._check_split(split)
+        return len(self.catalogue.goals[split])
+
     # ------------------------------------------------------------------ hooks
     def _reset(self, split: str, options: dict[str, Any]) -> str:
-        if options:
-            raise ValueError(f"webshop: unknown reset options {sorted(options)}; only 'split' is accepted")
         goals = self.catalogue.goals[split]
         index = self.seed % len(goals) if self.seed is not None else int(self.np_random.integers(len(goals)))
         self.goal = goals[index]

@@ -40,7 +40,7 @@ from typing import Any
 from environments.base import StepResult, TextEnv
 from environments.webshop.catalogue import NUM_TEST_GOALS
 from environments.webshop.prompt import WEBSHOP_HISTORY_ITEM, WEBSHOP_PROMPT
-from environments.webshop.protocol import SEARCH_PLACEHOLDER, split_action
+from environments.webshop.protocol import SEARCH_PLACEHOLDER, canonical_action, split_action
 
 __all__ = ["INSTALL_HINT", "WebShopRealEnv"]
 
@@ -137,10 +137,14 @@ class WebShopRealEnv(TextEnv):
         self._clickables: dict[str, str] = {}  # normalised name -> WebShop's clickable name
 
     # ------------------------------------------------------------------ WebShop access
-    @property
-    def num_goals(self) -> int:
-        """Number of goals WebShop loaded."""
-        return len(self._env.server.goals)
+    def num_tasks(self, split: str) -> int:
+        """Number of WebShop goals in ``split``: ``min(500, goals loaded)`` for ``"test"``, the rest for
+        ``"train"`` (``reset(seed=i)`` plays goal ``i`` modulo it).
+
+        Raises:
+            ValueError: unknown split, or ``"train"`` when WebShop loaded 500 goals or fewer.
+        """
+        return self._split_goals(split)[1]
 
     def _session(self) -> dict[str, Any]:
         return self._env.server.user_sessions[self._env.session]
@@ -157,24 +161,26 @@ class WebShopRealEnv(TextEnv):
                 continue
             self._clickables.setdefault(" ".join(str(name).lower().split()), name)
 
-    def _goal_index(self, split: str) -> int:
-        n = self.num_goals
+    def _split_goals(self, split: str) -> tuple[int, int]:
+        """``(offset, size)`` of ``split`` in WebShop's goal list (see the module docstring)."""
+        self._check_split(split)
+        n = len(self._env.server.goals)
         if split == "test":
-            size, offset = min(NUM_TEST_GOALS, n), 0
-        else:
-            size, offset = n - NUM_TEST_GOALS, NUM_TEST_GOALS
-            if size <= 0:
-                raise ValueError(
-                    f"webshop_real: WebShop loaded only {n} goals, so there is no train split (goals 500 and up); "
-                    "load more products (num_products=None) or use split 'test'"
-                )
+            return 0, min(NUM_TEST_GOALS, n)
+        if n <= NUM_TEST_GOALS:
+            raise ValueError(
+                f"webshop_real: WebShop loaded only {n} goals, so there is no train split (goals 500 and up); "
+                "load more products (num_products=None) or use split 'test'"
+            )
+        return NUM_TEST_GOALS, n - NUM_TEST_GOALS
+
+    def _goal_index(self, split: str) -> int:
+        offset, size = self._split_goals(split)
         draw = self.seed if self.seed is not None else int(self.np_random.integers(size))
         return offset + draw % size
 
     # ------------------------------------------------------------------ hooks
     def _reset(self, split: str, options: dict[str, Any]) -> str:
-        if options:
-            raise ValueError(f"webshop_real: unknown reset options {sorted(options)}; only 'split' is accepted")
         index = self._goal_index(split)
         obs, _ = self._env.reset(session=index)
         goal = self._session()["goal"]
@@ -216,14 +222,10 @@ class WebShopRealEnv(TextEnv):
         return self._env.observation
 
     def _match_action(self, candidate: str) -> str | None:
-        parts = split_action(candidate)
-        if parts is None:
-            return None
-        verb, arg = parts
-        if verb == "search":
-            return f"search[{arg}]" if self._has_search_bar else None
-        name = self._clickables.get(arg)
-        return None if name is None else f"click[{name}]"
+        action = canonical_action(candidate, has_search_bar=self._has_search_bar, clickables=self._clickables)
+        if action is None or not action.startswith("click["):
+            return action
+        return f"click[{self._clickables[action[len('click[') : -1]]}]"  # WebShop's own spelling of the clickable
 
     def _admissible_actions(self) -> list[str] | None:
         actions = [SEARCH_PLACEHOLDER] if self._has_search_bar else []

@@ -65,15 +65,15 @@ def task_rows(env_name: str, split: str, seeds: range, *, data_source: str | Non
 
 
 def _inspect_env(env_name: str, splits: tuple[str, ...], env_kwargs: dict[str, Any]) -> int | None:
-    """Check that the environment knows ``splits``; return the size of the fixed task list of ``splits[-1]`` when
-    the environment has one (a ``num_tasks(split)`` method), else None."""
+    """Check that the environment knows ``splits``; return the size of the fixed task list of ``splits[-1]``
+    (:meth:`environments.base.TextEnv.num_tasks`), or None when its tasks are procedural or unbounded."""
     env = make_env(env_name, **env_kwargs)
     try:
         for split in splits:
             if split not in env.splits:
                 raise ValueError(f"{env_name} has no split {split!r}; its splits: {list(env.splits)}")
-        counter = getattr(env, "num_tasks", None)
-        return int(counter(splits[-1])) if callable(counter) else None
+        n_tasks = env.num_tasks(splits[-1])
+        return None if n_tasks is None else int(n_tasks)
     finally:
         env.close()
 
