@@ -14,7 +14,8 @@
 * ``parse_action`` totality: fuzzed inputs (empty, huge, binary-looking, unicode, several tags, no tags, tags
   repeated up to the parse limit) never raise, always return ``(str, True)`` or ``(None, False)``, and do not
   touch the state;
-* ``reset`` options: a non-dict ``options`` is a ``ValueError`` that names ``options``;
+* ``reset`` options: a non-dict ``options`` is a ``ValueError`` that names ``options``, an unknown option one that
+  names it;
 * the invalid-action step: ``step(None)`` leaves the state unchanged, says so, and counts toward the step limit.
 """
 
@@ -129,25 +130,178 @@ def _play(env: TextEnv, seed: int, split: str, action_seed: int, n_steps: int) -
     return transcript
 
 
-def _walk(env: TextEnv, seed: int, split: str, path: list[str | None]) -> tuple[str, str, dict[str, str]]:
+def _walk(env: TextEnv, seed: int, split: str, path: list[str | None]) -> dict[str, str]:
+    """Reset with ``seed``, take the actions of ``path`` (stopping where the episode ends) and return the
+    ``state`` and ``observation`` anchor keys of the state reached."""
     env.reset(seed=seed, options={"split": split})
     for action in path:
         _, _, terminated, truncated, _ = env.step(action)
         if terminated or truncated:
             break
-    keys = {}
-    saved = (env.key_kind, env.key_history)
-    for kind in ("state", "observation"):
-        env.key_kind, env.key_history = kind, 0
-        keys[kind] = env.anchor_key()
-    env.key_kind, env.key_history = saved
-    return env._state_digest(), repr(path), keys
+    return {kind: env.anchor_key(kind) for kind in ("state", "observation")}
+
+
+def _check_types(env: TextEnv, seed: int, split: str, failures: list[str]) -> None:
+    """``reset`` and one ``step`` return the documented shapes, and every ``info`` entry has its type."""
+    obs, info = env.reset(seed=seed, options={"split": split})
+    if not isinstance(obs, str):
+        failures.append(f"reset: observation must be str, got {type(obs).__name__}")
+    _check_info(info, "reset", failures)
+    if info.get("step") != 0 or info.get("action_valid") is not True:
+        failures.append("reset: info['step'] must be 0 and info['action_valid'] True")
+    choices = env.example_actions()
+    if not choices:
+        failures.append("example_actions() is empty right after reset: the checker cannot exercise step()")
+        return
+    out = env.step(choices[0])
+    if not (isinstance(out, tuple) and len(out) == 5):
+        failures.append("step must return a 5-tuple (obs, reward, terminated, truncated, info)")
+        return
+    obs, reward, terminated, truncated, info = out
+    if not isinstance(obs, str):
+        failures.append("step: observation must be str")
+    if not isinstance(reward, float):
+        failures.append(f"step: reward must be float, got {type(reward).__name__}")
+    if not isinstance(terminated, bool) or not isinstance(truncated, bool):
+        failures.append("step: terminated and truncated must be bool")
+    _check_info(info, "step", failures)
+
+
+def _check_determinism(env: TextEnv, seeds: tuple[int, ...], split: str, n_steps: int, failures: list[str]) -> int:
+    """Seeded and step determinism: replaying a seed's random actions gives the same transcript, with another
+    seed played in between, and ``reset(seed)`` rebuilds the same task. Returns the transitions checked."""
+    n_tasks = env.num_tasks(split)  # fixed task lists (e.g. ALFWorld eval splits): the other seed stays in range
+    transitions = 0
+    for i, seed in enumerate(seeds):
+        other = seed + 7919 if n_tasks is None else (seed + 1) % n_tasks
+        first = _play(env, seed, split, action_seed=1000 + i, n_steps=n_steps)
+        _play(env, other, split, action_seed=2000 + i, n_steps=n_steps)
+        second = _play(env, seed, split, action_seed=1000 + i, n_steps=n_steps)
+        transitions += (len(first) - 2) // 6
+        if first != second:
+            at = next(j for j, (a, b) in enumerate(zip(first, second, strict=False)) if a != b) if first else 0
+            failures.append(
+                f"seed {seed}: replaying the same actions diverged at transcript item {at}: "
+                f"{first[at][:200]!r} != {second[at][:200]!r}"
+                if at < min(len(first), len(second))
+                else f"seed {seed}: transcripts differ in length ({len(first)} vs {len(second)})"
+            )
+        # the same seed must give the same task whatever came before
+        env.reset(seed=seed, options={"split": split})
+        task_a = (env.task_id, env.task_description, env.anchor_key("state"))
+        env.reset(seed=other, options={"split": split})
+        env.reset(seed=seed, options={"split": split})
+        if (env.task_id, env.task_description, env.anchor_key("state")) != task_a:
+            failures.append(f"seed {seed}: reset(seed) did not rebuild the same task and initial state")
+    return transitions
+
+
+def _check_key_stability(env: TextEnv, seeds: tuple[int, ...], split: str, failures: list[str]) -> int:
+    """Each pair of ``env.checker_paths()`` reaches the same state and the same ``state`` and ``observation``
+    keys. Returns the path pairs checked."""
+    pairs = 0
+    for seed in seeds:
+        env.reset(seed=seed, options={"split": split})
+        for path_a, path_b in env.checker_paths():
+            keys_a = _walk(env, seed, split, list(path_a))
+            keys_b = _walk(env, seed, split, list(path_b))
+            pairs += 1
+            if keys_a["state"] != keys_b["state"]:
+                failures.append(f"seed {seed}: paths {path_a} and {path_b} should reach the same state but do not")
+            for kind in ("state", "observation"):
+                if keys_a[kind] != keys_b[kind]:
+                    failures.append(f"seed {seed}: {kind} keys differ for paths {path_a} and {path_b}")
+    return pairs
+
+
+def _check_parse_action(env: TextEnv, seed: int, split: str, failures: list[str]) -> int:
+    """``parse_action`` is total and pure on fuzzed inputs, accepts every example action and leaves the state
+    alone. Returns the inputs tried."""
+    env.reset(seed=seed, options={"split": split})
+    digest = env.anchor_key("state")
+    rng = np.random.default_rng(0)
+    examples = env.example_actions()[:10]
+    inputs = FUZZ_INPUTS + [_random_text(rng) for _ in range(100)]
+    inputs += [f"<think>ok</think><action>{a}</action>" for a in examples]
+    for text in inputs:
+        try:
+            out = env.parse_action(text)
+            again = env.parse_action(text)
+        except Exception as exc:  # noqa: BLE001 - the check is precisely that nothing escapes
+            failures.append(f"parse_action raised {exc!r} on {repr(text)[:80]}")
+            continue
+        if out != again:
+            failures.append(f"parse_action is not pure on {repr(text)[:80]}")
+        if not (isinstance(out, tuple) and len(out) == 2):
+            failures.append(f"parse_action must return a 2-tuple, got {out!r:.80}")
+            continue
+        action, valid = out
+        if valid is not (action is not None) or (action is not None and not isinstance(action, str)):
+            failures.append(f"parse_action returned inconsistent {out!r:.80} for {repr(text)[:80]}")
+    for a in examples:
+        parsed, valid = env.parse_action(f"<think>ok</think><action>{a}</action>")
+        if not valid:
+            failures.append(f"parse_action rejects the example action {a!r}")
+    if env.anchor_key("state") != digest:
+        failures.append("parse_action changed the environment state")
+    return len(inputs)
+
+
+def _check_reset_options(env: TextEnv, seed: int, split: str, failures: list[str]) -> None:
+    """Reset options that are not a dict, or that name an option the environment does not accept, are a clear
+    ``ValueError`` (naming ``options``, or the unknown option), not a confusing one."""
+    for bad in (["x"], "train", 5):
+        try:
+            env.reset(seed=seed, options=bad)
+        except ValueError as exc:
+            if "options" not in str(exc):
+                failures.append(f"reset(options={bad!r}) raised a ValueError that does not name options: {exc}")
+        except Exception as exc:  # noqa: BLE001 - the check is precisely which exception escapes
+            failures.append(f"reset(options={bad!r}) must raise ValueError, raised {exc!r}")
+        else:
+            failures.append(f"reset(options={bad!r}) was accepted; options must be a dict")
+    unknown = {"split": split, "no_such_option": 1}
+    try:
+        env.reset(seed=seed, options=unknown)
+    except ValueError as exc:
+        if "no_such_option" not in str(exc):
+            failures.append(f"reset(options={unknown!r}) raised a ValueError that does not name the option: {exc}")
+    except Exception as exc:  # noqa: BLE001 - the check is precisely which exception escapes
+        failures.append(f"reset(options={unknown!r}) must raise ValueError, raised {exc!r}")
+    else:
+        failures.append(f"reset(options={unknown!r}) was accepted; unknown options must be refused")
+
+
+def _check_invalid_step(env: TextEnv, seed: int, split: str, failures: list[str]) -> None:
+    """``step(None)`` leaves the state and key unchanged, says the action was invalid, and counts toward
+    ``max_steps`` (invalid steps alone truncate the episode there)."""
+    _, info0 = env.reset(seed=seed, options={"split": split})
+    digest = env.anchor_key("state")
+    obs, reward, terminated, truncated, info = env.step(None)
+    if env.anchor_key("state") != digest:
+        failures.append("step(None) changed the state")
+    if INVALID_ACTION_TEXT not in obs:
+        failures.append("step(None): the observation must say the action was invalid")
+    if info.get("action_valid") is not False or info.get("step") != 1 or reward != 0.0 or terminated:
+        failures.append("step(None): expected action_valid False, step 1, reward 0.0, not terminated")
+    if env.key_kind in ("state", "observation") and info.get("anchor_key") != info0.get("anchor_key"):
+        failures.append("step(None) changed the anchor key")
+    steps = 1
+    while not (terminated or truncated):
+        obs, reward, terminated, truncated, info = env.step(None)
+        steps += 1
+    if not truncated or steps != env.max_steps:
+        failures.append(f"invalid steps must truncate at max_steps={env.max_steps}, ended after {steps}")
 
 
 def check_env(
     env: TextEnv, *, seeds: tuple[int, ...] = (0, 1, 2), n_steps: int = 12, split: str | None = None
 ) -> dict[str, int]:
     """Run every contract check on ``env`` (an instance; it is reset many times).
+
+    One function per section of the module docstring, in this order: :func:`_check_types`,
+    :func:`_check_determinism`, :func:`_check_key_stability`, :func:`_check_parse_action`,
+    :func:`_check_reset_options`, :func:`_check_invalid_step`; each appends what fails to one list.
 
     Args:
         env: the environment under test.
@@ -168,133 +322,15 @@ def check_env(
         raise ValueError(f"n_steps must be an int >= 1 (random actions per episode), got {n_steps!r}")
     failures: list[str] = []
     split = split or env.splits[0]
-    counts = {"transitions": 0, "fuzz_inputs": 0, "path_pairs": 0}
-
-    # -- types
-    obs, info = env.reset(seed=seeds[0], options={"split": split})
-    if not isinstance(obs, str):
-        failures.append(f"reset: observation must be str, got {type(obs).__name__}")
-    _check_info(info, "reset", failures)
-    if info.get("step") != 0 or info.get("action_valid") is not True:
-        failures.append("reset: info['step'] must be 0 and info['action_valid'] True")
-    choices = env.example_actions()
-    if choices:
-        out = env.step(choices[0])
-        if not (isinstance(out, tuple) and len(out) == 5):
-            failures.append("step must return a 5-tuple (obs, reward, terminated, truncated, info)")
-        else:
-            obs, reward, terminated, truncated, info = out
-            if not isinstance(obs, str):
-                failures.append("step: observation must be str")
-            if not isinstance(reward, float):
-                failures.append(f"step: reward must be float, got {type(reward).__name__}")
-            if not isinstance(terminated, bool) or not isinstance(truncated, bool):
-                failures.append("step: terminated and truncated must be bool")
-            _check_info(info, "step", failures)
-    else:
-        failures.append("example_actions() is empty right after reset: the checker cannot exercise step()")
-
-    # -- seeded and step determinism (with another seed played in between)
-    num_tasks = getattr(env, "num_tasks", None)
-    n_tasks = num_tasks(split) if callable(num_tasks) else None  # fixed task lists (e.g. ALFWorld eval splits)
-    for i, seed in enumerate(seeds):
-        other = seed + 7919 if n_tasks is None else (seed + 1) % n_tasks
-        first = _play(env, seed, split, action_seed=1000 + i, n_steps=n_steps)
-        _play(env, other, split, action_seed=2000 + i, n_steps=n_steps)
-        second = _play(env, seed, split, action_seed=1000 + i, n_steps=n_steps)
-        counts["transitions"] += (len(first) - 2) // 6
-        if first != second:
-            at = next(j for j, (a, b) in enumerate(zip(first, second, strict=False)) if a != b) if first else 0
-            failures.append(
-                f"seed {seed}: replaying the same actions diverged at transcript item {at}: "
-                f"{first[at][:200]!r} != {second[at][:200]!r}"
-                if at < min(len(first), len(second))
-                else f"seed {seed}: transcripts differ in length ({len(first)} vs {len(second)})"
-            )
-        # the same seed must give the same task whatever came before
-        env.reset(seed=seed, options={"split": split})
-        task_a = (env.task_id, env.task_description, env._state_digest())
-        env.reset(seed=other, options={"split": split})
-        env.reset(seed=seed, options={"split": split})
-        if (env.task_id, env.task_description, env._state_digest()) != task_a:
-            failures.append(f"seed {seed}: reset(seed) did not rebuild the same task and initial state")
-
-    # -- key stability
-    for seed in seeds:
-        env.reset(seed=seed, options={"split": split})
-        for path_a, path_b in env.checker_paths():
-            da, _, keys_a = _walk(env, seed, split, list(path_a))
-            db, _, keys_b = _walk(env, seed, split, list(path_b))
-            counts["path_pairs"] += 1
-            if da != db:
-                failures.append(f"seed {seed}: paths {path_a} and {path_b} should reach the same state but do not")
-            for kind in ("state", "observation"):
-                if keys_a[kind] != keys_b[kind]:
-                    failures.append(f"seed {seed}: {kind} keys differ for paths {path_a} and {path_b}")
-
-    # -- parse_action totality and purity
-    env.reset(seed=seeds[0], options={"split": split})
-    digest = env._state_digest()
-    rng = np.random.default_rng(0)
-    inputs = FUZZ_INPUTS + [_random_text(rng) for _ in range(100)]
-    inputs += [f"<think>ok</think><action>{a}</action>" for a in env.example_actions()[:10]]
-    for text in inputs:
-        counts["fuzz_inputs"] += 1
-        try:
-            out = env.parse_action(text)
-            again = env.parse_action(text)
-        except Exception as exc:  # noqa: BLE001 - the check is precisely that nothing escapes
-            failures.append(f"parse_action raised {exc!r} on {repr(text)[:80]}")
-            continue
-        if out != again:
-            failures.append(f"parse_action is not pure on {repr(text)[:80]}")
-        if not (isinstance(out, tuple) and len(out) == 2):
-            failures.append(f"parse_action must return a 2-tuple, got {out!r:.80}")
-            continue
-        action, valid = out
-        if valid is not (action is not None) or (action is not None and not isinstance(action, str)):
-            failures.append(f"parse_action returned inconsistent {out!r:.80} for {repr(text)[:80]}")
-    for a in env.example_actions()[:10]:
-        parsed, valid = env.parse_action(f"<think>ok</think><action>{a}</action>")
-        if not valid:
-            failures.append(f"parse_action rejects the example action {a!r}")
-    if env._state_digest() != digest:
-        failures.append("parse_action changed the environment state")
-
-    # -- reset options must be a dict: anything else is a clear ValueError, not a confusing one
-    for bad in (["x"], "train", 5):
-        try:
-            env.reset(seed=seeds[0], options=bad)
-        except ValueError as exc:
-            if "options" not in str(exc):
-                failures.append(f"reset(options={bad!r}) raised a ValueError that does not name options: {exc}")
-        except Exception as exc:  # noqa: BLE001 - the check is precisely which exception escapes
-            failures.append(f"reset(options={bad!r}) must raise ValueError, raised {exc!r}")
-        else:
-            failures.append(f"reset(options={bad!r}) was accepted; options must be a dict")
-
-    # -- invalid-action step
-    obs0, info0 = env.reset(seed=seeds[0], options={"split": split})
-    digest = env._state_digest()
-    obs, reward, terminated, truncated, info = env.step(None)
-    if env._state_digest() != digest:
-        failures.append("step(None) changed the state")
-    if INVALID_ACTION_TEXT not in obs:
-        failures.append("step(None): the observation must say the action was invalid")
-    if info.get("action_valid") is not False or info.get("step") != 1 or reward != 0.0 or terminated:
-        failures.append("step(None): expected action_valid False, step 1, reward 0.0, not terminated")
-    if env.key_kind in ("state", "observation") and info.get("anchor_key") != info0.get("anchor_key"):
-        failures.append("step(None) changed the anchor key")
-    steps = 1
-    while not (terminated or truncated):
-        obs, reward, terminated, truncated, info = env.step(None)
-        steps += 1
-    if not truncated or steps != env.max_steps:
-        failures.append(f"invalid steps must truncate at max_steps={env.max_steps}, ended after {steps}")
-
+    _check_types(env, seeds[0], split, failures)
+    transitions = _check_determinism(env, tuple(seeds), split, n_steps, failures)
+    path_pairs = _check_key_stability(env, tuple(seeds), split, failures)
+    fuzz_inputs = _check_parse_action(env, seeds[0], split, failures)
+    _check_reset_options(env, seeds[0], split, failures)
+    _check_invalid_step(env, seeds[0], split, failures)
     if failures:
         raise EnvCheckError(env.name, failures)
-    return counts
+    return {"transitions": transitions, "fuzz_inputs": fuzz_inputs, "path_pairs": path_pairs}
 
 
 def _positive_int(text: str) -> int:
@@ -337,8 +373,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError) as exc:  # unknown name, or a bad constructor argument
         parser.error(f"cannot build {args.name!r} with {kwargs}: {exc}")
     seeds = args.seeds
-    num_tasks = getattr(env, "num_tasks", None)
-    n_tasks = num_tasks(args.split or env.splits[0]) if callable(num_tasks) else None
+    try:
+        n_tasks = env.num_tasks(args.split or env.splits[0])
+    except ValueError as exc:  # an unknown split
+        env.close()
+        parser.error(str(exc))
     if n_tasks is not None:  # a fixed task list: check at most the tasks it has
         seeds = min(seeds, n_tasks)
     try:

@@ -64,6 +64,25 @@ def test_checker_reports_every_failure():
     assert any("parse_action raised" in f for f in info.value.failures)
 
 
+def test_checker_refuses_an_environment_that_accepts_unknown_reset_options():
+    from environments.gridnav.env import GridNavEnv
+
+    class Lax(GridNavEnv):
+        reset_options = ("no_such_option",)  # what the checker tries as an unknown option
+
+    with pytest.raises(EnvCheckError) as info:
+        check_env(Lax(), seeds=(0,), n_steps=3)
+    assert info.value.failures == [
+        "reset(options={'split': 'train', 'no_such_option': 1}) was accepted; unknown options must be refused"
+    ]
+
+
+def test_checker_leaves_the_key_mode_as_it_was():
+    env = make_env("gridnav", key_mode="history:2")
+    check_env(env, seeds=(0,), n_steps=3)
+    assert (env.key_mode, env.key_kind, env.key_history) == ("history:2", "history", 2)
+
+
 def test_checker_cli_exits_zero():
     proc = subprocess.run(
         [sys.executable, "-m", "environments.checker", "sokoban", "--seeds", "2"],
