@@ -1,7 +1,7 @@
-"""Timing of the ALFWorld adapter and the synthetic game generator (wall clock, medians; CPU only).
+"""Timing of the ALFWorld adapter and the synthetic game generator (wall clock, medians; CPU only; prints only).
 
-    python -m environments.alfworld.bench                      # generates 1 game per type into a temp dir
-    python -m environments.alfworld.bench --data $ALFWORLD_DATA --games 12 --steps 20
+    python benchmarks/bench_alfworld.py                                 # generates 1 game per type into a temp dir
+    python benchmarks/bench_alfworld.py --data $ALFWORLD_DATA --games 12 --steps 20
 
 Reports: generation seconds per game; switching an instance to a new game (load + reset) and restarting the
 loaded game, each with and without the adapter's engine cache; one step with a random admissible action.
