@@ -25,6 +25,7 @@ from verl_gigpo.advantage import (
     discounted_step_returns,
     gigpo_advantage_terms,
 )
+from verl_gigpo.anchors import anchor_group_ids
 from verl_gigpo.config import GiGPOConfig
 
 ATOL = 1e-5
@@ -524,6 +525,13 @@ def test_gamma_zero_gives_the_step_reward_cpu():
         {"epsilon": 0.0},
         {"norm": "mean_norm"},
         {"episode_stats": "episode"},
+        # the similarity threshold: GiGPOConfig had its own check, with another message than anchors' and the
+        # estimator had none (the plug-in's estimator function ignored key_mode=similarity altogether)
+        {"similarity_threshold": 0.0},
+        {"similarity_threshold": 1.5},
+        {"similarity_threshold": float("nan")},
+        {"similarity_threshold": True},
+        {"similarity_threshold": "0.9"},
     ],
 )
 def test_config_and_estimator_share_one_option_check_cpu(options):
@@ -542,6 +550,89 @@ def test_config_and_estimator_share_one_option_check_cpu(options):
     with pytest.raises(ValueError) as from_estimator:
         compute_gigpo_advantage(*_golden_inputs(), **options)
     assert str(from_config.value) == str(from_estimator.value) == str(direct.value)
+    if "similarity_threshold" in options:  # and the grouping functions say the same
+        with pytest.raises(ValueError) as from_anchors:
+            anchor_group_ids(["a", "b"], ["g", "g"], options["similarity_threshold"])
+        assert str(from_anchors.value) == str(direct.value)
+        assert str(direct.value).startswith(f"similarity_threshold={options['similarity_threshold']!r} must be")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# similarity keys (similarity_threshold; GiGPOConfig(key_mode="similarity"))
+
+ROOM = (
+    "You arrive at countertop 1. On the countertop 1, you see a apple 1, a bread 2, a butterknife 3, a cup 1, "
+    "a dishsponge 2, a fork 1, a lettuce 2, a peppershaker 1, a plate 2, a saltshaker 3, and a spatula 1."
+)
+ROOM_VARIANTS = [  # Dice similarity of the 5-byte shingle sets to ROOM: ~0.97-0.99, to each other >= 0.93
+    ROOM,
+    ROOM.replace("apple 1", "apple 2"),
+    ROOM.replace("bread 2", "egg 2"),
+    ROOM.replace("lettuce", "tomato"),
+]
+OTHERS = ["You are facing the drawer 4. The drawer 4 is closed.", "Nothing happens.", "You open the fridge 1."]
+
+
+def _similarity_batch(rng, n_groups=3, members=4, max_len=4):
+    rows = []
+    for g in range(n_groups):
+        for m in range(members):
+            for t in range(int(rng.integers(1, max_len + 1))):
+                texts = ROOM_VARIANTS if rng.random() < 0.6 else OTHERS
+                rows.append((f"g{g}", f"g{g}m{m}", t, texts[int(rng.integers(len(texts)))], float(rng.normal())))
+    perm = rng.permutation(len(rows))
+    g, tr, st, key, r = (np.array(col, dtype=object) for col in zip(*[rows[i] for i in perm], strict=True))
+    return torch.tensor(r.astype(float)), torch.ones(len(rows), 2), g, tr, st.astype(int), key
+
+
+def test_similarity_keys_match_the_loop_oracle_cpu():
+    rng = np.random.default_rng(7)
+    merged = 0
+    for _ in range(20):
+        inputs = _similarity_batch(rng)
+        valid = rng.random(len(inputs[0])) < 0.9
+        for threshold in (0.9, 0.5):
+            terms = gigpo_advantage_terms(*inputs, row_mask=valid, gamma=0.9, similarity_threshold=threshold)
+            oracle = loop_gigpo_terms(
+                inputs[0].tolist(), *map(list, inputs[2:]), row_mask=valid, gamma=0.9, similarity_threshold=threshold
+            )
+            np.testing.assert_allclose(terms.step_adv, oracle["step_adv"], atol=ATOL, rtol=RTOL)
+            np.testing.assert_allclose(terms.advantage, oracle["advantage"], atol=ATOL, rtol=RTOL)
+            exact = gigpo_advantage_terms(*inputs, row_mask=valid, gamma=0.9)
+            merged += exact.stats["gigpo/num_step_groups"] > terms.stats["gigpo/num_step_groups"]
+    assert merged == 40  # the variants of the room merged every time: the test compares two real partitions
+
+
+def test_similarity_threshold_one_is_exact_keys_and_other_texts_stay_apart_cpu():
+    inputs = _similarity_batch(np.random.default_rng(1))
+    exact = gigpo_advantage_terms(*inputs)
+    np.testing.assert_array_equal(gigpo_advantage_terms(*inputs, similarity_threshold=1.0).advantage, exact.advantage)
+    # A variant of the room in one group and ROOM in another are never compared: groups stay apart.
+    rows = (torch.tensor([1.0, 0.0]), torch.ones(2, 1), ["g0", "g1"], ["a", "b"], [0, 0], ROOM_VARIANTS[:2])
+    assert gigpo_advantage_terms(*rows, similarity_threshold=0.9).stats["gigpo/num_step_groups"] == 2.0
+
+
+def test_similarity_keys_must_be_texts_cpu():
+    inputs = list(_golden_inputs())
+    inputs[5] = np.array(["s0", "s1", 3, "s0", "s1", "s2"], dtype=object)
+    with pytest.raises(
+        ValueError, match=r"anchor_keys\[2\] = 3 is a int; similarity grouping .*key_mode='observation'"
+    ):
+        gigpo_advantage_terms(*inputs, similarity_threshold=0.9)
+    mask = np.array([True, True, False, True, True, True])  # a masked row is not looked at
+    gigpo_advantage_terms(*inputs, row_mask=mask, similarity_threshold=0.9)
+
+
+def test_config_advantage_terms_is_the_estimator_with_its_settings_cpu():
+    inputs = _similarity_batch(np.random.default_rng(3))
+    for cfg, threshold in [
+        (GiGPOConfig(gamma=0.5, norm="mean", key_mode="observation"), None),
+        (GiGPOConfig(step_advantage_w=0.5, key_mode="similarity", similarity_threshold=0.8), 0.8),
+    ]:
+        got = cfg.advantage_terms(*inputs)
+        want = gigpo_advantage_terms(*inputs, similarity_threshold=threshold, **cfg.estimator_kwargs())
+        np.testing.assert_array_equal(got.advantage, want.advantage)
+        assert got.stats == want.stats
 
 
 def test_duplicates_allowed_when_masked_cpu():

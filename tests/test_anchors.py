@@ -1,7 +1,11 @@
 """CPU tests of anchor grouping (verl_gigpo.anchors): similarity grouping against a brute-force all-pairs
-oracle, order independence, exact mode, per-episode-group grouping, key utilities, validation."""
+oracle (tests/helpers/gigpo_oracle.py), order independence, exact mode, per-episode-group grouping, validation."""
 
 from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +15,6 @@ from verl_gigpo import anchors
 from verl_gigpo.advantage import gigpo_advantage_terms
 from verl_gigpo.anchors import (
     anchor_group_ids,
-    hashable_key,
     shingle_set,
     shingle_similarity,
     similarity_groups,
@@ -24,21 +27,18 @@ ROOM = (
 OTHER = "You are facing the drawer 4. The drawer 4 is closed. Nothing happens when you wait here for a while."
 
 
-def _brute_force_groups(texts, threshold):
-    """All pairs, union-find: the definition of the grouping, written the slow obvious way."""
-    parent = list(range(len(texts)))
+def _load_helper(name):
+    """tests/helpers/<name>.py by path (tests/ is no package: verl's wheel owns the name)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "helpers" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
-    def find(x):
-        while parent[x] != x:
-            x = parent[x]
-        return x
 
-    for i in range(len(texts)):
-        for j in range(i + 1, len(texts)):
-            if texts[i] == texts[j] or shingle_similarity(texts[i], texts[j]) >= threshold:
-                ri, rj = find(i), find(j)
-                parent[max(ri, rj)] = min(ri, rj)
-    return np.array([find(i) for i in range(len(texts))])
+# all pairs, union-find: the definition of the grouping, written the slow obvious way
+_brute_force_groups = _load_helper("gigpo_oracle").brute_force_similarity_groups
 
 
 def _same_partition(a, b):
@@ -209,7 +209,7 @@ def test_empty_input_cpu():
 
 @pytest.mark.parametrize("threshold", [0.0, -0.5, 1.5, float("nan"), True, "0.9", None])
 def test_similarity_threshold_validation_cpu(threshold):
-    with pytest.raises(ValueError, match=r"similarity threshold must be a number in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"similarity_threshold=.* must be a number in \(0, 1\]: 1.0 = exact match"):
         similarity_groups(["a", "b"], threshold)
 
 
@@ -290,21 +290,15 @@ def test_anchor_group_ids_validation_cpu():
         anchor_group_ids(["a", "b"], ["g", "g", "g"])
     with pytest.raises(ValueError, match=r"anchor_keys\[1\] is missing"):
         anchor_group_ids(np.array(["a", None], dtype=object), ["g", "g"])
-    with pytest.raises(ValueError, match=r"unhashable"):
+    with pytest.raises(ValueError, match=r"unhashable value .*; use str, int or tuple keys"):
         keys = np.empty(2, dtype=object)
         keys[0], keys[1] = ["a"], ["b"]  # lists are not hashable
         anchor_group_ids(keys, ["g", "g"])
-    with pytest.raises(ValueError, match=r"similarity threshold must be a number"):
+    with pytest.raises(ValueError, match=r"similarity_threshold=2.0 must be a number in \(0, 1\]"):
         anchor_group_ids(["a", "b"], ["g", "g"], 2.0)
-
-
-def test_hashable_key_cpu():
-    assert hashable_key([1, [2, 3]]) == (1, (2, 3))
-    assert hashable_key(np.array([[0, 1], [1, 0]])) == ((0, 1), (1, 0))
-    assert hashable_key({"b": 1, "a": [2]}) == (("a", (2,)), ("b", 1))
-    assert hashable_key({3, 1, 2}) == (1, 2, 3)
-    assert hashable_key(np.int64(4)) == 4 and type(hashable_key(np.int64(4))) is int
-    assert hashable_key("room") == "room"
-    assert hash(hashable_key({"grid": np.zeros((2, 2)), "pos": [0, 1]}))
-    with pytest.raises(ValueError, match=r"keys cannot be sorted"):
-        hashable_key({1: "a", "b": 2})
+    # The threshold is checked before anything else: True (== 1.0 in Python) was taken for exact keys, and an
+    # empty batch skipped the check.
+    with pytest.raises(ValueError, match=r"similarity_threshold=True must be a number in \(0, 1\]"):
+        anchor_group_ids(["a", "b"], ["g", "g"], True)
+    with pytest.raises(ValueError, match=r"similarity_threshold=2.0 must be"):
+        anchor_group_ids([], [], 2.0)

@@ -68,8 +68,9 @@ def test_key_modes_cpu(key_mode, env_key_mode, threshold):
         ("episode_stats", "steps", r"episode_stats='steps' is not valid; use 'trajectory' .* or 'step'"),
         ("key_mode", "history", r"key_mode='history' is not valid; use 'observation' .*'history:K'"),
         ("key_mode", "history:x", r"key_mode='history:x' is not valid"),
-        ("similarity_threshold", 0.0, r"similarity_threshold=0.0 must be in \(0, 1\]: 1.0 = exact match"),
-        ("similarity_threshold", 1.5, r"similarity_threshold=1.5 must be in \(0, 1\]"),
+        ("similarity_threshold", 0.0, r"similarity_threshold=0.0 must be a number in \(0, 1\]: 1.0 = exact match"),
+        ("similarity_threshold", 1.5, r"similarity_threshold=1.5 must be a number in \(0, 1\]"),
+        ("similarity_threshold", None, r"similarity_threshold=None must be a number"),
     ],
 )
 def test_validation_messages_cpu(field, value, match):
@@ -105,6 +106,18 @@ def test_from_mapping_dict_and_dictconfig_cpu():
     cfg = GiGPOConfig.from_mapping(root.algorithm.gigpo)
     assert cfg == GiGPOConfig(gamma=0.97, step_advantage_w=0.5, key_mode="similarity", similarity_threshold=0.95)
     assert cfg.anchor_similarity_threshold == 0.95 and cfg.env_key_mode == "observation"
+
+
+@pytest.mark.parametrize("gamma", [True, "0.9", -0.5])
+def test_algorithm_gamma_is_checked_as_every_gamma_cpu(gamma):
+    # verl's algorithm.gamma went through float() first: True became 1.0 and "0.9" became 0.9, values that
+    # algorithm.gigpo.gamma and the estimator reject. One rule now, with one message.
+    with pytest.raises(ValueError) as from_algorithm:
+        GiGPOConfig.from_algorithm({"gamma": gamma})
+    with pytest.raises(ValueError) as direct:
+        GiGPOConfig(gamma=gamma)
+    assert str(from_algorithm.value) == str(direct.value)
+    assert GiGPOConfig.from_algorithm({"gamma": 1}).gamma == 1.0  # an int is a number
 
 
 def test_from_mapping_rejects_unknown_keys_and_non_mappings_cpu():

@@ -92,6 +92,63 @@ def test_registered_function_computes_the_estimator_when_given_step_data():
     torch.testing.assert_close(got[1], want[1])
 
 
+ROOM = (
+    "You arrive at countertop 1. On the countertop 1, you see a apple 1, a bread 2, a butterknife 3, a cup 1, "
+    "a dishsponge 2, a fork 1, a lettuce 2, a peppershaker 1, a plate 2, a saltshaker 3, and a spatula 1."
+)
+
+
+def test_registered_function_honours_similarity_keys_as_the_trainer_mode_does():
+    """key_mode=similarity through verl's generic dispatch: near-identical observations share an anchor group, so
+    the advantages are the trainer mode's (it used to group them exactly here, silently)."""
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    from verl_gigpo.config import GiGPOConfig
+    from verl_gigpo.trainer import StepBatch, step_advantage_terms
+
+    # One task, three trajectories of two steps; the first observations differ in one object only.
+    first = [ROOM, ROOM.replace("apple 1", "apple 2"), ROOM.replace("lettuce", "tomato")]
+    second = ["You pick up the apple 1.", "Nothing happens.", "You open the fridge 1."]
+    rewards = [0.0, 1.0, -0.1, 0.0, 0.0, 0.5]
+    extra = [
+        {"traj_id": f"t{i // 2}", "step_id": i % 2, "anchor_key": (first if i % 2 == 0 else second)[i // 2]}
+        | {"step_reward": rewards[i], "action_valid": True, "won": False, "env_error": False}
+        for i in range(6)
+    ]
+    steps = StepBatch.from_rows(["u0"] * 6, extra, [False] * 6)
+    mask = torch.ones(6, 3)
+    config = OmegaConf.create({"gamma": 0.9, "gigpo": {"key_mode": "similarity", "similarity_threshold": 0.9}})
+    adv, ret = get_adv_estimator_fn("gigpo")(
+        token_level_rewards=torch.zeros(6, 3),
+        response_mask=mask,
+        config=config,
+        index=steps.group_ids,
+        step_rewards=torch.as_tensor(steps.step_rewards, dtype=torch.float32),
+        traj_ids=steps.traj_ids,
+        step_ids=steps.step_ids,
+        anchor_keys=steps.anchor_keys,
+    )
+    cfg = GiGPOConfig.from_algorithm(config)
+    want_adv, want_ret = step_advantage_terms(steps, mask, cfg).token_level(mask)
+    torch.testing.assert_close(adv, want_adv, rtol=0, atol=0)
+    torch.testing.assert_close(ret, want_ret, rtol=0, atol=0)
+    # The three first steps form one anchor group (not three singletons with A_S = 0): R_t = 0.9, -0.1, 0.45. The
+    # second steps are singletons (A_S = 0) and A_E is the trajectory's, so A(step 0) - A(step 1) = A_S(step 0).
+    r_t = np.array([0.9, -0.1, 0.45])
+    a_s = (r_t - r_t.mean()) / (r_t.std(ddof=1) + 1e-6)  # about 0.965, -1.032, 0.067
+    torch.testing.assert_close(adv[[0, 2, 4], 0] - adv[[1, 3, 5], 0], torch.tensor(a_s, dtype=torch.float32))
+    exact, _ = compute_gigpo_advantage(
+        step_rewards=torch.as_tensor(steps.step_rewards, dtype=torch.float32),
+        response_mask=mask,
+        group_ids=steps.group_ids,
+        traj_ids=steps.traj_ids,
+        step_ids=steps.step_ids,
+        anchor_keys=steps.anchor_keys,
+        gamma=0.9,
+    )
+    assert not torch.equal(adv, exact)
+
+
 LIGHT = """
 import sys
 import verl

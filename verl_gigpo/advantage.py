@@ -43,7 +43,9 @@ Deliberate deviations from the reference implementation (verl-agent, ``gigpo/cor
 10. The second output is the discounted step return R_t (the reference returns the advantages twice).
 11. Inputs are validated; bad input raises ``ValueError`` saying what is wrong and what to do.
 12. Similarity grouping of free-text anchors (see :mod:`verl_gigpo.anchors`) is order-independent connected
-    components of a documented similarity, not greedy first-fit clustering against a cluster representative.
+    components of a documented similarity, not greedy first-fit clustering against a cluster representative. It is
+    an option of the estimator itself (``similarity_threshold``), so every caller that passes a
+    ``GiGPOConfig`` through :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms` groups the same way.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+
+from verl_gigpo.anchors import anchor_group_ids, check_similarity_threshold
 
 __all__ = [
     "EPISODE_STATS",
@@ -185,6 +189,7 @@ def compute_gigpo_advantage(
     norm="mean_std",
     epsilon=1e-6,
     episode_stats="trajectory",
+    similarity_threshold=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GiGPO advantages and discounted step returns, broadcast over the response tokens.
 
@@ -208,6 +213,9 @@ def compute_gigpo_advantage(
         norm: ``"mean_std"`` or ``"mean"``.
         epsilon: > 0, added to the std.
         episode_stats: ``"trajectory"`` (paper) or ``"step"`` (reference code).
+        similarity_threshold: None or 1.0: anchor keys match when equal; a number in (0, 1): str anchor keys
+            (observation texts) match when :func:`verl_gigpo.anchors.anchor_group_ids` puts them in one group at
+            this threshold, within each episode group (``GiGPOConfig(key_mode="similarity")``).
 
     Returns:
         ``(advantages, returns)``: float32 ``(N, L)`` tensors on ``response_mask``'s device, both multiplied by
@@ -229,6 +237,7 @@ def compute_gigpo_advantage(
         norm=norm,
         epsilon=epsilon,
         episode_stats=episode_stats,
+        similarity_threshold=similarity_threshold,
     )
     return terms.token_level(response_mask)
 
@@ -248,6 +257,7 @@ def gigpo_advantage_terms(
     norm="mean_std",
     epsilon=1e-6,
     episode_stats="trajectory",
+    similarity_threshold=None,
 ) -> GiGPOTerms:
     """Per-row GiGPO terms and diagnostics (the work behind :func:`compute_gigpo_advantage`).
 
@@ -268,7 +278,10 @@ def gigpo_advantage_terms(
       ``A_E(tau) = (R(tau) - mean_G) / (std_G + epsilon)``. With ``episode_stats="trajectory"`` the mean and
       std are over the group's trajectories (each counts once); with ``"step"`` over its valid rows (each row
       contributes its trajectory's return, so longer trajectories weigh more, as in the reference code).
-    * Anchor state grouping (see paper): the anchor group of a row is the pair (episode group, anchor key).
+    * Anchor state grouping (see paper): the anchor group of a row is the pair (episode group, anchor key). With
+      ``similarity_threshold`` t < 1 the key is first replaced by its similarity group among the valid rows of its
+      episode group: the connected components of "identical texts, or shingle similarity >= t"
+      (:func:`verl_gigpo.anchors.anchor_group_ids`; order-independent).
     * Step-level relative advantage (see paper), within each anchor group S:
       ``A_S(t) = (R_t - mean_S) / (std_S + epsilon)``.
     * Combined (see paper): ``A = A_E + step_advantage_w * A_S``.
@@ -305,10 +318,15 @@ def gigpo_advantage_terms(
             invalid options (see :func:`check_estimator_options`); non-integer ``step_ids`` or ids outside
             int64; duplicate (traj id, step id) among valid
             rows; a trajectory in two episode groups; a ``row_mask`` that is not a bool ``(N,)`` array; missing
-            (None/NaN) or unhashable ids.
+            (None/NaN) or unhashable ids; with ``similarity_threshold`` < 1, an anchor key that is not a str.
     """
-    check_estimator_options(
-        gamma=gamma, step_advantage_w=step_advantage_w, norm=norm, epsilon=epsilon, episode_stats=episode_stats
+    options = check_estimator_options(
+        gamma=gamma,
+        step_advantage_w=step_advantage_w,
+        norm=norm,
+        epsilon=epsilon,
+        episode_stats=episode_stats,
+        similarity_threshold=similarity_threshold,
     )
     rewards = _as_rewards(step_rewards)  # (N,) float64
     n = rewards.shape[0]
@@ -348,7 +366,10 @@ def gigpo_advantage_terms(
             f"trajectory traj_ids[{i}] = {_show(trajs[i])} appears in two episode groups: {_show(groups[i])} "
             f"(row {i}) and {_show(groups[j])} (row {j}); every row of a trajectory must carry the same group id"
         )
-    a = _factorize(anchors[rows], "anchor_keys", rows)  # (M,) anchor key codes
+    if options["similarity_threshold"] in (None, 1.0):
+        a = _factorize(anchors[rows], "anchor_keys", rows)  # (M,) anchor key codes
+    else:
+        a = _similarity_codes(anchors[rows], g, options["similarity_threshold"], rows)  # (M,) similarity groups
 
     # Order the valid rows by (trajectory, step id); duplicates become neighbours.
     order = _order_by_traj_step(t, steps)  # (M,)
@@ -492,13 +513,20 @@ def _order_by_traj_step(t: np.ndarray, steps: np.ndarray) -> np.ndarray:
 
 
 def check_estimator_options(
-    *, gamma: Any, step_advantage_w: Any, norm: Any, epsilon: Any, episode_stats: Any
+    *,
+    gamma: Any,
+    step_advantage_w: Any,
+    norm: Any,
+    epsilon: Any,
+    episode_stats: Any,
+    similarity_threshold: Any = None,
 ) -> dict[str, Any]:
     """Validate the estimator's options; the one check that both the estimator and ``GiGPOConfig`` use.
 
     Valid values: ``gamma`` a number in [0, 1] (0: R_t = r_t; 1: no discount), ``step_advantage_w`` a finite
     number >= 0 (0: the episode-level term alone), ``norm`` in :data:`NORMS`, ``epsilon`` a finite number > 0,
-    ``episode_stats`` in :data:`EPISODE_STATS`. Booleans and strings are not numbers.
+    ``episode_stats`` in :data:`EPISODE_STATS`, ``similarity_threshold`` None (exact keys) or a number in (0, 1]
+    (:func:`verl_gigpo.anchors.check_similarity_threshold`). Booleans and strings are not numbers.
 
     Returns:
         the options as a dict, numbers as Python floats (the keyword arguments of :func:`compute_gigpo_advantage`).
@@ -542,7 +570,25 @@ def check_estimator_options(
         "norm": norm,
         "epsilon": float(epsilon),
         "episode_stats": episode_stats,
+        "similarity_threshold": None
+        if similarity_threshold is None
+        else check_similarity_threshold(similarity_threshold),
     }
+
+
+def _similarity_codes(texts: np.ndarray, groups: np.ndarray, threshold: float, rows: np.ndarray) -> np.ndarray:
+    """Codes ``(M,)`` of the similarity groups of the valid rows' anchor texts within their episode group codes
+    ``groups`` ``(M,)`` (:func:`verl_gigpo.anchors.anchor_group_ids`); ``rows`` maps back to batch rows for errors."""
+    not_str = [k for k, v in enumerate(texts.tolist()) if not isinstance(v, str)]
+    if not_str:
+        k = not_str[0]
+        raise ValueError(
+            f"anchor_keys[{int(rows[k])}] = {_show(texts[k])} is a {type(texts[k]).__name__}; similarity grouping "
+            f"(similarity_threshold={threshold}, GiGPOConfig key_mode='similarity') compares observation texts, so "
+            "every valid row needs a str key: build the environment with key_mode='observation' "
+            "(GiGPOConfig.env_key_mode), or use exact keys (similarity_threshold=None)"
+        )
+    return anchor_group_ids(texts, groups, threshold)  # (M,) int64, already distinct across episode groups
 
 
 def _raise_mask(mask: Any, where: Any) -> None:
@@ -709,8 +755,8 @@ def _factorize(values: np.ndarray, name: str, rows: np.ndarray) -> np.ndarray:
     except TypeError as err:
         bad = next((i for i, v in enumerate(values) if not _hashable(v)), 0)
         raise ValueError(
-            f"{name}[{rows[bad]}] = {_show(values[bad])} is not hashable ({err}); convert keys to str/int/tuple "
-            "(verl_gigpo.anchors.hashable_key does it)"
+            f"{name}[{rows[bad]}] = {_show(values[bad])} is not hashable ({err}); convert keys to str, int or "
+            "tuple (e.g. tuple(key) for a list, key.tobytes() for an array)"
         ) from err
     missing = np.flatnonzero(codes < 0)
     if missing.size:

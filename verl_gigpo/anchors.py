@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -79,7 +79,7 @@ __all__ = [
     "PREFIX_PAIR_BUDGET",
     "SHINGLE_BYTES",
     "anchor_group_ids",
-    "hashable_key",
+    "check_similarity_threshold",
     "lsh_bands",
     "shingle_set",
     "shingle_similarity",
@@ -108,39 +108,6 @@ LSH_BUCKET_MAX = 64
 
 LSH_SPLIT_DEPTH = 6
 """Most times an oversized LSH bucket is split (r more rows each time) before its docs are chained in text order."""
-
-
-def hashable_key(value: Any) -> Hashable:
-    """A hashable, equality-preserving form of an anchor key: lists, tuples and arrays become tuples (nested),
-    dicts become sorted tuples of (key, value), sets become sorted tuples, numpy scalars become Python scalars.
-
-    Examples: ``[1, [2, 3]] -> (1, (2, 3))``; ``np.array([[0, 1], [1, 0]]) -> ((0, 1), (1, 0))``;
-    ``{"b": 1, "a": [2]} -> (("a", (2,)), ("b", 1))``.
-
-    Raises:
-        ValueError: for a value that cannot be made hashable (e.g. a dict with unorderable keys).
-    """
-    if isinstance(value, np.ndarray):
-        return hashable_key(value.tolist())
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, (list, tuple)):
-        return tuple(hashable_key(v) for v in value)
-    if isinstance(value, dict):
-        try:
-            return tuple(sorted((hashable_key(k), hashable_key(v)) for k, v in value.items()))
-        except TypeError as err:
-            raise ValueError(f"cannot make a key of dict {value!r}: its keys cannot be sorted ({err})") from err
-    if isinstance(value, (set, frozenset)):
-        try:
-            return tuple(sorted(hashable_key(v) for v in value))
-        except TypeError as err:
-            raise ValueError(f"cannot make a key of set {value!r}: its items cannot be sorted ({err})") from err
-    try:
-        hash(value)
-    except TypeError as err:
-        raise ValueError(f"cannot make a hashable key of {type(value).__name__} {value!r}: {err}") from err
-    return value
 
 
 def shingle_set(text: str) -> frozenset[bytes]:
@@ -185,7 +152,7 @@ def similarity_groups(texts: Sequence[str] | np.ndarray, threshold: float, *, ca
     Raises:
         ValueError: a threshold outside (0, 1], or a non-str entry (naming its index and type).
     """
-    _check_threshold(threshold)
+    check_similarity_threshold(threshold)
     if candidates not in ("auto", "exact", "lsh"):
         raise ValueError(f"candidates={candidates!r} is not valid; use 'auto', 'exact' or 'lsh'")
     arr = _as_text_array(texts, "texts")
@@ -238,6 +205,8 @@ def anchor_group_ids(
         ValueError: length mismatch, missing (None/NaN) or unhashable keys/ids, a threshold outside (0, 1],
             non-str keys in similarity mode, or a row_mask that is not a bool (N,) array.
     """
+    if similarity_threshold is not None:  # first, whatever the input: True is no threshold though True == 1.0
+        similarity_threshold = check_similarity_threshold(similarity_threshold)
     keys = _as_key_array(anchor_keys, "anchor_keys")
     groups = _as_key_array(group_ids, "group_ids")
     if keys.shape[0] != groups.shape[0]:
@@ -259,7 +228,6 @@ def anchor_group_ids(
     if similarity_threshold is None or similarity_threshold == 1.0:
         k = _codes(keys, "anchor_keys")
         return _codes(g * (int(k.max()) + 1) + k, "anchor groups")
-    _check_threshold(similarity_threshold)
     texts = _as_text_array(keys, "anchor_keys")
     t = _codes(texts, "anchor_keys")
     pair = _codes(g * (int(t.max()) + 1) + t, "anchor groups")  # (N,) distinct (group, text)
@@ -662,13 +630,26 @@ def _shingles(docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return key >> 43, key & ((1 << 43) - 1)
 
 
-def _check_threshold(threshold: Any) -> None:
-    ok = isinstance(threshold, (int, float, np.integer, np.floating)) and not isinstance(threshold, bool)
-    if not ok or not 0.0 < threshold <= 1.0 or math.isnan(threshold):
+def check_similarity_threshold(threshold: Any) -> float:
+    """Validate a similarity threshold; the one check behind ``GiGPOConfig.similarity_threshold``, the estimator's
+    ``similarity_threshold`` option and the functions of this module.
+
+    Valid: a number in (0, 1] (1.0 = exact string equality). Booleans, strings, None and NaN are not numbers.
+
+    Returns:
+        the threshold as a Python float.
+
+    Raises:
+        ValueError: naming the value given and what the valid values mean.
+    """
+    ok = isinstance(threshold, (int, float, np.integer, np.floating)) and not isinstance(threshold, (bool, np.bool_))
+    if not ok or math.isnan(threshold) or not 0.0 < threshold <= 1.0:
+        shown = threshold.item() if isinstance(threshold, np.generic) else threshold
         raise ValueError(
-            f"similarity threshold must be a number in (0, 1], got {threshold!r}; 1.0 = exact match, "
-            "0.9 = texts whose 5-gram shingle sets have Dice similarity >= 0.9 (a few words differ)"
+            f"similarity_threshold={shown!r} must be a number in (0, 1]: 1.0 = exact match, 0.9 = texts whose "
+            "5-byte shingle sets have Dice similarity >= 0.9 (observations that differ in a few words)"
         )
+    return float(threshold)
 
 
 def _as_key_array(values: Any, name: str) -> np.ndarray:
@@ -704,7 +685,9 @@ def _codes(values: np.ndarray, name: str) -> np.ndarray:
     try:
         codes, _ = pd.factorize(values)
     except TypeError as err:
-        raise ValueError(f"{name} holds an unhashable value ({err}); convert keys with hashable_key()") from err
+        raise ValueError(
+            f"{name} holds an unhashable value ({err}); use str, int or tuple keys (e.g. tuple(key) for a list)"
+        ) from err
     missing = np.flatnonzero(codes < 0)
     if missing.size:
         i = int(missing[0])

@@ -47,9 +47,11 @@ def gigpo_adv_estimator(
     ``index`` (uid); GiGPO also needs per-row step rewards, trajectory ids, step ids and anchor keys, which the
     trainer mode ``gigpo_sync`` (:class:`verl_gigpo.trainer.GiGPOTrainerSync`) reads from the rollout's
     ``extra_fields``. Called with ``step_rewards``, ``group_ids`` (defaults to ``index``), ``traj_ids``,
-    ``step_ids`` and ``anchor_keys`` as keyword arguments it computes
-    :func:`verl_gigpo.advantage.compute_gigpo_advantage`; called without them it raises ``ValueError`` naming the
-    trainer mode to use.
+    ``step_ids`` and ``anchor_keys`` (and optionally ``row_mask``) as keyword arguments it computes the estimator
+    configured by ``config`` (verl's ``algorithm`` section: ``algorithm.gamma`` and ``algorithm.gigpo.*``) through
+    :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms`, the entry the trainer mode and the local engine use too
+    (so ``key_mode=similarity`` merges near-identical observation keys here as well); called without them it raises
+    ``ValueError`` naming the trainer mode to use.
 
     Returns:
         advantages (N, L), returns (N, L).
@@ -65,11 +67,9 @@ def gigpo_adv_estimator(
             f"verl_gigpo/config/gigpo_trainer.yaml), with actor_rollout_ref.rollout.agent.default_agent_loop="
             f"{AGENT_LOOP_NAME}."
         )
-    from verl_gigpo.advantage import compute_gigpo_advantage
     from verl_gigpo.config import GiGPOConfig
 
-    cfg = GiGPOConfig.from_algorithm(config)
-    return compute_gigpo_advantage(
+    terms = GiGPOConfig.from_algorithm(config).advantage_terms(
         kwargs["step_rewards"],
         response_mask,
         np.asarray(kwargs["group_ids"], dtype=object),
@@ -77,8 +77,8 @@ def gigpo_adv_estimator(
         np.asarray(kwargs["step_ids"]),
         np.asarray(kwargs["anchor_keys"], dtype=object),
         row_mask=kwargs.get("row_mask"),
-        **cfg.estimator_kwargs(),
     )
+    return terms.token_level(response_mask)  # (N, L), (N, L): what compute_gigpo_advantage returns
 
 
 def _register_estimator(_module: Any = None) -> None:

@@ -5,9 +5,9 @@ Select it with ``trainer.v1.trainer_mode=gigpo_sync`` (``verl_gigpo/config/gigpo
 
 * every estimator: the rows' ``extra_fields`` (written by the ``gigpo_env_agent`` agent loop) are read from
   TransferQueue and turned into ``env/*`` and ``episode/*`` metrics;
-* ``algorithm.adv_estimator=gigpo``: per-step rewards, trajectory ids, step ids and anchor keys go to
-  :func:`verl_gigpo.advantage.compute_gigpo_advantage`; verl's padding rows (tag ``is_padding``, deep copies of
-  a real row) and rows of episodes whose environment failed are excluded from every statistic and get 0;
+* ``algorithm.adv_estimator=gigpo``: per-step rewards, trajectory ids, step ids and anchor keys go to the configured
+  estimator, :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms`; verl's padding rows (tag ``is_padding``, deep
+  copies of a real row) and rows of episodes whose environment failed are excluded from every statistic and get 0;
   advantages/returns are written back to TransferQueue; ``gigpo/*`` metrics come from the estimator;
 * any other estimator (``grpo``, ``rloo``, ...): verl's own ``_compute_advantage``, unchanged, on the same
   rollouts — baselines differ only in ``algorithm.adv_estimator``;
@@ -40,8 +40,7 @@ from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
 from verl.workers.utils.padding import response_to_nested
 
 from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, TRAINER_MODE
-from verl_gigpo.advantage import GiGPOTerms, gigpo_advantage_terms
-from verl_gigpo.anchors import anchor_group_ids
+from verl_gigpo.advantage import GiGPOTerms
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
 
@@ -214,8 +213,8 @@ def compute_step_advantages(
     Args:
         steps: the rows' step data (length N).
         response_mask: (N, L) right-padded response mask.
-        cfg: estimator settings; with ``key_mode="similarity"`` observation keys are first merged by
-            :func:`verl_gigpo.anchors.anchor_group_ids` at ``cfg.similarity_threshold``.
+        cfg: estimator settings; with ``key_mode="similarity"`` observation keys are merged at
+            ``cfg.similarity_threshold`` (see :meth:`GiGPOConfig.advantage_terms`).
 
     Returns:
         advantages (N, L), returns (N, L) (what :func:`~verl_gigpo.advantage.compute_gigpo_advantage` returns for
@@ -228,23 +227,17 @@ def compute_step_advantages(
 
 def step_advantage_terms(steps: StepBatch, response_mask: torch.Tensor, cfg: GiGPOConfig) -> GiGPOTerms:
     """The estimator's per-row terms (:class:`~verl_gigpo.advantage.GiGPOTerms`, arrays (N,)) for a batch of step
-    rows, arguments as :func:`compute_step_advantages`, which broadcasts them over the response tokens."""
-    keys = steps.anchor_keys
-    if cfg.key_mode == "similarity":
-        keys = anchor_group_ids(
-            keys, steps.group_ids, similarity_threshold=cfg.similarity_threshold, row_mask=steps.row_mask
-        )
-    terms = gigpo_advantage_terms(
+    rows, arguments as :func:`compute_step_advantages`, which broadcasts them over the response tokens: the
+    configured estimator (:meth:`GiGPOConfig.advantage_terms`, similarity keys included) on the real rows."""
+    return cfg.advantage_terms(
         torch.as_tensor(steps.step_rewards, dtype=torch.float32),
         response_mask,
         steps.group_ids,
         steps.traj_ids,
         steps.step_ids,
-        keys,
+        steps.anchor_keys,
         row_mask=steps.row_mask,
-        **cfg.estimator_kwargs(),
     )
-    return terms
 
 
 def episode_metrics(steps: StepBatch) -> dict[str, float]:

@@ -1,27 +1,26 @@
 """GiGPO configuration: one validated dataclass, readable from a dict or an OmegaConf ``DictConfig``.
 
 In verl's Hydra config these fields live under ``algorithm.gigpo``; :meth:`GiGPOConfig.from_mapping` reads that
-node and :meth:`GiGPOConfig.estimator_kwargs` gives the keyword arguments of
-:func:`verl_gigpo.advantage.compute_gigpo_advantage`.
+node. :meth:`GiGPOConfig.advantage_terms` is the estimator as configured (similarity keys included), the one entry
+the plug-in's estimator function, the ``gigpo_sync`` trainer mode and the local engine call;
+:meth:`GiGPOConfig.estimator_kwargs` gives the exact-key options alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from verl_gigpo.advantage import EPISODE_STATS, NORMS, check_estimator_options
+from verl_gigpo.advantage import EPISODE_STATS, NORMS, GiGPOTerms, check_estimator_options, gigpo_advantage_terms
+from verl_gigpo.anchors import check_similarity_threshold
 
-__all__ = ["EPISODE_STATS", "KEY_MODES", "NORMS", "GiGPOConfig"]
+__all__ = ["EPISODE_STATS", "NORMS", "GiGPOConfig"]
 
-KEY_MODES = ("observation", "state", "history:K", "similarity")
 _HISTORY = re.compile(r"history:(\d+)")
 
 
@@ -78,12 +77,7 @@ class GiGPOConfig:
                 "'state' (the environment's true state), 'history:K' (state plus the last K actions, e.g. "
                 "'history:2') or 'similarity' (observation texts grouped by similarity_threshold)"
             )
-        self.similarity_threshold = _real("similarity_threshold", self.similarity_threshold)
-        if not 0.0 < self.similarity_threshold <= 1.0:
-            raise ValueError(
-                f"similarity_threshold={self.similarity_threshold!r} must be in (0, 1]: 1.0 = exact match, "
-                "0.9 = observations that differ in a few words are grouped"
-            )
+        self.similarity_threshold = check_similarity_threshold(self.similarity_threshold)  # the estimator's check
 
     @classmethod
     def from_mapping(cls, mapping: Any) -> GiGPOConfig:
@@ -122,12 +116,58 @@ class GiGPOConfig:
             raise ValueError(f"GiGPOConfig.from_algorithm needs a dict or DictConfig, got {type(algorithm).__name__}")
         gigpo = dict(algorithm.get("gigpo") or {})
         if algorithm.get("gamma") is not None:
-            gigpo["gamma"] = float(algorithm["gamma"])
+            gigpo["gamma"] = algorithm["gamma"]  # validated as every other gamma (no float(): True is not 1.0)
         return cls.from_mapping(gigpo)
+
+    def advantage_terms(
+        self,
+        step_rewards: Any,
+        response_mask: Any,
+        group_ids: Any,
+        traj_ids: Any,
+        step_ids: Any,
+        anchor_keys: Any,
+        *,
+        row_mask: Any = None,
+    ) -> GiGPOTerms:
+        """The GiGPO estimator with these settings: ``A = A_E + w * A_S`` per row, anchor keys merged by similarity
+        when ``key_mode == "similarity"``.
+
+        Exactly :func:`verl_gigpo.advantage.gigpo_advantage_terms` with :meth:`estimator_kwargs` and
+        ``similarity_threshold = self.anchor_similarity_threshold``; ``terms.token_level(response_mask)`` gives what
+        :func:`~verl_gigpo.advantage.compute_gigpo_advantage` returns, ``(advantages, returns)`` (N, L).
+
+        Args:
+            step_rewards: ``(N,)`` float tensor or array, the reward of each step row.
+            response_mask: ``(N, L)`` tensor, 1 on response tokens (``(N, 1)`` ones when only per-row terms matter).
+            group_ids, traj_ids: ``(N,)`` hashables, episode group (task) and trajectory of each row.
+            step_ids: ``(N,)`` integers, step index inside the trajectory.
+            anchor_keys: ``(N,)`` anchor keys from the environment; str observation texts when ``key_mode`` is
+                ``"similarity"`` (environments built with :attr:`env_key_mode`).
+            row_mask: optional ``(N,)`` bool; False marks padding rows and rows of failed episodes.
+
+        Returns:
+            :class:`~verl_gigpo.advantage.GiGPOTerms`, arrays ``(N,)`` and the ``gigpo/*`` stats.
+
+        Raises:
+            ValueError: malformed input, as :func:`~verl_gigpo.advantage.gigpo_advantage_terms` documents.
+        """
+        return gigpo_advantage_terms(
+            step_rewards,
+            response_mask,
+            group_ids,
+            traj_ids,
+            step_ids,
+            anchor_keys,
+            row_mask=row_mask,
+            similarity_threshold=self.anchor_similarity_threshold,
+            **self.estimator_kwargs(),
+        )
 
     def estimator_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :func:`verl_gigpo.advantage.compute_gigpo_advantage` (and
-        ``gigpo_advantage_terms``): gamma, step_advantage_w, norm, epsilon, episode_stats."""
+        ``gigpo_advantage_terms``) with exact anchor keys: gamma, step_advantage_w, norm, epsilon, episode_stats.
+        :meth:`advantage_terms` adds the similarity threshold of ``key_mode="similarity"``."""
         return {
             "gamma": self.gamma,
             "step_advantage_w": self.step_advantage_w,
@@ -144,14 +184,7 @@ class GiGPOConfig:
 
     @property
     def anchor_similarity_threshold(self) -> float | None:
-        """``similarity_threshold`` when ``key_mode == "similarity"``, else None (exact keys): the argument for
-        :func:`verl_gigpo.anchors.anchor_group_ids`."""
+        """``similarity_threshold`` when ``key_mode == "similarity"``, else None (exact keys): the
+        ``similarity_threshold`` argument of :func:`verl_gigpo.advantage.gigpo_advantage_terms` (and of
+        :func:`verl_gigpo.anchors.anchor_group_ids`)."""
         return self.similarity_threshold if self.key_mode == "similarity" else None
-
-
-def _real(name: str, value: Any) -> float:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{name} must be a number, got {type(value).__name__}: {value!r}")
-    if math.isnan(value):
-        raise ValueError(f"{name} must be a number, got NaN")
-    return float(value)
