@@ -8,8 +8,14 @@
     python -m verl_gigpo.local.train --overwrite                                    # delete the run, start over
 
 Defaults: ``verl_gigpo/config/local_trainer.yaml`` (same key names as the verl recipes); overrides are OmegaConf
-dotlist items ``key=value``; unknown keys are an error. Any Hugging Face causal LM directory works as
-``actor_rollout_ref.model.path``.
+dotlist items ``key=value``; unknown keys are an error (:mod:`verl_gigpo.local.config`). Any Hugging Face causal
+LM directory works as ``actor_rollout_ref.model.path``.
+
+This module holds the training loop (:class:`LocalTrainer`) and the command line (:func:`main`); the pieces it
+calls have a file each: :mod:`~verl_gigpo.local.config` (defaults, overrides, checks),
+:mod:`~verl_gigpo.local.server` (batched generation), :mod:`~verl_gigpo.local.batch` (an iteration's step rows),
+:mod:`~verl_gigpo.local.update` (the PPO update), :mod:`~verl_gigpo.local.checkpoint` and
+:mod:`~verl_gigpo.local.run_folder` (checkpoints and the run folder's rules), :mod:`~verl_gigpo.local.plots`.
 
 One iteration:
 
@@ -24,10 +30,11 @@ One iteration:
    grouping via :func:`verl_gigpo.anchors.anchor_group_ids`); ``grpo`` / ``rloo`` -> verl's
    ``core_algos.compute_grpo_outcome_advantage`` / ``compute_rloo_outcome_advantage`` with one score per
    trajectory (its return) grouped by task, broadcast to the trajectory's rows (as verl V1 does).
-3. update: PPO with verl's registered policy loss (``get_policy_loss_fn``, ``vanilla`` = PPO-clip) and
-   ``agg_loss``, optional ``kl_penalty`` to the frozen initial model, an entropy bonus, AdamW and gradient-norm
-   clipping, over ``ppo_epochs`` passes; micro-batches accumulate gradients (losses are normalised by the
-   whole mini-batch, so the micro-batch size does not change the result).
+3. update (:class:`~verl_gigpo.local.update.PPOActor`): PPO with verl's registered policy loss
+   (``get_policy_loss_fn``, ``vanilla`` = PPO-clip) and ``agg_loss``, optional ``kl_penalty`` to the frozen
+   initial model, an entropy bonus, AdamW and gradient-norm clipping, over ``ppo_epochs`` passes; micro-batches
+   accumulate gradients (losses are normalised by the whole mini-batch, so the micro-batch size does not change
+   the result).
 
 Speed: a response's log-probs depend only on the prompt and the response's tokens but the last, so rows with the
 same ``prompt + response[:-1]`` are forwarded ONCE and each row reads its own last token from the shared logits
@@ -72,7 +79,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
 import json
 import logging
 import sys
@@ -80,7 +86,6 @@ import threading
 import time
 import warnings
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +94,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
+from verl_gigpo.local.batch import StepBatch
 from verl_gigpo.local.checkpoint import (
     read_checkpoint,
     restore_rng_states,
@@ -100,7 +106,7 @@ from verl_gigpo.local.config import DEFAULT_CONFIG, gigpo_config, load_config
 from verl_gigpo.local.plots import plot_metrics, run_title
 from verl_gigpo.local.run_folder import prepare_run_folder
 from verl_gigpo.local.server import LocalGenerationServer
-from verl_gigpo.local.tensors import left_pad
+from verl_gigpo.local.update import PPOActor
 from verl_gigpo.rollout import ChatPromptEncoder, Episode, EpisodeConfig, TaskSpec, make_task_env, run_episode
 
 __all__ = ["DEFAULT_CONFIG", "LocalTrainer", "load_config", "main"]
@@ -108,26 +114,7 @@ __all__ = ["DEFAULT_CONFIG", "LocalTrainer", "load_config", "main"]
 logger = logging.getLogger(__name__)
 
 
-# ---------------------------------------------------------------------------------------------------- data
-@dataclass
-class _Batch:
-    """The step rows of one iteration (N rows), in a fixed order: task, member, step."""
-
-    prompts: list[list[int]]
-    responses: list[list[int]]
-    rollout_logprobs: list[list[float] | None]
-    rewards: np.ndarray  # (N,) float64
-    group_ids: np.ndarray  # (N,) int64, the task index
-    traj_ids: np.ndarray  # (N,) int64
-    step_ids: np.ndarray  # (N,) int64
-    anchor_keys: np.ndarray  # (N,) object (str)
-    traj_returns: np.ndarray  # (T,) float64, one per trajectory kept
-    traj_groups: np.ndarray  # (T,) int64
-
-    def __len__(self) -> int:
-        return len(self.prompts)
-
-
+# ---------------------------------------------------------------------------------------------------- rollout helpers
 def _episode_seed(*parts: int) -> int:
     """A well-mixed 63-bit seed from integer parts (numpy SeedSequence)."""
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
@@ -183,6 +170,27 @@ class _TimedExecutor(Executor):
             self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
 
 
+def _load_model(path: str, device: torch.device, *, seed: int) -> tuple[Any, Any]:
+    """``(tokenizer, model)`` of the Hugging Face causal LM folder ``path``, the model in float32 on ``device``
+    (built under ``seed`` with the global torch RNG left as it was, for weights a checkpoint does not hold).
+
+    Raises:
+        ValueError: ``path`` is not a directory (the message says how to build a tiny model there).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not Path(path).is_dir():
+        raise ValueError(
+            f"actor_rollout_ref.model.path={path!r} is not a directory; build a tiny model with "
+            f"`python -m verl_gigpo.local.tiny_model --out {path}` or point it at a Hugging Face model folder"
+        )
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
+    return tokenizer, model
+
+
 # ---------------------------------------------------------------------------------------------------- trainer
 class LocalTrainer:
     """Train a Hugging Face causal LM on a text environment with GiGPO / GRPO / RLOO (see the module docstring).
@@ -194,8 +202,6 @@ class LocalTrainer:
     """
 
     def __init__(self, cfg: DictConfig) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         self.cfg = cfg
         if cfg.local.num_threads:
             torch.set_num_threads(int(cfg.local.num_threads))
@@ -207,23 +213,7 @@ class LocalTrainer:
         # resuming: find and check the checkpoint now, before anything is built or written (applied in fit())
         self._resume_from = self._read_checkpoint() if cfg.trainer.resume else None
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        path = cfg.actor_rollout_ref.model.path
-        if not Path(path).is_dir():
-            raise ValueError(
-                f"actor_rollout_ref.model.path={path!r} is not a directory; build a tiny model with "
-                f"`python -m verl_gigpo.local.tiny_model --out {path}` or point it at a Hugging Face model folder"
-            )
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cfg.trainer.seed)
-            self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(self.device)
-        self.ref_model = None
-        if cfg.actor_rollout_ref.actor.use_kl_loss:
-            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
-        actor = cfg.actor_rollout_ref.actor
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=float(actor.optim.lr), weight_decay=float(actor.optim.weight_decay)
-        )
+        self.tokenizer, self.model = _load_model(cfg.actor_rollout_ref.model.path, self.device, seed=cfg.trainer.seed)
         self.server = LocalGenerationServer(
             self.model,
             self.tokenizer,
@@ -234,17 +224,24 @@ class LocalTrainer:
         )
         self.encoder = ChatPromptEncoder(self.tokenizer)
         self.gigpo = gigpo_config(cfg) if cfg.algorithm.adv_estimator == "gigpo" else None
-        key_mode = self.gigpo.env_key_mode if self.gigpo is not None else "state"
         self.episode_config = EpisodeConfig(
             max_steps=cfg.env.max_steps,
             history_length=cfg.env.history_length,
             max_prompt_length=cfg.data.max_prompt_length,
             max_response_length=cfg.actor_rollout_ref.rollout.response_length,
             invalid_action_penalty=float(cfg.env.invalid_action_penalty),
-            key_mode=key_mode,
+            key_mode=self.gigpo.env_key_mode if self.gigpo is not None else "state",
         )
         self.env_kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
         self.allowed_ids = self._action_token_ids() if cfg.local.constrain_to_actions else None
+        self.actor = PPOActor(
+            self.model,
+            cfg.actor_rollout_ref.actor,
+            pad_token_id=self.server.pad_token_id,
+            device=self.device,
+            allowed_ids=self.allowed_ids,
+        )
+        self.ref_model, self.optimizer = self.actor.ref_model, self.actor.optimizer
         self.env_executor = _TimedExecutor(cfg.local.env_workers)
         self.loop = asyncio.new_event_loop()
         self.task_rng = np.random.default_rng(cfg.trainer.seed)
@@ -254,9 +251,6 @@ class LocalTrainer:
         credit = CreditLogOptions.from_trainer(cfg.trainer, estimator=cfg.algorithm.adv_estimator)
         self.credit_logger = CreditLogger(credit, self.out_dir, seed=cfg.trainer.seed)
         self.gigpo_terms = None
-        from verl.trainer.ppo.core_algos import get_policy_loss_fn
-
-        self.policy_loss_fn = get_policy_loss_fn(actor.policy_loss.loss_mode)
 
     # ------------------------------------------------------------------ setup helpers
     def _action_token_ids(self) -> list[int]:
@@ -324,42 +318,8 @@ class LocalTrainer:
         params = self._sampling_params(validation=validation)
         return self.loop.run_until_complete(self._play(tasks, n, params, seed_parts))
 
-    def _batch(self, episodes: list[Episode], n: int) -> _Batch:
-        prompts, responses, logprobs = [], [], []
-        rewards, groups, trajs, steps, keys = [], [], [], [], []
-        traj_returns, traj_groups = [], []
-        for index, ep in enumerate(episodes):
-            if ep.env_error is not None:
-                logger.warning("episode %s dropped from training: %s", ep.traj_id, ep.env_error)
-                continue
-            group = index // n
-            traj = len(traj_returns)
-            traj_returns.append(ep.episode_return)
-            traj_groups.append(group)
-            for s in ep.steps:
-                prompts.append(list(s.prompt_ids))
-                responses.append(list(s.response_ids))
-                logprobs.append(s.response_logprobs)
-                rewards.append(s.step_reward)
-                groups.append(group)
-                trajs.append(traj)
-                steps.append(s.step_id)
-                keys.append(s.anchor_key)
-        return _Batch(
-            prompts=prompts,
-            responses=responses,
-            rollout_logprobs=logprobs,
-            rewards=np.asarray(rewards, dtype=np.float64),
-            group_ids=np.asarray(groups, dtype=np.int64),
-            traj_ids=np.asarray(trajs, dtype=np.int64),
-            step_ids=np.asarray(steps, dtype=np.int64),
-            anchor_keys=np.asarray(keys, dtype=object),
-            traj_returns=np.asarray(traj_returns, dtype=np.float64),
-            traj_groups=np.asarray(traj_groups, dtype=np.int64),
-        )
-
     # ------------------------------------------------------------------ advantages
-    def compute_advantages(self, batch: _Batch) -> tuple[np.ndarray, dict[str, float]]:
+    def compute_advantages(self, batch: StepBatch) -> tuple[np.ndarray, dict[str, float]]:
         """One advantage per step row (N,) and the estimator's metrics.
 
         gigpo: ``A = A_episode + w * A_step`` from :func:`verl_gigpo.advantage.gigpo_advantage_terms`.
@@ -404,172 +364,10 @@ class LocalTrainer:
         return per_traj[batch.traj_ids], {}
 
     # ------------------------------------------------------------------ update
-    def _forward_logprobs(self, model, inputs: list[tuple[int, ...]], prompt_lens: list[int], resp_lens: list[int]):
-        """Log-probs and entropies at the response positions of de-duplicated inputs.
-
-        ``inputs[u]`` = prompt + response[:-1]; the logits at positions ``P-1 .. P+R-2`` score the R response
-        tokens. Inputs are left-padded, so those positions are the last ``R`` of each row.
-
-        Returns:
-            ``(logp (U, R_max, V'), entropy (U, R_max))`` left-aligned (index j = j-th response token), where
-            V' is the allowed-token count under ``local.constrain_to_actions`` (columns in ``allowed_ids``
-            order), else the vocabulary.
-        """
-        from verl.utils.torch_functional import entropy_from_logits
-
-        r_max = max(resp_lens)
-        ids, attn, pos = left_pad(inputs, self.server.pad_token_id, device=self.device)  # (U, W) each
-        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=r_max).logits  # (U,R,V)
-        logits = logits.float()
-        if self.allowed_ids is not None:
-            logits = logits.index_select(-1, torch.tensor(self.allowed_ids, device=self.device))  # (U, R_max, V')
-        shift = torch.tensor([r_max - r for r in resp_lens], device=self.device)  # (U,)
-        index = (torch.arange(r_max, device=self.device)[None, :] + shift[:, None]).clamp(max=r_max - 1)  # (U, R)
-        logits = logits.gather(1, index[:, :, None].expand(-1, -1, logits.shape[-1]))  # (U, R_max, V') aligned
-        return torch.log_softmax(logits, dim=-1), entropy_from_logits(logits)
-
-    def update(self, batch: _Batch, advantages: np.ndarray) -> dict[str, float]:
-        """PPO update on the batch's rows with per-row ``advantages`` (N,); returns ``actor/*`` metrics."""
-        from verl.trainer.ppo.core_algos import agg_loss, kl_penalty
-
-        actor = self.cfg.actor_rollout_ref.actor
-        n_rows = len(batch)
-        if n_rows == 0:
-            return {}
-        # de-duplicate: rows with the same prompt and the same response-but-last-token share one forward
-        key_index: dict[tuple, int] = {}
-        inverse = np.empty(n_rows, dtype=np.int64)
-        inputs, prompt_lens, resp_lens = [], [], []
-        for i, (p, r) in enumerate(zip(batch.prompts, batch.responses, strict=True)):
-            key = (tuple(p), tuple(r[:-1]))
-            j = key_index.get(key)
-            if j is None:
-                j = key_index[key] = len(inputs)
-                inputs.append(key[0] + key[1])
-                prompt_lens.append(len(p))
-                resp_lens.append(len(r))
-            inverse[i] = j
-        r_max = max(resp_lens)
-        resp = torch.zeros((n_rows, r_max), dtype=torch.long)  # (N, R) response token columns
-        mask = torch.zeros((n_rows, r_max), dtype=torch.float32)  # (N, R)
-        col = None
-        if self.allowed_ids is not None:
-            col = {t: c for c, t in enumerate(self.allowed_ids)}
-        for i, r in enumerate(batch.responses):
-            toks = [col[t] for t in r] if col is not None else r
-            resp[i, : len(r)] = torch.tensor(toks)
-            mask[i, : len(r)] = 1.0
-        resp, mask = resp.to(self.device), mask.to(self.device)
-        adv = torch.as_tensor(advantages, dtype=torch.float32, device=self.device)[:, None] * mask  # (N, R)
-
-        groups = np.unique(batch.group_ids)
-        per_step = actor.ppo_mini_batch_size or len(groups)
-        minibatches = [groups[i : i + per_step] for i in range(0, len(groups), per_step)]
-        n_steps = actor.ppo_epochs * len(minibatches)
-        micro = actor.ppo_micro_batch_size_per_gpu
-
-        ref_logp = old_logp = None
-        logprob_diff = 0.0
-        if self.ref_model is not None or n_steps > 1:
-            with torch.no_grad():
-                if n_steps > 1:
-                    old_logp = self._row_logprobs(self.model, inputs, prompt_lens, resp_lens, inverse, resp, micro)
-                if self.ref_model is not None:
-                    ref_logp = self._row_logprobs(self.ref_model, inputs, prompt_lens, resp_lens, inverse, resp, micro)
-
-        self.model.train()
-        totals = {"actor/pg_loss": 0.0, "actor/kl_loss": 0.0, "actor/entropy": 0.0}
-        weighted = {"actor/pg_clipfrac": 0.0, "actor/ppo_kl": 0.0, "actor/pg_clipfrac_lower": 0.0}
-        grad_norms = []
-        for _epoch in range(actor.ppo_epochs):
-            for mb_groups in minibatches:
-                rows_mb = np.flatnonzero(np.isin(batch.group_ids, mb_groups))
-                n_tokens = float(mask[rows_mb].sum())
-                loss_cfg = _LossConfig.from_actor(actor, batch_num_tokens=n_tokens, global_batch_size=len(rows_mb))
-                uniq = np.unique(inverse[rows_mb])  # forwarded inputs of this mini-batch
-                for start in range(0, len(uniq), micro):
-                    chunk = uniq[start : start + micro]
-                    rows = rows_mb[np.isin(inverse[rows_mb], chunk)]
-                    local = {int(u): k for k, u in enumerate(chunk)}
-                    logp_u, ent_u = self._forward_logprobs(
-                        self.model,
-                        [inputs[u] for u in chunk],
-                        [prompt_lens[u] for u in chunk],
-                        [resp_lens[u] for u in chunk],
-                    )
-                    sel = torch.tensor([local[int(inverse[r])] for r in rows], device=self.device)  # (n,)
-                    rows_t = torch.as_tensor(rows, device=self.device)
-                    width = logp_u.shape[1]  # longest response of this micro-batch
-                    logp = logp_u[sel].gather(-1, resp[rows_t, :width, None]).squeeze(-1)  # (n, width)
-                    logp = torch.nn.functional.pad(logp, (0, r_max - width))  # (n, R)
-                    entropy = torch.nn.functional.pad(ent_u[sel], (0, r_max - width))  # (n, R)
-                    m = mask[rows_t]  # (n, R)
-                    if old_logp is None:  # single optimizer step: the parameters are still the old ones
-                        old = logp.detach()
-                        logprob_diff = max(logprob_diff, self._rollout_diff(batch, rows, old, m))
-                    else:
-                        old = old_logp[rows_t]
-                    pg_loss, pg_metrics = self.policy_loss_fn(
-                        old_log_prob=old,
-                        log_prob=logp,
-                        advantages=adv[rows_t],
-                        response_mask=m,
-                        loss_agg_mode=actor.loss_agg_mode,
-                        config=loss_cfg,
-                    )
-                    ent_loss = agg_loss(entropy, m, actor.loss_agg_mode, **loss_cfg.global_batch_info)
-                    loss = pg_loss - float(actor.entropy_coeff) * ent_loss
-                    if ref_logp is not None:
-                        kld = kl_penalty(logp, ref_logp[rows_t], actor.kl_loss_type)
-                        kl_loss = agg_loss(kld, m, actor.loss_agg_mode, **loss_cfg.global_batch_info)
-                        loss = loss + float(actor.kl_loss_coef) * kl_loss
-                        totals["actor/kl_loss"] += float(kl_loss.detach()) / n_steps
-                    loss.backward()
-                    totals["actor/pg_loss"] += float(pg_loss.detach()) / n_steps
-                    totals["actor/entropy"] += float(ent_loss.detach()) / n_steps
-                    share = float(m.sum()) / n_tokens / n_steps
-                    for k in weighted:
-                        weighted[k] += float(pg_metrics.get(k, 0.0)) * share
-                grad_norms.append(
-                    float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(actor.grad_clip)))
-                )
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
-        self.model.eval()
-        return {
-            **totals,
-            **weighted,
-            "actor/grad_norm": float(np.mean(grad_norms)),
-            "actor/lr": float(actor.optim.lr),
-            "rollout/rows": float(n_rows),
-            "rollout/forward_rows": float(len(inputs)),
-            "rollout/logprob_diff_max": logprob_diff,
-        }
-
-    def _row_logprobs(self, model, inputs, prompt_lens, resp_lens, inverse, resp, micro) -> torch.Tensor:
-        """Log-probs (N, R) of every row's response tokens, forwarding the de-duplicated inputs in micro-batches
-        (no grad); only the gathered token log-probs are kept, so memory stays at one micro-batch of logits."""
-        out = torch.zeros(resp.shape, dtype=torch.float32, device=self.device)  # (N, R)
-        for start in range(0, len(inputs), micro):
-            stop = min(start + micro, len(inputs))
-            lp, _ = self._forward_logprobs(model, inputs[start:stop], prompt_lens[start:stop], resp_lens[start:stop])
-            rows = np.flatnonzero((inverse >= start) & (inverse < stop))
-            rows_t = torch.as_tensor(rows, device=self.device)
-            sel = torch.as_tensor(inverse[rows] - start, device=self.device)
-            width = lp.shape[1]
-            out[rows_t, :width] = lp[sel].gather(-1, resp[rows_t, :width, None]).squeeze(-1)
-        return out
-
-    @staticmethod
-    def _rollout_diff(batch: _Batch, rows: np.ndarray, actor_logp: torch.Tensor, mask: torch.Tensor) -> float:
-        worst = 0.0
-        values = actor_logp.detach().cpu()
-        for k, r in enumerate(rows):
-            lp = batch.rollout_logprobs[r]
-            if lp:
-                n = len(lp)
-                worst = max(worst, float((values[k, :n] - torch.tensor(lp)).abs().max()))
-        return worst
+    def update(self, batch: StepBatch, advantages: np.ndarray) -> dict[str, float]:
+        """PPO update on the batch's rows with per-row ``advantages`` (N,); returns ``actor/*`` metrics
+        (:meth:`verl_gigpo.local.update.PPOActor.update`)."""
+        return self.actor.update(batch, advantages)
 
     # ------------------------------------------------------------------ iteration, validation
     def train_step(self) -> dict[str, float]:
@@ -589,7 +387,7 @@ class LocalTrainer:
         )
         episodes = self.rollout(tasks, n, validation=False, seed_parts=(cfg.trainer.seed, 1, self.iteration))
         t1 = time.perf_counter()
-        batch = self._batch(episodes, n)
+        batch = StepBatch.from_episodes(episodes, n)
         advantages, adv_metrics = self.compute_advantages(batch)
         if self.gigpo is not None and len(batch) and self.credit_logger.due(self.iteration):  # credit records
             self.credit_logger.write(
@@ -720,44 +518,13 @@ class LocalTrainer:
         return read_checkpoint(self.out_dir / "checkpoints", self.cfg, device=self.device)
 
 
-@dataclass
-class _LossConfig:
-    """The fields of verl's ``ActorConfig`` that the registered policy losses read."""
-
-    clip_ratio: float
-    clip_ratio_low: float
-    clip_ratio_high: float
-    clip_ratio_c: float
-    loss_agg_mode: str
-    global_batch_info: dict
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """``dict.get``-style access, as verl's configs offer."""
-        return getattr(self, key, default)
-
-    @classmethod
-    def from_actor(cls, actor: DictConfig, *, batch_num_tokens: float, global_batch_size: int) -> _LossConfig:
-        """Clip ratios from ``actor`` and the mini-batch normalisers (so micro-batch losses add up exactly)."""
-        clip = float(actor.clip_ratio)
-        return cls(
-            clip_ratio=clip,
-            clip_ratio_low=float(actor.get("clip_ratio_low", None) or clip),
-            clip_ratio_high=float(actor.get("clip_ratio_high", None) or clip),
-            clip_ratio_c=float(actor.get("clip_ratio_c", None) or 3.0),
-            loss_agg_mode=actor.loss_agg_mode,
-            global_batch_info={
-                "dp_size": 1,
-                "batch_num_tokens": batch_num_tokens,
-                "global_batch_size": global_batch_size,
-            },
-        )
-
-
 def _fmt(metrics: dict[str, float]) -> str:
+    """The ``val/*`` metrics as ``key=value`` text for the log."""
     return ", ".join(f"{k}={v:.3f}" for k, v in metrics.items() if k.startswith("val/"))
 
 
 def _progress(cfg: DictConfig, *, initial: int, total: int):
+    """A tqdm bar over the iterations, or None when ``local.progress`` is off."""
     if not cfg.local.progress:
         return None
     from tqdm import tqdm
@@ -765,8 +532,8 @@ def _progress(cfg: DictConfig, *, initial: int, total: int):
     return tqdm(total=total, initial=initial, desc=f"{cfg.algorithm.adv_estimator} {cfg.env.name}", unit="it")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry point (see the module docstring)."""
+def _parser() -> argparse.ArgumentParser:
+    """The command line: config overrides and the flags that set ``trainer.resume/overwrite/allow_config_change``."""
     parser = argparse.ArgumentParser(
         description="Train a causal LM on a text environment with GiGPO/GRPO/RLOO, in one process",
         epilog="overrides: key=value items, e.g. algorithm.adv_estimator=grpo trainer.total_training_steps=50",
@@ -784,6 +551,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="resume although keys that change the computation differ from the saved run (allow_config_change)",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point (see the module docstring)."""
+    parser = _parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # verl warns at import about training engines it cannot load (megatron, torchtitan, ...); none is used here

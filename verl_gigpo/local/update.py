@@ -1,0 +1,341 @@
+"""The local engine's actor update: PPO on one iteration's step rows with verl's registered policy losses.
+
+    actor = PPOActor(model, cfg.actor_rollout_ref.actor, pad_token_id=pad, device=device, allowed_ids=ids)
+    metrics = actor.update(batch, advantages)       # a StepBatch of N rows, advantages (N,): actor/* metrics
+
+One update:
+
+1. de-duplicate: a response's log-probs depend only on the prompt and the response's tokens but the last, so rows
+   with the same ``prompt + response[:-1]`` are forwarded ONCE and each row reads its own last token from the
+   shared logits (exact). With one-token actions that is one forward per distinct prompt.
+2. fixed log-probs (no grad): with more than one optimizer step per iteration, the old log-probs before the first
+   step; with one step they are the update's own forward, detached (the parameters have not moved yet, so they
+   are equal). With ``use_kl_loss``, the frozen initial model's log-probs.
+3. for each of ``ppo_epochs`` passes, for each mini-batch of ``ppo_mini_batch_size`` tasks (all their rows):
+   micro-batches of ``ppo_micro_batch_size_per_gpu`` forwarded inputs accumulate the gradients of
+   ``pg_loss - entropy_coeff * entropy + kl_loss_coef * kl`` (verl's ``get_policy_loss_fn``, ``agg_loss``,
+   ``kl_penalty``), each normalised by the whole mini-batch so the micro-batch size does not change the result;
+   then gradient-norm clipping and one AdamW step.
+
+Under ``local.constrain_to_actions`` (``allowed_ids``) the log-probs are those of the distribution restricted to
+the allowed tokens, the one the generation server sampled from.
+
+Shapes: N rows, U de-duplicated inputs, R the longest response, V' the allowed-token count (else the vocabulary).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from verl_gigpo.local.batch import StepBatch
+from verl_gigpo.local.tensors import left_pad
+
+__all__ = ["PPOActor"]
+
+
+@dataclass
+class _Rows:
+    """The batch's rows as tensors, the de-duplicated inputs that score them, and what stays fixed per row."""
+
+    inputs: list[tuple[int, ...]]  # (U,) prompt + response[:-1]
+    resp_lens: list[int]  # (U,) response length of each input
+    inverse: np.ndarray  # (N,) int64: the input that scores each row
+    tokens: torch.Tensor  # (N, R) int64: response tokens (their columns in allowed_ids when constrained)
+    mask: torch.Tensor  # (N, R) float32: 1 on the response tokens
+    adv: torch.Tensor | None = None  # (N, R) float32: the row's advantage on its response tokens
+    old_logp: torch.Tensor | None = None  # (N, R) before the first optimizer step; None: only one step
+    ref_logp: torch.Tensor | None = None  # (N, R) of the reference model; None: no KL loss
+
+
+@dataclass
+class _Sums:
+    """The update's metrics as they add up over micro-batches (each loss divided by the optimizer-step count)."""
+
+    totals: dict[str, float] = field(
+        default_factory=lambda: {"actor/pg_loss": 0.0, "actor/kl_loss": 0.0, "actor/entropy": 0.0}
+    )
+    # verl's policy-loss metrics, weighted by each micro-batch's share of the mini-batch's tokens
+    weighted: dict[str, float] = field(
+        default_factory=lambda: {"actor/pg_clipfrac": 0.0, "actor/ppo_kl": 0.0, "actor/pg_clipfrac_lower": 0.0}
+    )
+    grad_norms: list[float] = field(default_factory=list)
+    logprob_diff: float = 0.0  # largest |server - actor| log-prob of the same token
+
+
+@dataclass
+class _LossConfig:
+    """The fields of verl's ``ActorConfig`` that the registered policy losses read."""
+
+    clip_ratio: float
+    clip_ratio_low: float
+    clip_ratio_high: float
+    clip_ratio_c: float
+    loss_agg_mode: str
+    global_batch_info: dict
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``dict.get``-style access, as verl's configs offer."""
+        return getattr(self, key, default)
+
+    @classmethod
+    def from_actor(cls, actor: DictConfig, *, batch_num_tokens: float, global_batch_size: int) -> _LossConfig:
+        """Clip ratios from ``actor`` and the mini-batch normalisers (so micro-batch losses add up exactly)."""
+        clip = float(actor.clip_ratio)
+        return cls(
+            clip_ratio=clip,
+            clip_ratio_low=float(actor.get("clip_ratio_low", None) or clip),
+            clip_ratio_high=float(actor.get("clip_ratio_high", None) or clip),
+            clip_ratio_c=float(actor.get("clip_ratio_c", None) or 3.0),
+            loss_agg_mode=actor.loss_agg_mode,
+            global_batch_info={
+                "dp_size": 1,
+                "batch_num_tokens": batch_num_tokens,
+                "global_batch_size": global_batch_size,
+            },
+        )
+
+
+class PPOActor:
+    """The policy's PPO update (see the module docstring): owns the optimizer and the frozen reference model.
+
+    Args:
+        model: the ``transformers`` causal LM being trained (also the generation server's model).
+        actor: the ``actor_rollout_ref.actor`` config (optimizer, clipping, losses, batch sizes).
+        pad_token_id: id written left of shorter inputs (masked out).
+        device: where the model lives.
+        allowed_ids: under ``local.constrain_to_actions``, the token ids decoding is restricted to (sorted); the
+            log-probs are then over these ids only. None: the whole vocabulary.
+
+    Attributes:
+        ref_model: a frozen copy of ``model`` as it was at construction when ``actor.use_kl_loss``, else None.
+        optimizer: AdamW over ``model``'s parameters (``actor.optim.lr``, ``actor.optim.weight_decay``).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        actor: DictConfig,
+        *,
+        pad_token_id: int,
+        device: torch.device,
+        allowed_ids: Sequence[int] | None = None,
+    ) -> None:
+        from verl.trainer.ppo.core_algos import get_policy_loss_fn
+
+        self.model = model
+        self.actor = actor
+        self.pad_token_id = pad_token_id
+        self.device = device
+        self.allowed_ids = list(allowed_ids) if allowed_ids is not None else None
+        self.ref_model = copy.deepcopy(model).eval().requires_grad_(False) if actor.use_kl_loss else None
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=float(actor.optim.lr), weight_decay=float(actor.optim.weight_decay)
+        )
+        self.policy_loss_fn = get_policy_loss_fn(actor.policy_loss.loss_mode)
+
+    def update(self, batch: StepBatch, advantages: np.ndarray) -> dict[str, float]:
+        """PPO update on the batch's rows with per-row ``advantages`` (N,); returns ``actor/*`` and
+        ``rollout/{rows,forward_rows,logprob_diff_max}`` metrics (empty for an empty batch)."""
+        actor = self.actor
+        if len(batch) == 0:
+            return {}
+        rows = self._rows(batch)
+        rows.adv = torch.as_tensor(advantages, dtype=torch.float32, device=self.device)[:, None] * rows.mask
+        minibatches = _minibatch_rows(batch.group_ids, actor.ppo_mini_batch_size)
+        n_steps = actor.ppo_epochs * len(minibatches)
+        rows.old_logp, rows.ref_logp = self._fixed_logprobs(rows, n_steps)
+        sums = _Sums()
+        self.model.train()
+        for _epoch in range(actor.ppo_epochs):
+            for rows_mb in minibatches:
+                self._optimizer_step(batch, rows, rows_mb, n_steps, sums)
+        self.model.eval()
+        return {
+            **sums.totals,
+            **sums.weighted,
+            "actor/grad_norm": float(np.mean(sums.grad_norms)),
+            "actor/lr": float(actor.optim.lr),
+            "rollout/rows": float(len(batch)),
+            "rollout/forward_rows": float(len(rows.inputs)),
+            "rollout/logprob_diff_max": sums.logprob_diff,
+        }
+
+    def forward_logprobs(
+        self, model: Any, inputs: Sequence[Sequence[int]], resp_lens: Sequence[int]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs and entropies at the response positions of de-duplicated inputs.
+
+        ``inputs[u]`` = prompt + response[:-1]; the logits at positions ``P-1 .. P+R-2`` score the R response
+        tokens. Inputs are left-padded, so those positions are the last ``R`` of each row.
+
+        Returns:
+            ``(logp (U, R_max, V'), entropy (U, R_max))`` left-aligned (index j = j-th response token), where
+            V' is the allowed-token count under ``local.constrain_to_actions`` (columns in ``allowed_ids``
+            order), else the vocabulary.
+        """
+        from verl.utils.torch_functional import entropy_from_logits
+
+        r_max = max(resp_lens)
+        ids, attn, pos = left_pad(inputs, self.pad_token_id, device=self.device)  # (U, W) each
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=r_max).logits  # (U,R,V)
+        logits = logits.float()
+        if self.allowed_ids is not None:
+            logits = logits.index_select(-1, torch.tensor(self.allowed_ids, device=self.device))  # (U, R_max, V')
+        shift = torch.tensor([r_max - r for r in resp_lens], device=self.device)  # (U,)
+        index = (torch.arange(r_max, device=self.device)[None, :] + shift[:, None]).clamp(max=r_max - 1)  # (U, R)
+        logits = logits.gather(1, index[:, :, None].expand(-1, -1, logits.shape[-1]))  # (U, R_max, V') aligned
+        return torch.log_softmax(logits, dim=-1), entropy_from_logits(logits)
+
+    # ------------------------------------------------------------------ the rows
+    def _rows(self, batch: StepBatch) -> _Rows:
+        """De-duplicate the batch's inputs and lay its response tokens out as (N, R) tensors on the device."""
+        n_rows = len(batch)
+        key_index: dict[tuple, int] = {}
+        inverse = np.empty(n_rows, dtype=np.int64)  # (N,)
+        inputs, resp_lens = [], []
+        for i, (p, r) in enumerate(zip(batch.prompts, batch.responses, strict=True)):
+            key = (tuple(p), tuple(r[:-1]))  # the same prompt and response-but-last-token: one forward
+            j = key_index.get(key)
+            if j is None:
+                j = key_index[key] = len(inputs)
+                inputs.append(key[0] + key[1])
+                resp_lens.append(len(r))
+            inverse[i] = j
+        r_max = max(resp_lens)
+        tokens = torch.zeros((n_rows, r_max), dtype=torch.long)  # (N, R) response token columns
+        mask = torch.zeros((n_rows, r_max), dtype=torch.float32)  # (N, R)
+        col = {t: c for c, t in enumerate(self.allowed_ids)} if self.allowed_ids is not None else None
+        for i, r in enumerate(batch.responses):
+            tokens[i, : len(r)] = torch.tensor([col[t] for t in r] if col is not None else r)
+            mask[i, : len(r)] = 1.0
+        return _Rows(inputs, resp_lens, inverse, tokens.to(self.device), mask.to(self.device))
+
+    def _fixed_logprobs(self, rows: _Rows, n_steps: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """``(old, ref)`` log-probs (N, R) that stay fixed during the update: old only with several optimizer
+        steps (with one, the update's own forward is detached instead), ref only with ``use_kl_loss``."""
+        old_logp = ref_logp = None
+        with torch.no_grad():
+            if n_steps > 1:
+                old_logp = self._row_logprobs(self.model, rows)
+            if self.ref_model is not None:
+                ref_logp = self._row_logprobs(self.ref_model, rows)
+        return old_logp, ref_logp
+
+    def _row_logprobs(self, model: Any, rows: _Rows) -> torch.Tensor:
+        """Log-probs (N, R) of every row's response tokens, forwarding the de-duplicated inputs in micro-batches
+        (no grad); only the gathered token log-probs are kept, so memory stays at one micro-batch of logits."""
+        micro = self.actor.ppo_micro_batch_size_per_gpu
+        out = torch.zeros(rows.tokens.shape, dtype=torch.float32, device=self.device)  # (N, R)
+        for start in range(0, len(rows.inputs), micro):
+            stop = min(start + micro, len(rows.inputs))
+            lp, _ = self.forward_logprobs(model, rows.inputs[start:stop], rows.resp_lens[start:stop])
+            picked = np.flatnonzero((rows.inverse >= start) & (rows.inverse < stop))
+            rows_t = torch.as_tensor(picked, device=self.device)
+            sel = torch.as_tensor(rows.inverse[picked] - start, device=self.device)
+            width = lp.shape[1]
+            out[rows_t, :width] = lp[sel].gather(-1, rows.tokens[rows_t, :width, None]).squeeze(-1)
+        return out
+
+    # ------------------------------------------------------------------ one optimizer step
+    def _optimizer_step(self, batch: StepBatch, rows: _Rows, rows_mb: np.ndarray, n_steps: int, sums: _Sums) -> None:
+        """Accumulate the gradients of the mini-batch ``rows_mb`` micro-batch by micro-batch, clip, step."""
+        micro = self.actor.ppo_micro_batch_size_per_gpu
+        n_tokens = float(rows.mask[rows_mb].sum())
+        loss_cfg = _LossConfig.from_actor(self.actor, batch_num_tokens=n_tokens, global_batch_size=len(rows_mb))
+        uniq = np.unique(rows.inverse[rows_mb])  # forwarded inputs of this mini-batch
+        for start in range(0, len(uniq), micro):
+            chunk = uniq[start : start + micro]
+            picked = rows_mb[np.isin(rows.inverse[rows_mb], chunk)]
+            self._micro_batch(batch, rows, chunk, picked, loss_cfg, n_steps, sums)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(self.actor.grad_clip))
+        sums.grad_norms.append(float(grad_norm))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def _micro_batch(
+        self,
+        batch: StepBatch,
+        rows: _Rows,
+        chunk: np.ndarray,
+        picked: np.ndarray,
+        loss_cfg: _LossConfig,
+        n_steps: int,
+        sums: _Sums,
+    ) -> None:
+        """Forward the inputs ``chunk``, add the loss of their rows ``picked`` to the gradients and to ``sums``."""
+        from verl.trainer.ppo.core_algos import agg_loss, kl_penalty
+
+        actor = self.actor
+        logp, entropy = self._micro_logprobs(rows, chunk, picked)  # (n, R) each, with grad
+        rows_t = torch.as_tensor(picked, device=self.device)
+        m = rows.mask[rows_t]  # (n, R)
+        if rows.old_logp is None:  # single optimizer step: the parameters are still the old ones
+            old = logp.detach()
+            sums.logprob_diff = max(sums.logprob_diff, _rollout_diff(batch, picked, old))
+        else:
+            old = rows.old_logp[rows_t]
+        pg_loss, pg_metrics = self.policy_loss_fn(
+            old_log_prob=old,
+            log_prob=logp,
+            advantages=rows.adv[rows_t],
+            response_mask=m,
+            loss_agg_mode=actor.loss_agg_mode,
+            config=loss_cfg,
+        )
+        ent_loss = agg_loss(entropy, m, actor.loss_agg_mode, **loss_cfg.global_batch_info)
+        loss = pg_loss - float(actor.entropy_coeff) * ent_loss
+        if rows.ref_logp is not None:
+            kld = kl_penalty(logp, rows.ref_logp[rows_t], actor.kl_loss_type)
+            kl_loss = agg_loss(kld, m, actor.loss_agg_mode, **loss_cfg.global_batch_info)
+            loss = loss + float(actor.kl_loss_coef) * kl_loss
+            sums.totals["actor/kl_loss"] += float(kl_loss.detach()) / n_steps
+        loss.backward()
+        sums.totals["actor/pg_loss"] += float(pg_loss.detach()) / n_steps
+        sums.totals["actor/entropy"] += float(ent_loss.detach()) / n_steps
+        n_tokens = loss_cfg.global_batch_info["batch_num_tokens"]  # of the whole mini-batch
+        share = float(m.sum()) / n_tokens / n_steps
+        for k in sums.weighted:
+            sums.weighted[k] += float(pg_metrics.get(k, 0.0)) * share
+
+    def _micro_logprobs(self, rows: _Rows, chunk: np.ndarray, picked: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs and entropies (n, R) of the rows ``picked``, whose inputs are ``chunk`` (forwarded once each),
+        zero-padded on the right to the batch's longest response."""
+        local = {int(u): k for k, u in enumerate(chunk)}
+        logp_u, ent_u = self.forward_logprobs(
+            self.model, [rows.inputs[u] for u in chunk], [rows.resp_lens[u] for u in chunk]
+        )
+        sel = torch.tensor([local[int(rows.inverse[r])] for r in picked], device=self.device)  # (n,)
+        rows_t = torch.as_tensor(picked, device=self.device)
+        r_max, width = rows.tokens.shape[1], logp_u.shape[1]  # width: the longest response of this micro-batch
+        logp = logp_u[sel].gather(-1, rows.tokens[rows_t, :width, None]).squeeze(-1)  # (n, width)
+        logp = torch.nn.functional.pad(logp, (0, r_max - width))  # (n, R)
+        entropy = torch.nn.functional.pad(ent_u[sel], (0, r_max - width))  # (n, R)
+        return logp, entropy
+
+
+def _minibatch_rows(group_ids: np.ndarray, tasks_per_step: int | None) -> list[np.ndarray]:
+    """The rows (indices into the batch) of each mini-batch: ``tasks_per_step`` consecutive tasks each (None: all
+    tasks in one)."""
+    groups = np.unique(group_ids)
+    per_step = tasks_per_step or len(groups)
+    return [np.flatnonzero(np.isin(group_ids, groups[i : i + per_step])) for i in range(0, len(groups), per_step)]
+
+
+def _rollout_diff(batch: StepBatch, picked: np.ndarray, actor_logp: torch.Tensor) -> float:
+    """Largest ``|actor - server|`` log-prob of the same response tokens over the rows ``picked`` (``actor_logp``
+    (n, R) in their order); nonzero only by float rounding."""
+    worst = 0.0
+    values = actor_logp.detach().cpu()
+    for k, r in enumerate(picked):
+        lp = batch.rollout_logprobs[r]
+        if lp:
+            n = len(lp)
+            worst = max(worst, float((values[k, :n] - torch.tensor(lp)).abs().max()))
+    return worst
