@@ -111,17 +111,8 @@ def parse_sampling_params(params: dict[str, Any] | None, *, vocab_size: int, def
         raise ValueError(f"max_tokens (max_new_tokens) must be an int >= 1, got {max_tokens!r}")
     out.max_tokens = int(max_tokens)
     for name in ("stop_token_ids", "allowed_token_ids"):
-        ids = params.get(name)
-        if ids is None:
-            continue
-        if isinstance(ids, str | bytes) or not isinstance(ids, Sequence):
-            raise ValueError(f"{name} must be a list of token ids, got {type(ids).__name__}")
-        bad = [i for i in ids if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < vocab_size]
-        if bad:
-            raise ValueError(f"{name} holds ids outside [0, {vocab_size}): {bad[:5]}")
-        if name == "allowed_token_ids" and not ids:
-            raise ValueError("allowed_token_ids is empty: nothing could be sampled; omit it to allow every token")
-        setattr(out, name, tuple(int(i) for i in ids))
+        if params.get(name) is not None:
+            setattr(out, name, _token_ids(name, params[name], vocab_size))
     seed = params.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ValueError(f"seed must be an int or None, got {seed!r}")
@@ -139,6 +130,18 @@ def parse_sampling_params(params: dict[str, Any] | None, *, vocab_size: int, def
     if rep != 1.0:
         raise ValueError(f"repetition_penalty is not supported by the local server (got {rep!r}); leave it at 1.0")
     return out
+
+
+def _token_ids(name: str, ids: Any, vocab_size: int) -> tuple[int, ...]:
+    """``ids`` checked as a list of token ids in ``[0, vocab_size)`` (``allowed_token_ids`` also non-empty)."""
+    if isinstance(ids, str | bytes) or not isinstance(ids, Sequence):
+        raise ValueError(f"{name} must be a list of token ids, got {type(ids).__name__}")
+    bad = [i for i in ids if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < vocab_size]
+    if bad:
+        raise ValueError(f"{name} holds ids outside [0, {vocab_size}): {bad[:5]}")
+    if name == "allowed_token_ids" and not ids:
+        raise ValueError("allowed_token_ids is empty: nothing could be sampled; omit it to allow every token")
+    return tuple(int(i) for i in ids)
 
 
 @dataclass
@@ -363,13 +366,10 @@ class LocalGenerationServer:
         ctl = self._controls(params)
         longest = max(ctl.max_tokens)
         cache = DynamicCache()
-        out_tokens: list[list[int]] = [[] for _ in range(batch)]
-        out_logprobs: list[list[float]] = [[] for _ in range(batch)]
-        stop_reason = ["length"] * batch
-        done = [False] * batch
+        out = _Outputs.empty(batch)
         step_ids, step_pos = input_ids, positions
         for t in range(longest):
-            out = self.model(
+            forward = self.model(
                 input_ids=step_ids,
                 attention_mask=attention,
                 position_ids=step_pos,
@@ -378,8 +378,8 @@ class LocalGenerationServer:
                 logits_to_keep=1,
             )
             self.stats["forward_passes"] += 1
-            cache = out.past_key_values
-            logits = out.logits[:, -1, :].float()  # (B, V); (U, V) after the prefill
+            cache = forward.past_key_values
+            logits = forward.logits[:, -1, :].float()  # (B, V); (U, V) after the prefill
             if t == 0:
                 logits = logits.index_select(0, expand)  # (B, V)
                 if longest > 1:  # decoding continues per request: give each request its own cache row
@@ -388,24 +388,16 @@ class LocalGenerationServer:
                     step_pos = step_pos.index_select(0, expand)  # (B, P)
             if ctl.allowed is not None:
                 logits = logits.masked_fill(~ctl.allowed, float("-inf"))
-            active = [i for i in range(batch) if not done[i]]
+            active = [i for i in range(batch) if not out.done[i]]
             tokens, logprobs = _sample(logits, ctl.temperature, ctl.greedy, params, ctl.generators, active)  # (B,)
-            tok_list, lp_list = tokens.tolist(), logprobs.tolist()
-            for i in active:
-                out_tokens[i].append(tok_list[i])
-                out_logprobs[i].append(lp_list[i])
-                if tok_list[i] in ctl.stops[i]:
-                    stop_reason[i] = "completed"
-                    done[i] = True
-                elif t + 1 >= ctl.max_tokens[i]:
-                    done[i] = True
-            if all(done):
+            out.add(tokens.tolist(), logprobs.tolist(), active, t, ctl)
+            if all(out.done):
                 break
-            finished = torch.tensor(done, device=dev)  # (B,)
+            finished = torch.tensor(out.done, device=dev)  # (B,)
             step_ids = torch.where(finished, torch.full_like(tokens, self.pad_token_id), tokens)[:, None]  # (B, 1)
             step_pos = step_pos[:, -1:] + 1  # (B, 1)
             attention = torch.cat([attention, torch.ones((batch, 1), dtype=attention.dtype, device=dev)], dim=1)
-        return out_tokens, out_logprobs, stop_reason
+        return out.tokens, out.logprobs, out.stop_reason
 
     def _controls(self, params: list[SamplingParams]) -> _Controls:
         """The B requests' sampling parameters as the tensors and lists the decoding loop reads."""
@@ -431,6 +423,33 @@ class LocalGenerationServer:
                 for p in params
             ],
         )
+
+
+@dataclass
+class _Outputs:
+    """Per-request results of one batched generation (B requests), filled one token at a time."""
+
+    tokens: list[list[int]]
+    logprobs: list[list[float]]
+    stop_reason: list[str]  # "length" until a stop id ends the request ("completed")
+    done: list[bool]
+
+    @classmethod
+    def empty(cls, batch: int) -> _Outputs:
+        """B requests with nothing generated yet."""
+        return cls([[] for _ in range(batch)], [[] for _ in range(batch)], ["length"] * batch, [False] * batch)
+
+    def add(self, tokens: list[int], logprobs: list[float], active: list[int], t: int, ctl: _Controls) -> None:
+        """Append the ``t``-th token (``tokens``, ``logprobs``: (B,)) of each ``active`` request; a stop id, or the
+        request's ``max_tokens``, ends it."""
+        for i in active:
+            self.tokens[i].append(tokens[i])
+            self.logprobs[i].append(logprobs[i])
+            if tokens[i] in ctl.stops[i]:
+                self.stop_reason[i] = "completed"
+                self.done[i] = True
+            elif t + 1 >= ctl.max_tokens[i]:
+                self.done[i] = True
 
 
 @dataclass

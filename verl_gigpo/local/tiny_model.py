@@ -57,6 +57,8 @@ EOS_TOKEN = "<|im_end|>"
 PAD_TOKEN = "<|endoftext|>"
 BOS_TOKEN = "<|im_start|>"
 SPECIAL_TOKENS = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN)
+# the model config's and generation config's special-token fields
+_SPECIAL_IDS = {"bos_token_id": BOS_TOKEN, "eos_token_id": EOS_TOKEN, "pad_token_id": PAD_TOKEN}
 
 #: ChatML, the format of Qwen2 chat models (system/user/assistant turns; the generation prompt opens an
 #: assistant turn).
@@ -207,8 +209,6 @@ def build_tiny_model(
     Returns:
         the output directory.
     """
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
-
     if hidden_size % num_heads:
         raise ValueError(f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})")
     kv_heads = num_heads if num_kv_heads is None else num_kv_heads
@@ -221,27 +221,16 @@ def build_tiny_model(
     if not texts:
         logger.warning("no environment could be built for the tokenizer corpus; using the format words only")
     tokenizer = build_tokenizer(texts, vocab_size=vocab_size, single_token_words=action_words)
-    eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
-    pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
-    bos_id = tokenizer.convert_tokens_to_ids(BOS_TOKEN)
-
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
+    model = _random_qwen2(
+        tokenizer,
+        seed=seed,
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
         num_key_value_heads=kv_heads,
         max_position_embeddings=max_position_embeddings,
-        tie_word_embeddings=True,
-        bos_token_id=bos_id,
-        eos_token_id=eos_id,
-        pad_token_id=pad_id,
     )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config)
-    model.generation_config = GenerationConfig(eos_token_id=eos_id, pad_token_id=pad_id, bos_token_id=bos_id)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     info = {
@@ -255,6 +244,20 @@ def build_tiny_model(
     (out / "tiny_model_info.json").write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
     logger.info("tiny model (%d parameters, vocab %d) written to %s", info["parameters"], len(tokenizer), out)
     return out
+
+
+def _random_qwen2(tokenizer, *, seed: int, **sizes: int):
+    """A ``Qwen2ForCausalLM`` over ``tokenizer``'s vocabulary and special ids, with tied embeddings, the
+    ``Qwen2Config`` fields ``sizes``, and weights drawn from ``seed`` (the global torch RNG is left as it was)."""
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    ids = {name: tokenizer.convert_tokens_to_ids(tok) for name, tok in _SPECIAL_IDS.items()}
+    config = Qwen2Config(vocab_size=len(tokenizer), **sizes, tie_word_embeddings=True, **ids)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(**ids)
+    return model
 
 
 def sft_action_format(
@@ -282,16 +285,42 @@ def sft_action_format(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from environments import make_env
-    from verl_gigpo.rollout import ChatPromptEncoder
-
     if steps < 1 or batch_size < 1:
         raise ValueError(f"steps ({steps}) and batch_size ({batch_size}) must be >= 1")
     model_dir = Path(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-    encoder = ChatPromptEncoder(tokenizer)
     rng = np.random.default_rng(seed)
+    examples = _sft_examples(env_name, tokenizer, rng)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+        model.train()
+        width = max(len(p) + len(t) for p, t in examples)
+        for _ in range(steps):
+            batch = [examples[int(i)] for i in rng.integers(len(examples), size=batch_size)]
+            ids, attention, labels = _right_padded(batch, width, tokenizer.pad_token_id)  # (B, W) each
+            loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    info_path = model_dir / "tiny_model_info.json"
+    info = json.loads(info_path.read_text()) if info_path.exists() else {}
+    info["sft_actions"] = {"env": env_name, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed}
+    info_path.write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
+    logger.info("fine-tuned %s to answer %s prompts with a random action (%d steps)", model_dir, env_name, steps)
+    return model_dir
+
+
+def _sft_examples(env_name: str, tokenizer, rng: np.random.Generator) -> list[tuple[list[int], list[int]]]:
+    """``(prompt ids, target ids)`` pairs: 64 seeded tasks, up to 3 steps each along a uniformly random walk, the
+    target one action word drawn uniformly from the admissible ones followed by EOS."""
+    from environments import make_env
+    from verl_gigpo.rollout import ChatPromptEncoder
+
+    encoder = ChatPromptEncoder(tokenizer)
     env = make_env(env_name, max_steps=10)
     examples = []
     for task_seed in range(64):
@@ -306,33 +335,23 @@ def sft_action_format(
             obs, _, terminated, truncated, info = env.step(action)
             if terminated or truncated:
                 break
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-        model.train()
-        width = max(len(p) + len(t) for p, t in examples)
-        for _ in range(steps):
-            batch = [examples[int(i)] for i in rng.integers(len(examples), size=batch_size)]
-            ids = torch.full((len(batch), width), tokenizer.pad_token_id)  # (B, W) right-padded
-            labels = torch.full((len(batch), width), -100)  # (B, W) loss on the target tokens only
-            attention = torch.zeros((len(batch), width), dtype=torch.long)  # (B, W)
-            for row, (prompt, target) in enumerate(batch):
-                n = len(prompt) + len(target)
-                ids[row, :n] = torch.tensor(prompt + target)
-                labels[row, len(prompt) : n] = torch.tensor(target)
-                attention[row, :n] = 1
-            loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-    model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    info_path = model_dir / "tiny_model_info.json"
-    info = json.loads(info_path.read_text()) if info_path.exists() else {}
-    info["sft_actions"] = {"env": env_name, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed}
-    info_path.write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
-    logger.info("fine-tuned %s to answer %s prompts with a random action (%d steps)", model_dir, env_name, steps)
-    return model_dir
+    return examples
+
+
+def _right_padded(
+    batch: Sequence[tuple[list[int], list[int]]], width: int, pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask, labels)``, each (B, W): prompt + target then ``pad_id`` on the right; labels
+    are the target tokens and -100 (no loss) elsewhere."""
+    ids = torch.full((len(batch), width), pad_id)  # (B, W)
+    labels = torch.full((len(batch), width), -100)  # (B, W)
+    attention = torch.zeros((len(batch), width), dtype=torch.long)  # (B, W)
+    for row, (prompt, target) in enumerate(batch):
+        n = len(prompt) + len(target)
+        ids[row, :n] = torch.tensor(prompt + target)
+        labels[row, len(prompt) : n] = torch.tensor(target)
+        attention[row, :n] = 1
+    return ids, attention, labels
 
 
 def main(argv: list[str] | None = None) -> int:
