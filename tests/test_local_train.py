@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+from verl_gigpo.local.batch import StepBatch
 from verl_gigpo.local.train import LocalTrainer, load_config, main
+from verl_gigpo.local.update import PPOActor
 
 # An easy gridnav variant (3x3, no walls, goal 1-2 steps away, 4 steps): a random policy wins about half the
 # episodes, so groups have mixed outcomes and the advantages are not all zero.
@@ -108,6 +110,51 @@ def test_micro_batching_and_epochs_with_kl_and_entropy_cpu(tiny_model_dir, tmp_p
         trainer.close()
     assert metrics["actor/kl_loss"] > 0  # the later optimizer steps move away from the reference
     assert all(math.isfinite(metrics[k]) for k in ("actor/pg_loss", "actor/kl_loss", "actor/ppo_kl"))
+
+
+@pytest.mark.parametrize("constrained", [False, True])
+def test_shared_forwards_give_each_row_its_plain_forward_logprobs_cpu(tiny_model_dir, constrained):
+    """The update's log-probs (de-duplicated inputs, micro-batches of 2, left padding) equal one plain forward per
+    row: the rows' rollout log-probs are set to the plain forward's, so ``rollout/logprob_diff_max`` measures the
+    gap. Rows 0/1/5 share one input (same prompt, one-token responses), rows 2/3 another (same first token)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    up, down, left = (tok.convert_tokens_to_ids(w) for w in ("up", "down", "left"))
+    allowed = sorted({up, down, left, tok.eos_token_id}) if constrained else None
+    p0, p1, p2 = (tok.encode(t, add_special_tokens=False) for t in ("Now: goal", "Now: goal: down 2.", "blocked"))
+    prompts = [p0, p0, p1, p1, p2, p0]
+    responses = [[up], [down], [up, down], [up, left], [left, up, tok.eos_token_id], [up]]
+
+    expected = []
+    with torch.no_grad():
+        for prompt, response in zip(prompts, responses, strict=True):
+            logits = model(input_ids=torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1]  # (R, V)
+            if allowed is not None:
+                logits = logits[:, allowed]  # (R, V')
+            logp = torch.log_softmax(logits.float(), -1)  # (R, V')
+            cols = [allowed.index(t) for t in response] if allowed is not None else response
+            expected.append(logp.gather(-1, torch.tensor(cols)[:, None]).squeeze(-1).tolist())
+    n = len(prompts)
+    batch = StepBatch(
+        prompts=prompts,
+        responses=responses,
+        rollout_logprobs=expected,
+        rewards=np.zeros(n),
+        group_ids=np.array([0, 0, 1, 1, 2, 2]),
+        traj_ids=np.arange(n),
+        step_ids=np.zeros(n, dtype=np.int64),
+        anchor_keys=np.array(["s"] * n, dtype=object),
+        traj_returns=np.zeros(n),
+        traj_groups=np.array([0, 0, 1, 1, 2, 2]),
+    )
+    actor_cfg = load_config(["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"]).actor_rollout_ref.actor
+    actor = PPOActor(model, actor_cfg, pad_token_id=tok.pad_token_id, device=torch.device("cpu"), allowed_ids=allowed)
+    metrics = actor.update(batch, np.array([1.0, -1.0, 0.5, -0.5, 1.0, 0.0]))
+    assert metrics["rollout/rows"] == 6 and metrics["rollout/forward_rows"] == 3
+    assert metrics["rollout/logprob_diff_max"] < 1e-5
+    assert metrics["actor/grad_norm"] > 0 and math.isfinite(metrics["actor/pg_loss"])
 
 
 def test_resume_gives_the_same_run_cpu(tiny_model_dir, tmp_path):
