@@ -1,6 +1,6 @@
-"""CPU tests of the README's metrics table: every metric the trainer mode logs is documented, and each row says what
-it is counted over (per trajectory, per step row, ...) — verl's own rollout metrics are per step row, which in this
-package means long episodes weigh more."""
+"""CPU tests of the README's metrics table: every metric the trainer mode and the local engine log is documented,
+and each row says what it is counted over (per trajectory, per step row, ...) — verl's own rollout metrics are per
+step row, which in this package means long episodes weigh more."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import pytest
 import torch
 
 from verl_gigpo.config import GiGPOConfig
+from verl_gigpo.rollout.metrics import TrajectorySummary
+from verl_gigpo.rollout.metrics import episode_metrics as episode_metrics_of
 from verl_gigpo.trainer import StepBatch, compute_step_advantages, episode_metrics
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -62,6 +64,20 @@ def test_every_metric_the_trainer_mode_logs_is_documented():
     table = metrics_table()
     for name in [*env, *stats]:
         documented(name, table)
+
+
+def test_every_episode_metric_the_local_engine_logs_is_documented():
+    # the shared definitions under both namespaces the local engine uses: training (env/, episode/) and validation
+    summaries = [
+        TrajectorySummary(won=True, length=2, episode_return=1.0, task_type="pick_and_place", batch_rows=2),
+        TrajectorySummary(won=False, length=0, episode_return=0.0, env_error=True),
+    ]
+    table = metrics_table()
+    for metrics in (episode_metrics_of(summaries), episode_metrics_of(summaries, prefix="val", episode_prefix="val")):
+        for name in metrics:
+            documented(name, table)
+    assert documented("val/invalid_action_rate", table) == "step row"
+    assert documented("val/success_rate", table) == documented("val/return_mean", table) == "trajectory"
 
 
 @pytest.mark.parametrize(

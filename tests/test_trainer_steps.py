@@ -50,15 +50,36 @@ def test_padding_and_failed_episodes_are_masked():
 
 def test_episode_metrics_by_hand():
     m = episode_metrics(_batch())
-    # trajectories a (won), b, c (env error), d; padding excluded
+    # trajectories a (won, 2 steps), b (3 steps), c (env error, 1 row), d (1 step); padding excluded. The failed c
+    # counts in the error rate, the trajectory and row counts only; the policy metrics are over a, b, d.
     assert m["episode/num_trajectories"] == 4 and m["episode/num_step_rows"] == 7
-    assert m["env/success_rate"] == pytest.approx(1 / 4)
-    assert m["env/success_rate/pick"] == pytest.approx(1 / 2) and m["env/success_rate/heat"] == 0.0
-    assert m["env/invalid_action_rate"] == pytest.approx(1 / 7)
-    assert m["env/episode_length"] == pytest.approx((2 + 3 + 1 + 1) / 4)
     assert m["env/env_error_rate"] == pytest.approx(1 / 4)
-    assert m["env/history_dropped_rate"] == pytest.approx(1 / 7)
+    assert m["env/success_rate"] == pytest.approx(1 / 3)
+    assert m["env/success_rate/pick"] == pytest.approx(1 / 2) and m["env/success_rate/heat"] == 0.0
+    assert m["env/invalid_action_rate"] == pytest.approx(1 / 6)
+    assert m["env/episode_length"] == pytest.approx((2 + 3 + 1) / 3)
+    assert m["env/history_dropped_rate"] == pytest.approx(1 / 6)
     assert m["episode/return_max"] == pytest.approx(10.0) and m["episode/return_min"] == pytest.approx(-0.1)
+    assert m["episode/return_mean"] == pytest.approx((10.0 - 0.1 + 0.0) / 3)
+
+
+def test_episode_metrics_of_padding_only_and_all_failed_batches():
+    padding_only = StepBatch.from_rows(["pad0"], [_row("a", 0, "s0", 1.0)], [True])
+    assert episode_metrics(padding_only) == {}
+    rows = [_row("x", 0, "k", 1.0, won=True, error=True), _row("y", 0, "k", 0.0, error=True)]
+    m = episode_metrics(StepBatch.from_rows(["g", "g"], rows, [False, False]))
+    assert m["env/env_error_rate"] == 1.0 and m["episode/num_trajectories"] == 2.0 and m["episode/num_step_rows"] == 2.0
+    # nothing to average over: 0.0 (the keys stay), even though x reported won before its environment failed
+    assert m["env/success_rate"] == m["env/episode_length"] == m["episode/return_mean"] == 0.0
+
+
+def test_padding_copy_of_a_failed_row_is_not_a_trajectory():
+    # verl tags padding rows is_padding; a copy of a failed episode's row (env_error True) must not count.
+    rows = [_row("a", 0, "s", 1.0, won=True), _row("c", 0, "s", 0.0, error=True)]
+    steps = StepBatch.from_rows(["g", "g", "g"], [*rows, dict(rows[1])], [False, False, True])
+    m = episode_metrics(steps)
+    assert m["episode/num_trajectories"] == 2.0 and m["episode/num_step_rows"] == 2.0
+    assert m["env/env_error_rate"] == 0.5 and m["env/success_rate"] == 1.0
 
 
 def test_rows_without_step_fields_name_the_agent_loop():

@@ -26,12 +26,12 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 import transfer_queue as tq
 from tensordict import TensorDict
@@ -43,6 +43,8 @@ from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, TRAINER_MODE
 from verl_gigpo.advantage import GiGPOTerms
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
+from verl_gigpo.rollout import metrics as rollout_metrics
+from verl_gigpo.rollout.metrics import TrajectorySummary
 
 __all__ = [
     "GiGPOTrainerSync",
@@ -68,7 +70,10 @@ class StepBatch:
 
     group_ids: verl ``uid`` (one per task = episode group); traj_ids, step_ids, anchor_keys, step_rewards (float64),
     action_valid, won (episode won, on every row of the trajectory) and env_error (bool); task_types (str or None);
-    row_mask: False for padding rows and rows of failed episodes.
+    history_dropped (past steps dropped from the row's prompt); row_mask: False for padding rows and rows of failed
+    episodes; env_seconds, generate_seconds (the episode's totals, on every row); padding: verl's padding rows
+    (None: rows with row_mask False and no env_error, or a ``pad...`` uid); episode_lengths: the episode's steps
+    played, on every row (-1 or None: unknown, its rows are counted instead).
     """
 
     group_ids: np.ndarray
@@ -84,6 +89,8 @@ class StepBatch:
     row_mask: np.ndarray
     env_seconds: np.ndarray | None = None
     generate_seconds: np.ndarray | None = None
+    padding: np.ndarray | None = None
+    episode_lengths: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.group_ids)
@@ -91,6 +98,53 @@ class StepBatch:
             self.env_seconds = np.zeros(n)
         if self.generate_seconds is None:
             self.generate_seconds = np.zeros(n)
+        if self.padding is None:
+            pad_uid = np.array([str(g).startswith("pad") for g in self.group_ids], dtype=bool)
+            self.padding = pad_uid | (~self.row_mask & ~self.env_error)
+        if self.episode_lengths is None:
+            self.episode_lengths = np.full(n, -1, dtype=np.int64)
+
+    def trajectory_summaries(self) -> list[TrajectorySummary]:
+        """One :class:`~verl_gigpo.rollout.metrics.TrajectorySummary` per trajectory of the real (non-padding)
+        rows, in order of first appearance: won / env_error if any of its rows says so; length = the agent loop's
+        ``episode_length`` (its row count where unknown); return, invalid actions and dropped history summed over
+        its rows (none for the placeholder row of an episode that failed at reset, reported length 0); task type and
+        seconds from its first row; ``batch_rows`` = its rows (failed ones included)."""
+        real = np.flatnonzero(~self.padding)  # (M,)
+        if real.size == 0:
+            return []
+        codes, _ = pd.factorize(self.traj_ids[real])  # (M,) trajectory of each real row, 0..T-1
+        num = int(codes.max()) + 1
+
+        def count(flags: np.ndarray) -> np.ndarray:
+            return np.bincount(codes, weights=flags.astype(np.float64), minlength=num)  # (T,)
+
+        rows = np.bincount(codes, minlength=num)  # (T,)
+        first = np.full(num, real.size, dtype=np.int64)
+        np.minimum.at(first, codes, np.arange(real.size))
+        first = real[first]  # (T,) batch position of each trajectory's first real row
+        reported = self.episode_lengths[first]  # (T,)
+        length = np.where(reported >= 0, reported, rows)
+        returns = count(self.step_rewards[real])
+        won, failed = count(self.won[real]) > 0, count(self.env_error[real]) > 0
+        no_step = reported == 0  # (T,) failed at reset: its one row is the agent loop's placeholder, not a step
+        invalid = np.where(no_step, 0, count(~self.action_valid[real].astype(bool)))
+        dropped = np.where(no_step, 0, count(self.history_dropped[real] > 0))
+        return [
+            TrajectorySummary(
+                won=bool(won[k]),
+                length=int(length[k]),
+                episode_return=float(returns[k]),
+                num_invalid=int(invalid[k]),
+                history_dropped_steps=int(dropped[k]),
+                env_error=bool(failed[k]),
+                task_type=self.task_types[first[k]],
+                env_seconds=float(self.env_seconds[first[k]]),
+                generate_seconds=float(self.generate_seconds[first[k]]),
+                batch_rows=int(rows[k]),
+            )
+            for k in range(num)
+        ]
 
     @classmethod
     def from_rows(cls, uids: Sequence[str], extra_fields: Sequence[dict], is_padding: Sequence[bool]) -> StepBatch:
@@ -120,6 +174,7 @@ class StepBatch:
             return np.array([(ef or {}).get(key, default) for ef in extra_fields], dtype=dtype)
 
         env_error = column("env_error", False, bool)
+        lengths = [(ef or {}).get("episode_length") for ef in extra_fields]
         return cls(
             group_ids=np.array([str(u) for u in uids], dtype=object),
             traj_ids=column("traj_id", ""),
@@ -134,6 +189,8 @@ class StepBatch:
             row_mask=~padding & ~env_error,
             env_seconds=column("env_seconds", 0.0, np.float64),
             generate_seconds=column("generate_seconds", 0.0, np.float64),
+            padding=padding,
+            episode_lengths=np.array([-1 if v is None else int(v) for v in lengths], dtype=np.int64),
         )
 
 
@@ -241,57 +298,11 @@ def step_advantage_terms(steps: StepBatch, response_mask: torch.Tensor, cfg: GiG
 
 
 def episode_metrics(steps: StepBatch) -> dict[str, float]:
-    """``env/*`` and ``episode/*`` metrics of a batch of step rows (padding rows excluded).
-
-    env/success_rate: fraction of trajectories won; env/success_rate/<task_type>: the same per task type;
-    env/invalid_action_rate: fraction of steps whose reply held no valid action; env/episode_length: mean steps
-    per trajectory; env/env_error_rate: fraction of trajectories whose environment raised;
-    env/history_dropped_rate: fraction of steps whose prompt lost history to fit max_prompt_length;
-    episode/return_mean|min|max: trajectory returns (sum of step rewards); episode/num_trajectories;
-    episode/num_step_rows; episode/env_seconds_mean and episode/generate_seconds_mean: seconds a trajectory spent
-    inside its environment and awaiting the rollout server (they overlap across trajectories: episodes run
-    concurrently).
-    """
-    real = ~np.array([str(g).startswith("pad") for g in steps.group_ids], dtype=bool) & (
-        steps.row_mask | steps.env_error
-    )
-    if not real.any():
-        return {}
-    traj = defaultdict(
-        lambda: {"len": 0, "ret": 0.0, "won": False, "err": False, "type": None, "env_s": 0.0, "gen_s": 0.0}
-    )
-    for i in np.flatnonzero(real):
-        t = traj[steps.traj_ids[i]]
-        t["len"] += 1
-        t["ret"] += float(steps.step_rewards[i])
-        t["won"] |= bool(steps.won[i])
-        t["err"] |= bool(steps.env_error[i])
-        t["type"] = steps.task_types[i]
-        t["env_s"], t["gen_s"] = float(steps.env_seconds[i]), float(steps.generate_seconds[i])
-    rows = traj.values()
-    won = np.array([t["won"] for t in rows], dtype=float)
-    returns = np.array([t["ret"] for t in rows])
-    out = {
-        "env/success_rate": float(won.mean()),
-        "env/invalid_action_rate": float((~steps.action_valid[real]).mean()),
-        "env/episode_length": float(np.mean([t["len"] for t in rows])),
-        "env/env_error_rate": float(np.mean([t["err"] for t in rows])),
-        "env/history_dropped_rate": float((steps.history_dropped[real] > 0).mean()),
-        "episode/return_mean": float(returns.mean()),
-        "episode/return_min": float(returns.min()),
-        "episode/return_max": float(returns.max()),
-        "episode/num_trajectories": float(len(returns)),
-        "episode/num_step_rows": float(real.sum()),
-        "episode/env_seconds_mean": float(np.mean([t["env_s"] for t in rows])),
-        "episode/generate_seconds_mean": float(np.mean([t["gen_s"] for t in rows])),
-    }
-    by_type: dict[str, list[bool]] = defaultdict(list)
-    for t in rows:
-        if t["type"]:
-            by_type[str(t["type"])].append(t["won"])
-    for task_type, flags in sorted(by_type.items()):
-        out[f"env/success_rate/{task_type}"] = float(np.mean(flags))
-    return out
+    """``env/*`` and ``episode/*`` metrics of a batch of step rows (padding rows excluded): the engines' shared
+    definitions (:func:`verl_gigpo.rollout.metrics.episode_metrics`, documented there and in the README's metrics
+    table) over :meth:`StepBatch.trajectory_summaries`. Trajectories whose environment failed count only in
+    ``env/env_error_rate``, ``episode/num_trajectories``, ``episode/num_step_rows`` and the seconds."""
+    return rollout_metrics.episode_metrics(steps.trajectory_summaries())
 
 
 @register_trainer(TRAINER_MODE)

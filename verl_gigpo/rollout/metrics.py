@@ -1,0 +1,141 @@
+"""Episode metrics (``env/*``, ``episode/*``, and the local engine's ``val/*``): one definition for both engines.
+
+Each engine reduces its rollouts to one :class:`TrajectorySummary` per trajectory (the verl trainer mode from its
+step rows, :meth:`verl_gigpo.trainer.StepBatch.trajectory_summaries`; the local engine from its
+:class:`~verl_gigpo.rollout.types.Episode` objects, :func:`summaries_from_episodes`) and calls
+:func:`episode_metrics`, so a metric name means the same thing whichever engine logged it.
+
+Trajectories whose environment failed (``env_error``) are left out of every policy metric (success, length, return,
+invalid actions, dropped history): a crashed environment says nothing about the policy, and its rows carry no
+learning signal on either engine. They are counted by ``env/env_error_rate``, ``episode/num_trajectories``,
+``episode/num_step_rows`` (verl keeps their rows in the batch, masked) and the seconds.
+
+Definitions (C = the trajectories whose environment did not fail, A = all trajectories; a mean over an empty C is
+0.0, so the keys are there every iteration)::
+
+    env/success_rate                 mean over C of won
+    env/success_rate/<task_type>     the same over the trajectories of C of that task type (types seen in C)
+    env/episode_length               mean over C of length (environment steps played)
+    env/invalid_action_rate          sum over C of num_invalid / sum over C of length        (per step)
+    env/history_dropped_rate         sum over C of history_dropped_steps / sum over C of length  (per step)
+    env/env_error_rate               |A \\ C| / |A|
+    episode/return_mean|std|min|max  mean, population std, min, max over C of episode_return
+    episode/num_trajectories         |A|
+    episode/num_step_rows            sum over A of batch_rows (the training batch's step rows, padding excluded)
+    episode/env_seconds_mean         mean over A of env_seconds
+    episode/generate_seconds_mean    mean over A of generate_seconds
+
+The ``env`` and ``episode`` namespaces are arguments (``prefix``, ``episode_prefix``): the local engine logs its
+validation episodes with both set to ``val`` (``val/success_rate``, ``val/return_mean``, ...).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from verl_gigpo.rollout.types import Episode
+
+__all__ = ["TrajectorySummary", "episode_metrics", "summaries_from_episodes"]
+
+
+@dataclass(frozen=True)
+class TrajectorySummary:
+    """What the episode metrics need of one trajectory, whichever engine played it.
+
+    Attributes:
+        won: the task was solved.
+        length: environment steps played (0 when the environment failed at reset).
+        episode_return: sum of the step rewards (environment reward plus the invalid-action penalty).
+        num_invalid: steps whose reply held no valid action.
+        history_dropped_steps: steps whose prompt lost history to fit the prompt budget.
+        env_error: the environment raised; the trajectory ended there and carries no learning signal.
+        task_type: the environment's task type (e.g. ALFWorld's ``pick_and_place``), or None.
+        env_seconds: seconds spent inside the environment (reset, step, close).
+        generate_seconds: seconds spent awaiting the rollout server.
+        batch_rows: step rows the trajectory put into the training batch: on verl all its rows, masked ones of a
+            failed environment included (one placeholder row when it failed at reset); the local engine drops a
+            failed episode from its batch (0), else one row per step.
+    """
+
+    won: bool
+    length: int
+    episode_return: float
+    num_invalid: int = 0
+    history_dropped_steps: int = 0
+    env_error: bool = False
+    task_type: str | None = None
+    env_seconds: float = 0.0
+    generate_seconds: float = 0.0
+    batch_rows: int = 0
+
+    @classmethod
+    def from_episode(cls, episode: Episode) -> TrajectorySummary:
+        """The summary of a finished :class:`~verl_gigpo.rollout.types.Episode` (the local engine's rollouts)."""
+        failed = episode.env_error is not None
+        return cls(
+            won=bool(episode.won),
+            length=episode.length,
+            episode_return=float(episode.episode_return),
+            num_invalid=episode.num_invalid,
+            history_dropped_steps=sum(step.history_dropped > 0 for step in episode.steps),
+            env_error=failed,
+            task_type=episode.task_type,
+            env_seconds=float(episode.timing.get("env", 0.0)),
+            generate_seconds=float(episode.timing.get("generate", 0.0)),
+            batch_rows=0 if failed else episode.length,
+        )
+
+
+def summaries_from_episodes(episodes: Iterable[Episode]) -> list[TrajectorySummary]:
+    """One :class:`TrajectorySummary` per episode (:meth:`TrajectorySummary.from_episode`), in order."""
+    return [TrajectorySummary.from_episode(episode) for episode in episodes]
+
+
+def episode_metrics(
+    trajectories: Sequence[TrajectorySummary], *, prefix: str = "env", episode_prefix: str = "episode"
+) -> dict[str, float]:
+    """The episode metrics of a batch of trajectories, as defined in the module docstring.
+
+    Args:
+        trajectories: one summary per trajectory of the batch (padding excluded).
+        prefix: namespace of the ``env/*`` metrics (success, length, rates).
+        episode_prefix: namespace of the ``episode/*`` metrics (returns, counts, seconds).
+
+    Returns:
+        ``{name: float}``; empty when there is no trajectory.
+    """
+    if not trajectories:
+        return {}
+    done = [t for t in trajectories if not t.env_error]  # C: the environment did not fail
+    steps = sum(t.length for t in done)
+    returns = np.array([t.episode_return for t in done], dtype=np.float64)  # (|C|,)
+
+    def mean(values: list[float]) -> float:
+        return float(np.mean(values)) if values else 0.0
+
+    out = {
+        f"{prefix}/success_rate": mean([float(t.won) for t in done]),
+        f"{prefix}/episode_length": mean([float(t.length) for t in done]),
+        f"{prefix}/invalid_action_rate": sum(t.num_invalid for t in done) / steps if steps else 0.0,
+        f"{prefix}/history_dropped_rate": sum(t.history_dropped_steps for t in done) / steps if steps else 0.0,
+        f"{prefix}/env_error_rate": 1.0 - len(done) / len(trajectories),
+        f"{episode_prefix}/return_mean": float(returns.mean()) if done else 0.0,
+        f"{episode_prefix}/return_std": float(returns.std()) if done else 0.0,
+        f"{episode_prefix}/return_min": float(returns.min()) if done else 0.0,
+        f"{episode_prefix}/return_max": float(returns.max()) if done else 0.0,
+        f"{episode_prefix}/num_trajectories": float(len(trajectories)),
+        f"{episode_prefix}/num_step_rows": float(sum(t.batch_rows for t in trajectories)),
+        f"{episode_prefix}/env_seconds_mean": mean([t.env_seconds for t in trajectories]),
+        f"{episode_prefix}/generate_seconds_mean": mean([t.generate_seconds for t in trajectories]),
+    }
+    by_type: dict[str, list[float]] = defaultdict(list)
+    for t in done:
+        if t.task_type:
+            by_type[str(t.task_type)].append(float(t.won))
+    for task_type, won in sorted(by_type.items()):
+        out[f"{prefix}/success_rate/{task_type}"] = mean(won)
+    return out
