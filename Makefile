@@ -1,6 +1,8 @@
 # verl-gigpo — one-command install, test, demo and benchmarks.
 #   make install   create .venv/ (torch CPU 2.13.0 first, then verl[verl-core]==0.9.1, ALFWorld lean, this package)
 #   make test      lint + format check + the whole CPU test suite (installs first on a fresh clone)
+#                  (the quick subset without Ray, TransferQueue, verl's pipeline or the demo:
+#                  .venv/bin/python -m pytest -m "not slow" tests)
 #   make bench     estimator speed benchmark (benchmarks/RESULTS.md)
 #   make e2e       verl's own pipeline end to end on this CPU (GiGPO, resume, GRPO; ~5 min on 2 cores)
 SHELL := /bin/bash

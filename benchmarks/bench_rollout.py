@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             SECTION,
             "",
             f"Command: `python benchmarks/bench_rollout.py` — {platform.machine()}, {os.cpu_count()} CPU cores. "
-            "Target (DESIGN.md): glue under 1 ms per step. Generation is instant here, so the figures are the "
+            "Target: glue under 1 ms per step. Generation is instant here, so the figures are the "
             "runner's own cost; the chat template and tokenizer are a real (locally trained) Hugging Face tokenizer. "
             "Tokenising the prompt dominates the glue (about 3 µs per prompt token here, in the event loop), so the "
             "1 ms target holds for short prompts (gridnav) and is missed by 1.5-4x for 400-1,300-token prompts — "

@@ -1,4 +1,10 @@
-"""Shared pytest fixtures. Helpers: APPEND your fixtures below; do not rewrite others' parts."""
+"""Session-scoped fixtures shared by the test modules, each built once per pytest session:
+
+``tiny_model_dir``    a tiny random Qwen2 chat model with a gridnav-trained tokenizer (the local engine's tests);
+``action_model_dir``  that model tuned to answer gridnav prompts with a valid action word (varied rollouts);
+``alfworld_data``     a small synthetic ALFWorld data root made with alfworld's own game generation;
+``ray_tq``            one local Ray cluster and one TransferQueue (the tests of verl's pipeline; marked ``slow``).
+"""
 
 from __future__ import annotations
 
@@ -26,8 +32,8 @@ def tiny_model_dir(tmp_path_factory):
 def ray_tq():
     """One local Ray cluster and one real TransferQueue for the whole test session (TQ init costs ~10-20 s on CPU).
 
-    Settings that work on a 2-core machine (notes/verl-0.9.1.md): 16 *logical* Ray CPUs (with num_cpus=2 the TQ
-    storage actors starve and calls hang) and a single storage unit.
+    Settings that work on a 2-core machine: 16 *logical* Ray CPUs (with num_cpus=2 TransferQueue's storage actors
+    starve and its calls hang silently) and a single storage unit.
     """
     import os
 
