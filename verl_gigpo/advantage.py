@@ -44,8 +44,8 @@ Deliberate deviations from the reference implementation (verl-agent, ``gigpo/cor
 11. Inputs are validated; bad input raises ``ValueError`` saying what is wrong and what to do.
 12. Similarity grouping of free-text anchors (see :mod:`verl_gigpo.anchors`) is order-independent connected
     components of a documented similarity, not greedy first-fit clustering against a cluster representative. It is
-    an option of the estimator itself (``similarity_threshold``), so every caller that passes a
-    ``GiGPOConfig`` through :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms` groups the same way.
+    an option of the estimator itself (``similarity_threshold``), which
+    :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms` sets for ``key_mode="similarity"`` in every caller.
 """
 
 from __future__ import annotations
