@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from verl_gigpo.local.batch import StepBatch
+from verl_gigpo.local.batch import LocalBatch
 from verl_gigpo.local.train import LocalTrainer, load_config, main
 from verl_gigpo.local.update import PPOActor
 
@@ -137,7 +137,7 @@ def test_shared_forwards_give_each_row_its_plain_forward_logprobs_cpu(tiny_model
             cols = [allowed.index(t) for t in response] if allowed is not None else response
             expected.append(logp.gather(-1, torch.tensor(cols)[:, None]).squeeze(-1).tolist())
     n = len(prompts)
-    batch = StepBatch(
+    batch = LocalBatch(
         prompts=prompts,
         responses=responses,
         rollout_logprobs=expected,

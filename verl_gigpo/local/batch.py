@@ -1,9 +1,10 @@
 """The step rows of one iteration of the local engine: what the rollout hands to the advantages and the update.
 
-    batch = StepBatch.from_episodes(episodes, n)    # episodes in (task, member) order, n members per task
+    batch = LocalBatch.from_episodes(episodes, n)    # episodes in (task, member) order, n members per task
 
 One row per environment step (N rows) of every episode that ran without an environment error, in a fixed order:
 task, member, step. Episodes with an error are dropped (with a warning); trajectory ids count the episodes kept.
+(The verl engine's per-row step data, built from verl's batch, is :class:`verl_gigpo.trainer.StepBatch`.)
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ import numpy as np
 
 from verl_gigpo.rollout import Episode
 
-__all__ = ["StepBatch"]
+__all__ = ["LocalBatch"]
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class StepBatch:
+class LocalBatch:
     """The step rows of one iteration (N rows, T trajectories kept), in a fixed order: task, member, step."""
 
     prompts: list[list[int]]  # (N,) prompt token ids of each row
@@ -40,7 +41,7 @@ class StepBatch:
         return len(self.prompts)
 
     @classmethod
-    def from_episodes(cls, episodes: Sequence[Episode], n: int) -> StepBatch:
+    def from_episodes(cls, episodes: Sequence[Episode], n: int) -> LocalBatch:
         """The rows of ``episodes``, given in (task, member) order with ``n`` members per task (the task index of
         episode ``i`` is ``i // n``)."""
         prompts, responses, logprobs = [], [], []

@@ -94,7 +94,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
-from verl_gigpo.local.batch import StepBatch
+from verl_gigpo.local.batch import LocalBatch
 from verl_gigpo.local.checkpoint import (
     read_checkpoint,
     restore_rng_states,
@@ -319,7 +319,7 @@ class LocalTrainer:
         return self.loop.run_until_complete(self._play(tasks, n, params, seed_parts))
 
     # ------------------------------------------------------------------ advantages
-    def compute_advantages(self, batch: StepBatch) -> tuple[np.ndarray, dict[str, float]]:
+    def compute_advantages(self, batch: LocalBatch) -> tuple[np.ndarray, dict[str, float]]:
         """One advantage per step row (N,) and the estimator's metrics.
 
         gigpo: ``A = A_episode + w * A_step`` from :func:`verl_gigpo.advantage.gigpo_advantage_terms`.
@@ -364,7 +364,7 @@ class LocalTrainer:
         return per_traj[batch.traj_ids], {}
 
     # ------------------------------------------------------------------ update
-    def update(self, batch: StepBatch, advantages: np.ndarray) -> dict[str, float]:
+    def update(self, batch: LocalBatch, advantages: np.ndarray) -> dict[str, float]:
         """PPO update on the batch's rows with per-row ``advantages`` (N,); returns ``actor/*`` metrics
         (:meth:`verl_gigpo.local.update.PPOActor.update`)."""
         return self.actor.update(batch, advantages)
@@ -387,7 +387,7 @@ class LocalTrainer:
         )
         episodes = self.rollout(tasks, n, validation=False, seed_parts=(cfg.trainer.seed, 1, self.iteration))
         t1 = time.perf_counter()
-        batch = StepBatch.from_episodes(episodes, n)
+        batch = LocalBatch.from_episodes(episodes, n)
         advantages, adv_metrics = self.compute_advantages(batch)
         if self.gigpo is not None and len(batch) and self.credit_logger.due(self.iteration):  # credit records
             self.credit_logger.write(

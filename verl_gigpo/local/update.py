@@ -1,7 +1,7 @@
 """The local engine's actor update: PPO on one iteration's step rows with verl's registered policy losses.
 
     actor = PPOActor(model, cfg.actor_rollout_ref.actor, pad_token_id=pad, device=device, allowed_ids=ids)
-    metrics = actor.update(batch, advantages)       # a StepBatch of N rows, advantages (N,): actor/* metrics
+    metrics = actor.update(batch, advantages)       # a LocalBatch of N rows, advantages (N,): actor/* metrics
 
 One update:
 
@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from verl_gigpo.local.batch import StepBatch
+from verl_gigpo.local.batch import LocalBatch
 from verl_gigpo.local.tensors import left_pad
 
 __all__ = ["PPOActor"]
@@ -140,7 +140,7 @@ class PPOActor:
         )
         self.policy_loss_fn = get_policy_loss_fn(actor.policy_loss.loss_mode)
 
-    def update(self, batch: StepBatch, advantages: np.ndarray) -> dict[str, float]:
+    def update(self, batch: LocalBatch, advantages: np.ndarray) -> dict[str, float]:
         """PPO update on the batch's rows with per-row ``advantages`` (N,); returns ``actor/*`` and
         ``rollout/{rows,forward_rows,logprob_diff_max}`` metrics (empty for an empty batch)."""
         actor = self.actor
@@ -194,7 +194,7 @@ class PPOActor:
         return torch.log_softmax(logits, dim=-1), entropy_from_logits(logits)
 
     # ------------------------------------------------------------------ the rows
-    def _rows(self, batch: StepBatch) -> _Rows:
+    def _rows(self, batch: LocalBatch) -> _Rows:
         """De-duplicate the batch's inputs and lay its response tokens out as (N, R) tensors on the device."""
         n_rows = len(batch)
         key_index: dict[tuple, int] = {}
@@ -244,7 +244,7 @@ class PPOActor:
         return out
 
     # ------------------------------------------------------------------ one optimizer step
-    def _optimizer_step(self, batch: StepBatch, rows: _Rows, rows_mb: np.ndarray, n_steps: int, sums: _Sums) -> None:
+    def _optimizer_step(self, batch: LocalBatch, rows: _Rows, rows_mb: np.ndarray, n_steps: int, sums: _Sums) -> None:
         """Accumulate the gradients of the mini-batch ``rows_mb`` micro-batch by micro-batch, clip, step."""
         micro = self.actor.ppo_micro_batch_size_per_gpu
         n_tokens = float(rows.mask[rows_mb].sum())
@@ -261,7 +261,7 @@ class PPOActor:
 
     def _micro_batch(
         self,
-        batch: StepBatch,
+        batch: LocalBatch,
         rows: _Rows,
         chunk: np.ndarray,
         picked: np.ndarray,
@@ -328,7 +328,7 @@ def _minibatch_rows(group_ids: np.ndarray, tasks_per_step: int | None) -> list[n
     return [np.flatnonzero(np.isin(group_ids, groups[i : i + per_step])) for i in range(0, len(groups), per_step)]
 
 
-def _rollout_diff(batch: StepBatch, picked: np.ndarray, actor_logp: torch.Tensor) -> float:
+def _rollout_diff(batch: LocalBatch, picked: np.ndarray, actor_logp: torch.Tensor) -> float:
     """Largest ``|actor - server|`` log-prob of the same response tokens over the rows ``picked`` (``actor_logp``
     (n, R) in their order); nonzero only by float rounding."""
     worst = 0.0
