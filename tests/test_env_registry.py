@@ -37,8 +37,8 @@ def test_every_registered_environment_passes_the_checker(name, request):
     assert counts["transitions"] > 0 and counts["fuzz_inputs"] > 100 and counts["path_pairs"] >= 2
 
 
-def test_registry_lists_the_five_environments_and_rejects_unknown_names():
-    assert {"alfworld", "gridnav", "search", "sokoban", "webshop"} <= set(list_envs())
+def test_registry_lists_the_six_built_in_environments_and_rejects_unknown_names():
+    assert {"alfworld", "gridnav", "search", "sokoban", "webshop", "webshop_real"} <= set(list_envs())
     assert list_envs() == sorted(list_envs())
     with pytest.raises(ValueError, match="known environments: alfworld"):
         make_env("alfword")

@@ -37,6 +37,7 @@ def test_fresh_process_registers_estimator_agent_loop_and_trainer_mode_and_logs_
     assert proc.stderr.count("verl_gigpo plug-in loaded") == 1
 
 
+@pytest.mark.slow
 def test_plugin_is_loaded_inside_a_ray_worker(ray_tq):
     @ray.remote
     def registered() -> tuple[bool, bool, bool]:

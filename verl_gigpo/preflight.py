@@ -40,7 +40,7 @@ ENV_KEYS = ("name", "max_steps", "history_length", "invalid_action_penalty", "kw
 # gives); naming it explicitly is the same thing
 _VERL_TQ_MANAGERS = ("verl.trainer.ppo.v1.AgentLoopManagerTQ", "verl.trainer.ppo.v1.agent_loop_tq.AgentLoopManagerTQ")
 
-# constructor arguments the agent loop sets itself (rollout.episode.make_task_env rejects them in env.kwargs)
+# constructor arguments the agent loop sets itself (rollout.factory.make_task_env rejects them in env.kwargs)
 _EPISODE_OWNED_KWARGS = {"max_steps": "env.max_steps", "key_mode": "algorithm.gigpo.key_mode"}
 
 

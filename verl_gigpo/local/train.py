@@ -25,9 +25,9 @@ One iteration:
    :class:`~verl_gigpo.local.server.LocalGenerationServer`, which batches their generation requests while
    environment steps run in threads. Each episode samples from its own ``torch.Generator`` seeded by
    (trainer.seed, iteration, episode), so runs are reproducible.
-2. advantages: ``gigpo`` -> :func:`verl_gigpo.advantage.gigpo_advantage_terms` over the step rows (episode
+2. advantages: ``gigpo`` -> :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms` over the step rows (episode
    group = task; anchor key from the environment, key mode from ``GiGPOConfig.env_key_mode``; similarity
-   grouping via :func:`verl_gigpo.anchors.anchor_group_ids`); ``grpo`` / ``rloo`` -> verl's
+   grouping done there, the same entry the plug-in and verl's trainer mode use); ``grpo`` / ``rloo`` -> verl's
    ``core_algos.compute_grpo_outcome_advantage`` / ``compute_rloo_outcome_advantage`` with one score per
    trajectory (its return) grouped by task, broadcast to the trajectory's rows (as verl V1 does).
 3. update (:class:`~verl_gigpo.local.update.PPOActor`): PPO with verl's registered policy loss
@@ -55,16 +55,16 @@ terms (:mod:`verl_gigpo.credit`; report: ``python -m verl_gigpo.inspect DIR``).
 run's outputs first); on resume the config must match the saved one except for total steps, frequencies, logging,
 speed-only keys and the learning rate (``--allow-config-change`` overrides): :mod:`verl_gigpo.local.run_folder`.
 
-Metrics (namespaced): ``env/success_rate``, ``env/invalid_action_rate``, ``env/episode_length``,
-``env/env_error_rate``, ``episode/return_mean``, ``gigpo/*`` (estimator diagnostics, gigpo only),
-``adv/abs_mean``, ``actor/pg_loss``, ``actor/kl_loss``, ``actor/entropy``, ``actor/grad_norm``,
+Metrics (namespaced): ``env/*`` and ``episode/*`` from :func:`verl_gigpo.rollout.metrics.episode_metrics` (the
+same function and definitions as on verl's engine; README metrics table), ``gigpo/*`` (estimator diagnostics,
+gigpo only), ``adv/abs_mean``, ``actor/pg_loss``, ``actor/kl_loss``, ``actor/entropy``, ``actor/grad_norm``,
 ``actor/pg_clipfrac``, ``actor/ppo_kl``, ``rollout/rows``, ``rollout/forward_rows`` (after de-duplication),
 ``rollout/batch_size_mean`` (requests per batched generation), ``rollout/logprob_diff_max`` (server vs actor
 log-probs of the same tokens; nonzero only by float rounding), ``timing_s/rollout`` (wall time of the rollout
 phase), ``timing_s/generate`` (time the server spent generating), ``timing_s/env`` (time spent inside
 environment calls, summed over threads; with worker threads it overlaps generation), ``timing_s/adv``,
-``timing_s/update``, ``timing_s/val``, ``timing_s/iteration``, and on validation iterations
-``val/success_rate``, ``val/episode_length``, ``val/return_mean``.
+``timing_s/update``, ``timing_s/val``, ``timing_s/iteration``, and on validation iterations ``val/*`` (the same
+episode metrics under ``val/``: ``val/success_rate``, ``val/episode_length``, ``val/return_mean``, ...).
 
 Deviations from verl's trainer, on purpose:
 
@@ -108,6 +108,7 @@ from verl_gigpo.local.run_folder import prepare_run_folder
 from verl_gigpo.local.server import LocalGenerationServer
 from verl_gigpo.local.update import PPOActor
 from verl_gigpo.rollout import ChatPromptEncoder, Episode, EpisodeConfig, TaskSpec, make_task_env, run_episode
+from verl_gigpo.rollout.metrics import episode_metrics, summaries_from_episodes
 
 __all__ = ["DEFAULT_CONFIG", "LocalTrainer", "load_config", "main"]
 
@@ -118,22 +119,6 @@ logger = logging.getLogger(__name__)
 def _episode_seed(*parts: int) -> int:
     """A well-mixed 63-bit seed from integer parts (numpy SeedSequence)."""
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
-
-
-def _episode_metrics(episodes: list[Episode], prefix: str) -> dict[str, float]:
-    ok = [e for e in episodes if e.env_error is None]
-    steps = sum(e.length for e in ok)
-    out = {
-        f"{prefix}/success_rate": float(np.mean([e.won for e in ok])) if ok else 0.0,
-        f"{prefix}/episode_length": float(np.mean([e.length for e in ok])) if ok else 0.0,
-        f"{prefix}/return_mean": float(np.mean([e.episode_return for e in ok])) if ok else 0.0,
-    }
-    if prefix == "env":
-        out["env/invalid_action_rate"] = sum(e.num_invalid for e in ok) / steps if steps else 0.0
-        out["env/env_error_rate"] = 1.0 - len(ok) / len(episodes) if episodes else 0.0
-        out["episode/return_mean"] = out.pop("env/return_mean")
-        out["episode/return_std"] = float(np.std([e.episode_return for e in ok])) if ok else 0.0
-    return out
 
 
 class _TimedExecutor(Executor):
@@ -322,7 +307,7 @@ class LocalTrainer:
     def compute_advantages(self, batch: LocalBatch) -> tuple[np.ndarray, dict[str, float]]:
         """One advantage per step row (N,) and the estimator's metrics.
 
-        gigpo: ``A = A_episode + w * A_step`` from :func:`verl_gigpo.advantage.gigpo_advantage_terms`.
+        gigpo: ``A = A_episode + w * A_step`` from :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms`.
         grpo / rloo: verl's outcome estimators on one score per trajectory (its return), grouped by task,
         broadcast to the trajectory's rows.
         """
@@ -330,20 +315,13 @@ class LocalTrainer:
         if len(batch) == 0:
             return np.zeros(0), {}
         if estimator == "gigpo":
-            from verl_gigpo.advantage import gigpo_advantage_terms
-            from verl_gigpo.anchors import anchor_group_ids
-
-            keys = batch.anchor_keys
-            if self.gigpo.key_mode == "similarity":
-                keys = anchor_group_ids(keys, batch.group_ids, similarity_threshold=self.gigpo.similarity_threshold)
-            terms = gigpo_advantage_terms(
+            terms = self.gigpo.advantage_terms(  # similarity keys merged there when key_mode=similarity
                 torch.as_tensor(batch.rewards),
                 torch.ones((len(batch), 1)),
                 batch.group_ids,
                 batch.traj_ids,
                 batch.step_ids,
-                keys,
-                **self.gigpo.estimator_kwargs(),
+                batch.anchor_keys,
             )
             self.gigpo_terms = terms
             return np.asarray(terms.advantage, dtype=np.float64), dict(terms.stats)
@@ -406,7 +384,7 @@ class LocalTrainer:
         batches = self.server.stats["batches"] - batches0
         metrics = {
             "training_step": float(self.iteration),
-            **_episode_metrics(episodes, "env"),
+            **episode_metrics(summaries_from_episodes(episodes)),
             **adv_metrics,
             "adv/abs_mean": float(np.abs(advantages).mean()) if len(advantages) else 0.0,
             **actor_metrics,
@@ -428,7 +406,10 @@ class LocalTrainer:
         tasks = [TaskSpec(cfg.env.name, s, cfg.env.val_split, self.env_kwargs) for s in range(cfg.data.val_size)]
         n = cfg.actor_rollout_ref.rollout.val_kwargs.n
         episodes = self.rollout(tasks, n, validation=True, seed_parts=(cfg.trainer.seed, 0))
-        return {**_episode_metrics(episodes, "val"), "timing_s/val": time.perf_counter() - start}
+        return {
+            **episode_metrics(summaries_from_episodes(episodes), prefix="val", episode_prefix="val"),
+            "timing_s/val": time.perf_counter() - start,
+        }
 
     def fit(self) -> list[dict[str, float]]:
         """Train until ``trainer.total_training_steps`` (resuming first when ``trainer.resume``); returns all
