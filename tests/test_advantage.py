@@ -8,15 +8,13 @@ maths — over hundreds of random batches.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 import uuid
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from gigpo_oracle import loop_gigpo_advantage, loop_gigpo_terms
 
 from verl_gigpo.advantage import (
     STAT_NAMES,
@@ -33,21 +31,7 @@ RTOL = 1e-5
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# the loop oracle (tests/helpers/gigpo_oracle.py, loaded by path: tests/ is no package, verl's wheel owns the name)
-
-
-def _load_helper(name):
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "helpers" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-_oracle = _load_helper("gigpo_oracle")
-loop_gigpo_terms = _oracle.loop_gigpo_terms
-loop_gigpo_advantage = _oracle.loop_gigpo_advantage
+# the loop oracle: tests/helpers/gigpo_oracle.py (on pytest's pythonpath, see pyproject.toml)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -2,34 +2,15 @@
 
 from __future__ import annotations
 
+from step_records import make_step
+
 from verl_gigpo.agent_loop import episode_to_outputs
-from verl_gigpo.rollout import Episode, StepRecord, TaskSpec
+from verl_gigpo.rollout import Episode, TaskSpec
 from verl_gigpo.trainer import StepBatch
 
 
-def _step(i: int, *, valid: bool = True, reward: float = 0.0, versions=(3, 3)) -> StepRecord:
-    return StepRecord(
-        step_id=i,
-        observation=f"obs{i}",
-        anchor_key=f"key{i}",
-        prompt_text="p",
-        prompt_ids=[1, 2, 3],
-        response_ids=[7, 8],
-        response_logprobs=[-0.5, -0.25],
-        response_text="up",
-        action="up" if valid else None,
-        action_valid=valid,
-        env_reward=reward,
-        step_reward=reward - (0.0 if valid else 0.1),
-        terminated=False,
-        truncated=False,
-        won=False,
-        generation_info={"min_global_steps": versions[0], "max_global_steps": versions[1]},
-    )
-
-
 def test_one_row_per_step_with_the_final_reward_score():
-    steps = [_step(0, valid=False), _step(1, reward=1.0, versions=(3, 4))]
+    steps = [make_step(0, valid=False, versions=(3, 3)), make_step(1, reward=1.0, versions=(3, 4))]
     ep = Episode(traj_id="u_0", task=TaskSpec("gridnav", seed=5), task_id="train/5", steps=steps, won=True)
     ep.episode_return = sum(s.step_reward for s in steps)
     rows = episode_to_outputs(ep, placeholder_prompt_ids=[], eos_id=0)
@@ -52,7 +33,9 @@ def test_an_episode_failed_at_reset_gives_one_masked_placeholder_row():
     # every field a real row carries (TransferQueue drops a field for the whole batch if one row lacks it, and verl's
     # old-log-prob step then raised KeyError('rollout_log_probs'); tests/test_e2e_verl_cpu.py runs that path)
     real = episode_to_outputs(
-        Episode(traj_id="u_0", task=TaskSpec("gridnav", seed=0), steps=[_step(0)]), placeholder_prompt_ids=[], eos_id=2
+        Episode(traj_id="u_0", task=TaskSpec("gridnav", seed=0), steps=[make_step(0, versions=(3, 3))]),
+        placeholder_prompt_ids=[],
+        eos_id=2,
     )[0]
     assert row.response_logprobs == [0.0]
     assert {k for k, v in vars(real).items() if v is not None} <= {k for k, v in vars(row).items() if v is not None}
@@ -62,6 +45,11 @@ def test_an_episode_failed_at_reset_gives_one_masked_placeholder_row():
 
 
 def test_rows_of_an_episode_that_failed_mid_way_carry_no_loss():
-    ep = Episode(traj_id="u_2", task=TaskSpec("gridnav", seed=1), steps=[_step(0)], env_error="EnvError: boom")
+    ep = Episode(
+        traj_id="u_2",
+        task=TaskSpec("gridnav", seed=1),
+        steps=[make_step(0, versions=(3, 3))],
+        env_error="EnvError: boom",
+    )
     (row,) = episode_to_outputs(ep, placeholder_prompt_ids=[], eos_id=0)
     assert row.response_mask == [0, 0] and row.extra_fields["env_error"]

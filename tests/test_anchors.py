@@ -3,13 +3,12 @@ oracle (tests/helpers/gigpo_oracle.py), order independence, exact mode, per-epis
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
+
+# all pairs, union-find: the definition of the grouping, written the slow obvious way (tests/helpers/gigpo_oracle.py)
+from gigpo_oracle import brute_force_similarity_groups as _brute_force_groups
 
 from verl_gigpo import anchors
 from verl_gigpo.advantage import gigpo_advantage_terms
@@ -25,20 +24,6 @@ ROOM = (
     "a dishsponge 2, a fork 1, a lettuce 2, a peppershaker 1, a plate 2, a saltshaker 3, and a spatula 1."
 )
 OTHER = "You are facing the drawer 4. The drawer 4 is closed. Nothing happens when you wait here for a while."
-
-
-def _load_helper(name):
-    """tests/helpers/<name>.py by path (tests/ is no package: verl's wheel owns the name)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "helpers" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-# all pairs, union-find: the definition of the grouping, written the slow obvious way
-_brute_force_groups = _load_helper("gigpo_oracle").brute_force_similarity_groups
 
 
 def _same_partition(a, b):

@@ -7,33 +7,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from step_records import make_step as _step
 
 from verl_gigpo.agent_loop import episode_to_outputs
-from verl_gigpo.rollout import Episode, StepRecord, TaskSpec
+from verl_gigpo.rollout import Episode, TaskSpec
 from verl_gigpo.rollout.metrics import TrajectorySummary, episode_metrics, summaries_from_episodes
 from verl_gigpo.trainer import StepBatch
 from verl_gigpo.trainer import episode_metrics as trainer_episode_metrics
-
-
-def _step(i: int, *, valid: bool = True, reward: float = 0.0, dropped: int = 0) -> StepRecord:
-    return StepRecord(
-        step_id=i,
-        observation=f"obs{i}",
-        anchor_key=f"key{i}",
-        prompt_text="p",
-        prompt_ids=[1, 2, 3],
-        response_ids=[7, 8],
-        response_logprobs=[-0.5, -0.25],
-        response_text="up",
-        action="up" if valid else None,
-        action_valid=valid,
-        env_reward=reward,
-        step_reward=reward - (0.0 if valid else 0.1),
-        terminated=False,
-        truncated=False,
-        won=False,
-        history_dropped=dropped,
-    )
 
 
 def _episode(traj_id, seed, steps, *, won=False, error=None, task_type="pick", env_s=0.0, gen_s=0.0) -> Episode:
