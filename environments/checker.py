@@ -251,25 +251,22 @@ def _check_reset_options(env: TextEnv, seed: int, split: str, failures: list[str
     """Reset options that are not a dict, or that name an option the environment does not accept, are a clear
     ``ValueError`` (naming ``options``, or the unknown option), not a confusing one."""
     for bad in (["x"], "train", 5):
-        try:
-            env.reset(seed=seed, options=bad)
-        except ValueError as exc:
-            if "options" not in str(exc):
-                failures.append(f"reset(options={bad!r}) raised a ValueError that does not name options: {exc}")
-        except Exception as exc:  # noqa: BLE001 - the check is precisely which exception escapes
-            failures.append(f"reset(options={bad!r}) must raise ValueError, raised {exc!r}")
-        else:
-            failures.append(f"reset(options={bad!r}) was accepted; options must be a dict")
+        _expect_refused(env, seed, bad, "options", "options must be a dict", failures)
     unknown = {"split": split, "no_such_option": 1}
+    _expect_refused(env, seed, unknown, "no_such_option", "unknown options must be refused", failures)
+
+
+def _expect_refused(env: TextEnv, seed: int, options: Any, named: str, rule: str, failures: list[str]) -> None:
+    """``env.reset(seed, options=options)`` must raise a ``ValueError`` whose message contains ``named``."""
     try:
-        env.reset(seed=seed, options=unknown)
+        env.reset(seed=seed, options=options)
     except ValueError as exc:
-        if "no_such_option" not in str(exc):
-            failures.append(f"reset(options={unknown!r}) raised a ValueError that does not name the option: {exc}")
+        if named not in str(exc):
+            failures.append(f"reset(options={options!r}) raised a ValueError that does not name {named}: {exc}")
     except Exception as exc:  # noqa: BLE001 - the check is precisely which exception escapes
-        failures.append(f"reset(options={unknown!r}) must raise ValueError, raised {exc!r}")
+        failures.append(f"reset(options={options!r}) must raise ValueError, raised {exc!r}")
     else:
-        failures.append(f"reset(options={unknown!r}) was accepted; unknown options must be refused")
+        failures.append(f"reset(options={options!r}) was accepted; {rule}")
 
 
 def _check_invalid_step(env: TextEnv, seed: int, split: str, failures: list[str]) -> None:
