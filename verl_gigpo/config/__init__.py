@@ -90,10 +90,7 @@ class GiGPOConfig:
         """
         if mapping is None:
             return cls()
-        if isinstance(mapping, DictConfig):
-            mapping = OmegaConf.to_container(mapping, resolve=True)
-        if not isinstance(mapping, Mapping):
-            raise ValueError(f"GiGPOConfig.from_mapping needs a dict or DictConfig, got {type(mapping).__name__}")
+        mapping = _as_mapping(mapping, "GiGPOConfig.from_mapping")
         known = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(str(k) for k in mapping if k not in known)
         if unknown:
@@ -110,10 +107,7 @@ class GiGPOConfig:
         """
         if algorithm is None:
             return cls()
-        if isinstance(algorithm, DictConfig):
-            algorithm = OmegaConf.to_container(algorithm, resolve=True)
-        if not isinstance(algorithm, Mapping):
-            raise ValueError(f"GiGPOConfig.from_algorithm needs a dict or DictConfig, got {type(algorithm).__name__}")
+        algorithm = _as_mapping(algorithm, "GiGPOConfig.from_algorithm")
         gigpo = dict(algorithm.get("gigpo") or {})
         if algorithm.get("gamma") is not None:
             gigpo["gamma"] = algorithm["gamma"]  # validated as every other gamma (no float(): True is not 1.0)
@@ -188,3 +182,12 @@ class GiGPOConfig:
         ``similarity_threshold`` argument of :func:`verl_gigpo.advantage.gigpo_advantage_terms` (and of
         :func:`verl_gigpo.anchors.anchor_group_ids`)."""
         return self.similarity_threshold if self.key_mode == "similarity" else None
+
+
+def _as_mapping(value: Any, caller: str) -> Mapping:
+    """``value`` as a plain mapping (a ``DictConfig`` resolved to a dict); ValueError naming ``caller`` otherwise."""
+    if isinstance(value, DictConfig):
+        value = OmegaConf.to_container(value, resolve=True)
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{caller} needs a dict or DictConfig, got {type(value).__name__}")
+    return value
