@@ -354,9 +354,14 @@ def test_docs_list_every_training_key():
 
 # ---------------------------------------------------------------------------------------- preflight: paths (21.5)
 def _problems(overrides: list[str], files: dict[str, str] | None = None) -> list[str]:
-    from verl_gigpo.preflight import config_problems
+    """Every problem preflight reports: the keys' and the paths'."""
+    from verl_gigpo.preflight import GiGPOConfigError, preflight
 
-    return config_problems(compose_gigpo(overrides, files))
+    try:
+        preflight(compose_gigpo(overrides, files))
+    except GiGPOConfigError as exc:
+        return exc.problems
+    return []
 
 
 def test_a_missing_model_folder_is_rejected_naming_the_key(tmp_path, files):

@@ -76,9 +76,10 @@ def preflight(config: Any) -> None:
             overrides), a ``DictConfig`` or a plain dict.
 
     Raises:
-        GiGPOConfigError: (a ``ValueError``) when :func:`config_problems` finds anything.
+        GiGPOConfigError: (a ``ValueError``) when :func:`config_problems` (the keys) or :func:`file_problems` (the
+            paths) find anything; warnings (:func:`config_warnings`) are logged.
     """
-    problems = config_problems(config)
+    problems = config_problems(config) + file_problems(config)
     if problems:
         raise GiGPOConfigError(problems)
     for warning in config_warnings(config):
@@ -86,7 +87,8 @@ def preflight(config: Any) -> None:
 
 
 def config_problems(config: Any) -> list[str]:
-    """Every problem of the GiGPO part of ``config`` (see the module docstring), one message each; ``[]`` if none.
+    """Every problem of the GiGPO keys of ``config`` (see the module docstring; the paths are
+    :func:`file_problems`'), one message each; ``[]`` if none.
 
     The ``algorithm.gigpo`` and ``env`` messages are those of :meth:`GiGPOConfig.from_algorithm` and
     :func:`~verl_gigpo.agent_loop.episode_config_from`, the readers the trainer mode and the agent loop call.
@@ -113,7 +115,7 @@ def config_problems(config: Any) -> list[str]:
             episode_config_from(config)
         except (ValueError, TypeError) as exc:
             problems.append(str(exc))
-    return problems + file_problems(config)
+    return problems
 
 
 def config_warnings(config: Any) -> list[str]:
