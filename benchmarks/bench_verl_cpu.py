@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from results_md import write_section  # noqa: E402
 
-from verl_gigpo.cpu.smoke import DEFAULT_MODEL, RunResult, read_metrics, run_smoke  # noqa: E402
+from verl_gigpo.cpu.smoke import DEFAULT_MODEL, RunResult, check_runs, run_smoke  # noqa: E402
+from verl_gigpo.metrics_file import METRICS_NAME, read_metrics  # noqa: E402
 
 HEADING = "## verl's pipeline on CPU: seconds per phase"
 #: the hand-written reading printed under the tables (true of the measured runs; re-read it after changes)
@@ -96,19 +97,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.source:
         source = Path(args.source)
-        files = sorted(source.glob("*/metrics_*.jsonl"))
-        if not files:
-            parser.error(f"{source} holds no */metrics_*.jsonl (run `make e2e` or drop --from)")
-        metrics = {f.stem.removeprefix("metrics_"): read_metrics(f) for f in files}
+        # each run folder's experiment metrics: the iterations of all its launches, each once
+        files = sorted(source.glob(f"*/ckpt/{METRICS_NAME}"))
+        metrics = {path.parent.parent.name: read_metrics(path) for path in files}
+        if not metrics:
+            parser.error(f"{source} holds no */ckpt/{METRICS_NAME} (run `make e2e` or drop --from)")
         launches: list[str] = ["(wall times are known only when this script runs the launches itself)"]
         command = f"python benchmarks/bench_verl_cpu.py --from {args.source}"
     else:
         start = time.perf_counter()
         results = run_smoke(args.out, args.model)
         print(f"smoke runs: {time.perf_counter() - start:.0f} s")
-        failed = [name for name, run in results.items() if run.returncode != 0]
-        if failed:
-            print(f"runs failed: {failed}; see their train.log")
+        problems = check_runs(results, Path(args.model))
+        if problems:
+            print("the smoke runs failed (see their train.log):\n  - " + "\n  - ".join(problems))
             return 1
         metrics = {name: run.metrics for name, run in results.items()}
         launches = launch_table(results)
@@ -117,9 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         [
             HEADING,
             "",
-            f"`{command}` — the three launches of `make e2e` (GiGPO iterations 1-2, resumed iteration 3, GRPO",
-            "iterations 1-2) on gridnav: 4 tasks x 4 episodes, <= 6 steps, 1M-parameter Qwen2, one FSDP rank, the `hf`",
-            f"rollout backend. Machine: {platform.machine()}, 2 cores (shared with other work while measured).",
+            f"`{command}` — the launches of `make e2e` (GiGPO iterations 1-2 killed after the step-2 checkpoint, a",
+            "launch refused before Ray, the resumed iterations 3-4, GRPO iterations 1-2) on gridnav: 4 tasks x 4",
+            "episodes, <= 6 steps, 1M-parameter Qwen2, one FSDP rank, the `hf` rollout backend. Machine: "
+            f"{platform.machine()}, 2 cores (shared with other work while measured).",
             "",
             "Per training iteration:",
             "",

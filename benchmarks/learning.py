@@ -22,16 +22,16 @@ with the exact command. Runs go to ``--runs`` (default ``runs/learning``), one f
 
 ``--engine verl``: GiGPO vs GRPO through verl's own pipeline on this CPU — one ``python -m verl_gigpo.main
 platform=cpu`` launch per (configuration, seed), run one after another (verl already uses several processes),
-reading verl's own logged metrics (its file logger, ``VERL_FILE_LOGGER_PATH``). Beside them ("twins", one torch
-thread, alongside the verl launches; ``--no-twin`` skips them) the local engine trains the same configurations with
-the same settings, so the two engines' curves share a plot. Both engines start from the model that already answers
-in gridnav's action format (``--model``, default ``artifacts/tiny-model-actions``, built when missing with
-``python -m verl_gigpo.local.tiny_model --out artifacts/tiny-model-actions --envs gridnav --sft-actions``), both
-sample over the full vocabulary (the twins run with ``local.constrain_to_actions=false``), and every setting the
-engines share is set on both from one table (:func:`shared_settings`, printed into RESULTS.md). Outputs:
-``benchmarks/learning_verl.png`` and the section "## Learning through verl's pipeline: GiGPO vs GRPO"; runs under
-``--runs`` (default ``runs/learning-verl``): ``verl/<config>_s<seed>/`` (``train.log``, ``metrics_verl.jsonl``,
-``launch.json``, ``ckpt/credit/``) and ``local/<config>_s<seed>/``.
+reading verl's own logged metrics (its file logger: ``ckpt/metrics.jsonl`` in the experiment folder). Beside them
+("twins", one torch thread, alongside the verl launches; ``--no-twin`` skips them) the local engine trains the same
+configurations with the same settings, so the two engines' curves share a plot. Both engines start from the model
+that already answers in gridnav's action format (``--model``, default ``artifacts/tiny-model-actions``, built when
+missing with ``python -m verl_gigpo.local.tiny_model --out artifacts/tiny-model-actions --envs gridnav
+--sft-actions``), both sample over the full vocabulary (the twins run with ``local.constrain_to_actions=false``),
+and every setting the engines share is set on both from one table (:func:`shared_settings`, printed into
+RESULTS.md). Outputs: ``benchmarks/learning_verl.png`` and the section "## Learning through verl's pipeline: GiGPO
+vs GRPO"; runs under ``--runs`` (default ``runs/learning-verl``): ``verl/<config>_s<seed>/`` (``train.log``,
+``launch.json``, ``ckpt/metrics.jsonl``, ``ckpt/credit/``) and ``local/<config>_s<seed>/``.
 
 Its defaults fit a 2-core CPU: a verl iteration of the key task at 8 tasks x 8 episodes (~950 step rows) takes
 ~50 s there, so 150 iterations would be ~2 h per run. The defaults are ``make demo``'s task (``--task goal``: no
@@ -111,8 +111,8 @@ ACTION_MODEL = "artifacts/tiny-model-actions"
 ACTION_MODEL_COMMAND = (
     f"python -m verl_gigpo.local.tiny_model --out {ACTION_MODEL} --envs gridnav --sft-actions"  # 40 SFT steps
 )
-#: verl's file logger output in a verl run folder
-VERL_METRICS = "metrics_verl.jsonl"
+#: verl's file logger output in a verl run folder: the experiment folder's metrics file (docs/runs.md)
+VERL_METRICS = "ckpt/metrics.jsonl"
 #: tokens per reply in the side-by-side runs: the action word, EOS, one spare (both engines)
 REPLY_TOKENS = 3
 
@@ -323,7 +323,6 @@ def run_verl(name: str, seed: int, args: argparse.Namespace, data_dir: Path) -> 
         **os.environ,
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
-        "VERL_FILE_LOGGER_PATH": str(out / VERL_METRICS),
         "GIGPO_HF_DUMP_WEIGHTS_DIR": "",  # no copies of the synced weights (the smoke test's check)
     }
     print(f"  verl {name} seed {seed}: started (log: {out / 'train.log'})", flush=True)
@@ -366,10 +365,19 @@ def read_run(run_dir: Path, engine: str) -> list[dict[str, Any]]:
     if engine == "local":
         path = run_dir / "metrics.jsonl"
         return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-    from verl_gigpo.cpu.smoke import read_metrics, val_metric
+    from verl_gigpo.cpu.smoke import val_metric
+    from verl_gigpo.metrics_file import format_steps, iteration_gaps, read_metrics
 
+    raws = read_metrics(run_dir / VERL_METRICS)
+    missing, repeated = iteration_gaps(raws)
+    if missing or repeated:
+        print(
+            f"  {run_dir}: iterations missing from its metrics: {format_steps(missing) or 'none'}; logged twice: "
+            f"{format_steps(repeated) or 'none'}",
+            flush=True,
+        )
     rows = []
-    for raw in read_metrics(run_dir / VERL_METRICS):
+    for raw in raws:
         row = {**raw, "training_step": float(raw["step"])}
         key = val_metric(raw)
         if key is not None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from environments.base import EnvError, TextEnv
 
-__all__ = ["EnvError", "TextEnv", "list_envs", "make_env", "register_env"]
+__all__ = ["EnvError", "TextEnv", "env_class", "list_envs", "make_env", "register_env"]
 
 # name -> "module:Class". Extra dependencies needed by an entry are named in its module's ImportError.
 _REGISTRY: dict[str, str] = {
@@ -42,6 +42,20 @@ def list_envs() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def env_class(name: str) -> type[TextEnv]:
+    """The class registered under ``name`` (its module is imported; nothing is built), e.g. to call
+    :meth:`TextEnv.setup_problems` before a run.
+
+    Raises:
+        ValueError: unknown ``name`` (the message lists the known ones).
+        ImportError: the environment's module cannot be imported (the message says what to install).
+    """
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown environment {name!r}; known environments: {', '.join(list_envs())}")
+    module_name, class_name = _REGISTRY[name].split(":")
+    return getattr(importlib.import_module(module_name), class_name)
+
+
 def make_env(name: str, **config: Any) -> TextEnv:
     """Build the environment registered under ``name`` with constructor keyword arguments ``config``.
 
@@ -49,8 +63,4 @@ def make_env(name: str, **config: Any) -> TextEnv:
         ValueError: unknown ``name`` (the message lists the known ones).
         ImportError: the environment's optional dependency is missing (the message says what to install).
     """
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown environment {name!r}; known environments: {', '.join(list_envs())}")
-    module_name, class_name = _REGISTRY[name].split(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    return cls(**config)
+    return env_class(name)(**config)

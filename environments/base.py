@@ -426,6 +426,19 @@ class TextEnv(abc.ABC):
         """
         return list(self._admissible_actions() or [])
 
+    @classmethod
+    def setup_problems(cls, kwargs: Mapping[str, Any]) -> list[tuple[str | None, str]]:
+        """What would stop ``cls(**kwargs)`` that can be seen without building the environment (no engine started,
+        no data loaded): a missing data folder or file, say. Trainers call it before starting a run, so the user
+        hears of it before minutes of start-up (``verl_gigpo.preflight``).
+
+        Returns:
+            ``(argument, message)`` pairs: ``argument`` is the constructor argument at fault, or None when the
+            problem comes from elsewhere (an environment variable the default reads); ``message`` says what is
+            wrong and what to do. ``[]`` (the default) when nothing is known to be wrong.
+        """
+        return []
+
     def checker_paths(self) -> list[tuple[list[str | None], list[str | None]]]:
         """Pairs of action sequences that, from the task ``reset`` just built, reach the same state.
 

@@ -197,8 +197,16 @@ gigpo_run() {
 # override per line: the model, the paper's actor settings (lr 1e-6, KL loss 0.01 low_var_kl, entropy 0.001,
 # 2,048 step rows per optimizer step), the rollout (vLLM, or hf on DEVICE=cpu), the reference policy and the trainer.
 # Reads DEVICE, ROLLOUT_NAME, MODEL_PATH, GROUP_SIZE, N_GPUS, TOTAL_ITERS, TEST_FREQ, MINI_BATCH_ROWS,
-# MAX_CKPTS_TO_KEEP and EXPERIMENT. Recipes put these after their own settings; the user's "$@" comes last and wins.
+# MAX_CKPTS_TO_KEEP, EXPERIMENT and LOGGER. Recipes put these after their own settings; the user's "$@" comes last and
+# wins.
 gigpo_verl_overrides() {
+    # trainer.logger: the console and verl's file logger (one JSON line per iteration in the experiment folder,
+    # checkpoints/verl_gigpo/$EXPERIMENT/metrics.jsonl, kept across resumed launches: docs/runs.md); add a backend
+    # with e.g. LOGGER=console,file,tensorboard or LOGGER=console,file,wandb (verl's logger names)
+    LOGGER=${LOGGER:-console,file}
+    [[ "$LOGGER" =~ ^[a-z_]+(,[a-z_]+)*$ ]] || gigpo_fail "LOGGER=$LOGGER is not a comma-separated list of verl \
+logger names; e.g. LOGGER=console,file,tensorboard (verl knows console, file, tensorboard, wandb, mlflow, swanlab, \
+clearml, trackio)"
     gigpo_check_positive_int MAX_CKPTS_TO_KEEP "$MAX_CKPTS_TO_KEEP" "it is how many checkpoints verl keeps \
 (trainer.max_actor_ckpt_to_keep); to keep every checkpoint pass trainer.max_actor_ckpt_to_keep=null as an override"
     MINI_BATCH_ROWS=${MINI_BATCH_ROWS:-2048}
@@ -248,7 +256,7 @@ gigpo_verl_overrides() {
         trainer.max_actor_ckpt_to_keep="$MAX_CKPTS_TO_KEEP"
         trainer.val_before_train=true
         trainer.critic_warmup=0
-        trainer.logger='["console"]'
+        trainer.logger="[$LOGGER]"
         trainer.project_name=verl_gigpo
         trainer.experiment_name="$(gigpo_hydra_quote "$EXPERIMENT")"
     )

@@ -9,6 +9,11 @@
 #   MODEL_PATH=artifacts/tiny-model DEVICE=cpu bash recipes/run_alfworld.sh   # verl's pipeline on this CPU, tiny model
 #   DRY_RUN=1 bash recipes/run_alfworld.sh                 # print the final command only
 #   bash recipes/run_alfworld.sh trainer.total_training_steps=10   # extra Hydra overrides go last
+#   LOGGER=console,file,wandb bash recipes/run_alfworld.sh   # also log to wandb (or tensorboard)
+#
+# Metrics: one JSON line per iteration in checkpoints/verl_gigpo/$EXPERIMENT/metrics.jsonl (the path is printed at
+# start; a resumed launch continues it). A second launch with the same EXPERIMENT resumes from its last
+# checkpoint and says so; see docs/runs.md.
 #
 # ALFWORLD_DATA: the real games (`alfworld-download` on a machine with GitHub access), or synthetic ones from
 # `python -m environments.alfworld.synth --out DIR`.

@@ -7,6 +7,11 @@
 #   ADV_ESTIMATOR=grpo bash recipes/run_search.sh
 #   MODEL_PATH=artifacts/tiny-model DEVICE=cpu bash recipes/run_search.sh   # verl's pipeline on this CPU, tiny model
 #   DRY_RUN=1 bash recipes/run_search.sh
+#   LOGGER=console,file,wandb bash recipes/run_search.sh   # also log to wandb (or tensorboard)
+#
+# Metrics: one JSON line per iteration in checkpoints/verl_gigpo/$EXPERIMENT/metrics.jsonl (the path is printed at
+# start; a resumed launch continues it). A second launch with the same EXPERIMENT resumes from its last
+# checkpoint and says so; see docs/runs.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source recipes/common.sh

@@ -7,6 +7,11 @@
 #   MODEL_PATH=Qwen/Qwen2.5-0.5B-Instruct N_GPUS=1 TOTAL_ITERS=3 bash recipes/run_sokoban.sh   # quick GPU check
 #   MODEL_PATH=artifacts/tiny-model DEVICE=cpu bash recipes/run_sokoban.sh   # verl's pipeline on this CPU, tiny model
 #   DRY_RUN=1 bash recipes/run_sokoban.sh
+#   LOGGER=console,file,wandb bash recipes/run_sokoban.sh   # also log to wandb (or tensorboard)
+#
+# Metrics: one JSON line per iteration in checkpoints/verl_gigpo/$EXPERIMENT/metrics.jsonl (the path is printed at
+# start; a resumed launch continues it). A second launch with the same EXPERIMENT resumes from its last
+# checkpoint and says so; see docs/runs.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source recipes/common.sh

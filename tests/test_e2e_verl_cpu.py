@@ -2,15 +2,18 @@
 
 One module-scoped fixture runs :func:`verl_gigpo.cpu.smoke.run_smoke` (what ``make e2e`` runs): verl's
 ``main_ppo`` -> ``TaskRunnerV1`` -> the ``gigpo_sync`` trainer mode -> FSDP actor and reference workers (gloo) ->
-the ``gigpo_env_agent`` agent loop on the ``hf`` rollout backend -> TransferQueue; GiGPO for iterations 1-2 with a
-checkpoint after each, a second launch that resumes from ``global_step_2`` for iteration 3, and GRPO for 2
-iterations. Nothing of verl is replaced. The tasks are played by ``gridnav_faulty`` (``tests/helpers``), a gridnav
-whose every 5th reset raises, registered in the workers through ``env.registry``: failed episodes in every
+the ``gigpo_env_agent`` agent loop on the ``hf`` rollout backend -> TransferQueue. GiGPO trains with a checkpoint
+after every iteration and is killed (SIGKILL to every process of the launch) once its step-2 checkpoint and step 2's
+metrics are written; a launch in the same folder with ``algorithm.gigpo.step_advantage_w`` changed must stop before
+Ray naming the key; a launch with the run's settings resumes from ``global_step_2`` and trains iterations 3-4; GRPO
+trains 2 iterations. Nothing of verl is replaced. The tasks are played by ``gridnav_faulty`` (``tests/helpers``), a
+gridnav whose every 5th reset raises, registered in the workers through ``env.registry``: failed episodes in every
 iteration must leave the run alive with their rows masked (before the fix, verl's old-log-prob step failed with
 ``KeyError('rollout_log_probs')``).
 
-Everything asserted comes from what the runs wrote: verl's file logger (``metrics_<run>.jsonl``), verl's
-checkpoints, the weights the rollout server received at each sync, the console log. About 4 minutes on 2 cores.
+Everything asserted comes from what the runs wrote: the experiment's ``ckpt/metrics.jsonl`` (verl's file logger, the
+file docs/runs.md points users to: after the crash and the resume it must hold iterations 1-4 once each), verl's
+checkpoints, the weights the rollout server received at each sync, the console log. About 4-5 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from environments import register_env
-from verl_gigpo.cpu.smoke import _actor_checkpoint, check_runs, run_smoke, val_metric
+from verl_gigpo.cpu.smoke import CHANGED_KEY, _actor_checkpoint, check_runs, run_smoke, val_metric
+from verl_gigpo.metrics_file import read_metrics, training_steps
 
 pytestmark = pytest.mark.slow
 
@@ -58,10 +62,13 @@ def _training_rows(run):
     return [m for m in run.metrics if "actor/pg_loss" in m]
 
 
-def test_every_launch_exits_0_and_the_smoke_checks_pass(runs, action_model_dir):
-    assert set(runs) == {"gigpo", "gigpo_resume", "grpo"}
-    for name, run in runs.items():
-        assert run.returncode == 0, f"{name} failed; last lines:\n" + "\n".join(run.log.read_text().splitlines()[-40:])
+def test_every_launch_ends_as_planned_and_the_smoke_checks_pass(runs, action_model_dir):
+    assert set(runs) == {"gigpo", "gigpo_changed", "gigpo_resume", "grpo"}
+    assert runs["gigpo"].killed, runs["gigpo"].output[-3000:]
+    assert runs["gigpo_changed"].returncode == 1
+    for name in ("gigpo_resume", "grpo"):
+        run = runs[name]
+        assert run.returncode == 0, f"{name} failed; last lines:\n" + "\n".join(run.output.splitlines()[-40:])
     assert check_runs(runs, action_model_dir) == []  # what `make e2e` reports, on the same runs
 
 
@@ -82,22 +89,34 @@ def test_each_iteration_logs_finite_training_and_environment_metrics(runs, name)
 
 
 def test_validation_before_and_after_training(runs):
-    def validated_steps(run):
-        return [m["step"] for m in run.metrics if val_metric(m)]
+    def validated_steps(rows):
+        return [m["step"] for m in rows if val_metric(m)]
 
-    assert validated_steps(runs["gigpo"])[0] == 0 and validated_steps(runs["gigpo_resume"])[-1] == 3
-    assert validated_steps(runs["grpo"]) == [0, 2]
+    assert validated_steps(runs["gigpo"].metrics)[0] == 0 and validated_steps(runs["gigpo_resume"].metrics) == [4]
+    assert validated_steps(runs["grpo"].metrics) == [0, 2]
+    assert validated_steps(read_metrics(runs["gigpo_resume"].metrics_file)) == [0, 4]  # the history keeps step 0
     last = next(m for m in runs["gigpo_resume"].metrics if val_metric(m))
     assert val_metric(last) == f"val-core/{FAULTY}/acc/mean@1" and 0.0 <= last[val_metric(last)] <= 1.0
 
 
-def test_resume_continues_from_the_saved_step_and_logs_iteration_3_once(runs):
+def test_a_changed_training_key_stops_the_resume_before_ray(runs):
+    changed = runs["gigpo_changed"]
+    assert "ray init kwargs" not in changed.output  # verl's run_ppo prints this just before ray.init
+    assert "LaunchError: cannot resume " in changed.output
+    assert f"in key(s) that change training: {CHANGED_KEY}: 1.0 -> 0.5." in changed.output
+
+
+def test_a_killed_run_resumes_from_its_checkpoint_and_its_metrics_hold_iterations_1_to_4_once(runs):
     first, resumed = runs["gigpo"], runs["gigpo_resume"]
-    assert [m["step"] for m in _training_rows(first)] == [1, 2]
-    assert [m["step"] for m in _training_rows(resumed)] == [3]
-    log = first.log.read_text()  # both launches append to the run's train.log
-    assert f"Resuming from {first.run_dir / 'ckpt' / 'global_step_2'}, setting global step to 2" in log
-    assert (first.run_dir / "ckpt" / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+    ckpt = first.run_dir / "ckpt"
+    assert training_steps(first.metrics)[:2] == [1, 2]  # logged before the kill
+    assert f"[verl_gigpo] resuming experiment 'gigpo' from {ckpt / 'global_step_2'}" in resumed.output
+    assert f"Resuming from {ckpt / 'global_step_2'}, setting global step to 2" in resumed.output  # verl's own line
+    assert training_steps(resumed.metrics) == [3, 4]
+    history = read_metrics(ckpt / "metrics.jsonl")  # the file the docs point users to
+    assert training_steps(history) == [1, 2, 3, 4]
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
+    assert [p.name for p in sorted((ckpt / "launches").iterdir())] == ["launch_001.json", "launch_002.json"]
 
 
 def test_actor_weights_move_and_the_rollout_server_holds_them_after_every_sync(runs, action_model_dir):
@@ -111,7 +130,7 @@ def test_actor_weights_move_and_the_rollout_server_holds_them_after_every_sync(r
     for dump in dumps:  # sync<NNN>_step<k>_replica0: one file per sync, both launches
         step = int(dump.stem.split("_step")[1].split("_")[0])
         synced.setdefault(step, []).append(load_file(dump))
-    assert sorted(synced) == [0, 1, 2, 3] and len(synced[2]) == 2  # step 2: after the update and at resume
+    assert sorted(synced) == [0, 1, 2, 3, 4] and len(synced[2]) == 2  # step 2: after the update and at resume
     for step, received in synced.items():
         actor = initial if step == 0 else _actor_checkpoint(run_dir / "ckpt" / f"global_step_{step}")
         for weights in received:
@@ -124,7 +143,7 @@ def test_failed_resets_leave_the_run_alive_with_their_rows_masked(runs):
     rows = _training_rows(runs["gigpo"]) + _training_rows(runs["gigpo_resume"])
     assert all(row["env/env_error_rate"] > 0 for row in rows)  # every iteration had failed episodes
     assert all(row["gigpo/num_masked_rows"] > 0 for row in rows)
-    log = runs["gigpo"].log.read_text()
+    log = runs["gigpo"].output
     assert "gridnav_faulty: injected failure at reset" in log and "KeyError" not in log
 
 
@@ -140,7 +159,7 @@ def test_optimizer_steps_per_iteration_follow_the_rows_based_setting(runs):
     run_dir = runs["gigpo"].run_dir
     rows = {m["step"]: m for m in _training_rows(runs["gigpo"]) + _training_rows(runs["gigpo_resume"])}
     taken, before = {}, 0
-    for step in (1, 2, 3):
+    for step in (1, 2, 3, 4):
         total = _optimizer_steps(run_dir / "ckpt" / f"global_step_{step}")
         taken[step], before = total - before, total
     for step, metrics in rows.items():

@@ -2,7 +2,9 @@
 the supported verl path on the driver, before verl starts Ray, with the messages of the components that read those
 keys later (``GiGPOConfig.from_algorithm`` in the trainer mode, ``episode_config_from`` in the agent loop).
 
-Configs are composed by Hydra from the real ``verl_gigpo/config/gigpo_trainer.yaml`` over verl's own ``ppo_trainer``.
+Configs are composed by Hydra from the real ``verl_gigpo/config/gigpo_trainer.yaml`` over verl's own ``ppo_trainer``,
+with a model folder and task files that exist (:data:`FILES`) unless a test sets those keys itself (the checks of
+the paths themselves are in ``tests/test_runs.py``).
 """
 
 from __future__ import annotations
@@ -22,12 +24,34 @@ from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.preflight import GiGPOConfigError, config_problems, preflight
 
 ROOT = Path(__file__).resolve().parents[1]
+#: key -> an existing path for it (filled by the autouse fixture below)
+FILES: dict[str, str] = {}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def existing_files(tmp_path_factory):
+    """A model folder (config.json) and task files that exist, so that only the keys under test are wrong."""
+    root = tmp_path_factory.mktemp("preflight")
+    (root / "model").mkdir()
+    (root / "model" / "config.json").write_text("{}")
+    for split in ("train", "val"):
+        (root / f"{split}.parquet").write_bytes(b"")
+    FILES.update(
+        {
+            "actor_rollout_ref.model.path": str(root / "model"),
+            "data.train_files": str(root / "train.parquet"),
+            "data.val_files": str(root / "val.parquet"),
+        }
+    )
 
 
 def compose_gigpo(overrides: list[str]):
-    """Compose verl_gigpo/config/gigpo_trainer.yaml (verl's ppo_trainer + ours) with Hydra overrides."""
+    """Compose verl_gigpo/config/gigpo_trainer.yaml (verl's ppo_trainer + ours) with Hydra overrides, plus existing
+    paths for the model and task files when ``overrides`` does not set them."""
+    given = {o.split("=", 1)[0].lstrip("+") for o in overrides}
+    paths = [f"{key}={value}" for key, value in FILES.items() if key not in given]
     with initialize_config_dir(config_dir=str(ROOT / "verl_gigpo" / "config"), version_base=None):
-        return compose(config_name="gigpo_trainer", overrides=overrides)
+        return compose(config_name="gigpo_trainer", overrides=[*paths, *overrides])
 
 
 def reader_message(reader, argument) -> str:
@@ -38,7 +62,9 @@ def reader_message(reader, argument) -> str:
 
 
 @pytest.mark.parametrize("overrides", [[], ["algorithm.adv_estimator=grpo"], ["env.name=alfworld", "env.kwargs={}"]])
-def test_valid_configs_pass(overrides):
+def test_valid_configs_pass(overrides, tmp_path, monkeypatch):
+    (tmp_path / "json_2.1.1" / "train").mkdir(parents=True)  # the layout ALFWorld's data check looks for
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))
     cfg = compose_gigpo(overrides)
     assert config_problems(cfg) == []
     assert preflight(cfg) is None
@@ -83,7 +109,7 @@ def test_gamma_under_gigpo_does_not_hide_other_gigpo_errors():
     problems = config_problems(cfg)
     assert len(problems) == 2
     assert problems[0].startswith("algorithm.gigpo.gamma=0.5 is not read")
-    assert problems[1].startswith("norm='foo' is not a norm")
+    assert problems[1].startswith("algorithm.gigpo.norm='foo' is not a norm")
 
 
 @pytest.mark.parametrize(
@@ -200,6 +226,7 @@ def test_main_rejects_a_bad_config_before_ray_starts():
             # verl_gigpo.main, this config goes on to start Ray and fails only inside its actors
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
             "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+            *(f"{key}={value}" for key, value in FILES.items()),
             "algorithm.gigpo.norm=foo",
             "+algorithm.gigpo.gamma=0.9",
             "trainer.use_v1=false",
@@ -212,6 +239,6 @@ def test_main_rejects_a_bad_config_before_ray_starts():
     assert proc.returncode == 1
     assert "ray init kwargs" not in proc.stdout  # verl's run_ppo prints this just before ray.init
     assert "GiGPOConfigError: the config has 3 problem(s), found before starting Ray" in proc.stderr
-    assert "norm='foo' is not a norm" in proc.stderr
+    assert "algorithm.gigpo.norm='foo' is not a norm" in proc.stderr
     assert "set algorithm.gamma=0.9 and drop algorithm.gigpo.gamma" in proc.stderr
     assert "set trainer.use_v1=true" in proc.stderr

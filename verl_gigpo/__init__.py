@@ -5,7 +5,9 @@ Importing this package is cheap (no verl, no torch). The pieces:
 * :mod:`verl_gigpo.advantage` — the estimator (pure maths); :mod:`verl_gigpo.anchors` — anchor keys and
   similarity grouping; :mod:`verl_gigpo.config` — :class:`~verl_gigpo.config.GiGPOConfig`;
 * :mod:`verl_gigpo.plugin` — verl plug-in (estimator ``"gigpo"``, agent loop ``"gigpo_env_agent"``, trainer mode
-  ``"gigpo_sync"``); :mod:`verl_gigpo.main` — ``python -m verl_gigpo.main``;
+  ``"gigpo_sync"``); :mod:`verl_gigpo.main` — ``python -m verl_gigpo.main``, which checks the config
+  (:mod:`verl_gigpo.preflight`) and prepares the experiment folder (:mod:`verl_gigpo.launch`: resume, checkpoints,
+  the metrics file of :mod:`verl_gigpo.metrics_file`) before verl starts Ray;
 * :mod:`verl_gigpo.rollout` — the episode runner shared by both engines; :mod:`verl_gigpo.local` — the embedded
   single-machine engine.
 """

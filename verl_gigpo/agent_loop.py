@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
@@ -71,8 +72,22 @@ def register_envs(registry: Any) -> None:
         register_env(str(name), str(target))
 
 
+#: EpisodeConfig fields set from another key than ``env.<field>`` in verl's config
+_EPISODE_FIELD_KEYS = {
+    "max_prompt_length": "data.max_prompt_length",
+    "max_response_length": "data.max_response_length",
+    "key_mode": "algorithm.gigpo.key_mode",
+}
+_EPISODE_FIELD = re.compile(r"EpisodeConfig\.(\w+)")
+
+
 def episode_config_from(config: Any) -> EpisodeConfig:
-    """The :class:`EpisodeConfig` of a verl trainer config (``env.*``, ``algorithm.gigpo.key_mode``, lengths)."""
+    """The :class:`EpisodeConfig` of a verl trainer config (``env.*``, ``algorithm.gigpo.key_mode``, lengths).
+
+    Raises:
+        ValueError: a value out of range, the message naming the key as it is set in verl's config (``env.max_steps``,
+            ``data.max_prompt_length``, ...) rather than the ``EpisodeConfig`` field.
+    """
     env = config.get("env", None)
     if env is None:
         raise ValueError(
@@ -81,14 +96,18 @@ def episode_config_from(config: Any) -> EpisodeConfig:
         )
     key_mode = GiGPOConfig.from_algorithm(config.algorithm).env_key_mode
     rollout = config.actor_rollout_ref.rollout
-    return EpisodeConfig(
-        max_steps=int(env.max_steps),
-        history_length=int(env.history_length),
-        max_prompt_length=int(rollout.prompt_length),
-        max_response_length=int(rollout.response_length),
-        invalid_action_penalty=float(env.invalid_action_penalty),
-        key_mode=key_mode,
-    )
+    try:
+        return EpisodeConfig(
+            max_steps=int(env.max_steps),
+            history_length=int(env.history_length),
+            max_prompt_length=int(rollout.prompt_length),
+            max_response_length=int(rollout.response_length),
+            invalid_action_penalty=float(env.invalid_action_penalty),
+            key_mode=key_mode,
+        )
+    except ValueError as exc:
+        message = _EPISODE_FIELD.sub(lambda m: _EPISODE_FIELD_KEYS.get(m.group(1), f"env.{m.group(1)}"), str(exc))
+        raise ValueError(message) from None
 
 
 def episode_to_outputs(

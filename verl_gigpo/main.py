@@ -7,8 +7,16 @@ Equivalent to verl's own entry point with this package's config::
     python -m verl.trainer.main_ppo -cp pkg://verl_gigpo.config -cn gigpo_trainer [overrides...]
 
 The config is ``verl_gigpo/config/gigpo_trainer.yaml`` (verl's ``ppo_trainer`` plus the GiGPO keys). The
-difference: this entry point first checks that the plug-in really registered itself into verl (verl hides plug-in
-import errors) and says why when it did not. See ``recipes/`` for complete commands.
+difference: before verl starts Ray, this entry point
+
+1. checks that the plug-in really registered itself into verl (verl hides plug-in import errors);
+2. checks the config (:func:`verl_gigpo.preflight.preflight`: the GiGPO keys, the model, data and environment
+   paths), naming each bad key;
+3. prepares the experiment folder (:func:`verl_gigpo.launch.prepare_launch`): sets partial checkpoints aside, says
+   whether and from where it resumes, stops when a key that changes training differs from the checkpointed run's
+   (``trainer.allow_config_change=true`` overrides), and keeps the metrics file across launches.
+
+See ``recipes/`` for complete commands and ``docs/runs.md`` for resuming, checkpoints and metrics.
 """
 
 from __future__ import annotations
@@ -34,11 +42,15 @@ def main(config: DictConfig) -> None:
         activate_cpu_platform(config)  # before main_ppo: verl reads the platform at import time
     from verl.trainer import main_ppo
 
+    from verl_gigpo.launch import prepare_launch
     from verl_gigpo.plugin import ensure_registered
     from verl_gigpo.preflight import preflight
 
     ensure_registered()
-    preflight(config)  # algorithm.gigpo.*, env.* and the V1 path, checked here rather than inside Ray
+    preflight(config)  # algorithm.gigpo.*, env.*, paths and the V1 path, checked here rather than inside Ray
+    plan = prepare_launch(config)  # partial checkpoints, resume announcement and check, the metrics file
+    for line in plan.messages:
+        print(f"[verl_gigpo] {line}", flush=True)
     main_ppo.main(config)  # hydra passes an explicit config straight to the task function
 
 

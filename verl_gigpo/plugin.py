@@ -7,7 +7,9 @@ own registries:
 * the agent loop ``"gigpo_env_agent"`` (``verl.experimental.agent_loop.agent_loop.register``),
   see :mod:`verl_gigpo.agent_loop`;
 * the V1 trainer mode ``"gigpo_sync"`` (``verl.trainer.ppo.v1.register_trainer``), see :mod:`verl_gigpo.trainer`;
-* the ``cpu`` platform and the ``hf`` rollout backend that run verl's pipeline on a CPU, see :mod:`verl_gigpo.cpu`.
+* the ``cpu`` platform and the ``hf`` rollout backend that run verl's pipeline on a CPU, see :mod:`verl_gigpo.cpu`;
+* a file logger that appends across the launches of one experiment (``verl.utils.tracking.FileLogger``, active only
+  where ``python -m verl_gigpo.main`` asks for it), see :func:`verl_gigpo.metrics_file.append_file_logger`.
 
 verl swallows plug-in import errors at DEBUG level; this module logs a failure at ERROR level (and re-raises),
 and one INFO line on success (shown when ``VERL_LOGGING_LEVEL`` is INFO, the default for this logger).
@@ -95,11 +97,18 @@ def _register_trainer_mode(_module: Any = None) -> None:
     import verl_gigpo.trainer  # noqa: F401  - @register_trainer("gigpo_sync")
 
 
+def _append_metrics(_module: Any = None) -> None:
+    from verl_gigpo.metrics_file import append_file_logger
+
+    append_file_logger()  # verl's file logger appends in launches of verl_gigpo.main (GIGPO_METRICS_APPEND=1)
+
+
 #: verl module -> the registration into it, run when (and only if) that module is imported in this process
 _LAZY = (
     ("verl.trainer.ppo.core_algos", _register_estimator),
     ("verl.experimental.agent_loop.agent_loop", _register_agent_loop),
     ("verl.trainer.ppo.v1", _register_trainer_mode),
+    ("verl.utils.tracking", _append_metrics),
 )
 
 
@@ -109,8 +118,9 @@ def _register() -> None:
     ``import verl`` loads this plug-in in every process (rollout servers, FSDP workers, reward workers, ...);
     registering eagerly would import verl's trainer stack (~1,500 modules) into all of them. So each registration
     is a post-import hook (``wrapt.register_post_import_hook``): the estimator when ``core_algos`` is imported, the
-    agent loop with verl's agent-loop module, the trainer mode with ``verl.trainer.ppo.v1``; a hook runs at once
-    when its module is already imported. The CPU platform registers now (verl resolves the platform early).
+    agent loop with verl's agent-loop module, the trainer mode with ``verl.trainer.ppo.v1``, the appending file
+    logger with ``verl.utils.tracking``; a hook runs at once when its module is already imported. The CPU platform
+    registers now (verl resolves the platform early).
     """
     import wrapt
 

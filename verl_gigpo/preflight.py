@@ -11,7 +11,14 @@ with ``+`` that nothing reads). :func:`preflight` checks the whole GiGPO part of
   messages are the ones those components would give later; plus what those readers let through: keys nothing
   reads (``algorithm.gigpo.gamma``, ``env.<typo>``), an ``env.name`` that is neither registered nor in
   ``env.registry``, a non-integer step count, a non-finite penalty, an ``env.kwargs`` that is not a mapping;
-* ``trainer.credit_log_*`` (per-step credit records) through :meth:`verl_gigpo.credit.CreditLogOptions.from_trainer`.
+* ``trainer.credit_log_*`` (per-step credit records) through :meth:`verl_gigpo.credit.CreditLogOptions.from_trainer`;
+* the files a run needs (:func:`file_problems`): ``actor_rollout_ref.model.path`` (an existing folder with a
+  ``config.json``, or a Hugging Face hub id, which with ``HF_HUB_OFFLINE=1`` must be in the local cache),
+  ``data.train_files``/``data.val_files``, and the environment's own data (:meth:`environments.TextEnv.setup_problems`,
+  e.g. ALFWorld's ``env.kwargs.data_path`` or ``$ALFWORLD_DATA``).
+
+Every message names the config key as the user types it. Warnings (nothing wrong, but worth knowing, e.g. a group
+size of 1) are logged.
 
     from verl_gigpo.preflight import preflight
     preflight(config)  # raises GiGPOConfigError listing every problem, or returns None
@@ -19,19 +26,24 @@ with ``+`` that nothing reads). :func:`preflight` checks the whole GiGPO part of
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from environments import list_envs
+from environments import env_class, list_envs
 from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, TRAINER_MODE
 from verl_gigpo.agent_loop import episode_config_from
-from verl_gigpo.config import GiGPOConfig
+from verl_gigpo.config import GiGPOConfig, group_size_warning
 from verl_gigpo.credit import CreditLogOptions
 
-__all__ = ["ENV_KEYS", "GiGPOConfigError", "config_problems", "preflight"]
+__all__ = ["ENV_KEYS", "GiGPOConfigError", "config_problems", "config_warnings", "file_problems", "preflight"]
+
+logger = logging.getLogger(__name__)
 
 #: the keys of the ``env`` section (see verl_gigpo/config/gigpo_trainer.yaml)
 ENV_KEYS = ("name", "max_steps", "history_length", "invalid_action_penalty", "kwargs", "registry")
@@ -64,15 +76,19 @@ def preflight(config: Any) -> None:
             overrides), a ``DictConfig`` or a plain dict.
 
     Raises:
-        GiGPOConfigError: (a ``ValueError``) when :func:`config_problems` finds anything.
+        GiGPOConfigError: (a ``ValueError``) when :func:`config_problems` (the keys) or :func:`file_problems` (the
+            paths) find anything; warnings (:func:`config_warnings`) are logged.
     """
-    problems = config_problems(config)
+    problems = config_problems(config) + file_problems(config)
     if problems:
         raise GiGPOConfigError(problems)
+    for warning in config_warnings(config):
+        logger.warning(warning)
 
 
 def config_problems(config: Any) -> list[str]:
-    """Every problem of the GiGPO part of ``config`` (see the module docstring), one message each; ``[]`` if none.
+    """Every problem of the GiGPO keys of ``config`` (see the module docstring; the paths are
+    :func:`file_problems`'), one message each; ``[]`` if none.
 
     The ``algorithm.gigpo`` and ``env`` messages are those of :meth:`GiGPOConfig.from_algorithm` and
     :func:`~verl_gigpo.agent_loop.episode_config_from`, the readers the trainer mode and the agent loop call.
@@ -99,6 +115,124 @@ def config_problems(config: Any) -> list[str]:
             episode_config_from(config)
         except (ValueError, TypeError) as exc:
             problems.append(str(exc))
+    return problems
+
+
+def config_warnings(config: Any) -> list[str]:
+    """What is valid but worth a warning: a group size (``actor_rollout_ref.rollout.n``) of 1 (what each
+    estimator then computes, :func:`verl_gigpo.config.group_size_warning`)."""
+    if not isinstance(config, DictConfig):
+        config = OmegaConf.create(config)
+    estimator = OmegaConf.select(config, "algorithm.adv_estimator", default=None)
+    n = OmegaConf.select(config, "actor_rollout_ref.rollout.n", default=None)
+    warning = group_size_warning(
+        str(estimator), n, step_advantage_w=OmegaConf.select(config, "algorithm.gigpo.step_advantage_w", default=None)
+    )
+    return [warning] if warning else []
+
+
+def _truthy(value: str | None) -> bool:
+    """An environment flag as huggingface_hub reads it (``1``, ``true``, ``yes``, ``on``)."""
+    return (value or "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def _model_problem(key: str, value: Any) -> str | None:
+    """``key`` (a model or tokenizer location) must be an existing folder holding ``config.json`` or a hub id that
+    can be fetched: any when the hub is reachable, a cached one under ``HF_HUB_OFFLINE=1``. URLs (``hdfs://``, ...)
+    are verl's to fetch."""
+    text = str(value)
+    if "://" in text:
+        return None
+    local = Path(os.path.expanduser(text))
+    if local.exists():
+        if not (local / "config.json").is_file():
+            return (
+                f"{key}={text} is not a Hugging Face model folder (no config.json in it); point it at the folder "
+                "that holds config.json, the weights and the tokenizer"
+            )
+        return None
+    build = "`python -m verl_gigpo.local.tiny_model --out DIR` builds a tiny one"
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(text)
+    except HFValidationError:
+        return f"{key}={text} does not exist: set it to a model folder (holding config.json; {build}) or a hub id"
+    offline = [v for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE") if _truthy(os.environ.get(v))]
+    if offline:
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(text, "config.json"), str):
+            return (
+                f"{key}={text} is no local folder, and as a Hugging Face hub id it cannot be fetched: {offline[0]}="
+                f"{os.environ[offline[0]]} disables the hub and the model is not in the local cache. Download it "
+                f"where the hub is reachable (`huggingface-cli download {text}`) or set {key} to a model folder "
+                f"({build})"
+            )
+    return None
+
+
+def _listed(value: Any) -> list[str]:
+    """A ``data.*_files`` value (one path or a list) as a list of strings."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value]
+
+
+def file_problems(config: Any) -> list[str]:
+    """The files and folders a run reads, checked before Ray (see the module docstring); one message per problem,
+    naming the config key (or environment variable) and what to do."""
+    if not isinstance(config, DictConfig):
+        config = OmegaConf.create(config)
+    problems = []
+    model = OmegaConf.select(config, "actor_rollout_ref.model", default=None) or {}
+    for key in ("path", "tokenizer_path", "hf_config_path"):
+        value = model.get(key, None)
+        if value is None and key != "path":
+            continue
+        problem = (
+            _model_problem(f"actor_rollout_ref.model.{key}", value)
+            if value not in (None, "")
+            else "actor_rollout_ref.model.path is not set: set it to a model folder or a Hugging Face hub id"
+        )
+        if problem:
+            problems.append(problem)
+    env_name = OmegaConf.select(config, "env.name", default=None)
+    prepare = f"`python -m verl_gigpo.data.prepare --env {env_name or 'NAME'} --out DIR`"
+    for key in ("data.train_files", "data.val_files"):
+        value = OmegaConf.select(config, key, default=None)
+        files = _listed(value)
+        if not files:
+            problems.append(f"{key} is not set: write task files with {prepare} and set {key}=DIR/<split>.parquet")
+        for name in files:
+            if "://" not in name and not Path(os.path.expanduser(name)).exists():
+                problems.append(
+                    f"{key}={name} does not exist: write the task files with {prepare} (train.parquet and "
+                    f"val.parquet) and set data.train_files and data.val_files to them"
+                )
+    return problems + _env_data_problems(config.get("env", None))
+
+
+def _env_data_problems(env: Any) -> list[str]:
+    """The environment's own check of its constructor arguments (:meth:`environments.TextEnv.setup_problems`),
+    for environments of this process's registry (``env.registry`` targets are imported only in the workers)."""
+    if not isinstance(env, Mapping) or env.get("name", None) not in list_envs():
+        return []
+    kwargs = env.get("kwargs", None) or {}
+    if not isinstance(kwargs, Mapping):
+        return []  # _env_problems says so
+    kwargs = OmegaConf.to_container(kwargs, resolve=True) if isinstance(kwargs, DictConfig) else dict(kwargs)
+    name = env["name"]
+    try:
+        cls = env_class(name)
+    except ImportError as exc:
+        return [f"env.name={name}: the environment cannot be imported: {exc}"]
+    problems = []
+    for argument, message in cls.setup_problems(kwargs):
+        where = f"env.kwargs.{argument}={kwargs.get(argument)}" if argument in kwargs else f"env.name={name}"
+        problems.append(f"{where}: {message}")
     return problems
 
 

@@ -41,7 +41,7 @@ from verl.workers.utils.padding import response_to_nested
 
 from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, TRAINER_MODE
 from verl_gigpo.advantage import GiGPOTerms
-from verl_gigpo.config import GiGPOConfig
+from verl_gigpo.config import GiGPOConfig, group_size_warning
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
 from verl_gigpo.rollout import metrics as rollout_metrics
 from verl_gigpo.rollout.metrics import TrajectorySummary
@@ -329,8 +329,11 @@ class GiGPOTrainerSync(PPOTrainerSync):
                     agent,
                     AGENT_LOOP_NAME,
                 )
-            if config.actor_rollout_ref.rollout.n < 2:
-                logger.warning("actor_rollout_ref.rollout.n < 2: every group has one member and all advantages are 0")
+            warning = group_size_warning(
+                ESTIMATOR_NAME, config.actor_rollout_ref.rollout.n, step_advantage_w=self.gigpo_config.step_advantage_w
+            )
+            if warning:
+                logger.warning(warning)
         self.update_settings = UpdateSettings.from_config(config)
         self.global_steps = 0  # verl sets it in init() (_load_checkpoint); the advantage step may run before that
         self._rows_to_split: int | None = None

@@ -59,7 +59,7 @@ import math
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -216,6 +216,17 @@ class AlfWorldEnv(TextEnv):
         self._loaded: Path | None = None
         self._state: Any = None  # the engine's last GameState
         self._digest: str | None = None
+
+    @classmethod
+    def setup_problems(cls, kwargs: Mapping[str, Any]) -> list[tuple[str | None, str]]:
+        """The data folder (``data_path``, else ``$ALFWORLD_DATA``) must hold ALFWorld's split folders
+        (:func:`~environments.alfworld.data.resolve_json_root`); nothing is loaded."""
+        data_path = kwargs.get("data_path")
+        try:
+            resolve_json_root(data_path)
+        except FileNotFoundError as exc:
+            return [("data_path" if data_path not in (None, "") else None, str(exc))]
+        return []
 
     # ------------------------------------------------------------------ games
     def games(self, split: str) -> tuple[GameEntry, ...]:

@@ -286,6 +286,15 @@ class SearchQAEnv(TextEnv):
         self._retrieved: set[str] = set()
         self._answer: str | None = None
 
+    @classmethod
+    def setup_problems(cls, kwargs: Mapping[str, Any]) -> list[tuple[str | None, str]]:
+        """``corpus_path`` and ``questions_path``, when given, must be existing files; nothing is read."""
+        return [
+            (name, f"{kwargs[name]} is not a file: give the path of an existing JSONL file")
+            for name in ("corpus_path", "questions_path")
+            if kwargs.get(name) is not None and not Path(kwargs[name]).is_file()
+        ]
+
     # ------------------------------------------------------------------ hooks
     def _reset(self, split: str, options: dict[str, Any]) -> str:
         questions = self.questions.get(split, ())

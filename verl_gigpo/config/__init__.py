@@ -19,9 +19,13 @@ from omegaconf import DictConfig, OmegaConf
 from verl_gigpo.advantage import EPISODE_STATS, NORMS, GiGPOTerms, check_estimator_options, gigpo_advantage_terms
 from verl_gigpo.anchors import check_similarity_threshold
 
-__all__ = ["EPISODE_STATS", "NORMS", "GiGPOConfig"]
+__all__ = ["EPISODE_STATS", "NORMS", "STEP_CREDIT_ESTIMATORS", "GiGPOConfig", "group_size_warning"]
 
 _HISTORY = re.compile(r"history:(\d+)")
+_FIELD_MESSAGE = re.compile(r"(\w+)=")
+
+#: ``algorithm.adv_estimator`` values with a step term (anchor-state groups inside an episode group)
+STEP_CREDIT_ESTIMATORS = ("gigpo",)
 
 
 @dataclass
@@ -111,7 +115,10 @@ class GiGPOConfig:
         gigpo = dict(algorithm.get("gigpo") or {})
         if algorithm.get("gamma") is not None:
             gigpo["gamma"] = algorithm["gamma"]  # validated as every other gamma (no float(): True is not 1.0)
-        return cls.from_mapping(gigpo)
+        try:
+            return cls.from_mapping(gigpo)
+        except ValueError as exc:
+            raise ValueError(_algorithm_key_message(str(exc))) from None
 
     def advantage_terms(
         self,
@@ -182,6 +189,48 @@ class GiGPOConfig:
         ``similarity_threshold`` argument of :func:`verl_gigpo.advantage.gigpo_advantage_terms` (and of
         :func:`verl_gigpo.anchors.anchor_group_ids`)."""
         return self.similarity_threshold if self.key_mode == "similarity" else None
+
+
+def _algorithm_key_message(message: str) -> str:
+    """A :class:`GiGPOConfig` error as the user typed the key in verl's config: ``step_advantage_w=-1 ...`` ->
+    ``algorithm.gigpo.step_advantage_w=-1 ...``, ``gamma=...`` -> ``algorithm.gamma=...``."""
+    if message.startswith("unknown GiGPO config key(s)"):
+        return message.replace("unknown GiGPO config key(s)", "unknown algorithm.gigpo key(s)", 1)
+    match = _FIELD_MESSAGE.match(message)
+    if match is None or match.group(1) not in {f.name for f in dataclasses.fields(GiGPOConfig)}:
+        return message
+    field = match.group(1)
+    return ("algorithm.gamma" if field == "gamma" else f"algorithm.gigpo.{field}") + message[len(field) :]
+
+
+def group_size_warning(estimator: str, group_size: Any, *, step_advantage_w: Any = None) -> str | None:
+    """The warning for episode groups of one trajectory (``actor_rollout_ref.rollout.n`` = 1), saying what the
+    estimator then computes; None for groups of 2 or more (or a value the config checks reject). Both engines warn
+    with it.
+
+    * ``gigpo`` (:data:`STEP_CREDIT_ESTIMATORS`): the episode term is 0 (a one-member group); the step term still
+      compares actions taken from an anchor state that the same episode revisits, 0 elsewhere; everything is 0
+      when ``step_advantage_w`` is 0.
+    * ``grpo``/``rloo`` (verl's ``core_algos``): a one-member group has mean 0 (and std 1), so the advantage is the
+      episode's raw return, with no baseline.
+    """
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size != 1:
+        return None
+    head = "actor_rollout_ref.rollout.n=1: every episode group holds one trajectory"
+    if estimator in STEP_CREDIT_ESTIMATORS:
+        if step_advantage_w == 0:
+            return f"{head}, so the episode term is 0 and (algorithm.gigpo.step_advantage_w=0) every advantage is 0"
+        return (
+            f"{head}, so {estimator}'s episode term is 0 on every row; its step term compares only actions taken from "
+            "an anchor state that the same episode revisits, and is 0 for every other step. Groups of several "
+            "trajectories (the paper: rollout.n=8) give both terms"
+        )
+    if estimator in ("grpo", "rloo"):
+        return (
+            f"{head}: verl's {estimator} gives a one-member group mean 0, so each advantage is the episode's raw "
+            "return, with no baseline; rollout.n >= 2 gives the group baseline"
+        )
+    return None
 
 
 def _as_mapping(value: Any, caller: str) -> Mapping:

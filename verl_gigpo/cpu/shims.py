@@ -4,7 +4,9 @@ Everything else of the CPU path goes through verl's own registries (the ``cpu`` 
 registered for device ``cpu``, the ``hf`` rollout backend). Each shim below names the verl file and line it works
 around and is applied only in processes that run on the CPU platform (``VERL_PLATFORM=cpu``), when verl imports the
 module it changes (:func:`verl_gigpo.cpu.register_cpu_backends`); each is idempotent. Nothing here changes verl's
-behaviour on GPUs.
+behaviour on GPUs. The one shim every platform gets (verl's file logger appends across the launches of
+``python -m verl_gigpo.main``) lives with the metrics file it serves:
+:func:`verl_gigpo.metrics_file.append_file_logger`.
 """
 
 from __future__ import annotations

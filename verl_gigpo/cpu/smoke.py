@@ -6,20 +6,27 @@
 
 Runs ``python -m verl_gigpo.main platform=cpu`` — the recipes' entry point, so verl's ``main_ppo`` ->
 ``TaskRunnerV1`` -> the ``gigpo_sync`` trainer mode -> FSDP actor and reference workers -> the ``gigpo_env_agent``
-agent loop on the ``hf`` rollout backend -> TransferQueue — on gridnav with a tiny model, three times:
+agent loop on the ``hf`` rollout backend -> TransferQueue — on gridnav with a tiny model, four times:
 
-1. ``gigpo``: validation, training iterations 1-2, a checkpoint after each (as if stopped after iteration 2);
-2. ``gigpo`` again in the same folder: resumes from ``global_step_2``, trains iteration 3, validates;
-3. ``grpo`` (verl's estimator on the same step rows): validation, iterations 1-2.
+1. ``gigpo``: validation, training iterations 1, 2, ... of 4 with a checkpoint after each, killed (SIGKILL to every
+   process of the launch) once the step-2 checkpoint and step 2's metrics are written: a crash;
+2. ``gigpo_changed``: the same folder with ``algorithm.gigpo.step_advantage_w`` changed: stops before Ray, naming
+   the key (a resume must not silently change training, :mod:`verl_gigpo.launch`);
+3. ``gigpo_resume``: the same folder and settings: resumes from the last checkpoint, trains up to iteration 4,
+   validates;
+4. ``grpo`` (verl's estimator on the same step rows): validation, iterations 1-2.
 
-Each run writes ``<out>/<run>/``: ``train.log`` (everything the run printed), ``metrics.jsonl`` (verl's file
-logger: one JSON line per logged step), ``ckpt/`` (verl's checkpoints) and ``synced_weights/`` (the weights the
-rollout server received at each sync, see :data:`verl_gigpo.cpu.hf_rollout.DUMP_WEIGHTS_ENV`). Then it prints one
-line of metrics per iteration and checks, from those files: every run exited 0; every iteration logged finite
-``actor/pg_loss`` and ``actor/grad_norm`` and the ``env/*``/``episode/*`` metrics (``gigpo/*`` for GiGPO);
-validation before and after training; the resumed run started at step 3 and logged it once; after every sync the
-rollout server held exactly the actor's checkpointed weights, and they had moved away from the initial model.
-Exit status 1 if a check fails.
+Each run folder ``<out>/<run>/`` holds ``train.log`` (everything its launches printed), ``ckpt/`` (the experiment
+folder, ``trainer.default_local_dir``: verl's checkpoints, ``launches/`` and ``metrics.jsonl``, verl's file logger,
+one JSON line per logged step, kept across launches: the killed launch's rows up to its checkpoint, then the resumed
+launch's) and ``synced_weights/`` (the weights the rollout server received at each sync, see
+:data:`verl_gigpo.cpu.hf_rollout.DUMP_WEIGHTS_ENV`). Then it prints one line of metrics per iteration and checks,
+from those files: every launch ended as planned; every iteration logged finite ``actor/pg_loss`` and
+``actor/grad_norm`` and the ``env/*``/``episode/*`` metrics (``gigpo/*`` for GiGPO); validation before and after
+training; the changed launch named the key and never started Ray; the resumed launch said where it resumed from
+and the experiment's ``metrics.jsonl`` holds iterations 1-4 once each; after every sync the rollout server held
+exactly the actor's checkpointed weights, and they had moved away from the initial model. Exit status 1 if a check
+fails.
 
 The tiny model is built when missing (``python -m verl_gigpo.local.tiny_model --envs gridnav --sft-actions``:
 random weights, then taught the action format so rollouts are valid and varied). About 5 minutes on 2 cores.
@@ -32,13 +39,16 @@ import json
 import logging
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from verl_gigpo.metrics_file import METRICS_NAME, iteration_gaps, read_metrics, training_steps
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -52,6 +62,9 @@ __all__ = [
     "val_metric",
     "weight_sync_report",
 ]
+
+#: the training key the ``gigpo_changed`` launch changes (it must stop before Ray, naming it)
+CHANGED_KEY = "algorithm.gigpo.step_advantage_w"
 
 #: the model ``make e2e`` builds when missing
 DEFAULT_MODEL = "artifacts/tiny-model-actions"
@@ -94,18 +107,28 @@ SMOKE_SETTINGS: tuple[str, ...] = (
 
 @dataclass
 class RunResult:
-    """One launch of the pipeline: its name, folder, exit status, seconds, and verl's logged metrics."""
+    """One launch of the pipeline: its name, folder, exit status, seconds, the metrics rows this launch logged,
+    the experiment's whole metrics file after it (``history``: what users read), whether it was killed, and what it
+    printed (``output``, its part of ``train.log``)."""
 
     name: str
     run_dir: Path
     returncode: int
     seconds: float
     metrics: list[dict[str, Any]] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    killed: bool = False
+    output: str = ""
 
     @property
     def log(self) -> Path:
-        """The run's console output."""
+        """The run's console output (all launches in the folder append to it)."""
         return self.run_dir / "train.log"
+
+    @property
+    def metrics_file(self) -> Path:
+        """The experiment's metrics file (``trainer.default_local_dir/metrics.jsonl``)."""
+        return self.run_dir / "ckpt" / METRICS_NAME
 
 
 def ensure_model(model_dir: str | Path) -> Path:
@@ -151,49 +174,78 @@ def pipeline_overrides(
 
 
 def run_pipeline(
-    name: str, run_dir: Path, overrides: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 900
+    name: str,
+    run_dir: Path,
+    overrides: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 900,
+    stop_when: Callable[[], bool] | None = None,
 ) -> RunResult:
-    """Launch ``python -m verl_gigpo.main OVERRIDES`` with its output in ``run_dir/train.log``.
+    """Launch ``python -m verl_gigpo.main OVERRIDES`` with its output appended to ``run_dir/train.log``.
 
-    verl's file logger writes ``run_dir/metrics.jsonl`` (``VERL_FILE_LOGGER_PATH``, appended across launches in
-    the same folder) and the rollout servers dump synced weights to ``run_dir/synced_weights``.
+    The launch runs in its own process group; when ``stop_when()`` (polled every 0.5 s) turns true, every process
+    of the group gets SIGKILL (``killed``). verl's file logger writes the experiment's ``ckpt/metrics.jsonl`` (where
+    ``python -m verl_gigpo.main`` puts it), continuing it across launches, and the rollout servers dump synced
+    weights to ``run_dir/synced_weights``.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     child_env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k not in ("VERL_FILE_LOGGER_PATH", "VERL_FILE_LOGGER_ROOT")},
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
-        "VERL_FILE_LOGGER_PATH": str(run_dir / f"metrics_{name}.jsonl"),
         "GIGPO_HF_DUMP_WEIGHTS_DIR": str(run_dir / "synced_weights"),
         **(env or {}),
     }
     cmd = [sys.executable, "-m", "verl_gigpo.main", *overrides]
     print(f"[{name}] python -m verl_gigpo.main ... (about 1-2 minutes; log: {run_dir / 'train.log'})", flush=True)
+    launches_before = len(list((run_dir / "ckpt" / "launches").glob("launch_*.json")))
+    log_start = (run_dir / "train.log").stat().st_size if (run_dir / "train.log").exists() else 0
     start = time.perf_counter()
+    killed = False
     with open(run_dir / "train.log", "a") as log:
         log.write(f"$ {' '.join(cmd)}\n")
         log.flush()
-        try:
-            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env, timeout=timeout)
-            returncode = proc.returncode
-        except subprocess.TimeoutExpired:
-            log.write(f"\n[smoke] killed after {timeout:.0f} s\n")
-            returncode = 124
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env, start_new_session=True)
+        while True:
+            try:
+                returncode = proc.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            over_time = time.perf_counter() - start > timeout
+            if over_time or (stop_when is not None and stop_when()):
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                killed = not over_time
+                returncode = -signal.SIGKILL if killed else 124
+                log.write(f"\n[smoke] {'killed on purpose' if killed else f'killed after {timeout:.0f} s'}\n")
+                break
     seconds = time.perf_counter() - start
-    print(f"[{name}] exit {returncode} after {seconds:.0f} s", flush=True)
-    return RunResult(name, run_dir, returncode, seconds, read_metrics(run_dir / f"metrics_{name}.jsonl"))
+    print(f"[{name}] {'killed on purpose' if killed else f'exit {returncode}'} after {seconds:.0f} s", flush=True)
+    result = RunResult(name, run_dir, returncode, seconds, killed=killed)
+    with open(run_dir / "train.log", "rb") as log:
+        log.seek(log_start)
+        result.output = log.read().decode(errors="replace")
+    result.history = read_metrics(result.metrics_file)
+    records = sorted((run_dir / "ckpt" / "launches").glob("launch_*.json"))
+    if len(records) > launches_before:  # this launch got past the checks: its rows follow the ones it kept
+        kept = json.loads(records[-1].read_text()).get("metrics_rows", 0)
+        result.metrics = result.history[kept:]
+    return result
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """verl's ``FileLogger`` lines (``{"step": k, "data": {...}}``) as ``[{"step": k, **data}, ...]``."""
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            record = json.loads(line)
-            rows.append({"step": record["step"], **record["data"]})
-    return rows
+def checkpointed_and_logged(run_dir: Path, step: int) -> Callable[[], bool]:
+    """A ``stop_when`` for :func:`run_pipeline`: true once verl's pointer names ``step`` (its checkpoint is
+    complete) and the metrics file holds iteration ``step``."""
+    pointer = run_dir / "ckpt" / "latest_checkpointed_iteration.txt"
+
+    def done() -> bool:
+        if not pointer.exists() or pointer.read_text().strip() != str(step):
+            return False
+        return step in training_steps(read_metrics(run_dir / "ckpt" / METRICS_NAME))
+
+    return done
 
 
 def _finite(value: Any) -> bool:
@@ -260,7 +312,12 @@ def check_runs(runs: dict[str, RunResult], model_dir: Path) -> list[str]:
     """What is wrong with a smoke run (empty when everything holds; see the module docstring)."""
     problems = []
     for name, run in runs.items():
-        if run.returncode != 0:
+        if name == "gigpo_changed":
+            continue  # refused on purpose: checked below
+        if name == "gigpo" and not run.killed:
+            problems.append(f"gigpo: expected to be killed after its step-2 checkpoint, got exit {run.returncode}")
+            continue
+        if name != "gigpo" and run.returncode != 0:
             problems.append(f"{name}: exit status {run.returncode} (see {run.log})")
             continue
         train_rows = [m for m in run.metrics if "actor/pg_loss" in m]
@@ -271,24 +328,38 @@ def check_runs(runs: dict[str, RunResult], model_dir: Path) -> list[str]:
                 problems.append(f"{name}: iteration {row['step']} lacks finite {missing}")
         if not train_rows:
             problems.append(f"{name}: no training iteration was logged")
-    first = runs.get("gigpo")
-    resumed = runs.get("gigpo_resume")
-    if first is not None and first.returncode == 0:
-        if [m["step"] for m in first.metrics if "actor/pg_loss" in m] != [1, 2]:
-            problems.append("gigpo: expected iterations 1 and 2")
+    first, changed, resumed = runs.get("gigpo"), runs.get("gigpo_changed"), runs.get("gigpo_resume")
+    if first is not None and first.killed:
+        if training_steps(first.metrics)[:2] != [1, 2]:
+            problems.append(f"gigpo: expected iterations 1 and 2 before the kill, got {training_steps(first.metrics)}")
         if not any(val_metric(m) and m["step"] == 0 for m in first.metrics):
             problems.append("gigpo: no validation before training (val-core/*/acc/mean@1 at step 0)")
+    if changed is not None:
+        if changed.returncode == 0 or "cannot resume" not in changed.output or CHANGED_KEY not in changed.output:
+            problems.append(f"gigpo_changed: a changed {CHANGED_KEY} was not refused by name (see {changed.log})")
+        if "ray init kwargs" in changed.output:  # verl's run_ppo prints this just before ray.init
+            problems.append("gigpo_changed: Ray started although the launch had to stop before it")
     if resumed is not None and resumed.returncode == 0:
-        steps = [m["step"] for m in resumed.metrics if "actor/pg_loss" in m]
-        if steps != [3]:
-            problems.append(f"gigpo_resume: expected exactly iteration 3 after resuming from step 2, got {steps}")
-        if not any(val_metric(m) and m["step"] == 3 for m in resumed.metrics):
-            problems.append("gigpo_resume: no final validation (val-core/*/acc/mean@1 at step 3)")
-    if first is not None and first.returncode == 0:
+        if "[verl_gigpo] resuming experiment" not in resumed.output:
+            problems.append("gigpo_resume: the launch did not say that it resumes, and from where")
+        missing, repeated = iteration_gaps(resumed.history)
+        if sorted(training_steps(resumed.history)) != [1, 2, 3, 4] or missing or repeated:
+            problems.append(
+                f"gigpo_resume: {resumed.metrics_file} should hold iterations 1-4 once each after the resume, holds "
+                f"{training_steps(resumed.history)}"
+            )
+        if not any(val_metric(m) and m["step"] == 4 for m in resumed.metrics):
+            problems.append("gigpo_resume: no final validation (val-core/*/acc/mean@1 at step 4)")
+        if not any(val_metric(m) and m["step"] == 0 for m in resumed.history):
+            problems.append(f"gigpo_resume: the validation before training is gone from {resumed.metrics_file}")
+    if first is not None and first.killed:
         report = weight_sync_report(first.run_dir, model_dir)
         synced_steps = sorted({e["step"] for e in report})
-        if not {0, 1, 2} <= set(synced_steps):
-            problems.append(f"gigpo: the rollout server received weights at steps {synced_steps}, expected 0, 1, 2")
+        expected = {0, 1, 2, 3, 4} if resumed is not None and resumed.returncode == 0 else {0, 1, 2}
+        if not expected <= set(synced_steps):
+            problems.append(
+                f"gigpo: the rollout server received weights at steps {synced_steps}, expected {sorted(expected)}"
+            )
         for entry in report:
             if entry["reference"] is None:
                 problems.append(f"gigpo: no actor checkpoint of step {entry['step']} to compare {entry['file']} with")
@@ -327,9 +398,10 @@ def run_smoke(
     env: dict[str, str] | None = None,
     estimators: Sequence[str] = ("gigpo", "grpo"),
 ) -> dict[str, RunResult]:
-    """Run the smoke runs (module docstring) under ``out_dir``; return them by name (``gigpo``, ``gigpo_resume``,
-    ``grpo``). ``env_name`` is written into the task files (it must be registered in this process and, through
-    ``extra`` such as ``+env.registry.NAME=module:Class``, in the workers); ``env`` adds environment variables."""
+    """Run the smoke runs (module docstring) under ``out_dir``; return them by name (``gigpo``, ``gigpo_changed``,
+    ``gigpo_resume``, ``grpo``). ``env_name`` is written into the task files (it must be registered in this process
+    and, through ``extra`` such as ``+env.registry.NAME=module:Class``, in the workers); ``env`` adds environment
+    variables."""
     from verl_gigpo.data.prepare import write_task_files
 
     out_dir = Path(out_dir).resolve()
@@ -337,23 +409,23 @@ def run_smoke(
     data_dir = out_dir / "data"
     write_task_files(env_name, data_dir, train_size=64, val_size=8)
     runs: dict[str, RunResult] = {}
-    common = {"model_dir": model_dir, "data_dir": data_dir, "ranks": ranks, "extra": extra}
+    common = {"model_dir": model_dir, "data_dir": data_dir, "ranks": ranks}
     if "gigpo" in estimators:
         gigpo_dir = out_dir / "gigpo"
-        runs["gigpo"] = run_pipeline(
-            "gigpo",
-            gigpo_dir,
-            pipeline_overrides(run_dir=gigpo_dir, estimator="gigpo", total_steps=2, **common),
-            env=env,
-        )
-        if runs["gigpo"].returncode == 0:
-            overrides = pipeline_overrides(
-                run_dir=gigpo_dir, estimator="gigpo", total_steps=3, val_before_train=False, **common
-            )
+        first = pipeline_overrides(run_dir=gigpo_dir, estimator="gigpo", total_steps=4, extra=extra, **common)
+        crash = checkpointed_and_logged(gigpo_dir, 2)
+        runs["gigpo"] = run_pipeline("gigpo", gigpo_dir, first, env=env, stop_when=crash)
+        if runs["gigpo"].killed:
+            resume = {"run_dir": gigpo_dir, "estimator": "gigpo", "total_steps": 4, "val_before_train": False}
+            changed = pipeline_overrides(**resume, extra=[*extra, f"{CHANGED_KEY}=0.5"], **common)
+            runs["gigpo_changed"] = run_pipeline("gigpo_changed", gigpo_dir, changed, env=env, timeout=300)
+            overrides = pipeline_overrides(**resume, extra=extra, **common)
             runs["gigpo_resume"] = run_pipeline("gigpo_resume", gigpo_dir, overrides, env=env)
     if "grpo" in estimators:
         grpo_dir = out_dir / "grpo"
-        overrides = pipeline_overrides(run_dir=grpo_dir, estimator="grpo", total_steps=2, save_freq=-1, **common)
+        overrides = pipeline_overrides(
+            run_dir=grpo_dir, estimator="grpo", total_steps=2, save_freq=-1, extra=extra, **common
+        )
         runs["grpo"] = run_pipeline("grpo", grpo_dir, overrides, env=env)
     return runs
 
@@ -378,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         for row in run.metrics:
             print(_iteration_line(name, row))
     first = runs.get("gigpo")
-    if first is not None and first.returncode == 0:
+    if first is not None and first.killed:
         for entry in weight_sync_report(first.run_dir, Path(args.model)):
             if entry["reference"] is not None:
                 print(
@@ -390,7 +462,10 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         print("FAILED:\n  - " + "\n  - ".join(problems))
         return 1
-    print("OK: validation, GiGPO and GRPO training, weight sync, checkpoint and resume all ran through verl's main_ppo")
+    print(
+        "OK: validation, GiGPO and GRPO training, weight sync, checkpoints, a crash and its resume (metrics kept), and "
+        "a refused change of a training key all ran through verl's main_ppo"
+    )
     return 0
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from verl_gigpo.config import group_size_warning
 from verl_gigpo.credit import CreditLogOptions
 
 __all__ = ["DEFAULT_CONFIG", "ESTIMATORS", "gigpo_config", "load_config", "validate_config"]
@@ -155,8 +156,11 @@ def validate_config(cfg: DictConfig) -> None:
         raise ValueError(
             f"actor_rollout_ref.actor.ppo_mini_batch_size={mini!r} must be null or in [1, data.train_batch_size]"
         )
-    if rollout.n < 2:
-        logger.warning("actor_rollout_ref.rollout.n=1: every episode group has one member, all advantages are 0")
+    warning = group_size_warning(
+        cfg.algorithm.adv_estimator, rollout.n, step_advantage_w=cfg.algorithm.gigpo.get("step_advantage_w")
+    )
+    if warning:
+        logger.warning(warning)
     if not float(actor.optim.lr) > 0:
         raise ValueError(f"actor_rollout_ref.actor.optim.lr must be > 0, got {actor.optim.lr!r}")
     if not float(actor.clip_ratio) > 0:

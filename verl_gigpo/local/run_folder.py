@@ -12,7 +12,9 @@ A run folder (``trainer.default_local_dir``) holds :data:`RUN_OUTPUTS`: ``metric
 3. On resume the pointer's checkpoint is used; when the pointer is missing, unreadable, or names a checkpoint
    without a complete ``state.pt``, the newest complete checkpoint is used instead, with a warning
    (:func:`checkpoint_candidates`; a ``state.pt`` that fails to load also falls back to the next one).
-4. The saved config is compared with the new one (:func:`resume_config_changes`): the keys of
+4. Before anything is built, the folder and the outputs a run appends to or replaces must be writable
+   (:func:`check_writable`): a read-only ``metrics.jsonl`` or folder is a one-line error naming the path.
+5. The saved config is compared with the new one (:func:`resume_config_changes`): the keys of
    :data:`RESUMABLE_KEYS` (length of the run, frequencies, logging, speed-only settings, the folder itself) and
    the learning rate :data:`LR_KEY` may change and take effect; any other difference stops the resume with the
    list of keys, unless ``--allow-config-change`` is given.
@@ -33,6 +35,7 @@ __all__ = [
     "LR_KEY",
     "RESUMABLE_KEYS",
     "RUN_OUTPUTS",
+    "check_writable",
     "checkpoint_candidates",
     "flatten_config",
     "prepare_run_folder",
@@ -83,15 +86,18 @@ def prepare_run_folder(out_dir: str | Path, *, resume: bool, overwrite: bool) ->
     ``overwrite``, which then deletes those outputs (and only those). ``resume`` and ``overwrite`` together are
     contradictory.
 
+    Then the folder is created if needed and checked with :func:`check_writable`.
+
     Raises:
-        ValueError: the folder holds a run and neither flag is given (the message says which flags do what), or
-            both flags are given.
+        ValueError: the folder holds a run and neither flag is given (the message says which flags do what), both
+            flags are given, or the folder or one of its outputs cannot be written (or deleted).
     """
     out = Path(out_dir)
     if resume and overwrite:
         raise ValueError("--resume and --overwrite contradict each other: continue the run in the folder, or delete it")
     found = [name for name in RUN_OUTPUTS if (out / name).exists()]
     if resume or not found:
+        check_writable(out)
         return
     if not overwrite:
         metrics = out / "metrics.jsonl"
@@ -104,11 +110,54 @@ def prepare_run_folder(out_dir: str | Path, *, resume: bool, overwrite: bool) ->
         )
     for name in found:
         path = out / name
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except OSError as exc:
+            raise ValueError(_cannot("delete", exc, path, out)) from None
     logger.warning("trainer.overwrite: deleted the previous run's %s in %s", ", ".join(found), out)
+    check_writable(out)
+
+
+def _cannot(what: str, exc: OSError, path: Path, out: Path) -> str:
+    """One line: what could not be done to which path, why, and what to do."""
+    return (
+        f"cannot {what} {path}: {exc.strerror or exc} (run folder trainer.default_local_dir={out}); make it "
+        "writable or choose another trainer.default_local_dir"
+    )
+
+
+def check_writable(out_dir: str | Path) -> None:
+    """Create the run folder ``out_dir`` if needed and make sure a run can write there: a file can be created in
+    it, in ``checkpoints/`` and ``credit/`` when they exist, and ``metrics.jsonl`` (and ``learning_curve.png``)
+    can be opened for appending when they exist. Nothing existing is changed.
+
+    Raises:
+        ValueError: one line naming the path that cannot be written and why.
+    """
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # the folder itself or the first parent that could not be made
+        raise ValueError(_cannot("create", exc, Path(exc.filename or out), out)) from None
+    for folder in (out, out / "checkpoints", out / "credit"):
+        if folder.is_dir():
+            probe = folder / f".write-test-{os.getpid()}"
+            try:
+                probe.touch()
+                probe.unlink()
+            except OSError as exc:
+                raise ValueError(_cannot("write in", exc, folder, out)) from None
+    for name in ("metrics.jsonl", "learning_curve.png"):
+        path = out / name
+        if path.exists() or path.is_symlink():
+            try:
+                with path.open("a"):
+                    pass
+            except OSError as exc:
+                raise ValueError(_cannot("write", exc, path, out)) from None
 
 
 def write_latest(checkpoints: str | Path, iteration: int) -> None:

@@ -81,6 +81,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -556,6 +557,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     try:
         history = trainer.fit()
+    except OSError as exc:  # the run folder became unwritable mid-run (permissions, full disk): one line
+        if exc.filename is None or not Path(os.path.abspath(exc.filename)).is_relative_to(trainer.out_dir.absolute()):
+            raise
+        parser.exit(1, f"{parser.prog}: error: cannot write {exc.filename}: {exc.strerror or exc}\n")
     finally:
         trainer.close()
     val = [m for m in history if "val/success_rate" in m]

@@ -1,0 +1,385 @@
+"""What ``python -m verl_gigpo.main`` does with the experiment folder before verl starts Ray.
+
+The experiment folder is ``trainer.default_local_dir`` (verl's default: ``checkpoints/<project>/<experiment>``).
+verl saves ``global_step_K/`` there and then writes the pointer ``latest_checkpointed_iteration.txt``
+(verl/trainer/ppo/v1/trainer_base.py:952-1025); with ``trainer.resume_mode=auto`` a launch resumes from the step the
+pointer names (verl/utils/checkpoint/checkpoint_manager.py:222, ``find_latest_ckpt_path``). :func:`prepare_launch`
+runs on the driver, before Ray, and:
+
+1. **Partial checkpoints.** A ``global_step_K/`` with K above the pointer (or any, without a pointer) is a save
+   that did not finish (a crash mid-save): it is renamed ``global_step_K.partial`` with one line naming both, so it
+   is neither mistaken for a good checkpoint nor mixed with the files of the next save of step K.
+2. **No silent resume.** A launch that will resume says so: the step, the folder, how to start over.
+3. **Settings of the checkpointed run.** Each launch that passes these checks saves its resolved config in
+   ``launches/launch_NNN.json`` with the checkpoints it found; checkpoint K was written by the last launch before
+   the first one that found it (:func:`saved_launch_config`). When the new config differs from that one in a key
+   that changes training (:data:`TRAINING_KEYS`), the launch stops with the keys and both values, unless
+   ``trainer.allow_config_change=true`` (the local engine's ``--allow-config-change``).
+4. **Metrics.** The metrics file keeps the rows of the iterations up to the checkpoint and continues after them
+   (:mod:`verl_gigpo.metrics_file`); its path is printed.
+
+Relative folders are made absolute here (from the current directory, as verl does) so that every process of the
+run uses the same folder.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from verl_gigpo.metrics_file import APPEND_ENV, metrics_path, prepare_metrics_file
+
+__all__ = [
+    "LAUNCHES_DIR",
+    "POINTER",
+    "TRAINING_KEYS",
+    "CheckpointFolder",
+    "LaunchError",
+    "LaunchPlan",
+    "flatten_config",
+    "is_training_key",
+    "prepare_launch",
+    "checkpoint_stamp",
+    "read_checkpoint_folder",
+    "saved_launch_config",
+    "set_aside_partial_checkpoints",
+    "training_changes",
+    "write_launch_record",
+]
+
+#: verl's pointer to the last complete checkpoint (verl/trainer/ppo/v1/trainer_base.py:1022)
+POINTER = "latest_checkpointed_iteration.txt"
+#: where each launch's resolved config is saved, inside the experiment folder
+LAUNCHES_DIR = "launches"
+_STEP_DIR = re.compile(r"global_step_(\d+)")
+_LAUNCH_FILE = re.compile(r"launch_(\d+)\.json")
+
+#: Keys whose change between the checkpointed run and a resumed launch changes what is trained, with the reason. An
+#: entry ending in "." covers its whole section. Everything else may change on resume (length of the run,
+#: frequencies, logging, GPU counts, micro-batch and memory settings, validation), as in the local engine.
+TRAINING_KEYS: dict[str, str] = {
+    "algorithm.": "the advantage estimator and its options (adv_estimator, gamma, algorithm.gigpo.*, KL in reward)",
+    "env.": "the environment and its episodes (name, step limit, history shown, invalid-action rule, arguments)",
+    "actor_rollout_ref.model.path": "the model the checkpoint was trained from",
+    "actor_rollout_ref.model.lora_rank": "LoRA or full fine-tuning",
+    "actor_rollout_ref.model.lora.": "LoRA or full fine-tuning",
+    "actor_rollout_ref.actor.optim.": "the optimizer: verl restores the checkpoint's optimizer and lr-scheduler "
+    "state (verl/utils/checkpoint/fsdp_checkpoint_manager.py:252), so a new lr or schedule does not simply apply",
+    "actor_rollout_ref.actor.policy_loss.": "the PPO loss",
+    "actor_rollout_ref.actor.loss_agg_mode": "the PPO loss",
+    "actor_rollout_ref.actor.clip_ratio": "the PPO loss",
+    "actor_rollout_ref.actor.clip_ratio_low": "the PPO loss",
+    "actor_rollout_ref.actor.clip_ratio_high": "the PPO loss",
+    "actor_rollout_ref.actor.clip_ratio_c": "the PPO loss",
+    "actor_rollout_ref.actor.entropy_coeff": "the PPO loss",
+    "actor_rollout_ref.actor.use_kl_loss": "the PPO loss",
+    "actor_rollout_ref.actor.kl_loss_coef": "the PPO loss",
+    "actor_rollout_ref.actor.kl_loss_type": "the PPO loss",
+    "actor_rollout_ref.actor.grad_clip": "the update size",
+    "actor_rollout_ref.actor.ppo_epochs": "optimizer steps per iteration",
+    "actor_rollout_ref.actor.ppo_mini_batch_size": "optimizer steps per iteration",
+    "trainer.v1.gigpo_sync.": "optimizer steps per iteration (mini_batch_rows) and their rows",
+    "trainer.v1.trainer_mode": "the advantage step",
+    "actor_rollout_ref.rollout.n": "the group size",
+    "actor_rollout_ref.rollout.temperature": "the sampling policy",
+    "actor_rollout_ref.rollout.top_p": "the sampling policy",
+    "actor_rollout_ref.rollout.top_k": "the sampling policy",
+    "actor_rollout_ref.rollout.do_sample": "the sampling policy",
+    "data.train_files": "the training tasks (the checkpoint's dataloader state indexes them)",
+    "data.train_batch_size": "tasks per iteration (and the dataloader's position)",
+    "data.shuffle": "the task order (the checkpoint's dataloader state assumes it)",
+    "data.seed": "the task order (the checkpoint's dataloader state assumes it)",
+    "data.max_prompt_length": "the prompts the policy sees",
+    "data.max_response_length": "the replies the policy may give",
+}
+
+
+class LaunchError(ValueError):
+    """The experiment folder does not allow this launch (a changed training key, an unreadable pointer, a missing
+    ``trainer.resume_from_path``); the message says what to do."""
+
+
+@dataclass
+class CheckpointFolder:
+    """verl's checkpoints in an experiment folder.
+
+    pointer: the step ``latest_checkpointed_iteration.txt`` names (None without a readable pointer);
+    pointer_problem: why the pointer is unreadable ("" when it is fine or absent); steps: every ``global_step_K``
+    folder's K, sorted.
+    """
+
+    folder: Path
+    pointer: int | None = None
+    pointer_problem: str = ""
+    steps: list[int] = field(default_factory=list)
+
+    @property
+    def partial(self) -> list[int]:
+        """Steps of the folders newer than the pointer: saves that did not finish."""
+        return [k for k in self.steps if k > (self.pointer or 0)]
+
+    @property
+    def latest(self) -> int:
+        """The step verl's ``resume_mode=auto`` resumes from (0: from scratch): the pointer's, if its folder exists."""
+        return self.pointer if self.pointer is not None and self.pointer in self.steps else 0
+
+
+def read_checkpoint_folder(folder: str | Path) -> CheckpointFolder:
+    """What verl left in ``folder`` (see :class:`CheckpointFolder`); an absent folder holds nothing."""
+    folder = Path(folder)
+    state = CheckpointFolder(folder=folder)
+    if not folder.is_dir():
+        return state
+    state.steps = sorted(int(m.group(1)) for p in folder.iterdir() if p.is_dir() and (m := _STEP_DIR.fullmatch(p.name)))
+    pointer = folder / POINTER
+    if pointer.exists():
+        text = pointer.read_text(errors="replace").strip()
+        if text.isdigit():
+            state.pointer = int(text)
+        else:
+            state.pointer_problem = f"{pointer} holds {text[:40]!r}, not a step number"
+    return state
+
+
+def set_aside_partial_checkpoints(state: CheckpointFolder) -> list[tuple[Path, Path]]:
+    """Rename each partial checkpoint folder (:attr:`CheckpointFolder.partial`) ``global_step_K`` to
+    ``global_step_K.partial`` (``.partial2``, ... when taken); returns ``(old, new)`` pairs and updates ``state``."""
+    moved = []
+    for step in state.partial:
+        old = state.folder / f"global_step_{step}"
+        new, n = state.folder / f"{old.name}.partial", 1
+        while new.exists():
+            n += 1
+            new = state.folder / f"{old.name}.partial{n}"
+        old.rename(new)
+        moved.append((old, new))
+        state.steps.remove(step)
+    return moved
+
+
+def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}, "c": {}}`` -> ``{"a.b": 1}`` (lists and other values are leaves; an empty mapping adds
+    nothing, so ``env.kwargs={}`` and ``env.kwargs.x=1`` differ in ``env.kwargs.x`` alone)."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten_config(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def is_training_key(key: str) -> bool:
+    """Whether the dotted ``key`` is one of :data:`TRAINING_KEYS` or inside one of its sections."""
+    return any(key == k or (k.endswith(".") and key.startswith(k)) for k in TRAINING_KEYS)
+
+
+_ABSENT = "(absent)"
+
+
+def training_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``{key: (saved value, current value)}`` for every training key (:func:`is_training_key`) whose value differs
+    between two resolved configs (nested mappings); a key present in only one of them shows ``"(absent)"``."""
+    old, new = flatten_config(saved), flatten_config(current)
+    changes = {}
+    for key in sorted(set(old) | set(new)):
+        if is_training_key(key) and old.get(key, _ABSENT) != new.get(key, _ABSENT):
+            changes[key] = (old.get(key, _ABSENT), new.get(key, _ABSENT))
+    return changes
+
+
+def _launch_records(folder: Path) -> list[tuple[int, Path]]:
+    """``(number, path)`` of the launch records in ``folder/launches``, oldest first."""
+    records = folder / LAUNCHES_DIR
+    if not records.is_dir():
+        return []
+    return sorted((int(m.group(1)), p) for p in records.iterdir() if (m := _LAUNCH_FILE.fullmatch(p.name)))
+
+
+def checkpoint_stamp(folder: str | Path, step: int) -> int:
+    """When checkpoint ``step`` of ``folder`` was written: the modification time (ns) of its ``data.pt`` (verl saves
+    it after the actor), else of its folder. Identifies one save of that step."""
+    ckpt = Path(folder) / f"global_step_{step}"
+    return (ckpt / "data.pt" if (ckpt / "data.pt").exists() else ckpt).stat().st_mtime_ns
+
+
+def saved_launch_config(folder: str | Path, step: int) -> tuple[Path, dict[str, Any]] | None:
+    """The record of the launch that wrote checkpoint ``step``, or None when unknown (a run launched another way).
+
+    Each record lists the checkpoints its launch found at start (``checkpoints_seen``: step -> stamp). The writer
+    is the launch just before the first one that found this save of ``step`` (same :func:`checkpoint_stamp`), or the
+    newest launch when none found it; it must have started below ``step``.
+    """
+    records = [json.loads(path.read_text()) | {"_path": path} for _, path in _launch_records(Path(folder))]
+    stamp = checkpoint_stamp(folder, step)
+    seen_by = [i for i, r in enumerate(records) if r.get("checkpoints_seen", {}).get(str(step)) == stamp]
+    writer = (seen_by[0] if seen_by else len(records)) - 1
+    if writer < 0 or records[writer]["resume_step"] >= step:
+        return None
+    record = records[writer]
+    return record.pop("_path"), record
+
+
+def write_launch_record(
+    folder: str | Path, config: Any, resume_step: int, metrics: Path | None, metrics_rows: int = 0
+) -> Path:
+    """Save this launch's resolved config in ``folder/launches/launch_NNN.json`` (one more than the last) with the
+    step it resumes from (0: from scratch), the command line, the time, the metrics file, how many of its rows
+    precede this launch's (``metrics_rows``) and the checkpoints already there (``checkpoints_seen``, see
+    :func:`saved_launch_config`); returns the path."""
+    records = Path(folder) / LAUNCHES_DIR
+    records.mkdir(parents=True, exist_ok=True)
+    number = max((n for n, _ in _launch_records(Path(folder))), default=0) + 1
+    container = OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else dict(config)
+    record = {
+        "launch": number,
+        "resume_step": resume_step,
+        "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": [sys.executable, *sys.argv],
+        "metrics": str(metrics) if metrics is not None else None,
+        "metrics_rows": metrics_rows,
+        "checkpoints_seen": {str(k): checkpoint_stamp(folder, k) for k in read_checkpoint_folder(folder).steps},
+        "config": container,
+    }
+    path = records / f"launch_{number:03d}.json"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1, default=str) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+@dataclass
+class LaunchPlan:
+    """What :func:`prepare_launch` found and did: the folder, the step the launch resumes from (0: from scratch),
+    the metrics file (None without the file logger), the launch record, and the lines to print."""
+
+    folder: Path
+    resume_step: int
+    metrics: Path | None
+    record: Path | None
+    messages: list[str]
+
+
+def _resume_step(config: Any, state: CheckpointFolder, messages: list[str]) -> int:
+    """The step verl will resume from under ``trainer.resume_mode`` (0: from scratch); raises LaunchError where
+    verl would crash inside Ray."""
+    mode = config.trainer.get("resume_mode", "auto")
+    if mode == "disable":
+        if state.latest:
+            messages.append(
+                f"trainer.resume_mode=disable: starting from scratch in {state.folder}, which holds checkpoints up to "
+                f"step {state.latest}; this run's checkpoints replace them step by step"
+            )
+        return 0
+    if mode == "resume_path":
+        path = str(config.trainer.get("resume_from_path", None) or "")
+        match = re.search(r"global_step_(\d+)$", path.rstrip("/"))
+        if match is None or not Path(path).absolute().is_dir():
+            raise LaunchError(
+                f"trainer.resume_mode=resume_path needs trainer.resume_from_path=<folder>/global_step_K, an existing "
+                f"checkpoint folder; got {path!r}. Use trainer.resume_mode=auto to resume from the latest one"
+            )
+        return int(match.group(1))
+    if state.pointer_problem:
+        raise LaunchError(
+            f"{state.pointer_problem}: verl (trainer.resume_mode=auto) would fail reading it inside Ray. Write the "
+            f"step of the last complete checkpoint into it (folders: {_steps_text(state.steps)}), or start over "
+            "(see docs/runs.md)"
+        )
+    if state.pointer is not None and not state.latest:
+        messages.append(
+            f"{state.folder / POINTER} names step {state.pointer}, but global_step_{state.pointer} is missing: "
+            "verl starts from scratch"
+        )
+    return state.latest
+
+
+def _steps_text(steps: list[int]) -> str:
+    return ", ".join(f"global_step_{k}" for k in steps) or "none"
+
+
+def _set_env(config: Any, environ: dict[str, str], name: str, value: str) -> None:
+    """Set an environment variable for this process and, through Ray's runtime env, for every Ray process."""
+    environ[name] = value
+    OmegaConf.update(config, f"ray_kwargs.ray_init.runtime_env.env_vars.{name}", value, force_add=True)
+
+
+def prepare_launch(config: Any, *, environ: dict[str, str] | None = None, record: bool = True) -> LaunchPlan:
+    """Steps 1-4 of the module docstring, on a composed config (modified in place: the absolute
+    ``trainer.default_local_dir``, and the metrics file's path in ``ray_kwargs.ray_init.runtime_env.env_vars``).
+
+    Args:
+        config: the composed config (``DictConfig``).
+        environ: the environment to set ``VERL_FILE_LOGGER_PATH`` and ``GIGPO_METRICS_APPEND`` in (default
+            ``os.environ``, which Ray processes inherit).
+        record: write the launch record (``launches/launch_NNN.json``).
+
+    Raises:
+        LaunchError: a training key differs from the checkpointed run's without ``trainer.allow_config_change``,
+            or verl could not resume (unreadable pointer, missing ``resume_from_path``).
+    """
+    environ = os.environ if environ is None else environ
+    folder = Path(str(config.trainer.default_local_dir)).absolute()
+    config.trainer.default_local_dir = str(folder)
+    messages: list[str] = []
+    state = read_checkpoint_folder(folder)
+    for old, new in set_aside_partial_checkpoints(state):
+        messages.append(
+            f"checkpoint {old} is newer than {POINTER} (step {state.pointer or 'none'}): a save that did not finish; "
+            f"moved to {new}"
+        )
+    step = _resume_step(config, state, messages)
+    if step:
+        mode = config.trainer.get("resume_mode", "auto")
+        messages.append(
+            f"resuming experiment {config.trainer.experiment_name!r} from {folder / f'global_step_{step}'} "
+            f"(trainer.resume_mode={mode}): the next iteration is {step + 1}. To start over instead, delete {folder} "
+            "or choose another trainer.experiment_name (EXPERIMENT=... in the recipes)"
+        )
+        messages += _check_settings(config, folder, step)
+    path = metrics_path(config, environ)
+    kept = 0
+    if path is not None:
+        report = prepare_metrics_file(path, step)
+        kept = report.kept
+        messages += report.messages(step)
+        messages.append(f"metrics: {path} (one JSON line per logged step, kept across launches; docs/runs.md)")
+        _set_env(config, environ, "VERL_FILE_LOGGER_PATH", str(path))
+        _set_env(config, environ, APPEND_ENV, "1")
+    written = write_launch_record(folder, config, step, path, kept) if record else None
+    return LaunchPlan(folder=folder, resume_step=step, metrics=path, record=written, messages=messages)
+
+
+def _check_settings(config: Any, folder: Path, step: int) -> list[str]:
+    """Compare the config with the one that wrote checkpoint ``step``; raise LaunchError on a changed training key
+    unless ``trainer.allow_config_change``; return the lines to print."""
+    found = saved_launch_config(folder, step)
+    if found is None:
+        return [
+            f"no launch record in {folder / LAUNCHES_DIR} for checkpoint {step} (a run launched without "
+            "python -m verl_gigpo.main): its settings cannot be compared with this launch's"
+        ]
+    path, record = found
+    current = OmegaConf.to_container(config, resolve=True)
+    changes = training_changes(record["config"], current)
+    if not changes:
+        return []
+    listing = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items())
+    if not config.trainer.get("allow_config_change", False):
+        raise LaunchError(
+            f"cannot resume {folder} from step {step}: this launch differs from the run that wrote the checkpoint "
+            f"({path}) in key(s) that change training: {listing}. Keep the run's values, start over (delete the "
+            "folder or choose another trainer.experiment_name), or pass trainer.allow_config_change=true to resume "
+            "anyway (docs/runs.md lists the keys)"
+        )
+    return [f"resuming with changed training settings (trainer.allow_config_change=true): {listing}"]
