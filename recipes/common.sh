@@ -193,12 +193,73 @@ gigpo_run() {
     fi
 }
 
+# --- Attention: flash-attn when it imports, else sdpa ------------------------------------------------------------
+
+# gigpo_attention_setup: set GIGPO_ATTN (the attention backend of the FSDP actor and reference model; empty on
+# DEVICE=cpu, where platform=cpu sets sdpa) and GIGPO_REMOVE_PADDING (verl's padding-free packing, true/false).
+# verl reads actor_rollout_ref.model.override_config.attn_implementation and defaults it to flash_attention_2
+# (verl/workers/config/model.py); the reference worker deep-copies the actor's model config
+# (verl/workers/engine_workers.py) and vLLM picks its own kernels, so this one key covers verl's side.
+# ATTN_IMPLEMENTATION: auto (default) = flash_attention_2 when `$PYTHON -c "import flash_attn"` works, else sdpa with
+# one warning line; or flash_attention_2 | sdpa | eager as given. With sdpa (or eager) padding-free packing attends
+# over a dense mask of the whole pack (verl_gigpo/config/platform/cpu.yaml), so packing is turned off.
+gigpo_attention_setup() {
+    GIGPO_ATTN=""
+    GIGPO_REMOVE_PADDING=false
+    [[ "${DEVICE:-cuda}" == cpu ]] && return 0
+    GIGPO_ATTN=${ATTN_IMPLEMENTATION:-auto}
+    if [[ "$GIGPO_ATTN" == auto ]]; then
+        if "${PYTHON:-python3}" -c "import flash_attn" >/dev/null 2>&1; then
+            GIGPO_ATTN=flash_attention_2
+        else
+            GIGPO_ATTN=sdpa
+            echo "warning: flash_attn does not import with ${PYTHON:-python3}: the actor and reference model use sdpa \
+attention (slower, more memory; padded micro-batches); install flash-attn as requirements-gpu.txt says, or set \
+ATTN_IMPLEMENTATION=sdpa to choose it" >&2
+        fi
+    fi
+    case "$GIGPO_ATTN" in
+        flash_attention_2) GIGPO_REMOVE_PADDING=true ;;
+        sdpa | eager) GIGPO_REMOVE_PADDING=false ;;
+        *) gigpo_fail "ATTN_IMPLEMENTATION=$GIGPO_ATTN: use auto, flash_attention_2, sdpa or eager" ;;
+    esac
+}
+
+# --- Optimizer steps: step rows per mini-batch ----------------------------------------------------------------------
+
+# gigpo_check_mini_batch: MINI_BATCH_ROWS, MICRO_BATCH_PER_GPU and LOG_PROB_MICRO_BATCH_PER_GPU are whole numbers, and
+# warn when N_GPUS x lcm(micro-batch sizes) exceeds MINI_BATCH_ROWS: the gigpo_sync trainer mode rounds every
+# mini-batch up to that multiple (verl_gigpo/trainer.py plan_mini_batches), so an optimizer step would take more rows
+# than MINI_BATCH_ROWS and an iteration fewer optimizer steps than the reference.
+gigpo_check_mini_batch() {
+    gigpo_check_positive_int MINI_BATCH_ROWS "$MINI_BATCH_ROWS" "it is the most step rows per optimizer step \
+(trainer.v1.gigpo_sync.mini_batch_rows; each recipe defaults to the reference's ppo_mini_batch_size)"
+    gigpo_check_positive_int MICRO_BATCH_PER_GPU "$MICRO_BATCH_PER_GPU" "it is the actor's micro-batch per GPU \
+(actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu)"
+    gigpo_check_positive_int LOG_PROB_MICRO_BATCH_PER_GPU "$LOG_PROB_MICRO_BATCH_PER_GPU" "it is the micro-batch per \
+GPU of the log-prob passes (actor_rollout_ref.{rollout,ref}.log_prob_micro_batch_size_per_gpu)"
+    local a=$MICRO_BATCH_PER_GPU b=$LOG_PROB_MICRO_BATCH_PER_GPU t
+    while ((b)); do
+        t=$((a % b))
+        a=$b
+        b=$t
+    done
+    local multiple=$((N_GPUS * MICRO_BATCH_PER_GPU / a * LOG_PROB_MICRO_BATCH_PER_GPU))
+    if ((multiple > MINI_BATCH_ROWS)); then
+        echo "warning: MINI_BATCH_ROWS=$MINI_BATCH_ROWS is below the rows one update step needs on $N_GPUS GPU(s) \
+($multiple = N_GPUS x lcm(MICRO_BATCH_PER_GPU=$MICRO_BATCH_PER_GPU, LOG_PROB_MICRO_BATCH_PER_GPU=\
+$LOG_PROB_MICRO_BATCH_PER_GPU)): each optimizer step takes $multiple rows; lower the micro-batch sizes to keep \
+$MINI_BATCH_ROWS" >&2
+    fi
+}
+
 # gigpo_verl_overrides: fill the array GIGPO_VERL_OVERRIDES with the settings every recipe shares, one Hydra
-# override per line: the model, the paper's actor settings (lr 1e-6, KL loss 0.01 low_var_kl, entropy 0.001,
-# 2,048 step rows per optimizer step), the rollout (vLLM, or hf on DEVICE=cpu), the reference policy and the trainer.
+# override per line: the model and its attention backend, the actor (lr 1e-6, KL loss low_var_kl), the optimizer steps
+# (MINI_BATCH_ROWS step rows each), the rollout (vLLM, or hf on DEVICE=cpu), the reference policy and the trainer.
 # Reads DEVICE, ROLLOUT_NAME, MODEL_PATH, GROUP_SIZE, N_GPUS, TOTAL_ITERS, TEST_FREQ, MINI_BATCH_ROWS,
-# MAX_CKPTS_TO_KEEP, EXPERIMENT and LOGGER. Recipes put these after their own settings; the user's "$@" comes last and
-# wins.
+# MICRO_BATCH_PER_GPU, LOG_PROB_MICRO_BATCH_PER_GPU, KL_COEF, ENTROPY_COEF, VAL_TEMPERATURE, VAL_DO_SAMPLE,
+# MAX_CKPTS_TO_KEEP, EXPERIMENT and LOGGER (each recipe sets its defaults; recipes/reference_settings.yaml lists where
+# each value comes from). Recipes put these after their own settings; the user's "$@" comes last and wins.
 gigpo_verl_overrides() {
     # trainer.logger: the console and verl's file logger (one JSON line per iteration in the experiment folder,
     # checkpoints/verl_gigpo/$EXPERIMENT/metrics.jsonl, kept across resumed launches: docs/runs.md); add a backend
@@ -209,41 +270,46 @@ logger names; e.g. LOGGER=console,file,tensorboard (verl knows console, file, te
 clearml, trackio)"
     gigpo_check_positive_int MAX_CKPTS_TO_KEEP "$MAX_CKPTS_TO_KEEP" "it is how many checkpoints verl keeps \
 (trainer.max_actor_ckpt_to_keep); to keep every checkpoint pass trainer.max_actor_ckpt_to_keep=null as an override"
-    MINI_BATCH_ROWS=${MINI_BATCH_ROWS:-2048}
-    gigpo_check_positive_int MINI_BATCH_ROWS "$MINI_BATCH_ROWS" "it is the most step rows per optimizer step \
-(trainer.v1.gigpo_sync.mini_batch_rows; the reference implementation uses 2048)"
-    local platform=()
+    gigpo_check_mini_batch
+    gigpo_attention_setup
+    local platform=() attn=()
     [[ "${DEVICE:-cuda}" == cpu ]] && platform=(platform=cpu)
+    # ++: verl's override_config is an empty dict, so the key is added (or replaced)
+    [[ -n "$GIGPO_ATTN" ]] && attn=("++actor_rollout_ref.model.override_config.attn_implementation=$GIGPO_ATTN")
     GIGPO_VERL_OVERRIDES=(
         # DEVICE=cpu: verl's cpu platform, FSDP2 over gloo, the hf rollout backend (verl_gigpo/config/platform/cpu.yaml)
         "${platform[@]}"
         actor_rollout_ref.model.path="$(gigpo_hydra_quote "$MODEL_PATH")"
-        # packing and activation checkpointing pay off on GPUs; on DEVICE=cpu both slow a tiny model down (cpu.yaml)
-        actor_rollout_ref.model.use_remove_padding="$([[ "${DEVICE:-cuda}" == cpu ]] && echo false || echo true)"
+        # attention (gigpo_attention_setup): flash_attention_2 with padding-free packing, or sdpa with padded
+        # micro-batches when flash-attn is missing; DEVICE=cpu: sdpa from cpu.yaml, no packing (slower on a CPU)
+        "${attn[@]}"
+        actor_rollout_ref.model.use_remove_padding="$GIGPO_REMOVE_PADDING"
+        # activation checkpointing pays off on GPUs; on DEVICE=cpu it slows a tiny model down (cpu.yaml)
         actor_rollout_ref.model.enable_gradient_checkpointing="$([[ "${DEVICE:-cuda}" == cpu ]] && echo false || echo true)"
         actor_rollout_ref.actor.optim.lr=1e-6
         # optimizer steps: an iteration's R step rows make ceil(R / MINI_BATCH_ROWS) equal mini-batches, rows
-        # shuffled across groups (the gigpo_sync trainer mode). verl's own ppo_mini_batch_size would count TASKS
-        # (16 tasks x n trajectories' rows per step, up to ~50 steps per ALFWorld iteration); verl still checks it.
+        # shuffled across groups (the gigpo_sync trainer mode), as the reference's actor splits its step rows into
+        # ppo_mini_batch_size-row mini-batches. verl's own ppo_mini_batch_size would count TASKS (x rollout.n
+        # trajectories' rows per step); verl still checks it, so it stays at most the tasks per iteration.
         trainer.v1.gigpo_sync.mini_batch_rows="$MINI_BATCH_ROWS"
         actor_rollout_ref.actor.ppo_mini_batch_size="$((TRAIN_TASKS_PER_ITER < 16 ? TRAIN_TASKS_PER_ITER : 16))"
-        actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16
+        actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="$MICRO_BATCH_PER_GPU"
         actor_rollout_ref.actor.use_kl_loss=true
-        actor_rollout_ref.actor.kl_loss_coef=0.01
+        actor_rollout_ref.actor.kl_loss_coef="$KL_COEF"
         actor_rollout_ref.actor.kl_loss_type=low_var_kl
-        actor_rollout_ref.actor.entropy_coeff=0.001
+        actor_rollout_ref.actor.entropy_coeff="$ENTROPY_COEF"
         actor_rollout_ref.actor.fsdp_config.param_offload=false
         actor_rollout_ref.actor.fsdp_config.optimizer_offload=false
         actor_rollout_ref.rollout.name="${ROLLOUT_NAME:-vllm}"
         actor_rollout_ref.rollout.n="$GROUP_SIZE"
         actor_rollout_ref.rollout.tensor_model_parallel_size=1
         actor_rollout_ref.rollout.gpu_memory_utilization=0.6
-        actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32
+        actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu="$LOG_PROB_MICRO_BATCH_PER_GPU"
         actor_rollout_ref.rollout.temperature=1.0
-        actor_rollout_ref.rollout.val_kwargs.do_sample=true
-        actor_rollout_ref.rollout.val_kwargs.temperature=0.4
+        actor_rollout_ref.rollout.val_kwargs.do_sample="$VAL_DO_SAMPLE"
+        actor_rollout_ref.rollout.val_kwargs.temperature="$VAL_TEMPERATURE"
         actor_rollout_ref.rollout.val_kwargs.n=1
-        actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32
+        actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu="$LOG_PROB_MICRO_BATCH_PER_GPU"
         # the reference model waits in host memory between uses (on DEVICE=cpu it is there anyway)
         actor_rollout_ref.ref.fsdp_config.param_offload="$([[ "${DEVICE:-cuda}" == cpu ]] && echo false || echo true)"
         trainer.n_gpus_per_node="$N_GPUS"

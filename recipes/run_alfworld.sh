@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# GiGPO on ALFWorld with the paper's settings (arXiv 2505.10978, ALFWorld / Qwen2.5-1.5B-Instruct):
-# group size 8, 16 tasks per iteration, at most 50 steps, gamma 0.95, w = 1, mean_std, history 2, lr 1e-6,
-# KL loss 0.01 (low_var_kl), entropy 0.001, invalid-action penalty 0.1, 150 iterations, validation every 5
-# iterations on valid_seen.
+# GiGPO on ALFWorld as the paper's reference implementation runs it (verl-agent examples/gigpo_trainer/
+# run_alfworld.sh, Qwen2.5-1.5B-Instruct): group size 8, 16 tasks per iteration, at most 50 steps, gamma 0.95, w = 1,
+# mean_std, history 2, lr 1e-6, KL loss 0.01 (low_var_kl), entropy 0.001, invalid-action penalty 0.1, 256 step rows
+# per optimizer step, 150 iterations, validation every 5 iterations on valid_seen (temperature 0.4, sampled).
+# Every value, its source and each deliberate deviation: recipes/reference_settings.yaml (docs/fidelity.md).
 #
 #   ALFWORLD_DATA=~/.cache/alfworld bash recipes/run_alfworld.sh
 #   ADV_ESTIMATOR=grpo bash recipes/run_alfworld.sh        # the paper's GRPO baseline on the same settings
@@ -33,7 +34,10 @@ N_GPUS=${N_GPUS:-$(gigpo_default_n_gpus)}
 ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
 MAX_STEPS=${MAX_STEPS:-50}
 RESPONSE_LENGTH=${RESPONSE_LENGTH:-512}
-TRAIN_SIZE=${TRAIN_SIZE:-2048}
+# training tasks: 3,553 = every game of ALFWorld's training split (json_2.1.1/train as alfworld-download fetches it),
+# which the reference samples from; seeds map to games so that any TRAIN_SIZE draws every task type (data prep
+# reports the counts it wrote); a larger split than 3,553 games needs a larger TRAIN_SIZE to cover it
+TRAIN_SIZE=${TRAIN_SIZE:-3553}
 # validation tasks: empty = every game of VAL_SPLIT
 VAL_SIZE=${VAL_SIZE:-}
 VAL_SPLIT=${VAL_SPLIT:-valid_seen}
@@ -41,6 +45,14 @@ GROUP_SIZE=${GROUP_SIZE:-8}
 TRAIN_TASKS_PER_ITER=${TRAIN_TASKS_PER_ITER:-16}
 TOTAL_ITERS=${TOTAL_ITERS:-150}
 TEST_FREQ=${TEST_FREQ:-5}
+# step rows per optimizer step: the reference's ppo_mini_batch_size (256 rows, as its rollout.n is 1)
+MINI_BATCH_ROWS=${MINI_BATCH_ROWS:-256}
+MICRO_BATCH_PER_GPU=${MICRO_BATCH_PER_GPU:-32}
+LOG_PROB_MICRO_BATCH_PER_GPU=${LOG_PROB_MICRO_BATCH_PER_GPU:-32}
+KL_COEF=${KL_COEF:-0.01}
+ENTROPY_COEF=${ENTROPY_COEF:-0.001}
+VAL_TEMPERATURE=${VAL_TEMPERATURE:-0.4}
+VAL_DO_SAMPLE=${VAL_DO_SAMPLE:-true}
 # checkpoints (every 50 iterations) kept on disk; trainer.max_actor_ckpt_to_keep=null as an override keeps all
 MAX_CKPTS_TO_KEEP=${MAX_CKPTS_TO_KEEP:-2}
 EXPERIMENT=${EXPERIMENT:-alfworld_${ADV_ESTIMATOR}_$(basename "$MODEL_PATH")}

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# GiGPO on search-augmented QA (the paper's search setting): group size 5, at most 4 turns, similarity anchor
-# keys at threshold 0.9 (observations are free text: retrieved passages), gamma 0.95, w = 1, mean_std.
+# GiGPO on search-augmented QA with the settings of the reference implementation's run (verl-agent
+# examples/gigpo_trainer/run_search.sh): group size 5, 256 questions per iteration, at most 4 turns, history 4,
+# similarity anchor keys at threshold 0.9 (observations are free text: retrieved passages), gamma 0.95, w = 1,
+# mean_std, lr 1e-6 with 10% warm-up, KL loss 0.001, no entropy bonus, invalid-action penalty 0.01, 512 step rows
+# per optimizer step, greedy validation every 50 iterations.
+# Every value, its source and each deliberate deviation: recipes/reference_settings.yaml (docs/fidelity.md).
 #
 #   bash recipes/run_search.sh                                    # embedded BM25 over the generated corpus
 #   RETRIEVER_URL=http://127.0.0.1:8000 bash recipes/run_search.sh   # a Search-R1-style retrieval server
@@ -30,9 +34,18 @@ TRAIN_SIZE=${TRAIN_SIZE:-4096}
 VAL_SIZE=${VAL_SIZE:-256}
 RETRIEVER_URL=${RETRIEVER_URL:-}
 GROUP_SIZE=${GROUP_SIZE:-5}
-TRAIN_TASKS_PER_ITER=${TRAIN_TASKS_PER_ITER:-64}
+TRAIN_TASKS_PER_ITER=${TRAIN_TASKS_PER_ITER:-256}
 TOTAL_ITERS=${TOTAL_ITERS:-200}
-TEST_FREQ=${TEST_FREQ:-10}
+TEST_FREQ=${TEST_FREQ:-50}
+# step rows per optimizer step: the reference's ppo_mini_batch_size (512 rows, as its rollout.n is 1)
+MINI_BATCH_ROWS=${MINI_BATCH_ROWS:-512}
+MICRO_BATCH_PER_GPU=${MICRO_BATCH_PER_GPU:-16}
+LOG_PROB_MICRO_BATCH_PER_GPU=${LOG_PROB_MICRO_BATCH_PER_GPU:-32}
+KL_COEF=${KL_COEF:-0.001}
+ENTROPY_COEF=${ENTROPY_COEF:-0}
+# greedy validation: the reference leaves verl's val_kwargs (temperature 0, do_sample false)
+VAL_TEMPERATURE=${VAL_TEMPERATURE:-0}
+VAL_DO_SAMPLE=${VAL_DO_SAMPLE:-false}
 # checkpoints (every 50 iterations) kept on disk; trainer.max_actor_ckpt_to_keep=null as an override keeps all
 MAX_CKPTS_TO_KEEP=${MAX_CKPTS_TO_KEEP:-2}
 EXPERIMENT=${EXPERIMENT:-search_${ADV_ESTIMATOR}_$(basename "$MODEL_PATH")}
@@ -56,16 +69,18 @@ cmd=(
     algorithm.gigpo.key_mode=similarity
     algorithm.gigpo.similarity_threshold=0.9
     algorithm.norm_adv_by_std_in_grpo=true
+    algorithm.use_kl_in_reward=false
     env.name=search
     env.max_steps="$MAX_STEPS"
     env.history_length=4
-    env.invalid_action_penalty=0.1
+    env.invalid_action_penalty=0.01
     "${retriever[@]}"
     data.train_files="$(gigpo_hydra_quote "$DATA_DIR/train.parquet")"
     data.val_files="$(gigpo_hydra_quote "$DATA_DIR/val.parquet")"
     data.train_batch_size="$TRAIN_TASKS_PER_ITER"
     data.max_prompt_length=4096
     data.max_response_length="$RESPONSE_LENGTH"
+    actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.1
     data.filter_overlong_prompts=false
     data.return_raw_chat=true
     "${GIGPO_VERL_OVERRIDES[@]}"

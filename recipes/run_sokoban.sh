@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# GiGPO on Sokoban (6x6 rooms, 1 box, as in the paper's appendix), text observations, state anchor keys
-# (the grid). Group size 8, 32 tasks per iteration, at most 15 steps, gamma 0.95, w = 1, mean_std, history 2.
+# GiGPO on Sokoban (6x6 rooms, 1 box) with the settings of the reference implementation's run (verl-agent
+# examples/gigpo_trainer/run_sokoban.sh), on text observations with state anchor keys (the grid): group size 8,
+# 32 tasks per iteration, at most 15 steps, gamma 0.95, w = 1, norm "mean", history 2, lr 1e-6, KL loss 0.01,
+# entropy 0.001, invalid-action penalty 0.1, 64 step rows per optimizer step, 150 iterations, validation every 5.
+# Every value, its source and each deliberate deviation: recipes/reference_settings.yaml (docs/fidelity.md).
 #
 #   bash recipes/run_sokoban.sh
 #   ADV_ESTIMATOR=grpo bash recipes/run_sokoban.sh
@@ -25,12 +28,21 @@ DATA_DIR=${DATA_DIR:-$HOME/data/verl-gigpo/sokoban}
 N_GPUS=${N_GPUS:-$(gigpo_default_n_gpus)}
 ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
 MAX_STEPS=${MAX_STEPS:-15}
-RESPONSE_LENGTH=${RESPONSE_LENGTH:-256}
+RESPONSE_LENGTH=${RESPONSE_LENGTH:-512}
 TRAIN_SIZE=${TRAIN_SIZE:-4096}
 GROUP_SIZE=${GROUP_SIZE:-8}
 TRAIN_TASKS_PER_ITER=${TRAIN_TASKS_PER_ITER:-32}
-TOTAL_ITERS=${TOTAL_ITERS:-200}
-TEST_FREQ=${TEST_FREQ:-10}
+TOTAL_ITERS=${TOTAL_ITERS:-150}
+TEST_FREQ=${TEST_FREQ:-5}
+# step rows per optimizer step: the reference's ppo_mini_batch_size (64 rows, as its rollout.n is 1); micro-batches of
+# 8 keep 64-row mini-batches on up to 8 GPUs (gigpo_check_mini_batch)
+MINI_BATCH_ROWS=${MINI_BATCH_ROWS:-64}
+MICRO_BATCH_PER_GPU=${MICRO_BATCH_PER_GPU:-8}
+LOG_PROB_MICRO_BATCH_PER_GPU=${LOG_PROB_MICRO_BATCH_PER_GPU:-8}
+KL_COEF=${KL_COEF:-0.01}
+ENTROPY_COEF=${ENTROPY_COEF:-0.001}
+VAL_TEMPERATURE=${VAL_TEMPERATURE:-0.4}
+VAL_DO_SAMPLE=${VAL_DO_SAMPLE:-true}
 VAL_SIZE=${VAL_SIZE:-128}
 # checkpoints (every 50 iterations) kept on disk; trainer.max_actor_ckpt_to_keep=null as an override keeps all
 MAX_CKPTS_TO_KEEP=${MAX_CKPTS_TO_KEEP:-2}
@@ -46,7 +58,7 @@ cmd=(
     algorithm.adv_estimator="$ADV_ESTIMATOR"
     algorithm.gamma=0.95
     algorithm.gigpo.step_advantage_w=1.0
-    algorithm.gigpo.norm=mean_std
+    algorithm.gigpo.norm=mean
     algorithm.gigpo.key_mode=state
     algorithm.norm_adv_by_std_in_grpo=true
     env.name=sokoban

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# GiGPO on WebShop with the paper's settings (arXiv 2505.10978, WebShop / Qwen2.5-1.5B-Instruct): group size 8,
-# 16 tasks per iteration, at most 15 steps, gamma 0.95, w = 1, norm "mean" (no std division), history 2,
-# lr 1e-6, KL loss 0.01 (low_var_kl), entropy 0.001, invalid-action penalty 0.1; validation on goals 0-499.
+# GiGPO on WebShop as the paper's reference implementation runs it (verl-agent examples/gigpo_trainer/
+# run_webshop.sh, Qwen2.5-1.5B-Instruct): group size 8, 16 tasks per iteration, at most 15 steps, gamma 0.95, w = 1,
+# norm "mean" (no std division), history 2, lr 1e-6, KL loss 0.01 (low_var_kl), entropy 0.001, invalid-action
+# penalty 0.1, 64 step rows per optimizer step, 150 iterations; validation every 5 iterations on goals 0-499.
+# Every value, its source and each deliberate deviation: recipes/reference_settings.yaml (docs/fidelity.md).
 #
 #   bash recipes/run_webshop.sh                          # the project's WebShop-style simulator (no downloads)
 #   WEBSHOP_ENV=webshop_real bash recipes/run_webshop.sh  # a real WebShop installation (web_agent_site importable)
@@ -35,6 +37,15 @@ GROUP_SIZE=${GROUP_SIZE:-8}
 TRAIN_TASKS_PER_ITER=${TRAIN_TASKS_PER_ITER:-16}
 TOTAL_ITERS=${TOTAL_ITERS:-150}
 TEST_FREQ=${TEST_FREQ:-5}
+# step rows per optimizer step: the reference's ppo_mini_batch_size (64 rows, as its rollout.n is 1); micro-batches of
+# 8 keep 64-row mini-batches on up to 8 GPUs (gigpo_check_mini_batch)
+MINI_BATCH_ROWS=${MINI_BATCH_ROWS:-64}
+MICRO_BATCH_PER_GPU=${MICRO_BATCH_PER_GPU:-8}
+LOG_PROB_MICRO_BATCH_PER_GPU=${LOG_PROB_MICRO_BATCH_PER_GPU:-8}
+KL_COEF=${KL_COEF:-0.01}
+ENTROPY_COEF=${ENTROPY_COEF:-0.001}
+VAL_TEMPERATURE=${VAL_TEMPERATURE:-0.4}
+VAL_DO_SAMPLE=${VAL_DO_SAMPLE:-true}
 # checkpoints (every 50 iterations) kept on disk; trainer.max_actor_ckpt_to_keep=null as an override keeps all
 MAX_CKPTS_TO_KEEP=${MAX_CKPTS_TO_KEEP:-2}
 EXPERIMENT=${EXPERIMENT:-webshop_${ADV_ESTIMATOR}_$(basename "$MODEL_PATH")}

@@ -47,7 +47,8 @@ def _cfg(node):
 
 
 def test_settings_defaults_match_the_reference_implementation():
-    assert UpdateSettings.from_config(OmegaConf.create({})) == UpdateSettings(mini_batch_rows=2048, shuffle_rows=True)
+    # the reference keeps rollout.n = 1, so its ppo_mini_batch_size (256 in its config and ALFWorld run) counts rows
+    assert UpdateSettings.from_config(OmegaConf.create({})) == UpdateSettings(mini_batch_rows=256, shuffle_rows=True)
     assert UpdateSettings.from_config(_cfg({"mini_batch_rows": None})).mini_batch_rows is None  # verl's own split
 
 

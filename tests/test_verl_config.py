@@ -189,6 +189,9 @@ def test_unknown_device_is_rejected():
     assert proc.returncode == 1 and "DEVICE=tpu: use DEVICE=cuda (GPUs) or DEVICE=cpu" in proc.stderr
 
 
-def test_recipes_split_updates_by_step_rows():
-    cfg = compose_gigpo(dry_run("alfworld")[0][3:])
-    assert cfg.trainer.v1.gigpo_sync.mini_batch_rows == 2048 and cfg.trainer.v1.gigpo_sync.shuffle_rows
+@pytest.mark.parametrize(("recipe", "rows"), [("alfworld", 256), ("webshop", 64), ("sokoban", 64), ("search", 512)])
+def test_recipes_split_updates_by_step_rows(recipe, rows):
+    """Each recipe's optimizer step takes the reference run's ppo_mini_batch_size step rows (its rollout.n is 1)."""
+    cfg = compose_gigpo(dry_run(recipe)[0][3:])
+    assert cfg.trainer.v1.gigpo_sync.mini_batch_rows == rows and cfg.trainer.v1.gigpo_sync.shuffle_rows
+    assert compose_gigpo([]).trainer.v1.gigpo_sync.mini_batch_rows == 256  # the yaml default: the ALFWorld run's

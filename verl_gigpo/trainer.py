@@ -18,7 +18,9 @@ And the actor update is split by rows, not by tasks (``trainer.v1.gigpo_sync``, 
 mini-batches of ``ppo_mini_batch_size * rollout.n`` rows, which for one row per environment step means an optimizer
 step per ~one task's trajectories (up to ~50 per ALFWorld iteration). With ``mini_batch_rows: M`` the R rows of an
 iteration are split into ``k = ceil(R / M)`` equal mini-batches (see :func:`plan_mini_batches`), shuffled across
-groups first (``shuffle_rows``): the reference implementation's 2,048 rows give 1-3 optimizer steps per iteration.
+groups first (``shuffle_rows``). The reference implementation keeps ``rollout.n = 1`` (groups come from its
+environments), so its actor takes ``ppo_mini_batch_size`` step rows per optimizer step: ``M = 256`` there gives
+~25 optimizer steps for a 6,400-row ALFWorld iteration.
 """
 
 from __future__ import annotations
@@ -200,12 +202,13 @@ class UpdateSettings:
 
     Attributes:
         mini_batch_rows: most step rows per optimizer step; None = verl's own split (``ppo_mini_batch_size *
-            rollout.n`` rows per mini-batch). Reference implementation: 2048 (256 tasks x 8).
+            rollout.n`` rows per mini-batch). Default 256: the reference implementation's ``ppo_mini_batch_size``
+            in its ALFWorld run and config, which are step rows there (its ``rollout.n`` is 1).
         shuffle_rows: shuffle the rows (of each data-parallel rank) before splitting, so that a mini-batch mixes
             episode groups instead of holding one task's consecutive trajectories.
     """
 
-    mini_batch_rows: int | None = 2048
+    mini_batch_rows: int | None = 256
     shuffle_rows: bool = True
 
     @classmethod
@@ -225,7 +228,7 @@ class UpdateSettings:
         if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
             raise ValueError(
                 f"trainer.v1.{TRAINER_MODE}.mini_batch_rows={rows!r} must be an int >= 1 (most step rows per "
-                "optimizer step; the reference implementation uses 2048) or null (verl's own split by tasks)"
+                "optimizer step, e.g. 256 as the reference's ALFWorld run) or null (verl's own split by tasks)"
             )
         shuffle = node.get("shuffle_rows", cls.shuffle_rows)
         if not isinstance(shuffle, bool):

@@ -1,0 +1,282 @@
+"""The fidelity table (``recipes/reference_settings.yaml``): load it, check it, compare a recipe's composed config
+with it, and render it as Markdown (``docs/fidelity.md`` and the README's ALFWorld rows).
+
+    python recipes/fidelity.py            # write docs/fidelity.md from the table
+    python recipes/fidelity.py --check    # exit 1 when docs/fidelity.md is not the table's rendering
+
+A row says, for one setting of one recipe: where the recipe's value is read (``key``), the value the recipe composes
+(``ours``), the paper's value, the reference implementation's value with its ``source`` (file:line), and why this
+project differs (``deviation``) or that nobody has decided yet (``open``). The rules, checked by
+:func:`table_problems` and :func:`fidelity_problems` (``tests/test_fidelity.py`` runs both on every recipe):
+
+1. ``ours`` is what ``DRY_RUN=1 bash recipes/run_<recipe>.sh`` composes at ``key`` (a dotted Hydra key), or puts
+   after ``prep:--option`` in its data-prep command (``all`` when the option is absent);
+2. ``ours`` differs from ``reference`` only with a ``deviation`` (or ``open: true`` and a text saying what is known).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import OmegaConf
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE = ROOT / "recipes" / "reference_settings.yaml"
+DOC = ROOT / "docs" / "fidelity.md"
+
+#: fields a row may have; the first five are required
+ROW_FIELDS = ("setting", "key", "ours", "reference", "source", "paper", "deviation", "open", "note")
+PREP = "prep:"
+NOT_FOUND = "not found"
+_MISSING = object()
+
+
+def load_table(path: Path = TABLE) -> dict[str, Any]:
+    """The parsed table: ``sources``, ``common`` (rows for every recipe) and ``recipes`` (name -> script,
+    reference_script, rows)."""
+    with open(path, encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def recipe_rows(table: dict[str, Any], recipe: str) -> list[dict[str, Any]]:
+    """The rows that hold for ``recipe``: its own, then the common rows it does not replace (same ``setting``).
+
+    Raises:
+        KeyError: ``recipe`` is not in the table.
+    """
+    if recipe not in table["recipes"]:
+        raise KeyError(f"recipe {recipe!r} is not in the fidelity table; it has {sorted(table['recipes'])}")
+    own = table["recipes"][recipe]["rows"]
+    names = {row["setting"] for row in own}
+    return [*own, *(row for row in table["common"] if row["setting"] not in names)]
+
+
+def same(a: Any, b: Any) -> bool:
+    """Whether two table or config values are equal: numbers by value (``1 == 1.0``; booleans are not numbers),
+    anything else by ``==``."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return math.isclose(float(a), float(b), rel_tol=1e-12, abs_tol=0.0)
+    return a == b
+
+
+def _row_problems(where: str, row: dict[str, Any]) -> list[str]:
+    problems = []
+    unknown = sorted(set(row) - set(ROW_FIELDS))
+    if unknown:
+        problems.append(f"{where}: unknown field(s) {unknown}; a row has {list(ROW_FIELDS)}")
+    missing = [field for field in ROW_FIELDS[:5] if field not in row]
+    if missing:
+        problems.append(f"{where}: missing field(s) {missing}")
+        return problems
+    key = row["key"]
+    if key is not None and (not isinstance(key, str) or not key or (key.startswith(PREP) and len(key) == len(PREP))):
+        problems.append(f"{where}: key {key!r} must be a dotted config key, 'prep:--option' or null")
+    if not str(row["source"]).strip():
+        problems.append(f"{where}: empty source (give the reference's file:line)")
+    differs = not same(row["ours"], row["reference"])
+    reason = str(row.get("deviation") or "").strip()
+    if differs and not reason:
+        problems.append(
+            f"{where}: ours={row['ours']!r} differs from reference={row['reference']!r} and there is no deviation "
+            "(say why this project differs, or make the recipe use the reference's value)"
+        )
+    if row.get("open") and not reason:
+        problems.append(f"{where}: open difference without a deviation text saying what is known")
+    if not differs and reason:
+        problems.append(f"{where}: a deviation on a row where ours equals the reference ({row['ours']!r})")
+    return problems
+
+
+def table_problems(table: dict[str, Any]) -> list[str]:
+    """Everything wrong with the table itself: missing or unknown fields, bad keys, a setting listed twice in one
+    recipe, a difference from the reference without a deviation, a deviation on an equal row. Empty when sound."""
+    problems = []
+    for i, row in enumerate(table.get("common") or []):
+        problems += _row_problems(f"common row {i} ({row.get('setting')!r})", row)
+    for recipe, spec in (table.get("recipes") or {}).items():
+        for field in ("script", "reference_script", "rows"):
+            if field not in spec:
+                problems.append(f"recipe {recipe}: missing {field!r}")
+        seen: set[str] = set()
+        for i, row in enumerate(spec.get("rows") or []):
+            problems += _row_problems(f"{recipe} row {i} ({row.get('setting')!r})", row)
+            if row.get("setting") in seen:
+                problems.append(f"{recipe}: setting {row.get('setting')!r} listed twice")
+            seen.add(row.get("setting"))
+    return problems
+
+
+def composed_value(cfg: Any, prep_argv: list[str], key: str) -> Any:
+    """The value a recipe composes at ``key``: a dotted key of ``cfg`` (an OmegaConf config), or ``prep:--option``
+    of the data-prep command ``prep_argv`` (its value, an int when it is one; ``"all"`` when the option is absent).
+
+    Raises:
+        KeyError: the dotted key is not in ``cfg``.
+    """
+    if key.startswith(PREP):
+        option = key[len(PREP) :]
+        if option not in prep_argv:
+            return "all"
+        value = prep_argv[prep_argv.index(option) + 1]
+        return int(value) if value.lstrip("-").isdigit() else value
+    value = OmegaConf.select(cfg, key, default=_MISSING)
+    if value is _MISSING:
+        raise KeyError(f"{key} is not in the composed config")
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def fidelity_problems(table: dict[str, Any], recipe: str, cfg: Any, prep_argv: list[str]) -> list[str]:
+    """Where ``recipe``'s composed config (``cfg``) and data-prep command (``prep_argv``) differ from the table's
+    ``ours`` column, plus the table's own problems for that recipe's rows. Empty when the recipe is as listed."""
+    problems = []
+    for row in recipe_rows(table, recipe):
+        where = f"{recipe}: {row['setting']!r}"
+        problems += _row_problems(where, row)
+        if row["key"] is None:
+            continue
+        try:
+            value = composed_value(cfg, prep_argv, row["key"])
+        except KeyError as err:
+            problems.append(f"{where}: {err.args[0]}")
+            continue
+        if not same(value, row["ours"]):
+            problems.append(
+                f"{where}: the recipe composes {row['key']}={value!r}, the table says ours={row['ours']!r} "
+                f"(reference {row['reference']!r}); change the recipe back or the table, with a deviation"
+            )
+    return problems
+
+
+# ------------------------------------------------------------------ rendering
+
+
+def fmt(value: Any) -> str:
+    """A value as a Markdown table cell: booleans and null in YAML spelling, numbers compactly, ``|`` escaped."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif value is None:
+        text = "null"
+    elif isinstance(value, float):
+        text = f"{value:g}"
+    else:
+        text = str(value)
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _why(row: dict[str, Any]) -> str:
+    parts = []
+    if row.get("deviation"):
+        parts.append(("**open:** " if row.get("open") else "**deviation:** ") + fmt(row["deviation"]))
+    if row.get("note"):
+        parts.append(fmt(row["note"]))
+    return "<br>".join(parts)
+
+
+def _key(row: dict[str, Any]) -> str:
+    return "—" if row["key"] is None else f"`{row['key']}`"
+
+
+def _table(rows: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| setting | read from | this recipe | paper | reference (verl-agent) | reference source | deviation / note |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        cells = [
+            fmt(row["setting"]),
+            _key(row),
+            fmt(row["ours"]),
+            fmt(row.get("paper") or NOT_FOUND),
+            fmt(row["reference"]),
+            fmt(row["source"]),
+            _why(row),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+_INTRO = """\
+# Fidelity to the paper's runs
+
+<!-- generated by `python recipes/fidelity.py` from recipes/reference_settings.yaml: edit the yaml, not this page -->
+
+Every setting that decides training, for each GPU recipe: the value the recipe uses, the paper's value where its
+text states one, and the value the paper's reference implementation runs with, with the file and line it comes
+from. Where this project differs on purpose, the last column says why; **open** marks a difference nobody has
+decided on yet.
+
+- reference: {reference}. A source `run_X.sh:N` is `examples/gigpo_trainer/run_X.sh`; `ppo_trainer.yaml:N` is
+  `verl/trainer/config/ppo_trainer.yaml`, the defaults of the keys a script leaves unset.
+- paper: {paper}. Only the abstracts could be read here, so most rows say "{not_found}".
+- this project: {verl}.
+
+**How it is checked.** `tests/test_fidelity.py` composes each recipe's command (`DRY_RUN=1 bash
+recipes/run_<recipe>.sh`, then Hydra over verl's config) and fails when a value it composes differs from *this
+recipe*, or *this recipe* from the reference without a deviation. *Read from* is the config key, or
+`prep:--option` for an option of the recipe's data-prep command. Change a recipe and the table together;
+`python recipes/fidelity.py` rewrites this page.
+
+## Every recipe
+
+These rows hold for each recipe below unless its own table lists the same setting.
+"""
+
+
+def render_markdown(table: dict[str, Any]) -> str:
+    """``docs/fidelity.md``: what the table is and how it is checked, its sources, the rows every recipe shares,
+    then one table per recipe."""
+    src = table["sources"]
+    intro = _INTRO.format(
+        reference=fmt(src["reference"]), paper=fmt(src["paper"]), verl=fmt(src["verl"]), not_found=NOT_FOUND
+    )
+    out = [intro, *_table(table["common"])]
+    for recipe, spec in table["recipes"].items():
+        out += ["", f"## {recipe}", "", f"`{spec['script']}` against the reference's `{spec['reference_script']}`."]
+        out += ["", *_table(spec["rows"])]
+    return "\n".join(out) + "\n"
+
+
+def render_readme_rows(table: dict[str, Any], recipe: str = "alfworld") -> str:
+    """The compact table the README shows for ``recipe``: its own rows and the shared rows that differ from the
+    reference, with setting, this recipe, the reference, and whether the difference is deliberate (``yes``) or
+    undecided (``open``); the details are in docs/fidelity.md."""
+    own = table["recipes"][recipe]["rows"]
+    rows = [*own, *(row for row in recipe_rows(table, recipe)[len(own) :] if row.get("deviation"))]
+    lines = ["| setting | this recipe | reference (verl-agent) | differs on purpose |", "|---|---|---|---|"]
+    for row in rows:
+        differs = "open" if row.get("open") else ("yes" if row.get("deviation") else "")
+        lines.append(f"| {fmt(row['setting'])} | {fmt(row['ours'])} | {fmt(row['reference'])} | {differs} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write docs/fidelity.md, or with ``--check`` report whether it is current (exit status 1 when not)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="only check that docs/fidelity.md is current")
+    args = parser.parse_args(argv)
+    table = load_table()
+    problems = table_problems(table)
+    if problems:
+        print("the fidelity table has problems:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return 1
+    text = render_markdown(table)
+    if args.check:
+        if not DOC.exists() or DOC.read_text(encoding="utf-8") != text:
+            print(f"{DOC} is not the rendering of {TABLE}: run python recipes/fidelity.py", file=sys.stderr)
+            return 1
+        print(f"{DOC} is current")
+        return 0
+    DOC.write_text(text, encoding="utf-8")
+    print(f"wrote {DOC}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""CPU tests of the fidelity table (``recipes/reference_settings.yaml``, ``recipes/fidelity.py``): each recipe's
+command composes exactly what the table lists, every difference from the reference implementation has a stated
+reason, and docs/fidelity.md and the README show the table as it is.
+
+A recipe's command is composed as it would run: ``DRY_RUN=1 bash recipes/run_<recipe>.sh`` prints it, and Hydra
+composes the printed overrides over verl's own config (as ``python -m verl_gigpo.main`` does before Ray starts).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ["alfworld", "webshop", "sokoban", "search"]
+
+# the settings every recipe's table must cover (a row may come from the common rows)
+REQUIRED_SETTINGS = {
+    "model",
+    "advantage estimator",
+    "tasks per iteration",
+    "group size",
+    "training tasks",
+    "validation split",
+    "validation episodes",
+    "validation every (iterations)",
+    "validate before training",
+    "validation temperature",
+    "validation sampling",
+    "iterations",
+    "discount gamma",
+    "step-advantage weight w",
+    "advantage normalisation",
+    "anchor key",
+    "episode-level statistics",
+    "learning rate",
+    "KL loss",
+    "KL loss coefficient",
+    "KL loss type",
+    "entropy coefficient",
+    "invalid-action penalty",
+    "prompt length (tokens)",
+    "response length (tokens)",
+    "history length",
+    "step rows per optimizer step",
+    "PPO epochs per iteration",
+    "clip ratio",
+    "rollout temperature",
+}
+
+
+def _load_module():
+    spec = importlib.util.spec_from_file_location("gigpo_recipes_fidelity", ROOT / "recipes" / "fidelity.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+fidelity = _load_module()
+
+
+@pytest.fixture(scope="module")
+def table():
+    return fidelity.load_table()
+
+
+def compose_recipe(recipe: str, *args: str, **env: str):
+    """(composed config, data-prep argv) of ``DRY_RUN=1 bash recipes/run_<recipe>.sh args`` with extra env vars."""
+    base = {k: v for k, v in os.environ.items() if k not in ("N_GPUS", "CUDA_VISIBLE_DEVICES", "DEVICE")}
+    proc = subprocess.run(
+        ["bash", str(ROOT / "recipes" / f"run_{recipe}.sh"), *args],
+        env={**base, "DRY_RUN": "1", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    prep = [shlex.split(line[2:]) for line in lines if line.startswith("# ") and "verl_gigpo.data.prepare" in line]
+    assert len(prep) == 1, proc.stdout
+    argv = shlex.split("\n".join(line for line in lines if not line.startswith("#")).replace("\\\n", " "))
+    assert argv[1:3] == ["-m", "verl_gigpo.main"], argv[:3]
+    with initialize_config_dir(config_dir=str(ROOT / "verl_gigpo" / "config"), version_base=None):
+        return compose(config_name="gigpo_trainer", overrides=argv[3:]), prep[0]
+
+
+def test_table_is_sound(table):
+    assert fidelity.table_problems(table) == []
+    assert list(table["recipes"]) == RECIPES
+    for spec in table["recipes"].values():
+        assert (ROOT / spec["script"]).is_file()
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_table_covers_every_setting_that_decides_training(table, recipe):
+    names = [row["setting"] for row in fidelity.recipe_rows(table, recipe)]
+    assert REQUIRED_SETTINGS - set(names) == set()
+    assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_recipe_composes_what_the_table_lists(table, recipe):
+    cfg, prep = compose_recipe(recipe)
+    assert fidelity.fidelity_problems(table, recipe, cfg, prep) == []
+
+
+def test_a_changed_recipe_value_fails_the_check(table):
+    """The check is not vacuous: a recipe variable, an extra Hydra override and a data-prep size each break it."""
+    cfg, prep = compose_recipe("alfworld", "actor_rollout_ref.actor.kl_loss_coef=0.05", MINI_BATCH_ROWS="2048")
+    problems = fidelity.fidelity_problems(table, "alfworld", cfg, prep)
+    assert len(problems) == 2, problems
+    assert "'step rows per optimizer step': the recipe composes trainer.v1.gigpo_sync.mini_batch_rows=2048" in (
+        problems[0] + problems[1]
+    )
+    assert any("'KL loss coefficient'" in p and "kl_loss_coef=0.05" in p for p in problems)
+    cfg, prep = compose_recipe("alfworld", TRAIN_SIZE="2048", VAL_SIZE="128")
+    problems = fidelity.fidelity_problems(table, "alfworld", cfg, prep)
+    assert [p.split(":")[1].strip() for p in problems] == ["'training tasks'", "'validation episodes'"]
+
+
+def test_a_difference_without_a_reason_is_a_table_problem(table):
+    broken = copy.deepcopy(table)
+    row = next(r for r in broken["common"] if r["setting"] == "episode-level statistics")
+    del row["deviation"]
+    problems = fidelity.table_problems(broken)
+    assert len(problems) == 1 and "ours='trajectory' differs from reference='step'" in problems[0]
+    row = next(r for r in broken["recipes"]["alfworld"]["rows"] if r["setting"] == "learning rate")
+    row["deviation"] = "no reason"
+    assert any("a deviation on a row where ours equals the reference" in p for p in fidelity.table_problems(broken))
+    row["surprise"] = 1
+    assert any("unknown field(s) ['surprise']" in p for p in fidelity.table_problems(broken))
+
+
+def test_values_compare_as_the_config_holds_them():
+    assert fidelity.same(1, 1.0) and fidelity.same(1e-6, 1.0e-06) and fidelity.same("all", "all")
+    assert not fidelity.same(True, 1) and not fidelity.same(0, False) and not fidelity.same(0.1, 0.01)
+    assert fidelity.composed_value(None, ["--train-size", "3553"], "prep:--train-size") == 3553
+    assert fidelity.composed_value(None, ["--train-size", "3553"], "prep:--val-size") == "all"
+
+
+def test_docs_page_is_the_rendering_of_the_table(table):
+    assert (ROOT / "docs" / "fidelity.md").read_text(encoding="utf-8") == fidelity.render_markdown(table)
+
+
+def test_readme_shows_the_alfworld_rows(table):
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert fidelity.render_readme_rows(table, "alfworld") in readme
+    assert "docs/fidelity.md" in readme
