@@ -50,7 +50,8 @@ Anchor keys (``key_mode`` in the constructor) are pure functions of the environm
 * ``"observation"``: the environment's canonical observation of the current state (the text an agent
   sees, as in the GiGPO paper), without one-off feedback such as "that action was invalid";
 * ``"state"``: a digest of the environment's true state (e.g. the Sokoban grid);
-* ``"history:K"``: the state digest plus the last ``K`` actions (invalid ones written ``<invalid>``).
+* ``"history:K"``: the state digest plus the last ``K`` actions (a step that applied no action, the invalid step
+  or an unmatched command, written ``<invalid>``).
 
 Subclasses implement the ``_reset``/``_step``/``_state_digest``/``_match_action`` hooks and the class
 attributes documented on :class:`TextEnv`; the public methods here do the bookkeeping (step counting,

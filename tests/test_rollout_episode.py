@@ -209,13 +209,13 @@ def test_build_prompt_tokenises_once_and_equals_reencoding(served, name):
 
 
 class _HugeObservationGridNav(GridNavEnv):
-    """Real gridnav whose first step answers with a 2 MB observation (the rest of the episode is normal)."""
+    """Real gridnav whose first step, valid or not, answers with a 2 MB observation (the rest is normal)."""
 
-    def _step(self, action):
-        result = super()._step(action)
-        if self._step_count == 1:
-            result.observation = "the log of a broken tool\n" * 80_000 + result.observation
-        return result
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        if info["step"] == 1:
+            obs = "the log of a broken tool\n" * 80_000 + obs
+        return obs, reward, terminated, truncated, info
 
 
 def test_a_huge_observation_is_capped_and_each_prompt_tokenised_once(served):
