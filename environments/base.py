@@ -4,13 +4,34 @@ Gymnasium-shaped, text in and text out::
 
     env = make_env("sokoban", key_mode="state", max_steps=20)
     obs, info = env.reset(seed=3, options={"split": "train"})
-    action, valid = env.parse_action(llm_text)            # pure and total: never raises
-    obs, reward, terminated, truncated, info = env.step(action if valid else None)
+    command, valid = env.parse_action(llm_text, rule="admissible")   # pure and total: never raises
+    obs, reward, terminated, truncated, info = env.step(command)     # None when the reply held no command
 
 * ``terminated``: the task ended (won, or lost for good). ``truncated``: the step limit ``max_steps`` was hit.
 * ``step(None)`` is the *invalid-action step*: the state does not change, the observation says the action
   was invalid, and it counts toward ``max_steps``. The environment reward of an invalid step is 0; the
   invalid-action penalty is shaping added by the episode runner, not by the environment.
+* ``step(command)`` with a string the environment does not recognise as an action now (``_match_action`` gives
+  None: a typo, a command not admissible in this state) is an *unmatched command*: it counts toward ``max_steps``
+  and does whatever the environment's :meth:`TextEnv._unmatched_step` says. By default nothing happens (the state
+  and the canonical observation stay, the observation starts with :data:`UNMATCHED_ACTION_TEXT`, reward 0); an
+  environment whose own engine answers such commands overrides it (ALFWorld's engine says "Nothing happens.", and
+  that answer becomes the observation). Either way the ``state`` key does not change.
+
+Invalid-action rules (:data:`INVALID_ACTION_RULES`; ``parse_action(text, rule=...)``, the runner's
+``env.invalid_action``): a rule decides which replies are *invalid* (the runner subtracts its penalty) and which
+command goes to ``step``.
+
+* ``"admissible"``: a reply is valid when it names an action the environment accepts now; the command is that
+  canonical action. An invalid reply gives ``(None, False)``, so the runner takes the invalid-action step.
+* ``"format"`` (the rule of the GiGPO reference implementation, verl-agent's ``projection.py`` of each
+  environment): a reply is invalid only when its FORMAT is broken; a well-formed command is sent to the
+  environment even when it is not admissible, with no penalty. Each environment follows its reference projection
+  (:meth:`TextEnv._parse_format`); the default is ALFWorld's and WebShop's: an ``<action>...</action>`` block, a
+  ``<think>`` and a ``</think>`` tag, and no Chinese character (U+4E00-U+9FFF), else invalid. The command is then
+  the stripped text between the first ``<action>`` and the first ``</action>``; a reply without an action block
+  sends the last :attr:`TextEnv.format_fallback_chars` characters of the reply (ALFWorld 30, WebShop 20, as the
+  reference does) or nothing (the invalid-action step).
 * ``info`` always holds (see :data:`INFO_KEYS`): ``anchor_key`` (str), ``admissible_actions`` (list[str] or None),
   ``won`` (bool), ``task`` (the task description), ``task_id`` (str), ``task_type`` (str or None),
   ``action_valid`` (bool), ``step`` (int, steps taken so far) and ``env_name`` (str).
@@ -29,11 +50,12 @@ Anchor keys (``key_mode`` in the constructor) are pure functions of the environm
 * ``"observation"``: the environment's canonical observation of the current state (the text an agent
   sees, as in the GiGPO paper), without one-off feedback such as "that action was invalid";
 * ``"state"``: a digest of the environment's true state (e.g. the Sokoban grid);
-* ``"history:K"``: the state digest plus the last ``K`` actions (invalid ones written ``<invalid>``).
+* ``"history:K"``: the state digest plus the last ``K`` actions (a step that applied no action, the invalid step
+  or an unmatched command, written ``<invalid>``).
 
 Subclasses implement the ``_reset``/``_step``/``_state_digest``/``_match_action`` hooks and the class
 attributes documented on :class:`TextEnv`; the public methods here do the bookkeeping (step counting,
-truncation, invalid steps, keys, error wrapping) once for every environment.
+truncation, invalid steps, unmatched commands, keys, error wrapping) once for every environment.
 """
 
 from __future__ import annotations
@@ -48,7 +70,9 @@ import numpy as np
 
 __all__ = [
     "INFO_KEYS",
+    "INVALID_ACTION_RULES",
     "INVALID_ACTION_TEXT",
+    "UNMATCHED_ACTION_TEXT",
     "EnvError",
     "StepResult",
     "TextEnv",
@@ -71,6 +95,21 @@ INFO_KEYS = (
 )
 
 INVALID_ACTION_TEXT = "Your previous output did not contain a valid action, so nothing happened."
+
+#: Start of the observation after an unmatched command (see the module docstring) in the default no-op.
+UNMATCHED_ACTION_TEXT = "Nothing happens: that command is not an available action here."
+
+#: The invalid-action rules of :meth:`TextEnv.parse_action` (see the module docstring).
+INVALID_ACTION_RULES = ("admissible", "format")
+
+#: The reference's "Chinese characters" test of its format rule (CJK Unified Ideographs, U+4E00-U+9FFF).
+_CJK = re.compile("[\u4e00-\u9fff]")
+
+_ACTION_OPEN = re.compile("<action>", re.IGNORECASE)
+_ACTION_CLOSE = re.compile("</action>", re.IGNORECASE)
+
+#: History entry of a step that did not apply an action of the environment (invalid step or unmatched command).
+_NO_ACTION = "<invalid>"
 
 #: Longest text ``parse_action`` looks at; anything beyond is ignored (LLM outputs are far shorter).
 MAX_PARSE_CHARS = 65_536
@@ -181,21 +220,35 @@ class TextEnv(abc.ABC):
             ``{observation}``, ``{admissible_actions}``, ``{step}`` and ``{max_steps}``
             (kept in a ``prompt.py`` beside the environment).
         history_item_template: renders one past step; fields ``{step}``, ``{observation}``, ``{action}``.
+        format_fallback_chars: under the ``format`` rule, a reply without an ``<action>`` block sends its last
+            this many characters to the environment (the reference's ALFWorld: 30, WebShop: 20); None (default)
+            sends nothing (the invalid-action step).
 
     Hooks a subclass implements:
         ``_reset(split, options) -> str``: build the task from ``self.np_random`` (already seeded) and return
             the first observation; set ``self.task_description``, ``self.task_id``, ``self.task_type``.
             ``options`` holds only keys of ``reset_options`` (``"split"`` removed, unknown keys already refused).
-        ``_step(action: str) -> StepResult``: apply a *parsed* action (never None).
+        ``_step(action: str) -> StepResult``: apply a canonical action (what ``_match_action`` returned; never
+            None).
         ``_state_digest() -> str``: the true state as a string (same state <=> same string).
         ``_state_observation() -> str``: canonical observation of the current state, used by the
             ``observation`` key mode and after an invalid step (default: the last observation).
-        ``_match_action(candidate: str) -> str | None``: map a candidate action string (tag content, or
-            the whole reply when it has no tags) to the canonical action, or None when it is not an action.
+        ``_match_action(candidate: str) -> str | None``: map a candidate action string (tag content, the whole
+            reply when it has no tags, or a command given to ``step``) to the canonical action, or None when it
+            is not an action now. Pure, total, and idempotent on canonical actions.
         ``_admissible_actions() -> list[str] | None``: the actions valid now, or None when unbounded.
+        ``_unmatched_step(command: str) -> StepResult | None``: what a command that is not an action now does
+            (default None: nothing; see the module docstring). A ``StepResult`` is the environment's own answer
+            and becomes the last observation; it must leave the ``state`` digest unchanged.
+        ``_parse_format(text: str) -> (command, valid)``: the ``format`` rule (default: the reference's ALFWorld
+            and WebShop projection, see the module docstring).
 
-    Public methods a subclass with a fixed task list overrides:
-        ``num_tasks(split) -> int | None``: the size of that list (default None: procedural or unbounded tasks).
+    Public methods a subclass overrides where it can:
+        ``num_tasks(split) -> int | None``: the size of a fixed task list (default None: procedural or unbounded).
+        ``task_type_of(seed, split) -> str | None``: the task type ``reset(seed=seed)`` would play, without
+            building the task (default None: unknown until reset).
+        ``example_reply(action) -> str``: a well-formed reply that takes ``action`` (default: a ``<think>`` block
+            then ``<action>action</action>``).
     """
 
     name: ClassVar[str] = "base"
@@ -207,6 +260,7 @@ class TextEnv(abc.ABC):
         "Think inside <think>...</think>, then give exactly one action inside <action>...</action>."
     )
     history_item_template: ClassVar[str] = "Step {step}: observation: {observation}\nAction: {action}\n"
+    format_fallback_chars: ClassVar[int | None] = None
 
     def __init__(self, *, key_mode: str = "state", max_steps: int = 50) -> None:
         self.key_kind, self.key_history = parse_key_mode(key_mode)
@@ -276,9 +330,11 @@ class TextEnv(abc.ABC):
         return obs, self._info(action_valid=True)
 
     def step(self, action: str | None) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        """Apply one action (``None`` = the invalid-action step).
+        """Apply one command: ``None`` is the invalid-action step; a string is matched with ``_match_action`` and
+        applied (``_step``) when it is an action now, else it is an unmatched command (``_unmatched_step``).
 
-        Returns ``(obs, reward, terminated, truncated, info)``.
+        Returns ``(obs, reward, terminated, truncated, info)``; ``info["action_valid"]`` says whether an action
+        of the environment was applied (False for ``None`` and for an unmatched command).
         """
         if not self._started:
             raise RuntimeError(f"{self.name}: call reset() before step()")
@@ -287,25 +343,32 @@ class TextEnv(abc.ABC):
         if action is not None and not isinstance(action, str):
             raise TypeError(f"{self.name}: action must be a str or None, got {type(action).__name__}")
         self._step_count += 1
+        canonical, transition = None, False
         if action is None:
             result = StepResult(observation=f"{INVALID_ACTION_TEXT}\n{self._state_observation()}")
-            valid = False
-            self._actions.append("<invalid>")
         else:
             try:
-                result = self._step(action)
+                canonical = self._match_action(action)
+                if canonical is not None:
+                    result, transition = self._step(canonical), True
+                else:
+                    answer = self._unmatched_step(action)
+                    transition = answer is not None
+                    if answer is None:
+                        answer = StepResult(observation=f"{UNMATCHED_ACTION_TEXT}\n{self._state_observation()}")
+                    result = answer
             except EnvError:
                 raise
             except Exception as exc:  # noqa: BLE001 - re-raised as EnvError with context, never swallowed
-                message = f"step({action!r}) failed: {exc!r}"
+                message = f"step({action!r:.200}) failed: {exc!r}"
                 raise EnvError(self.name, self.task_id, self._step_count, message, exc) from exc
-            valid = True
-            self._actions.append(action)
+        valid = canonical is not None
+        self._actions.append(canonical if valid else _NO_ACTION)
         self._won = bool(result.won)
         terminated = bool(result.terminated)
         truncated = not terminated and self._step_count >= self.max_steps
         self._done = terminated or truncated
-        if valid:
+        if transition:
             self._last_obs = result.observation  # an invalid step leaves the state, and its observation, as it was
         info = self._info(action_valid=valid)
         if result.extra:
@@ -315,19 +378,32 @@ class TextEnv(abc.ABC):
             info.update(result.extra)
         return result.observation, float(result.reward), terminated, truncated, info
 
-    def parse_action(self, llm_text: str) -> tuple[str | None, bool]:
-        """Extract the action from an LLM reply. Pure and total: never raises, whatever the input.
+    def parse_action(self, llm_text: str, rule: str = "admissible") -> tuple[str | None, bool]:
+        """The command a reply sends to :meth:`step`, and whether the reply is valid under ``rule`` (see the module
+        docstring). Pure and total in ``llm_text``: never raises, whatever it is (bytes are decoded as UTF-8 with
+        replacement; other non-strings are invalid). Linear in the length of the reply (only the first
+        :data:`MAX_PARSE_CHARS` characters are read).
 
-        Format: ``<think>...</think><action>ACTION</action>``. Exactly one ``<action>`` block is required when
-        tags are present (several blocks are ambiguous -> invalid). Without tags, the whole reply (stripped) is
-        tried as the environment's own action syntax. Returns ``(canonical_action, True)`` or ``(None, False)``.
-        Linear in the length of the reply (only the first :data:`MAX_PARSE_CHARS` characters are read).
+        ``"admissible"``: format ``<think>...</think><action>ACTION</action>``. Exactly one ``<action>`` block is
+        required when tags are present (several blocks are ambiguous -> invalid). Without tags, the whole reply
+        (stripped) is tried as the environment's own action syntax. Returns ``(canonical_action, True)`` or
+        ``(None, False)``.
+
+        ``"format"``: :meth:`_parse_format`; returns ``(command or None, valid)``: the command goes to ``step``
+        whether or not the reply is valid (the reference executes it and penalises the format).
+
+        Raises:
+            ValueError: ``rule`` is not one of :data:`INVALID_ACTION_RULES`.
         """
+        if rule not in INVALID_ACTION_RULES:
+            raise ValueError(f"unknown invalid-action rule {rule!r}; use one of {list(INVALID_ACTION_RULES)}")
         if isinstance(llm_text, bytes | bytearray):
             llm_text = bytes(llm_text).decode("utf-8", errors="replace")
         if not isinstance(llm_text, str):
             return None, False
         text = llm_text[:MAX_PARSE_CHARS]
+        if rule == "format":
+            return self._parse_format(text)
         tagged = extract_tag(text, "action")
         if len(tagged) > 1:
             return None, False
@@ -342,6 +418,11 @@ class TextEnv(abc.ABC):
             return None, False
         action = self._match_action(candidate)
         return (action, True) if action is not None else (None, False)
+
+    def example_reply(self, action: str) -> str:
+        """A well-formed reply that takes ``action`` under both invalid-action rules: a short ``<think>`` block,
+        then ``<action>action</action>``. Environments with another reply format override it."""
+        return f"<think>I choose {action}.</think><action>{action}</action>"
 
     def anchor_key(self, key_mode: str | None = None) -> str:
         """The anchor key of the current state under ``key_mode`` (default: the mode the environment was built
@@ -372,6 +453,19 @@ class TextEnv(abc.ABC):
 
         Raises:
             ValueError: unknown ``split``.
+        """
+        self._check_split(split)
+        return None
+
+    def task_type_of(self, seed: int, split: str) -> str | None:
+        """The task type ``reset(seed=seed, options={"split": split})`` plays, found without building the task
+        (data prep reports the task-type mix of the seeds it writes).
+
+        Default None: unknown until the task is built. Environments whose tasks come from fixed lists override it
+        (ALFWorld's games, WebShop's goals, search questions).
+
+        Raises:
+            ValueError: unknown ``split``, or a seed the split cannot play.
         """
         self._check_split(split)
         return None
@@ -417,6 +511,26 @@ class TextEnv(abc.ABC):
 
     def _admissible_actions(self) -> list[str] | None:
         return None
+
+    def _unmatched_step(self, command: str) -> StepResult | None:
+        """A command that is not an action now (see the module docstring). Default None: nothing happens (the
+        base class then answers :data:`UNMATCHED_ACTION_TEXT` and the canonical observation, reward 0)."""
+        return None
+
+    def _parse_format(self, text: str) -> tuple[str | None, bool]:
+        """The ``format`` rule of the reference's ALFWorld and WebShop projections (``alfworld_projection``,
+        ``webshop_projection``): valid iff the reply has an ``<action>`` and an ``</action>`` tag (any case), a
+        ``<think>`` and a ``</think>`` tag (exact case), and no Chinese character. The command is the stripped text
+        between the first ``<action>`` and the first ``</action>`` (empty when that closing tag comes first); a
+        reply without both action tags sends its last :attr:`format_fallback_chars` characters, or None. Linear
+        in ``len(text)``."""
+        start, end = _ACTION_OPEN.search(text), _ACTION_CLOSE.search(text)
+        if start is None or end is None:
+            tail = self.format_fallback_chars
+            return (text[-tail:] if tail else None), False
+        command = text[start.end() : end.start()].strip()
+        valid = "<think>" in text and "</think>" in text and _CJK.search(text) is None
+        return command, valid
 
     def example_actions(self) -> list[str]:
         """Actions worth trying now (used by the checker's random walks and by tests).

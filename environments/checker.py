@@ -11,12 +11,16 @@
 * step determinism: each transition (observation, reward, flags, info) replays identically;
 * key stability: each pair of paths from ``env.checker_paths()`` reaches the same state digest, and the
   same anchor key in the ``state`` and ``observation`` key modes;
-* ``parse_action`` totality: fuzzed inputs (empty, huge, binary-looking, unicode, several tags, no tags, tags
-  repeated up to the parse limit) never raise, always return ``(str, True)`` or ``(None, False)``, and do not
-  touch the state;
+* ``parse_action`` totality under both invalid-action rules: fuzzed inputs (empty, huge, binary-looking, unicode,
+  several tags, no tags, tags repeated up to the parse limit) never raise and do not touch the state; under
+  ``admissible`` they return ``(str, True)`` or ``(None, False)``, under ``format`` ``(str or None, bool)``; the
+  ``example_reply`` of every example action parses to that action, valid, under both rules;
 * ``reset`` options: a non-dict ``options`` is a ``ValueError`` that names ``options``, an unknown option one that
   names it;
-* the invalid-action step: ``step(None)`` leaves the state unchanged, says so, and counts toward the step limit.
+* the invalid-action step: ``step(None)`` leaves the state unchanged, says so, and counts toward the step limit;
+* an unmatched command (what the ``format`` rule sends for a well-formed reply that is no action here):
+  ``step(UNMATCHED_PROBE)`` leaves the ``state`` key unchanged, reports ``action_valid`` False, does not end the
+  episode and counts toward the step limit. The random walks of the determinism check send it too.
 """
 
 from __future__ import annotations
@@ -28,9 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from environments.base import INFO_KEYS, INVALID_ACTION_TEXT, TextEnv
+from environments.base import INFO_KEYS, INVALID_ACTION_RULES, INVALID_ACTION_TEXT, TextEnv
 
-__all__ = ["EnvCheckError", "check_env", "main"]
+__all__ = ["UNMATCHED_PROBE", "EnvCheckError", "check_env", "main"]
+
+#: A command no environment knows: what the ``format`` rule sends for ``<action>UNMATCHED_PROBE</action>``.
+UNMATCHED_PROBE = "zz not an action zz"
 
 
 class EnvCheckError(AssertionError):
@@ -113,14 +120,18 @@ def _comparable(info: dict[str, Any]) -> str:
 
 
 def _play(env: TextEnv, seed: int, split: str, action_seed: int, n_steps: int) -> list[str]:
-    """Reset with ``seed`` and take up to ``n_steps`` random example actions (some invalid); return a transcript."""
+    """Reset with ``seed`` and take up to ``n_steps`` random example actions (some invalid steps, some unmatched
+    commands); return a transcript."""
     rng = np.random.default_rng(action_seed)
     obs, info = env.reset(seed=seed, options={"split": split})
     transcript = [obs, _comparable(info)]
     for _ in range(n_steps):
         choices = env.example_actions()
-        if not choices or rng.random() < 0.15:
+        draw = rng.random()
+        if not choices or draw < 0.1:
             action = None
+        elif draw < 0.2:
+            action = UNMATCHED_PROBE
         else:
             action = choices[int(rng.integers(len(choices)))]
         obs, reward, terminated, truncated, info = env.step(action)
@@ -215,33 +226,42 @@ def _check_key_stability(env: TextEnv, seeds: tuple[int, ...], split: str, failu
 
 
 def _check_parse_action(env: TextEnv, seed: int, split: str, failures: list[str]) -> int:
-    """``parse_action`` is total and pure on fuzzed inputs, accepts every example action and leaves the state
-    alone. Returns the inputs tried."""
+    """``parse_action`` is total and pure on fuzzed inputs under both rules, parses each example action's
+    ``example_reply`` to that action (valid) under both, and leaves the state alone. Returns the inputs tried."""
     env.reset(seed=seed, options={"split": split})
     digest = env.anchor_key("state")
     rng = np.random.default_rng(0)
     examples = env.example_actions()[:10]
     inputs = FUZZ_INPUTS + [_random_text(rng) for _ in range(100)]
-    inputs += [f"<think>ok</think><action>{a}</action>" for a in examples]
-    for text in inputs:
-        try:
-            out = env.parse_action(text)
-            again = env.parse_action(text)
-        except Exception as exc:  # noqa: BLE001 - the check is precisely that nothing escapes
-            failures.append(f"parse_action raised {exc!r} on {repr(text)[:80]}")
-            continue
-        if out != again:
-            failures.append(f"parse_action is not pure on {repr(text)[:80]}")
-        if not (isinstance(out, tuple) and len(out) == 2):
-            failures.append(f"parse_action must return a 2-tuple, got {out!r:.80}")
-            continue
-        action, valid = out
-        if valid is not (action is not None) or (action is not None and not isinstance(action, str)):
-            failures.append(f"parse_action returned inconsistent {out!r:.80} for {repr(text)[:80]}")
-    for a in examples:
-        parsed, valid = env.parse_action(f"<think>ok</think><action>{a}</action>")
-        if not valid:
-            failures.append(f"parse_action rejects the example action {a!r}")
+    inputs += [f"<think>ok</think><action>{a}</action>" for a in examples] + [env.example_reply(a) for a in examples]
+    for rule in INVALID_ACTION_RULES:
+        for text in inputs:
+            try:
+                out = env.parse_action(text, rule=rule)
+                again = env.parse_action(text, rule=rule)
+            except Exception as exc:  # noqa: BLE001 - the check is precisely that nothing escapes
+                failures.append(f"parse_action(rule={rule!r}) raised {exc!r} on {repr(text)[:80]}")
+                continue
+            if out != again:
+                failures.append(f"parse_action(rule={rule!r}) is not pure on {repr(text)[:80]}")
+            if not (isinstance(out, tuple) and len(out) == 2):
+                failures.append(f"parse_action(rule={rule!r}) must return a 2-tuple, got {out!r:.80}")
+                continue
+            command, valid = out
+            if rule == "admissible":
+                consistent = valid is (command is not None) and (command is None or isinstance(command, str))
+            else:
+                consistent = isinstance(valid, bool) and (command is None or isinstance(command, str))
+            if not consistent:
+                failures.append(f"parse_action(rule={rule!r}) returned inconsistent {out!r:.80} for {repr(text)[:80]}")
+        for a in examples:
+            try:
+                parsed = env.parse_action(env.example_reply(a), rule=rule)
+            except Exception as exc:  # noqa: BLE001 - the check is precisely that nothing escapes
+                failures.append(f"parse_action(example_reply({a!r}), rule={rule!r}) raised {exc!r}")
+                continue
+            if parsed != (a, True):
+                failures.append(f"parse_action(example_reply({a!r}), rule={rule!r}) gave {parsed!r:.80}")
     if env.anchor_key("state") != digest:
         failures.append("parse_action changed the environment state")
     return len(inputs)
@@ -291,6 +311,20 @@ def _check_invalid_step(env: TextEnv, seed: int, split: str, failures: list[str]
         failures.append(f"invalid steps must truncate at max_steps={env.max_steps}, ended after {steps}")
 
 
+def _check_unmatched_command(env: TextEnv, seed: int, split: str, failures: list[str]) -> None:
+    """``step`` of a command that is no action here (:data:`UNMATCHED_PROBE`) keeps the ``state`` key, reports
+    ``action_valid`` False, does not end the episode, and counts toward ``max_steps``."""
+    env.reset(seed=seed, options={"split": split})
+    digest = env.anchor_key("state")
+    obs, reward, terminated, _, info = env.step(UNMATCHED_PROBE)
+    if env.anchor_key("state") != digest:
+        failures.append(f"step({UNMATCHED_PROBE!r}), a command that is no action, changed the state")
+    if not isinstance(obs, str) or not isinstance(reward, float):
+        failures.append(f"step({UNMATCHED_PROBE!r}): observation must be str and reward float")
+    if info.get("action_valid") is not False or info.get("step") != 1 or terminated:
+        failures.append(f"step({UNMATCHED_PROBE!r}): expected action_valid False, step 1, not terminated")
+
+
 def check_env(
     env: TextEnv, *, seeds: tuple[int, ...] = (0, 1, 2), n_steps: int = 12, split: str | None = None
 ) -> dict[str, int]:
@@ -298,7 +332,8 @@ def check_env(
 
     One function per section of the module docstring, in this order: :func:`_check_types`,
     :func:`_check_determinism`, :func:`_check_key_stability`, :func:`_check_parse_action`,
-    :func:`_check_reset_options`, :func:`_check_invalid_step`; each appends what fails to one list.
+    :func:`_check_reset_options`, :func:`_check_invalid_step`, :func:`_check_unmatched_command`; each appends what
+    fails to one list.
 
     Args:
         env: the environment under test.
@@ -325,6 +360,7 @@ def check_env(
     fuzz_inputs = _check_parse_action(env, seeds[0], split, failures)
     _check_reset_options(env, seeds[0], split, failures)
     _check_invalid_step(env, seeds[0], split, failures)
+    _check_unmatched_command(env, seeds[0], split, failures)
     if failures:
         raise EnvCheckError(env.name, failures)
     return {"transitions": transitions, "fuzz_inputs": fuzz_inputs, "path_pairs": path_pairs}

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from environments import make_env
-from environments.alfworld.data import TASK_KINDS, TASK_TYPES, list_games
+from environments.alfworld.data import TASK_KINDS, TASK_TYPES, list_games, training_order
 from environments.alfworld.env import BOOKKEEPING_PREDICATES, AlfWorldEnv
 from environments.alfworld.synth import generate, problem_to_pddl, sample_problem
 from environments.alfworld.synth import main as synth_main
@@ -137,9 +137,16 @@ def test_golden_observation(env):
     assert info["task_type"] == "look"
     assert info["task_id"] == "train/look_at_obj_in_light-CellPhone-None-DeskLamp-306/trial_s0_look_00000/game.tw-pddl"
     assert info["admissible_actions"] == [
-        "go to bed 1", "go to drawer 1", "go to drawer 2", "go to drawer 3", "go to drawer 4", "go to garbagecan 1",
-        "go to sidetable 1", "help", "inventory", "look",
-    ]  # fmt: skip
+        "go to bed 1",
+        "go to drawer 1",
+        "go to drawer 2",
+        "go to drawer 3",
+        "go to drawer 4",
+        "go to garbagecan 1",
+        "go to sidetable 1",
+        "inventory",
+        "look",
+    ]  # fmt: skip  (the engine's "help" is left out, as the reference's prompt leaves it out)
     assert env.step("go to drawer 4")[0] == "You arrive at drawer 4. The drawer 4 is closed."
     assert env.step("open drawer 4")[0] == "You open the drawer 4. The drawer 4 is open. In it, you see a cellphone 1."
 
@@ -294,10 +301,172 @@ def test_prompt_has_task_history_and_actions(env):
     obs, info = env.reset(seed=1, options={"split": "train"})
     obs2, _, _, _, info2 = env.step("go to armchair 1")
     prompt = env.render_prompt(obs2, info2, history=[(obs, "go to armchair 1")])
-    assert "Your task is to: put a book in coffeetable." in prompt
+    assert prompt.count("Your task is to: put a book in coffeetable.") == 1  # the first observation holds it too
     assert "[Step 0] Observation: -= Welcome to TextWorld" in prompt and "Action: go to armchair 1" in prompt
     assert "You arrive at armchair 1." in prompt and "go to coffeetable 1, " in prompt
-    assert "<think>" in prompt and "<action>" in prompt
+    assert "<think>" in prompt and "<action>" in prompt and "help" not in prompt
+    assert env.render_prompt(obs, info).count("Your task is to:") == 1
+
+
+# The first two prompts of an episode on game 0 of the generated training set (the look task), as the episode
+# runner renders them: history_length 2, a reply that goes to drawer 4 at step 0. Shown in docs/environments.md.
+GOLDEN_PROMPT_0 = """\
+You are an expert agent acting in a household simulated by ALFWorld (the text version of ALFRED). \
+Your task is to: examine the cellphone with the desklamp.
+You have taken 0 of at most 50 steps so far.
+Your current observation is:
+-= Welcome to TextWorld, ALFRED! =-
+
+You are in the middle of a room. Looking quickly around you, you see a bed 1, a drawer 4, a drawer 3, a drawer 2, \
+a drawer 1, a garbagecan 1, and a sidetable 1.
+The admissible actions now are: [go to bed 1, go to drawer 1, go to drawer 2, go to drawer 3, go to drawer 4, \
+go to garbagecan 1, go to sidetable 1, inventory, look]
+Think about the situation step by step first, inside <think> </think> tags. Then choose exactly one admissible \
+action, written exactly as listed, and give it inside <action> </action> tags."""
+
+GOLDEN_PROMPT_1 = """\
+You are an expert agent acting in a household simulated by ALFWorld (the text version of ALFRED). \
+Your task is to: examine the cellphone with the desklamp.
+You have taken 1 of at most 50 steps so far.
+Recent history:
+[Step 0] Observation: -= Welcome to TextWorld, ALFRED! =-
+
+You are in the middle of a room. Looking quickly around you, you see a bed 1, a drawer 4, a drawer 3, a drawer 2, \
+a drawer 1, a garbagecan 1, and a sidetable 1.
+Action: go to drawer 4
+Your current observation is:
+You arrive at drawer 4. The drawer 4 is closed.
+The admissible actions now are: [examine drawer 4, go to bed 1, go to drawer 1, go to drawer 2, go to drawer 3, \
+go to garbagecan 1, go to sidetable 1, inventory, look, open drawer 4]
+Think about the situation step by step first, inside <think> </think> tags. Then choose exactly one admissible \
+action, written exactly as listed, and give it inside <action> </action> tags."""
+
+
+def test_golden_first_two_prompts_of_an_episode(alfworld_data, tiny_model_dir):
+    import asyncio
+
+    from transformers import AutoTokenizer
+
+    from verl_gigpo.rollout import ChatPromptEncoder, EpisodeConfig, GenerationOutput, TaskSpec, run_episode
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    replies = ["<think>The cellphone may be in a drawer.</think><action>go to drawer 4</action>", "<action>look"]
+
+    class Scripted:  # the two replies, then the second one again until the step limit
+        async def generate(self, request_id, *, prompt_ids, sampling_params):
+            reply = replies.pop(0) if len(replies) > 1 else replies[0]
+            return GenerationOutput(token_ids=tokenizer.encode(reply, add_special_tokens=False))
+
+    episode = asyncio.run(
+        run_episode(
+            TaskSpec("alfworld", seed=0, env_kwargs={"data_path": str(alfworld_data)}),
+            generator=Scripted(),
+            encoder=ChatPromptEncoder(tokenizer),
+            tokenizer=tokenizer,
+            config=EpisodeConfig(max_steps=50, history_length=2, max_prompt_length=4096, invalid_action="format"),
+            traj_id="golden",
+            sampling_params={},
+        )
+    )
+    assert episode.env_error is None and episode.length == 50
+    assert [s.prompt_text for s in episode.steps[:2]] == [GOLDEN_PROMPT_0, GOLDEN_PROMPT_1]
+    # the second reply has no action block: invalid under the format rule; its last 30 characters are sent, and
+    # the game answers them as any command it does not know
+    sent = [(s.action, s.action_valid) for s in episode.steps[:2]]
+    assert sent == [("go to drawer 4", True), ("<action>look", False)]
+    assert episode.steps[2].observation == "Nothing happens." and episode.steps[2].step_reward == -0.1
+
+
+# ---------------------------------------------------------------------------------------------- invalid-action rules
+def test_format_rule_sends_inadmissible_commands_to_the_engine(env):
+    """The reference's alfworld_projection: only a broken format is invalid; a well-formed command that is not
+    admissible goes to the game, which answers "Nothing happens." and keeps its state; that answer is the next
+    observation and the observation key."""
+    obs0, info0 = env.reset(seed=0, options={"split": "train"})
+    reply = "<think>maybe</think><action>open drawer 9</action>"
+    assert env.parse_action(reply) == (None, False)  # the admissible rule: not admissible here
+    assert env.parse_action(reply, rule="format") == ("open drawer 9", True)
+    obs, reward, terminated, _, info = env.step("open drawer 9")
+    assert obs == "Nothing happens." and reward == 0.0 and not terminated and info["action_valid"] is False
+    assert env.anchor_key("state") == info0["anchor_key"] and env.anchor_key("observation") == "Nothing happens."
+    # "help" is hidden from the actions but still a command of the engine: it runs and changes no state
+    assert env.parse_action("<think>x</think><action>help</action>") == (None, False)
+    obs, *_ = env.step("help")
+    assert obs.startswith("Available commands:") and env.anchor_key("state") == info0["anchor_key"]
+    # the format checks: think tags (exact case), no Chinese characters; the command is sent either way
+    cases = {
+        "<think>x</think><ACTION> go to drawer 4 </ACTION>": ("go to drawer 4", True),
+        "<action>go to drawer 4</action>": ("go to drawer 4", False),
+        "<THINK>x</THINK><action>go to drawer 4</action>": ("go to drawer 4", False),
+        "<think>抽屉</think><action>go to drawer 4</action>": ("go to drawer 4", False),
+        "<think>x</think><action></action>": ("", True),
+        "<think>x</think> I will go to drawer 4": ("x</think> I will go to drawer 4"[-30:], False),
+    }
+    for text, expected in cases.items():
+        assert env.parse_action(text, rule="format") == expected, text
+    _, _, _, _, info = env.step("go to drawer 4")
+    assert info["action_valid"] is True and env.anchor_key("state") != info0["anchor_key"]
+
+
+# ---------------------------------------------------------------------------------------------- training seeds
+def _entries(counts: dict[str, int]) -> list:
+    from environments.alfworld.data import GameEntry
+
+    games = [
+        GameEntry(f"train/{TASK_TYPES[kind]}-x-{i:04d}/trial_0/game.tw-pddl", TASK_TYPES[kind])
+        for kind, n in counts.items()
+        for i in range(n)
+    ]
+    return sorted(games, key=lambda g: g.rel_path)
+
+
+def test_training_order_puts_every_task_type_in_every_prefix_in_proportion():
+    # a list shaped like the real one: six types of very different sizes, in long sorted runs
+    counts = {"look": 196, "pick": 790, "clean": 650, "cool": 533, "heat": 459, "pick2": 925}
+    games = _entries(counts)
+    order = training_order(games)
+    assert sorted(order, key=lambda g: g.rel_path) == games  # a permutation
+    assert order == training_order(games)  # deterministic
+    total = len(games)
+    assert {g.kind for g in games[: total // 2]} == {"look", "pick", "clean", "cool"}  # sorted: two types missing
+    assert {g.kind for g in order[:6]} == set(counts)  # the first games are one of each type
+    for kind in counts:  # each type keeps its sorted order
+        assert [g for g in order if g.kind == kind] == [g for g in games if g.kind == kind]
+    seen, worst = dict.fromkeys(counts, 0), 0.0
+    for length, game in enumerate(order, start=1):
+        seen[game.kind] += 1
+        for kind, n in counts.items():  # the bound of training_order's docstring, for every prefix
+            share = length * n / total
+            assert share - len(counts) * n / total - 1e-9 <= seen[kind] <= share + 1 + 1e-9, (length, kind)
+            worst = max(worst, abs(seen[kind] - share))
+    assert worst < 1.6
+
+
+@pytest.fixture(scope="module")
+def uneven_alfworld_data(tmp_path_factory):
+    """Six generated training games whose sorted list is 3 pick, 1 heat, 2 pick-two: its first half is all pick."""
+    out = tmp_path_factory.mktemp("alfworld-uneven")
+    generate(out, games_per_type={"train": {"pick": 3, "heat": 1, "pick2": 2}}, seed=0)
+    return out
+
+
+def test_first_half_of_the_training_seeds_reaches_every_task_type(uneven_alfworld_data):
+    env = AlfWorldEnv(data_path=uneven_alfworld_data, max_steps=5)
+    try:
+        by_path = [g.kind for g in list_games(env.json_root, "train")]
+        assert by_path == ["pick"] * 3 + ["heat"] + ["pick2"] * 2  # its first half holds one task type
+        by_seed = [env.task_type_of(seed, "train") for seed in range(len(by_path))]
+        assert set(by_seed[: len(by_path) // 2]) == {"pick", "heat", "pick2"}
+        assert by_seed == ["pick", "heat", "pick2", "pick", "pick2", "pick"]
+        assert env.task_type_of(6, "train") == env.task_type_of(0, "train")  # seeds wrap around
+        for seed in (1, 2):  # what reset plays is what task_type_of says
+            _, info = env.reset(seed=seed, options={"split": "train"})
+            assert info["task_type"] == env.task_type_of(seed, "train")
+            assert info["task_id"] == env.games("train")[seed].rel_path
+        with pytest.raises(ValueError, match="unknown split"):
+            env.task_type_of(0, "test")
+    finally:
+        env.close()
 
 
 def test_engine_side_effects_are_contained_and_close_is_idempotent(alfworld_data):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -81,3 +82,30 @@ def test_cli_rejects_bad_arguments_before_writing_anything(tmp_path, monkeypatch
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
     assert not list(tmp_path.rglob("*.parquet"))
+
+
+def test_alfworld_report_counts_every_task_type_written(tmp_path, alfworld_data, capsys):
+    """The generated set has one training game of each of the six types; 9 training seeds play each type once,
+    then three more (the task-type interleave), and validation is the whole valid_seen list (pick, clean)."""
+    args = ["--env", "alfworld", "--train-size", "9", "--out", str(tmp_path)]
+    assert main([*args, "--env-kwargs", json.dumps({"data_path": str(alfworld_data)})]) == 0
+    report = json.loads((tmp_path / "task_types.json").read_text())
+    assert report["env_name"] == "alfworld"
+    assert report["train"] == {
+        "split": "train",
+        "tasks": 9,
+        "task_types": {"clean": 2, "cool": 1, "heat": 1, "look": 2, "pick": 2, "pick2": 1},
+    }
+    assert report["val"] == {"split": "valid_seen", "tasks": 2, "task_types": {"clean": 1, "pick": 1}}
+    out = capsys.readouterr().out.splitlines()
+    assert out[2] == "train: 9 tasks of split 'train'; task types: clean 2, cool 1, heat 1, look 2, pick 2, pick2 1"
+    assert out[3] == "val: 2 tasks of split 'valid_seen'; task types: clean 1, pick 1"
+
+
+def test_report_of_other_environments(tmp_path):
+    write_task_files("webshop", tmp_path / "w", train_size=40, val_size=10)
+    report = json.loads((tmp_path / "w" / "task_types.json").read_text())
+    assert sum(report["train"]["task_types"].values()) == 40 and len(report["train"]["task_types"]) > 1
+    write_task_files("gridnav", tmp_path / "g", train_size=4, val_size=2)
+    report = json.loads((tmp_path / "g" / "task_types.json").read_text())
+    assert report["train"]["task_types"] == {"goal": 4} and report["val"]["task_types"] == {"goal": 2}

@@ -61,7 +61,7 @@ def test_checker_reports_every_failure():
 
     with pytest.raises(EnvCheckError) as info:
         check_env(Leaky(), seeds=(0,), n_steps=3)
-    assert any("parse_action raised" in f for f in info.value.failures)
+    assert any("parse_action(rule='admissible') raised" in f for f in info.value.failures)
 
 
 def test_checker_refuses_an_environment_that_accepts_unknown_reset_options():

@@ -30,12 +30,13 @@ def _episode(traj_id, seed, steps, *, won=False, error=None, task_type="pick", e
 
 
 def _episodes() -> list[Episode]:
-    """Task 0: a (won, 2 steps, one invalid), b (lost, 3 steps, one with history dropped), c (environment failed
-    after a won-looking step), d (failed at reset). Task 1 (heat): e (won, 1 step), f (failed at reset)."""
+    """Task 0: a (won, 2 steps, one invalid), b (lost, 3 steps, one with history dropped, two with a cut
+    observation), c (environment failed after a won-looking step with a cut observation), d (failed at reset).
+    Task 1 (heat): e (won, 1 step), f (failed at reset)."""
     return [
         _episode("a", 0, [_step(0, valid=False), _step(1, reward=10.0)], won=True, env_s=1.0, gen_s=2.0),
-        _episode("b", 0, [_step(0), _step(1, dropped=1), _step(2)], env_s=3.0, gen_s=4.0),
-        _episode("c", 0, [_step(0, reward=5.0)], won=True, error="EnvError: boom", env_s=5.0),
+        _episode("b", 0, [_step(0, cut=True), _step(1, dropped=1, cut=True), _step(2)], env_s=3.0, gen_s=4.0),
+        _episode("c", 0, [_step(0, reward=5.0, cut=True)], won=True, error="EnvError: boom", env_s=5.0),
         _episode("d", 0, [], error="EnvError: reset failed"),
         _episode("e", 1, [_step(0, reward=1.0)], won=True, task_type="heat", gen_s=6.0),
         _episode("f", 1, [], error="EnvError: reset failed", task_type="heat"),
@@ -65,6 +66,7 @@ def test_both_engines_give_the_same_metrics_with_failed_environments_cpu():
     assert verl["env/episode_length"] == local["env/episode_length"] == pytest.approx(2.0)
     assert verl["env/env_error_rate"] == local["env/env_error_rate"] == pytest.approx(3 / 6)
     assert local["env/invalid_action_rate"] == pytest.approx(1 / 6) == local["env/history_dropped_rate"]
+    assert verl["env/observation_truncated_rate"] == local["env/observation_truncated_rate"] == pytest.approx(2 / 6)
     assert local["env/success_rate/pick"] == pytest.approx(1 / 2) and local["env/success_rate/heat"] == 1.0
     assert local["episode/return_mean"] == pytest.approx((9.9 + 0.0 + 1.0) / 3)
     assert local["episode/num_trajectories"] == 6.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from environments import make_env
+from environments.base import UNMATCHED_ACTION_TEXT
 from environments.checker import check_env
 from environments.gridnav import GridTask, shortest_path
 
@@ -116,6 +117,23 @@ def test_actions_parse_bare_and_tagged_cpu():
     assert env.parse_action("<think>hmm</think><action>DOWN</action>") == ("down", True)
     assert env.parse_action("go up") == (None, False)
     assert env.parse_action("<action>up</action><action>down</action>") == (None, False)
+
+
+def test_format_rule_sends_unknown_words_which_change_nothing_cpu():
+    """Under the format rule (the default one: an action block and think tags), a well-formed reply naming no move
+    is valid, costs a step and changes nothing; a reply without the format is invalid."""
+    env = make_env("gridnav", max_steps=5)
+    obs0, info0 = env.reset(seed=0)
+    assert env.parse_action("<think>hm</think><action>jump</action>", rule="format") == ("jump", True)
+    assert env.parse_action("<think>hm</think><action>jump</action>") == (None, False)  # admissible rule
+    assert env.parse_action("<think>hm</think><action> Up </action>", rule="format") == ("Up", True)
+    assert env.parse_action("up", rule="format") == (None, False)  # no action block, no tail sent
+    obs, reward, terminated, _, info = env.step("jump")
+    assert obs.startswith(UNMATCHED_ACTION_TEXT) and obs.endswith(obs0) and reward == 0.0 and not terminated
+    assert info["step"] == 1 and info["action_valid"] is False and info["anchor_key"] == info0["anchor_key"]
+    assert env.anchor_key("observation") == obs0
+    _, _, _, _, info = env.step("Up")
+    assert info["action_valid"] is True
 
 
 def test_shortest_path_and_bad_arguments_cpu():

@@ -61,7 +61,10 @@ def reader_message(reader, argument) -> str:
     return str(info.value)
 
 
-@pytest.mark.parametrize("overrides", [[], ["algorithm.adv_estimator=grpo"], ["env.name=alfworld", "env.kwargs={}"]])
+@pytest.mark.parametrize(
+    "overrides",
+    [[], ["algorithm.adv_estimator=grpo"], ["env.name=alfworld", "env.kwargs={}"], ["env.invalid_action=format"]],
+)
 def test_valid_configs_pass(overrides, tmp_path, monkeypatch):
     (tmp_path / "json_2.1.1" / "train").mkdir(parents=True)  # the layout ALFWorld's data check looks for
     monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))
@@ -114,7 +117,13 @@ def test_gamma_under_gigpo_does_not_hide_other_gigpo_errors():
 
 @pytest.mark.parametrize(
     "override",
-    ["env.max_steps=0", "env.history_length=-1", "env.invalid_action_penalty=-0.5", "data.max_response_length=0"],
+    [
+        "env.max_steps=0",
+        "env.history_length=-1",
+        "env.invalid_action_penalty=-0.5",
+        "data.max_response_length=0",
+        "env.invalid_action=formatted",
+    ],
 )
 def test_env_range_errors_are_the_agent_loops_messages(override):
     """Values of the right type but out of range: the agent loop's reader (episode_config_from) says it, verbatim."""
@@ -242,3 +251,10 @@ def test_main_rejects_a_bad_config_before_ray_starts():
     assert "algorithm.gigpo.norm='foo' is not a norm" in proc.stderr
     assert "set algorithm.gamma=0.9 and drop algorithm.gigpo.gamma" in proc.stderr
     assert "set trainer.use_v1=true" in proc.stderr
+
+
+def test_invalid_action_rule_is_read_by_the_agent_loop_and_named_when_wrong():
+    assert episode_config_from(compose_gigpo([])).invalid_action == "admissible"  # the yaml default
+    assert episode_config_from(compose_gigpo(["env.invalid_action=format"])).invalid_action == "format"
+    [problem] = config_problems(compose_gigpo(["env.invalid_action=Format"]))
+    assert problem.startswith("env.invalid_action must be one of ['admissible', 'format'] (") and "'Format'" in problem

@@ -88,6 +88,7 @@ def test_every_episode_metric_the_local_engine_logs_is_documented():
         ("episode/return_mean", "trajectory"),
         ("val-core/alfworld/acc/mean@1", "trajectory"),
         ("env/invalid_action_rate", "step row"),
+        ("env/observation_truncated_rate", "step row"),
         # verl's rollout metrics: one value per training row = per environment step
         ("critic/score/mean", "step row"),
         ("critic/rewards/mean", "step row"),

@@ -11,7 +11,16 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from environments import EnvError, make_env
 from environments.gridnav.env import GridNavEnv
 from verl_gigpo.local.server import LocalGenerationServer
-from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, EpisodeConfig, TaskSpec, build_prompt, run_episode
+from verl_gigpo.rollout import (
+    ChatPromptEncoder,
+    EnvPool,
+    EpisodeConfig,
+    GenerationOutput,
+    TaskSpec,
+    build_prompt,
+    run_episode,
+)
+from verl_gigpo.rollout.metrics import episode_metrics, summaries_from_episodes
 
 SAMPLING = {"temperature": 1.0, "max_tokens": 3}
 
@@ -148,3 +157,132 @@ def test_env_error_type_carries_name_task_and_step():
     with pytest.raises(EnvError) as info:
         env.step("up")
     assert (info.value.env_name, info.value.step) == ("gridnav", 3) and info.value.task_id == env.task_id
+
+
+# ------------------------------------------------------------------------------ tokenising: once per step, capped
+class _CountingEncoder(ChatPromptEncoder):
+    """The real chat-template encoder, counting how often it tokenises."""
+
+    calls = 0
+
+    def __call__(self, text):
+        self.calls += 1
+        return super().__call__(text)
+
+    def encode_with_offsets(self, text):
+        self.calls += 1
+        return super().encode_with_offsets(text)
+
+
+def _reencoding_reference(env, obs, info, history, encode, config):
+    """The plain rule build_prompt follows, by re-encoding every candidate: the newest history that fits."""
+    keep = min(config.history_length, len(history))
+    for used in range(keep, -1, -1):
+        text = env.render_prompt(obs, info, history[len(history) - used :] if used else [])
+        ids = encode(text)
+        if len(ids) <= config.max_prompt_length:
+            return text, ids, used, False
+    return text, ids[-config.max_prompt_length :], 0, True
+
+
+@pytest.mark.parametrize("name", ["gridnav", "sokoban", "webshop", "search"])
+def test_build_prompt_tokenises_once_and_equals_reencoding(served, name):
+    tokenizer, _ = served
+    env = make_env(name)
+    obs, info = env.reset(seed=0)
+    history = [(f"an earlier observation {i} " * (3 + i), f"action {i}") for i in range(4)]
+    plain = ChatPromptEncoder(tokenizer)
+    lengths = [len(plain(env.render_prompt(obs, info, history[len(history) - k :] if k else []))) for k in range(4)]
+    # budgets that keep 3, 2, 1 and 0 history items, and one that cuts even the history-free prompt
+    for budget in (lengths[3], lengths[3] - 1, lengths[2] - 1, lengths[1] - 1, lengths[0] - 7):
+        config = EpisodeConfig(history_length=3, max_prompt_length=budget)
+        encoder = _CountingEncoder(tokenizer)
+        built = build_prompt(env, obs, info, history, encoder, config)
+        assert encoder.calls == 1, budget
+        assert built == _reencoding_reference(env, obs, info, history, plain, config), budget
+        assert built[1] == plain(built[0]) or built[3]  # the spliced ids are the fresh encoding of the text
+    # a plain callable (no offsets) gives the same prompts by re-encoding
+    config = EpisodeConfig(history_length=3, max_prompt_length=lengths[1] - 1)
+    assert build_prompt(env, obs, info, history, plain.__call__, config) == build_prompt(
+        env, obs, info, history, plain, config
+    )
+
+
+class _HugeObservationGridNav(GridNavEnv):
+    """Real gridnav whose first step, valid or not, answers with a 2 MB observation (the rest is normal)."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        if info["step"] == 1:
+            obs = "the log of a broken tool\n" * 80_000 + obs
+        return obs, reward, terminated, truncated, info
+
+
+def test_a_huge_observation_is_capped_and_each_prompt_tokenised_once(served):
+    tokenizer, server = served
+    config = EpisodeConfig(max_steps=4, history_length=2, max_prompt_length=200, max_response_length=3)
+    encoder = _CountingEncoder(tokenizer)
+
+    def factory(task, cfg):
+        return _HugeObservationGridNav(max_steps=cfg.max_steps, key_mode=cfg.key_mode, min_path=6)
+
+    async def main():
+        return await run_episode(
+            TaskSpec("gridnav", seed=3),
+            generator=server,
+            encoder=encoder,
+            tokenizer=tokenizer,
+            config=config,
+            traj_id="huge",
+            sampling_params=SAMPLING,
+            env_factory=factory,
+        )
+
+    episode = asyncio.run(main())
+    assert episode.env_error is None and episode.length == 4  # min_path=6: no win within 4 steps
+    assert encoder.calls == episode.length  # one tokenisation per step, whatever was dropped or cut
+    cut = [s.observation_truncated for s in episode.steps]
+    assert cut == [False, True, False, False] and episode.num_observation_truncated == 1
+    huge = episode.steps[1]
+    assert len(huge.observation) == config.max_observation_chars == 8 * 200
+    assert huge.observation.split("\n")[-1].startswith("walls:")  # the END is kept: the grid's own observation
+    assert huge.prompt_truncated and len(huge.prompt_ids) == 200
+    assert all(len(s.prompt_ids) <= 200 for s in episode.steps)
+    metrics = episode_metrics(summaries_from_episodes([episode]))
+    assert metrics["env/observation_truncated_rate"] == pytest.approx(1 / 4)
+
+
+class _Scripted:
+    """A generator that always answers ``reply`` (token ids of the tiny model's tokenizer)."""
+
+    def __init__(self, tokenizer, reply):
+        self.ids = tokenizer.encode(reply, add_special_tokens=False)
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params):
+        return GenerationOutput(token_ids=list(self.ids))
+
+
+@pytest.mark.parametrize("rule", ["admissible", "format"])
+def test_the_invalid_action_rule_decides_the_penalty_and_what_is_sent(served, rule):
+    """A well-formed reply naming no move: under ``admissible`` it is invalid, penalised and not executed; under
+    ``format`` (the reference's rule) it is sent, costs the step, and is not penalised. The state stays either way."""
+    tokenizer, _ = served
+    config = EpisodeConfig(max_steps=3, history_length=2, max_response_length=64, invalid_action=rule)
+
+    async def main():
+        return await run_episode(
+            TaskSpec("gridnav", seed=0),
+            generator=_Scripted(tokenizer, "<think>I am stuck.</think><action>jump</action>"),
+            encoder=ChatPromptEncoder(tokenizer),
+            tokenizer=tokenizer,
+            config=config,
+            traj_id="rule",
+            sampling_params={},
+        )
+
+    episode = asyncio.run(main())
+    assert episode.length == 3 and len({s.anchor_key for s in episode.steps}) == 1  # the state never changed
+    sent, valid, penalty = ("jump", True, 0.0) if rule == "format" else (None, False, 0.1)
+    assert all((s.action, s.action_valid, s.step_reward) == (sent, valid, -penalty) for s in episode.steps)
+    shown = "jump" if rule == "format" else "(invalid output)"
+    assert episode.steps[-1].prompt_text.count(f" -> {shown}\n") == 2  # the history shows what was sent

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from environments import make_env
-from environments.base import INVALID_ACTION_TEXT, EnvError
+from environments.base import INVALID_ACTION_TEXT, UNMATCHED_ACTION_TEXT, EnvError
 from environments.checker import check_env
 from environments.search import (
     BM25Retriever,
@@ -200,13 +200,37 @@ def test_parse_action_truncates_absurd_queries_and_is_linear():
     assert env.parse_action("<search>" * 10_000) == (None, False)  # quadratic-regex bait; must stay fast
 
 
-def test_step_rejects_non_canonical_actions():
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("<think>x</think><search> Veskand  river </search>", ("search[Veskand river]", True)),
+        ("<answer>Marrowick</answer>", ("answer[Marrowick]", True)),  # no think tag needed
+        ("<SEARCH>a</SEARCH>", ("search[a]", True)),
+        ("<search>a</search><answer>b</answer>", ("search[a]", False)),  # both kinds: invalid, the search is sent
+        ("<search>a</search> then <search>b</search>", ("search[a]", False)),  # two searches: invalid
+        ("<answer>a</answer><answer>b</answer>", ("answer[a]", False)),
+        ("<action>search[a]</action>", (None, False)),  # this package's other spellings are not the format
+        ("search[a]", (None, False)),
+        ("</search><search>a</search>", (None, False)),  # the reference cuts at the first </search>
+        ("<search>   </search>", (None, True)),  # well-formed but empty: nothing to run (the turn is used)
+    ],
+)
+def test_format_rule_is_the_reference_search_projection(text, expected):
     env = SearchQAEnv()
     env.reset(seed=0)
-    with pytest.raises(EnvError, match="canonical action"):
-        env.step("<search>Veskand</search>")
-    with pytest.raises(EnvError, match="canonical action"):
-        env.step("search[  Veskand ]")
+    assert env.parse_action(text, rule="format") == expected
+
+
+def test_step_of_a_command_that_is_not_an_action_changes_nothing():
+    """A raw reply given to step is an unmatched command (what the format rule may send): the turn is used, the
+    state and the observation key stay; a command that normalises to an action is that action."""
+    env = SearchQAEnv()
+    obs0, info0 = env.reset(seed=0)
+    obs, reward, terminated, _, info = env.step("<search>Veskand</search>")
+    assert obs == f"{UNMATCHED_ACTION_TEXT}\n{obs0}" and reward == 0.0 and not terminated
+    assert info["step"] == 1 and info["action_valid"] is False and info["anchor_key"] == info0["anchor_key"]
+    _, _, _, _, info = env.step("search[  Veskand ]")
+    assert info["action_valid"] is True and info["query"] == "Veskand"
 
 
 # ---------------------------------------------------------------------------------------------- state and keys

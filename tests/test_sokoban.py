@@ -346,6 +346,38 @@ def test_parse_action(text, expected):
     assert env.parse_action(text) == ((expected, True) if expected else (None, False))
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("<think>x</think><action>Up</action>", ("up", True)),
+        ("<think>x</think><ACTION>push the box left</ACTION>", ("left", True)),  # a word found anywhere in the block
+        ("<think>x</think><action>upward</action>", ("up", True)),
+        ("<think>x</think><action>still</action>", ("still", True)),  # the reference's no-op
+        ("<think>x</think><action>north</action>", ("still", False)),  # no move named: invalid, a no-op is sent
+        ("<action>down</action>", ("down", False)),  # no think tags: invalid, the move is still sent
+        ("<Think>x</Think><action>down</action>", ("down", False)),  # the think tags are matched exactly
+        ("up", ("still", False)),  # no action block
+        ("<think>x</think></action>up<action>", ("still", False)),  # closing tag first: empty block
+    ],
+)
+def test_format_rule_is_the_reference_sokoban_projection(text, expected):
+    env = SokobanEnv()
+    env.reset(seed=0)
+    assert env.parse_action(text, rule="format") == expected
+
+
+def test_a_command_that_is_no_move_costs_a_step_and_changes_nothing():
+    env = SokobanEnv(max_steps=2)
+    obs0, info0 = env.reset(seed=1)
+    room = env.room
+    obs, reward, terminated, truncated, info = env.step("still")
+    assert obs == f"You stay where you are. Nothing changed.\n{obs0}"
+    assert reward == env.reward_step == -0.1 and not terminated and not truncated  # charged like a blocked move
+    assert env.room == room and info["anchor_key"] == info0["anchor_key"] and info["action_valid"] is False
+    *_, truncated, info = env.step("jump")
+    assert truncated and info["step"] == 2
+
+
 def test_invalid_action_step():
     env = SokobanEnv(max_steps=3)
     obs0, info0 = env.reset(seed=1)

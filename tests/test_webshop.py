@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from environments import make_env
-from environments.base import INVALID_ACTION_TEXT, EnvError
+from environments.base import INVALID_ACTION_TEXT, UNMATCHED_ACTION_TEXT
 from environments.checker import check_env
 from environments.webshop import WebShopEnv, build_catalogue, purchase_reward
 from environments.webshop.catalogue import NUM_TEST_GOALS, Goal, Product, generate_catalogue
@@ -406,11 +406,24 @@ def test_actions_are_parsed_and_checked_against_the_page(env):
     assert env.parse_action("<action>search[shoes]</action>") == (None, False)  # no search bar on results
     _, _, _, _, info = _step_ok(env, env.example_actions()[-1])
     assert env.parse_action("<action>CLICK[ Buy  Now ]</action>") == ("click[buy now]", True)
-    # an action that is not available is an invalid step through parse_action, and an error if forced
+    # an action that is not available is an invalid step through parse_action; given to step (the format rule
+    # sends it), it is an unmatched command: the page stays, as in WebShop
     obs, reward, terminated, _, info = env.step(None)
     assert INVALID_ACTION_TEXT in obs and reward == 0.0 and not terminated and not info["action_valid"]
-    with pytest.raises(EnvError, match="not available on this page"):
-        env.step("click[next >]")
+    page = env.page
+    obs, reward, terminated, _, info = env.step("click[next >]")
+    assert obs.startswith(UNMATCHED_ACTION_TEXT) and reward == 0.0 and not terminated and not info["action_valid"]
+    assert env.page == page and info["step"] == 4
+
+
+def test_format_rule_is_the_reference_webshop_projection(env):
+    env.reset(seed=1, options={"split": "test"})
+    assert env.parse_action("<think>x</think><action>click[next >]</action>", rule="format") == ("click[next >]", True)
+    assert env.parse_action("<action>click[next >]</action>", rule="format") == ("click[next >]", False)
+    # no action block: the reply's last 20 characters are sent (and run when they happen to be an action)
+    assert env.parse_action("search[red shoes]", rule="format") == ("search[red shoes]", False)
+    assert env.parse_action("I will now search[red shoes]", rule="format") == ("now search[red shoes]"[-20:], False)
+    assert env.task_type_of(1, "test") == env.reset(seed=1, options={"split": "test"})[1]["task_type"]
 
 
 def test_reset_splits_and_seeds(env):

@@ -10,13 +10,14 @@ plus ``uid`` and ``session_id``. The episode itself is played by the shared runn
 traj_id            ``{uid}_{session_id}``: unique per trajectory; ``uid`` is the episode group
 step_id            0-based step index
 anchor_key         anchor key of the state the action was taken from (``algorithm.gigpo.key_mode``)
-step_reward        environment reward minus ``env.invalid_action_penalty`` when the reply held no valid action
+step_reward        environment reward minus ``env.invalid_action_penalty`` when the reply was invalid
 env_reward         environment reward alone
-action_valid       the reply held a valid action
+action_valid       the reply was valid under ``env.invalid_action`` (``admissible`` or ``format``)
 won                the EPISODE was won (same on every row of the trajectory)
 env_name, task_id  environment and its task id; task_type (e.g. ALFWorld's pick/clean/...), split, seed
 env_error          the environment raised; the episode stopped there and its rows get response_mask 0
 history_dropped    past steps dropped from this prompt to fit ``data.max_prompt_length``
+observation_truncated  the step's observation was cut to 8 characters per prompt token before tokenising
 episode_length     number of steps of the episode; episode_return: sum of its step rewards
 env_seconds        seconds the episode spent inside the environment; generate_seconds: awaiting the server
 reward_extra_info  {"acc" (= won), "episode_length", "invalid_actions"}: verl logs them as validation metrics
@@ -104,6 +105,7 @@ def episode_config_from(config: Any) -> EpisodeConfig:
             max_response_length=int(rollout.response_length),
             invalid_action_penalty=float(env.invalid_action_penalty),
             key_mode=key_mode,
+            invalid_action=env.get("invalid_action", "admissible"),
         )
     except ValueError as exc:
         message = _EPISODE_FIELD.sub(lambda m: _EPISODE_FIELD_KEYS.get(m.group(1), f"env.{m.group(1)}"), str(exc))
@@ -181,6 +183,7 @@ def episode_to_outputs(
                     "action_valid": False,
                     "history_dropped": 0,
                     "prompt_truncated": False,
+                    "observation_truncated": False,
                     **({"observation": "", "action": ""} if text_chars > 0 else {}),
                 },
             )
@@ -207,6 +210,7 @@ def episode_to_outputs(
                     "action_valid": step.action_valid,
                     "history_dropped": step.history_dropped,
                     "prompt_truncated": step.prompt_truncated,
+                    "observation_truncated": step.observation_truncated,
                     **(_step_texts(step, text_chars) if text_chars > 0 else {}),
                 },
             )

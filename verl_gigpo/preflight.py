@@ -46,7 +46,7 @@ __all__ = ["ENV_KEYS", "GiGPOConfigError", "config_problems", "config_warnings",
 logger = logging.getLogger(__name__)
 
 #: the keys of the ``env`` section (see verl_gigpo/config/gigpo_trainer.yaml)
-ENV_KEYS = ("name", "max_steps", "history_length", "invalid_action_penalty", "kwargs", "registry")
+ENV_KEYS = ("name", "max_steps", "history_length", "invalid_action_penalty", "invalid_action", "kwargs", "registry")
 
 # verl's own agent-loop manager of the V1 path (what actor_rollout_ref.rollout.agent.agent_loop_manager_class=null
 # gives); naming it explicitly is the same thing

@@ -72,7 +72,8 @@ class StepBatch:
 
     group_ids: verl ``uid`` (one per task = episode group); traj_ids, step_ids, anchor_keys, step_rewards (float64),
     action_valid, won (episode won, on every row of the trajectory) and env_error (bool); task_types (str or None);
-    history_dropped (past steps dropped from the row's prompt); row_mask: False for padding rows and rows of failed
+    history_dropped (past steps dropped from the row's prompt); observation_truncated (the row's observation was cut
+    to the observation cap; default all False); row_mask: False for padding rows and rows of failed
     episodes; env_seconds, generate_seconds (the episode's totals, on every row); padding: verl's padding rows
     (None: rows with row_mask False and no env_error, or a ``pad...`` uid); episode_lengths: the episode's steps
     played, on every row (-1 or None: unknown, its rows are counted instead).
@@ -93,9 +94,12 @@ class StepBatch:
     generate_seconds: np.ndarray | None = None
     padding: np.ndarray | None = None
     episode_lengths: np.ndarray | None = None
+    observation_truncated: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.group_ids)
+        if self.observation_truncated is None:
+            self.observation_truncated = np.zeros(n, dtype=bool)
         if self.env_seconds is None:
             self.env_seconds = np.zeros(n)
         if self.generate_seconds is None:
@@ -109,9 +113,9 @@ class StepBatch:
     def trajectory_summaries(self) -> list[TrajectorySummary]:
         """One :class:`~verl_gigpo.rollout.metrics.TrajectorySummary` per trajectory of the real (non-padding)
         rows, in order of first appearance: won / env_error if any of its rows says so; length = the agent loop's
-        ``episode_length`` (its row count where unknown); return, invalid actions and dropped history summed over
-        its rows (none for the placeholder row of an episode that failed at reset, reported length 0); task type and
-        seconds from its first row; ``batch_rows`` = its rows (failed ones included)."""
+        ``episode_length`` (its row count where unknown); return, invalid actions, dropped history and cut
+        observations summed over its rows (none for the placeholder row of an episode that failed at reset, reported
+        length 0); task type and seconds from its first row; ``batch_rows`` = its rows (failed ones included)."""
         real = np.flatnonzero(~self.padding)  # (M,)
         if real.size == 0:
             return []
@@ -132,6 +136,7 @@ class StepBatch:
         no_step = reported == 0  # (T,) failed at reset: its one row is the agent loop's placeholder, not a step
         invalid = np.where(no_step, 0, count(~self.action_valid[real].astype(bool)))
         dropped = np.where(no_step, 0, count(self.history_dropped[real] > 0))
+        cut = np.where(no_step, 0, count(self.observation_truncated[real].astype(bool)))
         return [
             TrajectorySummary(
                 won=bool(won[k]),
@@ -139,6 +144,7 @@ class StepBatch:
                 episode_return=float(returns[k]),
                 num_invalid=int(invalid[k]),
                 history_dropped_steps=int(dropped[k]),
+                observation_truncated_steps=int(cut[k]),
                 env_error=bool(failed[k]),
                 task_type=self.task_types[first[k]],
                 env_seconds=float(self.env_seconds[first[k]]),
@@ -193,6 +199,7 @@ class StepBatch:
             generate_seconds=column("generate_seconds", 0.0, np.float64),
             padding=padding,
             episode_lengths=np.array([-1 if v is None else int(v) for v in lengths], dtype=np.int64),
+            observation_truncated=column("observation_truncated", False, bool),
         )
 
 

@@ -10,6 +10,13 @@ list is every ``game.tw-pddl`` under ``json_2.1.1/<split>`` that alfworld's own 
 (one of the six task types, ``"solvable": true``, no ``movable``/``Sliced`` in its path), sorted by relative
 path. That sorted list is the fixed evaluation list of ``valid_seen`` and ``valid_unseen``: game ``i`` of a
 split is the same game on every machine that holds the same data.
+
+Training plays the games in :func:`training_order`, a fixed interleave of the sorted list by task type: sorted by
+path, the real training list holds its task types in long runs (every ``look_at_obj...`` game, then every
+``pick_and_place...`` game, ...), so the first 2,048 of its games hold no heat and no pick-two game. In the
+interleave, the first ``T`` games are one of each of the ``T`` task types present, and any prefix (the seeds
+``0..TRAIN_SIZE-1`` of a run) holds each task type in proportion to its share of the list, within about one game
+(the exact bound is in :func:`training_order`).
 """
 
 from __future__ import annotations
@@ -18,8 +25,9 @@ import contextlib
 import functools
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 __all__ = [
@@ -28,10 +36,12 @@ __all__ = [
     "TASK_KINDS",
     "TASK_TYPES",
     "GameEntry",
+    "games_by_seed",
     "keep_data_env_var",
     "list_games",
     "missing_data_message",
     "resolve_json_root",
+    "training_order",
 ]
 
 DATA_ENV_VAR = "ALFWORLD_DATA"
@@ -153,3 +163,41 @@ def list_games(json_root: Path, split: str) -> tuple[GameEntry, ...]:
         entries.append(GameEntry(rel, task_type))
     entries.sort(key=lambda e: e.rel_path)
     return tuple(entries)
+
+
+def training_order(games: Sequence[GameEntry]) -> tuple[GameEntry, ...]:
+    """The order in which training seeds play ``games`` (the sorted list of :func:`list_games`): a deterministic
+    interleave of the task types, each type's games keeping their sorted order.
+
+    The ``j``-th game (0-based) of a task type with ``n`` games gets the position ``j / n`` in [0, 1); games are
+    ordered by that position, ties by task type name, so the order depends only on the list. The first ``T``
+    entries are then one game of each of the ``T`` types, and a prefix of length ``L`` holds ``c`` games of a type
+    with ``n`` of the ``N`` games where ``L*n/N - T*n/N <= c <= L*n/N + 1``: its proportional share within one game
+    above and ``T*n/N`` below (under 1.6 games for six types none of which holds more than 26% of the list).
+
+    Returns:
+        the same games, reordered (a permutation of ``games``).
+    """
+    by_type: dict[str, list[GameEntry]] = {}
+    for game in games:
+        by_type.setdefault(game.task_type, []).append(game)
+    keyed = [
+        (Fraction(j, len(members)), task_type, game)
+        for task_type, members in by_type.items()
+        for j, game in enumerate(members)
+    ]
+    keyed.sort(key=lambda item: (item[0], item[1]))  # stable: a type's games keep their order
+    return tuple(game for _, _, game in keyed)
+
+
+@functools.lru_cache(maxsize=64)
+def games_by_seed(json_root: Path, split: str) -> tuple[GameEntry, ...]:
+    """The games of ``split`` in the order seeds index them: :func:`training_order` of the sorted list for
+    ``"train"``, the sorted list itself for the evaluation splits (cached per process, like :func:`list_games`;
+    clear both caches after adding games to a folder in use).
+
+    Raises:
+        ValueError: unknown split.
+    """
+    games = list_games(json_root, split)
+    return training_order(games) if split == "train" else games

@@ -12,15 +12,26 @@ translates its PDDL to fast-downward's SAS format on every reset; both are memoi
 (``engine_cache``), so the members of an episode group and repeated resets of one game do that work once.
 ``close()`` frees the engine's planning task.
 
-Tasks: ``reset(seed=i, options={"split": s})`` plays game ``i`` of :func:`environments.alfworld.data.list_games`
-(the split's games sorted by path). ``train`` wraps around (``i % n``); ``valid_seen``/``valid_unseen`` are
-fixed evaluation lists and ``i >= n`` is an error. ``seed=None`` draws the game from ``self.np_random``.
-``task_id`` is the game's path relative to ``json_2.1.1``; ``task_type`` is pick, look, clean, heat, cool or
-pick2; the task text is the goal of the "Your task is to: ..." line.
+Tasks: ``reset(seed=i, options={"split": s})`` plays game ``i`` of :func:`environments.alfworld.data.games_by_seed`.
+``valid_seen``/``valid_unseen`` are fixed evaluation lists (the split's games sorted by path) and ``i >= n`` is an
+error. ``train`` plays :func:`~environments.alfworld.data.training_order`, an interleave of the sorted list by task
+type, and wraps around (``i % n``): seeds ``0..k-1`` hold every task type in proportion for any ``k``, and
+``k >= n`` plays every game. ``seed=None`` draws the game from ``self.np_random``. ``task_id`` is the game's path
+relative to ``json_2.1.1``; ``task_type`` is pick, look, clean, heat, cool or pick2; the task text is the goal of
+the "Your task is to: ..." line.
 
-Actions: exactly the engine's admissible commands, including ``look``, ``inventory``, ``examine ...`` and
-``help`` (ALFWorld agents keep them). A reply is matched after collapsing runs of whitespace and
-lower-casing; anything else (a typo, a trailing period, a command that is not admissible now) is invalid.
+Actions: the engine's admissible commands (``look``, ``inventory``, ``examine ...`` included) except ``help``,
+which the reference implementation leaves out of the listed actions too (verl-agent, ``env_manager.py``,
+``AlfWorldEnvironmentManager.build_text_obs``). A reply is matched after collapsing runs of whitespace and
+lower-casing; anything else (a typo, a trailing period, a command that is not admissible now) is invalid under
+the ``admissible`` invalid-action rule. Under the ``format`` rule (the reference's ``alfworld_projection``: an
+action block, think tags, no Chinese characters) such a command is sent to the engine as it is, which answers
+"Nothing happens." (or runs ``help``) and leaves the state as it was; that answer is the next observation. A reply
+without an action block sends its last 30 characters, as the reference does.
+
+Prompt: the task is stated once, in the prompt's header; :meth:`AlfWorldEnv.render_prompt` leaves the "Your task
+is to: ..." line out of the observations it shows (the first observation holds it). The observations themselves
+(``observation`` anchor keys, history records) are the engine's text, unchanged.
 
 Reward: ``success_reward`` (default 10.0, as in the GiGPO paper) on the step that wins, else 0; the episode
 terminates when won. ALFWorld has no losing state.
@@ -40,8 +51,8 @@ Anchor keys:
       :meth:`AlfWorldEnv.state_facts` lists what is digested.
     * ``observation``: the raw text of the last observation, as in the paper. It aliases states: "You arrive
       at cabinet 1. The cabinet 1 is closed." reads the same whatever the agent carries, and "Nothing
-      happens." (which the engine answers to a non-admissible command, never reached through
-      :meth:`parse_action`) would be one key for every state. The ``state`` key has no such aliasing.
+      happens." (which the engine answers to a non-admissible command, sent under the ``format`` rule only) is
+      one key for every state. The ``state`` key has no such aliasing.
 
 Thread safety: the engine keeps process-global state (the fast-downward translator's options, the grammar
 parser; it swaps ``sys.stdout`` and overwrites ``sys.argv`` on every reset), so every engine call runs under
@@ -59,12 +70,12 @@ import math
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from os import PathLike
 from pathlib import Path
 from typing import Any
 
-from environments.alfworld.data import SPLITS, GameEntry, keep_data_env_var, list_games, resolve_json_root
+from environments.alfworld.data import SPLITS, GameEntry, games_by_seed, keep_data_env_var, resolve_json_root
 from environments.alfworld.prompt import ALFWORLD_HISTORY_ITEM, ALFWORLD_PROMPT
 from environments.base import StepResult, TextEnv
 
@@ -74,6 +85,8 @@ logger = logging.getLogger(__name__)
 
 #: predicates no precondition, goal or feedback text reads (set by look/examine/inventory/help/open)
 BOOKKEEPING_PREDICATES = frozenset({"checked"})
+#: engine commands left out of the admissible actions (as the reference's prompt leaves them out)
+HIDDEN_COMMANDS = frozenset({"help"})
 _TASK_PREFIX = "Your task is to: "
 _ENGINE_LOCK = threading.RLock()
 
@@ -125,6 +138,13 @@ def _engine_call(*, cache: bool = True) -> Iterator[None]:
         finally:
             fast_downward.pddl2sas, pddl_logic.GameLogic = originals
             sys.argv[:] = argv
+
+
+def _without_task_line(text: str) -> str:
+    """``text`` without its "Your task is to: ..." lines and the blank lines they leave at the end."""
+    if _TASK_PREFIX not in text:
+        return text
+    return "\n".join(line for line in text.split("\n") if not line.startswith(_TASK_PREFIX)).rstrip()
 
 
 def _is_state_fact(fact: Any) -> bool:
@@ -185,6 +205,7 @@ class AlfWorldEnv(TextEnv):
     splits = SPLITS
     prompt_template = ALFWORLD_PROMPT
     history_item_template = ALFWORLD_HISTORY_ITEM
+    format_fallback_chars = 30
 
     def __init__(
         self,
@@ -230,8 +251,10 @@ class AlfWorldEnv(TextEnv):
 
     # ------------------------------------------------------------------ games
     def games(self, split: str) -> tuple[GameEntry, ...]:
-        """The playable games of ``split``, sorted by path (``reset(seed=i)`` plays entry ``i``)."""
-        return list_games(self.json_root, split)
+        """The playable games of ``split`` in seed order (``reset(seed=i)`` plays entry ``i``, ``i % n`` for
+        ``train``): sorted by path for the evaluation splits, the task-type interleave for ``train`` (module
+        docstring)."""
+        return games_by_seed(self.json_root, split)
 
     def num_tasks(self, split: str) -> int | None:
         """Size of the fixed task list of ``split``: the number of games of ``valid_seen``/``valid_unseen``
@@ -239,7 +262,17 @@ class AlfWorldEnv(TextEnv):
         self._check_split(split)
         return None if split == "train" else len(self.games(split))
 
-    def _pick_game(self, split: str) -> GameEntry:
+    def task_type_of(self, seed: int, split: str) -> str:
+        """The task kind (pick, look, clean, heat, cool or pick2) of the game ``reset(seed=seed)`` plays in
+        ``split``, from the game list alone.
+
+        Raises:
+            ValueError: unknown split, a split without games, or a seed past a fixed evaluation list.
+        """
+        self._check_split(split)
+        return self._game_of(split, int(seed)).kind
+
+    def _game_of(self, split: str, seed: int | None) -> GameEntry:
         games = self.games(split)
         if not games:
             raise ValueError(
@@ -247,22 +280,22 @@ class AlfWorldEnv(TextEnv):
                 "with `python -m environments.alfworld.synth --out DIR` or download the real data "
                 "(`alfworld-download`)"
             )
-        if self.seed is None:
+        if seed is None:
             return games[int(self.np_random.integers(len(games)))]
         if split == "train":
-            return games[self.seed % len(games)]
-        if self.seed >= len(games):
+            return games[seed % len(games)]
+        if seed >= len(games):
             raise ValueError(
-                f"alfworld: seed {self.seed} is out of range for the fixed evaluation list of {split!r}, which "
+                f"alfworld: seed {seed} is out of range for the fixed evaluation list of {split!r}, which "
                 f"has {len(games)} games (use seeds 0..{len(games) - 1})"
             )
-        return games[self.seed]
+        return games[seed]
 
     # ------------------------------------------------------------------ hooks
     def _reset(self, split: str, options: dict[str, Any]) -> str:
         if self._tw is None:
             raise RuntimeError("alfworld: the environment was closed; make a new one")
-        game = self._pick_game(split)
+        game = self._game_of(split, self.seed)
         path = self.json_root / game.rel_path
         self.task_id = game.rel_path
         self.task_type = game.kind
@@ -306,7 +339,13 @@ class AlfWorldEnv(TextEnv):
     def _admissible_actions(self) -> list[str] | None:
         if self._state is None:
             return None
-        return list(self._state["admissible_commands"])
+        return [c for c in self._state["admissible_commands"] if c not in HIDDEN_COMMANDS]
+
+    def _unmatched_step(self, command: str) -> StepResult:
+        """Send a command that is not admissible now to the engine, as the reference does under its format rule:
+        the engine answers "Nothing happens." and leaves the state (or runs a hidden command such as ``help``,
+        which changes only bookkeeping facts)."""
+        return self._step(command)
 
     def _match_action(self, candidate: str) -> str | None:
         wanted = " ".join(candidate.split()).lower()
@@ -314,6 +353,13 @@ class AlfWorldEnv(TextEnv):
             if " ".join(command.split()).lower() == wanted:
                 return command
         return None
+
+    # ------------------------------------------------------------------ prompt
+    def render_prompt(self, observation: str, info: dict[str, Any], history: Sequence[tuple[str, str]] = ()) -> str:
+        """The base prompt, with the task stated once: the header's task line stays, and the "Your task is to:
+        ..." line is left out of the observations shown (the first observation of a game holds it)."""
+        shown = [(_without_task_line(obs), act) for obs, act in history]
+        return super().render_prompt(_without_task_line(observation), info, shown)
 
     # ------------------------------------------------------------------ extras
     def state_facts(self, *, names: bool = True) -> list[str]:

@@ -10,7 +10,9 @@ because a model trained from scratch with sparse reward finds that feature, and 
 picture of the grid (flat after 780 iterations in earlier measurements; see "Why this task" in the README). The
 offset comes last, next to where the reply starts, and the walls use words that are not actions, so the only action
 words in the observation point at the target. Actions: ``up``, ``down``, ``left``, ``right`` (bare words or
-``<action>...</action>``). Moving into a wall or off the grid is a valid no-op (the step still counts). Reward 1 on
+``<action>...</action>``). Moving into a wall or off the grid is a valid no-op (the step still counts); so is,
+under the ``format`` invalid-action rule (the default one of :mod:`environments.base`: an action block and think
+tags), a well-formed reply naming another word: the step counts, nothing moves, no penalty. Reward 1 on
 reaching the goal (terminated, won); 0 otherwise. The prompt (``prompt.py``) is just the recent history and this
 observation: short prompts keep CPU training fast.
 
@@ -243,6 +245,15 @@ class GridNavEnv(TextEnv):
         self.task: GridTask | None = None
         self.agent: Cell = (0, 0)
         self.has_key = False
+
+    def task_type_of(self, seed: int, split: str) -> str:
+        """``"key"`` in the key variant, else ``"goal"`` (every task of a variant has the same type).
+
+        Raises:
+            ValueError: unknown split.
+        """
+        self._check_split(split)
+        return "key" if self.with_key else "goal"
 
     # ------------------------------------------------------------------ hooks
     def _reset(self, split: str, options: dict[str, Any]) -> str:

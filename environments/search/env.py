@@ -30,6 +30,14 @@ Observation: ``"Question: <question>\\n"`` followed by the information returned 
 answer and its verdict. Never the query, the turn count or past results, so two queries that retrieve the same
 passages in the same order give the same observation.
 
+The ``format`` invalid-action rule (``parse_action(text, rule="format")``, :func:`parse_search_format`) is the
+reference's ``search_projection``: the reply is cut after its first ``</search>`` (else after its first
+``</answer>``); the command is the first ``<search>...</search>`` block of what remains, else its first
+``<answer>...</answer>`` block (tags any case), else none; the reply is invalid when it has neither block, has both
+a ``<search>`` and an ``<answer>`` tag, or has either tag more than once (no ``<think>`` requirement). An invalid
+reply's block is still sent, as in the reference. A block whose content is empty after cleaning sends nothing
+(the invalid-action step: the turn is used), keeping the reference's validity flag.
+
 State (``key_mode="state"``): the question id, the SORTED SET of passage ids retrieved so far (what the agent
 has found, whatever the order and the queries), and the normalised answer once given. The observation key
 (default) is finer in one way: it also tells which passages the last search displayed.
@@ -46,7 +54,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from environments.base import MAX_PARSE_CHARS, StepResult, TextEnv
+from environments.base import INVALID_ACTION_RULES, MAX_PARSE_CHARS, StepResult, TextEnv, extract_tag
 from environments.search.corpus import (
     SPLITS,
     CorpusConfig,
@@ -66,6 +74,7 @@ __all__ = [
     "match_canonical",
     "normalize_answer",
     "parse_search_action",
+    "parse_search_format",
 ]
 
 #: Longest query kept (characters); longer ones are cut. Real queries are a few words; Search-R1 queries are short.
@@ -183,6 +192,31 @@ def parse_search_action(llm_text: Any) -> tuple[str | None, bool]:
     else:
         action = _canonical(*blocks[0])
     return (action, True) if action is not None else (None, False)
+
+
+_SEARCH_OPEN = re.compile("<search>", re.IGNORECASE)
+_ANSWER_OPEN = re.compile("<answer>", re.IGNORECASE)
+
+
+def parse_search_format(text: str) -> tuple[str | None, bool]:
+    """The ``format`` rule (the reference's ``search_projection``; see the module docstring): ``(command, valid)``
+    with the command ``"search[q]"``, ``"answer[a]"`` or None. Linear in ``len(text)``."""
+    for closing in ("</search>", "</answer>"):  # the reference cuts at the first closing tag, exact case
+        cut = text.find(closing)
+        if cut != -1:
+            trimmed = text[: cut + len(closing)]
+            break
+    else:
+        trimmed = text
+    command, found = None, False
+    for verb in ("search", "answer"):
+        blocks = extract_tag(trimmed, verb)  # the first block is the reference's non-greedy regex match
+        if blocks:
+            command, found = _canonical(verb, blocks[0]), True
+            break
+    n_search, n_answer = len(_SEARCH_OPEN.findall(text)), len(_ANSWER_OPEN.findall(text))
+    valid = found and not (n_search and n_answer) and n_search <= 1 and n_answer <= 1
+    return command, valid
 
 
 # ---------------------------------------------------------------------------------------------- environment
@@ -352,9 +386,43 @@ class SearchQAEnv(TextEnv):
     def _match_action(self, candidate: str) -> str | None:
         return match_canonical(candidate)
 
-    def parse_action(self, llm_text: str) -> tuple[str | None, bool]:
-        """Extract ``search[q]`` / ``answer[a]`` from an LLM reply (rules in the module docstring); pure and total."""
-        return parse_search_action(llm_text)
+    def parse_action(self, llm_text: str, rule: str = "admissible") -> tuple[str | None, bool]:
+        """Extract ``search[q]`` / ``answer[a]`` from an LLM reply under ``rule`` (``"admissible"``:
+        :func:`parse_search_action`; ``"format"``: :func:`parse_search_format`; rules in the module docstring);
+        pure and total in ``llm_text``.
+
+        Raises:
+            ValueError: ``rule`` is not one of :data:`~environments.base.INVALID_ACTION_RULES`.
+        """
+        if rule not in INVALID_ACTION_RULES:
+            raise ValueError(f"unknown invalid-action rule {rule!r}; use one of {list(INVALID_ACTION_RULES)}")
+        if rule == "admissible":
+            return parse_search_action(llm_text)
+        if isinstance(llm_text, bytes | bytearray):
+            llm_text = bytes(llm_text).decode("utf-8", errors="replace")
+        if not isinstance(llm_text, str):
+            return None, False
+        return parse_search_format(llm_text[:MAX_PARSE_CHARS])
+
+    def example_reply(self, action: str) -> str:
+        """A well-formed reply taking ``action`` (``search[q]`` or ``answer[a]``) under both rules:
+        ``<think>...</think><search>q</search>`` (or ``<answer>a</answer>``); any other string goes into a search
+        block."""
+        match = _CANONICAL.fullmatch(action.strip())
+        verb, content = (match.group(1).lower(), match.group(2)) if match else ("search", action)
+        return f"<think>I choose {verb}.</think><{verb}>{content}</{verb}>"
+
+    def task_type_of(self, seed: int, split: str) -> str | None:
+        """The kind of question ``reset(seed=seed)`` plays in ``split`` (``questions[split][seed mod n]``).
+
+        Raises:
+            ValueError: unknown ``split``, or a split without questions.
+        """
+        self._check_split(split)
+        questions = self.questions.get(split, ())
+        if not questions:
+            raise ValueError(f"search: the {split!r} split has no questions; give questions with that split")
+        return questions[int(seed) % len(questions)].kind
 
     def example_actions(self) -> list[str]:
         """A few concrete actions for the current question, built from its words only (never from the gold

@@ -29,6 +29,14 @@ and an optional period before or after the closing quote (``"down".``, ``'up.'``
 action (``step(None)``, the invalid-action step).
 A move into a wall, or a push into a wall or another box, is a valid action that changes nothing.
 
+**The format rule** (``parse_action(text, rule="format")``, the reference's ``sokoban_projection``): the command
+is the first of ``up``, ``down``, ``left``, ``right``, ``still`` found anywhere in the lower-cased text between the
+first ``<action>`` and the first ``</action>`` (so ``<action>push the box up</action>`` is ``up``); the reply is
+valid when such a word is found and it has a ``<think>`` and a ``</think>`` tag (no Chinese-character test here,
+as in the reference). Otherwise the command is ``still``, and the reply is invalid. ``still`` (or any command that
+is not an action) is an unmatched command: nothing moves, and it costs ``reward_step`` like a blocked move (the
+reference's no-op action 0 is charged the step cost too).
+
 **Reward** (gym-sokoban's scheme; every value is a constructor argument), for a valid step::
 
     r = reward_step                                      (-0.1, every valid move, blocked or not)
@@ -71,6 +79,10 @@ logger = logging.getLogger(__name__)
 #: Most room states the generator may keep (``max_gen_states``): bounds the memory and time of one reset.
 MAX_GEN_STATES = 2_000_000
 
+#: The reference's sokoban_projection looks for these words, in this order, in the action block; "still" is a no-op.
+FORMAT_WORDS = ("up", "down", "left", "right", "still")
+_ACTION_OPEN = re.compile("<action>", re.IGNORECASE)
+_ACTION_CLOSE = re.compile("</action>", re.IGNORECASE)
 _ACTION_RE = re.compile(r"""["'`]?(?:(?:move|go|push)\s+)?(up|down|left|right)\.?["'`]?\.?""", re.IGNORECASE)
 _OPPOSITE = {"up": "down", "down": "up", "left": "right", "right": "left"}
 _CHECKER_PATH_LEN = 4  # checker_paths enumerates every action sequence up to this length
@@ -156,6 +168,15 @@ class SokobanEnv(TextEnv):
         self._room: Room | None = None
         self._unseeded_resets = 0
 
+    def task_type_of(self, seed: int, split: str) -> str:
+        """The room configuration, e.g. ``"sokoban-6x6-1box"`` (the same for every task of an environment).
+
+        Raises:
+            ValueError: unknown split.
+        """
+        self._check_split(split)
+        return str(self.task_type)
+
     # ------------------------------------------------------------------ hooks
     def _generate(self, rng: np.random.Generator) -> Room:
         return generate_room(
@@ -229,6 +250,26 @@ class SokobanEnv(TextEnv):
 
     def _admissible_actions(self) -> list[str]:
         return list(ACTIONS)
+
+    def _parse_format(self, text: str) -> tuple[str | None, bool]:
+        """The reference's Sokoban format rule (module docstring): ``(word, valid)``, ``("still", False)`` when the
+        action block is missing or names no move."""
+        start, end = _ACTION_OPEN.search(text), _ACTION_CLOSE.search(text)
+        command, valid = "still", False
+        if start is not None and end is not None:
+            content = text[start.end() : end.start()].lower()
+            found = next((word for word in FORMAT_WORDS if word in content), None)
+            if found is not None:
+                command, valid = found, True
+        return command, valid and "<think>" in text and "</think>" in text
+
+    def _unmatched_step(self, command: str) -> StepResult:
+        """A command that is not a move (e.g. the format rule's ``still``): nothing changes; the move is charged
+        ``reward_step``."""
+        return StepResult(
+            observation=f"You stay where you are. Nothing changed.\n{render_room(self._require_room())}",
+            reward=self.reward_step,
+        )
 
     def _require_room(self) -> Room:
         if self._room is None:

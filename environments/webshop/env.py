@@ -18,7 +18,10 @@ the fixed goals 0-499 (so ``seed=500`` is goal 0 again; evaluate on seeds 0-499)
 **Actions** (:mod:`environments.webshop.protocol`): ``search[keywords]`` on the search page, ``click[x]`` for a
 button / product id / option value on the page, case-insensitive (canonical form lower case). An action that is
 not available on the current page is not a valid action (``parse_action`` gives ``(None, False)``; the runner
-then takes the invalid-action step). ``admissible_actions`` lists the clicks, and ``"search[<your query>]"`` on the
+then takes the invalid-action step); under the ``format`` invalid-action rule it is sent as an unmatched command
+and, as in WebShop, nothing happens (the page stays). A reply without an action block sends its last 20
+characters, as the reference's ``webshop_projection`` does. ``admissible_actions`` lists the clicks, and
+``"search[<your query>]"`` on the
 search page; ``example_actions()`` gives concrete searches there (the instruction without its price clause, the
 product type, the product type with the wanted attributes).
 
@@ -68,6 +71,7 @@ class WebShopEnv(TextEnv):
     splits = ("train", "test")
     prompt_template = WEBSHOP_PROMPT
     history_item_template = WEBSHOP_HISTORY_ITEM
+    format_fallback_chars = 20
 
     def __init__(
         self,
@@ -94,6 +98,16 @@ class WebShopEnv(TextEnv):
         self._check_split(split)
         return len(self.catalogue.goals[split])
 
+    def task_type_of(self, seed: int, split: str) -> str:
+        """The category of goal ``seed mod len(split)``, the goal ``reset(seed=seed)`` plays.
+
+        Raises:
+            ValueError: unknown split.
+        """
+        self._check_split(split)
+        goals = self.catalogue.goals[split]
+        return goals[int(seed) % len(goals)].category
+
     # ------------------------------------------------------------------ hooks
     def _reset(self, split: str, options: dict[str, Any]) -> str:
         goals = self.catalogue.goals[split]
@@ -107,14 +121,8 @@ class WebShopEnv(TextEnv):
         return self._state_observation()
 
     def _step(self, action: str) -> StepResult:
-        canonical = self._match_action(action)
-        if canonical is None:
-            raise ValueError(
-                f"action {action!r} is not available on this page; pass parse_action's result (None when invalid). "
-                f"Available: {self._admissible_actions()}"
-            )
-        parts = split_action(canonical)
-        assert parts is not None, canonical  # a canonical action always splits
+        parts = split_action(action)
+        assert parts is not None, action  # a canonical action (from _match_action) always splits
         self._page = apply(self.catalogue, self._page, *parts)
         if self._page.kind != "done":
             return StepResult(observation=self._state_observation())

@@ -14,8 +14,10 @@ as they are. What this adapter adds is the contract of :class:`environments.base
   category.
 * **Actions.** The same syntax as the simulator (:mod:`environments.webshop.protocol`); ``search[...]`` only where
   the page has a search bar, ``click[...]`` only for the page's clickables (WebShop itself silently ignores other
-  actions; here they are invalid actions). ``admissible_actions`` = ``"search[<your query>]"`` on the search page,
-  else the clickables as ``click[...]`` (WebShop's own ``search`` button is left out, as in WebShop's baselines).
+  actions; here they are invalid actions under the ``admissible`` rule, and unmatched commands that change nothing
+  under the ``format`` rule, which also sends a tag-less reply's last 20 characters). ``admissible_actions`` =
+  ``"search[<your query>]"`` on the search page, else the clickables as ``click[...]`` (WebShop's own ``search``
+  button is left out, as in WebShop's baselines).
 * **Observation.** WebShop's text-mode page, unchanged. **Reward.** WebShop's, on ``click[buy now]``
   (terminated; ``won`` = reward == 1.0).
 * **State digest.** Built from WebShop's session record: page kind (from the URL), keywords, results page,
@@ -103,6 +105,7 @@ class WebShopRealEnv(TextEnv):
     splits = ("train", "test")
     prompt_template = WEBSHOP_PROMPT
     history_item_template = WEBSHOP_HISTORY_ITEM
+    format_fallback_chars = 20
 
     def __init__(
         self,
@@ -145,6 +148,16 @@ class WebShopRealEnv(TextEnv):
             ValueError: unknown split, or ``"train"`` when WebShop loaded 500 goals or fewer.
         """
         return self._split_goals(split)[1]
+
+    def task_type_of(self, seed: int, split: str) -> str | None:
+        """The category of the WebShop goal ``reset(seed=seed)`` plays in ``split`` (None when it has none).
+
+        Raises:
+            ValueError: unknown split, or ``"train"`` when WebShop loaded 500 goals or fewer.
+        """
+        offset, size = self._split_goals(split)
+        category = self._env.server.goals[offset + int(seed) % size].get("category")
+        return None if category is None else str(category)
 
     def _session(self) -> dict[str, Any]:
         return self._env.server.user_sessions[self._env.session]
@@ -192,14 +205,8 @@ class WebShopRealEnv(TextEnv):
         return obs
 
     def _step(self, action: str) -> StepResult:
-        canonical = self._match_action(action)
-        if canonical is None:
-            raise ValueError(
-                f"action {action!r} is not available on this page; pass parse_action's result (None when invalid). "
-                f"Available: {self._admissible_actions()}"
-            )
-        obs, reward, done, _ = self._env.step(canonical)
-        parts = split_action(canonical)
+        obs, reward, done, _ = self._env.step(action)  # the canonical action, in WebShop's spelling (_match_action)
+        parts = split_action(action)
         self._sub = parts[1] if parts is not None and self._page_name() == "item_sub_page" else ""
         self._refresh_actions()
         reward = float(reward or 0.0)

@@ -6,11 +6,18 @@ from verl_gigpo.rollout import StepRecord
 
 
 def make_step(
-    i: int, *, valid: bool = True, reward: float = 0.0, dropped: int = 0, versions: tuple[int, int] | None = None
+    i: int,
+    *,
+    valid: bool = True,
+    reward: float = 0.0,
+    dropped: int = 0,
+    versions: tuple[int, int] | None = None,
+    cut: bool = False,
 ) -> StepRecord:
     """Step ``i`` of a made-up episode: a 3-token prompt, a 2-token reply ``up`` (or no valid action, which costs
-    the 0.1 invalid-action penalty in ``step_reward``), ``dropped`` history items, and, when ``versions`` is given,
-    the rollout server's weight versions ``(min_global_steps, max_global_steps)`` in ``generation_info``."""
+    the 0.1 invalid-action penalty in ``step_reward``), ``dropped`` history items, an observation cut to the cap
+    when ``cut``, and, when ``versions`` is given, the rollout server's weight versions
+    ``(min_global_steps, max_global_steps)`` in ``generation_info``."""
     return StepRecord(
         step_id=i,
         observation=f"obs{i}",
@@ -28,5 +35,6 @@ def make_step(
         truncated=False,
         won=False,
         history_dropped=dropped,
+        observation_truncated=cut,
         generation_info={} if versions is None else {"min_global_steps": versions[0], "max_global_steps": versions[1]},
     )

@@ -12,6 +12,11 @@ environments map a seed to a task, e.g. ALFWorld's game index modulo the number 
 FIXED task list: tasks ``0..val_size-1`` of the evaluation split (ALFWorld ``valid_seen``/``valid_unseen``: every
 game of the split by default; WebShop: goals 0-499 of ``test``; others: the first ``val_size`` seeds of ``test``),
 never random draws, so numbers are comparable across runs.
+
+Data prep reports what it wrote: how many tasks of each task type each file holds, for environments that can tell a
+seed's task type without building the task (:meth:`environments.base.TextEnv.task_type_of`: ALFWorld's six types,
+WebShop's categories, search's question kinds). The counts are logged, printed by the command line and written to
+``task_types.json`` beside the parquet files (``null`` where the environment cannot tell).
 """
 
 from __future__ import annotations
@@ -19,15 +24,19 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from environments import list_envs, make_env
+from environments import TextEnv, list_envs, make_env
 from verl_gigpo import AGENT_LOOP_NAME
 
-__all__ = ["DEFAULT_VAL_SPLIT", "main", "task_rows", "write_task_files"]
+__all__ = ["DEFAULT_VAL_SPLIT", "REPORT_NAME", "main", "task_rows", "task_type_counts", "write_task_files"]
+
+#: The task-type report written beside train.parquet and val.parquet.
+REPORT_NAME = "task_types.json"
 
 logger = logging.getLogger(__name__)
 
@@ -64,18 +73,23 @@ def task_rows(env_name: str, split: str, seeds: range, *, data_source: str | Non
     return rows
 
 
-def _inspect_env(env_name: str, splits: tuple[str, ...], env_kwargs: dict[str, Any]) -> int | None:
-    """Check that the environment knows ``splits``; return the size of the fixed task list of ``splits[-1]``
-    (:meth:`environments.base.TextEnv.num_tasks`), or None when its tasks are procedural or unbounded."""
-    env = make_env(env_name, **env_kwargs)
-    try:
-        for split in splits:
-            if split not in env.splits:
-                raise ValueError(f"{env_name} has no split {split!r}; its splits: {list(env.splits)}")
-        n_tasks = env.num_tasks(splits[-1])
-        return None if n_tasks is None else int(n_tasks)
-    finally:
-        env.close()
+def task_type_counts(env: TextEnv, split: str, seeds: range) -> dict[str, int] | None:
+    """``{task type: number of seeds}`` of ``seeds`` in ``split``, sorted by type, from
+    :meth:`~environments.base.TextEnv.task_type_of`; None when the environment cannot tell a seed's type."""
+    counts: Counter[str] = Counter()
+    for seed in seeds:
+        task_type = env.task_type_of(seed, split)
+        if task_type is None:
+            return None
+        counts[str(task_type)] += 1
+    return dict(sorted(counts.items()))
+
+
+def _describe(name: str, report: dict[str, Any]) -> str:
+    """One line of the report: ``train: 2048 tasks of split 'train'; task types: clean 340, cool 300, ...``."""
+    types = report["task_types"]
+    listed = ", ".join(f"{t} {n}" for t, n in types.items()) if types is not None else "not known before reset"
+    return f"{name}: {report['tasks']} tasks of split {report['split']!r}; task types: {listed}"
 
 
 def write_task_files(
@@ -121,21 +135,33 @@ def write_task_files(
             f"training tasks too; use an evaluation split (default for {env_name}: "
             f"{DEFAULT_VAL_SPLIT.get(env_name, 'test')!r})"
         )
-    fixed = _inspect_env(env_name, (train_split, val_split), env_kwargs)
-    if val_size is None:
-        val_size = fixed if fixed is not None else DEFAULT_VAL_SIZE.get(env_name, 64)
-    if val_size < 1:
-        raise ValueError(f"val_size must be >= 1, got {val_size}")
-    if fixed is not None and val_size > fixed:
-        raise ValueError(f"{env_name} split {val_split!r} has {fixed} tasks; val_size={val_size} is larger")
+    env = make_env(env_name, **env_kwargs)
+    try:
+        for split in (train_split, val_split):
+            if split not in env.splits:
+                raise ValueError(f"{env_name} has no split {split!r}; its splits: {list(env.splits)}")
+        fixed = env.num_tasks(val_split)  # the size of a fixed evaluation list, None when tasks are procedural
+        if val_size is None:
+            val_size = int(fixed) if fixed is not None else DEFAULT_VAL_SIZE.get(env_name, 64)
+        if val_size < 1:
+            raise ValueError(f"val_size must be >= 1, got {val_size}")
+        if fixed is not None and val_size > fixed:
+            raise ValueError(f"{env_name} split {val_split!r} has {fixed} tasks; val_size={val_size} is larger")
+        report = {
+            name: {"split": split, "tasks": size, "task_types": task_type_counts(env, split, range(size))}
+            for name, split, size in (("train", train_split, train_size), ("val", val_split, val_size))
+        }
+    finally:
+        env.close()
     out = Path(out_dir).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     train_path, val_path = out / "train.parquet", out / "val.parquet"
     pd.DataFrame(task_rows(env_name, train_split, range(train_size))).to_parquet(train_path)
     pd.DataFrame(task_rows(env_name, val_split, range(val_size))).to_parquet(val_path)
-    logger.info(
-        "wrote %d train tasks to %s and %d %s tasks to %s", train_size, train_path, val_size, val_split, val_path
-    )
+    (out / REPORT_NAME).write_text(json.dumps({"env_name": env_name, **report}, indent=2) + "\n")
+    logger.info("wrote %s and %s (%s)", train_path, val_path, out / REPORT_NAME)
+    for name, part in report.items():
+        logger.info("%s", _describe(name, part))
     return train_path, val_path
 
 
@@ -170,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError) as exc:  # bad arguments, including environment constructor arguments
         parser.error(str(exc))
     print(f"train: {train_path}\nval:   {val_path}")
+    report = json.loads((Path(train_path).parent / REPORT_NAME).read_text())
+    for name in ("train", "val"):
+        print(_describe(name, report[name]))
     return 0
 
 

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl_gigpo.config import group_size_warning
 from verl_gigpo.credit import CreditLogOptions
+from verl_gigpo.rollout.types import check_invalid_action
 
 __all__ = ["DEFAULT_CONFIG", "ESTIMATORS", "gigpo_config", "load_config", "validate_config"]
 
@@ -176,6 +177,7 @@ def validate_config(cfg: DictConfig) -> None:
 
     get_policy_loss_fn(actor.policy_loss.loss_mode)  # raises with the list of known losses
     CreditLogOptions.from_trainer(cfg.trainer)  # trainer.credit_log_*: raises naming the key
+    check_invalid_action(cfg.env.invalid_action)  # env.invalid_action: the episode runner's own check
     if cfg.algorithm.adv_estimator == "gigpo":
         gigpo_config(cfg)  # validates algorithm.gigpo.*
 

@@ -217,6 +217,7 @@ class LocalTrainer:
             max_response_length=cfg.actor_rollout_ref.rollout.response_length,
             invalid_action_penalty=float(cfg.env.invalid_action_penalty),
             key_mode=self.gigpo.env_key_mode if self.gigpo is not None else "state",
+            invalid_action=str(cfg.env.invalid_action),
         )
         self.env_kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
         self.allowed_ids = self._action_token_ids() if cfg.local.constrain_to_actions else None

@@ -8,8 +8,15 @@ One call plays one episode of one task::
 
 Each step: render the environment's prompt (task, last ``history_length`` steps, current observation,
 admissible actions) -> encode (chat template) -> ``await generator.generate(...)`` -> decode -> ``parse_action``
--> ``env.step`` (in a thread, off the event loop) -> record a :class:`StepRecord`. Environment calls run in an
-executor so that hundreds of episodes proceed concurrently with no lock-step barrier between them.
+(under ``EpisodeConfig.invalid_action``) -> ``env.step`` (in a thread, off the event loop) -> record a
+:class:`StepRecord`. Environment calls run in an executor so that hundreds of episodes proceed concurrently with no
+lock-step barrier between them.
+
+The event loop stays free for the other episodes: an observation longer than
+``EpisodeConfig.max_observation_chars`` is cut to its end as it arrives (``StepRecord.observation_truncated``), a
+prompt is tokenised once per step (:func:`build_prompt`), and a prompt whose observations hold more than
+:data:`OFFLOAD_PROMPT_CHARS` characters is rendered and tokenised in a worker thread (Hugging Face's fast
+tokenizers release the GIL while they encode).
 
 An environment error (any exception from ``make``/``reset``/``step``) ends the episode: ``Episode.env_error``
 holds the message, the steps played so far are kept, and the caller decides what to do with them (the verl
@@ -30,12 +37,21 @@ from verl_gigpo.rollout.factory import make_task_env
 from verl_gigpo.rollout.pool import EnvPool
 from verl_gigpo.rollout.types import Episode, EpisodeConfig, Generator, StepRecord, TaskSpec
 
-__all__ = ["ChatPromptEncoder", "build_prompt", "run_episode"]
+__all__ = ["OFFLOAD_PROMPT_CHARS", "ChatPromptEncoder", "build_prompt", "cap_observation", "run_episode"]
 
 logger = logging.getLogger(__name__)
 
-#: Shown in the history in place of an action when the reply held none.
+#: Shown in the history in place of an action when the reply sent no command.
 INVALID_IN_HISTORY = "(invalid output)"
+
+#: Prompts whose observations (current and shown history) hold more characters than this are rendered and
+#: tokenised in a worker thread: tokenising costs ~1-3 us a character, so a longer prompt would hold the event loop
+#: (and every other episode of the worker) for more than ~10 ms; shorter ones stay on the loop, where a thread hop
+#: would cost more than it saves.
+OFFLOAD_PROMPT_CHARS = 8_192
+
+#: The longest run of characters :func:`_removed_block` slides a removed block left to align it with tokens.
+_MAX_SLIDE = 256
 
 
 class ChatPromptEncoder:
@@ -54,15 +70,42 @@ class ChatPromptEncoder:
 
     def __call__(self, text: str) -> list[int]:
         """Return the token ids (P,) of ``text`` wrapped as a user turn plus the generation prompt."""
+        return list(self.tokenizer.encode(self._render(text), add_special_tokens=False))
+
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[int] | None]:
+        """``(ids, starts)``: the ids (P,) of :meth:`__call__` and, for each token, the position in ``text`` where
+        it starts (P,); tokens of the chat template start before 0 or at ``len(text)`` and after. ``starts`` is None
+        when the tokenizer gives no offsets (a slow tokenizer) or the chat template does not hold ``text``
+        verbatim. One tokenisation."""
+        rendered = self._render(text)
+        at = rendered.rfind(text)
+        try:
+            encoded = self.tokenizer(rendered, add_special_tokens=False, return_offsets_mapping=True)
+        except NotImplementedError:  # slow (Python) tokenizers have no offsets
+            return list(self.tokenizer.encode(rendered, add_special_tokens=False)), None
+        ids = list(encoded["input_ids"])
+        if at < 0:
+            return ids, None
+        return ids, [start - at for start, _ in encoded["offset_mapping"]]
+
+    def _render(self, text: str) -> str:
+        """``text`` as one user turn plus the generation prompt (the chat template), or as is without a template."""
         if getattr(self.tokenizer, "chat_template", None) is None:
-            return list(self.tokenizer.encode(text, add_special_tokens=False))
+            return text
         messages = [{"role": "user", "content": text}]
         if self.system_prompt:
             messages.insert(0, {"role": "system", "content": self.system_prompt})
-        rendered = self.tokenizer.apply_chat_template(
+        return self.tokenizer.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=False, **self.chat_template_kwargs
         )
-        return list(self.tokenizer.encode(rendered, add_special_tokens=False))
+
+
+def cap_observation(text: str, max_chars: int) -> tuple[str, bool]:
+    """``(text, False)`` when ``text`` has at most ``max_chars`` characters, else ``(its last max_chars characters,
+    True)``: a prompt too long for its budget is cut from the left too, so the end is what a prompt can show."""
+    if len(text) <= max_chars:
+        return text, False
+    return text[len(text) - max_chars :], True
 
 
 def build_prompt(
@@ -77,16 +120,82 @@ def build_prompt(
 
     Returns ``(prompt_text, prompt_ids, history_used, prompt_truncated)``. When even the history-free prompt
     is too long, its ids are cut from the LEFT (the end holds the observation and the format instruction).
+
+    The prompt is tokenised once: with an encoder that gives token offsets (:meth:`ChatPromptEncoder.encode_with_
+    offsets`), the ids of a prompt with fewer history items are those of the full prompt with the dropped items'
+    tokens taken out. That equals encoding the shorter prompt afresh when the tokenizer splits at the items'
+    boundaries, as BPE pre-tokenisers do at the line starts where history items begin and end; where it does not
+    (a removed block that starts or ends inside a token), and for a plain callable encoder, the shorter prompts are
+    encoded again, one by one.
     """
     keep = min(config.history_length, len(history))
+    shown = list(history[len(history) - keep :]) if keep else []
+    text = env.render_prompt(observation, info, shown)
+    limit = config.max_prompt_length
+    encode_with_offsets = getattr(encoder, "encode_with_offsets", None)
+    if encode_with_offsets is None:
+        ids, starts = encoder(text), None
+    else:
+        ids, starts = encode_with_offsets(text)
+    if len(ids) <= limit:
+        return text, ids, keep, False
+    if keep == 0:
+        return text, ids[-limit:], 0, True
+    drop = 0
+    if starts is not None:
+        first_token_at: dict[int, int] = {}
+        for index, start in enumerate(starts):
+            first_token_at.setdefault(start, index)
+        while drop < keep:
+            drop += 1
+            shorter = env.render_prompt(observation, info, shown[drop:])
+            cut = _removed_block(text, shorter, first_token_at)
+            if cut is None:
+                logger.debug("build_prompt: dropped history does not align with tokens; encoding afresh")
+                break
+            kept = ids[: cut[0]] + ids[cut[1] :]
+            if len(kept) <= limit:
+                return shorter, kept, keep - drop, False
+            if drop == keep:
+                return shorter, kept[-limit:], 0, True
+        drop -= 1  # that drop could not be spliced: encode it (and any further one) afresh below
     while True:
-        text = env.render_prompt(observation, info, history[len(history) - keep :] if keep else [])
-        ids = encoder(text)
-        if len(ids) <= config.max_prompt_length:
-            return text, ids, keep, False
-        if keep == 0:
-            return text, ids[-config.max_prompt_length :], 0, True
-        keep -= 1
+        drop += 1
+        shorter = env.render_prompt(observation, info, shown[drop:])
+        ids = encoder(shorter)
+        if len(ids) <= limit:
+            return shorter, ids, keep - drop, False
+        if drop >= keep:
+            return shorter, ids[-limit:], 0, True
+
+
+def _removed_block(full: str, shorter: str, first_token_at: dict[int, int]) -> tuple[int, int] | None:
+    """The token range ``(i, j)`` of ``full``'s ids whose removal gives the ids of ``shorter``, when ``shorter`` is
+    ``full`` without one contiguous block that starts and ends at token starts; else None.
+
+    The block is found by the longest common prefix; since a repeated run (e.g. the ``[Step `` that opens both
+    the first dropped and the first kept history item) can be removed at several places, it is slid left, over
+    characters that equal the ones it would uncover, to a place that aligns with tokens.
+    """
+    removed = len(full) - len(shorter)
+    if removed <= 0:
+        return None
+    lo, hi = 0, len(shorter)  # longest common prefix, by bisection over C-speed slice compares
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if full[:mid] == shorter[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    start = lo
+    if full[start + removed :] != shorter[start:]:
+        return None  # more than one block differs
+    for a in range(start, max(start - _MAX_SLIDE, 0) - 1, -1):
+        if a < start and full[a] != full[a + removed]:
+            break  # sliding further would change the text
+        if a in first_token_at and a + removed in first_token_at:
+            return first_token_at[a], first_token_at[a + removed]
+    return None
 
 
 async def run_episode(
@@ -111,7 +220,7 @@ async def run_episode(
             step, so servers with sticky sessions keep the episode's prefix cache.
         encoder: prompt text -> prompt token ids (usually :class:`ChatPromptEncoder`).
         tokenizer: decodes the response (``skip_special_tokens=True``) before ``parse_action``.
-        config: episode settings (step limit, history, lengths, penalty, key mode).
+        config: episode settings (step limit, history, lengths, invalid-action rule and penalty, key mode).
         traj_id: unique id of this trajectory.
         sampling_params: passed to the generator unchanged.
         env_factory: builds the environment (default: the registry, :func:`make_task_env`); ignored with a pool.
@@ -160,10 +269,19 @@ async def run_episode(
     episode.task_id, episode.task_type = info.get("task_id"), info.get("task_type")
     history: list[tuple[str, str]] = []
     step_id = 0
+    observation, observation_cut = cap_observation(observation, config.max_observation_chars)
+    keep = config.history_length
     try:
         while True:
             glue_start = time.perf_counter()
-            prompt_text, prompt_ids, used, cut = build_prompt(env, observation, info, history, encoder, config)
+            shown = history[len(history) - keep :] if keep else []
+            shown_chars = len(observation) + sum(len(obs) for obs, _ in shown)
+            prompt_args = (env, observation, info, history, encoder, config)
+            if shown_chars > OFFLOAD_PROMPT_CHARS:  # long prompts are tokenised off the event loop
+                built = await loop.run_in_executor(None, build_prompt, *prompt_args)
+            else:
+                built = build_prompt(*prompt_args)
+            prompt_text, prompt_ids, used, cut = built
             timing["glue"] += time.perf_counter() - glue_start
 
             gen_start = time.perf_counter()
@@ -174,7 +292,10 @@ async def run_episode(
             response_ids = list(out.token_ids)[: config.max_response_length]
             logprobs = list(out.log_probs)[: config.max_response_length] if out.log_probs else None
             response_text = tokenizer.decode(response_ids, skip_special_tokens=True)
-            action, valid = env.parse_action(response_text)
+            if config.invalid_action == "admissible":  # the contract's default (environments overriding it too)
+                action, valid = env.parse_action(response_text)
+            else:  # format: a well-formed command is sent even when it is not an action now
+                action, valid = env.parse_action(response_text, rule=config.invalid_action)
             timing["glue"] += time.perf_counter() - glue_start
 
             try:
@@ -205,12 +326,13 @@ async def run_episode(
                     history_used=used,
                     history_dropped=min(config.history_length, len(history)) - used,
                     prompt_truncated=cut,
+                    observation_truncated=observation_cut,
                     generation_info=dict(getattr(out, "extra_fields", None) or {}),
                 )
             )
             episode.episode_return += step_reward
-            history.append((observation, action if valid else INVALID_IN_HISTORY))
-            observation, info = next_obs, next_info
+            history.append((observation, action if action is not None else INVALID_IN_HISTORY))
+            (observation, observation_cut), info = cap_observation(next_obs, config.max_observation_chars), next_info
             step_id += 1
             if terminated or truncated:
                 break

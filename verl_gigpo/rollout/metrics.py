@@ -6,8 +6,8 @@ step rows, :meth:`verl_gigpo.trainer.StepBatch.trajectory_summaries`; the local 
 :func:`episode_metrics`, so a metric name means the same thing whichever engine logged it.
 
 Trajectories whose environment failed (``env_error``) are left out of every policy metric (success, length, return,
-invalid actions, dropped history): a crashed environment says nothing about the policy, and its rows carry no
-learning signal on either engine. They are counted by ``env/env_error_rate``, ``episode/num_trajectories``,
+invalid actions, dropped history, cut observations): a crashed environment says nothing about the policy, and its rows
+carry no learning signal on either engine. They are counted by ``env/env_error_rate``, ``episode/num_trajectories``,
 ``episode/num_step_rows`` (verl keeps their rows in the batch, masked) and the seconds.
 
 Definitions (C = the trajectories whose environment did not fail, A = all trajectories; a mean over an empty C is
@@ -18,6 +18,7 @@ Definitions (C = the trajectories whose environment did not fail, A = all trajec
     env/episode_length               mean over C of length (environment steps played)
     env/invalid_action_rate          sum over C of num_invalid / sum over C of length        (per step)
     env/history_dropped_rate         sum over C of history_dropped_steps / sum over C of length  (per step)
+    env/observation_truncated_rate   sum over C of observation_truncated_steps / sum over C of length  (per step)
     env/env_error_rate               |A \\ C| / |A|
     episode/return_mean|std|min|max  mean, population std, min, max over C of episode_return
     episode/num_trajectories         |A|
@@ -52,6 +53,8 @@ class TrajectorySummary:
         episode_return: sum of the step rewards (environment reward plus the invalid-action penalty).
         num_invalid: steps whose reply held no valid action.
         history_dropped_steps: steps whose prompt lost history to fit the prompt budget.
+        observation_truncated_steps: steps whose observation was cut to the observation cap
+            (``EpisodeConfig.max_observation_chars``) before its prompt was rendered.
         env_error: the environment raised; the trajectory ended there and carries no learning signal.
         task_type: the environment's task type (e.g. ALFWorld's ``pick_and_place``), or None.
         env_seconds: seconds spent inside the environment (reset, step, close).
@@ -66,6 +69,7 @@ class TrajectorySummary:
     episode_return: float
     num_invalid: int = 0
     history_dropped_steps: int = 0
+    observation_truncated_steps: int = 0
     env_error: bool = False
     task_type: str | None = None
     env_seconds: float = 0.0
@@ -82,6 +86,7 @@ class TrajectorySummary:
             episode_return=float(episode.episode_return),
             num_invalid=episode.num_invalid,
             history_dropped_steps=sum(step.history_dropped > 0 for step in episode.steps),
+            observation_truncated_steps=episode.num_observation_truncated,
             env_error=failed,
             task_type=episode.task_type,
             env_seconds=float(episode.timing.get("env", 0.0)),
@@ -122,6 +127,9 @@ def episode_metrics(
         f"{prefix}/episode_length": mean([float(t.length) for t in done]),
         f"{prefix}/invalid_action_rate": sum(t.num_invalid for t in done) / steps if steps else 0.0,
         f"{prefix}/history_dropped_rate": sum(t.history_dropped_steps for t in done) / steps if steps else 0.0,
+        f"{prefix}/observation_truncated_rate": (
+            sum(t.observation_truncated_steps for t in done) / steps if steps else 0.0
+        ),
         f"{prefix}/env_error_rate": 1.0 - len(done) / len(trajectories),
         f"{episode_prefix}/return_mean": float(returns.mean()) if done else 0.0,
         f"{episode_prefix}/return_std": float(returns.std()) if done else 0.0,

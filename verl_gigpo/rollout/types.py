@@ -6,7 +6,44 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Episode", "EpisodeConfig", "GenerationOutput", "Generator", "StepRecord", "TaskSpec"]
+from environments.base import INVALID_ACTION_RULES
+
+__all__ = [
+    "OBSERVATION_CHARS_PER_PROMPT_TOKEN",
+    "Episode",
+    "EpisodeConfig",
+    "GenerationOutput",
+    "Generator",
+    "StepRecord",
+    "TaskSpec",
+    "check_invalid_action",
+]
+
+#: An observation longer than this many characters per prompt token (``max_prompt_length``) is cut to its last
+#: ``OBSERVATION_CHARS_PER_PROMPT_TOKEN * max_prompt_length`` characters before the prompt is rendered and tokenised.
+#: English BPE text averages about 4 characters a token (ALFWorld's and WebShop's text with Qwen's tokenizer), so
+#: the kept tail still holds about twice the prompt budget: a cut observation's prompt is cut from the left anyway
+#: and keeps the same end, while a huge observation costs bounded tokenising time.
+OBSERVATION_CHARS_PER_PROMPT_TOKEN = 8
+
+_RULE_MEANINGS = {
+    "admissible": "a reply is invalid, penalised and not executed unless it names an action admissible now",
+    "format": "the reference's rule: only a broken reply format is invalid and penalised; a well-formed command "
+    "goes to the environment even when it is not admissible",
+}
+
+
+def check_invalid_action(value: Any) -> str:
+    """Return ``value`` when it is an invalid-action rule (``env.invalid_action``: ``"format"`` or
+    ``"admissible"``, see :mod:`environments.base`).
+
+    Raises:
+        ValueError: naming ``env.invalid_action``, the value and what each rule means.
+    """
+    if value not in INVALID_ACTION_RULES:
+        rules = "; ".join(f"{rule!r}: {_RULE_MEANINGS[rule]}" for rule in INVALID_ACTION_RULES)
+        raise ValueError(f"env.invalid_action must be one of {list(INVALID_ACTION_RULES)} ({rules}), got {value!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -36,8 +73,11 @@ class EpisodeConfig:
     max_prompt_length: prompt token budget; when exceeded, the oldest history is dropped first, then the
         prompt is cut from the left as a last resort — an episode never fails for length.
     max_response_length: response tokens kept per step (longer generations are cut).
-    invalid_action_penalty: subtracted from the step reward when the reply holds no valid action (paper: 0.1).
+    invalid_action_penalty: subtracted from the step reward when the reply is invalid (paper: 0.1).
     key_mode: anchor key mode handed to the environment (``observation`` | ``state`` | ``history:K``).
+    invalid_action: which replies are invalid (``env.invalid_action``): ``"admissible"`` (an inadmissible command
+        is invalid, penalised, and the state stays) or ``"format"`` (the reference's rule: only a broken format is
+        invalid; a well-formed command goes to the environment). See :mod:`environments.base`.
     """
 
     max_steps: int = 50
@@ -46,6 +86,7 @@ class EpisodeConfig:
     max_response_length: int = 512
     invalid_action_penalty: float = 0.1
     key_mode: str = "state"
+    invalid_action: str = "admissible"
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "max_prompt_length", "max_response_length"):
@@ -59,6 +100,13 @@ class EpisodeConfig:
                 f"EpisodeConfig.invalid_action_penalty is subtracted from the reward; give a value >= 0, "
                 f"got {self.invalid_action_penalty!r}"
             )
+        check_invalid_action(self.invalid_action)
+
+    @property
+    def max_observation_chars(self) -> int:
+        """Longest observation text shown in a prompt: ``OBSERVATION_CHARS_PER_PROMPT_TOKEN * max_prompt_length``
+        characters (a longer one keeps its end)."""
+        return OBSERVATION_CHARS_PER_PROMPT_TOKEN * self.max_prompt_length
 
 
 @dataclass
@@ -91,11 +139,15 @@ class StepRecord:
     step_id: 0-based index of the step in its trajectory.
     observation: the observation the action was chosen from; anchor_key: its anchor key (state BEFORE the action).
     prompt_ids (P,), response_ids (R,), response_logprobs (R,) or None: the tokens of this row.
-    action: the parsed action (None when invalid); action_valid: whether the reply held a valid action.
+    action: the command sent to the environment (the canonical action; under the ``format`` rule any command the
+        reply named, admissible or not; None when none was sent); action_valid: the reply is valid under the
+        episode's invalid-action rule (False: penalised).
     env_reward: reward returned by the environment; step_reward: env_reward - penalty if invalid.
     terminated / truncated / won: flags after the step.
     history_used: past steps shown in the prompt; history_dropped: past steps removed to fit max_prompt_length.
     prompt_truncated: the prompt was cut from the left even with no history.
+    observation_truncated: ``observation`` was longer than ``EpisodeConfig.max_observation_chars`` and holds its
+        end only (so does the prompt).
     generation_info: the generator output's ``extra_fields`` when it has them (verl's servers report e.g. the
         weight versions ``min_global_steps``/``max_global_steps``), else an empty dict.
     """
@@ -118,6 +170,7 @@ class StepRecord:
     history_used: int = 0
     history_dropped: int = 0
     prompt_truncated: bool = False
+    observation_truncated: bool = False
     generation_info: dict[str, Any] = field(default_factory=dict)
 
 
@@ -150,5 +203,10 @@ class Episode:
 
     @property
     def num_invalid(self) -> int:
-        """Steps whose reply held no valid action."""
+        """Steps whose reply was invalid (under the episode's invalid-action rule)."""
         return sum(not s.action_valid for s in self.steps)
+
+    @property
+    def num_observation_truncated(self) -> int:
+        """Steps whose observation was cut to ``EpisodeConfig.max_observation_chars``."""
+        return sum(s.observation_truncated for s in self.steps)
