@@ -65,6 +65,9 @@ cmd=(
     env.max_steps="$MAX_STEPS"
     env.history_length=2
     env.invalid_action_penalty=0.1
+    # the reference's rule: only a broken reply format is invalid (penalised); a well-formed command goes to the
+    # environment even when it is not an action there (docs/environments.md, "The format rule of each environment")
+    env.invalid_action=format
     data.train_files="$(gigpo_hydra_quote "$DATA_DIR/train.parquet")"
     data.val_files="$(gigpo_hydra_quote "$DATA_DIR/val.parquet")"
     data.train_batch_size="$TRAIN_TASKS_PER_ITER"

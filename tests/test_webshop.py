@@ -239,6 +239,22 @@ def test_oracle_gets_full_reward(env):
             assert info["reward_parts"]["n_attr_matched"] == len(env.goal.attributes)
 
 
+def test_success_reward_is_the_references_win_or_nothing(env):
+    """success_reward=10: 10 for a purchase scoring 1.0 (won), 0 for a partial one (the score stays in task_score),
+    as the reference's GiGPO runs; the default keeps WebShop's score as the reward."""
+    ten = WebShopEnv(success_reward=10)  # the default catalogue, as the module fixture
+    ten.reset(seed=0, options={"split": "test"})
+    reward, info, _ = _oracle(ten)
+    assert (reward, info["won"], info["task_score"]) == (10.0, True, 1.0)
+    ten.reset(seed=0, options={"split": "test"})
+    _open_product(ten, ten.catalogue.product("B04S94JZK3"))  # the target, no option chosen: score 3/5
+    _, reward, terminated, _, info = _step_ok(ten, "click[buy now]")
+    assert terminated and reward == 0.0 and not info["won"] and info["task_score"] == pytest.approx(3 / 5)
+    for bad in (-1, True, float("nan"), float("inf"), "10"):
+        with pytest.raises(ValueError, match="success_reward must be"):
+            WebShopEnv(num_products=60, success_reward=bad)
+
+
 def test_partial_rewards_in_the_env(env):
     """Hand-checked scores for goal test-0 (2 attributes: zipper closure, decorative; 2 options: size 16 x 16 inch,
     color sage green; price < 60) and test-24 (1 attribute: pfoa free; 1 option: size 10 inch; price < 70)."""

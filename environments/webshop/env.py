@@ -28,7 +28,10 @@ product type, the product type with the wanted attributes).
 **Reward** (:mod:`environments.webshop.reward`): 0 on every step except ``click[buy now]``, which ends the episode
 (``terminated``) with WebShop's score
 ``r_type * (n_attr_matched + n_opt_matched + r_price) / (n_attr + n_opt + 1)`` in [0, 1];
-``won`` is ``reward == 1.0``. ``info["reward_parts"]`` then holds the breakdown.
+``won`` is ``score == 1.0``. ``info["reward_parts"]`` then holds the breakdown and ``info["task_score"]`` the score.
+With ``success_reward=R`` the reward is R for a purchase that scores 1.0 and 0 otherwise, the reference
+implementation's rule for the GiGPO runs (10 there; the score stays in ``task_score``)
+(:func:`environments.webshop.reward.episode_reward`).
 
 **Anchor keys.** ``state``: :meth:`PageState.digest` — page kind, query, results page, product id, selected options,
 sub-page. ``observation``: the page text (a pure function of that state).
@@ -44,7 +47,7 @@ from environments.webshop.catalogue import Catalogue, Goal, build_catalogue
 from environments.webshop.pages import PAGE_SIZE, PageState, apply, clickables, render
 from environments.webshop.prompt import WEBSHOP_HISTORY_ITEM, WEBSHOP_PROMPT
 from environments.webshop.protocol import SEARCH_PLACEHOLDER, canonical_action, split_action
-from environments.webshop.reward import purchase_reward
+from environments.webshop.reward import check_success_reward, episode_reward, purchase_reward
 
 __all__ = ["WebShopEnv"]
 
@@ -62,6 +65,8 @@ class WebShopEnv(TextEnv):
         catalogue_seed: seed of the generated catalogue and its goals (not an episode seed).
         num_products: catalogue size (>= 50).
         num_train_goals: goals in the ``"train"`` split (the ``"test"`` split always has 500).
+        success_reward: None (default) = WebShop's score in [0, 1] as the reward; a number R = R for a purchase
+            scoring 1.0, else 0 (the reference's GiGPO runs: 10; :func:`environments.webshop.reward.episode_reward`).
 
     Raises:
         ValueError: a bad value.
@@ -81,8 +86,10 @@ class WebShopEnv(TextEnv):
         catalogue_seed: int = 0,
         num_products: int = 1000,
         num_train_goals: int = 5000,
+        success_reward: float | None = None,
     ) -> None:
         super().__init__(key_mode=key_mode, max_steps=max_steps)
+        self.success_reward = check_success_reward(success_reward)
         self.catalogue: Catalogue = build_catalogue(catalogue_seed, num_products, num_train_goals)
         self.goal: Goal | None = None
         self._page = PageState()
@@ -131,10 +138,10 @@ class WebShopEnv(TextEnv):
         self._reward = score.total
         return StepResult(
             observation=self._state_observation(),
-            reward=score.total,
+            reward=episode_reward(score.total, self.success_reward),
             terminated=True,
             won=score.total == 1.0,
-            extra={"reward_parts": score.as_dict(), "purchased": self._page.item},
+            extra={"reward_parts": score.as_dict(), "purchased": self._page.item, "task_score": score.total},
         )
 
     def _state_digest(self) -> str:

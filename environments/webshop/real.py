@@ -43,6 +43,7 @@ from environments.base import StepResult, TextEnv
 from environments.webshop.catalogue import NUM_TEST_GOALS
 from environments.webshop.prompt import WEBSHOP_HISTORY_ITEM, WEBSHOP_PROMPT
 from environments.webshop.protocol import SEARCH_PLACEHOLDER, canonical_action, split_action
+from environments.webshop.reward import check_success_reward, episode_reward
 
 __all__ = ["INSTALL_HINT", "WebShopRealEnv"]
 
@@ -95,6 +96,8 @@ class WebShopRealEnv(TextEnv):
         human_goals: use WebShop's 12,087 human-written instructions (True, as in the paper) or its synthetic ones.
         file_path: WebShop's product file (None = WebShop's default ``DEFAULT_FILE_PATH``).
         share_server: share one WebShop ``SimServer`` between adapters with the same settings in this process.
+        success_reward: None = WebShop's score as the reward; a number R = R for a purchase scoring 1.0, else 0
+            (the reference's GiGPO runs use 10; :func:`environments.webshop.reward.episode_reward`).
 
     Raises:
         ImportError: WebShop is not importable (the message says how to install it).
@@ -116,8 +119,10 @@ class WebShopRealEnv(TextEnv):
         human_goals: bool = True,
         file_path: str | None = None,
         share_server: bool = True,
+        success_reward: float | None = None,
     ) -> None:
         super().__init__(key_mode=key_mode, max_steps=max_steps)
+        self.success_reward = check_success_reward(success_reward)
         if num_products is not None and (isinstance(num_products, bool) or not isinstance(num_products, int)):
             raise ValueError(f"num_products must be None or an int, got {num_products!r}")
         text_env_cls = _import_webshop()
@@ -209,8 +214,14 @@ class WebShopRealEnv(TextEnv):
         parts = split_action(action)
         self._sub = parts[1] if parts is not None and self._page_name() == "item_sub_page" else ""
         self._refresh_actions()
-        reward = float(reward or 0.0)
-        return StepResult(observation=obs, reward=reward, terminated=bool(done), won=bool(done) and reward == 1.0)
+        score = float(reward or 0.0)
+        return StepResult(
+            observation=obs,
+            reward=episode_reward(score, self.success_reward) if done else 0.0,
+            terminated=bool(done),
+            won=bool(done) and score == 1.0,
+            extra={"task_score": score} if done else None,
+        )
 
     def _state_digest(self) -> str:
         kind = _PAGE_KINDS.get(self._page_name(), self._page_name())

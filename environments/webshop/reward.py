@@ -45,7 +45,14 @@ from dataclasses import dataclass
 
 from environments.webshop.catalogue import Goal, Product
 
-__all__ = ["RewardBreakdown", "contains_phrase", "purchase_reward", "type_reward"]
+__all__ = [
+    "RewardBreakdown",
+    "check_success_reward",
+    "contains_phrase",
+    "episode_reward",
+    "purchase_reward",
+    "type_reward",
+]
 
 
 @dataclass(frozen=True)
@@ -118,3 +125,33 @@ def purchase_reward(goal: Goal, product: Product, selected: Mapping[str, str]) -
         n_opt_matched=n_opt_matched,
         r_price=r_price,
     )
+
+
+def check_success_reward(success_reward: float | None) -> float | None:
+    """Return ``success_reward`` as a float (or None) when it is a finite number >= 0 (or None).
+
+    Raises:
+        ValueError: anything else, naming the argument.
+    """
+    if success_reward is None:
+        return None
+    if isinstance(success_reward, bool) or not isinstance(success_reward, int | float) or not success_reward >= 0:
+        raise ValueError(
+            f"success_reward must be None (WebShop's score as the reward) or a finite number >= 0 (the reward of a "
+            f"purchase that scores 1.0, e.g. 10 as the GiGPO paper's runs), got {success_reward!r}"
+        )
+    if success_reward == float("inf"):
+        raise ValueError(f"success_reward must be finite, got {success_reward!r}")
+    return float(success_reward)
+
+
+def episode_reward(score: float, success_reward: float | None) -> float:
+    """The environment reward of a purchase with WebShop's ``score`` in [0, 1].
+
+    ``success_reward`` None: the score itself (WebShop's own reward). A number: ``success_reward`` when the score is
+    1.0 (a perfect purchase, ``won``), else 0 — the reference implementation's rule for the GiGPO runs
+    (verl-agent ``agent_system/environments/env_package/webshop/envs.py:47-53``: 10 on a win, 0 otherwise).
+    """
+    if success_reward is None:
+        return float(score)
+    return success_reward if score == 1.0 else 0.0
