@@ -10,11 +10,12 @@ made, so optional heavy dependencies (ALFWorld's TextWorld engine, ...) cost not
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from typing import Any
 
 from environments.base import EnvError, TextEnv
 
-__all__ = ["EnvError", "TextEnv", "env_class", "list_envs", "make_env", "register_env"]
+__all__ = ["EnvError", "TextEnv", "env_class", "list_envs", "make_env", "register_env", "register_envs", "resolve_env"]
 
 # name -> "module:Class". Extra dependencies needed by an entry are named in its module's ImportError.
 _REGISTRY: dict[str, str] = {
@@ -35,6 +36,45 @@ def register_env(name: str, target: str) -> None:
     if name in _REGISTRY and _REGISTRY[name] != target:
         raise ValueError(f"environment {name!r} is already registered to {_REGISTRY[name]!r}")
     _REGISTRY[name] = target
+
+
+def register_envs(registry: Mapping[str, str] | None) -> None:
+    """Register every ``{name: "package.module:Class"}`` entry of ``registry`` (the ``env.registry`` config key of
+    both engines; None or empty: nothing). Registering the same target twice is a no-op.
+
+    verl runs its agent loops in Ray worker processes, where environments registered in the driver are unknown, so
+    the config names them and every process registers them; the modules must be importable there (installed, or on
+    ``PYTHONPATH``).
+
+    Raises:
+        ValueError: ``registry`` is not a mapping, a target is malformed, or a name is already registered to another
+            target.
+    """
+    if not registry:
+        return
+    if not isinstance(registry, Mapping) and not hasattr(registry, "items"):
+        raise ValueError(f"env.registry must map names to 'package.module:Class' targets, got {registry!r}")
+    for name, target in registry.items():
+        register_env(str(name), str(target))
+
+
+def resolve_env(name_or_target: str) -> str:
+    """The registry name of ``name_or_target``: a registered name as it is, or ``"package.module:Class"`` imported
+    and registered under the class's ``name`` attribute (for command-line tools given a user's environment).
+
+    Raises:
+        ValueError: an unknown name (listing the known ones), or a class that is no :class:`TextEnv`.
+        ImportError: the module cannot be imported.
+    """
+    if ":" not in name_or_target:
+        env_class(name_or_target)  # raises ValueError naming the known environments
+        return name_or_target
+    module_name, class_name = name_or_target.split(":", 1)
+    cls = getattr(importlib.import_module(module_name), class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, TextEnv)):
+        raise ValueError(f"{name_or_target} is not a TextEnv subclass (environments.base.TextEnv)")
+    register_env(cls.name, name_or_target)
+    return cls.name
 
 
 def list_envs() -> list[str]:

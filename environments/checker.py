@@ -2,6 +2,7 @@
 
     python -m environments.checker sokoban
     python -m environments.checker alfworld --set data_path=/path/to/alfworld_data --seeds 2
+    python -m environments.checker my_envs.counter:CounterEnv       # your own environment, by its class
 
 :func:`check_env` runs every check and raises :class:`EnvCheckError` listing all failures:
 
@@ -386,10 +387,13 @@ def _parse_value(text: str) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: ``python -m environments.checker NAME [--set key=value ...] [--seeds N] [--steps N]``."""
-    from environments import list_envs, make_env
+    from environments import list_envs, make_env, resolve_env
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("name", help=f"environment name (one of: {', '.join(list_envs())})")
+    parser.add_argument(
+        "name",
+        help=f"environment name (one of: {', '.join(list_envs())}) or your own as package.module:Class",
+    )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="constructor argument")
     parser.add_argument("--seeds", type=_positive_int, default=3, help="number of task seeds to check (default 3)")
     parser.add_argument("--steps", type=_positive_int, default=12, help="random actions per episode (default 12)")
@@ -401,6 +405,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--set expects KEY=VALUE, got {item!r}")
         key, value = item.split("=", 1)
         kwargs[key] = _parse_value(value)
+    try:
+        args.name = resolve_env(args.name)  # a user's package.module:Class is registered under its name
+    except (ValueError, ImportError) as exc:
+        parser.error(str(exc))
     try:
         env = make_env(args.name, **kwargs)
     except (ValueError, TypeError) as exc:  # unknown name, or a bad constructor argument

@@ -43,35 +43,16 @@ from typing import Any, ClassVar
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
-from environments import register_env
+from environments import register_envs
 from verl_gigpo import AGENT_LOOP_NAME
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit import CreditLogOptions, action_text, truncate_text
 from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, Episode, EpisodeConfig, TaskSpec, run_episode
 
-__all__ = ["GiGPOEnvAgentLoop", "episode_config_from", "episode_to_outputs", "register_envs"]
+__all__ = ["GiGPOEnvAgentLoop", "episode_config_from", "episode_to_outputs"]
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
-
-
-def register_envs(registry: Any) -> None:
-    """Register the user's environments of ``env.registry`` (``{name: "package.module:Class"}``) in this process.
-
-    verl runs the agent loops in Ray worker processes, so environments registered in the driver are unknown
-    there; ``env.registry`` names them in the config instead. The modules must be importable by the workers
-    (installed, or on ``PYTHONPATH``). Registering the same target twice is a no-op.
-
-    Raises:
-        ValueError: ``registry`` is not a mapping, or a name is already registered to another target.
-    """
-    if not registry:
-        return
-    if not hasattr(registry, "items"):
-        raise ValueError(f"env.registry must map names to 'package.module:Class' targets, got {registry!r}")
-    for name, target in registry.items():
-        register_env(str(name), str(target))
-
 
 #: EpisodeConfig fields set from another key than ``env.<field>`` in verl's config
 _EPISODE_FIELD_KEYS = {

@@ -30,7 +30,7 @@ from typing import Any
 
 import pandas as pd
 
-from environments import TextEnv, list_envs, make_env
+from environments import TextEnv, list_envs, make_env, resolve_env
 from verl_gigpo import AGENT_LOOP_NAME
 
 __all__ = ["DEFAULT_VAL_SPLIT", "REPORT_NAME", "main", "task_rows", "task_type_counts", "write_task_files"]
@@ -168,13 +168,21 @@ def write_task_files(
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point (see the module docstring)."""
     parser = argparse.ArgumentParser(description="Write train/val task parquet files for verl-gigpo.")
-    parser.add_argument("--env", required=True, help=f"environment: {', '.join(list_envs())}")
+    parser.add_argument(
+        "--env",
+        required=True,
+        help=f"environment: {', '.join(list_envs())}, or your own as package.module:Class (importable here)",
+    )
     parser.add_argument("--train-size", type=int, required=True, help="number of training tasks")
     parser.add_argument("--val-size", type=int, default=None, help="validation tasks (default: the fixed list)")
     parser.add_argument("--val-split", default=None, help="evaluation split (default per environment)")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--env-kwargs", default="{}", help='JSON constructor arguments, e.g. \'{"data_path": "..."}\'')
     args = parser.parse_args(argv)
+    try:
+        env_name = resolve_env(args.env)  # a user's package.module:Class is registered under its name
+    except (ValueError, ImportError) as exc:
+        parser.error(f"--env {args.env}: {exc}")
     try:
         env_kwargs = json.loads(args.env_kwargs)
     except json.JSONDecodeError as exc:
@@ -186,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     try:
         train_path, val_path = write_task_files(
-            args.env,
+            env_name,
             args.out,
             train_size=args.train_size,
             val_size=args.val_size,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from environments import list_envs
 from verl_gigpo.config import group_size_warning
 from verl_gigpo.credit import CreditLogOptions
 from verl_gigpo.rollout.types import check_invalid_action
@@ -43,6 +44,7 @@ def load_config(overrides: Sequence[str] = (), config_path: str | Path | None = 
     base = OmegaConf.load(Path(config_path) if config_path else DEFAULT_CONFIG)
     OmegaConf.set_struct(base, True)
     OmegaConf.set_struct(base.env.kwargs, False)  # environment arguments are free-form
+    OmegaConf.set_struct(base.env.registry, False)  # the user's environments: {name: "package.module:Class"}
     for item in overrides:
         if "=" not in item:
             raise ValueError(f"override {item!r} is not key=value (e.g. trainer.seed=3)")
@@ -178,6 +180,12 @@ def validate_config(cfg: DictConfig) -> None:
     get_policy_loss_fn(actor.policy_loss.loss_mode)  # raises with the list of known losses
     CreditLogOptions.from_trainer(cfg.trainer)  # trainer.credit_log_*: raises naming the key
     check_invalid_action(cfg.env.invalid_action)  # env.invalid_action: the episode runner's own check
+    known = {*list_envs(), *(str(k) for k in cfg.env.registry or {})}
+    if cfg.env.name not in known:
+        raise ValueError(
+            f"env.name={cfg.env.name!r} is not a registered environment; known environments: "
+            f"{', '.join(sorted(known))} (add yours with env.registry.<name>=package.module:Class)"
+        )
     if cfg.algorithm.adv_estimator == "gigpo":
         gigpo_config(cfg)  # validates algorithm.gigpo.*
 

@@ -94,6 +94,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from environments import register_envs
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
 from verl_gigpo.local.batch import LocalBatch
 from verl_gigpo.local.checkpoint import (
@@ -189,6 +190,7 @@ class LocalTrainer:
 
     def __init__(self, cfg: DictConfig) -> None:
         self.cfg = cfg
+        register_envs(OmegaConf.to_container(cfg.env.registry, resolve=True))  # env.registry: the user's environments
         if cfg.local.num_threads:
             torch.set_num_threads(int(cfg.local.num_threads))
         self.device = torch.device(cfg.trainer.device)
