@@ -94,13 +94,16 @@ SMOKE_SETTINGS: tuple[str, ...] = (
 
 @dataclass
 class RunResult:
-    """One launch of the pipeline: its name, folder, exit status, seconds, and verl's logged metrics."""
+    """One launch of the pipeline: its name, folder, exit status, seconds, verl's logged metrics, when it started
+    (``time.time()``) and, when it was recorded, its start-up timeline (:mod:`verl_gigpo.cpu.timeline`)."""
 
     name: str
     run_dir: Path
     returncode: int
     seconds: float
     metrics: list[dict[str, Any]] = field(default_factory=list)
+    started: float = 0.0
+    timeline: Path | None = None
 
     @property
     def log(self) -> Path:
@@ -151,24 +154,39 @@ def pipeline_overrides(
 
 
 def run_pipeline(
-    name: str, run_dir: Path, overrides: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 900
+    name: str,
+    run_dir: Path,
+    overrides: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 900,
+    timeline: bool = False,
 ) -> RunResult:
     """Launch ``python -m verl_gigpo.main OVERRIDES`` with its output in ``run_dir/train.log``.
 
-    verl's file logger writes ``run_dir/metrics.jsonl`` (``VERL_FILE_LOGGER_PATH``, appended across launches in
-    the same folder) and the rollout servers dump synced weights to ``run_dir/synced_weights``.
+    verl's file logger writes ``run_dir/metrics_<name>.jsonl`` (``VERL_FILE_LOGGER_PATH``, appended across launches
+    in the same folder) and the rollout servers dump synced weights to ``run_dir/synced_weights``. With
+    ``timeline``, every process of the launch records its start-up phases in ``run_dir/timeline_<name>.jsonl``
+    (``GIGPO_TIMELINE``, :mod:`verl_gigpo.cpu.timeline`; emptied first).
     """
+    from verl_gigpo.cpu.timeline import ENV as TIMELINE_ENV
+
     run_dir.mkdir(parents=True, exist_ok=True)
+    timeline_path = run_dir / f"timeline_{name}.jsonl" if timeline else None
+    if timeline_path is not None:
+        timeline_path.write_text("")
     child_env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "VERL_FILE_LOGGER_PATH": str(run_dir / f"metrics_{name}.jsonl"),
         "GIGPO_HF_DUMP_WEIGHTS_DIR": str(run_dir / "synced_weights"),
+        TIMELINE_ENV: str(timeline_path or ""),
         **(env or {}),
     }
     cmd = [sys.executable, "-m", "verl_gigpo.main", *overrides]
     print(f"[{name}] python -m verl_gigpo.main ... (about 1-2 minutes; log: {run_dir / 'train.log'})", flush=True)
+    started = time.time()
     start = time.perf_counter()
     with open(run_dir / "train.log", "a") as log:
         log.write(f"$ {' '.join(cmd)}\n")
@@ -181,7 +199,8 @@ def run_pipeline(
             returncode = 124
     seconds = time.perf_counter() - start
     print(f"[{name}] exit {returncode} after {seconds:.0f} s", flush=True)
-    return RunResult(name, run_dir, returncode, seconds, read_metrics(run_dir / f"metrics_{name}.jsonl"))
+    metrics = read_metrics(run_dir / f"metrics_{name}.jsonl")
+    return RunResult(name, run_dir, returncode, seconds, metrics, started=started, timeline=timeline_path)
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
@@ -326,10 +345,12 @@ def run_smoke(
     extra: Sequence[str] = (),
     env: dict[str, str] | None = None,
     estimators: Sequence[str] = ("gigpo", "grpo"),
+    timeline: bool = False,
 ) -> dict[str, RunResult]:
     """Run the smoke runs (module docstring) under ``out_dir``; return them by name (``gigpo``, ``gigpo_resume``,
     ``grpo``). ``env_name`` is written into the task files (it must be registered in this process and, through
-    ``extra`` such as ``+env.registry.NAME=module:Class``, in the workers); ``env`` adds environment variables."""
+    ``extra`` such as ``+env.registry.NAME=module:Class``, in the workers); ``env`` adds environment variables;
+    ``timeline`` records each launch's start-up phases (:func:`run_pipeline`)."""
     from verl_gigpo.data.prepare import write_task_files
 
     out_dir = Path(out_dir).resolve()
@@ -345,16 +366,17 @@ def run_smoke(
             gigpo_dir,
             pipeline_overrides(run_dir=gigpo_dir, estimator="gigpo", total_steps=2, **common),
             env=env,
+            timeline=timeline,
         )
         if runs["gigpo"].returncode == 0:
             overrides = pipeline_overrides(
                 run_dir=gigpo_dir, estimator="gigpo", total_steps=3, val_before_train=False, **common
             )
-            runs["gigpo_resume"] = run_pipeline("gigpo_resume", gigpo_dir, overrides, env=env)
+            runs["gigpo_resume"] = run_pipeline("gigpo_resume", gigpo_dir, overrides, env=env, timeline=timeline)
     if "grpo" in estimators:
         grpo_dir = out_dir / "grpo"
         overrides = pipeline_overrides(run_dir=grpo_dir, estimator="grpo", total_steps=2, save_freq=-1, **common)
-        runs["grpo"] = run_pipeline("grpo", grpo_dir, overrides, env=env)
+        runs["grpo"] = run_pipeline("grpo", grpo_dir, overrides, env=env, timeline=timeline)
     return runs
 
 
