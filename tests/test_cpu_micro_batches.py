@@ -115,22 +115,23 @@ def test_shim_sorts_padded_rows_and_verl_restores_their_order():
         engine_utils.rearrange_micro_batches = original
 
 
-def test_parts_equal_verls_row_selection():
+def test_parts_equal_verls_row_selection_without_the_row_objects_no_pass_reads():
     from tensordict import NonTensorData, NonTensorStack
     from verl.utils import tensordict_utils as tu
 
-    from verl_gigpo.cpu.shims import _select_parts
+    from verl_gigpo.cpu.shims import MICRO_BATCH_ROW_OBJECTS, _select_parts
 
     lengths = _random_lengths(2, 40)
     batch = _nested_batch(lengths, use_remove_padding=False)
-    batch["extra"] = NonTensorStack(*[NonTensorData({"row": i}) for i in range(40)])
+    batch["extra_fields"] = NonTensorStack(*[NonTensorData({"row": i}) for i in range(40)])
+    batch["multi_modal_inputs"] = NonTensorStack(*[NonTensorData({"image": i}) for i in range(40)])
     parts = sorted_partition(lengths, 256)
     for mine, part in zip(_select_parts(batch, parts), parts, strict=True):
         verls = tu.index_select_tensor_dict(batch, part)
-        assert set(mine.keys()) == set(verls.keys()) and mine.batch_size == verls.batch_size
+        assert set(verls.keys()) - set(mine.keys()) == {"extra_fields"}  # read by no forward pass or loss
+        assert "multi_modal_inputs" in MICRO_BATCH_ROW_OBJECTS and mine.batch_size == verls.batch_size
         for a, b in zip(mine["input_ids"].unbind(), verls["input_ids"].unbind(), strict=True):
             assert torch.equal(a, b)
-        assert torch.equal(mine["row"], verls["row"]) and list(mine["extra"]) == list(verls["extra"]) == [
-            {"row": i} for i in part
-        ]
+        assert torch.equal(mine["row"], verls["row"])
+        assert list(mine["multi_modal_inputs"]) == list(verls["multi_modal_inputs"]) == [{"image": i} for i in part]
         assert tu.get_non_tensor_data(mine, "use_remove_padding", None) is False

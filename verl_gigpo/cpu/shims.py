@@ -14,7 +14,7 @@ import logging
 import sys
 from typing import Any
 
-__all__ = ["gloo_process_group", "length_sorted_micro_batches", "unpinned_ref_offload"]
+__all__ = ["MICRO_BATCH_ROW_OBJECTS", "gloo_process_group", "length_sorted_micro_batches", "unpinned_ref_offload"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,8 +76,9 @@ def length_sorted_micro_batches() -> None:
     number of micro-batches on every data-parallel rank. verl restores the rows' order from the returned indices
     (``restore_dynamic_batch``), and its losses are normalised by the whole mini-batch's tokens or rows
     (``agg_loss``), so log-probs and gradients are the same up to float rounding; only per-micro-batch metric
-    means are averaged over other groups. Packed inputs (``use_remove_padding=true``) and grouped rows
-    (``force_group_size > 1``) keep verl's split.
+    means are averaged over other groups. The micro-batches carry the tensors, the batch-wide settings and, of the
+    per-row Python objects, only :data:`MICRO_BATCH_ROW_OBJECTS` (:func:`_select_parts`). Packed inputs
+    (``use_remove_padding=true``) and grouped rows (``force_group_size > 1``) keep verl's split.
 
     The function is bound by name at import (verl/workers/engine/utils.py:28), so that binding is replaced.
     """
@@ -132,12 +133,20 @@ def length_sorted_micro_batches() -> None:
     engine_utils.rearrange_micro_batches = rearrange_micro_batches
 
 
+#: per-row Python objects (NonTensorStack fields) that verl's forward passes and losses read from a micro-batch
+#: (verl/workers/engine/fsdp/transformer_impl.py:1168); the others (``extra_fields``, ``metrics``, the dataset's
+#: columns, ...) are left out of the micro-batches: copying them (``micro_batch.to``, transformer_impl.py:1552)
+#: cost ~10-18% of a pass.
+MICRO_BATCH_ROW_OBJECTS = ("multi_modal_inputs",)
+
+
 def _select_parts(batch: Any, parts: list[list[int]]) -> list[Any]:
     """``[tu.index_select_tensor_dict(batch, part) for part in parts]`` with the same per-field rules
     (verl/utils/tensordict_utils.py:458), but each nested field is unbound once for all parts instead of once per
-    part (that costs ~40 ms per micro-batch for 300 rows of 7 nested fields)."""
+    part (that costs ~40 ms per micro-batch for 300 rows of 7 nested fields), and of the per-row Python objects only
+    :data:`MICRO_BATCH_ROW_OBJECTS` are kept."""
     import torch
-    from tensordict import TensorDict
+    from tensordict import NonTensorStack, TensorDict
     from verl.utils.tensordict_utils import nested_tensor_from_tensor_list
 
     indices = [torch.tensor(part) for part in parts]
@@ -148,7 +157,9 @@ def _select_parts(batch: Any, parts: list[list[int]]) -> list[Any]:
             ragged_idx = getattr(value, "_ragged_idx", value.dim() - 1)
             for out, part in zip(fields, parts, strict=True):
                 out[key] = nested_tensor_from_tensor_list([rows[i] for i in part], ragged_idx=ragged_idx)
-        elif isinstance(value, torch.Tensor) or value.shape:  # dense tensors; NonTensorStack (one entry per row)
+        elif isinstance(value, NonTensorStack) and key not in MICRO_BATCH_ROW_OBJECTS:
+            continue  # per-row Python objects that no forward pass or loss reads
+        elif isinstance(value, torch.Tensor) or value.shape:  # dense tensors, per-row objects, batch-wide data
             for out, index in zip(fields, indices, strict=True):
                 out[key] = value[index]
         else:  # NonTensorData: batch-wide metadata
