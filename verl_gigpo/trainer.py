@@ -362,6 +362,27 @@ class GiGPOTrainerSync(PPOTrainerSync):
     def trainer_mode(self, value: str) -> None:
         self.registered_mode = value
 
+    # verl 0.9.1 has no setting for how often its ReplayBuffer polls TransferQueue for finished rollouts: the
+    # constructor's default, 2 s (verl/trainer/ppo/v1/replay_buffer.py:144), is used by _build_replay_buffer
+    # (trainer_base.py:139), so an iteration's rollout phase lasts a multiple of 2 s however fast the rollout is.
+    def _build_replay_buffer(self):
+        """verl's replay buffer, polling every ``trainer.v1.sampler.poll_interval`` seconds when that is set
+        (null: verl's 2 s).
+
+        Raises:
+            ValueError: ``poll_interval`` is not a number > 0.
+        """
+        buffer = super()._build_replay_buffer()
+        interval = (self.config.trainer.v1.get("sampler") or {}).get("poll_interval")
+        if interval is not None:
+            if isinstance(interval, bool) or not isinstance(interval, int | float) or not interval > 0:
+                raise ValueError(
+                    f"trainer.v1.sampler.poll_interval={interval!r} must be a number of seconds > 0 (how often "
+                    "verl's ReplayBuffer checks TransferQueue for finished rollouts) or null (verl's 2 s)"
+                )
+            buffer.poll_interval = float(interval)
+        return buffer
+
     # ------------------------------------------------------------------ mini-batches counted in rows
     # verl 0.9.1 has no setting for this: it pads the batch to a multiple of _get_required_batch_multiple() in
     # _balance_batch() and passes mini_batch_size = ppo_mini_batch_size * rollout.n rows to the actor in

@@ -107,6 +107,12 @@ def _gloo_on_cpu(_module: Any = None) -> None:
     gloo_process_group()
 
 
+def _sorted_micro_batches_on_cpu(_module: Any = None) -> None:
+    from verl_gigpo.cpu.shims import length_sorted_micro_batches
+
+    length_sorted_micro_batches()
+
+
 _HOOKED: set[str] = set()
 
 
@@ -125,6 +131,9 @@ def register_cpu_backends() -> None:
     never import those verl modules import nothing more. Safe to call more than once."""
     import importlib
 
+    from verl_gigpo.cpu.timeline import install as install_timeline
+
+    install_timeline()  # start-up timestamps, only when GIGPO_TIMELINE names a file (benchmarks/bench_verl_cpu.py)
     platform = importlib.import_module("verl_gigpo.cpu.platform")
     # a process whose first import is verl_gigpo.cpu.platform reaches here (via verl's plug-in loading) while that
     # module is still importing verl; it registers itself at its end, so there is nothing to do yet
@@ -135,6 +144,7 @@ def register_cpu_backends() -> None:
     if cpu_selected():
         _when_imported("verl.utils.distributed", _gloo_on_cpu)
         _when_imported("verl.workers.engine.fsdp.transformer_impl", _fsdp_on_cpu)
+        _when_imported("verl.workers.engine.utils", _sorted_micro_batches_on_cpu)
 
 
 def check_cpu_config(config: Any) -> None:
@@ -154,6 +164,16 @@ def check_cpu_config(config: Any) -> None:
     attn = (arr.model.get("override_config") or {}).get("attn_implementation")
     if attn not in ("sdpa", "eager"):
         problems.append(f"actor_rollout_ref.model.override_config.attn_implementation={attn} (needs sdpa or eager)")
+    reward = config.get("reward") or {}
+    if reward.get("num_workers", 1) == 0:
+        from verl_gigpo import AGENT_LOOP_NAME
+
+        agent = arr.rollout.get("agent", {}).get("default_agent_loop")
+        if agent != AGENT_LOOP_NAME or (reward.get("reward_model") or {}).get("enable", False):
+            problems.append(
+                f"reward.num_workers=0 with default_agent_loop={agent} or a reward model (only the {AGENT_LOOP_NAME} "
+                "agent loop scores its own episodes; set reward.num_workers=1)"
+            )
     num_gpus = config.ray_kwargs.ray_init.get("num_gpus")
     needed = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
     if num_gpus is None or int(num_gpus) < needed:

@@ -109,7 +109,8 @@ SMOKE_SETTINGS: tuple[str, ...] = (
 class RunResult:
     """One launch of the pipeline: its name, folder, exit status, seconds, the metrics rows this launch logged,
     the experiment's whole metrics file after it (``history``: what users read), whether it was killed, and what it
-    printed (``output``, its part of ``train.log``)."""
+    printed (``output``, its part of ``train.log``), when it started (``time.time()``) and, when it was recorded, its
+    start-up timeline (:mod:`verl_gigpo.cpu.timeline`)."""
 
     name: str
     run_dir: Path
@@ -119,6 +120,8 @@ class RunResult:
     history: list[dict[str, Any]] = field(default_factory=list)
     killed: bool = False
     output: str = ""
+    started: float = 0.0
+    timeline: Path | None = None
 
     @property
     def log(self) -> Path:
@@ -181,26 +184,35 @@ def run_pipeline(
     env: dict[str, str] | None = None,
     timeout: float = 900,
     stop_when: Callable[[], bool] | None = None,
+    timeline: bool = False,
 ) -> RunResult:
     """Launch ``python -m verl_gigpo.main OVERRIDES`` with its output appended to ``run_dir/train.log``.
 
     The launch runs in its own process group; when ``stop_when()`` (polled every 0.5 s) turns true, every process
     of the group gets SIGKILL (``killed``). verl's file logger writes the experiment's ``ckpt/metrics.jsonl`` (where
     ``python -m verl_gigpo.main`` puts it), continuing it across launches, and the rollout servers dump synced
-    weights to ``run_dir/synced_weights``.
+    weights to ``run_dir/synced_weights``. With ``timeline``, every process of the launch records its start-up
+    phases in ``run_dir/timeline_<name>.jsonl`` (``GIGPO_TIMELINE``, :mod:`verl_gigpo.cpu.timeline`; emptied first).
     """
+    from verl_gigpo.cpu.timeline import ENV as TIMELINE_ENV
+
     run_dir.mkdir(parents=True, exist_ok=True)
+    timeline_path = run_dir / f"timeline_{name}.jsonl" if timeline else None
+    if timeline_path is not None:
+        timeline_path.write_text("")
     child_env = {
         **{k: v for k, v in os.environ.items() if k not in ("VERL_FILE_LOGGER_PATH", "VERL_FILE_LOGGER_ROOT")},
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "GIGPO_HF_DUMP_WEIGHTS_DIR": str(run_dir / "synced_weights"),
+        TIMELINE_ENV: str(timeline_path or ""),
         **(env or {}),
     }
     cmd = [sys.executable, "-m", "verl_gigpo.main", *overrides]
     print(f"[{name}] python -m verl_gigpo.main ... (about 1-2 minutes; log: {run_dir / 'train.log'})", flush=True)
     launches_before = len(list((run_dir / "ckpt" / "launches").glob("launch_*.json")))
     log_start = (run_dir / "train.log").stat().st_size if (run_dir / "train.log").exists() else 0
+    started = time.time()
     start = time.perf_counter()
     killed = False
     with open(run_dir / "train.log", "a") as log:
@@ -223,7 +235,7 @@ def run_pipeline(
                 break
     seconds = time.perf_counter() - start
     print(f"[{name}] {'killed on purpose' if killed else f'exit {returncode}'} after {seconds:.0f} s", flush=True)
-    result = RunResult(name, run_dir, returncode, seconds, killed=killed)
+    result = RunResult(name, run_dir, returncode, seconds, killed=killed, started=started, timeline=timeline_path)
     with open(run_dir / "train.log", "rb") as log:
         log.seek(log_start)
         result.output = log.read().decode(errors="replace")
@@ -397,11 +409,12 @@ def run_smoke(
     extra: Sequence[str] = (),
     env: dict[str, str] | None = None,
     estimators: Sequence[str] = ("gigpo", "grpo"),
+    timeline: bool = False,
 ) -> dict[str, RunResult]:
     """Run the smoke runs (module docstring) under ``out_dir``; return them by name (``gigpo``, ``gigpo_changed``,
     ``gigpo_resume``, ``grpo``). ``env_name`` is written into the task files (it must be registered in this process
     and, through ``extra`` such as ``+env.registry.NAME=module:Class``, in the workers); ``env`` adds environment
-    variables."""
+    variables; ``timeline`` records each launch's start-up phases (:func:`run_pipeline`)."""
     from verl_gigpo.data.prepare import write_task_files
 
     out_dir = Path(out_dir).resolve()
@@ -414,19 +427,21 @@ def run_smoke(
         gigpo_dir = out_dir / "gigpo"
         first = pipeline_overrides(run_dir=gigpo_dir, estimator="gigpo", total_steps=4, extra=extra, **common)
         crash = checkpointed_and_logged(gigpo_dir, 2)
-        runs["gigpo"] = run_pipeline("gigpo", gigpo_dir, first, env=env, stop_when=crash)
+        runs["gigpo"] = run_pipeline("gigpo", gigpo_dir, first, env=env, stop_when=crash, timeline=timeline)
         if runs["gigpo"].killed:
             resume = {"run_dir": gigpo_dir, "estimator": "gigpo", "total_steps": 4, "val_before_train": False}
             changed = pipeline_overrides(**resume, extra=[*extra, f"{CHANGED_KEY}=0.5"], **common)
-            runs["gigpo_changed"] = run_pipeline("gigpo_changed", gigpo_dir, changed, env=env, timeout=300)
+            runs["gigpo_changed"] = run_pipeline(
+                "gigpo_changed", gigpo_dir, changed, env=env, timeout=300, timeline=timeline
+            )
             overrides = pipeline_overrides(**resume, extra=extra, **common)
-            runs["gigpo_resume"] = run_pipeline("gigpo_resume", gigpo_dir, overrides, env=env)
+            runs["gigpo_resume"] = run_pipeline("gigpo_resume", gigpo_dir, overrides, env=env, timeline=timeline)
     if "grpo" in estimators:
         grpo_dir = out_dir / "grpo"
         overrides = pipeline_overrides(
             run_dir=grpo_dir, estimator="grpo", total_steps=2, save_freq=-1, extra=extra, **common
         )
-        runs["grpo"] = run_pipeline("grpo", grpo_dir, overrides, env=env)
+        runs["grpo"] = run_pipeline("grpo", grpo_dir, overrides, env=env, timeline=timeline)
     return runs
 
 

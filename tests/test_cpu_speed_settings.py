@@ -1,0 +1,107 @@
+"""The `cpu` platform's speed settings reach verl's objects, and the start-up timeline records real calls.
+
+The speed itself is measured by ``benchmarks/bench_verl_cpu.py`` (RESULTS.md), never asserted here; that the
+settings keep the pipeline's numbers is checked by ``tests/test_cpu_micro_batches.py`` (row order, selection) and by
+the end-to-end run (``tests/test_e2e_verl_cpu.py``: rollout and actor log-probs, synced weights).
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from verl_gigpo.cpu import check_cpu_config
+from verl_gigpo.cpu import timeline as tl
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _compose(*overrides: str):
+    with initialize_config_dir(config_dir=str(ROOT / "verl_gigpo" / "config"), version_base=None):
+        return compose(config_name="gigpo_trainer", overrides=list(overrides))
+
+
+def _trainer(action_model_dir, *overrides: str):
+    from verl_gigpo.trainer import GiGPOTrainerSync
+
+    return GiGPOTrainerSync(_compose(f"actor_rollout_ref.model.path={action_model_dir}", *overrides))
+
+
+def test_replay_buffer_polls_at_the_configured_interval(action_model_dir):
+    assert _trainer(action_model_dir).replay_buffer.poll_interval == 2.0  # null: verl's own default
+    assert _trainer(action_model_dir, "platform=cpu").replay_buffer.poll_interval == 0.1
+    fast = _trainer(action_model_dir, "platform=cpu", "trainer.v1.sampler.poll_interval=0.5")
+    assert fast.replay_buffer.poll_interval == 0.5
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "fast", "true"])
+def test_a_bad_poll_interval_names_the_key(action_model_dir, value):
+    with pytest.raises(ValueError, match=r"trainer\.v1\.sampler\.poll_interval=.* must be a number of seconds > 0"):
+        _trainer(action_model_dir, f"trainer.v1.sampler.poll_interval={value}")
+
+
+def test_the_cpu_platform_sorts_micro_batches_for_every_pass():
+    cfg = _compose("platform=cpu", "actor_rollout_ref.actor.use_kl_loss=true")
+    arr = cfg.actor_rollout_ref
+    assert arr.actor.use_dynamic_bsz and arr.actor.ppo_max_token_len_per_gpu == 1024
+    # verl's log-prob passes follow the actor's settings (oc.select interpolations in verl's config)
+    assert arr.rollout.log_prob_use_dynamic_bsz and arr.rollout.log_prob_max_token_len_per_gpu == 1024
+    assert arr.ref.log_prob_use_dynamic_bsz and arr.ref.log_prob_max_token_len_per_gpu == 1024
+    assert not arr.model.use_remove_padding  # the sorted split is for padded rows
+    assert cfg.ray_kwargs.ray_init.include_dashboard is False and cfg.reward.num_workers == 0
+    check_cpu_config(cfg)
+
+
+def test_no_reward_workers_only_with_the_agent_loop_that_scores_itself():
+    cfg = _compose("platform=cpu", "actor_rollout_ref.rollout.agent.default_agent_loop=single_turn_agent")
+    with pytest.raises(ValueError, match="reward.num_workers=0 with default_agent_loop=single_turn_agent"):
+        check_cpu_config(cfg)
+    check_cpu_config(
+        _compose(
+            "platform=cpu",
+            "actor_rollout_ref.rollout.agent.default_agent_loop=single_turn_agent",
+            "reward.num_workers=1",
+        )
+    )
+
+
+def test_every_timed_call_exists_in_the_installed_verl():
+    for module_name, path, _ in tl.SPANS:
+        owner = importlib.import_module(module_name)
+        for part in path.split("."):
+            owner = getattr(owner, part)
+        assert callable(owner), (module_name, path)
+
+
+class _Owner:
+    calls: list[tuple] = []
+
+    def method(self, x, *, y=0):
+        self.calls.append((x, y))
+        return x + y
+
+    @classmethod
+    def create(cls, value):
+        return (cls.__name__, value)
+
+
+def test_wrapped_calls_behave_the_same_and_append_one_record_each(tmp_path, monkeypatch):
+    path = tmp_path / "timeline.jsonl"
+    monkeypatch.setenv(tl.ENV, str(path))
+    module = type(importlib)("fake_module")
+    module._Owner = type("Owner", (_Owner,), {})
+    tl._wrap(module, "_Owner.method", "method_span")
+    tl._wrap(module, "_Owner.create", "create_span")
+    tl._wrap(module, "_Owner.method", "method_span")  # idempotent: not timed twice
+    assert module._Owner().method(2, y=3) == 5 and module._Owner.create(7) == ("Owner", 7)
+    with pytest.raises(TypeError):
+        module._Owner().method()  # errors pass through; the call is still recorded
+    records = tl.read_timeline(path)
+    assert [r["label"] for r in records] == ["method_span", "create_span", "method_span"]
+    assert all(r["end"] >= r["start"] for r in records)
+    monkeypatch.delenv(tl.ENV)
+    module._Owner().method(1)
+    assert len(tl.read_timeline(path)) == 3  # without GIGPO_TIMELINE nothing is written
