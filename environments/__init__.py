@@ -14,7 +14,7 @@ from typing import Any
 
 from environments.base import EnvError, TextEnv
 
-__all__ = ["EnvError", "TextEnv", "list_envs", "make_env", "register_env"]
+__all__ = ["EnvError", "TextEnv", "env_class", "env_target", "list_envs", "make_env", "register_env"]
 
 # name -> "module:Class". Extra dependencies needed by an entry are named in its module's ImportError.
 _REGISTRY: dict[str, str] = {
@@ -49,8 +49,25 @@ def make_env(name: str, **config: Any) -> TextEnv:
         ValueError: unknown ``name`` (the message lists the known ones).
         ImportError: the environment's optional dependency is missing (the message says what to install).
     """
+    return env_class(name)(**config)
+
+
+def env_target(name: str) -> str:
+    """The ``"package.module:ClassName"`` registered under ``name`` (to register it again in another process).
+
+    Raises:
+        ValueError: unknown ``name`` (the message lists the known ones).
+    """
     if name not in _REGISTRY:
         raise ValueError(f"unknown environment {name!r}; known environments: {', '.join(list_envs())}")
-    module_name, class_name = _REGISTRY[name].split(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    return cls(**config)
+    return _REGISTRY[name]
+
+
+def env_class(name: str) -> type[TextEnv]:
+    """The class registered under ``name``, imported but not instantiated (e.g. to read ``thread_parallel``).
+
+    Raises:
+        ValueError: unknown ``name``; ImportError: its module cannot be imported.
+    """
+    module_name, class_name = env_target(name).split(":")
+    return getattr(importlib.import_module(module_name), class_name)

@@ -185,6 +185,7 @@ class AlfWorldEnv(TextEnv):
     splits = SPLITS
     prompt_template = ALFWORLD_PROMPT
     history_item_template = ALFWORLD_HISTORY_ITEM
+    thread_parallel = False  # one engine lock per process: host instances in worker processes for parallel steps
 
     def __init__(
         self,
