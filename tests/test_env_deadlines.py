@@ -219,3 +219,69 @@ def test_deadline_errors_are_environment_errors():
         "[env=alfworld task=pick/trial_1 step=3] step() gave no answer within env.step_timeout_s=60 s "
         "(waited 60.2 s); dropped"
     )
+
+
+# ------------------------------------------------------------------------------------------------ both engines' keys
+@pytest.mark.slow  # ~15-20 s on a loaded 2-core machine: verl's loss functions load, two validations wait 1 s each
+def test_local_engine_run_with_a_hanging_environment_finishes(tiny_model_dir, tmp_path, caplog):
+    """A short local-engine run whose validation task seed 0 hangs at step 2 (inline environment calls, the default):
+    each validation fails that episode after env.step_timeout_s and the run goes on."""
+    from verl_gigpo.local.train import LocalTrainer, load_config
+
+    cfg = load_config(
+        [
+            f"actor_rollout_ref.model.path={tiny_model_dir}",
+            f"trainer.default_local_dir={tmp_path}",
+            "env.name=gridnav_hang",
+            "env.kwargs.hang_seed=0",
+            "env.kwargs.min_path=4",
+            "env.max_steps=5",
+            "env.step_timeout_s=1",
+            "actor_rollout_ref.rollout.n=2",
+            "data.train_batch_size=2",
+            "data.val_size=2",
+            "trainer.total_training_steps=1",
+            "local.progress=false",
+            "local.plot=false",
+        ]
+    )
+    trainer = LocalTrainer(cfg)
+    start = time.monotonic()
+    try:
+        with caplog.at_level(logging.WARNING):
+            history = trainer.fit()
+    finally:
+        trainer.close()
+        gigpo_hanging_env.RELEASE.set()
+        gigpo_hanging_env.RELEASE.clear()
+    assert time.monotonic() - start < 30
+    first, last = history[0], history[-1]
+    for metrics in (first, last):  # validation before and after the iteration: seed 0 hung, seed 1 played
+        assert metrics["val/env_error_rate"] == 0.5 and metrics["val/abandoned_threads"] == 1.0
+    assert last["env/abandoned_threads"] == 0.0 and last["training_step"] == 1.0
+    lines = [r.getMessage() for r in caplog.records if "gave no answer" in r.getMessage()]
+    assert len(lines) == 2 and all("env.step_timeout_s=1 s" in line and "step=2" in line for line in lines)
+
+
+def test_the_local_engine_checks_the_execution_keys():
+    from verl_gigpo.local.train import load_config
+
+    assert load_config(["env.step_timeout_s=null"]).env.step_timeout_s is None
+    with pytest.raises(ValueError, match="env.step_timeout_s must be a number of seconds > 0"):
+        load_config(["env.step_timeout_s=-1"])
+    with pytest.raises(ValueError, match="env.num_workers must be 'auto'"):
+        load_config(["env.num_workers=many"])
+
+
+def test_preflight_checks_the_execution_keys():
+    from hydra import compose, initialize_config_dir
+
+    from verl_gigpo.preflight import config_problems
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with initialize_config_dir(config_dir=os.path.join(root, "verl_gigpo", "config"), version_base=None):
+        good = compose(config_name="gigpo_trainer", overrides=["env.step_timeout_s=null", "env.num_workers=0"])
+        bad = compose(config_name="gigpo_trainer", overrides=["env.reset_timeout_s=0", "env.num_workers=-2"])
+    assert config_problems(good) == []
+    problems = config_problems(bad)
+    assert len(problems) == 1 and problems[0].startswith("env.reset_timeout_s must be a number of seconds > 0")

@@ -5,7 +5,8 @@ process, or ``env.registry`` for verl's agent-loop workers (this folder on their
 comes from constructor arguments (``env.kwargs``), so every process agrees:
 
 * ``hang_seed``: the task seed that hangs (default 0; -1: none);
-* ``hang_at``: ``"step"`` (the ``hang_step``-th step of that task, default 2) or ``"reset"``.
+* ``hang_at``: ``"step"`` (the ``hang_step``-th step of that task, default 2), ``"reset"``, or ``"exit"`` (the
+  process ends at that step instead, exit code 3: a crashing engine).
 
 A hung call waits on :data:`RELEASE` (a process-wide event the tests may set to let abandoned threads finish);
 in a worker process nothing sets it, so only killing the process ends the call. ``HangingGridNavProc`` is the same
@@ -14,6 +15,7 @@ environment declaring ``thread_parallel = False``, so the episode runner hosts i
 
 from __future__ import annotations
 
+import os
 import threading
 
 from environments.gridnav.env import GridNavEnv
@@ -29,8 +31,8 @@ class HangingGridNav(GridNavEnv):
 
     def __init__(self, *, hang_seed: int = 0, hang_at: str = "step", hang_step: int = 2, **kwargs):
         super().__init__(**kwargs)
-        if hang_at not in ("step", "reset"):
-            raise ValueError(f"hang_at must be 'step' or 'reset', got {hang_at!r}")
+        if hang_at not in ("step", "reset", "exit"):
+            raise ValueError(f"hang_at must be 'step', 'reset' or 'exit', got {hang_at!r}")
         self.hang_seed, self.hang_at, self.hang_step = int(hang_seed), hang_at, int(hang_step)
         self.hung = False
 
@@ -44,8 +46,11 @@ class HangingGridNav(GridNavEnv):
         return super()._reset(split, options)
 
     def step(self, action):
-        if self.hang_at == "step" and self.seed == self.hang_seed and self._step_count + 1 == self.hang_step:
-            self._hang()  # valid or invalid action alike
+        if self.seed == self.hang_seed and self._step_count + 1 == self.hang_step:  # valid or invalid action alike
+            if self.hang_at == "step":
+                self._hang()
+            elif self.hang_at == "exit":
+                os._exit(3)
         return super().step(action)
 
     def close(self) -> None:

@@ -256,7 +256,10 @@ class _Slot:
                 )
             ) from None
         except (EOFError, OSError) as exc:
-            code = self.proc.poll() if self.proc is not None else None
+            try:  # its end of the pipe closed: it has exited or is exiting
+                code = self.proc.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                code = None
             self._replace()
             raise _WorkerFailed(
                 EnvError(
