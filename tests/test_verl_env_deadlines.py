@@ -68,7 +68,22 @@ def _config(model_dir: Path, data_dir: Path, env_name: str, num_workers: int):
         return compose(config_name="gigpo_trainer", overrides=overrides)
 
 
-def _rollout(cfg, data_dir: Path, model_dir: Path) -> tuple[list[dict], float]:
+@pytest.fixture(scope="module")
+def server(ray_tq, action_model_dir, tmp_path_factory):
+    """One ``hf`` rollout server for the module's batches (its config does not depend on the environment)."""
+    data_dir = tmp_path_factory.mktemp("server-tasks")
+    write_task_files("gridnav", data_dir, train_size=1, val_size=1)
+    rollout = _config(action_model_dir, data_dir, "gridnav_hang", 0).actor_rollout_ref.rollout
+    handle = (
+        ray.remote(HFGenerationServer)
+        .options(max_concurrency=64)
+        .remote(config=omega_conf_to_dataclass(rollout), model_path=str(action_model_dir), replica_rank=0)
+    )
+    yield handle
+    ray.kill(handle)
+
+
+def _rollout(cfg, data_dir: Path, model_dir: Path, server) -> tuple[list[dict], float]:
     """One batch of N_TASKS tasks x GROUP episodes through a fresh agent-loop worker; returns every row's
     extra_fields (waiting for the batch's prompts to finish) and the seconds the batch took."""
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -80,13 +95,6 @@ def _rollout(cfg, data_dir: Path, model_dir: Path) -> tuple[list[dict], float]:
     tu.assign_non_tensor_data(batch, "global_steps", 1)
     tq.kv_batch_put(
         keys=uids, partition_id="train", tags=[{"is_prompt": True, "status": "pending", "global_steps": 1}] * N_TASKS
-    )
-    server = (
-        ray.remote(HFGenerationServer)
-        .options(max_concurrency=64)
-        .remote(
-            config=omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout), model_path=str(model_dir), replica_rank=0
-        )
     )
     client = LLMServerClient(cfg, load_balancer_handle=get_router_handle(servers={"hf://deadline-server": server}))
     # the hanging environment's module must be importable in the worker (and in its environment worker processes)
@@ -112,17 +120,16 @@ def _rollout(cfg, data_dir: Path, model_dir: Path) -> tuple[list[dict], float]:
         return rows, seconds
     finally:
         ray.kill(worker)
-        ray.kill(server)
 
 
 @pytest.mark.parametrize("num_workers", [0, 1], ids=["threads", "worker-process"])
 def test_a_hanging_environment_fails_its_episodes_and_the_batch_finishes(
-    ray_tq, action_model_dir, tmp_path, num_workers
+    server, action_model_dir, tmp_path, num_workers
 ):
     env_name = "gridnav_hang_proc" if num_workers else "gridnav_hang"
     write_task_files(env_name, tmp_path, train_size=N_TASKS, val_size=2)
     cfg = _config(action_model_dir, tmp_path, env_name, num_workers)
-    rows, seconds = _rollout(cfg, tmp_path, action_model_dir)
+    rows, seconds = _rollout(cfg, tmp_path, action_model_dir, server)
     assert seconds < 90
     trajectories = {}
     for row in rows:
