@@ -26,9 +26,14 @@ SAMPLING = {"temperature": 1.0, "max_tokens": 3}
 CONFIG = EpisodeConfig(max_steps=5, max_prompt_length=512, max_response_length=3, key_mode="state")
 DEADLINE = EnvExecution(step_timeout_s=1.0, reset_timeout_s=1.0)
 
-for _name, _cls in (("gridnav_hang", "HangingGridNav"), ("gridnav_hang_proc", "HangingGridNavProc")):
-    if _name not in list_envs():
-        register_env(_name, f"gigpo_hanging_env:{_cls}")
+
+@pytest.fixture(autouse=True, scope="module")
+def hanging_envs():
+    """Register the hanging gridnavs (in a fixture: at import they would join tests/test_env_registry.py's
+    parametrisation over every registered environment)."""
+    for name, cls in (("gridnav_hang", "HangingGridNav"), ("gridnav_hang_proc", "HangingGridNavProc")):
+        if name not in list_envs():
+            register_env(name, f"gigpo_hanging_env:{cls}")
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +68,8 @@ def _play(served, tasks, **kwargs):
 
 def _tasks(env_name: str, **hang) -> list[TaskSpec]:
     """Task seed 0 hangs (``hang``: hang_at / hang_step), seeds 1 and 2 play normally; two episodes each."""
-    return [TaskSpec(env_name, seed=s, env_kwargs={"min_path": 4, **hang}) for s in (0, 1, 2) for _ in range(2)]
+    kwargs = {"min_path": 4, "hang_seed": 0, **hang}
+    return [TaskSpec(env_name, seed=s, env_kwargs=kwargs) for s in (0, 1, 2) for _ in range(2)]
 
 
 # ------------------------------------------------------------------------------------------------ the thread pool
@@ -222,7 +228,6 @@ def test_deadline_errors_are_environment_errors():
 
 
 # ------------------------------------------------------------------------------------------------ both engines' keys
-@pytest.mark.slow  # ~15-20 s on a loaded 2-core machine: verl's loss functions load, two validations wait 1 s each
 def test_local_engine_run_with_a_hanging_environment_finishes(tiny_model_dir, tmp_path, caplog):
     """A short local-engine run whose validation task seed 0 hangs at step 2 (inline environment calls, the default):
     each validation fails that episode after env.step_timeout_s and the run goes on."""

@@ -21,8 +21,13 @@ from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.procpool import ProcessEnvHost, RemoteEnv
 
 ROOT = Path(__file__).resolve().parents[1]
-if "gridnav_hang_proc" not in list_envs():
-    register_env("gridnav_hang_proc", "gigpo_hanging_env:HangingGridNavProc")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def hanging_env():
+    """Register the process-hosted gridnav of tests/helpers (in a fixture: see tests/test_env_deadlines.py)."""
+    if "gridnav_hang_proc" not in list_envs():
+        register_env("gridnav_hang_proc", "gigpo_hanging_env:HangingGridNavProc")
 
 
 def _replies(info, rng) -> list[str]:

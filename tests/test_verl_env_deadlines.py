@@ -36,9 +36,14 @@ pytestmark = pytest.mark.slow  # a Ray cluster, TransferQueue, an agent-loop wor
 ROOT = Path(__file__).resolve().parents[1]
 N_TASKS, GROUP = 3, 2
 ENVS = {"gridnav_hang": "gigpo_hanging_env:HangingGridNav", "gridnav_hang_proc": "gigpo_hanging_env:HangingGridNavProc"}
-for _name, _target in ENVS.items():
-    if _name not in list_envs():
-        register_env(_name, _target)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def hanging_envs():
+    """Register the hanging gridnavs in this process too (data prep builds them)."""
+    for name, target in ENVS.items():
+        if name not in list_envs():
+            register_env(name, target)
 
 
 def _config(model_dir: Path, data_dir: Path, env_name: str, num_workers: int):

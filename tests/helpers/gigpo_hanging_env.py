@@ -1,10 +1,11 @@
 """A gridnav whose step (or reset) never returns for one task: drives the environment deadlines in the tests.
 
 Register it where the episodes run: ``register_env("gridnav_hang", "gigpo_hanging_env:HangingGridNav")`` in the test
-process, or ``env.registry`` for verl's agent-loop workers (this folder on their ``PYTHONPATH``). Which task hangs
+process (in a fixture: registered at import, it would join the registry tests' parametrisation), or ``env.registry``
+for verl's agent-loop workers (this folder on their ``PYTHONPATH``). Which task hangs
 comes from constructor arguments (``env.kwargs``), so every process agrees:
 
-* ``hang_seed``: the task seed that hangs (default 0; -1: none);
+* ``hang_seed``: the task seed that hangs (default -1: none, so the registry's checker sees a plain gridnav);
 * ``hang_at``: ``"step"`` (the ``hang_step``-th step of that task, default 2), ``"reset"``, or ``"exit"`` (the
   process ends at that step instead, exit code 3: a crashing engine).
 
@@ -29,7 +30,7 @@ CLOSED: list[HangingGridNav] = []
 class HangingGridNav(GridNavEnv):
     """``GridNavEnv`` whose ``hang_step``-th step (or reset) of task ``hang_seed`` blocks until :data:`RELEASE`."""
 
-    def __init__(self, *, hang_seed: int = 0, hang_at: str = "step", hang_step: int = 2, **kwargs):
+    def __init__(self, *, hang_seed: int = -1, hang_at: str = "step", hang_step: int = 2, **kwargs):
         super().__init__(**kwargs)
         if hang_at not in ("step", "reset", "exit"):
             raise ValueError(f"hang_at must be 'step', 'reset' or 'exit', got {hang_at!r}")

@@ -200,8 +200,14 @@ class _Slot:
             if request is None:
                 self._stop()
                 return
-            if request.future.set_running_or_notify_cancel():
+            if not request.future.set_running_or_notify_cancel():
+                continue
+            try:
                 self._serve(request)
+            except BaseException as exc:  # noqa: BLE001 - the driver must outlive any one request; the caller gets it
+                logger.exception("environment worker %d: request %s failed in its driver", self.index, request.op)
+                if not request.future.done():
+                    request.future.set_exception(exc)
 
     def _serve(self, request: _Request) -> None:
         """One request: restore its instance first when it was lost with a replaced worker (driver thread)."""
