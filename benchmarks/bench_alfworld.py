@@ -19,7 +19,9 @@ threads or worker processes) with no generation in between, in three layouts:
 
 Each layout plays two rounds: ``cold`` (processes start, instances are built, games loaded) and ``warm`` (the same
 tasks again on the reused instances). In a round every episode is reset first, then all step together: steps per
-second are steps over the stepping phase's wall time; the reset phase is reported apart.
+second are steps over the stepping phase's wall time; the reset phase is reported apart. CPU ms per step is the CPU
+time of every process involved (runner, worker processes, independent processes) over the stepping phase, per step:
+the work a step costs, which other load on the machine hardly changes.
 """
 
 from __future__ import annotations
@@ -121,10 +123,21 @@ async def _play(pool, threads, tasks: list[int], max_steps: int, seed: int) -> d
 
     t0 = time.perf_counter()
     started = await asyncio.gather(*(start(i, s) for i, s in enumerate(tasks)))
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), _cpu_seconds(pool)
     await asyncio.gather(*(play(i, *episode) for i, episode in enumerate(started)))
-    t2 = time.perf_counter()
-    return {**counts, "reset_s": t1 - t0, "step_s": t2 - t1, "seconds": t2 - t0}
+    t2, c2 = time.perf_counter(), _cpu_seconds(pool)
+    return {**counts, "reset_s": t1 - t0, "step_s": t2 - t1, "seconds": t2 - t0, "step_cpu_s": c2 - c1}
+
+
+def _cpu_seconds(pool) -> float:
+    """CPU seconds used so far by this process (all threads) and the pool's worker processes: unlike wall time,
+    hardly changed by other load on the machine."""
+    total = time.process_time()
+    for pid in pool.host.worker_pids() if pool.host is not None else []:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+    return total
 
 
 def play_round(tasks: list[int], *, max_steps: int, workers: int, rounds: int = 2, seed: int = 0) -> list[dict]:
@@ -154,7 +167,8 @@ def throughput(data: str | Path, *, episodes: int, tasks: int, max_steps: int, p
 
     def add(layout: str, results: list[dict]) -> None:
         for name, r in zip(("cold", "warm"), results, strict=False):
-            rows.append({"layout": layout, "round": name, **r, "steps_per_s": r["steps"] / r["step_s"]})
+            per_step = {"steps_per_s": r["steps"] / r["step_s"], "cpu_ms_per_step": 1000 * r["step_cpu_s"] / r["steps"]}
+            rows.append({"layout": layout, "round": name, **r, **per_step})
             print(json.dumps(rows[-1]), flush=True)
 
     add("threads", play_round(seeds, max_steps=max_steps, workers=0))
@@ -180,6 +194,7 @@ def throughput(data: str | Path, *, episodes: int, tasks: int, max_steps: int, p
                 "steps": sum(o[r]["steps"] for o in outs),
                 "env_errors": sum(o[r]["env_errors"] for o in outs),
                 **{k: max(o[r][k] for o in outs) for k in ("reset_s", "step_s", "seconds")},
+                "step_cpu_s": sum(o[r]["step_cpu_s"] for o in outs),
             }
             for r in range(2)
         ]
@@ -216,12 +231,16 @@ def main(argv: list[str] | None = None) -> int:
             processes=[int(n) for n in args.processes.split(",")],
         )
         print(f"\ncores: {os.cpu_count()}, load average (1 min) before/after: {load:.1f}/{os.getloadavg()[0]:.1f}")
-        print("| layout | cold: reset s | cold: steps/s | warm: reset s | warm: steps | warm: steps/s | env errors |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
+        print(
+            "| layout | cold: reset s | cold: steps/s | warm: reset s | warm: steps | warm: steps/s "
+            "| warm: CPU ms per step | env errors |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
         for cold, warm in zip(rows[0::2], rows[1::2], strict=True):
             print(
                 f"| {cold['layout']} | {cold['reset_s']:.1f} | {cold['steps_per_s']:.1f} | {warm['reset_s']:.1f} | "
-                f"{warm['steps']} | {warm['steps_per_s']:.1f} | {cold['env_errors'] + warm['env_errors']} |"
+                f"{warm['steps']} | {warm['steps_per_s']:.1f} | {warm['cpu_ms_per_step']:.1f} | "
+                f"{cold['env_errors'] + warm['env_errors']} |"
             )
         return 0
     with tempfile.TemporaryDirectory() as tmp:
