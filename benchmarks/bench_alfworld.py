@@ -95,7 +95,7 @@ async def _play(pool, threads, tasks: list[int], max_steps: int, seed: int) -> d
     from verl_gigpo.rollout.execution import EnvExecution
 
     config = EpisodeConfig(max_steps=max_steps, key_mode="state")
-    counts = {"steps": 0, "env_errors": 0}
+    counts: dict = {"steps": 0, "env_errors": 0, "errors": []}
 
     async def start(i: int, task_seed: int) -> tuple:
         task = TaskSpec("alfworld", seed=task_seed, split="train")
@@ -115,8 +115,10 @@ async def _play(pool, threads, tasks: list[int], max_steps: int, seed: int) -> d
                 counts["steps"] += 1
                 if terminated or truncated:
                     break
-        except Exception:  # noqa: BLE001 - counted: the benchmark reports failed episodes instead of stopping
+        except Exception as exc:  # noqa: BLE001 - counted and shown: the benchmark goes on
             counts["env_errors"] += 1
+            if len(counts["errors"]) < 3:
+                counts["errors"].append(f"{type(exc).__name__}: {exc}"[:400])
             broken = True
         finally:
             await calls.finish(env, broken=broken)

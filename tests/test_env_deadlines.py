@@ -20,7 +20,7 @@ from verl_gigpo.local.server import LocalGenerationServer
 from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, EpisodeConfig, TaskSpec, run_episode
 from verl_gigpo.rollout.execution import EnvDeadlineError, EnvExecution
 from verl_gigpo.rollout.metrics import episode_metrics, summaries_from_episodes
-from verl_gigpo.rollout.threads import CallAbandoned, EnvThreadPool
+from verl_gigpo.rollout.threads import CallAbandoned, EnvThreadPool, TurnLock
 
 SAMPLING = {"temperature": 1.0, "max_tokens": 3}
 CONFIG = EpisodeConfig(max_steps=5, max_prompt_length=512, max_response_length=3, key_mode="state")
@@ -96,6 +96,29 @@ def test_an_abandoned_call_gets_its_thread_replaced_and_closes_late():
     pool.shutdown()
 
 
+def test_turns_go_in_arrival_order_and_pass_on_when_a_call_is_abandoned():
+    pool, turn = EnvThreadPool(4), TurnLock()
+    release, order = threading.Event(), []
+    stuck = pool.submit(release.wait, turn=turn)
+    while stuck.started_at is None:
+        time.sleep(0.001)
+    waiting = []
+    for i in range(3):
+        waiting.append(pool.submit(order.append, i, turn=turn))
+        time.sleep(0.05)  # arrival order 0, 1, 2
+    time.sleep(0.2)
+    assert all(f.started_at is None for f in waiting)  # queued for the turn: their deadline clocks have not started
+    assert pool.abandon(stuck)  # the hung holder's turn passes on
+    for f in waiting:
+        f.result(timeout=5)
+    assert order == [0, 1, 2]
+    release.set()
+    stuck.result(timeout=5)
+    pool.submit(order.append, 3, turn=turn).result(timeout=5)  # the late return did not hand out a second turn
+    assert order == [0, 1, 2, 3]
+    pool.shutdown()
+
+
 def test_inline_pool_abandons_a_call_past_its_deadline():
     pool = EnvThreadPool(0)
     release = threading.Event()
@@ -144,13 +167,17 @@ def _check_failed_episodes(episodes, caplog, *, call: str, step: int):
     assert len(lines) == 2 and {r.getMessage().split(":")[0] for r in lines} == {"episode traj0", "episode traj1"}
 
 
-@pytest.mark.parametrize("threads", [4, 0], ids=["threads", "inline"])
-def test_a_hanging_step_fails_its_episode_and_the_thread_is_abandoned(served, caplog, threads):
+@pytest.mark.parametrize(
+    ("threads", "env_name"),
+    [(4, "gridnav_hang"), (0, "gridnav_hang"), (4, "gridnav_hang_proc")],
+    ids=["threads", "inline", "threads-taking-turns"],  # the last: thread_parallel=False run in threads
+)
+def test_a_hanging_step_fails_its_episode_and_the_thread_is_abandoned(served, caplog, threads, env_name):
     pool, executor = EnvPool(), EnvThreadPool(threads)
     gigpo_hanging_env.CLOSED.clear()
     start = time.monotonic()
     with caplog.at_level(logging.WARNING):
-        episodes = _play(served, _tasks("gridnav_hang"), executor=executor, env_pool=pool, execution=DEADLINE)
+        episodes = _play(served, _tasks(env_name), executor=executor, env_pool=pool, execution=DEADLINE)
     assert time.monotonic() - start < 20
     _check_failed_episodes(episodes, caplog, call="step", step=2)
     assert [ep.abandoned_threads for ep in episodes] == [1, 1, 0, 0, 0, 0]

@@ -12,8 +12,9 @@ Where a call runs:
 * an environment hosted in a worker process (:class:`~verl_gigpo.rollout.procpool.RemoteEnv`): a request to the
   worker; the host enforces the deadline (kills and replaces the worker);
 * any other: a thread of an :class:`~verl_gigpo.rollout.threads.EnvThreadPool`; the clock starts when the call
-  starts in its thread. Past the deadline the call is abandoned (:meth:`EnvThreadPool.abandon`: a fresh thread
-  replaces it), ``episode.abandoned_threads`` counts it, and the environment is closed if the call ever returns;
+  starts in its thread (for an environment that is not thread-parallel, once it has its first-come-first-served
+  turn). Past the deadline the call is abandoned (:meth:`EnvThreadPool.abandon`: a fresh thread replaces it),
+  ``episode.abandoned_threads`` counts it, and the environment is closed if the call ever returns;
 * an inline pool (``threads=0``, the local engine's default): on the event-loop thread; with a deadline the call
   runs in a helper thread while the loop waits, so it can be abandoned the same way.
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +36,7 @@ from verl_gigpo.rollout.execution import EnvDeadlineError, EnvExecution
 from verl_gigpo.rollout.factory import make_task_env
 from verl_gigpo.rollout.pool import EnvPool
 from verl_gigpo.rollout.procpool import RemoteEnv
-from verl_gigpo.rollout.threads import CallAbandoned, EnvCallFuture, EnvThreadPool
+from verl_gigpo.rollout.threads import CallAbandoned, EnvCallFuture, EnvThreadPool, TurnLock
 from verl_gigpo.rollout.types import Episode, EpisodeConfig, TaskSpec
 
 __all__ = ["EnvCalls", "default_threads"]
@@ -42,6 +44,9 @@ __all__ = ["EnvCalls", "default_threads"]
 logger = logging.getLogger(__name__)
 
 _DEFAULT_THREADS: EnvThreadPool | None = None
+#: one first-come-first-served turn per environment class that is not thread-parallel, in this process
+_TURNS: dict[type, TurnLock] = {}
+_TURNS_LOCK = threading.Lock()
 
 
 def default_threads() -> EnvThreadPool:
@@ -138,9 +143,10 @@ class EnvCalls:
         timeout = self.execution.step_timeout_s
         try:
             if self.env_pool is not None:
-                await self._threaded("close", timeout, 0, self.env_pool.release, self.task, self.config, env, broken)
+                release = self.env_pool.release
+                await self._threaded("close", timeout, 0, release, self.task, self.config, env, broken, env=env)
             else:
-                await self._threaded("close", timeout, 0, env.close)
+                await self._threaded("close", timeout, 0, env.close, env=env)
         except EnvDeadlineError as exc:
             logger.warning("episode %s: %s", self.episode.traj_id, exc)
 
@@ -167,7 +173,7 @@ class EnvCalls:
                 raise self._abandoned(call, abandoned.future, abandoned.waited_s, timeout, step, env) from None
             self.episode.timing["env"] += future.elapsed_s
             return future.result()
-        future = pool.submit(fn, *args)
+        future = pool.submit(fn, *args, turn=self._turn(env))
         waiter = asyncio.wrap_future(future)
         while True:
             remaining = None if timeout is None else max(timeout - future.running_for(), 0.0)
@@ -179,6 +185,14 @@ class EnvCalls:
             if future.started_at is not None and waited >= timeout and pool.abandon(future):
                 waiter.cancel()  # the thread's late result goes nowhere
                 raise self._abandoned(call, future, waited, timeout, step, env)
+
+    def _turn(self, env: Any) -> TurnLock | None:
+        """The first-come-first-served turn calls of ``env`` take when its class is not thread-parallel (their waits
+        for its process-wide lock then do not count toward their deadlines; :mod:`verl_gigpo.rollout.threads`)."""
+        if env is None or getattr(type(env), "thread_parallel", True):
+            return None
+        with _TURNS_LOCK:
+            return _TURNS.setdefault(type(env), TurnLock())
 
     def _abandoned(
         self, call: str, future: EnvCallFuture, waited: float, timeout: float, step: int, env: Any

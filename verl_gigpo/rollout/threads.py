@@ -14,6 +14,14 @@ joins its threads at exit and would wait for ever).
 
 ``threads=0`` runs calls inline on the caller's thread (:meth:`call_inline`); with a deadline an inline call runs in
 a helper thread while the caller blocks, so it can be abandoned the same way.
+
+Calls of an environment that is not thread-parallel take turns on a process-wide lock inside the environment
+(ALFWorld's engine lock). Python's locks are not fair: with many threads waiting, one can wait far longer than the
+others, and a deadline that counted the wait would fire on a healthy call. ``submit(..., turn=TurnLock)`` makes such
+calls take a first-come-first-served turn before they start (``started_at`` is set once the turn is theirs), so
+the deadline counts the call alone; abandoning a call passes its turn on (a call after it then meets the
+environment's own lock, still held by the hung call, and misses its deadline in turn: threads cannot recover an
+environment whose lock a hung call holds; worker processes can).
 """
 
 from __future__ import annotations
@@ -21,11 +29,12 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any
 
-__all__ = ["CallAbandoned", "EnvCallFuture", "EnvThreadPool"]
+__all__ = ["CallAbandoned", "EnvCallFuture", "EnvThreadPool", "TurnLock"]
 
 
 class CallAbandoned(Exception):
@@ -34,6 +43,34 @@ class CallAbandoned(Exception):
     def __init__(self, future: EnvCallFuture, waited_s: float):
         self.future, self.waited_s = future, waited_s
         super().__init__(f"abandoned after {waited_s:.1f} s")
+
+
+class TurnLock:
+    """A first-come-first-served lock whose turn can be passed on for a holder that never returns
+    (:meth:`EnvThreadPool.abandon`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: deque[threading.Event] = deque()
+        self._held = False
+
+    def acquire(self) -> None:
+        """Wait for the turn (in arrival order)."""
+        with self._lock:
+            if not self._held:
+                self._held = True
+                return
+            turn = threading.Event()
+            self._waiting.append(turn)
+        turn.wait()  # handed over by release(): held from here
+
+    def release(self) -> None:
+        """Hand the turn to the longest waiter, or free it."""
+        with self._lock:
+            if self._waiting:
+                self._waiting.popleft().set()
+            else:
+                self._held = False
 
 
 class EnvCallFuture(Future):
@@ -46,6 +83,8 @@ class EnvCallFuture(Future):
         self.started_at: float | None = None
         self.elapsed_s = 0.0
         self.abandoned = False
+        self.turn: TurnLock | None = None  # taken before the call starts, given back (once) after it
+        self.turn_given_back = False
 
     def running_for(self) -> float:
         """Seconds since the call started (0 while it waits in the queue)."""
@@ -95,9 +134,13 @@ class EnvThreadPool(Executor):
         return self._abandoned_total
 
     # ------------------------------------------------------------------ Executor API
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> EnvCallFuture:
-        """Schedule ``fn(*args, **kwargs)``; an inline pool runs it now and returns a finished future."""
+    def submit(
+        self, fn: Callable[..., Any], /, *args: Any, turn: TurnLock | None = None, **kwargs: Any
+    ) -> EnvCallFuture:
+        """Schedule ``fn(*args, **kwargs)``; an inline pool runs it now and returns a finished future. With a
+        ``turn``, the call starts once it holds that turn (module docstring)."""
         future = EnvCallFuture(fn, args, kwargs)
+        future.turn = turn
         if self.inline:
             future.set_running_or_notify_cancel()
             self._run(future)
@@ -149,7 +192,14 @@ class EnvThreadPool(Executor):
             self._live -= 1  # its thread leaves the pool when the call returns
             if not self._shutdown:
                 self._start_thread()
+            self._give_back_turn(future)
         return True
+
+    def _give_back_turn(self, future: EnvCallFuture) -> None:
+        """Pass ``future``'s turn on, once (the caller holds the pool's lock)."""
+        if future.turn is not None and not future.turn_given_back:
+            future.turn_given_back = True
+            future.turn.release()
 
     def call_inline(self, fn: Callable[..., Any], args: tuple, timeout: float | None) -> EnvCallFuture:
         """Run ``fn(*args)`` and block the caller until it returns (the inline mode of ``threads=0``).
@@ -217,6 +267,8 @@ class EnvThreadPool(Executor):
     def _run(self, future: EnvCallFuture) -> None:
         fn, args, kwargs = future.fn, future.args, future.kwargs
         future.fn = future.args = future.kwargs = None  # the future must not keep the environment alive
+        if future.turn is not None:
+            future.turn.acquire()
         future.started_at = time.perf_counter()
         try:
             result = fn(*args, **kwargs)
@@ -231,6 +283,8 @@ class EnvThreadPool(Executor):
         future.elapsed_s = time.perf_counter() - future.started_at
         with self._lock:
             self._busy_s += future.elapsed_s
+            if not future.abandoned:  # an abandoned call's turn was passed on when it was abandoned
+                self._give_back_turn(future)
 
 
 class _InlineRunner:
