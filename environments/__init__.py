@@ -15,7 +15,17 @@ from typing import Any
 
 from environments.base import EnvError, TextEnv
 
-__all__ = ["EnvError", "TextEnv", "env_class", "list_envs", "make_env", "register_env", "register_envs", "resolve_env"]
+__all__ = [
+    "EnvError",
+    "TextEnv",
+    "env_class",
+    "env_target",
+    "list_envs",
+    "make_env",
+    "register_env",
+    "register_envs",
+    "resolve_env",
+]
 
 # name -> "module:Class". Extra dependencies needed by an entry are named in its module's ImportError.
 _REGISTRY: dict[str, str] = {
@@ -104,3 +114,14 @@ def make_env(name: str, **config: Any) -> TextEnv:
         ImportError: the environment's optional dependency is missing (the message says what to install).
     """
     return env_class(name)(**config)
+
+
+def env_target(name: str) -> str:
+    """The ``"package.module:ClassName"`` registered under ``name`` (to register it again in another process).
+
+    Raises:
+        ValueError: unknown ``name`` (the message lists the known ones).
+    """
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown environment {name!r}; known environments: {', '.join(list_envs())}")
+    return _REGISTRY[name]

@@ -223,6 +223,13 @@ class TextEnv(abc.ABC):
         format_fallback_chars: under the ``format`` rule, a reply without an ``<action>`` block sends its last
             this many characters to the environment (the reference's ALFWorld: 30, WebShop: 20); None (default)
             sends nothing (the invalid-action step).
+        thread_parallel: False when instances share process-wide state, so that their calls in threads of one
+            process take turns (ALFWorld's engine lock). The episode runner then hosts the environment in worker
+            processes (``verl_gigpo.rollout.procpool``) and parses replies and renders prompts in its own process on
+            a *view*: an instance built with ``TextEnv.__init__`` only (not the subclass constructor) whose
+            ``_admissible_actions()`` returns the last ``info["admissible_actions"]``. Such an environment's
+            ``parse_action`` and ``render_prompt`` may therefore read only those, its class attributes and the
+            attributes ``TextEnv.__init__`` sets (``max_steps``, ``key_mode``, ``task_description``).
 
     Hooks a subclass implements:
         ``_reset(split, options) -> str``: build the task from ``self.np_random`` (already seeded) and return
@@ -254,6 +261,7 @@ class TextEnv(abc.ABC):
     name: ClassVar[str] = "base"
     splits: ClassVar[tuple[str, ...]] = ("train",)
     reset_options: ClassVar[tuple[str, ...]] = ()
+    thread_parallel: ClassVar[bool] = True
     prompt_template: ClassVar[str] = (
         "Task: {task}\n{history}Current observation (step {step} of {max_steps}):\n{observation}\n"
         "Admissible actions: {admissible_actions}\n"

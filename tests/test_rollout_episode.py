@@ -218,9 +218,10 @@ class _HugeObservationGridNav(GridNavEnv):
         return obs, reward, terminated, truncated, info
 
 
-def test_a_huge_observation_is_capped_and_each_prompt_tokenised_once(served):
+@pytest.mark.parametrize("budget", [200, 2048])  # 2048: the capped observation (16,384 chars) is tokenised off the loop
+def test_a_huge_observation_is_capped_and_each_prompt_tokenised_once(served, budget):
     tokenizer, server = served
-    config = EpisodeConfig(max_steps=4, history_length=2, max_prompt_length=200, max_response_length=3)
+    config = EpisodeConfig(max_steps=4, history_length=2, max_prompt_length=budget, max_response_length=3)
     encoder = _CountingEncoder(tokenizer)
 
     def factory(task, cfg):
@@ -244,10 +245,10 @@ def test_a_huge_observation_is_capped_and_each_prompt_tokenised_once(served):
     cut = [s.observation_truncated for s in episode.steps]
     assert cut == [False, True, False, False] and episode.num_observation_truncated == 1
     huge = episode.steps[1]
-    assert len(huge.observation) == config.max_observation_chars == 8 * 200
+    assert len(huge.observation) == config.max_observation_chars == 8 * budget
     assert huge.observation.split("\n")[-1].startswith("walls:")  # the END is kept: the grid's own observation
-    assert huge.prompt_truncated and len(huge.prompt_ids) == 200
-    assert all(len(s.prompt_ids) <= 200 for s in episode.steps)
+    assert huge.prompt_truncated and len(huge.prompt_ids) == budget
+    assert all(len(s.prompt_ids) <= budget for s in episode.steps)
     metrics = episode_metrics(summaries_from_episodes([episode]))
     assert metrics["env/observation_truncated_rate"] == pytest.approx(1 / 4)
 

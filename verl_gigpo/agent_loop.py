@@ -15,7 +15,8 @@ env_reward         environment reward alone
 action_valid       the reply was valid under ``env.invalid_action`` (``admissible`` or ``format``)
 won                the EPISODE was won (same on every row of the trajectory)
 env_name, task_id  environment and its task id; task_type (e.g. ALFWorld's pick/clean/...), split, seed
-env_error          the environment raised; the episode stopped there and its rows get response_mask 0
+env_error          the environment raised or missed a deadline; the episode stopped there and its rows get
+                   response_mask 0; env_abandoned_threads: its calls abandoned in a thread at a deadline (0 or 1)
 history_dropped    past steps dropped from this prompt to fit ``data.max_prompt_length``
 observation_truncated  the step's observation was cut to 8 characters per prompt token before tokenising
 episode_length     number of steps of the episode; episode_return: sum of its step rewards
@@ -27,18 +28,22 @@ observation        only with ``trainer.credit_log_freq`` > 0: the step's observa
 
 ``reward_score`` of the final row is the episode return (verl copies it to the episode's other rows, and
 GRPO/RLOO baselines use it as the trajectory score). The server's log-probs are kept (``response_logprobs``).
-Environment calls run in a thread pool shared by all episodes of the worker process, so hundreds of episodes
-proceed concurrently with no lock-step barrier; finished environments are kept in a worker-wide
-:class:`~verl_gigpo.rollout.EnvPool` and reset for the next episode instead of being rebuilt.
+Environment calls run in a thread pool shared by all episodes of the worker process
+(:class:`~verl_gigpo.rollout.threads.EnvThreadPool`, ``GIGPO_ENV_THREADS`` threads, default 64), so hundreds of
+episodes proceed concurrently with no lock-step barrier; finished environments are kept in a worker-wide
+:class:`~verl_gigpo.rollout.EnvPool` and reset for the next episode instead of being rebuilt. Environments that are
+not thread-parallel (ALFWorld) run in ``env.num_workers`` worker processes of that pool (``auto``: this node's cores
+divided among its agent-loop workers). Every call has a deadline (``env.step_timeout_s``, ``env.reset_timeout_s``):
+docs/environments-execution.md.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
@@ -48,6 +53,8 @@ from verl_gigpo import AGENT_LOOP_NAME
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit import CreditLogOptions, action_text, truncate_text
 from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, Episode, EpisodeConfig, TaskSpec, run_episode
+from verl_gigpo.rollout.execution import EnvExecution
+from verl_gigpo.rollout.threads import EnvThreadPool
 
 __all__ = ["GiGPOEnvAgentLoop", "episode_config_from", "episode_to_outputs"]
 
@@ -135,6 +142,7 @@ def episode_to_outputs(
         # seconds the episode spent in the environment and awaiting the rollout server (episode totals)
         "env_seconds": float(episode.timing.get("env", 0.0)),
         "generate_seconds": float(episode.timing.get("generate", 0.0)),
+        "env_abandoned_threads": int(episode.abandoned_threads),
         "min_global_steps": min(min_versions) if min_versions else weight_version,
         "max_global_steps": max(max_versions) if max_versions else weight_version,
         "reward_extra_info": {
@@ -211,15 +219,16 @@ def _step_texts(step: Any, max_chars: int) -> dict[str, str]:
 class GiGPOEnvAgentLoop(AgentLoopBase):
     """Plays one environment episode per trajectory and returns one training row per step (see module doc)."""
 
-    _executor: ClassVar[ThreadPoolExecutor | None] = None
+    _executor: ClassVar[EnvThreadPool | None] = None
     _executor_lock: ClassVar[threading.Lock] = threading.Lock()
     #: environments are reused across the worker's episodes (building an ALFWorld engine is expensive)
-    env_pool: ClassVar[EnvPool] = EnvPool()
+    _env_pool: ClassVar[EnvPool | None] = None
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.episode_config = episode_config_from(self.config)
         env_cfg = self.config.env
+        self.execution = EnvExecution.from_config(env_cfg)
         register_envs(env_cfg.get("registry", None))
         self.default_env_name = env_cfg.get("name", None)
         self.env_kwargs = dict(env_cfg.get("kwargs", None) or {})
@@ -228,13 +237,28 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
         self.text_chars = credit.max_chars if credit.enabled else 0
 
     @classmethod
-    def executor(cls) -> ThreadPoolExecutor:
-        """The worker-wide thread pool environment calls run in (size ``GIGPO_ENV_THREADS``, default 64)."""
+    def executor(cls) -> EnvThreadPool:
+        """The worker-wide thread pool environment calls run in (size ``GIGPO_ENV_THREADS``, default 64); a call
+        abandoned past its deadline gets its thread replaced, so hung environments cannot starve it."""
         with cls._executor_lock:
             if cls._executor is None:
                 threads = int(os.getenv("GIGPO_ENV_THREADS", "64"))
-                cls._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="gigpo-env")
+                cls._executor = EnvThreadPool(threads, name="gigpo-env")
             return cls._executor
+
+    def env_pool(self) -> EnvPool:
+        """The worker-wide environment pool, made by the first agent loop of the process: its worker processes
+        (``env.num_workers``; ``auto`` = this node's cores divided among the agent-loop workers verl places on it,
+        ``actor_rollout_ref.rollout.agent.num_workers`` round-robin over ``trainer.nnodes`` nodes) host the
+        environments that are not thread-parallel."""
+        cls = type(self)
+        with cls._executor_lock:
+            if cls._env_pool is None:
+                agent_workers = int(self.config.actor_rollout_ref.rollout.agent.get("num_workers", 8) or 1)
+                nodes = int(self.config.trainer.get("nnodes", 1) or 1)
+                workers = self.execution.resolve_workers(engine_processes=math.ceil(agent_workers / nodes))
+                cls._env_pool = EnvPool(num_workers=workers, execution=self.execution)
+            return cls._env_pool
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:
         """Play the episode of the dataset row ``kwargs`` (env_name, seed, split, uid, session_id)."""
@@ -262,7 +286,8 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
             traj_id=traj_id,
             sampling_params=sampling_params,
             executor=self.executor(),
-            env_pool=self.env_pool,
+            env_pool=self.env_pool(),
+            execution=self.execution,
         )
         placeholder = []
         if not episode.steps:

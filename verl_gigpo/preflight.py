@@ -40,6 +40,7 @@ from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, TRAINER_MODE
 from verl_gigpo.agent_loop import episode_config_from
 from verl_gigpo.config import GiGPOConfig, group_size_warning
 from verl_gigpo.credit import CreditLogOptions
+from verl_gigpo.rollout.execution import EnvExecution
 
 __all__ = ["ENV_KEYS", "GiGPOConfigError", "config_problems", "config_warnings", "file_problems", "preflight"]
 
@@ -47,6 +48,8 @@ logger = logging.getLogger(__name__)
 
 #: the keys of the ``env`` section (see verl_gigpo/config/gigpo_trainer.yaml)
 ENV_KEYS = ("name", "max_steps", "history_length", "invalid_action_penalty", "invalid_action", "kwargs", "registry")
+#: the ``env`` keys of environment execution (deadlines, worker processes), checked by EnvExecution.from_config
+ENV_KEYS += ("step_timeout_s", "reset_timeout_s", "num_workers")
 
 # verl's own agent-loop manager of the V1 path (what actor_rollout_ref.rollout.agent.agent_loop_manager_class=null
 # gives); naming it explicitly is the same thing
@@ -349,4 +352,8 @@ def _env_problems(env: Any) -> tuple[list[str], bool]:
             f"env.invalid_action_penalty must be a finite number >= 0 (subtracted from the reward of a step whose "
             f"reply holds no valid action; paper: 0.1), got {penalty!r}"
         )
+    try:  # env.step_timeout_s, env.reset_timeout_s, env.num_workers: the agent loop's own reader
+        EnvExecution.from_config(env)
+    except ValueError as exc:
+        problems.append(str(exc))
     return problems + type_problems, not type_problems

@@ -76,7 +76,8 @@ class StepBatch:
     to the observation cap; default all False); row_mask: False for padding rows and rows of failed
     episodes; env_seconds, generate_seconds (the episode's totals, on every row); padding: verl's padding rows
     (None: rows with row_mask False and no env_error, or a ``pad...`` uid); episode_lengths: the episode's steps
-    played, on every row (-1 or None: unknown, its rows are counted instead).
+    played, on every row (-1 or None: unknown, its rows are counted instead); abandoned_threads: the episode's
+    environment calls abandoned in a thread at a deadline, on every row (None: 0).
     """
 
     group_ids: np.ndarray
@@ -95,6 +96,7 @@ class StepBatch:
     padding: np.ndarray | None = None
     episode_lengths: np.ndarray | None = None
     observation_truncated: np.ndarray | None = None
+    abandoned_threads: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.group_ids)
@@ -109,6 +111,8 @@ class StepBatch:
             self.padding = pad_uid | (~self.row_mask & ~self.env_error)
         if self.episode_lengths is None:
             self.episode_lengths = np.full(n, -1, dtype=np.int64)
+        if self.abandoned_threads is None:
+            self.abandoned_threads = np.zeros(n, dtype=np.int64)
 
     def trajectory_summaries(self) -> list[TrajectorySummary]:
         """One :class:`~verl_gigpo.rollout.metrics.TrajectorySummary` per trajectory of the real (non-padding)
@@ -150,6 +154,7 @@ class StepBatch:
                 env_seconds=float(self.env_seconds[first[k]]),
                 generate_seconds=float(self.generate_seconds[first[k]]),
                 batch_rows=int(rows[k]),
+                abandoned_threads=int(self.abandoned_threads[first[k]]),
             )
             for k in range(num)
         ]
@@ -200,6 +205,7 @@ class StepBatch:
             padding=padding,
             episode_lengths=np.array([-1 if v is None else int(v) for v in lengths], dtype=np.int64),
             observation_truncated=column("observation_truncated", False, bool),
+            abandoned_threads=column("env_abandoned_threads", 0, np.int64),
         )
 
 

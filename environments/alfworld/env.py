@@ -206,6 +206,7 @@ class AlfWorldEnv(TextEnv):
     prompt_template = ALFWORLD_PROMPT
     history_item_template = ALFWORLD_HISTORY_ITEM
     format_fallback_chars = 30
+    thread_parallel = False  # one engine lock per process: host instances in worker processes for parallel steps
 
     def __init__(
         self,

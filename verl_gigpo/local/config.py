@@ -6,7 +6,8 @@ Defaults: ``verl_gigpo/config/local_trainer.yaml`` (:data:`DEFAULT_CONFIG`), wit
 recipes; overrides are OmegaConf dotlist items ``key=value`` and unknown keys are an error. Every numeric and
 boolean key is type- and range-checked (:func:`validate_config`), so a typo fails at once rather than after the
 first iteration; ``algorithm.gigpo.*`` is checked by :class:`verl_gigpo.config.GiGPOConfig` and
-``trainer.credit_log_*`` by :class:`verl_gigpo.credit.CreditLogOptions`.
+``trainer.credit_log_*`` by :class:`verl_gigpo.credit.CreditLogOptions`, the environment deadlines and worker
+processes by :class:`verl_gigpo.rollout.execution.EnvExecution` (the validator verl's agent loop uses).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from environments import list_envs
 from verl_gigpo.config import group_size_warning
 from verl_gigpo.credit import CreditLogOptions
+from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.types import check_invalid_action
 
 __all__ = ["DEFAULT_CONFIG", "ESTIMATORS", "gigpo_config", "load_config", "validate_config"]
@@ -186,6 +188,7 @@ def validate_config(cfg: DictConfig) -> None:
             f"env.name={cfg.env.name!r} is not a registered environment; known environments: "
             f"{', '.join(sorted(known))} (add yours with env.registry.<name>=package.module:Class)"
         )
+    EnvExecution.from_config(cfg.env)  # env.step_timeout_s, env.reset_timeout_s, env.num_workers: raises naming the key
     if cfg.algorithm.adv_estimator == "gigpo":
         gigpo_config(cfg)  # validates algorithm.gigpo.*
 

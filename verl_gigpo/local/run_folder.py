@@ -70,6 +70,9 @@ RESUMABLE_KEYS = frozenset(
         "local.plot",
         "local.num_threads",
         "local.env_workers",
+        "env.num_workers",
+        "env.step_timeout_s",
+        "env.reset_timeout_s",
         LR_KEY,
     }
 )

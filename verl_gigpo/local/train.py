@@ -23,7 +23,10 @@ One iteration:
    each task is played ``actor_rollout_ref.rollout.n`` times, all episodes concurrently
    (``asyncio.gather`` of :func:`verl_gigpo.rollout.run_episode`) through one
    :class:`~verl_gigpo.local.server.LocalGenerationServer`, which batches their generation requests while
-   environment steps run in threads. Each episode samples from its own ``torch.Generator`` seeded by
+   environment steps run inline or in threads (``local.env_workers``), or in worker processes for environments that
+   are not thread-parallel (``env.num_workers``), each under ``env.step_timeout_s`` / ``env.reset_timeout_s``
+   (an episode that misses one fails, like one whose environment raised). Environments are reused across episodes
+   (:class:`~verl_gigpo.rollout.EnvPool`). Each episode samples from its own ``torch.Generator`` seeded by
    (trainer.seed, iteration, episode), so runs are reproducible.
 2. advantages: ``gigpo`` -> :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms` over the step rows (episode
    group = task; anchor key from the environment, key mode from ``GiGPOConfig.env_key_mode``; similarity
@@ -62,7 +65,7 @@ gigpo only), ``adv/abs_mean``, ``actor/pg_loss``, ``actor/kl_loss``, ``actor/ent
 ``rollout/batch_size_mean`` (requests per batched generation), ``rollout/logprob_diff_max`` (server vs actor
 log-probs of the same tokens; nonzero only by float rounding), ``timing_s/rollout`` (wall time of the rollout
 phase), ``timing_s/generate`` (time the server spent generating), ``timing_s/env`` (time spent inside
-environment calls, summed over threads; with worker threads it overlaps generation), ``timing_s/adv``,
+environment calls, summed over episodes; with worker threads or processes it overlaps generation), ``timing_s/adv``,
 ``timing_s/update``, ``timing_s/val``, ``timing_s/iteration``, and on validation iterations ``val/*`` (the same
 episode metrics under ``val/``: ``val/success_rate``, ``val/episode_length``, ``val/return_mean``, ...).
 
@@ -83,10 +86,8 @@ import json
 import logging
 import os
 import sys
-import threading
 import time
 import warnings
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -109,8 +110,10 @@ from verl_gigpo.local.plots import plot_metrics, run_title
 from verl_gigpo.local.run_folder import prepare_run_folder
 from verl_gigpo.local.server import LocalGenerationServer
 from verl_gigpo.local.update import PPOActor
-from verl_gigpo.rollout import ChatPromptEncoder, Episode, EpisodeConfig, TaskSpec, make_task_env, run_episode
+from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, Episode, EpisodeConfig, TaskSpec, make_task_env, run_episode
+from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.metrics import episode_metrics, summaries_from_episodes
+from verl_gigpo.rollout.threads import EnvThreadPool
 
 __all__ = ["DEFAULT_CONFIG", "LocalTrainer", "load_config", "main"]
 
@@ -121,40 +124,6 @@ logger = logging.getLogger(__name__)
 def _episode_seed(*parts: int) -> int:
     """A well-mixed 63-bit seed from integer parts (numpy SeedSequence)."""
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
-
-
-class _TimedExecutor(Executor):
-    """Runs environment calls in ``workers`` threads, or inline on the calling thread when ``workers`` is 0, and
-    adds up the seconds spent inside them (``busy_s``; queueing not included)."""
-
-    def __init__(self, workers: int) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="env") if workers > 0 else None
-        self._lock = threading.Lock()
-        self.busy_s = 0.0
-
-    def _timed(self, fn, *args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            with self._lock:
-                self.busy_s += time.perf_counter() - start
-
-    def submit(self, fn, /, *args, **kwargs) -> Future:
-        """Schedule ``fn(*args, **kwargs)``; inline mode runs it now and returns a finished future."""
-        if self._pool is not None:
-            return self._pool.submit(self._timed, fn, *args, **kwargs)
-        future: Future = Future()
-        try:
-            future.set_result(self._timed(fn, *args, **kwargs))
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting episode, which records it
-            future.set_exception(exc)
-        return future
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Stop the worker threads (no-op inline)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
 
 
 def _load_model(path: str, device: torch.device, *, seed: int) -> tuple[Any, Any]:
@@ -231,7 +200,11 @@ class LocalTrainer:
             allowed_ids=self.allowed_ids,
         )
         self.ref_model, self.optimizer = self.actor.ref_model, self.actor.optimizer
-        self.env_executor = _TimedExecutor(cfg.local.env_workers)
+        # environment calls: local.env_workers threads (0 = inline), or, for environments that are not
+        # thread-parallel (ALFWorld), env.num_workers worker processes; every call under env.*_timeout_s
+        self.execution = EnvExecution.from_config(cfg.env)
+        self.env_executor = EnvThreadPool(cfg.local.env_workers, name="env")
+        self.env_pool = EnvPool(num_workers=self.execution.resolve_workers(), execution=self.execution)
         self.loop = asyncio.new_event_loop()
         self.task_rng = np.random.default_rng(cfg.trainer.seed)
         self.iteration = 0
@@ -298,6 +271,8 @@ class LocalTrainer:
                         traj_id=f"{seed_parts}-{g}-{k}",
                         sampling_params={**params, "generator": gen},
                         executor=self.env_executor,
+                        env_pool=self.env_pool,
+                        execution=self.execution,
                     )
                 )
         return list(await asyncio.gather(*coros))
@@ -361,12 +336,7 @@ class LocalTrainer:
         tasks = [TaskSpec(cfg.env.name, int(s), cfg.env.train_split, self.env_kwargs) for s in seeds]
         n = cfg.actor_rollout_ref.rollout.n
         stats = self.server.stats
-        busy0, batches0, requests0, env0 = (
-            stats["busy_s"],
-            stats["batches"],
-            stats["requests"],
-            self.env_executor.busy_s,
-        )
+        busy0, batches0, requests0 = stats["busy_s"], stats["batches"], stats["requests"]
         episodes = self.rollout(tasks, n, validation=False, seed_parts=(cfg.trainer.seed, 1, self.iteration))
         t1 = time.perf_counter()
         batch = LocalBatch.from_episodes(episodes, n)
@@ -395,7 +365,7 @@ class LocalTrainer:
             "rollout/batch_size_mean": (self.server.stats["requests"] - requests0) / batches if batches else 0.0,
             "timing_s/rollout": t1 - t0,
             "timing_s/generate": self.server.stats["busy_s"] - busy0,
-            "timing_s/env": self.env_executor.busy_s - env0,
+            "timing_s/env": sum(episode.timing["env"] for episode in episodes),
             "timing_s/adv": t2 - t1,
             "timing_s/update": t3 - t2,
         }
@@ -458,8 +428,9 @@ class LocalTrainer:
             fh.write(json.dumps(metrics) + "\n")
 
     def close(self) -> None:
-        """Stop the server, the environment threads and the event loop."""
+        """Stop the server, the environments (worker processes included), their threads and the event loop."""
         self.loop.run_until_complete(self.server.aclose())
+        self.env_pool.close()
         self.env_executor.shutdown(wait=True)
         self.loop.close()
 

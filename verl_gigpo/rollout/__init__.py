@@ -1,7 +1,10 @@
 """Episode logic shared by the verl agent loop and the local engine: prompt, generate, parse, step, bookkeeping.
 
 Imports environments, never an engine (neither verl glue nor :mod:`verl_gigpo.local`). Its modules import each
-other one way, bottom up: ``types`` (data) <- ``factory`` (building an environment) <- ``pool`` <- ``episode``.
+other one way, bottom up: ``types`` (data) <- ``factory`` (building an environment); ``execution`` (deadline and
+worker settings), ``threads`` (a thread pool that survives hung calls), ``wire`` (the pipe protocol) <-
+``procpool`` (environments in worker processes; ``procworker`` is the worker's ``__main__``, imported by nothing)
+<- ``pool`` <- ``envcalls`` (an episode's environment calls under their deadlines) <- ``episode``.
 """
 
 from verl_gigpo.rollout.episode import ChatPromptEncoder, build_prompt, run_episode

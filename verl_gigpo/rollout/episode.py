@@ -9,8 +9,9 @@ One call plays one episode of one task::
 Each step: render the environment's prompt (task, last ``history_length`` steps, current observation,
 admissible actions) -> encode (chat template) -> ``await generator.generate(...)`` -> decode -> ``parse_action``
 (under ``EpisodeConfig.invalid_action``) -> ``env.step`` (in a thread, off the event loop) -> record a
-:class:`StepRecord`. Environment calls run in an executor so that hundreds of episodes proceed concurrently with no
-lock-step barrier between them.
+:class:`StepRecord`. Environment calls run in a thread pool (or, for environments that are not thread-parallel, in
+worker processes) so that hundreds of episodes proceed concurrently with no lock-step barrier between them, each call
+under its deadline (:mod:`verl_gigpo.rollout.envcalls`).
 
 The event loop stays free for the other episodes: an observation longer than
 ``EpisodeConfig.max_observation_chars`` is cut to its end as it arrives (``StepRecord.observation_truncated``), a
@@ -18,9 +19,9 @@ prompt is tokenised once per step (:func:`build_prompt`), and a prompt whose obs
 :data:`OFFLOAD_PROMPT_CHARS` characters is rendered and tokenised in a worker thread (Hugging Face's fast
 tokenizers release the GIL while they encode).
 
-An environment error (any exception from ``make``/``reset``/``step``) ends the episode: ``Episode.env_error``
-holds the message, the steps played so far are kept, and the caller decides what to do with them (the verl
-agent loop masks them out of training). Nothing is swallowed silently: the error is also logged.
+An environment error (any exception from ``make``/``reset``/``step``, or a missed deadline) ends the episode:
+``Episode.env_error`` holds the message, the steps played so far are kept, and the caller decides what to do with
+them (the verl agent loop masks them out of training). Nothing is swallowed silently: the error is also logged.
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor
 from typing import Any
 
 from environments import TextEnv
+from verl_gigpo.rollout.envcalls import EnvCalls
+from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.factory import make_task_env
 from verl_gigpo.rollout.pool import EnvPool
+from verl_gigpo.rollout.threads import EnvThreadPool
 from verl_gigpo.rollout.types import Episode, EpisodeConfig, Generator, StepRecord, TaskSpec
 
 __all__ = ["OFFLOAD_PROMPT_CHARS", "ChatPromptEncoder", "build_prompt", "cap_observation", "run_episode"]
@@ -208,8 +211,9 @@ async def run_episode(
     traj_id: str,
     sampling_params: dict[str, Any],
     env_factory: Callable[[TaskSpec, EpisodeConfig], TextEnv] = make_task_env,
-    executor: Executor | None = None,
+    executor: EnvThreadPool | None = None,
     env_pool: EnvPool | None = None,
+    execution: EnvExecution | None = None,
 ) -> Episode:
     """Play one episode of ``task`` and return it with one :class:`StepRecord` per step.
 
@@ -224,41 +228,34 @@ async def run_episode(
         traj_id: unique id of this trajectory.
         sampling_params: passed to the generator unchanged.
         env_factory: builds the environment (default: the registry, :func:`make_task_env`); ignored with a pool.
-        executor: where environment calls run (default: the event loop's default thread pool).
+        executor: the threads environment calls run in (default: a process-wide pool of 64,
+            :func:`verl_gigpo.rollout.envcalls.default_threads`; ``EnvThreadPool(0)`` runs them inline).
         env_pool: reuse environments across episodes (recommended when building one is expensive, e.g. ALFWorld);
-            without a pool the environment is built for this episode and closed at its end.
+            without a pool the environment is built for this episode and closed at its end. A pool with worker
+            processes hosts the environments that are not thread-parallel there (:mod:`verl_gigpo.rollout.pool`).
+        execution: the deadlines of environment calls (default :class:`EnvExecution`'s: 60 s a step, 300 s a
+            reset); a missed one ends the episode with an ``EnvDeadlineError`` (:mod:`verl_gigpo.rollout.envcalls`).
     """
-    loop = asyncio.get_running_loop()
     episode = Episode(traj_id=traj_id, task=task)
     timing = {"generate": 0.0, "env": 0.0, "glue": 0.0}
     episode.timing = timing
     env: TextEnv | None = None
-
-    def timed(fn: Callable[..., Any], *args: Any) -> Any:
-        start = time.perf_counter()  # inside the worker thread: the environment's own time, not queueing
-        try:
-            return fn(*args)
-        finally:
-            timing["env"] += time.perf_counter() - start
-
-    async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
-        return await loop.run_in_executor(executor, timed, fn, *args)
-
-    def _reset(e: TextEnv) -> tuple[str, dict[str, Any]]:
-        return e.reset(seed=task.seed, options={"split": task.split})
+    calls = EnvCalls(
+        task,
+        config,
+        episode,
+        execution=execution if execution is not None else EnvExecution(),
+        threads=executor,
+        env_pool=env_pool,
+        factory=env_factory,
+    )
 
     async def finish(env: TextEnv) -> None:
-        if env_pool is not None:
-            await in_thread(env_pool.release, task, config, env, episode.env_error is not None)
-        else:
-            await in_thread(env.close)
+        await calls.finish(env, broken=episode.env_error is not None)
 
     try:
-        if env_pool is not None:
-            env = await in_thread(env_pool.acquire, task, config)
-        else:
-            env = await in_thread(env_factory, task, config)
-        observation, info = await in_thread(_reset, env)
+        env = await calls.acquire()
+        observation, info = await calls.reset(env)
     except Exception as exc:  # noqa: BLE001 - recorded on the episode and logged, never swallowed
         episode.env_error = f"{type(exc).__name__}: {exc}"
         logger.warning("episode %s: environment failed at reset: %s", traj_id, episode.env_error)
@@ -278,7 +275,7 @@ async def run_episode(
             shown_chars = len(observation) + sum(len(obs) for obs, _ in shown)
             prompt_args = (env, observation, info, history, encoder, config)
             if shown_chars > OFFLOAD_PROMPT_CHARS:  # long prompts are tokenised off the event loop
-                built = await loop.run_in_executor(None, build_prompt, *prompt_args)
+                built = await asyncio.get_running_loop().run_in_executor(None, build_prompt, *prompt_args)
             else:
                 built = build_prompt(*prompt_args)
             prompt_text, prompt_ids, used, cut = built
@@ -299,7 +296,7 @@ async def run_episode(
             timing["glue"] += time.perf_counter() - glue_start
 
             try:
-                next_obs, env_reward, terminated, truncated, next_info = await in_thread(env.step, action)
+                next_obs, env_reward, terminated, truncated, next_info = await calls.step(env, action, step_id)
             except Exception as exc:  # noqa: BLE001 - recorded on the episode and logged, never swallowed
                 episode.env_error = f"{type(exc).__name__}: {exc}"
                 logger.warning("episode %s: environment failed at step %d: %s", traj_id, step_id, episode.env_error)

@@ -20,6 +20,7 @@ Definitions (C = the trajectories whose environment did not fail, A = all trajec
     env/history_dropped_rate         sum over C of history_dropped_steps / sum over C of length  (per step)
     env/observation_truncated_rate   sum over C of observation_truncated_steps / sum over C of length  (per step)
     env/env_error_rate               |A \\ C| / |A|
+    env/abandoned_threads            sum over A of abandoned_threads (environment calls written off at a deadline)
     episode/return_mean|std|min|max  mean, population std, min, max over C of episode_return
     episode/num_trajectories         |A|
     episode/num_step_rows            sum over A of batch_rows (the training batch's step rows, padding excluded)
@@ -62,6 +63,7 @@ class TrajectorySummary:
         batch_rows: step rows the trajectory put into the training batch: on verl all its rows, masked ones of a
             failed environment included (one placeholder row when it failed at reset); the local engine drops a
             failed episode from its batch (0), else one row per step.
+        abandoned_threads: environment calls of the trajectory abandoned in a thread past their deadline.
     """
 
     won: bool
@@ -75,6 +77,7 @@ class TrajectorySummary:
     env_seconds: float = 0.0
     generate_seconds: float = 0.0
     batch_rows: int = 0
+    abandoned_threads: int = 0
 
     @classmethod
     def from_episode(cls, episode: Episode) -> TrajectorySummary:
@@ -92,6 +95,7 @@ class TrajectorySummary:
             env_seconds=float(episode.timing.get("env", 0.0)),
             generate_seconds=float(episode.timing.get("generate", 0.0)),
             batch_rows=0 if failed else episode.length,
+            abandoned_threads=episode.abandoned_threads,
         )
 
 
@@ -131,6 +135,7 @@ def episode_metrics(
             sum(t.observation_truncated_steps for t in done) / steps if steps else 0.0
         ),
         f"{prefix}/env_error_rate": 1.0 - len(done) / len(trajectories),
+        f"{prefix}/abandoned_threads": float(sum(t.abandoned_threads for t in trajectories)),
         f"{episode_prefix}/return_mean": float(returns.mean()) if done else 0.0,
         f"{episode_prefix}/return_std": float(returns.std()) if done else 0.0,
         f"{episode_prefix}/return_min": float(returns.min()) if done else 0.0,

@@ -184,6 +184,8 @@ class Episode:
     env_error: the error message when the environment raised (the episode ended there), else None.
     timing: seconds spent in ``generate`` (awaiting the server), ``env`` (inside reset/step/close, measured in the
         worker thread) and ``glue`` (prompt render + chat template + tokenise, decode + parse).
+    abandoned_threads: environment calls of this episode abandoned in threads past their deadline (0 or 1: the
+        episode ends there); each leaves a thread running until the call returns (``env/abandoned_threads``).
     """
 
     traj_id: str
@@ -195,6 +197,7 @@ class Episode:
     episode_return: float = 0.0
     env_error: str | None = None
     timing: dict[str, float] = field(default_factory=dict)
+    abandoned_threads: int = 0
 
     @property
     def length(self) -> int:
