@@ -335,8 +335,12 @@ def test_training_keys_cover_what_changes_training_and_no_more():
         "actor_rollout_ref.rollout.val_kwargs.temperature",
         "actor_rollout_ref.model.path_extra",
         "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH",
+        "env.step_timeout_s",  # execution settings inside the env section
+        "env.reset_timeout_s",
+        "env.num_workers",
     ):
         assert not is_training_key(key), key
+    assert is_training_key("env.invalid_action") and is_training_key("env.max_steps")
 
 
 def test_docs_list_every_training_key():

@@ -42,6 +42,7 @@ __all__ = [
     "LAUNCHES_DIR",
     "POINTER",
     "TRAINING_KEYS",
+    "EXECUTION_KEYS",
     "CheckpointFolder",
     "LaunchError",
     "LaunchPlan",
@@ -179,8 +180,20 @@ def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any
     return out
 
 
+#: Keys inside a :data:`TRAINING_KEYS` section that change where or how fast the same computation runs, not what it
+#: computes: they may change on resume.
+EXECUTION_KEYS: dict[str, str] = {
+    "env.step_timeout_s": "a deadline of the environment's calls (docs/environments-execution.md)",
+    "env.reset_timeout_s": "a deadline of the environment's calls",
+    "env.num_workers": "where the environments run (worker processes or threads)",
+}
+
+
 def is_training_key(key: str) -> bool:
-    """Whether the dotted ``key`` is one of :data:`TRAINING_KEYS` or inside one of its sections."""
+    """Whether the dotted ``key`` is one of :data:`TRAINING_KEYS` or inside one of its sections, and not one of
+    :data:`EXECUTION_KEYS`."""
+    if key in EXECUTION_KEYS:
+        return False
     return any(key == k or (k.endswith(".") and key.startswith(k)) for k in TRAINING_KEYS)
 
 
