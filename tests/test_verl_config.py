@@ -192,3 +192,20 @@ def test_unknown_device_is_rejected():
 def test_recipes_split_updates_by_step_rows():
     cfg = compose_gigpo(dry_run("alfworld")[0][3:])
     assert cfg.trainer.v1.gigpo_sync.mini_batch_rows == 2048 and cfg.trainer.v1.gigpo_sync.shuffle_rows
+
+
+@pytest.mark.parametrize("estimator", ["hgpo", "graphgpo", "g2po"])
+def test_successor_estimators_run_through_the_alfworld_recipe(estimator):
+    """`ADV_ESTIMATOR=<successor> bash recipes/run_alfworld.sh` composes, passes verl's and this package's checks,
+    and reads the successor's section (defaults: the paper's; history and penalty from env)."""
+    argv, _ = dry_run("alfworld", ADV_ESTIMATOR=estimator)
+    overrides = argv[3:]
+    assert f"algorithm.adv_estimator={estimator}" in overrides
+    cfg = compose_gigpo(overrides)
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    assert config_problems(cfg) == []
+    from verl_gigpo.config import GiGPOConfig
+
+    gigpo = GiGPOConfig.from_algorithm(cfg.algorithm, env=cfg.env)
+    assert gigpo.method == estimator
+    assert (gigpo.hgpo.history_length, gigpo.g2po.invalid_penalty, gigpo.graphgpo.omega) == (2, 0.1, 0.1)

@@ -41,6 +41,13 @@ _HISTORY = re.compile(r"history:(\d+)")
 #: the successors' option sections: ``algorithm.<name>`` -> the options class that validates it
 METHOD_OPTIONS: dict[str, type] = {"hgpo": HGPOOptions, "graphgpo": GraphGPOOptions, "g2po": G2POOptions}
 
+#: successor option -> the ``env`` key it takes when it is null (see :meth:`GiGPOConfig.from_algorithm`)
+_FROM_ENV = {
+    "hgpo": {"history_length": "history_length"},
+    "graphgpo": {},
+    "g2po": {"invalid_penalty": "invalid_action_penalty"},
+}
+
 #: the keys of the ``algorithm.gigpo`` section (and ``gamma``, which :meth:`GiGPOConfig.from_algorithm` takes from
 #: ``algorithm.gamma``)
 _GIGPO_KEYS = ("gamma", "step_advantage_w", "norm", "epsilon", "episode_stats", "key_mode", "similarity_threshold")
@@ -137,7 +144,7 @@ class GiGPOConfig:
         return cls(**{k: v for k, v in mapping.items() if v is not None})
 
     @classmethod
-    def from_algorithm(cls, algorithm: Any, *, method: str | None = None) -> GiGPOConfig:
+    def from_algorithm(cls, algorithm: Any, *, method: str | None = None, env: Any = None) -> GiGPOConfig:
         """Build from verl's ``algorithm`` config section (a dict or ``DictConfig``, or None for the defaults):
         the ``algorithm.gigpo.*`` keys plus ``gamma = algorithm.gamma`` (the discount both engines share), and each
         successor's section ``algorithm.hgpo``, ``algorithm.graphgpo``, ``algorithm.g2po`` (all of them are
@@ -147,6 +154,10 @@ class GiGPOConfig:
             algorithm: the section.
             method: the estimator; default ``algorithm.adv_estimator`` when that names a step-credit estimator,
                 else ``"gigpo"`` (e.g. ``grpo`` runs, whose config is only checked).
+            env: the ``env`` section, or None: where ``algorithm.hgpo.history_length`` and
+                ``algorithm.g2po.invalid_penalty`` are null (their defaults), they take ``env.history_length`` and
+                ``env.invalid_action_penalty`` (the prompt's history and the environment's penalty, as the papers
+                do); without ``env`` the papers' values, 2 and 0.1.
 
         Raises:
             ValueError: as :meth:`from_mapping`; an unknown key or a bad value in a successor's section, named
@@ -161,7 +172,11 @@ class GiGPOConfig:
         if method is None:
             estimator = algorithm.get("adv_estimator")
             method = estimator if estimator in STEP_CREDIT_ESTIMATORS else "gigpo"
-        sections = {name: _method_options(name, kind, algorithm.get(name)) for name, kind in METHOD_OPTIONS.items()}
+        env = {} if env is None else _as_mapping(env, "GiGPOConfig.from_algorithm(env=...)")
+        sections = {
+            name: _method_options(name, kind, algorithm.get(name), {k: env.get(e) for k, e in _FROM_ENV[name].items()})
+            for name, kind in METHOD_OPTIONS.items()
+        }
         return dataclasses.replace(cls.from_mapping(gigpo), method=method, **sections)
 
     def advantage_terms(
@@ -246,19 +261,21 @@ class GiGPOConfig:
         return self.similarity_threshold if self.key_mode == "similarity" else None
 
 
-def _method_options(name: str, kind: type, section: Any) -> Any:
-    """``algorithm.<name>`` (a mapping, or None for the defaults) as a validated ``kind``; errors name the key."""
-    if section is None:
-        return kind()
-    section = _as_mapping(section, f"algorithm.{name}")
+def _method_options(name: str, kind: type, section: Any, inherited: dict[str, Any]) -> Any:
+    """``algorithm.<name>`` (a mapping, or None for the defaults) as a validated ``kind``; null values take
+    ``inherited`` (an env value, when not None) or the default. Errors name the key."""
+    section = {} if section is None else _as_mapping(section, f"algorithm.{name}")
     known = [f.name for f in dataclasses.fields(kind)]
     unknown = sorted(str(k) for k in section if k not in known)
     if unknown:
         raise ValueError(f"unknown algorithm.{name} key(s) {unknown}; known keys: {known}")
+    values = {k: v for k, v in inherited.items() if v is not None}
+    values.update({k: v for k, v in section.items() if v is not None})
     try:
-        return kind(**{k: v for k, v in section.items() if v is not None})
+        return kind(**values)
     except ValueError as exc:  # the options' messages start with "<key>=<value>"
-        raise ValueError(f"algorithm.{name}.{exc}") from exc
+        source = next((f" (from env.{_FROM_ENV[name][k]})" for k in inherited if str(exc).startswith(f"{k}=")), "")
+        raise ValueError(f"algorithm.{name}.{exc}{source}") from exc
 
 
 def _as_mapping(value: Any, caller: str) -> Mapping:
