@@ -1,4 +1,5 @@
-"""``python -m verl_gigpo.inspect RUN_DIR_OR_FILE [--iter K] [--group ID] [--out DIR]`` (see the package doc)."""
+"""``python -m verl_gigpo.inspect RUN_DIR_OR_FILE [--iter K] [--group ID] [--out DIR] [--compare OTHER_RUN]`` (see
+the package doc)."""
 
 from __future__ import annotations
 
@@ -13,21 +14,29 @@ def main(argv: list[str] | None = None) -> int:
     """CLI entry point: write the credit report, print its summary and where the files are; 2 on a usage error."""
     parser = argparse.ArgumentParser(
         prog="python -m verl_gigpo.inspect",
-        description="Report on what GiGPO credited: the anchor-state graph of one episode group, distributions "
-        "over the run, and a summary (from the records of trainer.credit_log_freq > 0)",
+        description="Report on what the step-credit estimator (gigpo, hgpo, graphgpo, g2po) credited: the "
+        "anchor-state graph of one episode group, distributions over the run, and a summary (from the records of "
+        "trainer.credit_log_freq > 0)",
     )
     parser.add_argument("source", help="run directory (trainer.default_local_dir), its credit/ folder, or one file")
     parser.add_argument("--iter", type=int, default=None, help="iteration to draw (default: the last logged)")
     parser.add_argument("--group", default=None, help="episode group to draw (default: the one with most step signal)")
     parser.add_argument("--out", default=None, help="output folder (default: <credit folder>/report)")
+    parser.add_argument(
+        "--compare",
+        default=None,
+        help="another run (or credit file): draw its credit of the same iteration and group beside this run's",
+    )
     args = parser.parse_args(argv)
     try:
-        report = make_report(args.source, iteration=args.iter, group=args.group, out_dir=args.out)
+        report = make_report(args.source, iteration=args.iter, group=args.group, out_dir=args.out, compare=args.compare)
     except CreditReportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(report.summary)
     print(f"graph: {report.graph_png}")
+    if report.compare_png is not None:
+        print(f"side by side: {report.compare_png}")
     print(f"distributions: {report.distributions_png}")
     print(f"report: {report.html}")
     return 0
