@@ -278,3 +278,29 @@ def test_report_puts_two_runs_credit_for_the_same_group_side_by_side(tmp_path, c
     write_credit_records(_records(iteration=1, group="g9"), tmp_path / "c", 1)
     with pytest.raises(CreditReportError, match=r"episode group 'g0' is not in the credit records of iteration 1"):
         make_report(tmp_path / "a", compare=tmp_path / "c", out_dir=tmp_path / "rep3")
+
+
+def test_recredit_gives_each_method_its_own_terms_on_the_same_rows():
+    from verl_gigpo.inspect import recredit
+
+    gigpo = _records()  # gamma 1
+    for method in ("gigpo", "hgpo", "graphgpo", "g2po"):
+        again = recredit(gigpo, method, gamma=1.0)
+        direct = _records(method=method)  # the estimator on the raw keys, as an engine writes its records
+        assert [r["method"] for r in again] == [method] * len(gigpo)
+        for key in ("step_adv", "episode_adv", "advantage", "anchor_group_size", "observation", "anchor_key"):
+            assert [r[key] for r in again] == pytest.approx([r[key] for r in direct]), (method, key)
+    with pytest.raises(ValueError, match=r"method='ppo' is not a step-credit estimator"):
+        recredit(gigpo, "ppo")
+
+
+def test_cli_credits_one_group_by_every_method(tmp_path, capsys):
+    write_credit_records(_records(iteration=1), tmp_path / "a", 1)
+    args = [str(tmp_path / "a"), "--out", str(tmp_path / "rep"), "--gamma", "1"]
+    assert main([*args, "--methods", "gigpo,hgpo,graphgpo,g2po"]) == 0
+    png = tmp_path / "rep" / "credit_methods_iter1_groupg0.png"
+    assert f"every method: {png}" in capsys.readouterr().out and png.read_bytes()[:4] == b"\x89PNG"
+    assert "The same rows credited by each method" in (tmp_path / "rep" / "credit_report.html").read_text()
+    with pytest.raises(SystemExit) as exit_code:
+        main([*args, "--methods", "gigpo,ppo"])
+    assert exit_code.value.code == 2 and "['ppo'] are not step-credit estimators" in capsys.readouterr().err

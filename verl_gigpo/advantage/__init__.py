@@ -19,10 +19,12 @@ Modules: :mod:`.gigpo`, :mod:`.hgpo`, :mod:`.graphgpo`, :mod:`.g2po` (one estima
 they return), :mod:`._rows` (the row helpers they share; ids are read by :mod:`verl_gigpo._ids`).
 
 Deliberate deviations from the authors' implementations, numbered once for all estimators. GiGPO: verl-agent's
-``gigpo/core_gigpo.py``; HGPO: ``recipe/hgpo/core_hgpo.py`` (verl-agent fork, read at zzj1111/alfworldauto
-51c1a03; an earlier version: CazeroZ/hgpo ``hgpo/core_hgpo.py``); GraphGPO: ``recipe/GraphGPO/core_graph.py``,
-``graphgpo_ray_trainer.py`` and ``rollout_loop.py`` (same fork); G2PO: ``g2po/core_g2po.py`` and
-``verl/trainer/ppo/ray_trainer.py`` (Nala-YN/G2PO 55d811a).
+``gigpo/core_gigpo.py``. HGPO: ``recipe/hgpo/core_hgpo.py`` of a verl-agent fork (zzj1111/alfworldauto 37aec78:
+weights lines 195-205, depths 241-248, population std 260; the earlier CazeroZ/hgpo ``hgpo/core_hgpo.py`` weighs
+by ``len(key) + 1``, line 193). GraphGPO: ``recipe/GraphGPO/core_graph.py`` (distances 285-325, returns 823-825,
+advantage 841-), ``rollout_loop.py`` (SUCCESS, 288-292) and ``graphgpo_ray_trainer.py`` (returns 1148, penalty
+225 and 1191) of the same fork. G2PO: ``g2po/core_g2po.py`` (Nala-YN/G2PO b8ffaf5: node values 65-132, steps
+135-213) and its ``verl/trainer/ppo/ray_trainer.py``.
 
 GiGPO
 

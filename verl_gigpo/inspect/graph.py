@@ -181,15 +181,20 @@ def draw_anchor_graph(graph: nx.MultiDiGraph, path: str | Path, *, title: str | 
     return path
 
 
-def draw_side_by_side(graphs: Sequence[nx.MultiDiGraph], path: str | Path, *, titles: Sequence[str]) -> Path:
+def draw_side_by_side(
+    graphs: Sequence[nx.MultiDiGraph], path: str | Path, *, titles: Sequence[str], columns: int | None = None
+) -> Path:
     """Draw several :func:`anchor_graph` graphs side by side to a PNG at ``path``, their edges on ONE colour scale
-    (the largest bound of the graphs), each under its title: e.g. the same episode group credited by two runs or
-    two methods."""
+    (the largest bound of the graphs), each under its title, ``columns`` per row (default: all in one row): e.g.
+    the same episode group credited by two runs or by several methods."""
     vmax = max(g.graph["vmax"] for g in graphs)
+    columns = columns or len(graphs)
+    rows = -(-len(graphs) // columns)
     sizes = [_figure_size(g) for g in graphs]
-    fig = Figure(figsize=(min(sum(w for w, _ in sizes), 30.0), max(h for _, h in sizes)), dpi=100)
+    width = min(columns * max(w for w, _ in sizes), 30.0)
+    fig = Figure(figsize=(width, rows * max(h for _, h in sizes)), dpi=100)
     for k, (graph, title) in enumerate(zip(graphs, titles, strict=True)):
-        _draw(fig, fig.add_subplot(1, len(graphs), k + 1), graph, title, vmax)
+        _draw(fig, fig.add_subplot(rows, columns, k + 1), graph, title, vmax)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import html
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from matplotlib.ticker import MaxNLocator
 
 from verl_gigpo.inspect.graph import STEP_TERMS, anchor_graph, draw_anchor_graph, draw_side_by_side
 from verl_gigpo.inspect.load import CreditRun, load_credit_run
+from verl_gigpo.inspect.recredit import recredit
 from verl_gigpo.inspect.stats import ZERO, RunStats, credit_pairs, run_stats, summary_text
 
 __all__ = ["CreditReport", "default_group", "make_report", "plot_distributions"]
@@ -38,6 +40,7 @@ class CreditReport:
     summary_txt: Path
     summary: str
     compare_png: Path | None = None
+    methods_png: Path | None = None
 
 
 def default_group(run: CreditRun, iteration: int) -> str:
@@ -107,6 +110,8 @@ def make_report(
     group: str | None = None,
     out_dir: str | Path | None = None,
     compare: str | Path | None = None,
+    methods: Sequence[str] = (),
+    gamma: float = 0.95,
 ) -> CreditReport:
     """Read the credit records at ``source`` and write the report (PNGs, HTML page, summary text).
 
@@ -119,6 +124,10 @@ def make_report(
             group is drawn beside this run's on one colour scale (``credit_compare_iter<K>_group<ID>.png``). Two
             runs with the same ``trainer.seed`` play the same tasks; at iteration 1 (before any update) the local
             engine's runs also play the same episodes, so the picture shows two methods crediting the same moves.
+        methods: step-credit estimators to credit the drawn group's rows again with (:func:`.recredit.recredit`,
+            their default options and ``gamma``), drawn two per row on one colour scale
+            (``credit_methods_iter<K>_group<ID>.png``): every method's credit of the same episodes.
+        gamma: the discount used by ``methods``.
 
     Raises:
         CreditReportError: missing or malformed records, an iteration or group that is not in them (in either run).
@@ -159,15 +168,28 @@ def make_report(
     )
     if compare_png is not None:
         graph_line += f"\ncompared with {compare}: {compare_png.name}"
+    methods_png = None
+    if methods:
+        again = [anchor_graph(recredit(records, m, gamma=gamma)) for m in methods]
+        methods_png = draw_side_by_side(
+            again,
+            out / f"credit_methods_iter{iteration}_group{_safe(group)}.png",
+            titles=[f"{g.graph['method']} (gamma {gamma:g}, default options)" for g in again],
+            columns=2,
+        )
+        graph_line += f"\nthe same rows credited by {', '.join(methods)}: {methods_png.name}"
     summary = summary_text(run, stats, credit_pairs(run.all_records()), graph_line=graph_line)
     summary_txt = out / SUMMARY_TXT
     summary_txt.write_text(summary + "\n", encoding="utf-8")
     page = out / HTML_PAGE
     method = graph.graph["method"]
     page.write_text(
-        _html(summary, graph_png, dist_png, records, iteration, group, method, compare_png), encoding="utf-8"
+        _html(summary, graph_png, dist_png, records, iteration, group, method, compare_png, methods_png),
+        encoding="utf-8",
     )
-    return CreditReport(iteration, str(group), graph_png, dist_png, page, summary_txt, summary, compare_png)
+    return CreditReport(
+        iteration, str(group), graph_png, dist_png, page, summary_txt, summary, compare_png, methods_png
+    )
 
 
 def _graph_title(graph: Any, source: str | Path) -> str:
@@ -187,6 +209,7 @@ def _html(
     group: Any,
     method: str,
     compare_png: Path | None,
+    methods_png: Path | None,
 ) -> str:
     """One self-contained page: the PNGs inlined as base64, the summary, the group's trajectories."""
 
@@ -224,6 +247,7 @@ the others. Edges are the actions taken (width = times taken, label = action and
 grey = no step signal.</p>
 {img(graph_png)}
 {"<h2>Beside the other run</h2>" + img(compare_png) if compare_png is not None else ""}
+{"<h2>The same rows credited by each method</h2>" + img(methods_png) if methods_png is not None else ""}
 <h2>Trajectories of this group (action and its step term)</h2>
 <table><tr><th>trajectory</th><th>steps</th><th>return</th><th>won</th><th>A_E</th><th>actions (step term)</th></tr>
 {"".join(rows)}</table>
