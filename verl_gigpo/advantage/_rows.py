@@ -7,6 +7,7 @@ Ids are read and coded by :mod:`verl_gigpo._ids` (the module anchor grouping use
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -21,10 +22,13 @@ from verl_gigpo.anchors import anchor_group_ids, check_similarity_threshold
 __all__ = [
     "EPISODE_STATS",
     "NORMS",
+    "Basis",
+    "MethodOptions",
     "StepRows",
     "anchor_groups",
     "as_flags",
     "as_response_mask",
+    "basis",
     "check_common_options",
     "check_number",
     "check_overflow",
@@ -95,6 +99,22 @@ def check_number(
         )
         raise ValueError(f"{key}={show(value)} must be {span} ({why})")
     return float(value)
+
+
+class MethodOptions:
+    """Base of a successor's frozen options dataclass (:class:`~verl_gigpo.advantage.HGPOOptions`, ...): at
+    construction every field goes through the method's check, ``_check`` (a ``staticmethod`` taking the fields as
+    keywords and returning them validated, numbers as floats)."""
+
+    _check: Any = None
+
+    def __post_init__(self) -> None:
+        for key, value in type(self)._check(**self.kwargs()).items():
+            object.__setattr__(self, key, value)  # frozen: the validated value replaces the given one
+
+    def kwargs(self) -> dict[str, Any]:
+        """The options as the keyword arguments of the method's terms function."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 # ---------------------------------------------------------------------------------------------------- inputs
@@ -419,6 +439,47 @@ def anchor_groups(rows: StepRows, similarity_threshold: float | None) -> tuple[n
 
 
 # ---------------------------------------------------------------------------------------------------- maths
+@dataclass(frozen=True)
+class Basis:
+    """What every estimator computes the same way from a batch (M valid rows, S anchor groups, T trajectories,
+    G episode groups): the rows, their anchor groups ``s_group`` ``(M,)`` (``num_s`` of them), R_t ``(M,)``, the
+    episode returns ``R_traj`` ``(T,)``, the episode term ``A_E`` ``(M,)`` and the episode groups whose returns are
+    all equal, ``flat_groups`` ``(G,)``."""
+
+    rows: StepRows
+    s_group: np.ndarray
+    num_s: int
+    R_t: np.ndarray
+    R_traj: np.ndarray
+    A_E: np.ndarray
+    flat_groups: np.ndarray
+
+
+def basis(
+    step_rewards: Any,
+    response_mask: Any,
+    group_ids: Any,
+    traj_ids: Any,
+    step_ids: Any,
+    anchor_keys: Any,
+    *,
+    row_mask: Any,
+    gamma: float,
+    norm: str,
+    epsilon: float,
+    episode_stats: str,
+    similarity_threshold: float | None,
+) -> Basis:
+    """The :class:`Basis` of a batch (options already checked): :func:`prepare_rows`, :func:`anchor_groups`,
+    :func:`step_returns` and :func:`episode_advantage`. Overflow is left to :func:`check_overflow`."""
+    rows = prepare_rows(step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys, row_mask)
+    s_group, num_s = anchor_groups(rows, similarity_threshold)  # (M,)
+    with np.errstate(over="ignore", invalid="ignore"):
+        R_t, R_traj = step_returns(rows, gamma)  # (M,), (T,)
+        A_E, flat_groups = episode_advantage(rows, R_traj, norm, epsilon, episode_stats)  # (M,), (G,)
+    return Basis(rows, s_group, num_s, R_t, R_traj, A_E, flat_groups)
+
+
 def step_returns(rows: StepRows, gamma: float) -> tuple[np.ndarray, np.ndarray]:
     """``R_t = r_t + gamma R_{t+1}`` along each trajectory in step order ``(M,)``, and the episode return
     ``R(tau) = sum_t r_t`` of each trajectory ``(T,)``."""

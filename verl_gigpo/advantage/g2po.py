@@ -27,17 +27,14 @@ import numpy as np
 import torch
 
 from verl_gigpo.advantage._rows import (
-    anchor_groups,
+    MethodOptions,
     as_flags,
+    basis,
     check_common_options,
     check_number,
-    check_overflow,
-    episode_advantage,
     normalise_in_groups,
-    prepare_rows,
-    step_returns,
 )
-from verl_gigpo.advantage.terms import AdvantageTerms, shared_stats
+from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 from verl_gigpo.anchors import check_similarity_threshold
 
 __all__ = ["G2PO_STAT_NAMES", "G2POOptions", "check_g2po_options", "g2po_advantage_terms"]
@@ -68,24 +65,14 @@ def check_g2po_options(*, success_reward: Any, invalid_penalty: Any, step_advant
 
 
 @dataclass(frozen=True)
-class G2POOptions:
+class G2POOptions(MethodOptions):
     """G2PO's options (``algorithm.g2po.*``), validated by :func:`check_g2po_options`; defaults: the paper."""
 
     success_reward: float = 10.0
     invalid_penalty: float = 0.1
     step_advantage_w: float = 1.0
 
-    def __post_init__(self) -> None:
-        for key, value in check_g2po_options(**self.kwargs()).items():
-            object.__setattr__(self, key, value)
-
-    def kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of :func:`g2po_advantage_terms` (besides the per-row inputs)."""
-        return {
-            "success_reward": self.success_reward,
-            "invalid_penalty": self.invalid_penalty,
-            "step_advantage_w": self.step_advantage_w,
-        }
+    _check = staticmethod(check_g2po_options)
 
 
 @torch.no_grad()
@@ -132,43 +119,29 @@ def g2po_advantage_terms(
     options = check_g2po_options(
         success_reward=success_reward, invalid_penalty=invalid_penalty, step_advantage_w=step_advantage_w
     )
-    check_common_options(gamma=gamma, norm=norm, epsilon=epsilon, episode_stats=episode_stats)
+    common = check_common_options(gamma=gamma, norm=norm, epsilon=epsilon, episode_stats=episode_stats)
     threshold = None if similarity_threshold is None else check_similarity_threshold(similarity_threshold)
-    rows = prepare_rows(step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys, row_mask)
+    inputs = (step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys)
+    base = basis(*inputs, row_mask=row_mask, similarity_threshold=threshold, **common)
+    rows, s_group, num_s, eps = base.rows, base.s_group, base.num_s, common["epsilon"]
     won_traj = rows.per_trajectory(as_flags(won, "won", rows.n, needed_by="g2po"), "won")  # (T,)
     invalid = np.zeros(rows.m, dtype=bool)
     if options["invalid_penalty"] > 0:
         invalid = ~as_flags(action_valid, "action_valid", rows.n, needed_by="g2po with invalid_penalty > 0")[rows.rows]
-    s_group, num_s = anchor_groups(rows, threshold)  # (M,) nodes g(s_t)
-    with np.errstate(over="ignore", invalid="ignore"):
-        R_t, R_traj = step_returns(rows, gamma)  # (M,), (T,)
-        A_E, flat_groups = episode_advantage(rows, R_traj, norm, epsilon, episode_stats)  # (M,)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported by assemble
         outcome = options["success_reward"] * won_traj  # (T,) R_tau
-        visit = float(gamma) ** (rows.traj_len[rows.t] - rows.pos) * outcome[rows.t]  # (M,) gamma^(T - t) R_tau
-        s_size = np.bincount(s_group, minlength=num_s)  # (S,)
-        V = np.bincount(s_group, weights=visit, minlength=num_s) / np.maximum(s_size, 1)  # (S,)
+        visit = common["gamma"] ** (rows.traj_len[rows.t] - rows.pos) * outcome[rows.t]  # (M,) gamma^(T - t) R_tau
+        V = np.bincount(s_group, weights=visit, minlength=num_s) / np.bincount(s_group, minlength=num_s)  # (S,)
         has_next = rows.next >= 0
         V_next = np.where(has_next, V[s_group[np.where(has_next, rows.next, 0)]], outcome[rows.t])  # (M,)
-        A_1, _, _ = normalise_in_groups(V_next - options["invalid_penalty"] * invalid, s_group, num_s, norm, epsilon)
+        A_1, _, _ = normalise_in_groups(V_next - options["invalid_penalty"] * invalid, s_group, num_s, norm, eps)
         td = V_next - V[s_group]  # (M,)
-        A_2, _, _ = normalise_in_groups(td, rows.g, rows.num_groups, norm, epsilon)
-        A_step = A_1 + A_2
-        A = A_E + options["step_advantage_w"] * A_step
-    check_overflow(rows, {"episode return": R_traj[rows.t], "step return R_t": R_t, "advantage": A})
-    m = rows.m
-    stats = shared_stats(rows, A_E, A_step, s_size, flat_groups)
-    stats["g2po/node_value_mean"] = float(V[s_group].mean()) if m else 0.0
-    stats["g2po/td_abs_mean"] = float(np.abs(td).mean()) if m else 0.0
-    return AdvantageTerms(
-        episode_return=rows.scatter(R_traj[rows.t]),
-        step_return=rows.scatter(R_t),
-        episode_adv=rows.scatter(A_E),
-        step_adv=rows.scatter(A_step),
-        advantage=rows.scatter(A),
-        anchor_group=rows.scatter(s_group, np.int64, fill=-1),
-        anchor_group_size=rows.scatter(s_size[s_group], np.int64),
-        row_mask=rows.valid,
-        stats=stats,
-        method="g2po",
-        extras={"node_value": rows.scatter(V[s_group]), "next_value": rows.scatter(V_next)},
-    )
+        A_2, _, _ = normalise_in_groups(td, rows.g, rows.num_groups, norm, eps)
+        A_step = A_1 + A_2  # (M,)
+        A = base.A_E + options["step_advantage_w"] * A_step
+    stats = {
+        "g2po/node_value_mean": float(V[s_group].mean()) if rows.m else 0.0,
+        "g2po/td_abs_mean": float(np.abs(td).mean()) if rows.m else 0.0,
+    }
+    extras = {"node_value": V[s_group], "next_value": V_next}
+    return assemble(base, episode_adv=base.A_E, step_adv=A_step, advantage=A, method="g2po", stats=stats, extras=extras)

@@ -33,17 +33,8 @@ import numpy as np
 import torch
 
 from verl_gigpo._ids import show
-from verl_gigpo.advantage._rows import (
-    anchor_groups,
-    check_common_options,
-    check_overflow,
-    episode_advantage,
-    is_real,
-    normalise_in_groups,
-    prepare_rows,
-    step_returns,
-)
-from verl_gigpo.advantage.terms import AdvantageTerms, shared_stats
+from verl_gigpo.advantage._rows import basis, check_common_options, is_real, normalise_in_groups
+from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 from verl_gigpo.anchors import check_similarity_threshold
 
 __all__ = ["check_estimator_options", "compute_gigpo_advantage", "gigpo_advantage_terms"]
@@ -205,28 +196,24 @@ def gigpo_advantage_terms(
         episode_stats=episode_stats,
         similarity_threshold=similarity_threshold,
     )
-    rows = prepare_rows(step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys, row_mask)
-    s_group, num_s = anchor_groups(rows, options["similarity_threshold"])  # (M,) anchor group codes
-    # Finite rewards can still overflow float64 in a sum, a difference or a square (|r| near 1e308, or
-    # |R| above ~1e154 for the std): computed quietly here, then every result is checked below.
-    with np.errstate(over="ignore", invalid="ignore"):
-        R_t, R_traj = step_returns(rows, gamma)  # (M,), (T,)
-        A_E, flat_groups = episode_advantage(rows, R_traj, norm, epsilon, episode_stats)  # (M,) paper Eq. 3
-        A_S, s_size, _ = normalise_in_groups(R_t, s_group, num_s, norm, epsilon)  # (M,), (S,)
-        A = A_E + step_advantage_w * A_S  # (M,)
-    check_overflow(rows, {"episode return": R_traj[rows.t], "step return R_t": R_t, "advantage": A})
-    return AdvantageTerms(
-        episode_return=rows.scatter(R_traj[rows.t]),
-        step_return=rows.scatter(R_t),
-        episode_adv=rows.scatter(A_E),
-        step_adv=rows.scatter(A_S),
-        advantage=rows.scatter(A),
-        anchor_group=rows.scatter(s_group, np.int64, fill=-1),
-        anchor_group_size=rows.scatter(s_size[s_group], np.int64),
-        row_mask=rows.valid,
-        stats=shared_stats(rows, A_E, A_S, s_size, flat_groups),
-        method="gigpo",
+    base = basis(
+        step_rewards,
+        response_mask,
+        group_ids,
+        traj_ids,
+        step_ids,
+        anchor_keys,
+        row_mask=row_mask,
+        gamma=options["gamma"],
+        norm=norm,
+        epsilon=options["epsilon"],
+        episode_stats=episode_stats,
+        similarity_threshold=options["similarity_threshold"],
     )
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported by assemble
+        A_S, _, _ = normalise_in_groups(base.R_t, base.s_group, base.num_s, norm, options["epsilon"])  # (M,)
+        A = base.A_E + options["step_advantage_w"] * A_S  # (M,)
+    return assemble(base, episode_adv=base.A_E, step_adv=A_S, advantage=A, method="gigpo")
 
 
 def check_estimator_options(

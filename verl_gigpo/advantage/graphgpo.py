@@ -33,18 +33,15 @@ import torch
 
 from verl_gigpo._ids import show
 from verl_gigpo.advantage._rows import (
+    MethodOptions,
     StepRows,
-    anchor_groups,
     as_flags,
+    basis,
     check_common_options,
     check_number,
-    check_overflow,
-    episode_advantage,
     normalise_in_groups,
-    prepare_rows,
-    step_returns,
 )
-from verl_gigpo.advantage.terms import AdvantageTerms, shared_stats
+from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 from verl_gigpo.anchors import check_similarity_threshold
 
 __all__ = [
@@ -106,7 +103,7 @@ def check_graphgpo_options(
 
 
 @dataclass(frozen=True)
-class GraphGPOOptions:
+class GraphGPOOptions(MethodOptions):
     """GraphGPO's options (``algorithm.graphgpo.*``), validated by :func:`check_graphgpo_options`; defaults: the
     paper's ALFWorld setting."""
 
@@ -117,20 +114,7 @@ class GraphGPOOptions:
     invalid_penalty: float = 0.0
     progress: bool = False
 
-    def __post_init__(self) -> None:
-        for key, value in check_graphgpo_options(**self.kwargs()).items():
-            object.__setattr__(self, key, value)
-
-    def kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of :func:`graphgpo_advantage_terms` (besides the per-row inputs)."""
-        return {
-            "omega": self.omega,
-            "success_reward": self.success_reward,
-            "episode_advantage_w": self.episode_advantage_w,
-            "step_advantage_w": self.step_advantage_w,
-            "invalid_penalty": self.invalid_penalty,
-            "progress": self.progress,
-        }
+    _check = staticmethod(check_graphgpo_options)
 
 
 @torch.no_grad()
@@ -187,47 +171,32 @@ def graphgpo_advantage_terms(
         invalid_penalty=invalid_penalty,
         progress=progress,
     )
-    check_common_options(gamma=gamma, norm=norm, epsilon=epsilon, episode_stats=episode_stats)
+    common = check_common_options(gamma=gamma, norm=norm, epsilon=epsilon, episode_stats=episode_stats)
     threshold = None if similarity_threshold is None else check_similarity_threshold(similarity_threshold)
-    rows = prepare_rows(step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys, row_mask)
+    inputs = (step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys)
+    base = basis(*inputs, row_mask=row_mask, similarity_threshold=threshold, **common)
+    rows, s_group = base.rows, base.s_group
     won_traj = rows.per_trajectory(as_flags(won, "won", rows.n, needed_by="graphgpo"), "won")  # (T,)
     invalid = np.zeros(rows.m, dtype=bool)
     if options["invalid_penalty"] > 0:
-        invalid = ~as_flags(action_valid, "action_valid", rows.n, needed_by="graphgpo with invalid_penalty > 0")[
-            rows.rows
-        ]
-    s_group, num_s = anchor_groups(rows, threshold)  # (M,) graph nodes
-    d_cur, d_next, reaching, group_won = graph_distances(rows, s_group, num_s, won_traj)
-    with np.errstate(over="ignore", invalid="ignore"):
-        R_t, R_traj = step_returns(rows, gamma)  # (M,), (T,)
-        A_E, flat_groups = episode_advantage(rows, R_traj, norm, epsilon, episode_stats)  # (M,)
+        valid = as_flags(action_valid, "action_valid", rows.n, needed_by="graphgpo with invalid_penalty > 0")
+        invalid = ~valid[rows.rows]  # (M,)
+    d_cur, d_next, reaching, group_won = graph_distances(rows, s_group, base.num_s, won_traj)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported by assemble
         exponent = d_next - d_cur + 1 if options["progress"] else d_next  # (M,)
         R_G = options["success_reward"] * options["omega"] ** exponent - options["invalid_penalty"] * invalid
-        A_G, s_size, _ = normalise_in_groups(R_G, s_group, num_s, norm, epsilon)  # (M,), (S,)
+        A_G, _, _ = normalise_in_groups(R_G, s_group, base.num_s, norm, common["epsilon"])  # (M,)
         A_G[~group_won[rows.g]] = 0.0  # a group with no win has no distance signal
-        A = options["episode_advantage_w"] * A_E + options["step_advantage_w"] * A_G
-    check_overflow(rows, {"episode return": R_traj[rows.t], "step return R_t": R_t, "advantage": A})
-    m, in_won = rows.m, group_won[rows.g]
-    stats = shared_stats(rows, A_E, A_G, s_size, flat_groups)
-    stats["graphgpo/frac_groups_with_win"] = float(group_won.mean()) if rows.num_groups else 0.0
-    stats["graphgpo/frac_rows_reaching_success"] = float(reaching.mean()) if m else 0.0
-    stats["graphgpo/next_distance_mean"] = float(d_next[in_won].mean()) if in_won.any() else 0.0
-    return AdvantageTerms(
-        episode_return=rows.scatter(R_traj[rows.t]),
-        step_return=rows.scatter(R_t),
-        episode_adv=rows.scatter(A_E),
-        step_adv=rows.scatter(A_G),
-        advantage=rows.scatter(A),
-        anchor_group=rows.scatter(s_group, np.int64, fill=-1),
-        anchor_group_size=rows.scatter(s_size[s_group], np.int64),
-        row_mask=rows.valid,
-        stats=stats,
-        method="graphgpo",
-        extras={
-            "distance": rows.scatter(d_cur),
-            "next_distance": rows.scatter(d_next),
-            "graph_return": rows.scatter(R_G),
-        },
+        A = options["episode_advantage_w"] * base.A_E + options["step_advantage_w"] * A_G
+    in_won = group_won[rows.g]  # (M,)
+    stats = {
+        "graphgpo/frac_groups_with_win": float(group_won.mean()) if rows.num_groups else 0.0,
+        "graphgpo/frac_rows_reaching_success": float(reaching.mean()) if rows.m else 0.0,
+        "graphgpo/next_distance_mean": float(d_next[in_won].mean()) if in_won.any() else 0.0,
+    }
+    extras = {"distance": d_cur, "next_distance": d_next, "graph_return": R_G}
+    return assemble(
+        base, episode_adv=base.A_E, step_adv=A_G, advantage=A, method="graphgpo", stats=stats, extras=extras
     )
 
 

@@ -29,17 +29,14 @@ import torch
 
 from verl_gigpo._ids import pair_codes, show
 from verl_gigpo.advantage._rows import (
-    StepRows,
-    anchor_groups,
+    Basis,
+    MethodOptions,
+    basis,
     check_common_options,
     check_number,
-    check_overflow,
-    episode_advantage,
     normalise_in_groups,
-    prepare_rows,
-    step_returns,
 )
-from verl_gigpo.advantage.terms import AdvantageTerms, shared_stats
+from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 from verl_gigpo.anchors import check_similarity_threshold
 
 __all__ = ["HGPO_STAT_NAMES", "HGPOOptions", "check_hgpo_options", "hgpo_advantage_terms"]
@@ -93,7 +90,7 @@ def check_hgpo_options(
 
 
 @dataclass(frozen=True)
-class HGPOOptions:
+class HGPOOptions(MethodOptions):
     """HGPO's options (``algorithm.hgpo.*``), validated by :func:`check_hgpo_options`; defaults: the paper."""
 
     history_length: int = 2
@@ -102,19 +99,7 @@ class HGPOOptions:
     std: str = "unbiased"
     episode_term: bool = False
 
-    def __post_init__(self) -> None:
-        for key, value in check_hgpo_options(**self.kwargs()).items():
-            object.__setattr__(self, key, value)
-
-    def kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of :func:`hgpo_advantage_terms`."""
-        return {
-            "history_length": self.history_length,
-            "alpha": self.alpha,
-            "weight_base": self.weight_base,
-            "std": self.std,
-            "episode_term": self.episode_term,
-        }
+    _check = staticmethod(check_hgpo_options)
 
 
 @torch.no_grad()
@@ -160,52 +145,35 @@ def hgpo_advantage_terms(
     options = check_hgpo_options(
         history_length=history_length, alpha=alpha, weight_base=weight_base, std=std, episode_term=episode_term
     )
-    check_common_options(gamma=gamma, norm=norm, epsilon=epsilon, episode_stats=episode_stats)
+    common = check_common_options(gamma=gamma, norm=norm, epsilon=epsilon, episode_stats=episode_stats)
     threshold = None if similarity_threshold is None else check_similarity_threshold(similarity_threshold)
-    rows = prepare_rows(step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys, row_mask)
-    s_group, num_s = anchor_groups(rows, threshold)  # (M,) depth-1 groups
-    with np.errstate(over="ignore", invalid="ignore"):
-        R_t, R_traj = step_returns(rows, gamma)  # (M,), (T,)
-        A_E, flat_groups = episode_advantage(rows, R_traj, norm, epsilon, episode_stats)  # (M,)
-        total, weight, used, deepest = _depth_mix(rows, s_group, num_s, R_t, options, norm, epsilon)
+    inputs = (step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys)
+    base = basis(*inputs, row_mask=row_mask, similarity_threshold=threshold, **common)
+    A_E = base.A_E  # (M,)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported by assemble
+        total, weight, used, deepest = _depth_mix(base, options, norm, common["epsilon"])  # (M,) each
         A_step = np.where(weight > 0, total / np.where(weight > 0, weight, 1.0), 0.0)  # (M,)
         if options["episode_term"]:
-            base = (A_E != 0).astype(np.float64)  # (M,) the episode item, weight 1^alpha = 1, when nonzero
-            mixed_weight = weight + base
-            A = np.where(mixed_weight > 0, (total + base * A_E) / np.where(mixed_weight > 0, mixed_weight, 1.0), 0.0)
+            item = (A_E != 0).astype(np.float64)  # (M,) the episode item, weight 1^alpha = 1, when nonzero
+            mixed = weight + item
+            A = np.where(mixed > 0, (total + item * A_E) / np.where(mixed > 0, mixed, 1.0), 0.0)
             A_episode = A_E
         else:
             A, A_episode = A_step, np.zeros_like(A_E)
-    check_overflow(rows, {"episode return": R_traj[rows.t], "step return R_t": R_t, "advantage": A})
-    s_size = np.bincount(s_group, minlength=num_s)  # (S,)
-    m = rows.m
-    stats = shared_stats(rows, A_episode, A_step, s_size, flat_groups)
-    stats["hgpo/depths_used_mean"] = float(used.mean()) if m else 0.0
-    stats["hgpo/deepest_depth_mean"] = float(deepest.mean()) if m else 0.0
-    stats["hgpo/frac_rows_without_group"] = float((used == 0).mean()) if m else 0.0
-    return AdvantageTerms(
-        episode_return=rows.scatter(R_traj[rows.t]),
-        step_return=rows.scatter(R_t),
-        episode_adv=rows.scatter(A_episode),
-        step_adv=rows.scatter(A_step),
-        advantage=rows.scatter(A),
-        anchor_group=rows.scatter(s_group, np.int64, fill=-1),
-        anchor_group_size=rows.scatter(s_size[s_group], np.int64),
-        row_mask=rows.valid,
-        stats=stats,
-        method="hgpo",
-        extras={"depths_used": rows.scatter(used), "deepest_depth": rows.scatter(deepest)},
+    m = base.rows.m
+    stats = {
+        "hgpo/depths_used_mean": float(used.mean()) if m else 0.0,
+        "hgpo/deepest_depth_mean": float(deepest.mean()) if m else 0.0,
+        "hgpo/frac_rows_without_group": float((used == 0).mean()) if m else 0.0,
+    }
+    extras = {"depths_used": used, "deepest_depth": deepest}
+    return assemble(
+        base, episode_adv=A_episode, step_adv=A_step, advantage=A, method="hgpo", stats=stats, extras=extras
     )
 
 
 def _depth_mix(
-    rows: StepRows,
-    s_group: np.ndarray,
-    num_s: int,
-    R_t: np.ndarray,
-    options: dict[str, Any],
-    norm: str,
-    epsilon: float,
+    base: Basis, options: dict[str, Any], norm: str, epsilon: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The depth items of every valid row: ``(sum_k w_k a_k, sum_k w_k, |V|, max V)``, each ``(M,)``, over the
     depths k in V (unnormalised weights w_k = k^alpha or (k + 1)^alpha).
@@ -213,12 +181,13 @@ def _depth_mix(
     key_k(t) is built from key_{k-1} of the previous step and the anchor group of t: the pair
     (key_{k-1}(t - 1), (u, anchor_t)) is exactly (u, anchor_{t-k+1}, ..., anchor_t). One pass per depth, O(M) each.
     """
+    rows, s_group, R_t = base.rows, base.s_group, base.R_t
     m = rows.m
     total, weight = np.zeros(m), np.zeros(m)
     used, deepest = np.zeros(m), np.zeros(m)
     ddof = 1 if options["std"] == "unbiased" else 0
     offset = 0 if options["weight_base"] == "depth" else 1
-    key, num_keys = s_group, num_s  # depth 1: (u, anchor_t), defined on every row
+    key, num_keys = s_group, base.num_s  # depth 1: (u, anchor_t), defined on every row
     defined = np.ones(m, dtype=bool)
     for k in range(1, options["history_length"] + 2):
         if k > 1:

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl_gigpo.advantage._rows import StepRows, as_response_mask
+from verl_gigpo.advantage._rows import Basis, StepRows, as_response_mask, check_overflow
 
-__all__ = ["STAT_NAMES", "AdvantageTerms", "GiGPOTerms", "shared_stats"]
+__all__ = ["STAT_NAMES", "AdvantageTerms", "GiGPOTerms", "assemble", "shared_stats"]
 
 STAT_NAMES = (
     "gigpo/num_episode_groups",
@@ -118,6 +118,42 @@ class AdvantageTerms:
 
 GiGPOTerms = AdvantageTerms
 """The name the terms have always had (GiGPO's); the same class."""
+
+
+def assemble(
+    base: Basis,
+    *,
+    episode_adv: np.ndarray,
+    step_adv: np.ndarray,
+    advantage: np.ndarray,
+    method: str,
+    stats: dict[str, float] | None = None,
+    extras: dict[str, np.ndarray] | None = None,
+) -> AdvantageTerms:
+    """The :class:`AdvantageTerms` of an estimator: its ``(M,)`` episode term, step term and advantage over the valid
+    rows of ``base``, scattered to ``(N,)``, with :data:`STAT_NAMES` plus the method's own ``stats`` and ``(M,)``
+    ``extras``.
+
+    Raises:
+        ValueError: a non-finite episode return, R_t or advantage (float64 overflow, see
+            :func:`~verl_gigpo.advantage._rows.check_overflow`).
+    """
+    rows = base.rows
+    check_overflow(rows, {"episode return": base.R_traj[rows.t], "step return R_t": base.R_t, "advantage": advantage})
+    s_size = np.bincount(base.s_group, minlength=base.num_s)  # (S,)
+    return AdvantageTerms(
+        episode_return=rows.scatter(base.R_traj[rows.t]),
+        step_return=rows.scatter(base.R_t),
+        episode_adv=rows.scatter(episode_adv),
+        step_adv=rows.scatter(step_adv),
+        advantage=rows.scatter(advantage),
+        anchor_group=rows.scatter(base.s_group, np.int64, fill=-1),
+        anchor_group_size=rows.scatter(s_size[base.s_group], np.int64),
+        row_mask=rows.valid,
+        stats={**shared_stats(rows, episode_adv, step_adv, s_size, base.flat_groups), **(stats or {})},
+        method=method,
+        extras={name: rows.scatter(values) for name, values in (extras or {}).items()},
+    )
 
 
 def shared_stats(
