@@ -209,3 +209,18 @@ def test_successor_estimators_run_through_the_alfworld_recipe(estimator):
     gigpo = GiGPOConfig.from_algorithm(cfg.algorithm, env=cfg.env)
     assert gigpo.method == estimator
     assert (gigpo.hgpo.history_length, gigpo.g2po.invalid_penalty, gigpo.graphgpo.omega) == (2, 0.1, 0.1)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("algorithm.hgpo.alpha=-1", "algorithm.hgpo.alpha=-1 must be a finite number >= 0"),
+        ("algorithm.graphgpo.omega=0", "algorithm.graphgpo.omega=0 must be a number in (0, 1]"),
+        ("algorithm.g2po.invalid_penalty=-0.1", "algorithm.g2po.invalid_penalty=-0.1 must be a finite number >= 0"),
+        ("+algorithm.graphgpo.gamma=0.1", "unknown algorithm.graphgpo key(s) ['gamma']"),
+    ],
+)
+def test_successor_option_errors_are_found_before_ray_starts(override, message):
+    """python -m verl_gigpo.main's preflight reports a bad successor option by its key, whichever estimator runs."""
+    problems = config_problems(compose_gigpo(["algorithm.adv_estimator=graphgpo", override]))
+    assert len(problems) == 1 and problems[0].startswith(message), problems
