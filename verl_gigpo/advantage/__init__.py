@@ -16,7 +16,8 @@ g2po     :func:`g2po_advantage_terms`     one-step TD of merged-state values V(n
 ======== ============================= ===================================================================
 
 Modules: :mod:`.gigpo`, :mod:`.hgpo`, :mod:`.graphgpo`, :mod:`.g2po` (one estimator each), :mod:`.terms` (what
-they return), :mod:`._rows` (the row helpers they share; ids are read by :mod:`verl_gigpo._ids`).
+they return), :mod:`._rows` (the row helpers they share: trajectory structure, anchor groups, returns, group
+statistics) and :mod:`._inputs` (option and input checks; ids are read by :mod:`verl_gigpo._ids`).
 
 Deliberate deviations from the authors' implementations, numbered once for all estimators. GiGPO: verl-agent's
 ``gigpo/core_gigpo.py``. HGPO: ``recipe/hgpo/core_hgpo.py`` of a verl-agent fork (zzj1111/alfworldauto 37aec78:
@@ -96,7 +97,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from verl_gigpo.advantage._rows import EPISODE_STATS, NORMS, discounted_step_returns
+from verl_gigpo.advantage._inputs import EPISODE_STATS, NORMS
+from verl_gigpo.advantage._rows import discounted_step_returns
 from verl_gigpo.advantage.g2po import G2PO_STAT_NAMES, G2POOptions, check_g2po_options, g2po_advantage_terms
 from verl_gigpo.advantage.gigpo import check_estimator_options, compute_gigpo_advantage, gigpo_advantage_terms
 from verl_gigpo.advantage.graphgpo import (

@@ -33,7 +33,8 @@ import numpy as np
 import torch
 
 from verl_gigpo._ids import show
-from verl_gigpo.advantage._rows import basis, check_common_options, is_real, normalise_in_groups
+from verl_gigpo.advantage._inputs import check_common_options, is_real
+from verl_gigpo.advantage._rows import basis, normalise_in_groups
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 from verl_gigpo.anchors import check_similarity_threshold
 

@@ -32,15 +32,8 @@ import numpy as np
 import torch
 
 from verl_gigpo._ids import show
-from verl_gigpo.advantage._rows import (
-    MethodOptions,
-    StepRows,
-    as_flags,
-    basis,
-    check_common_options,
-    check_number,
-    normalise_in_groups,
-)
+from verl_gigpo.advantage._inputs import MethodOptions, as_flags, check_common_options, check_number
+from verl_gigpo.advantage._rows import StepRows, basis, normalise_in_groups
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 from verl_gigpo.anchors import check_similarity_threshold
 

@@ -28,14 +28,8 @@ import numpy as np
 import torch
 
 from verl_gigpo._ids import pair_codes, show
-from verl_gigpo.advantage._rows import (
-    Basis,
-    MethodOptions,
-    basis,
-    check_common_options,
-    check_number,
-    normalise_in_groups,
-)
+from verl_gigpo.advantage._inputs import MethodOptions, check_common_options, check_number
+from verl_gigpo.advantage._rows import Basis, basis, normalise_in_groups
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 from verl_gigpo.anchors import check_similarity_threshold
 

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl_gigpo.advantage._rows import Basis, StepRows, as_response_mask, check_overflow
+from verl_gigpo.advantage._inputs import as_response_mask
+from verl_gigpo.advantage._rows import Basis, StepRows, check_overflow
 
 __all__ = ["STAT_NAMES", "AdvantageTerms", "GiGPOTerms", "assemble", "shared_stats"]
 
