@@ -3,6 +3,7 @@
     python benchmarks/learning.py                          # the full benchmark (see --help; ~60-90 min on 2 cores)
     python benchmarks/learning.py --seeds 2 --iters 20     # a quick look
     python benchmarks/learning.py --report-only            # rebuild the table and plot from finished runs
+    python benchmarks/learning.py --suite successors --jobs 1    # GiGPO, HGPO, GraphGPO, G2PO and GRPO
     python benchmarks/learning.py --engine verl --configs gigpo,grpo --seeds 3   # through verl's main_ppo (CPU)
 
 Every configuration trains the same tiny model (built once, ``--model``) on the same task with the same seeds,
@@ -19,6 +20,11 @@ episodes succeed, so the reward is sparse.
 Outputs: ``benchmarks/learning.png`` (validation success, mean and spread over seeds, per configuration) and the
 section "## Learning: GiGPO vs GRPO" of ``benchmarks/RESULTS.md`` (replaced in place; other sections are kept),
 with the exact command. Runs go to ``--runs`` (default ``runs/learning``), one folder per (config, seed).
+``--suite successors`` runs GiGPO, its successors HGPO, GraphGPO and G2PO (``docs/estimators.md``, default options;
+HGPO keys up to the last 3 states, K = 2, as the paper, although the prompt shows no history) and GRPO on the same
+task, seeds and budget, with credit records every ``--credit-freq`` iterations, into ``runs/learning-successors``,
+``benchmarks/learning_successors.png`` and the section "## Learning: GiGPO and its successors" (a table per seed
+too).
 
 ``--engine verl``: GiGPO vs GRPO through verl's own pipeline on this CPU — one ``python -m verl_gigpo.main
 platform=cpu`` launch per (configuration, seed), run one after another (verl already uses several processes),
@@ -69,6 +75,7 @@ from results_md import write_section  # benchmarks/ is on sys.path when this run
 REPO = Path(__file__).resolve().parent.parent
 SECTION = "## Learning: GiGPO vs GRPO"
 SECTION_VERL = "## Learning through verl's pipeline: GiGPO vs GRPO"
+SECTION_SUCCESSORS = "## Learning: GiGPO and its successors"
 ENGINES = ("local", "verl")
 
 #: The benchmark task (env overrides shared by every configuration).
@@ -104,7 +111,28 @@ CONFIGS: dict[str, tuple[str, ...]] = {
     "gigpo_mean": ("algorithm.adv_estimator=gigpo", "algorithm.gigpo.norm=mean"),
     "grpo": ("algorithm.adv_estimator=grpo",),
     "rloo": ("algorithm.adv_estimator=rloo",),
+    # the successors (verl_gigpo.advantage; default options: the papers'), see docs/estimators.md
+    "hgpo": ("algorithm.adv_estimator=hgpo", "algorithm.hgpo.history_length=2"),
+    "graphgpo": ("algorithm.adv_estimator=graphgpo",),
+    "g2po": ("algorithm.adv_estimator=g2po",),
 }
+
+#: --suite: which configurations the local benchmark runs by default, its section, plot and run folder
+SUITES: dict[str, dict[str, str]] = {
+    "estimators": {
+        "configs": "gigpo,gigpo_w0.5,gigpo_w0,gigpo_mean,grpo,rloo",
+        "section": SECTION,
+        "png": "learning.png",
+        "runs": "runs/learning",
+    },
+    "successors": {
+        "configs": "gigpo,hgpo,graphgpo,g2po,grpo",
+        "section": SECTION_SUCCESSORS,
+        "png": "learning_successors.png",
+        "runs": "runs/learning-successors",
+    },
+}
+STEP_CREDIT = ("gigpo", "hgpo", "graphgpo", "g2po")
 
 #: the model of the side-by-side runs (--engine verl): replies to gridnav prompts with an action word + EOS
 ACTION_MODEL = "artifacts/tiny-model-actions"
@@ -213,8 +241,8 @@ def shared_settings(args: argparse.Namespace) -> list[Setting]:
 
 
 def _credit(name: str, args: argparse.Namespace) -> list[str]:
-    """Credit records (``trainer.credit_log_freq``, same key on both engines) for GiGPO runs."""
-    if args.credit_freq <= 0 or "algorithm.adv_estimator=gigpo" not in CONFIGS[name]:
+    """Credit records (``trainer.credit_log_freq``, same key on both engines) for runs of a step-credit estimator."""
+    if args.credit_freq <= 0 or not any(f"algorithm.adv_estimator={m}" in CONFIGS[name] for m in STEP_CREDIT):
         return []
     return [f"trainer.credit_log_freq={args.credit_freq}", "trainer.credit_log_groups=2"]
 
@@ -254,6 +282,7 @@ def run_one(name: str, seed: int, args: argparse.Namespace) -> Path:
         "local.plot=false",
         *TASK,
         *CONFIGS[name],
+        *(_credit(name, args) if args.suite == "successors" else []),
         *args.extra,
     ]
     _run_local(out, overrides, f"{name} seed {seed}")
@@ -520,9 +549,9 @@ def _result_rows(rows: list[dict], threshold: float, window: int, *, engine_colu
 
 
 def markdown(rows: list[dict], args: argparse.Namespace, command: str, wall: float | None, load: str) -> str:
-    """The RESULTS.md section of the local benchmark."""
+    """The RESULTS.md section of the local benchmark (with ``--suite successors``: and a table per seed)."""
     lines = [
-        SECTION,
+        SUITES[args.suite]["section"],
         "",
         f"Command: {command}",
         "",
@@ -534,11 +563,26 @@ def markdown(rows: list[dict], args: argparse.Namespace, command: str, wall: flo
         "",
         *_result_rows(rows, args.threshold, train_window(args.iters), engine_column=False),
     ]
-    lines += ["", "![learning curves](learning.png)", ""]
+    if args.suite == "successors":
+        lines += ["", *per_seed_rows(rows, args.seeds)]
+    lines += ["", f"![learning curves]({SUITES[args.suite]['png']})", ""]
     if wall is not None:
         lines.append(f"Wall time of the whole benchmark: {wall / 60:.0f} min ({args.jobs} runs in parallel). {load}")
         lines.append("")
     return "\n".join(lines)
+
+
+def per_seed_rows(rows: list[dict], seeds: int) -> list[str]:
+    """Markdown: final validation success of every configuration per seed (the same seeds for all)."""
+    lines = [
+        "Final validation success per seed:",
+        "",
+        "| config | " + " | ".join(f"seed {s}" for s in range(seeds)) + " |",
+    ]
+    lines.append("|---|" + "---|" * seeds)
+    for r in rows:
+        lines.append(f"| {r['name']} | " + " | ".join(f"{v:.2f}" for v in r["final_per_seed"]) + " |")
+    return lines
 
 
 #: (label, local engine key, verl key) of the seconds per training iteration; None = the engine has no such phase
@@ -812,6 +856,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threshold", type=float, default=0.5, help="success level for 'iterations to reach'")
     parser.add_argument("--configs", default=None, help=f"subset of {','.join(CONFIGS)} (verl default: gigpo,grpo)")
     parser.add_argument(
+        "--suite",
+        choices=SUITES,
+        default="estimators",
+        help="local engine: estimators (GiGPO's sweep, GRPO, RLOO; the default) or successors (GiGPO, HGPO, GraphGPO, "
+        "G2PO, GRPO): default configs, RESULTS.md section, plot and run folder",
+    )
+    parser.add_argument(
         "--model", default=None, help="built when missing (local: tiny_model; verl: with --sft-actions)"
     )
     parser.add_argument("--runs", default=None, help="run folders (runs/learning, runs/learning-verl)")
@@ -821,7 +872,8 @@ def main(argv: list[str] | None = None) -> int:
         "--credit-freq",
         type=int,
         default=None,
-        help="verl: credit records every N iterations of GiGPO runs, both engines (default: iterations / 5; 0 = off)",
+        help="credit records every N iterations of the step-credit runs (verl: both engines; local: --suite "
+        "successors; default: iterations / 5; 0 = off)",
     )
     parser.add_argument("--verl-timeout", type=float, default=3600, help="verl: seconds one launch may take")
     parser.add_argument("--report-only", action="store_true", help="only rebuild the table and plot")
@@ -833,7 +885,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("extra", nargs="*", help="extra overrides for every run (key=value; verl: both engines)")
     args = parser.parse_args(argv)
-    for key, value in ENGINE_DEFAULTS[args.engine].items():
+    defaults = dict(ENGINE_DEFAULTS[args.engine])
+    if args.engine == "local":
+        defaults.update(configs=SUITES[args.suite]["configs"], runs=SUITES[args.suite]["runs"])
+    for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     if args.credit_freq is None:
@@ -886,13 +941,15 @@ def main(argv: list[str] | None = None) -> int:
         title = f"{TASK_TITLES[args.task]}: verl (solid) vs local engine (dashed)"
     else:
         curves = load_curves(Path(args.runs), names, seeds)
-        section, png = SECTION, results.parent / "learning.png"
+        section, png = SUITES[args.suite]["section"], results.parent / SUITES[args.suite]["png"]
         text = (
             markdown(summarise(curves, args.threshold, train_window(args.iters)), args, command, wall, load)
             if curves
             else ""
         )
-        title = "gridnav with a key: validation success"
+        title = "gridnav with a key: validation success" + (
+            " (GiGPO and its successors)" if args.suite == "successors" else ""
+        )
     if not curves:
         print("no finished runs found", file=sys.stderr)
         return 1

@@ -275,7 +275,8 @@ def test_anchor_group_ids_validation_cpu():
         anchor_group_ids(["a", "b"], ["g", "g", "g"])
     with pytest.raises(ValueError, match=r"anchor_keys\[1\] is missing"):
         anchor_group_ids(np.array(["a", None], dtype=object), ["g", "g"])
-    with pytest.raises(ValueError, match=r"unhashable value .*; use str, int or tuple keys"):
+    # the message of every id check (verl_gigpo._ids, shared with the estimators): the row, the value, the fix
+    with pytest.raises(ValueError, match=r"anchor_keys\[0\] = \['a'\] is not hashable .*; use str, int or tuple keys"):
         keys = np.empty(2, dtype=object)
         keys[0], keys[1] = ["a"], ["b"]  # lists are not hashable
         anchor_group_ids(keys, ["g", "g"])

@@ -128,3 +128,82 @@ def test_from_mapping_rejects_unknown_keys_and_non_mappings_cpu():
         GiGPOConfig.from_mapping([("gamma", 0.9)])
     with pytest.raises(ValueError, match=r"gamma=2.0 must be a number in \[0, 1\]"):
         GiGPOConfig.from_mapping({"gamma": 2.0})
+
+
+# ---------------------------------------------------------------------------------------------- the successors
+
+
+def test_method_and_sections_from_algorithm_cpu():
+    algorithm = {
+        "adv_estimator": "graphgpo",
+        "gamma": 0.9,
+        "gigpo": {"norm": "mean"},
+        "hgpo": {"history_length": None, "alpha": 2},
+        "graphgpo": {"omega": 0.2, "progress": True},
+        "g2po": {"invalid_penalty": None},
+    }
+    cfg = GiGPOConfig.from_algorithm(algorithm, env={"history_length": 4, "invalid_action_penalty": 0.3})
+    assert (cfg.method, cfg.gamma, cfg.norm) == ("graphgpo", 0.9, "mean")
+    assert (cfg.graphgpo.omega, cfg.graphgpo.progress, cfg.graphgpo.success_reward) == (0.2, True, 10.0)
+    assert (cfg.hgpo.history_length, cfg.hgpo.alpha) == (4, 2.0)  # null -> env.history_length
+    assert cfg.g2po.invalid_penalty == 0.3  # null -> env.invalid_action_penalty
+    # without env the papers' values; grpo runs get a (checked) gigpo config
+    plain = GiGPOConfig.from_algorithm({"adv_estimator": "grpo", "hgpo": {"history_length": None}})
+    assert (plain.method, plain.hgpo.history_length, plain.g2po.invalid_penalty) == ("gigpo", 2, 0.1)
+    assert GiGPOConfig.from_algorithm({"adv_estimator": "grpo"}, method="g2po").method == "g2po"
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "env", "match"),
+    [
+        ({"hgpo": {"alpha": -1}}, None, r"algorithm\.hgpo\.alpha=-1 must be a finite number >= 0"),
+        ({"hgpo": {"weight_base": "L"}}, None, r"algorithm\.hgpo\.weight_base='L' is not valid"),
+        ({"graphgpo": {"omega": 0}}, None, r"algorithm\.graphgpo\.omega=0 must be a number in \(0, 1\]"),
+        ({"g2po": {"success_reward": "10"}}, None, r"algorithm\.g2po\.success_reward='10' must be a finite number"),
+        (
+            {"graphgpo": {"gamma": 0.1}},
+            None,
+            r"unknown algorithm\.graphgpo key\(s\) \['gamma'\]; known keys: \['omega'",
+        ),
+        (
+            {"hgpo": {}},
+            {"history_length": -2},
+            r"algorithm\.hgpo\.history_length=-2 must be .* \(from env\.history_length\)",
+        ),
+        ({"hgpo": [1]}, None, r"algorithm\.hgpo needs a dict or DictConfig, got list"),
+    ],
+)
+def test_successor_sections_are_checked_naming_the_key_cpu(algorithm, env, match):
+    with pytest.raises(ValueError, match=match):
+        GiGPOConfig.from_algorithm(algorithm, env=env)
+
+
+def test_unknown_method_is_refused_cpu():
+    with pytest.raises(ValueError, match=r"method='ppo' is not a step-credit estimator; use one of \['gigpo', 'hgpo'"):
+        GiGPOConfig(method="ppo")
+
+
+@pytest.mark.parametrize("method", ["gigpo", "hgpo", "graphgpo", "g2po"])
+def test_advantage_terms_dispatch_to_the_method_cpu(method):
+    from verl_gigpo.advantage import ESTIMATOR_TERMS
+
+    # one group, two trajectories over states a, b; t0 wins
+    args = (
+        torch.tensor([0.0, 1.0, 0.0, 0.0]),
+        torch.ones(4, 2),
+        np.zeros(4, dtype=int),
+        np.array([0, 0, 1, 1]),
+        np.array([0, 1, 0, 1]),
+        np.array(["a", "b", "a", "b"], dtype=object),
+    )
+    outcome = {"won": np.array([True, True, False, False]), "action_valid": np.array([True, False, True, True])}
+    root = OmegaConf.create(
+        {"env": {"history_length": 1, "invalid_action_penalty": 0.2}, "algorithm": {"adv_estimator": method}}
+    )
+    cfg = GiGPOConfig.from_algorithm(root.algorithm, env=root.env)
+    terms = cfg.advantage_terms(*args, **outcome)
+    own = {"gigpo": {"step_advantage_w": 1.0}, "hgpo": {"history_length": 1}, "g2po": {"invalid_penalty": 0.2}}
+    extra = outcome if method in ("graphgpo", "g2po") else {}
+    want = ESTIMATOR_TERMS[method](*args, **extra, **own.get(method, {}))
+    assert terms.method == method
+    np.testing.assert_array_equal(terms.advantage, want.advantage)

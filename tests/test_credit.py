@@ -104,7 +104,8 @@ def test_records_equal_the_estimator_terms_of_verl_step_rows(tmp_path):
     assert kept.tolist() == [0, 1, 2, 3, 4, 6, 7]  # the env-error row and the padding row are not written
     assert len(records) == len(kept)
     for rec, i in zip(records, kept, strict=True):
-        assert list(rec) == list(RECORD_FIELDS)
+        assert list(rec) == [*RECORD_FIELDS, "method"]  # GiGPO's terms carry no extras
+        assert rec["method"] == "gigpo"
         for attr, key in TERM_FIELDS.items():
             assert rec[key] == getattr(terms, attr)[i], (key, i)
         assert rec["iteration"] == 10

@@ -12,7 +12,7 @@ import torch
 from matplotlib import colormaps
 from matplotlib.colors import to_hex, to_rgb
 
-from verl_gigpo.advantage import gigpo_advantage_terms
+from verl_gigpo.advantage import ESTIMATOR_TERMS, NEEDS_OUTCOME
 from verl_gigpo.credit import StepContext, credit_records, write_credit_records
 from verl_gigpo.inspect import (
     CreditReportError,
@@ -47,16 +47,25 @@ GROUP = [  # (traj, step, state, action, valid, reward, won)
 ]
 
 
-def _records(rows=GROUP, *, iteration=3, group="g0", gamma=1.0):
-    """Credit records of ``rows`` built from the real estimator's terms, as the engines build them."""
+def _records(rows=GROUP, *, iteration=3, group="g0", gamma=1.0, method="gigpo"):
+    """Credit records of ``rows`` built from the real estimator's terms (GiGPO's unless ``method`` says otherwise),
+    as the engines build them."""
     n = len(rows)
     trajs = [r[0] for r in rows]
     steps = [r[1] for r in rows]
     keys = [r[2] for r in rows]
     rewards = [r[5] for r in rows]
     groups = [group] * n
-    terms = gigpo_advantage_terms(
-        torch.tensor(rewards, dtype=torch.float64), torch.ones(n, 1), groups, trajs, steps, keys, gamma=gamma
+    outcome = {"won": np.array([r[6] for r in rows]), "action_valid": np.array([r[4] for r in rows])}
+    terms = ESTIMATOR_TERMS[method](
+        torch.tensor(rewards, dtype=torch.float64),
+        torch.ones(n, 1),
+        groups,
+        trajs,
+        steps,
+        keys,
+        gamma=gamma,
+        **(outcome if method in NEEDS_OUTCOME else {}),
     )
     context = StepContext(
         observations=[f"you are in {k}" for k in keys],
@@ -124,6 +133,27 @@ def test_graph_wants_one_group_of_one_iteration():
         anchor_graph([])
     with pytest.raises(ValueError, match="ONE episode group"):
         anchor_graph(_records(group="g0") + _records(group="g1"))
+    with pytest.raises(ValueError, match=r"one method; the records hold \['gigpo', 'graphgpo'\]"):
+        anchor_graph(_records() + _records(method="graphgpo"))
+
+
+def test_graph_shows_each_methods_step_term_and_node_values():
+    # GraphGPO on GROUP: s1 -> SUCCESS (a, c won), so d(s1) = 1, d(s0) = 2 (s0 -> s1); s2 leads only to b's dead
+    # end: unreachable, d = d_max + 1 = 3. Edge colours are the method's step term, A_G here.
+    records = _records(method="graphgpo")
+    graph = anchor_graph(records)
+    s0, s1, s2 = (records[i]["anchor_group"] for i in (0, 1, 5))
+    assert graph.graph["method"] == "graphgpo"
+    assert [graph.nodes[s]["value"] for s in (s0, s1, s2)] == [2.0, 1.0, 3.0]
+    assert graph.nodes[s0]["label"] == "you are in s0\nd=2"
+    right = [d for u, v, k, d in graph.edges(keys=True, data=True) if (u, v, k) == (s0, s1, "right")][0]
+    assert right["step_adv_mean"] == pytest.approx(np.mean([r["step_adv"] for r in records if r["action"] == "right"]))
+    # G2PO: the node value V(s) (gamma 1: the share of won visits, R_tau = 10)
+    g2po = anchor_graph(_records(method="g2po"))
+    assert graph.nodes[s0]["label"].startswith("you are in s0")
+    assert g2po.nodes[s0]["value"] == pytest.approx(10 * 2 / 4) and g2po.nodes[s0]["label"].endswith("V=5")
+    # GiGPO's and HGPO's nodes carry no value
+    assert "value" not in anchor_graph(_records(method="hgpo")).nodes[s0]
 
 
 def test_run_statistics_and_top_pairs():
@@ -229,3 +259,48 @@ def test_a_file_that_is_not_credit_records_is_refused(tmp_path):
     bad.write_text('{"iteration": 1}\n')
     with pytest.raises(CreditReportError, match="is not a credit record"):
         load_credit_run(tmp_path)
+
+
+def test_report_puts_two_runs_credit_for_the_same_group_side_by_side(tmp_path, capsys):
+    """The same episodes credited by GiGPO (run a) and GraphGPO (run b): one picture, one colour scale."""
+    write_credit_records(_records(iteration=1), tmp_path / "a", 1)
+    write_credit_records(_records(iteration=1, method="graphgpo"), tmp_path / "b", 1)
+    report = make_report(tmp_path / "a", compare=tmp_path / "b", out_dir=tmp_path / "rep")
+    assert report.compare_png == tmp_path / "rep" / "credit_compare_iter1_groupg0.png"
+    assert report.compare_png.read_bytes()[:4] == b"\x89PNG"
+    page = report.html.read_text()
+    assert page.count('src="data:image/png;base64,') == 3 and "Beside the other run" in page
+    assert f"compared with {tmp_path / 'b'}" in report.summary
+    assert main([str(tmp_path / "b"), "--compare", str(tmp_path / "a"), "--out", str(tmp_path / "rep2")]) == 0
+    out = capsys.readouterr().out
+    assert f"side by side: {tmp_path / 'rep2' / 'credit_compare_iter1_groupg0.png'}" in out
+    assert "What graphgpo credited" in (tmp_path / "rep2" / "credit_report.html").read_text()
+    write_credit_records(_records(iteration=1, group="g9"), tmp_path / "c", 1)
+    with pytest.raises(CreditReportError, match=r"episode group 'g0' is not in the credit records of iteration 1"):
+        make_report(tmp_path / "a", compare=tmp_path / "c", out_dir=tmp_path / "rep3")
+
+
+def test_recredit_gives_each_method_its_own_terms_on_the_same_rows():
+    from verl_gigpo.inspect import recredit
+
+    gigpo = _records()  # gamma 1
+    for method in ("gigpo", "hgpo", "graphgpo", "g2po"):
+        again = recredit(gigpo, method, gamma=1.0)
+        direct = _records(method=method)  # the estimator on the raw keys, as an engine writes its records
+        assert [r["method"] for r in again] == [method] * len(gigpo)
+        for key in ("step_adv", "episode_adv", "advantage", "anchor_group_size", "observation", "anchor_key"):
+            assert [r[key] for r in again] == pytest.approx([r[key] for r in direct]), (method, key)
+    with pytest.raises(ValueError, match=r"method='ppo' is not a step-credit estimator"):
+        recredit(gigpo, "ppo")
+
+
+def test_cli_credits_one_group_by_every_method(tmp_path, capsys):
+    write_credit_records(_records(iteration=1), tmp_path / "a", 1)
+    args = [str(tmp_path / "a"), "--out", str(tmp_path / "rep"), "--gamma", "1"]
+    assert main([*args, "--methods", "gigpo,hgpo,graphgpo,g2po"]) == 0
+    png = tmp_path / "rep" / "credit_methods_iter1_groupg0.png"
+    assert f"every method: {png}" in capsys.readouterr().out and png.read_bytes()[:4] == b"\x89PNG"
+    assert "The same rows credited by each method" in (tmp_path / "rep" / "credit_report.html").read_text()
+    with pytest.raises(SystemExit) as exit_code:
+        main([*args, "--methods", "gigpo,ppo"])
+    assert exit_code.value.code == 2 and "['ppo'] are not step-credit estimators" in capsys.readouterr().err

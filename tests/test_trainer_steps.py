@@ -129,3 +129,30 @@ def test_config_from_verl_algorithm_section():
         GiGPOConfig.from_algorithm(OmegaConf.create({"gamma": 0.9, "gigpo": {"norm": "mean_norm"}}))
     assert np.isclose(GiGPOConfig.from_algorithm(OmegaConf.create({"gamma": 1.0})).gamma, 1.0)
     assert GiGPOConfig.from_algorithm(None) == GiGPOConfig() == GiGPOConfig.from_algorithm({"gigpo": None})
+
+
+@pytest.mark.parametrize("method", ["hgpo", "graphgpo", "g2po"])
+def test_successors_read_outcome_and_validity_from_the_rows(method):
+    """The trainer mode hands the rows' won and action_valid to the estimator (GraphGPO and G2PO need them); padding
+    and the failed episode stay out."""
+    from verl_gigpo.advantage import ESTIMATOR_TERMS
+    from verl_gigpo.trainer import step_advantage_terms
+
+    steps = _batch()
+    mask = torch.ones(len(steps.group_ids), 2)
+    cfg = GiGPOConfig(method=method)
+    terms = step_advantage_terms(steps, mask, cfg)
+    extra = {"won": steps.won, "action_valid": steps.action_valid} if method != "hgpo" else {}
+    want = ESTIMATOR_TERMS[method](
+        torch.as_tensor(steps.step_rewards, dtype=torch.float32),
+        mask,
+        steps.group_ids,
+        steps.traj_ids,
+        steps.step_ids,
+        steps.anchor_keys,
+        row_mask=steps.row_mask,
+        gamma=cfg.gamma,
+        **extra,
+    )
+    np.testing.assert_array_equal(terms.advantage, want.advantage)
+    assert terms.method == method and np.all(terms.advantage[~steps.row_mask] == 0)

@@ -195,3 +195,35 @@ def test_recipes_split_updates_by_step_rows(recipe, rows):
     cfg = compose_gigpo(dry_run(recipe)[0][3:])
     assert cfg.trainer.v1.gigpo_sync.mini_batch_rows == rows and cfg.trainer.v1.gigpo_sync.shuffle_rows
     assert compose_gigpo([]).trainer.v1.gigpo_sync.mini_batch_rows == 256  # the yaml default: the ALFWorld run's
+
+
+@pytest.mark.parametrize("estimator", ["hgpo", "graphgpo", "g2po"])
+def test_successor_estimators_run_through_the_alfworld_recipe(estimator):
+    """`ADV_ESTIMATOR=<successor> bash recipes/run_alfworld.sh` composes, passes verl's and this package's checks,
+    and reads the successor's section (defaults: the paper's; history and penalty from env)."""
+    argv, _ = dry_run("alfworld", ADV_ESTIMATOR=estimator)
+    overrides = argv[3:]
+    assert f"algorithm.adv_estimator={estimator}" in overrides
+    cfg = compose_gigpo(overrides)
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    assert config_problems(cfg) == []
+    from verl_gigpo.config import GiGPOConfig
+
+    gigpo = GiGPOConfig.from_algorithm(cfg.algorithm, env=cfg.env)
+    assert gigpo.method == estimator
+    assert (gigpo.hgpo.history_length, gigpo.g2po.invalid_penalty, gigpo.graphgpo.omega) == (2, 0.1, 0.1)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("algorithm.hgpo.alpha=-1", "algorithm.hgpo.alpha=-1 must be a finite number >= 0"),
+        ("algorithm.graphgpo.omega=0", "algorithm.graphgpo.omega=0 must be a number in (0, 1]"),
+        ("algorithm.g2po.invalid_penalty=-0.1", "algorithm.g2po.invalid_penalty=-0.1 must be a finite number >= 0"),
+        ("+algorithm.graphgpo.gamma=0.1", "unknown algorithm.graphgpo key(s) ['gamma']"),
+    ],
+)
+def test_successor_option_errors_are_found_before_ray_starts(override, message):
+    """python -m verl_gigpo.main's preflight reports a bad successor option by its key, whichever estimator runs."""
+    problems = config_problems(compose_gigpo(["algorithm.adv_estimator=graphgpo", override]))
+    assert len(problems) == 1 and problems[0].startswith(message), problems

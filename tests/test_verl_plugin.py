@@ -175,3 +175,42 @@ def test_import_verl_stays_light_and_registers_on_first_use():
     lines = proc.stdout.strip().splitlines()
     assert lines[0] == "[]"
     assert lines[1] == "True True GiGPOTrainerSync HFReplica HFServerAdapter"
+
+
+@pytest.mark.parametrize("method", ["hgpo", "graphgpo", "g2po"])
+def test_successors_are_registered_and_compute_their_estimator(method):
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    from verl_gigpo.advantage import ESTIMATOR_TERMS
+
+    fn = get_adv_estimator_fn(method)
+    assert (fn.__module__, fn.__name__) == ("verl_gigpo.plugin", f"{method}_adv_estimator")
+    n = 6
+    data = {
+        "step_rewards": torch.tensor([0.0, 1.0, 0.0, 0.0, -0.1, 0.0]),
+        "traj_ids": np.array(["t0", "t0", "t1", "t1", "t2", "t2"], dtype=object),
+        "step_ids": np.array([0, 1, 0, 1, 0, 1]),
+        "anchor_keys": np.array(["a", "b", "a", "c", "a", "b"], dtype=object),
+        "won": np.array([True, True, False, False, False, False]),
+        "action_valid": np.array([True, True, True, True, False, True]),
+    }
+    config = OmegaConf.create({"gamma": 0.9, "gigpo": {"norm": "mean_std"}, "graphgpo": {"omega": 0.5}})
+    mask = torch.ones(n, 2)
+    adv, ret = fn(token_level_rewards=torch.zeros(n, 2), response_mask=mask, config=config, index=np.zeros(n), **data)
+    extra = {"won": data["won"], "action_valid": data["action_valid"]} if method != "hgpo" else {}
+    options = {"graphgpo": {"omega": 0.5}}.get(method, {})
+    want = ESTIMATOR_TERMS[method](
+        data["step_rewards"],
+        mask,
+        np.zeros(n),
+        data["traj_ids"],
+        data["step_ids"],
+        data["anchor_keys"],
+        gamma=0.9,
+        **extra,
+        **options,
+    )
+    torch.testing.assert_close(adv, want.token_level(mask)[0])
+    assert torch.count_nonzero(adv) > 0
+    with pytest.raises(ValueError, match=rf"adv_estimator='{method}' needs per-step data"):
+        fn(token_level_rewards=torch.zeros(n, 2), response_mask=mask, config=config, index=np.zeros(n))

@@ -2,12 +2,13 @@
 
 Importing this package is cheap (no verl, no torch). The pieces:
 
-* :mod:`verl_gigpo.advantage` — the estimator (pure maths); :mod:`verl_gigpo.anchors` — anchor keys and
-  similarity grouping; :mod:`verl_gigpo.config` — :class:`~verl_gigpo.config.GiGPOConfig`;
-* :mod:`verl_gigpo.plugin` — verl plug-in (estimator ``"gigpo"``, agent loop ``"gigpo_env_agent"``, trainer mode
-  ``"gigpo_sync"``); :mod:`verl_gigpo.main` — ``python -m verl_gigpo.main``, which checks the config
-  (:mod:`verl_gigpo.preflight`) and prepares the experiment folder (:mod:`verl_gigpo.launch`: resume, checkpoints,
-  the metrics file of :mod:`verl_gigpo.metrics_file`) before verl starts Ray;
+* :mod:`verl_gigpo.advantage` — the estimators (pure maths: GiGPO, HGPO, GraphGPO, G2PO);
+  :mod:`verl_gigpo.anchors` — anchor keys and similarity grouping; :mod:`verl_gigpo.config` —
+  :class:`~verl_gigpo.config.GiGPOConfig`;
+* :mod:`verl_gigpo.plugin` — verl plug-in (estimators ``"gigpo"``, ``"hgpo"``, ``"graphgpo"``, ``"g2po"``, agent
+  loop ``"gigpo_env_agent"``, trainer mode ``"gigpo_sync"``); :mod:`verl_gigpo.main` — ``python -m verl_gigpo.main``,
+  which checks the config (:mod:`verl_gigpo.preflight`) and prepares the experiment folder (:mod:`verl_gigpo.launch`:
+  resume, checkpoints, the metrics file of :mod:`verl_gigpo.metrics_file`) before verl starts Ray;
 * :mod:`verl_gigpo.rollout` — the episode runner shared by both engines; :mod:`verl_gigpo.local` — the embedded
   single-machine engine.
 """
@@ -16,9 +17,12 @@ __version__ = "0.1.0"
 
 #: name of the advantage estimator registered into verl (``algorithm.adv_estimator=gigpo``)
 ESTIMATOR_NAME = "gigpo"
+#: every step-credit estimator registered into verl and run by the trainer mode and the local engine: GiGPO and
+#: its successors HGPO, GraphGPO and G2PO (``algorithm.adv_estimator=<name>``, options in ``algorithm.<name>``)
+STEP_CREDIT_ESTIMATORS = ("gigpo", "hgpo", "graphgpo", "g2po")
 #: name of the agent loop registered into verl (``actor_rollout_ref.rollout.agent.default_agent_loop``)
 AGENT_LOOP_NAME = "gigpo_env_agent"
 #: name of the V1 trainer mode registered into verl (``trainer.v1.trainer_mode``)
 TRAINER_MODE = "gigpo_sync"
 
-__all__ = ["AGENT_LOOP_NAME", "ESTIMATOR_NAME", "TRAINER_MODE", "__version__"]
+__all__ = ["AGENT_LOOP_NAME", "ESTIMATOR_NAME", "STEP_CREDIT_ESTIMATORS", "TRAINER_MODE", "__version__"]

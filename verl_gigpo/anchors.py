@@ -71,6 +71,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from verl_gigpo._ids import as_id_array, id_codes, pair_codes
+
 __all__ = [
     "LSH_BINS",
     "LSH_BUCKET_MAX",
@@ -207,12 +209,8 @@ def anchor_group_ids(
     """
     if similarity_threshold is not None:  # first, whatever the input: True is no threshold though True == 1.0
         similarity_threshold = check_similarity_threshold(similarity_threshold)
-    keys = _as_key_array(anchor_keys, "anchor_keys")
-    groups = _as_key_array(group_ids, "group_ids")
-    if keys.shape[0] != groups.shape[0]:
-        raise ValueError(
-            f"length mismatch: anchor_keys has {keys.shape[0]} entries but group_ids has {groups.shape[0]}"
-        )
+    groups = as_id_array(group_ids, "group_ids")
+    keys = as_id_array(anchor_keys, "anchor_keys", groups.shape[0], other="group_ids")
     if row_mask is not None:
         mask = np.asarray(row_mask)
         if mask.dtype != np.bool_ or mask.shape != keys.shape:
@@ -224,17 +222,15 @@ def anchor_group_ids(
         return out
     if keys.shape[0] == 0:
         return np.zeros(0, dtype=np.int64)
-    g = _codes(groups, "group_ids")
+    g = id_codes(groups, "group_ids")
     if similarity_threshold is None or similarity_threshold == 1.0:
-        k = _codes(keys, "anchor_keys")
-        return _codes(g * (int(k.max()) + 1) + k, "anchor groups")
+        return pair_codes(g, id_codes(keys, "anchor_keys"))[0]
     texts = _as_text_array(keys, "anchor_keys")
-    t = _codes(texts, "anchor_keys")
-    pair = _codes(g * (int(t.max()) + 1) + t, "anchor groups")  # (N,) distinct (group, text)
-    first = np.empty(int(pair.max()) + 1, dtype=np.int64)
+    pair, num_pairs = pair_codes(g, id_codes(texts, "anchor_keys"))  # (N,) distinct (group, text)
+    first = np.empty(num_pairs, dtype=np.int64)
     first[pair] = np.arange(pair.shape[0])
     component = _components(texts[first], g[first], similarity_threshold)  # (P,)
-    return _codes(component[pair], "anchor groups")
+    return id_codes(component[pair], "anchor groups")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -652,23 +648,8 @@ def check_similarity_threshold(threshold: Any) -> float:
     return float(threshold)
 
 
-def _as_key_array(values: Any, name: str) -> np.ndarray:
-    if isinstance(values, np.ndarray):
-        arr = values
-    elif isinstance(values, Sequence) and not isinstance(values, (str, bytes)):
-        arr = np.fromiter(values, dtype=object, count=len(values))  # keeps tuples whole
-    else:
-        raise ValueError(f"{name} must be a 1-D array or sequence, got {type(values).__name__}")
-    if arr.ndim != 1:
-        raise ValueError(
-            f"{name} must be 1-D with one key per row; got shape {arr.shape} (for tuple keys use "
-            "np.fromiter(keys, dtype=object, count=n))"
-        )
-    return arr
-
-
 def _as_text_array(values: Any, name: str) -> np.ndarray:
-    arr = _as_key_array(values, name)
+    arr = as_id_array(values, name)
     if arr.dtype.kind == "U":
         return arr.astype(object)
     not_str = [i for i, v in enumerate(arr.tolist()) if not isinstance(v, str)]
@@ -679,17 +660,3 @@ def _as_text_array(values: Any, name: str) -> np.ndarray:
             "entry (use exact keys, similarity_threshold=None, for non-text keys)"
         )
     return arr.astype(object, copy=False)
-
-
-def _codes(values: np.ndarray, name: str) -> np.ndarray:
-    try:
-        codes, _ = pd.factorize(values)
-    except TypeError as err:
-        raise ValueError(
-            f"{name} holds an unhashable value ({err}); use str, int or tuple keys (e.g. tuple(key) for a list)"
-        ) from err
-    missing = np.flatnonzero(codes < 0)
-    if missing.size:
-        i = int(missing[0])
-        raise ValueError(f"{name}[{i}] is missing ({values[i]!r}); every row needs a key")
-    return codes.astype(np.int64, copy=False)

@@ -1,4 +1,5 @@
-"""Per-step credit records: what GiGPO credited, one JSON line per step row (both engines).
+"""Per-step credit records: what the step-credit estimator (GiGPO, HGPO, GraphGPO, G2PO) credited, one JSON line
+per step row (both engines).
 
     python -m verl_gigpo.local.train trainer.credit_log_freq=10          # local engine
     python -m verl_gigpo.main ... trainer.credit_log_freq=10             # verl engine (written by the driver)
@@ -7,7 +8,7 @@
 Every ``trainer.credit_log_freq`` iterations (0 = off, the default) the engine writes
 ``<run dir>/credit/iter_<k>.jsonl`` (run dir = ``trainer.default_local_dir``): one JSON object per valid step row
 of ``trainer.credit_log_groups`` episode groups sampled from the batch (-1 = every group). The numbers are the
-per-row arrays of the :class:`~verl_gigpo.advantage.GiGPOTerms` that the estimator returned for that batch and
+per-row arrays of the :class:`~verl_gigpo.advantage.AdvantageTerms` that the estimator returned for that batch and
 whose advantages the update used; nothing is recomputed. Padding rows and rows of failed episodes (``row_mask``
 False) are not written.
 
@@ -18,7 +19,7 @@ iteration          training iteration k (verl's ``global_steps``)
 group              episode group id (verl: the ``uid``; local engine: the task's index in the iteration)
 traj               trajectory id; step: step id in the trajectory (0-based)
 anchor_key         12-hex-digit hash of the anchor key (the raw key can be a long observation)
-anchor_group       the anchor group (episode group, anchor key) A_S was computed in (``GiGPOTerms.anchor_group``:
+anchor_group       the anchor group (episode group, anchor key) A_S was computed in (``AdvantageTerms.anchor_group``:
                    an id within this iteration's batch; with ``key_mode=similarity``, the merged group)
 anchor_group_size  valid rows in that anchor group (1 = singleton: A_S = 0)
 observation        the observation the action was chosen from, cut to ``trainer.credit_log_max_chars``
@@ -27,12 +28,21 @@ action_valid       the reply held a valid action
 step_reward        r_t (environment reward + shaping)
 step_return        R_t = sum_{k >= t} gamma^(k - t) r_k
 episode_return     R(tau) = sum_t r_t of the trajectory
-episode_adv        A_E (episode-level relative advantage)
-step_adv           A_S (step-level relative advantage within the anchor group)
-advantage          A = A_E + w * A_S
+episode_adv        A_E (episode-level relative advantage; HGPO: 0 unless its episode term is on)
+step_adv           the method's step term: GiGPO A_S (within the anchor group), HGPO the mix over history depths,
+                   GraphGPO A_G (graph return within the anchor group), G2PO A_1 + A_2
+advantage          the advantage the update used (GiGPO: A = A_E + w * A_S)
 won                the episode was won
 task_id, task_type the environment's task id and type (None when the environment has none)
+method             the estimator: gigpo, hgpo, graphgpo or g2po (records without it are GiGPO's)
+distance           GraphGPO: d(s_t), the state's distance to a win in the group's state graph (and
+next_distance      d(s_{t+1}), 0 after a winning last step); graph_return: r_succ * omega^d(s_{t+1})
+node_value         G2PO: V(s_t), the merged state's mean discounted outcome; next_value: V'(t) = V(s_{t+1})
+depths_used        HGPO: how many history depths gave the row a nonzero group advantage; deepest_depth: the
+                   deepest of them (0: none)
 ================== ===========================================================================================
+
+The last five rows are written only by the method named (the extras of its terms).
 
 Size: about ``rows * (2 * credit_log_max_chars + 400)`` bytes per logged iteration (gridnav demo: 2 groups, about
 100 rows, 40 KB). Sampling uses its own generator seeded by (seed, iteration): with logging on or off, training
@@ -52,7 +62,8 @@ from typing import Any
 
 import numpy as np
 
-from verl_gigpo.advantage import GiGPOTerms
+from verl_gigpo import STEP_CREDIT_ESTIMATORS
+from verl_gigpo.advantage import AdvantageTerms
 
 __all__ = [
     "CREDIT_DIR",
@@ -95,7 +106,8 @@ RECORD_FIELDS = (
     "task_id",
     "task_type",
 )
-"""The keys of every record, in file order (documented in the module docstring)."""
+"""The keys every record has, in file order (documented in the module docstring); records also carry ``method``
+and the method's extras (:attr:`AdvantageTerms.extras`)."""
 
 
 # ---------------------------------------------------------------------------------------------------- options
@@ -129,8 +141,8 @@ class CreditLogOptions:
         """Read and validate ``trainer.credit_log_freq|groups|max_chars`` (missing keys take the defaults).
 
         The one reader of these keys: the verl trainer mode, the agent loop, the preflight check and the local
-        engine all call it. With ``estimator`` given and not ``"gigpo"``, logs a warning when records are on:
-        they hold GiGPO's terms, so other estimators write none.
+        engine all call it. With ``estimator`` given and not a step-credit estimator (gigpo, hgpo, graphgpo, g2po),
+        logs a warning when records are on: they hold those estimators' terms, so other estimators write none.
 
         Raises:
             ValueError: a value out of range, naming the key and the valid values.
@@ -142,10 +154,10 @@ class CreditLogOptions:
             groups=trainer.get("credit_log_groups", default["groups"].default),
             max_chars=trainer.get("credit_log_max_chars", default["max_chars"].default),
         )
-        if options.enabled and estimator is not None and estimator != "gigpo":
+        if options.enabled and estimator is not None and estimator not in STEP_CREDIT_ESTIMATORS:
             logger.warning(
-                "trainer.credit_log_freq=%d but algorithm.adv_estimator=%s: credit records hold GiGPO's terms, none "
-                "are written",
+                "trainer.credit_log_freq=%d but algorithm.adv_estimator=%s: credit records hold the terms of the "
+                "step-credit estimators (gigpo, hgpo, graphgpo, g2po), none are written",
                 options.freq,
                 estimator,
             )
@@ -256,7 +268,7 @@ def select_groups(group_ids: np.ndarray, row_mask: np.ndarray, k: int, rng: np.r
 
 
 def credit_records(
-    terms: GiGPOTerms,
+    terms: AdvantageTerms,
     *,
     iteration: int,
     group_ids: Sequence[Any],
@@ -271,9 +283,10 @@ def credit_records(
     """One record per valid row of ``groups`` (all groups when None), in batch order.
 
     Args:
-        terms: what :func:`~verl_gigpo.advantage.gigpo_advantage_terms` returned for this batch; every number of
-            a record is read from it (``step_return``, ``episode_return``, ``episode_adv``, ``step_adv``,
-            ``advantage``, ``anchor_group``, ``anchor_group_size``, ``row_mask``).
+        terms: what the estimator (e.g. :func:`~verl_gigpo.advantage.gigpo_advantage_terms`) returned for this
+            batch; every number of a record is read from it (``step_return``, ``episode_return``, ``episode_adv``,
+            ``step_adv``, ``advantage``, ``anchor_group``, ``anchor_group_size``, ``row_mask``, ``method`` and the
+            ``extras``).
         iteration: the training iteration.
         group_ids, traj_ids, step_ids, anchor_keys, step_rewards: ``(N,)``, the estimator's inputs for the same
             rows (``anchor_keys`` the raw keys, hashed into ``anchor_key``).
@@ -333,6 +346,8 @@ def credit_records(
                 "won": bool(context.won[i]),
                 "task_id": _plain(context.task_ids[i]),
                 "task_type": _plain(context.task_types[i]),
+                "method": terms.method,
+                **{name: float(values[i]) for name, values in terms.extras.items()},
             }
         )
     return records
@@ -401,7 +416,7 @@ class CreditLogger:
     def write(
         self,
         iteration: int,
-        terms: GiGPOTerms,
+        terms: AdvantageTerms,
         *,
         group_ids: Sequence[Any],
         traj_ids: Sequence[Any],

@@ -3,7 +3,8 @@
 ``import verl`` imports every ``verl.plugins`` entry point, so importing this module registers, through verl's
 own registries:
 
-* the advantage estimator ``"gigpo"`` (``verl.trainer.ppo.core_algos.register_adv_est``);
+* the advantage estimators ``"gigpo"``, ``"hgpo"``, ``"graphgpo"`` and ``"g2po"``
+  (``verl.trainer.ppo.core_algos.register_adv_est``; :data:`verl_gigpo.STEP_CREDIT_ESTIMATORS`);
 * the agent loop ``"gigpo_env_agent"`` (``verl.experimental.agent_loop.agent_loop.register``),
   see :mod:`verl_gigpo.agent_loop`;
 * the V1 trainer mode ``"gigpo_sync"`` (``verl.trainer.ppo.v1.register_trainer``), see :mod:`verl_gigpo.trainer`;
@@ -25,9 +26,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, TRAINER_MODE
+from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, STEP_CREDIT_ESTIMATORS, TRAINER_MODE
 
-__all__ = ["AGENT_LOOP_NAME", "ESTIMATOR_NAME", "TRAINER_MODE", "ensure_registered", "gigpo_adv_estimator"]
+__all__ = [
+    "ADV_ESTIMATORS",
+    "AGENT_LOOP_NAME",
+    "ESTIMATOR_NAME",
+    "TRAINER_MODE",
+    "ensure_registered",
+    "gigpo_adv_estimator",
+    "make_adv_estimator",
+]
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
@@ -36,57 +45,77 @@ logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
 _STEP_FIELDS = ("step_rewards", "group_ids", "traj_ids", "step_ids", "anchor_keys")
 
 
-def gigpo_adv_estimator(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    config: Any = None,
-    index: np.ndarray | None = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The function registered as verl's ``"gigpo"`` advantage estimator.
+def make_adv_estimator(method: str) -> Any:
+    """The function registered as verl's ``method`` advantage estimator (``"gigpo"``, ``"hgpo"``, ``"graphgpo"`` or
+    ``"g2po"``), named ``<method>_adv_estimator``.
 
     verl's generic dispatch passes only ``token_level_rewards`` (N, L), ``response_mask`` (N, L), ``config`` and
-    ``index`` (uid); GiGPO also needs per-row step rewards, trajectory ids, step ids and anchor keys, which the
-    trainer mode ``gigpo_sync`` (:class:`verl_gigpo.trainer.GiGPOTrainerSync`) reads from the rollout's
-    ``extra_fields``. Called with ``step_rewards``, ``group_ids`` (defaults to ``index``), ``traj_ids``,
-    ``step_ids`` and ``anchor_keys`` (and optionally ``row_mask``) as keyword arguments it computes the estimator
-    configured by ``config`` (verl's ``algorithm`` section: ``algorithm.gamma`` and ``algorithm.gigpo.*``) through
-    :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms`, the entry the trainer mode and the local engine use too
-    (so ``key_mode=similarity`` merges near-identical observation keys here as well); called without them it raises
-    ``ValueError`` naming the trainer mode to use.
+    ``index`` (uid); the step-credit estimators also need per-row step rewards, trajectory ids, step ids and anchor
+    keys (GraphGPO and G2PO the episode outcome ``won`` and ``action_valid`` too), which the trainer mode
+    ``gigpo_sync`` (:class:`verl_gigpo.trainer.GiGPOTrainerSync`) reads from the rollout's ``extra_fields``. Called
+    with ``step_rewards``, ``group_ids`` (defaults to ``index``), ``traj_ids``, ``step_ids`` and ``anchor_keys``
+    (and optionally ``row_mask``, ``won``, ``action_valid``) as keyword arguments the function computes the
+    estimator configured by ``config`` (verl's ``algorithm`` section: ``algorithm.gamma``, ``algorithm.gigpo.*``
+    and ``algorithm.<method>.*``) through :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms`, the entry the
+    trainer mode and the local engine use too (so ``key_mode=similarity`` merges near-identical observation keys
+    here as well); called without them it raises ``ValueError`` naming the trainer mode to use.
 
     Returns:
-        advantages (N, L), returns (N, L).
+        the function ``(token_level_rewards, response_mask, config=None, index=None, **kwargs) -> (advantages (N, L),
+        returns (N, L))``.
     """
-    if index is not None and "group_ids" not in kwargs:
-        kwargs["group_ids"] = index
-    missing = [name for name in _STEP_FIELDS if kwargs.get(name) is None]
-    if missing:
-        raise ValueError(
-            f"adv_estimator='{ESTIMATOR_NAME}' needs per-step data ({', '.join(missing)}) that verl's generic "
-            f"advantage path does not pass. Use the GiGPO trainer mode, which supplies it: "
-            f"trainer.v1.trainer_mode={TRAINER_MODE} (set by `python -m verl_gigpo.main`, i.e. the config "
-            f"verl_gigpo/config/gigpo_trainer.yaml), with actor_rollout_ref.rollout.agent.default_agent_loop="
-            f"{AGENT_LOOP_NAME}."
-        )
-    from verl_gigpo.config import GiGPOConfig
+    if method not in STEP_CREDIT_ESTIMATORS:
+        raise ValueError(f"{method!r} is not a step-credit estimator; use one of {list(STEP_CREDIT_ESTIMATORS)}")
 
-    terms = GiGPOConfig.from_algorithm(config).advantage_terms(
-        kwargs["step_rewards"],
-        response_mask,
-        np.asarray(kwargs["group_ids"], dtype=object),
-        np.asarray(kwargs["traj_ids"], dtype=object),
-        np.asarray(kwargs["step_ids"]),
-        np.asarray(kwargs["anchor_keys"], dtype=object),
-        row_mask=kwargs.get("row_mask"),
-    )
-    return terms.token_level(response_mask)  # (N, L), (N, L): what compute_gigpo_advantage returns
+    def adv_estimator(
+        token_level_rewards: torch.Tensor,
+        response_mask: torch.Tensor,
+        config: Any = None,
+        index: np.ndarray | None = None,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if index is not None and "group_ids" not in kwargs:
+            kwargs["group_ids"] = index
+        missing = [name for name in _STEP_FIELDS if kwargs.get(name) is None]
+        if missing:
+            raise ValueError(
+                f"adv_estimator='{method}' needs per-step data ({', '.join(missing)}) that verl's generic "
+                f"advantage path does not pass. Use the GiGPO trainer mode, which supplies it: "
+                f"trainer.v1.trainer_mode={TRAINER_MODE} (set by `python -m verl_gigpo.main`, i.e. the config "
+                f"verl_gigpo/config/gigpo_trainer.yaml), with actor_rollout_ref.rollout.agent.default_agent_loop="
+                f"{AGENT_LOOP_NAME}."
+            )
+        from verl_gigpo.config import GiGPOConfig
+
+        terms = GiGPOConfig.from_algorithm(config, method=method).advantage_terms(
+            kwargs["step_rewards"],
+            response_mask,
+            np.asarray(kwargs["group_ids"], dtype=object),
+            np.asarray(kwargs["traj_ids"], dtype=object),
+            np.asarray(kwargs["step_ids"]),
+            np.asarray(kwargs["anchor_keys"], dtype=object),
+            row_mask=kwargs.get("row_mask"),
+            won=kwargs.get("won"),
+            action_valid=kwargs.get("action_valid"),
+        )
+        return terms.token_level(response_mask)  # (N, L), (N, L)
+
+    adv_estimator.__name__ = adv_estimator.__qualname__ = f"{method}_adv_estimator"
+    adv_estimator.__doc__ = f"verl's ``{method}`` advantage estimator (see :func:`make_adv_estimator`)."
+    return adv_estimator
+
+
+#: method -> the function registered under that name (one object each, so registering again is accepted)
+ADV_ESTIMATORS = {method: make_adv_estimator(method) for method in STEP_CREDIT_ESTIMATORS}
+#: the ``"gigpo"`` estimator function (see :func:`make_adv_estimator`)
+gigpo_adv_estimator = ADV_ESTIMATORS[ESTIMATOR_NAME]
 
 
 def _register_estimator(_module: Any = None) -> None:
     from verl.trainer.ppo.core_algos import register_adv_est
 
-    register_adv_est(ESTIMATOR_NAME)(gigpo_adv_estimator)  # the same function again is accepted
+    for method, function in ADV_ESTIMATORS.items():
+        register_adv_est(method)(function)  # the same function again is accepted
 
 
 def _register_agent_loop(_module: Any = None) -> None:
@@ -149,7 +178,10 @@ def ensure_registered() -> None:
         from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
     except Exception as exc:
         raise RuntimeError(f"verl_gigpo could not register itself into verl: {exc!r}") from exc
-    registries = ((ESTIMATOR_NAME, ADV_ESTIMATOR_REGISTRY), (AGENT_LOOP_NAME, _agent_loop_registry))
+    registries = (
+        *((m, ADV_ESTIMATOR_REGISTRY) for m in STEP_CREDIT_ESTIMATORS),
+        (AGENT_LOOP_NAME, _agent_loop_registry),
+    )
     missing = [name for name, registry in (*registries, (TRAINER_MODE, TRAINER_REGISTRY)) if name not in registry]
     if missing:
         raise RuntimeError(f"verl_gigpo did not register {missing} into verl")
@@ -162,9 +194,9 @@ except Exception:
     raise
 else:
     logger.info(
-        "verl_gigpo plug-in loaded: adv_estimator=%r, agent loop %r, trainer mode %r (registered when verl imports "
+        "verl_gigpo plug-in loaded: adv_estimator=%s, agent loop %r, trainer mode %r (registered when verl imports "
         "their registries)",
-        ESTIMATOR_NAME,
+        "|".join(STEP_CREDIT_ESTIMATORS),
         AGENT_LOOP_NAME,
         TRAINER_MODE,
     )

@@ -36,7 +36,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from environments import env_class, list_envs
-from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, TRAINER_MODE
+from verl_gigpo import AGENT_LOOP_NAME, STEP_CREDIT_ESTIMATORS, TRAINER_MODE
 from verl_gigpo.agent_loop import episode_config_from
 from verl_gigpo.config import GiGPOConfig, group_size_warning
 from verl_gigpo.credit import CreditLogOptions
@@ -247,9 +247,10 @@ def _path_problems(config: DictConfig) -> list[str]:
     rollout = OmegaConf.select(config, "actor_rollout_ref.rollout", default=None) or {}
     agent = rollout.get("agent", None) or {}
     agent_loop = agent.get("default_agent_loop", None)
-    if estimator != ESTIMATOR_NAME and agent_loop != AGENT_LOOP_NAME:
-        return []  # neither the estimator nor the agent loop of this package: nothing of ours runs
-    using = f"adv_estimator={estimator}" if estimator == ESTIMATOR_NAME else f"the {AGENT_LOOP_NAME} agent loop"
+    ours = estimator in STEP_CREDIT_ESTIMATORS  # gigpo, hgpo, graphgpo, g2po
+    if not ours and agent_loop != AGENT_LOOP_NAME:
+        return []  # neither an estimator nor the agent loop of this package: nothing of ours runs
+    using = f"adv_estimator={estimator}" if ours else f"the {AGENT_LOOP_NAME} agent loop"
     problems = []
     trainer = config.get("trainer", None) or {}
     if not trainer.get("use_v1", True):
@@ -266,10 +267,10 @@ def _path_problems(config: DictConfig) -> list[str]:
             f"{AGENT_LOOP_NAME} agent loop in TransferQueue: remove the override (agent_loop_manager_class=null)"
         )
     mode = OmegaConf.select(config, "trainer.v1.trainer_mode", default=None)
-    if estimator == ESTIMATOR_NAME and trainer.get("use_v1", True) and mode != TRAINER_MODE:
+    if ours and trainer.get("use_v1", True) and mode != TRAINER_MODE:
         problems.append(
-            f"adv_estimator={ESTIMATOR_NAME} with trainer.v1.trainer_mode={mode}: only the {TRAINER_MODE} trainer "
-            f"mode passes GiGPO its per-step data (verl's generic advantage step would fail after the first "
+            f"adv_estimator={estimator} with trainer.v1.trainer_mode={mode}: only the {TRAINER_MODE} trainer "
+            f"mode passes {estimator} its per-step data (verl's generic advantage step would fail after the first "
             f"rollout); set trainer.v1.trainer_mode={TRAINER_MODE} (the default of verl_gigpo.main), or choose "
             "another adv_estimator (grpo, rloo, ...) for that mode"
         )

@@ -5,8 +5,9 @@ Select it with ``trainer.v1.trainer_mode=gigpo_sync`` (``verl_gigpo/config/gigpo
 
 * every estimator: the rows' ``extra_fields`` (written by the ``gigpo_env_agent`` agent loop) are read from
   TransferQueue and turned into ``env/*`` and ``episode/*`` metrics;
-* ``algorithm.adv_estimator=gigpo``: per-step rewards, trajectory ids, step ids and anchor keys go to the configured
-  estimator, :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms`; verl's padding rows (tag ``is_padding``, deep
+* ``algorithm.adv_estimator=gigpo`` (or a successor: ``hgpo``, ``graphgpo``, ``g2po``): per-step rewards, trajectory
+  ids, step ids, anchor keys, episode outcomes and action validity go to the configured estimator,
+  :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms`; verl's padding rows (tag ``is_padding``, deep
   copies of a real row) and rows of episodes whose environment failed are excluded from every statistic and get 0;
   advantages/returns are written back to TransferQueue; ``gigpo/*`` metrics come from the estimator;
 * any other estimator (``grpo``, ``rloo``, ...): verl's own ``_compute_advantage``, unchanged, on the same
@@ -41,7 +42,7 @@ from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
 from verl.workers.utils.padding import response_to_nested
 
-from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, TRAINER_MODE
+from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, STEP_CREDIT_ESTIMATORS, TRAINER_MODE
 from verl_gigpo.advantage import GiGPOTerms
 from verl_gigpo.config import GiGPOConfig, group_size_warning
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
@@ -310,6 +311,8 @@ def step_advantage_terms(steps: StepBatch, response_mask: torch.Tensor, cfg: GiG
         steps.step_ids,
         steps.anchor_keys,
         row_mask=steps.row_mask,
+        won=steps.won,
+        action_valid=steps.action_valid,
     )
 
 
@@ -330,18 +333,20 @@ class GiGPOTrainerSync(PPOTrainerSync):
         # per-step credit records every trainer.credit_log_freq iterations, in trainer.default_local_dir/credit
         credit = CreditLogOptions.from_trainer(config.trainer, estimator=algorithm.adv_estimator)
         self.credit_logger = CreditLogger(credit, config.trainer.default_local_dir)
-        if algorithm.adv_estimator == ESTIMATOR_NAME:
+        if algorithm.adv_estimator in STEP_CREDIT_ESTIMATORS:
             if algorithm.get("use_kl_in_reward", False):
                 raise ValueError(
-                    "adv_estimator=gigpo does not support algorithm.use_kl_in_reward=True (rewards are per step, "
-                    "not per token); use the KL loss instead: actor_rollout_ref.actor.use_kl_loss=True"
+                    f"adv_estimator={algorithm.adv_estimator} does not support algorithm.use_kl_in_reward=True "
+                    "(rewards are per step, not per token); use the KL loss instead: "
+                    "actor_rollout_ref.actor.use_kl_loss=True"
                 )
-            self.gigpo_config = GiGPOConfig.from_algorithm(algorithm)
+            self.gigpo_config = GiGPOConfig.from_algorithm(algorithm, env=config.get("env", None))
             agent = config.actor_rollout_ref.rollout.agent.default_agent_loop
             if agent != AGENT_LOOP_NAME:
                 logger.warning(
-                    "adv_estimator=gigpo with default_agent_loop=%s: rows must carry the step fields of the %r "
+                    "adv_estimator=%s with default_agent_loop=%s: rows must carry the step fields of the %r "
                     "agent loop (set an agent_name column in the dataset, or the default agent loop)",
+                    algorithm.adv_estimator,
                     agent,
                     AGENT_LOOP_NAME,
                 )
@@ -476,10 +481,11 @@ class GiGPOTrainerSync(PPOTrainerSync):
         )
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
-        """Env/episode metrics for every estimator; GiGPO advantages for ``adv_estimator=gigpo``, else verl's."""
+        """Env/episode metrics for every estimator; step-credit advantages for ``adv_estimator`` gigpo, hgpo,
+        graphgpo or g2po, else verl's."""
         steps, data = self._read_steps(batch)
         metrics.update(episode_metrics(steps))
-        if self.config.algorithm.adv_estimator != ESTIMATOR_NAME:
+        if self.config.algorithm.adv_estimator not in STEP_CREDIT_ESTIMATORS:
             return super()._compute_advantage(batch, metrics)
 
         nested_mask = data["response_mask"]

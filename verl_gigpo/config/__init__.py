@@ -1,9 +1,13 @@
-"""GiGPO configuration: one validated dataclass, readable from a dict or an OmegaConf ``DictConfig``.
+"""Step-credit configuration: one validated dataclass that knows the method, readable from a dict or a ``DictConfig``.
 
-In verl's Hydra config these fields live under ``algorithm.gigpo``; :meth:`GiGPOConfig.from_mapping` reads that
-node. :meth:`GiGPOConfig.advantage_terms` is the estimator as configured (similarity keys included), the one entry
-the plug-in's estimator function, the ``gigpo_sync`` trainer mode and the local engine call;
-:meth:`GiGPOConfig.estimator_kwargs` gives the exact-key options alone.
+In verl's Hydra config (and the local engine's) the method is ``algorithm.adv_estimator`` (gigpo, hgpo, graphgpo or
+g2po); ``algorithm.gigpo`` holds GiGPO's step weight and the settings every method shares (norm, epsilon, episode
+statistics, anchor keys), ``algorithm.gamma`` the discount, and ``algorithm.hgpo``, ``algorithm.graphgpo`` and
+``algorithm.g2po`` each successor's own options. :meth:`GiGPOConfig.from_algorithm` reads that section (checking
+every sub-section, errors naming the key), :meth:`GiGPOConfig.from_mapping` the ``algorithm.gigpo`` node alone.
+:meth:`GiGPOConfig.advantage_terms` is the configured estimator (similarity keys included), the one entry the
+plug-in's estimator functions, the ``gigpo_sync`` trainer mode and the local engine call;
+:meth:`GiGPOConfig.estimator_kwargs` gives GiGPO's exact-key options alone.
 """
 
 from __future__ import annotations
@@ -11,26 +15,48 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl_gigpo.advantage import EPISODE_STATS, NORMS, GiGPOTerms, check_estimator_options, gigpo_advantage_terms
+from verl_gigpo import STEP_CREDIT_ESTIMATORS
+from verl_gigpo.advantage import (
+    EPISODE_STATS,
+    ESTIMATOR_TERMS,
+    NEEDS_OUTCOME,
+    NORMS,
+    AdvantageTerms,
+    G2POOptions,
+    GraphGPOOptions,
+    HGPOOptions,
+    check_estimator_options,
+)
 from verl_gigpo.anchors import check_similarity_threshold
 
-__all__ = ["EPISODE_STATS", "NORMS", "STEP_CREDIT_ESTIMATORS", "GiGPOConfig", "group_size_warning"]
+__all__ = ["EPISODE_STATS", "METHOD_OPTIONS", "NORMS", "STEP_CREDIT_ESTIMATORS", "GiGPOConfig", "group_size_warning"]
 
 _HISTORY = re.compile(r"history:(\d+)")
 _FIELD_MESSAGE = re.compile(r"(\w+)=")
 
-#: ``algorithm.adv_estimator`` values with a step term (anchor-state groups inside an episode group)
-STEP_CREDIT_ESTIMATORS = ("gigpo",)
+#: the successors' option sections: ``algorithm.<name>`` -> the options class that validates it
+METHOD_OPTIONS: dict[str, type] = {"hgpo": HGPOOptions, "graphgpo": GraphGPOOptions, "g2po": G2POOptions}
+
+#: successor option -> the ``env`` key it takes when it is null (see :meth:`GiGPOConfig.from_algorithm`)
+_FROM_ENV = {
+    "hgpo": {"history_length": "history_length"},
+    "graphgpo": {},
+    "g2po": {"invalid_penalty": "invalid_action_penalty"},
+}
+
+#: the keys of the ``algorithm.gigpo`` section (and ``gamma``, which :meth:`GiGPOConfig.from_algorithm` takes from
+#: ``algorithm.gamma``)
+_GIGPO_KEYS = ("gamma", "step_advantage_w", "norm", "epsilon", "episode_stats", "key_mode", "similarity_threshold")
 
 
 @dataclass
 class GiGPOConfig:
-    """Hyper-parameters of the GiGPO advantage estimator and of anchor-state grouping.
+    """Hyper-parameters of the step-credit estimator (GiGPO or a successor) and of anchor-state grouping.
 
     Attributes:
         gamma: discount in [0, 1] of the step return ``R_t = sum_{k>=t} gamma^(k-t) r_k`` that the step-level
@@ -50,6 +76,12 @@ class GiGPOConfig:
         similarity_threshold: in (0, 1]; used only when ``key_mode == "similarity"``: observations whose 5-byte
             shingle sets have Dice similarity >= this are linked (1.0 = exact match). Default 0.9. (The
             reference code's optional similarity mode uses a different measure, difflib's ratio, with 0.95.)
+        method: the estimator these settings drive: ``"gigpo"`` (default), ``"hgpo"``, ``"graphgpo"`` or ``"g2po"``
+            (:data:`verl_gigpo.STEP_CREDIT_ESTIMATORS`). gamma, norm, epsilon, episode_stats, key_mode and
+            similarity_threshold apply to every method; step_advantage_w is GiGPO's.
+        hgpo, graphgpo, g2po: each successor's own options (:class:`~verl_gigpo.advantage.HGPOOptions`,
+            :class:`~verl_gigpo.advantage.GraphGPOOptions`, :class:`~verl_gigpo.advantage.G2POOptions`: the keys of
+            ``algorithm.hgpo``, ``algorithm.graphgpo``, ``algorithm.g2po``), defaults the papers'.
     """
 
     gamma: float = 0.95
@@ -59,6 +91,10 @@ class GiGPOConfig:
     episode_stats: str = "trajectory"
     key_mode: str = "observation"
     similarity_threshold: float = 0.9
+    method: str = "gigpo"
+    hgpo: HGPOOptions = field(default_factory=HGPOOptions)
+    graphgpo: GraphGPOOptions = field(default_factory=GraphGPOOptions)
+    g2po: G2POOptions = field(default_factory=G2POOptions)
 
     def __post_init__(self) -> None:
         options = check_estimator_options(
@@ -82,6 +118,13 @@ class GiGPOConfig:
                 "'history:2') or 'similarity' (observation texts grouped by similarity_threshold)"
             )
         self.similarity_threshold = check_similarity_threshold(self.similarity_threshold)  # the estimator's check
+        if self.method not in STEP_CREDIT_ESTIMATORS:
+            raise ValueError(
+                f"method={self.method!r} is not a step-credit estimator; use one of {list(STEP_CREDIT_ESTIMATORS)}"
+            )
+        for name, kind in METHOD_OPTIONS.items():
+            if not isinstance(getattr(self, name), kind):
+                raise ValueError(f"GiGPOConfig.{name} must be a {kind.__name__}, got {getattr(self, name)!r}")
 
     @classmethod
     def from_mapping(cls, mapping: Any) -> GiGPOConfig:
@@ -95,30 +138,51 @@ class GiGPOConfig:
         if mapping is None:
             return cls()
         mapping = _as_mapping(mapping, "GiGPOConfig.from_mapping")
-        known = [f.name for f in dataclasses.fields(cls)]
+        known = list(_GIGPO_KEYS)
         unknown = sorted(str(k) for k in mapping if k not in known)
         if unknown:
             raise ValueError(f"unknown GiGPO config key(s) {unknown}; known keys: {known}")
         return cls(**{k: v for k, v in mapping.items() if v is not None})
 
     @classmethod
-    def from_algorithm(cls, algorithm: Any) -> GiGPOConfig:
+    def from_algorithm(cls, algorithm: Any, *, method: str | None = None, env: Any = None) -> GiGPOConfig:
         """Build from verl's ``algorithm`` config section (a dict or ``DictConfig``, or None for the defaults):
-        the ``algorithm.gigpo.*`` keys plus ``gamma = algorithm.gamma`` (the discount both engines share).
+        the ``algorithm.gigpo.*`` keys plus ``gamma = algorithm.gamma`` (the discount both engines share), and each
+        successor's section ``algorithm.hgpo``, ``algorithm.graphgpo``, ``algorithm.g2po`` (all of them are
+        checked, whichever method runs).
+
+        Args:
+            algorithm: the section.
+            method: the estimator; default ``algorithm.adv_estimator`` when that names a step-credit estimator,
+                else ``"gigpo"`` (e.g. ``grpo`` runs, whose config is only checked).
+            env: the ``env`` section, or None: where ``algorithm.hgpo.history_length`` and
+                ``algorithm.g2po.invalid_penalty`` are null (their defaults), they take ``env.history_length`` and
+                ``env.invalid_action_penalty`` (the prompt's history and the environment's penalty, as the papers
+                do); without ``env`` the papers' values, 2 and 0.1.
 
         Raises:
-            ValueError: as :meth:`from_mapping`.
+            ValueError: as :meth:`from_mapping`; an unknown key or a bad value in a successor's section, named
+                ``algorithm.<method>.<key>``.
         """
         if algorithm is None:
-            return cls()
+            algorithm = {}
         algorithm = _as_mapping(algorithm, "GiGPOConfig.from_algorithm")
         gigpo = dict(algorithm.get("gigpo") or {})
         if algorithm.get("gamma") is not None:
             gigpo["gamma"] = algorithm["gamma"]  # validated as every other gamma (no float(): True is not 1.0)
+        if method is None:
+            estimator = algorithm.get("adv_estimator")
+            method = estimator if estimator in STEP_CREDIT_ESTIMATORS else "gigpo"
+        env = {} if env is None else _as_mapping(env, "GiGPOConfig.from_algorithm(env=...)")
+        sections = {
+            name: _method_options(name, kind, algorithm.get(name), {k: env.get(e) for k, e in _FROM_ENV[name].items()})
+            for name, kind in METHOD_OPTIONS.items()
+        }
         try:
-            return cls.from_mapping(gigpo)
+            base = cls.from_mapping(gigpo)
         except ValueError as exc:
             raise ValueError(_algorithm_key_message(str(exc))) from None
+        return dataclasses.replace(base, method=method, **sections)
 
     def advantage_terms(
         self,
@@ -130,13 +194,16 @@ class GiGPOConfig:
         anchor_keys: Any,
         *,
         row_mask: Any = None,
-    ) -> GiGPOTerms:
-        """The GiGPO estimator with these settings: ``A = A_E + w * A_S`` per row, anchor keys merged by similarity
-        when ``key_mode == "similarity"``.
+        won: Any = None,
+        action_valid: Any = None,
+    ) -> AdvantageTerms:
+        """The configured estimator (:attr:`method`) with these settings, anchor keys merged by similarity when
+        ``key_mode == "similarity"``.
 
-        Exactly :func:`verl_gigpo.advantage.gigpo_advantage_terms` with :meth:`estimator_kwargs` and
-        ``similarity_threshold = self.anchor_similarity_threshold``; ``terms.token_level(response_mask)`` gives what
-        :func:`~verl_gigpo.advantage.compute_gigpo_advantage` returns, ``(advantages, returns)`` (N, L).
+        Exactly the method's function of :data:`verl_gigpo.advantage.ESTIMATOR_TERMS`
+        (:func:`~verl_gigpo.advantage.gigpo_advantage_terms` with :meth:`estimator_kwargs`, or a successor with its
+        section's options) with ``similarity_threshold = self.anchor_similarity_threshold``;
+        ``terms.token_level(response_mask)`` gives the ``(advantages, returns)`` (N, L) the update uses.
 
         Args:
             step_rewards: ``(N,)`` float tensor or array, the reward of each step row.
@@ -146,23 +213,31 @@ class GiGPOConfig:
             anchor_keys: ``(N,)`` anchor keys from the environment; str observation texts when ``key_mode`` is
                 ``"similarity"`` (environments built with :attr:`env_key_mode`).
             row_mask: optional ``(N,)`` bool; False marks padding rows and rows of failed episodes.
+            won, action_valid: ``(N,)`` bool, the episode was won / the reply held a valid action; GraphGPO and
+                G2PO read them (:data:`verl_gigpo.advantage.NEEDS_OUTCOME`), the others ignore them.
 
         Returns:
-            :class:`~verl_gigpo.advantage.GiGPOTerms`, arrays ``(N,)`` and the ``gigpo/*`` stats.
+            :class:`~verl_gigpo.advantage.AdvantageTerms`, arrays ``(N,)`` and the method's stats.
 
         Raises:
-            ValueError: malformed input, as :func:`~verl_gigpo.advantage.gigpo_advantage_terms` documents.
+            ValueError: malformed input, as the method's function documents.
         """
-        return gigpo_advantage_terms(
-            step_rewards,
-            response_mask,
-            group_ids,
-            traj_ids,
-            step_ids,
-            anchor_keys,
-            row_mask=row_mask,
-            similarity_threshold=self.anchor_similarity_threshold,
-            **self.estimator_kwargs(),
+        kwargs: dict[str, Any] = {
+            "row_mask": row_mask,
+            "similarity_threshold": self.anchor_similarity_threshold,
+            "gamma": self.gamma,
+            "norm": self.norm,
+            "epsilon": self.epsilon,
+            "episode_stats": self.episode_stats,
+        }
+        if self.method == "gigpo":
+            kwargs["step_advantage_w"] = self.step_advantage_w
+        else:
+            kwargs.update(getattr(self, self.method).kwargs())
+        if self.method in NEEDS_OUTCOME:
+            kwargs.update(won=won, action_valid=action_valid)
+        return ESTIMATOR_TERMS[self.method](
+            step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys, **kwargs
         )
 
     def estimator_kwargs(self) -> dict[str, Any]:
@@ -231,6 +306,23 @@ def group_size_warning(estimator: str, group_size: Any, *, step_advantage_w: Any
             "return, with no baseline; rollout.n >= 2 gives the group baseline"
         )
     return None
+
+
+def _method_options(name: str, kind: type, section: Any, inherited: dict[str, Any]) -> Any:
+    """``algorithm.<name>`` (a mapping, or None for the defaults) as a validated ``kind``; null values take
+    ``inherited`` (an env value, when not None) or the default. Errors name the key."""
+    section = {} if section is None else _as_mapping(section, f"algorithm.{name}")
+    known = [f.name for f in dataclasses.fields(kind)]
+    unknown = sorted(str(k) for k in section if k not in known)
+    if unknown:
+        raise ValueError(f"unknown algorithm.{name} key(s) {unknown}; known keys: {known}")
+    values = {k: v for k, v in inherited.items() if v is not None}
+    values.update({k: v for k, v in section.items() if v is not None})
+    try:
+        return kind(**values)
+    except ValueError as exc:  # the options' messages start with "<key>=<value>"
+        source = next((f" (from env.{_FROM_ENV[name][k]})" for k in inherited if str(exc).startswith(f"{k}=")), "")
+        raise ValueError(f"algorithm.{name}.{exc}{source}") from exc
 
 
 def _as_mapping(value: Any, caller: str) -> Mapping:

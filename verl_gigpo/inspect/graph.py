@@ -1,4 +1,4 @@
-"""The anchor-state graph of one episode group: which actions GiGPO credited from which shared state.
+"""The anchor-state graph of one episode group: which actions the step-credit estimator credited from which state.
 
 Built from the credit records of ONE episode group of ONE iteration (:mod:`verl_gigpo.credit`):
 
@@ -11,8 +11,12 @@ Built from the credit records of ONE episode group of ONE iteration (:mod:`verl_
 
 Drawn with networkx (``multipartite_layout``: columns by the first step at which a state was visited, the start on
 the left, the terminal nodes on the right) and matplotlib: node size = visits, label = observation excerpt; edge
-width = how often the action was taken, edge colour = its mean step advantage A_S on a diverging map (blue =
-credited, red = blamed, grey = 0), the same colour scale for the whole graph (symmetric around 0).
+width = how often the action was taken, edge colour = its mean step term on a diverging map (blue = credited, red =
+blamed, grey = 0), the same colour scale for the whole graph (symmetric around 0). The step term is the one of the
+method that wrote the records (the records' ``method``): GiGPO's A_S, HGPO's mix over history depths, GraphGPO's
+A_G, G2PO's A_1 + A_2; GraphGPO's nodes also show their distance to a win ``d``, G2PO's their value ``V``.
+:func:`draw_side_by_side` puts two groups' graphs (e.g. two runs, two methods) next to each other on one colour
+scale.
 """
 
 from __future__ import annotations
@@ -30,7 +34,17 @@ from matplotlib.colors import Normalize, to_hex
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-__all__ = ["CMAP", "INVALID", "NOT_WON", "WON", "anchor_graph", "credit_colour", "draw_anchor_graph"]
+__all__ = [
+    "CMAP",
+    "INVALID",
+    "NOT_WON",
+    "STEP_TERMS",
+    "WON",
+    "anchor_graph",
+    "credit_colour",
+    "draw_anchor_graph",
+    "draw_side_by_side",
+]
 
 #: terminal node ids
 WON = "won"
@@ -39,6 +53,15 @@ NOT_WON = "not won"
 INVALID = "(invalid)"
 #: diverging colour map of the edges: low (blamed, A_S < 0) red, 0 light grey, high (credited) blue
 CMAP = "coolwarm_r"
+#: method -> what its step term (the records' ``step_adv``, the edge colour) is
+STEP_TERMS = {
+    "gigpo": "GiGPO step advantage A_S",
+    "hgpo": "HGPO step term (mix over history depths)",
+    "graphgpo": "GraphGPO graph advantage A_G",
+    "g2po": "G2PO step term A_1 + A_2",
+}
+#: method -> (record field, label) of the value shown on each state node
+_NODE_VALUES = {"graphgpo": ("distance", "d"), "g2po": ("node_value", "V")}
 
 
 def credit_colour(value: float, vmax: float) -> str:
@@ -58,13 +81,14 @@ def anchor_graph(records: Sequence[dict[str, Any]], *, label_chars: int = 40) ->
         a ``MultiDiGraph``. Node attributes: ``visits`` (rows taken from the state), ``label``, ``observation``,
         ``start`` (a trajectory began there), ``terminal``, ``won`` (terminal nodes), ``depth`` (first step id
         seen there; terminal nodes: one more than the largest), ``step_adv_mean`` (mean A_S of its rows),
-        ``anchor_key``. Edge key = the action (:data:`INVALID` for replies with no valid action); edge attributes:
-        ``count`` (times taken), ``step_adv_mean`` (mean A_S of those rows), ``color`` (:func:`credit_colour`),
-        ``width``. Graph attributes: ``iteration``, ``group``, ``vmax`` (the colour scale's bound: the largest
-        |edge mean A_S|, 1.0 when all are 0), ``trajectories``, ``won_trajectories``.
+        ``anchor_key``, and for GraphGPO / G2PO ``value`` (the state's distance d / value V). Edge key = the
+        action (:data:`INVALID` for replies with no valid action); edge attributes: ``count`` (times taken),
+        ``step_adv_mean`` (mean step term of those rows), ``color`` (:func:`credit_colour`), ``width``. Graph
+        attributes: ``iteration``, ``group``, ``method``, ``vmax`` (the colour scale's bound: the largest |edge mean|,
+        1.0 when all are 0), ``trajectories``, ``won_trajectories``.
 
     Raises:
-        ValueError: no records, or records of more than one iteration or episode group.
+        ValueError: no records, or records of more than one iteration, episode group or method.
     """
     if not records:
         raise ValueError("anchor_graph needs the credit records of one episode group; got none")
@@ -75,11 +99,16 @@ def anchor_graph(records: Sequence[dict[str, Any]], *, label_chars: int = 40) ->
             f"(iteration, group) pairs: {sorted(keys)[:5]}"
         )
     ((iteration, group),) = keys
+    methods = {r.get("method", "gigpo") for r in records}  # records written before methods existed are GiGPO's
+    if len(methods) != 1:
+        raise ValueError(f"anchor_graph draws the credit of one method; the records hold {sorted(methods)}")
+    (method,) = methods
+    value_field, value_name = _NODE_VALUES.get(method, (None, ""))
     trajs: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         trajs[r["traj"]].append(r)
 
-    graph = nx.MultiDiGraph(iteration=iteration, group=group)
+    graph = nx.MultiDiGraph(iteration=iteration, group=group, method=method)
     node_adv: dict[Any, list[float]] = defaultdict(list)
     edge_adv: dict[tuple[Any, Any, str], list[float]] = defaultdict(list)
     starts, ends = set(), {WON: 0, NOT_WON: 0}
@@ -91,14 +120,20 @@ def anchor_graph(records: Sequence[dict[str, Any]], *, label_chars: int = 40) ->
         for i, r in enumerate(rows):
             u = r["anchor_group"]
             if u not in graph:
+                label = textwrap.fill(_excerpt(r["observation"], label_chars), width=max(12, label_chars // 2))
+                value = {}
+                if value_field is not None and value_field in r:  # a property of the state: the same on its rows
+                    value = {"value": float(r[value_field])}
+                    label += f"\n{value_name}={r[value_field]:.3g}"
                 graph.add_node(
                     u,
                     observation=r["observation"],
-                    label=textwrap.fill(_excerpt(r["observation"], label_chars), width=max(12, label_chars // 2)),
+                    label=label,
                     anchor_key=r["anchor_key"],
                     depth=r["step"],
                     terminal=False,
                     won=False,
+                    **value,
                 )
             graph.nodes[u]["depth"] = min(graph.nodes[u]["depth"], r["step"])
             node_adv[u].append(float(r["step_adv"]))
@@ -137,16 +172,49 @@ def anchor_graph(records: Sequence[dict[str, Any]], *, label_chars: int = 40) ->
 
 def draw_anchor_graph(graph: nx.MultiDiGraph, path: str | Path, *, title: str | None = None) -> Path:
     """Draw :func:`anchor_graph`'s graph to a PNG at ``path`` (see the module docstring for the encoding)."""
-    pos = nx.multipartite_layout(graph, subset_key="depth", align="vertical", scale=1.0)
+    width, height = _figure_size(graph)
+    fig = Figure(figsize=(width, height), dpi=100)
+    _draw(fig, fig.add_subplot(), graph, title, graph.graph["vmax"])
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    return path
+
+
+def draw_side_by_side(
+    graphs: Sequence[nx.MultiDiGraph], path: str | Path, *, titles: Sequence[str], columns: int | None = None
+) -> Path:
+    """Draw several :func:`anchor_graph` graphs side by side to a PNG at ``path``, their edges on ONE colour scale
+    (the largest bound of the graphs), each under its title, ``columns`` per row (default: all in one row): e.g.
+    the same episode group credited by two runs or by several methods."""
+    vmax = max(g.graph["vmax"] for g in graphs)
+    columns = columns or len(graphs)
+    rows = -(-len(graphs) // columns)
+    sizes = [_figure_size(g) for g in graphs]
+    width = min(columns * max(w for w, _ in sizes), 30.0)
+    fig = Figure(figsize=(width, rows * max(h for _, h in sizes)), dpi=100)
+    for k, (graph, title) in enumerate(zip(graphs, titles, strict=True)):
+        _draw(fig, fig.add_subplot(rows, columns, k + 1), graph, title, vmax)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    return path
+
+
+def _figure_size(graph: nx.MultiDiGraph) -> tuple[float, float]:
     columns = len({d for _, d in graph.nodes(data="depth")})
+    tallest = max(Counter(d for _, d in graph.nodes(data="depth")).values())  # states in the fullest column
+    return min(3.0 + 1.9 * columns, 22.0), min(3.6 + 1.1 * tallest, 9.0)
+
+
+def _draw(fig: Figure, ax: Any, graph: nx.MultiDiGraph, title: str | None, vmax: float) -> None:
+    """Draw ``graph`` on ``ax`` (edge colours on the scale ``[-vmax, vmax]``)."""
+    pos = nx.multipartite_layout(graph, subset_key="depth", align="vertical", scale=1.0)
     ys = [y for _, y in pos.values()]
     if max(ys) - min(ys) < 0.3:
         # one state per column (a single path): networkx sizes self-loops by the drawing's height, which is then
         # ~0, and falls back to huge loops; alternate the columns up and down a little instead
         pos = {n: (x, y + (0.3 if graph.nodes[n]["depth"] % 2 else -0.3)) for n, (x, y) in pos.items()}
-    tallest = max(Counter(d for _, d in graph.nodes(data="depth")).values())  # states in the fullest column
-    fig = Figure(figsize=(min(3.0 + 1.9 * columns, 22.0), min(3.6 + 1.1 * tallest, 9.0)), dpi=100)
-    ax = fig.add_subplot()
     most = max(graph.nodes[n]["visits"] for n in graph)
     size = {n: 250.0 + 1600.0 * graph.nodes[n]["visits"] / most for n in graph}
 
@@ -198,7 +266,7 @@ def draw_anchor_graph(graph: nx.MultiDiGraph, path: str | Path, *, title: str | 
         pos,
         edgelist=[(u, v, k) for u, v, k, _ in edges],
         width=[d["width"] for *_, d in edges],
-        edge_color=[d["color"] for *_, d in edges],
+        edge_color=[credit_colour(d["step_adv_mean"], vmax) for *_, d in edges],
         connectionstyle=styles,
         arrowsize=14,
         nodelist=nodes,
@@ -219,9 +287,9 @@ def draw_anchor_graph(graph: nx.MultiDiGraph, path: str | Path, *, title: str | 
     labels = {n: graph.nodes[n]["label"] for n in graph}
     nx.draw_networkx_labels(graph, pos, labels=labels, font_size=7, ax=ax)
 
-    vmax = graph.graph["vmax"]
     mappable = _scalar_mappable(vmax)
-    fig.colorbar(mappable, ax=ax, fraction=0.03, pad=0.01, label="mean step advantage A_S of the action")
+    term = STEP_TERMS.get(graph.graph.get("method", "gigpo"), "step term")
+    fig.colorbar(mappable, ax=ax, fraction=0.03, pad=0.01, label=f"mean {term} of the action")
     handles = [
         Line2D([], [], marker="o", ls="", mfc="#f3f3f3", mec="#2ca02c", mew=3, ms=12, label="start state"),
         Line2D([], [], marker="*", ls="", mfc="#f2c12e", mec="#555555", ms=16, label="won (episode ended)"),
@@ -231,16 +299,12 @@ def draw_anchor_graph(graph: nx.MultiDiGraph, path: str | Path, *, title: str | 
     g = graph.graph
     ax.set_title(
         title
-        or f"iteration {g['iteration']}, episode group {g['group']}: {g['trajectories']} trajectories, "
-        f"{g['won_trajectories']} won; node size = visits, edge width = times taken",
+        or f"{g.get('method', 'gigpo')}: iteration {g['iteration']}, episode group {g['group']}: {g['trajectories']} "
+        f"trajectories, {g['won_trajectories']} won; node size = visits, edge width = times taken",
         fontsize=10,
     )
     ax.margins(0.08)
     ax.set_axis_off()
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    return path
 
 
 def _scalar_mappable(vmax: float):

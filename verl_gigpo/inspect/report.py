@@ -1,10 +1,12 @@
-"""The credit report: the anchor-state graph of one group, run-level distributions, a summary, one HTML page."""
+"""The credit report: the anchor-state graph of one group (beside another run's, with ``compare``), run-level
+distributions, a summary, one HTML page."""
 
 from __future__ import annotations
 
 import base64
 import html
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,8 +15,9 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from verl_gigpo.inspect.graph import anchor_graph, draw_anchor_graph
+from verl_gigpo.inspect.graph import STEP_TERMS, anchor_graph, draw_anchor_graph, draw_side_by_side
 from verl_gigpo.inspect.load import CreditRun, load_credit_run
+from verl_gigpo.inspect.recredit import recredit
 from verl_gigpo.inspect.stats import ZERO, RunStats, credit_pairs, run_stats, summary_text
 
 __all__ = ["CreditReport", "default_group", "make_report", "plot_distributions"]
@@ -36,6 +39,8 @@ class CreditReport:
     html: Path
     summary_txt: Path
     summary: str
+    compare_png: Path | None = None
+    methods_png: Path | None = None
 
 
 def default_group(run: CreditRun, iteration: int) -> str:
@@ -99,7 +104,14 @@ def plot_distributions(stats: RunStats, path: str | Path) -> Path:
 
 
 def make_report(
-    source: str | Path, *, iteration: int | None = None, group: str | None = None, out_dir: str | Path | None = None
+    source: str | Path,
+    *,
+    iteration: int | None = None,
+    group: str | None = None,
+    out_dir: str | Path | None = None,
+    compare: str | Path | None = None,
+    methods: Sequence[str] = (),
+    gamma: float = 0.95,
 ) -> CreditReport:
     """Read the credit records at ``source`` and write the report (PNGs, HTML page, summary text).
 
@@ -108,9 +120,17 @@ def make_report(
         iteration: the iteration whose group is drawn (default: the last logged one).
         group: the episode group drawn (default: :func:`default_group`).
         out_dir: where the files go (default: ``report/`` next to the credit files).
+        compare: another run's records (same forms as ``source``): its credit for the same iteration and episode
+            group is drawn beside this run's on one colour scale (``credit_compare_iter<K>_group<ID>.png``). Two
+            runs with the same ``trainer.seed`` play the same tasks; at iteration 1 (before any update) the local
+            engine's runs also play the same episodes, so the picture shows two methods crediting the same moves.
+        methods: step-credit estimators to credit the drawn group's rows again with (:func:`.recredit.recredit`,
+            their default options and ``gamma``), drawn two per row on one colour scale
+            (``credit_methods_iter<K>_group<ID>.png``): every method's credit of the same episodes.
+        gamma: the discount used by ``methods``.
 
     Raises:
-        CreditReportError: missing or malformed records, an iteration or group that is not in them.
+        CreditReportError: missing or malformed records, an iteration or group that is not in them (in either run).
     """
     run = load_credit_run(source)
     if iteration is None:
@@ -127,6 +147,15 @@ def make_report(
 
     graph = anchor_graph(records)
     graph_png = draw_anchor_graph(graph, out / f"credit_graph_iter{iteration}_group{_safe(group)}.png")
+    compare_png = None
+    if compare is not None:
+        other = load_credit_run(compare)
+        other_graph = anchor_graph(other.group_records(iteration, str(group)))
+        compare_png = draw_side_by_side(
+            [graph, other_graph],
+            out / f"credit_compare_iter{iteration}_group{_safe(group)}.png",
+            titles=[_graph_title(graph, source), _graph_title(other_graph, compare)],
+        )
     stats = run_stats(run)
     dist_png = plot_distributions(stats, out / DISTRIBUTIONS_PNG)
     states = sum(1 for n in graph if not graph.nodes[n]["terminal"])
@@ -137,15 +166,51 @@ def make_report(
         + f": {graph.graph['trajectories']} trajectories, {graph.graph['won_trajectories']} won; {states} anchor "
         f"states, {shared} visited more than once; {graph.number_of_edges()} (state, action, next state) edges"
     )
+    if compare_png is not None:
+        graph_line += f"\ncompared with {compare}: {compare_png.name}"
+    methods_png = None
+    if methods:
+        again = [anchor_graph(recredit(records, m, gamma=gamma)) for m in methods]
+        methods_png = draw_side_by_side(
+            again,
+            out / f"credit_methods_iter{iteration}_group{_safe(group)}.png",
+            titles=[f"{g.graph['method']} (gamma {gamma:g}, default options)" for g in again],
+            columns=2,
+        )
+        graph_line += f"\nthe same rows credited by {', '.join(methods)}: {methods_png.name}"
     summary = summary_text(run, stats, credit_pairs(run.all_records()), graph_line=graph_line)
     summary_txt = out / SUMMARY_TXT
     summary_txt.write_text(summary + "\n", encoding="utf-8")
     page = out / HTML_PAGE
-    page.write_text(_html(summary, graph_png, dist_png, records, iteration, group), encoding="utf-8")
-    return CreditReport(iteration, str(group), graph_png, dist_png, page, summary_txt, summary)
+    method = graph.graph["method"]
+    page.write_text(
+        _html(summary, graph_png, dist_png, records, iteration, group, method, compare_png, methods_png),
+        encoding="utf-8",
+    )
+    return CreditReport(
+        iteration, str(group), graph_png, dist_png, page, summary_txt, summary, compare_png, methods_png
+    )
 
 
-def _html(summary: str, graph_png: Path, dist_png: Path, records: list[dict[str, Any]], iteration: int, group) -> str:
+def _graph_title(graph: Any, source: str | Path) -> str:
+    g = graph.graph
+    return (
+        f"{Path(source).name}: {g['method']}, iteration {g['iteration']}, group {g['group']}: {g['trajectories']} "
+        f"trajectories, {g['won_trajectories']} won"
+    )
+
+
+def _html(
+    summary: str,
+    graph_png: Path,
+    dist_png: Path,
+    records: list[dict[str, Any]],
+    iteration: int,
+    group: Any,
+    method: str,
+    compare_png: Path | None,
+    methods_png: Path | None,
+) -> str:
     """One self-contained page: the PNGs inlined as base64, the summary, the group's trajectories."""
 
     def img(path: Path) -> str:
@@ -168,21 +233,23 @@ def _html(summary: str, graph_png: Path, dist_png: Path, records: list[dict[str,
             f"<td>{'yes' if steps[0]['won'] else 'no'}</td><td>{steps[0]['episode_adv']:+.2f}</td><td>{moves}</td></tr>"
         )
     return f"""<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>GiGPO credit report</title>
+<html><head><meta charset="utf-8"><title>{html.escape(method)} credit report</title>
 <style>body{{font-family:sans-serif;max-width:1400px;margin:auto;padding:1em}} pre{{background:#f6f6f6;padding:1em;
 overflow-x:auto}} table{{border-collapse:collapse;font-size:13px}} td,th{{border:1px solid #ccc;padding:3px 6px;
 text-align:left}}</style></head><body>
-<h1>What GiGPO credited</h1>
+<h1>What {html.escape(method)} credited</h1>
 <pre>{html.escape(summary)}</pre>
 <h2>Anchor-state graph: iteration {iteration}, episode group {html.escape(str(group))}</h2>
 <p>Nodes are anchor states (the states whose actions the step term compares; size = visits, label = the start of
 the observation); the green ring marks the start state, the star the end of won episodes, the grey square the end of
 the others. Edges are the actions taken (width = times taken, label = action and count); their colour is the mean
-step advantage A_S of that action from that state: blue = credited (better than the other actions taken there), red
-= blamed, grey = no step signal (a state visited once, or equal returns).</p>
+{html.escape(STEP_TERMS.get(method, "step term"))} of that action from that state: blue = credited, red = blamed,
+grey = no step signal.</p>
 {img(graph_png)}
-<h2>Trajectories of this group (action and its A_S)</h2>
-<table><tr><th>trajectory</th><th>steps</th><th>return</th><th>won</th><th>A_E</th><th>actions (A_S)</th></tr>
+{"<h2>Beside the other run</h2>" + img(compare_png) if compare_png is not None else ""}
+{"<h2>The same rows credited by each method</h2>" + img(methods_png) if methods_png is not None else ""}
+<h2>Trajectories of this group (action and its step term)</h2>
+<table><tr><th>trajectory</th><th>steps</th><th>return</th><th>won</th><th>A_E</th><th>actions (step term)</th></tr>
 {"".join(rows)}</table>
 <h2>Over the run</h2>
 {img(dist_png)}

@@ -36,6 +36,8 @@ class LocalBatch:
     anchor_keys: np.ndarray  # (N,) object (str)
     traj_returns: np.ndarray  # (T,) float64, one per trajectory kept
     traj_groups: np.ndarray  # (T,) int64
+    won: np.ndarray | None = None  # (N,) bool, the row's episode was won
+    action_valid: np.ndarray | None = None  # (N,) bool, the row's reply held a valid action
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -45,7 +47,7 @@ class LocalBatch:
         """The rows of ``episodes``, given in (task, member) order with ``n`` members per task (the task index of
         episode ``i`` is ``i // n``)."""
         prompts, responses, logprobs = [], [], []
-        rewards, groups, trajs, steps, keys = [], [], [], [], []
+        rewards, groups, trajs, steps, keys, won, valid = [], [], [], [], [], [], []
         traj_returns, traj_groups = [], []
         for index, ep in enumerate(episodes):
             if ep.env_error is not None:
@@ -64,6 +66,8 @@ class LocalBatch:
                 trajs.append(traj)
                 steps.append(s.step_id)
                 keys.append(s.anchor_key)
+                won.append(bool(ep.won))
+                valid.append(bool(s.action_valid))
         return cls(
             prompts=prompts,
             responses=responses,
@@ -75,4 +79,6 @@ class LocalBatch:
             anchor_keys=np.asarray(keys, dtype=object),
             traj_returns=np.asarray(traj_returns, dtype=np.float64),
             traj_groups=np.asarray(traj_groups, dtype=np.int64),
+            won=np.asarray(won, dtype=bool),
+            action_valid=np.asarray(valid, dtype=bool),
         )

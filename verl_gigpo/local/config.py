@@ -5,9 +5,10 @@
 Defaults: ``verl_gigpo/config/local_trainer.yaml`` (:data:`DEFAULT_CONFIG`), with the key names of the verl
 recipes; overrides are OmegaConf dotlist items ``key=value`` and unknown keys are an error. Every numeric and
 boolean key is type- and range-checked (:func:`validate_config`), so a typo fails at once rather than after the
-first iteration; ``algorithm.gigpo.*`` is checked by :class:`verl_gigpo.config.GiGPOConfig` and
-``trainer.credit_log_*`` by :class:`verl_gigpo.credit.CreditLogOptions`, the environment deadlines and worker
-processes by :class:`verl_gigpo.rollout.execution.EnvExecution` (the validator verl's agent loop uses).
+first iteration; ``algorithm.gigpo.*`` and the successors' sections (``algorithm.hgpo``, ``algorithm.graphgpo``,
+``algorithm.g2po``) are checked by :class:`verl_gigpo.config.GiGPOConfig`, ``trainer.credit_log_*`` by
+:class:`verl_gigpo.credit.CreditLogOptions`, the environment deadlines and worker processes by
+:class:`verl_gigpo.rollout.execution.EnvExecution` (the validator verl's agent loop uses).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from environments import list_envs
+from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.config import group_size_warning
 from verl_gigpo.credit import CreditLogOptions
 from verl_gigpo.rollout.execution import EnvExecution
@@ -32,8 +34,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "local_trainer.yaml"
 """The local engine's defaults."""
 
-ESTIMATORS = ("gigpo", "grpo", "rloo")
-"""Values of ``algorithm.adv_estimator`` the local engine runs."""
+ESTIMATORS = (*STEP_CREDIT_ESTIMATORS, "grpo", "rloo")
+"""Values of ``algorithm.adv_estimator`` the local engine runs: the step-credit estimators (gigpo, hgpo, graphgpo,
+g2po) and verl's grpo and rloo."""
 
 
 def load_config(overrides: Sequence[str] = (), config_path: str | Path | None = None) -> DictConfig:
@@ -189,13 +192,13 @@ def validate_config(cfg: DictConfig) -> None:
             f"{', '.join(sorted(known))} (add yours with env.registry.<name>=package.module:Class)"
         )
     EnvExecution.from_config(cfg.env)  # env.step_timeout_s, env.reset_timeout_s, env.num_workers: raises naming the key
-    if cfg.algorithm.adv_estimator == "gigpo":
-        gigpo_config(cfg)  # validates algorithm.gigpo.*
+    gigpo_config(cfg)  # validates algorithm.gigpo.* and the successors' sections, whichever estimator runs
 
 
 def gigpo_config(cfg: DictConfig):
-    """``algorithm.gigpo`` as a validated :class:`verl_gigpo.config.GiGPOConfig` (raises ``ValueError`` naming the
+    """The step-credit settings (``algorithm.adv_estimator``, ``algorithm.gamma``, ``algorithm.gigpo`` and the
+    successors' sections) as a validated :class:`verl_gigpo.config.GiGPOConfig` (raises ``ValueError`` naming the
     key)."""
     from verl_gigpo.config import GiGPOConfig
 
-    return GiGPOConfig.from_algorithm(cfg.algorithm)
+    return GiGPOConfig.from_algorithm(cfg.algorithm, env=cfg.env)

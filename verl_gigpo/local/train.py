@@ -1,4 +1,5 @@
-"""The local engine: group RL (GiGPO, GRPO, RLOO) for text agents in one process, on a CPU or one GPU.
+"""The local engine: group RL (GiGPO, HGPO, GraphGPO, G2PO, GRPO, RLOO) for text agents in one process, on a CPU or
+one GPU.
 
     python -m verl_gigpo.local.tiny_model --out artifacts/tiny-model
     python -m verl_gigpo.local.train                                     # the gridnav demo defaults
@@ -28,9 +29,10 @@ One iteration:
    (an episode that misses one fails, like one whose environment raised). Environments are reused across episodes
    (:class:`~verl_gigpo.rollout.EnvPool`). Each episode samples from its own ``torch.Generator`` seeded by
    (trainer.seed, iteration, episode), so runs are reproducible.
-2. advantages: ``gigpo`` -> :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms` over the step rows (episode
-   group = task; anchor key from the environment, key mode from ``GiGPOConfig.env_key_mode``; similarity
-   grouping done there, the same entry the plug-in and verl's trainer mode use); ``grpo`` / ``rloo`` -> verl's
+2. advantages: ``gigpo``, ``hgpo``, ``graphgpo``, ``g2po`` -> :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms`
+   over the step rows (episode group = task; anchor key from the environment, key mode from
+   ``GiGPOConfig.env_key_mode``; similarity grouping done there, the same entry the plug-in and verl's trainer
+   mode use); ``grpo`` / ``rloo`` -> verl's
    ``core_algos.compute_grpo_outcome_advantage`` / ``compute_rloo_outcome_advantage`` with one score per
    trajectory (its return) grouped by task, broadcast to the trajectory's rows (as verl V1 does).
 3. update (:class:`~verl_gigpo.local.update.PPOActor`): PPO with verl's registered policy loss
@@ -51,8 +53,8 @@ validations differ only through the policy.
 Outputs in ``trainer.default_local_dir``: ``metrics.jsonl`` (one line per iteration, ``training_step`` 0 holding
 the first validation), ``learning_curve.png`` and ``checkpoints/iter_K/`` (model, optimizer, RNG states,
 iteration, metrics so far; ``latest_checkpointed_iteration.txt`` names the last one; both written atomically);
-with ``trainer.credit_log_freq`` > 0 (gigpo), ``credit/iter_K.jsonl``: per-step credit records from the estimator's
-terms (:mod:`verl_gigpo.credit`; report: ``python -m verl_gigpo.inspect DIR``).
+with ``trainer.credit_log_freq`` > 0 (step-credit estimators), ``credit/iter_K.jsonl``: per-step credit records
+from the estimator's terms (:mod:`verl_gigpo.credit`; report: ``python -m verl_gigpo.inspect DIR``).
 ``--resume`` continues from the last checkpoint and gives the same parameters and metrics as an uninterrupted run
 (CPU). A folder that already holds a run is refused without ``--resume`` or ``--overwrite`` (which deletes the old
 run's outputs first); on resume the config must match the saved one except for total steps, frequencies, logging,
@@ -96,6 +98,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from environments import register_envs
+from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
 from verl_gigpo.local.batch import LocalBatch
 from verl_gigpo.local.checkpoint import (
@@ -180,7 +183,7 @@ class LocalTrainer:
             seed=cfg.trainer.seed,
         )
         self.encoder = ChatPromptEncoder(self.tokenizer)
-        self.gigpo = gigpo_config(cfg) if cfg.algorithm.adv_estimator == "gigpo" else None
+        self.gigpo = gigpo_config(cfg) if cfg.algorithm.adv_estimator in STEP_CREDIT_ESTIMATORS else None
         self.episode_config = EpisodeConfig(
             max_steps=cfg.env.max_steps,
             history_length=cfg.env.history_length,
@@ -286,14 +289,14 @@ class LocalTrainer:
     def compute_advantages(self, batch: LocalBatch) -> tuple[np.ndarray, dict[str, float]]:
         """One advantage per step row (N,) and the estimator's metrics.
 
-        gigpo: ``A = A_episode + w * A_step`` from :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms`.
+        gigpo, hgpo, graphgpo, g2po: the configured estimator, :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms`.
         grpo / rloo: verl's outcome estimators on one score per trajectory (its return), grouped by task,
         broadcast to the trajectory's rows.
         """
         estimator = self.cfg.algorithm.adv_estimator
         if len(batch) == 0:
             return np.zeros(0), {}
-        if estimator == "gigpo":
+        if self.gigpo is not None:
             terms = self.gigpo.advantage_terms(  # similarity keys merged there when key_mode=similarity
                 torch.as_tensor(batch.rewards),
                 torch.ones((len(batch), 1)),
@@ -301,6 +304,8 @@ class LocalTrainer:
                 batch.traj_ids,
                 batch.step_ids,
                 batch.anchor_keys,
+                won=batch.won,
+                action_valid=batch.action_valid,
             )
             self.gigpo_terms = terms
             return np.asarray(terms.advantage, dtype=np.float64), dict(terms.stats)

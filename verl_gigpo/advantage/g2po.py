@@ -1,0 +1,141 @@
+"""G2PO (Group-Graph Policy Optimization, Wang et al., arXiv 2606.22995): one-step TD over merged states.
+
+Per episode group u, the rows that share an anchor state form a node whose value is the mean discounted outcome of
+its visits; a step is credited by the value of the state it leads to::
+
+    g(s)   = the rows of u whose anchor is s (the anchor group)
+    V(g)   = mean over the rows (tau, t) of g of gamma^(T_tau - t) * R_tau     R_tau = r_succ if tau won, else 0;
+                                                                              T_tau = steps of tau, t 0-based
+    V'(t)  = V(g(s_{t+1}));  on a trajectory's last step V'(t) = r_succ if it won, else 0
+    A_1(t) = norm(V'(t) - c * invalid_t  within g(s_t))        0 for a singleton
+    A_2(t) = norm(V'(t) - V(g(s_t))      over all rows of u)
+    A(t)   = A_E(t) + w * (A_1(t) + A_2(t))
+
+Options (:func:`check_g2po_options`): ``success_reward`` (r_succ, 10 as in the authors' code), ``invalid_penalty``
+(c: the environment's invalid-action penalty, 0.1) and ``step_advantage_w`` (w, 1); gamma is ``algorithm.gamma``
+(0.95, the constant of the authors' code). t counts positions in step-id order, and the next state is the next step
+of the same trajectory by step id, never the next row of the batch. Deviations from the authors' code: see
+:mod:`verl_gigpo.advantage` (21-24).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl_gigpo.advantage._inputs import MethodOptions, as_flags, check_common_options, check_number
+from verl_gigpo.advantage._rows import basis, normalise_in_groups
+from verl_gigpo.advantage.terms import AdvantageTerms, assemble
+from verl_gigpo.anchors import check_similarity_threshold
+
+__all__ = ["G2PO_STAT_NAMES", "G2POOptions", "check_g2po_options", "g2po_advantage_terms"]
+
+G2PO_STAT_NAMES = ("g2po/node_value_mean", "g2po/td_abs_mean")
+"""G2PO's own diagnostics (beside :data:`~verl_gigpo.advantage.STAT_NAMES`), see :func:`g2po_advantage_terms`."""
+
+
+def check_g2po_options(*, success_reward: Any, invalid_penalty: Any, step_advantage_w: Any) -> dict[str, float]:
+    """Validate G2PO's options (the one check of the estimator and of ``algorithm.g2po``).
+
+    Valid: ``success_reward`` > 0, ``invalid_penalty`` and ``step_advantage_w`` finite numbers >= 0.
+
+    Raises:
+        ValueError: ``"<option>=<value> must be ..."`` naming the valid values.
+    """
+    return {
+        "success_reward": check_number(
+            "success_reward", success_reward, low=0.0, low_open=True, why="R_tau of a won episode; code: 10"
+        ),
+        "invalid_penalty": check_number(
+            "invalid_penalty", invalid_penalty, low=0.0, why="c, subtracted from V' on a step without a valid action"
+        ),
+        "step_advantage_w": check_number(
+            "step_advantage_w", step_advantage_w, low=0.0, why="w of A_1 + A_2; the paper uses 1, 0 turns it off"
+        ),
+    }
+
+
+@dataclass(frozen=True)
+class G2POOptions(MethodOptions):
+    """G2PO's options (``algorithm.g2po.*``), validated by :func:`check_g2po_options`; defaults: the paper."""
+
+    success_reward: float = 10.0
+    invalid_penalty: float = 0.1
+    step_advantage_w: float = 1.0
+
+    _check = staticmethod(check_g2po_options)
+
+
+@torch.no_grad()
+def g2po_advantage_terms(
+    step_rewards,
+    response_mask,
+    group_ids,
+    traj_ids,
+    step_ids,
+    anchor_keys,
+    *,
+    won=None,
+    action_valid=None,
+    row_mask=None,
+    gamma=0.95,
+    norm="mean_std",
+    epsilon=1e-6,
+    episode_stats="trajectory",
+    similarity_threshold=None,
+    success_reward=10.0,
+    invalid_penalty=0.1,
+    step_advantage_w=1.0,
+) -> AdvantageTerms:
+    """Per-row G2PO terms (see the module docstring for the maths).
+
+    Args: the per-row inputs, ``row_mask``, ``gamma`` (of V and of the R_t reported as ``step_return``),
+        ``norm``, ``epsilon``, ``episode_stats`` and ``similarity_threshold`` as
+        :func:`verl_gigpo.advantage.gigpo_advantage_terms`, plus
+        ``won``: ``(N,)`` bool, the episode was won (the same on every row of a trajectory); required.
+        ``action_valid``: ``(N,)`` bool, the step's reply held a valid action; required when ``invalid_penalty``
+        > 0. The options as :func:`check_g2po_options`.
+
+    Returns:
+        :class:`~verl_gigpo.advantage.AdvantageTerms` (``method="g2po"``): ``episode_adv`` = A_E, ``step_adv`` =
+        A_1 + A_2, ``advantage`` = A_E + w (A_1 + A_2); ``anchor_group`` = g(s_t). ``extras``: ``node_value``
+        V(g(s_t)), ``next_value`` V'(t). ``stats``: the shared ``gigpo/*`` ones, ``g2po/node_value_mean`` (mean
+        V(g(s_t)) over valid rows) and ``g2po/td_abs_mean`` (mean |V'(t) - V(g(s_t))|).
+
+    Raises:
+        ValueError: bad input or options (as :func:`verl_gigpo.advantage.gigpo_advantage_terms` and
+            :func:`check_g2po_options`); ``won`` missing or differing within a trajectory; ``action_valid``
+            missing while ``invalid_penalty`` > 0.
+    """
+    options = check_g2po_options(
+        success_reward=success_reward, invalid_penalty=invalid_penalty, step_advantage_w=step_advantage_w
+    )
+    common = check_common_options(gamma=gamma, norm=norm, epsilon=epsilon, episode_stats=episode_stats)
+    threshold = None if similarity_threshold is None else check_similarity_threshold(similarity_threshold)
+    inputs = (step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys)
+    base = basis(*inputs, row_mask=row_mask, similarity_threshold=threshold, **common)
+    rows, s_group, num_s, eps = base.rows, base.s_group, base.num_s, common["epsilon"]
+    won_traj = rows.per_trajectory(as_flags(won, "won", rows.n, needed_by="g2po"), "won")  # (T,)
+    invalid = np.zeros(rows.m, dtype=bool)
+    if options["invalid_penalty"] > 0:
+        invalid = ~as_flags(action_valid, "action_valid", rows.n, needed_by="g2po with invalid_penalty > 0")[rows.rows]
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported by assemble
+        outcome = options["success_reward"] * won_traj  # (T,) R_tau
+        visit = common["gamma"] ** (rows.traj_len[rows.t] - rows.pos) * outcome[rows.t]  # (M,) gamma^(T - t) R_tau
+        V = np.bincount(s_group, weights=visit, minlength=num_s) / np.bincount(s_group, minlength=num_s)  # (S,)
+        has_next = rows.next >= 0
+        V_next = np.where(has_next, V[s_group[np.where(has_next, rows.next, 0)]], outcome[rows.t])  # (M,)
+        A_1, _, _ = normalise_in_groups(V_next - options["invalid_penalty"] * invalid, s_group, num_s, norm, eps)
+        td = V_next - V[s_group]  # (M,)
+        A_2, _, _ = normalise_in_groups(td, rows.g, rows.num_groups, norm, eps)
+        A_step = A_1 + A_2  # (M,)
+        A = base.A_E + options["step_advantage_w"] * A_step
+    stats = {
+        "g2po/node_value_mean": float(V[s_group].mean()) if rows.m else 0.0,
+        "g2po/td_abs_mean": float(np.abs(td).mean()) if rows.m else 0.0,
+    }
+    extras = {"node_value": V[s_group], "next_value": V_next}
+    return assemble(base, episode_adv=base.A_E, step_adv=A_step, advantage=A, method="g2po", stats=stats, extras=extras)

@@ -1,0 +1,255 @@
+"""GiGPO (Group-in-Group Policy Optimization, Feng et al., arXiv 2505.10978): episode term + anchor-state step term.
+
+Pure maths over tensors and id arrays: no verl types, no I/O, no prints. Notation (one training row per
+environment step)::
+
+    r_t                   reward of a step row (environment reward + shaping)
+    R(tau)   = sum_t r_t                              episode return of trajectory tau
+    R_t      = sum_{k >= t} gamma^(k - t) r_k         discounted step return ("R_t")
+    A_E(tau) = (R(tau) - mean_G R) / (std_G R + eps)  episode-level relative advantage, G = episode group
+    A_S(t)   = (R_t - mean_S R) / (std_S R + eps)     step-level relative advantage, S = anchor group
+    A(t)     = A_E(tau) + w * A_S(t)                  combined advantage, broadcast over the response tokens
+
+An episode group is the set of trajectories that start from the same task and initial state (verl's ``uid``).
+An anchor group is the set of step rows of one episode group whose anchor key (a function of the environment
+state) is equal: actions taken from the same state in different trajectories are compared with each other.
+
+Equation numbers. Both the reference code and this project call the episode-level advantage Eq. 3 of the paper.
+The later equations are numbered differently across versions of the paper: the reference code cites Eq. 5 for
+R_t, Eq. 6 for anchor state grouping, Eq. 7 for the step-level advantage and Eq. 8 for the combination, while a
+later version numbers anchor grouping 6-7, the step-level advantage 8 and the combination 9. We could not check
+the PDF here, so below the names are primary and the numbers are given as "see paper".
+
+The deliberate deviations from the reference implementation (verl-agent, ``gigpo/core_gigpo.py``) are numbered
+once, for every estimator, in :mod:`verl_gigpo.advantage` (1-12 are GiGPO's).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl_gigpo._ids import show
+from verl_gigpo.advantage._inputs import check_common_options, is_real
+from verl_gigpo.advantage._rows import basis, normalise_in_groups
+from verl_gigpo.advantage.terms import AdvantageTerms, assemble
+from verl_gigpo.anchors import check_similarity_threshold
+
+__all__ = ["check_estimator_options", "compute_gigpo_advantage", "gigpo_advantage_terms"]
+
+logger = logging.getLogger(__name__)
+
+
+@torch.no_grad()
+def compute_gigpo_advantage(
+    step_rewards,
+    response_mask,
+    group_ids,
+    traj_ids,
+    step_ids,
+    anchor_keys,
+    *,
+    row_mask=None,
+    gamma=0.95,
+    step_advantage_w=1.0,
+    norm="mean_std",
+    epsilon=1e-6,
+    episode_stats="trajectory",
+    similarity_threshold=None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GiGPO advantages and discounted step returns, broadcast over the response tokens.
+
+    ``A = A_E + step_advantage_w * A_S`` (combined advantage; see paper), where ``A_E`` is the episode-level
+    relative advantage (paper Eq. 3) and ``A_S`` the step-level relative advantage over anchor groups (see
+    paper). The exact definitions, the handling of padding rows and every argument are documented in
+    :func:`gigpo_advantage_terms`, which this function calls; use that function directly to also get the
+    per-row terms and the ``gigpo/*`` diagnostics.
+
+    Args:
+        step_rewards: ``(N,)`` float tensor, the reward of each step row (environment reward + shaping).
+        response_mask: ``(N, L)`` tensor, 1 on response tokens.
+        group_ids: ``(N,)`` array of hashables, episode group (same task, same initial state).
+        traj_ids: ``(N,)`` array of hashables, trajectory id.
+        step_ids: ``(N,)`` integer array, step index inside the trajectory.
+        anchor_keys: ``(N,)`` array of hashables (str / int / tuple), the anchor state of each step.
+        row_mask: optional ``(N,)`` bool array or tensor; False marks padding/duplicate rows.
+        gamma: discount in [0, 1] for R_t (0: R_t = r_t).
+        step_advantage_w: weight w >= 0 of the step-level term.
+        (The options are checked by :func:`check_estimator_options`, as ``GiGPOConfig`` does.)
+        norm: ``"mean_std"`` or ``"mean"``.
+        epsilon: > 0, added to the std.
+        episode_stats: ``"trajectory"`` (paper) or ``"step"`` (reference code).
+        similarity_threshold: None or 1.0: anchor keys match when equal; a number in (0, 1): str anchor keys
+            (observation texts) match when :func:`verl_gigpo.anchors.anchor_group_ids` puts them in one group at
+            this threshold, within each episode group (``GiGPOConfig(key_mode="similarity")``).
+
+    Returns:
+        ``(advantages, returns)``: float32 ``(N, L)`` tensors on ``response_mask``'s device, both multiplied by
+        ``response_mask``; ``returns`` holds R_t.
+
+    Raises:
+        ValueError: on malformed input (see :func:`gigpo_advantage_terms`).
+    """
+    terms = gigpo_advantage_terms(
+        step_rewards,
+        response_mask,
+        group_ids,
+        traj_ids,
+        step_ids,
+        anchor_keys,
+        row_mask=row_mask,
+        gamma=gamma,
+        step_advantage_w=step_advantage_w,
+        norm=norm,
+        epsilon=epsilon,
+        episode_stats=episode_stats,
+        similarity_threshold=similarity_threshold,
+    )
+    return terms.token_level(response_mask)
+
+
+@torch.no_grad()
+def gigpo_advantage_terms(
+    step_rewards,
+    response_mask,
+    group_ids,
+    traj_ids,
+    step_ids,
+    anchor_keys,
+    *,
+    row_mask=None,
+    gamma=0.95,
+    step_advantage_w=1.0,
+    norm="mean_std",
+    epsilon=1e-6,
+    episode_stats="trajectory",
+    similarity_threshold=None,
+) -> AdvantageTerms:
+    """Per-row GiGPO terms and diagnostics (the work behind :func:`compute_gigpo_advantage`).
+
+    Only *valid* rows (``row_mask`` True; all rows when ``row_mask`` is None) are used; the others take part in
+    no statistic and no validation of ids, and get 0 in every output. verl's padding rows are deep copies of
+    real rows (same trajectory id, same step id), so they must be masked out here.
+
+    Maths, over valid rows:
+
+    * Episode return: ``R(tau) = sum_t r_t`` over the trajectory's rows; each row carries its trajectory's.
+    * Step return: ``R_t = sum_{k >= t} gamma^(k - t) r_k``, i.e. ``R_t = r_t + gamma * R_{t+1}``, along the
+      trajectory's rows sorted by ``step_ids``. Rows consecutive in step-id order are consecutive steps: ids
+      ``0, 2, 5`` are treated as steps 0, 1, 2 (a gap in the ids does not add discounting). Computed in float64
+      by a segmented doubling scan (``ceil(log2 T_max)`` vector passes, T_max = longest trajectory, see
+      :func:`~verl_gigpo.advantage.discounted_step_returns`) that only multiplies by powers of gamma <= 1: exact up
+      to rounding for any length.
+    * Episode-level relative advantage (paper Eq. 3), within each episode group G:
+      ``A_E(tau) = (R(tau) - mean_G) / (std_G + epsilon)``. With ``episode_stats="trajectory"`` the mean and
+      std are over the group's trajectories (each counts once); with ``"step"`` over its valid rows (each row
+      contributes its trajectory's return, so longer trajectories weigh more, as in the reference code).
+    * Anchor state grouping (see paper): the anchor group of a row is the pair (episode group, anchor key). With
+      ``similarity_threshold`` t < 1 the key is first replaced by its similarity group among the valid rows of its
+      episode group: the connected components of "identical texts, or shingle similarity >= t"
+      (:func:`verl_gigpo.anchors.anchor_group_ids`; order-independent).
+    * Step-level relative advantage (see paper), within each anchor group S:
+      ``A_S(t) = (R_t - mean_S) / (std_S + epsilon)``.
+    * Combined (see paper): ``A = A_E + step_advantage_w * A_S``.
+    * ``norm="mean_std"`` uses ``std = sqrt(sum (x - mean)^2 / (n - 1))`` (unbiased); ``norm="mean"`` uses
+      ``x - mean`` only (the paper's choice for WebShop). A group of one member, or one whose members are all
+      equal, gets exactly 0.
+
+    Args: as :func:`compute_gigpo_advantage`. Ids (``group_ids``, ``traj_ids``, ``anchor_keys``) may be ints,
+        strings, or any hashable objects (tuples): pass a 1-D ``np.ndarray`` (``dtype=object`` for tuples, e.g.
+        ``np.fromiter(keys, dtype=object, count=n)``); lists are converted. ``step_ids`` must hold integers
+        (an integer dtype, or floats / objects whose values are whole numbers).
+
+    Returns:
+        :class:`~verl_gigpo.advantage.AdvantageTerms` with per-row float64 terms and ``stats``:
+
+        * ``gigpo/num_episode_groups``: distinct episode groups among valid rows.
+        * ``gigpo/num_step_groups``: distinct anchor groups (episode group, anchor key) among valid rows.
+        * ``gigpo/step_group_size_mean``: mean number of valid rows per anchor group.
+        * ``gigpo/step_group_size_max``: size of the largest anchor group.
+        * ``gigpo/frac_singleton_step_groups``: fraction of anchor groups with one row (their A_S is 0).
+        * ``gigpo/frac_rows_in_singleton_step_groups``: fraction of valid rows that sit alone in their anchor
+          group, i.e. get no step-level signal.
+        * ``gigpo/frac_zero_std_episode_groups``: fraction of episode groups whose trajectories all have the
+          same return (one-trajectory groups included), i.e. whose episode-level term is 0.
+        * ``gigpo/episode_adv_abs_mean``: mean |A_E| over valid rows.
+        * ``gigpo/step_adv_abs_mean``: mean |A_S| over valid rows.
+        * ``gigpo/num_masked_rows``: rows with ``row_mask`` False (ignored).
+
+        With no valid row every count and mean is 0.0.
+
+    Raises:
+        ValueError: length mismatches (naming the argument and both lengths); ``response_mask`` not 2-D;
+            non-finite rewards (first bad row and value); rewards whose sums or squares overflow float64;
+            invalid options (see :func:`check_estimator_options`); non-integer ``step_ids`` or ids outside
+            int64; duplicate (traj id, step id) among valid
+            rows; a trajectory in two episode groups; a ``row_mask`` that is not a bool ``(N,)`` array; missing
+            (None/NaN) or unhashable ids; with ``similarity_threshold`` < 1, an anchor key that is not a str.
+    """
+    options = check_estimator_options(
+        gamma=gamma,
+        step_advantage_w=step_advantage_w,
+        norm=norm,
+        epsilon=epsilon,
+        episode_stats=episode_stats,
+        similarity_threshold=similarity_threshold,
+    )
+    base = basis(
+        step_rewards,
+        response_mask,
+        group_ids,
+        traj_ids,
+        step_ids,
+        anchor_keys,
+        row_mask=row_mask,
+        gamma=options["gamma"],
+        norm=norm,
+        epsilon=options["epsilon"],
+        episode_stats=episode_stats,
+        similarity_threshold=options["similarity_threshold"],
+    )
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported by assemble
+        A_S, _, _ = normalise_in_groups(base.R_t, base.s_group, base.num_s, norm, options["epsilon"])  # (M,)
+        A = base.A_E + options["step_advantage_w"] * A_S  # (M,)
+    return assemble(base, episode_adv=base.A_E, step_adv=A_S, advantage=A, method="gigpo")
+
+
+def check_estimator_options(
+    *,
+    gamma: Any,
+    step_advantage_w: Any,
+    norm: Any,
+    epsilon: Any,
+    episode_stats: Any,
+    similarity_threshold: Any = None,
+) -> dict[str, Any]:
+    """Validate GiGPO's options; the one check that both the estimator and ``GiGPOConfig`` use.
+
+    Valid values: ``gamma`` a number in [0, 1] (0: R_t = r_t; 1: no discount), ``step_advantage_w`` a finite
+    number >= 0 (0: the episode-level term alone), ``norm`` in :data:`~verl_gigpo.advantage.NORMS`, ``epsilon`` a
+    finite number > 0, ``episode_stats`` in :data:`~verl_gigpo.advantage.EPISODE_STATS`, ``similarity_threshold``
+    None (exact keys) or a number in (0, 1] (:func:`verl_gigpo.anchors.check_similarity_threshold`). Booleans and
+    strings are not numbers.
+
+    Returns:
+        the options as a dict, numbers as Python floats (the keyword arguments of :func:`compute_gigpo_advantage`).
+
+    Raises:
+        ValueError: naming the option, the value given and the valid values.
+    """
+    common = check_common_options(gamma=gamma, norm=norm, epsilon=epsilon, episode_stats=episode_stats)
+    if not is_real(step_advantage_w) or not 0.0 <= step_advantage_w < float("inf"):
+        raise ValueError(
+            f"step_advantage_w={show(step_advantage_w)} must be a finite number >= 0 (the paper uses 1.0; 0 turns "
+            "the step-level term off)"
+        )
+    return {
+        **common,
+        "step_advantage_w": float(step_advantage_w),
+        "similarity_threshold": None
+        if similarity_threshold is None
+        else check_similarity_threshold(similarity_threshold),
+    }

@@ -1,0 +1,243 @@
+"""GraphGPO (Graph-based Group Policy Optimization, Cheng et al., arXiv 2605.26684): credit by distance to success.
+
+Per episode group u, the trajectories are merged into one state graph and each step is credited by how close its
+next state is to a win::
+
+    nodes    the anchor groups (u, anchor key) of u, plus SUCCESS
+    edges    s_t -> s_{t+1} for every step with a next step; the last step of a won trajectory -> SUCCESS; the
+             last step of a lost or truncated one -> a dead end (no way on)
+    d(s)     shortest distance (unit edges) from s to SUCCESS, by breadth-first search on the reversed edges;
+             d(SUCCESS) = 0; unreachable states and dead ends get d_max(u) + 1, d_max(u) = the group's largest
+             finite distance (0 when u has no win)
+    R_G(t)   = r_succ * omega^d(s_{t+1})                         (s_{t+1} = SUCCESS on a winning last step)
+    A_G(t)   = norm(R_G within the anchor group of s_t)          0 for a singleton, 0 in a group with no win
+    A(t)     = beta_E A_E(t) + beta_G A_G(t)
+
+The paper writes the return as omega^(d + 1): the factor omega is the same on every row, so with
+``norm="mean_std"`` A_G is unchanged (up to epsilon) and with ``norm="mean"`` it scales A_G by omega. Options
+(:func:`check_graphgpo_options`): ``omega`` (ALFWorld 0.1, WebShop 0.2), ``success_reward`` (r_succ, 10 as in the
+authors' code), ``episode_advantage_w`` (beta_E, 1) and ``step_advantage_w`` (beta_G, 1); the authors' code
+variants ``progress`` (R_G = r_succ * omega^(d(s_{t+1}) - d(s_t) + 1), their ``normalize_distance``) and
+``invalid_penalty`` (subtracted from R_G on a step without a valid action; their trainer subtracts its
+invalid-action penalty there). Next states come from step ids, never from row order. Deviations from the authors'
+code: see :mod:`verl_gigpo.advantage` (17-20).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl_gigpo._ids import show
+from verl_gigpo.advantage._inputs import MethodOptions, as_flags, check_common_options, check_number
+from verl_gigpo.advantage._rows import StepRows, basis, normalise_in_groups
+from verl_gigpo.advantage.terms import AdvantageTerms, assemble
+from verl_gigpo.anchors import check_similarity_threshold
+
+__all__ = [
+    "GRAPHGPO_STAT_NAMES",
+    "GraphGPOOptions",
+    "check_graphgpo_options",
+    "graph_distances",
+    "graphgpo_advantage_terms",
+]
+
+GRAPHGPO_STAT_NAMES = (
+    "graphgpo/frac_groups_with_win",
+    "graphgpo/frac_rows_reaching_success",
+    "graphgpo/next_distance_mean",
+)
+"""GraphGPO's own diagnostics (beside :data:`~verl_gigpo.advantage.STAT_NAMES`), see
+:func:`graphgpo_advantage_terms`."""
+
+
+def check_graphgpo_options(
+    *,
+    omega: Any,
+    success_reward: Any,
+    episode_advantage_w: Any,
+    step_advantage_w: Any,
+    invalid_penalty: Any,
+    progress: Any,
+) -> dict[str, Any]:
+    """Validate GraphGPO's options (the one check of the estimator and of ``algorithm.graphgpo``).
+
+    Valid: ``omega`` in (0, 1], ``success_reward`` > 0, ``episode_advantage_w``, ``step_advantage_w`` and
+    ``invalid_penalty`` finite numbers >= 0, ``progress`` true or false.
+
+    Raises:
+        ValueError: ``"<option>=<value> must be ..."`` naming the valid values.
+    """
+    if not isinstance(progress, bool | np.bool_):
+        raise ValueError(
+            f"progress={show(progress)} must be true or false (true: R_G = r_succ * omega^(d(next) - d(current) + 1), "
+            "the authors' normalize_distance)"
+        )
+    why_w = "weight of the {} term; the paper uses 1, 0 turns it off"
+    return {
+        "omega": check_number(
+            "omega", omega, low=0.0, high=1.0, low_open=True, why="R_G = r_succ * omega^d; ALFWorld 0.1, WebShop 0.2"
+        ),
+        "success_reward": check_number(
+            "success_reward", success_reward, low=0.0, low_open=True, why="the return of reaching SUCCESS; code: 10"
+        ),
+        "episode_advantage_w": check_number(
+            "episode_advantage_w", episode_advantage_w, low=0.0, why=why_w.format("episode-level")
+        ),
+        "step_advantage_w": check_number("step_advantage_w", step_advantage_w, low=0.0, why=why_w.format("graph")),
+        "invalid_penalty": check_number(
+            "invalid_penalty", invalid_penalty, low=0.0, why="subtracted from R_G on a step without a valid action"
+        ),
+        "progress": bool(progress),
+    }
+
+
+@dataclass(frozen=True)
+class GraphGPOOptions(MethodOptions):
+    """GraphGPO's options (``algorithm.graphgpo.*``), validated by :func:`check_graphgpo_options`; defaults: the
+    paper's ALFWorld setting."""
+
+    omega: float = 0.1
+    success_reward: float = 10.0
+    episode_advantage_w: float = 1.0
+    step_advantage_w: float = 1.0
+    invalid_penalty: float = 0.0
+    progress: bool = False
+
+    _check = staticmethod(check_graphgpo_options)
+
+
+@torch.no_grad()
+def graphgpo_advantage_terms(
+    step_rewards,
+    response_mask,
+    group_ids,
+    traj_ids,
+    step_ids,
+    anchor_keys,
+    *,
+    won=None,
+    action_valid=None,
+    row_mask=None,
+    gamma=0.95,
+    norm="mean_std",
+    epsilon=1e-6,
+    episode_stats="trajectory",
+    similarity_threshold=None,
+    omega=0.1,
+    success_reward=10.0,
+    episode_advantage_w=1.0,
+    step_advantage_w=1.0,
+    invalid_penalty=0.0,
+    progress=False,
+) -> AdvantageTerms:
+    """Per-row GraphGPO terms (see the module docstring for the maths).
+
+    Args: the per-row inputs, ``row_mask``, ``gamma`` (of the R_t reported as ``step_return``), ``norm``,
+        ``epsilon``, ``episode_stats`` and ``similarity_threshold`` as
+        :func:`verl_gigpo.advantage.gigpo_advantage_terms`, plus
+        ``won``: ``(N,)`` bool, the episode was won (the same on every row of a trajectory); required.
+        ``action_valid``: ``(N,)`` bool, the step's reply held a valid action; required when ``invalid_penalty``
+        > 0. The options as :func:`check_graphgpo_options`.
+
+    Returns:
+        :class:`~verl_gigpo.advantage.AdvantageTerms` (``method="graphgpo"``): ``episode_adv`` = A_E,
+        ``step_adv`` = A_G, ``advantage`` = beta_E A_E + beta_G A_G; ``anchor_group`` = the graph node of s_t.
+        ``extras``: ``distance`` d(s_t), ``next_distance`` d(s_{t+1}), ``graph_return`` R_G. ``stats``: the shared
+        ``gigpo/*`` ones and ``graphgpo/frac_groups_with_win``, ``graphgpo/frac_rows_reaching_success`` (valid rows
+        whose state has a path to SUCCESS) and ``graphgpo/next_distance_mean`` (mean d(s_{t+1}) over the rows of
+        groups with a win).
+
+    Raises:
+        ValueError: bad input or options (as :func:`verl_gigpo.advantage.gigpo_advantage_terms` and
+            :func:`check_graphgpo_options`); ``won`` missing or differing within a trajectory; ``action_valid``
+            missing while ``invalid_penalty`` > 0.
+    """
+    options = check_graphgpo_options(
+        omega=omega,
+        success_reward=success_reward,
+        episode_advantage_w=episode_advantage_w,
+        step_advantage_w=step_advantage_w,
+        invalid_penalty=invalid_penalty,
+        progress=progress,
+    )
+    common = check_common_options(gamma=gamma, norm=norm, epsilon=epsilon, episode_stats=episode_stats)
+    threshold = None if similarity_threshold is None else check_similarity_threshold(similarity_threshold)
+    inputs = (step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys)
+    base = basis(*inputs, row_mask=row_mask, similarity_threshold=threshold, **common)
+    rows, s_group = base.rows, base.s_group
+    won_traj = rows.per_trajectory(as_flags(won, "won", rows.n, needed_by="graphgpo"), "won")  # (T,)
+    invalid = np.zeros(rows.m, dtype=bool)
+    if options["invalid_penalty"] > 0:
+        valid = as_flags(action_valid, "action_valid", rows.n, needed_by="graphgpo with invalid_penalty > 0")
+        invalid = ~valid[rows.rows]  # (M,)
+    d_cur, d_next, reaching, group_won = graph_distances(rows, s_group, base.num_s, won_traj)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported by assemble
+        exponent = d_next - d_cur + 1 if options["progress"] else d_next  # (M,)
+        R_G = options["success_reward"] * options["omega"] ** exponent - options["invalid_penalty"] * invalid
+        A_G, _, _ = normalise_in_groups(R_G, s_group, base.num_s, norm, common["epsilon"])  # (M,)
+        A_G[~group_won[rows.g]] = 0.0  # a group with no win has no distance signal
+        A = options["episode_advantage_w"] * base.A_E + options["step_advantage_w"] * A_G
+    in_won = group_won[rows.g]  # (M,)
+    stats = {
+        "graphgpo/frac_groups_with_win": float(group_won.mean()) if rows.num_groups else 0.0,
+        "graphgpo/frac_rows_reaching_success": float(reaching.mean()) if rows.m else 0.0,
+        "graphgpo/next_distance_mean": float(d_next[in_won].mean()) if in_won.any() else 0.0,
+    }
+    extras = {"distance": d_cur, "next_distance": d_next, "graph_return": R_G}
+    return assemble(
+        base, episode_adv=base.A_E, step_adv=A_G, advantage=A, method="graphgpo", stats=stats, extras=extras
+    )
+
+
+def graph_distances(
+    rows: StepRows, node: np.ndarray, num_nodes: int, won_traj: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Distances to SUCCESS in each episode group's state graph (see the module docstring).
+
+    Args:
+        rows: the valid rows; node: ``(M,)`` graph node of each row's state (codes < ``num_nodes``, each node in
+            one episode group); won_traj: ``(T,)`` bool, won trajectories.
+
+    Returns:
+        ``d(s_t)`` ``(M,)`` float64, ``d(s_{t+1})`` ``(M,)`` float64 (0 after a winning last step, d_max + 1 after a
+        losing one), ``reaching`` ``(M,)`` bool (s_t has a path to SUCCESS), ``group_won`` ``(G,)`` bool.
+
+    One breadth-first search for all groups at once (node S + u is the SUCCESS node of group u), level by level
+    over the reversed edges of the frontier: every edge is read once, O(M) in all plus O(levels) numpy calls.
+    """
+    has_next = rows.next >= 0  # (M,)
+    won_row = won_traj[rows.t]  # (M,)
+    win_end = ~has_next & won_row  # (M,) last steps of won trajectories: -> SUCCESS
+    src = np.r_[node[has_next], node[win_end]]  # (E,) edge s_t -> s_{t+1} / SUCCESS
+    dst = np.r_[node[rows.next[has_next]], num_nodes + rows.g[win_end]]  # (E,)
+    total = num_nodes + rows.num_groups
+    by_dst = np.argsort(dst, kind="stable")
+    incoming = src[by_dst]  # (E,) sources, grouped by their edge's target
+    count = np.bincount(dst, minlength=total)  # (S + G,) in-degree
+    first = np.cumsum(count) - count  # (S + G,) offset of each target's sources in `incoming`
+    dist = np.full(total, -1, dtype=np.int64)
+    group_won = np.zeros(rows.num_groups, dtype=bool)
+    group_won[rows.g[win_end]] = True
+    frontier = num_nodes + np.flatnonzero(group_won)
+    dist[frontier] = 0
+    level = 0
+    while frontier.size:
+        c = count[frontier]
+        offsets = np.repeat(first[frontier] - (np.cumsum(c) - c), c) + np.arange(int(c.sum()))
+        preds = incoming[offsets]
+        frontier = np.unique(preds[dist[preds] < 0])
+        level += 1
+        dist[frontier] = level
+    node_group = np.empty(num_nodes, dtype=np.int64)
+    node_group[node] = rows.g
+    finite = dist[:num_nodes] >= 0
+    d_max = np.zeros(rows.num_groups, dtype=np.int64)  # (G,) largest finite distance (SUCCESS: 0)
+    np.maximum.at(d_max, node_group[finite], dist[:num_nodes][finite])
+    d_node = np.where(finite, dist[:num_nodes], d_max[node_group] + 1).astype(np.float64)  # (S,)
+    d_after_end = np.where(won_row, 0.0, d_max[rows.g] + 1.0)  # (M,) SUCCESS or a dead end
+    d_next = np.where(has_next, d_node[node[np.where(has_next, rows.next, 0)]], d_after_end)
+    return d_node[node], d_next, finite[node], group_won

@@ -1,0 +1,203 @@
+"""HGPO (Hierarchy-of-Groups Policy Optimization, He et al., arXiv 2602.22817): step credit over history-keyed groups.
+
+GiGPO compares steps that share the current anchor state; their prompts can still differ in the history they show
+("context inconsistency"). HGPO puts each step into a hierarchy of groups keyed by its last k anchor states and
+mixes the group-relative advantages of all depths. Per episode group u, with R_t GiGPO's discounted step return::
+
+    key_k(t) = (anchor_{t-k+1}, ..., anchor_t)          k = 1 .. min(K + 1, t + 1), from the step's own trajectory
+    C_k(t)   = rows of u with the same key_k            (C_1 = GiGPO's anchor group)
+    a_k(t)   = norm(R_t within C_k(t))                  defined where |C_k| > 1
+    V(t)     = {k : |C_k(t)| > 1 and a_k(t) != 0}
+    A(t)     = sum_{k in V} w_k a_k(t),   w_k = k^alpha / sum_{j in V} j^alpha     (0 when V is empty)
+
+The paper writes the weight as (j + 1)^alpha over history lengths j = k - 1, i.e. k^alpha. Options
+(:func:`check_hgpo_options`): K = ``history_length`` (the environment's ``env.history_length``; paper: 2), ``alpha``
+(paper: 1), ``weight_base`` (``"depth"``: k^alpha, the paper; ``"depth_plus_one"``: (k + 1)^alpha, the authors'
+``recipe/hgpo/core_hgpo.py``), ``std`` (``"unbiased"``, as GiGPO here; ``"population"``, the authors' code) and
+``episode_term`` (False: the paper; True: A^E joins the mix as one more item of weight 1, the code's
+``base_group``). The previous step of a row is the row before it in step-id order within its trajectory, never the
+row before it in the batch. Deviations from the authors' code: see :mod:`verl_gigpo.advantage` (13-16).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl_gigpo._ids import pair_codes, show
+from verl_gigpo.advantage._inputs import MethodOptions, check_common_options, check_number
+from verl_gigpo.advantage._rows import Basis, basis, normalise_in_groups
+from verl_gigpo.advantage.terms import AdvantageTerms, assemble
+from verl_gigpo.anchors import check_similarity_threshold
+
+__all__ = ["HGPO_STAT_NAMES", "HGPOOptions", "check_hgpo_options", "hgpo_advantage_terms"]
+
+WEIGHT_BASES = ("depth", "depth_plus_one")
+STDS = ("unbiased", "population")
+
+HGPO_STAT_NAMES = ("hgpo/depths_used_mean", "hgpo/deepest_depth_mean", "hgpo/frac_rows_without_group")
+"""HGPO's own diagnostics (beside :data:`~verl_gigpo.advantage.STAT_NAMES`), see :func:`hgpo_advantage_terms`."""
+
+
+def check_hgpo_options(
+    *, history_length: Any, alpha: Any, weight_base: Any, std: Any, episode_term: Any
+) -> dict[str, Any]:
+    """Validate HGPO's options (the one check of the estimator and of ``algorithm.hgpo``).
+
+    Valid: ``history_length`` a whole number >= 0 (depths 1 .. K + 1), ``alpha`` a finite number >= 0 (0: equal
+    weights), ``weight_base`` in ``("depth", "depth_plus_one")``, ``std`` in ``("unbiased", "population")``,
+    ``episode_term`` true or false.
+
+    Raises:
+        ValueError: ``"<option>=<value> must be ..."`` naming the valid values.
+    """
+    if isinstance(history_length, bool) or not isinstance(history_length, int | np.integer) or history_length < 0:
+        raise ValueError(
+            f"history_length={show(history_length)} must be a whole number >= 0: the deepest group keys the last "
+            "history_length + 1 anchor states (the paper uses the prompt's history, env.history_length = 2)"
+        )
+    if weight_base not in WEIGHT_BASES:
+        raise ValueError(
+            f"weight_base={weight_base!r} is not valid; use 'depth' (depth k weighs k^alpha, the paper) or "
+            "'depth_plus_one' ((k + 1)^alpha, the authors' code)"
+        )
+    if std not in STDS:
+        raise ValueError(
+            f"std={std!r} is not valid; use 'unbiased' (divide by n - 1, as GiGPO) or 'population' (divide by n, "
+            "the authors' code)"
+        )
+    if not isinstance(episode_term, bool | np.bool_):
+        raise ValueError(
+            f"episode_term={show(episode_term)} must be true or false (true adds the episode-level advantage to the "
+            "mix with weight 1, the authors' base_group)"
+        )
+    return {
+        "history_length": int(history_length),
+        "alpha": check_number("alpha", alpha, low=0.0, why="depth k weighs k^alpha; the paper uses 1, 0 = equal"),
+        "weight_base": weight_base,
+        "std": std,
+        "episode_term": bool(episode_term),
+    }
+
+
+@dataclass(frozen=True)
+class HGPOOptions(MethodOptions):
+    """HGPO's options (``algorithm.hgpo.*``), validated by :func:`check_hgpo_options`; defaults: the paper."""
+
+    history_length: int = 2
+    alpha: float = 1.0
+    weight_base: str = "depth"
+    std: str = "unbiased"
+    episode_term: bool = False
+
+    _check = staticmethod(check_hgpo_options)
+
+
+@torch.no_grad()
+def hgpo_advantage_terms(
+    step_rewards,
+    response_mask,
+    group_ids,
+    traj_ids,
+    step_ids,
+    anchor_keys,
+    *,
+    row_mask=None,
+    gamma=0.95,
+    norm="mean_std",
+    epsilon=1e-6,
+    episode_stats="trajectory",
+    similarity_threshold=None,
+    history_length=2,
+    alpha=1.0,
+    weight_base="depth",
+    std="unbiased",
+    episode_term=False,
+) -> AdvantageTerms:
+    """Per-row HGPO terms (see the module docstring for the maths).
+
+    Args: the per-row inputs, ``row_mask``, ``gamma`` (of R_t), ``norm``, ``epsilon``, ``episode_stats`` and
+        ``similarity_threshold`` as :func:`verl_gigpo.advantage.gigpo_advantage_terms`; ``history_length``,
+        ``alpha``, ``weight_base``, ``std``, ``episode_term`` as :func:`check_hgpo_options`.
+
+    Returns:
+        :class:`~verl_gigpo.advantage.AdvantageTerms` (``method="hgpo"``): ``step_adv`` = the weighted mean over
+        the depths, ``episode_adv`` = A^E when ``episode_term`` is on (else 0), ``advantage`` = the weighted mean
+        over the depths and, with ``episode_term``, the episode item (so it is not ``episode_adv + step_adv``);
+        ``anchor_group`` = the depth-1 group. ``extras``: ``depths_used`` (|V|) and ``deepest_depth`` (the largest
+        k in V, 0 when V is empty). ``stats``: the shared ``gigpo/*`` ones and ``hgpo/depths_used_mean``,
+        ``hgpo/deepest_depth_mean`` (over valid rows) and ``hgpo/frac_rows_without_group`` (rows whose V is
+        empty: no step signal).
+
+    Raises:
+        ValueError: bad input or options, as :func:`verl_gigpo.advantage.gigpo_advantage_terms` and
+            :func:`check_hgpo_options`.
+    """
+    options = check_hgpo_options(
+        history_length=history_length, alpha=alpha, weight_base=weight_base, std=std, episode_term=episode_term
+    )
+    common = check_common_options(gamma=gamma, norm=norm, epsilon=epsilon, episode_stats=episode_stats)
+    threshold = None if similarity_threshold is None else check_similarity_threshold(similarity_threshold)
+    inputs = (step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys)
+    base = basis(*inputs, row_mask=row_mask, similarity_threshold=threshold, **common)
+    A_E = base.A_E  # (M,)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported by assemble
+        total, weight, used, deepest = _depth_mix(base, options, norm, common["epsilon"])  # (M,) each
+        A_step = np.where(weight > 0, total / np.where(weight > 0, weight, 1.0), 0.0)  # (M,)
+        if options["episode_term"]:
+            item = (A_E != 0).astype(np.float64)  # (M,) the episode item, weight 1^alpha = 1, when nonzero
+            mixed = weight + item
+            A = np.where(mixed > 0, (total + item * A_E) / np.where(mixed > 0, mixed, 1.0), 0.0)
+            A_episode = A_E
+        else:
+            A, A_episode = A_step, np.zeros_like(A_E)
+    m = base.rows.m
+    stats = {
+        "hgpo/depths_used_mean": float(used.mean()) if m else 0.0,
+        "hgpo/deepest_depth_mean": float(deepest.mean()) if m else 0.0,
+        "hgpo/frac_rows_without_group": float((used == 0).mean()) if m else 0.0,
+    }
+    extras = {"depths_used": used, "deepest_depth": deepest}
+    return assemble(
+        base, episode_adv=A_episode, step_adv=A_step, advantage=A, method="hgpo", stats=stats, extras=extras
+    )
+
+
+def _depth_mix(
+    base: Basis, options: dict[str, Any], norm: str, epsilon: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The depth items of every valid row: ``(sum_k w_k a_k, sum_k w_k, |V|, max V)``, each ``(M,)``, over the
+    depths k in V (unnormalised weights w_k = k^alpha or (k + 1)^alpha).
+
+    key_k(t) is built from key_{k-1} of the previous step and the anchor group of t: the pair
+    (key_{k-1}(t - 1), (u, anchor_t)) is exactly (u, anchor_{t-k+1}, ..., anchor_t). One pass per depth, O(M) each.
+    """
+    rows, s_group, R_t = base.rows, base.s_group, base.R_t
+    m = rows.m
+    total, weight = np.zeros(m), np.zeros(m)
+    used, deepest = np.zeros(m), np.zeros(m)
+    ddof = 1 if options["std"] == "unbiased" else 0
+    offset = 0 if options["weight_base"] == "depth" else 1
+    key, num_keys = s_group, base.num_s  # depth 1: (u, anchor_t), defined on every row
+    defined = np.ones(m, dtype=bool)
+    for k in range(1, options["history_length"] + 2):
+        if k > 1:
+            has_prev = rows.prev >= 0
+            defined = has_prev & defined[np.where(has_prev, rows.prev, 0)]  # t >= k - 1
+            rows_k = np.flatnonzero(defined)
+            deeper = np.full(m, -1, dtype=np.int64)
+            deeper[rows_k], num_keys = pair_codes(key[rows.prev[rows_k]], s_group[rows_k])
+            key = deeper
+        rows_k = np.flatnonzero(defined)  # (M_k,)
+        a_k, size, _ = normalise_in_groups(R_t[rows_k], key[rows_k], num_keys, norm, epsilon, ddof=ddof)
+        in_v = (size[key[rows_k]] > 1) & (a_k != 0)  # (M_k,) k in V(t)
+        take = rows_k[in_v]
+        w = float(k + offset) ** options["alpha"]
+        total[take] += w * a_k[in_v]
+        weight[take] += w
+        used[take] += 1
+        deepest[take] = k
+    return total, weight, used, deepest
