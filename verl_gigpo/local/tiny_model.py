@@ -3,6 +3,8 @@
     python -m verl_gigpo.local.tiny_model --out artifacts/tiny-model
     python -m verl_gigpo.local.tiny_model --out /tmp/m --hidden-size 64 --layers 2 --envs gridnav --seed 1
     python -m verl_gigpo.local.tiny_model --out artifacts/tiny-model-actions --envs gridnav --sft-actions
+    python -m verl_gigpo.local.tiny_model --out artifacts/tiny-model-imitate --envs gridnav --imitate gridnav:0.7 \
+        --imitate-kwargs '{"key": true, "observe": "target", "size": 5, "walls": [2, 4], "min_path": 5}'
 
 What it writes (``save_pretrained``; loads with ``AutoTokenizer/AutoModelForCausalLM.from_pretrained(DIR)`` under
 ``HF_HUB_OFFLINE=1``):
@@ -20,6 +22,12 @@ prompt with one uniformly random action word and EOS (:func:`sft_action_format`)
 ignores the observation and samples every action (measured on gridnav prompts: up 0.22, down 0.18, left 0.20, right
 0.39, other tokens 0.01 — not exactly uniform), so group RL starts from varied, valid rollouts even when sampling
 over the full vocabulary (verl's rollout does; the local engine can also restrict outputs to the action tokens instead).
+
+With ``--imitate ENV[:P]`` the model is fine-tuned, supervised, into a weak policy that reads its observation
+(:func:`imitate_expert`): at each state of walks through training tasks the label is the environment's
+shortest-path expert's action with probability P (default :data:`IMITATE_P`) and a uniformly random action
+otherwise. Like an instruct model that sometimes acts right, it samples valid replies over the full vocabulary and
+wins now and then, so RL has something to sharpen; the CLI prints its action probabilities for a few observations.
 
 Deterministic: the same options and the same set of importable environments give byte-identical files.
 Any real model directory can be used in its place by the local engine.
