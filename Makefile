@@ -38,6 +38,8 @@ test: lint pytest
 
 # CPU demo: build artifacts/tiny-model if missing, train it with GiGPO on gridnav (a few minutes on 2 cores).
 # DEMO_ITERS=2 make demo for a quick check; DEMO_SEED, DEMO_OUT (runs/demo) and DEMO_MODEL also apply.
+# DEMO_START=imitate: start from a model that reads its observation, sampling over the full vocabulary (no
+# action-token constraint; see verl_gigpo/local/demo.py).
 demo: $(STAMP)
 	$(BIN)/python -m verl_gigpo.local.demo
 

@@ -52,3 +52,17 @@ def test_demo_shortened_mode_cpu(tiny_model_dir, tmp_path):
     assert f"credit report: {credit / 'report' / 'credit_report.html'}" in text
     assert "top-credited (state, action) pairs" in text
     assert (credit / "report" / "credit_report.html").read_text().count("data:image/png;base64,") == 2
+
+
+def test_demo_start_is_checked_before_anything_is_built_cpu(tmp_path, capsys):
+    """DEMO_START names one of the two starts (random weights + action constraint, or the imitation model)."""
+    from verl_gigpo.local.demo import START_OVERRIDES, main
+
+    assert set(START_OVERRIDES) == {"random", "imitate"}
+    # the imitation start samples over the full vocabulary, with room for the action word, EOS and one spare token
+    assert "local.constrain_to_actions=false" in START_OVERRIDES["imitate"][1]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--start", "bogus", "--out", str(tmp_path / "run"), "--model", str(tmp_path / "model")])
+    assert exit_info.value.code == 2
+    assert "--start / DEMO_START must be one of random, imitate, got 'bogus'" in capsys.readouterr().err
+    assert not (tmp_path / "model").exists() and not (tmp_path / "run").exists()

@@ -13,9 +13,22 @@ Credit records are on at a low frequency (``trainer.credit_log_freq`` = a quarte
 :func:`credit_log_freq`; every episode group); at the end the demo writes the credit report
 (:mod:`verl_gigpo.inspect`) into ``<out>/credit/report/``, prints its summary and where the page is.
 
+Two starts (``DEMO_START`` / ``--start``):
+
+* ``random`` (default): the tiny model with random weights, decoding restricted to the four action tokens
+  (``local.constrain_to_actions``: the actor computes its log-probs under the same restriction, so the trained
+  policy is exactly the sampled one). A random model almost never writes an action word by chance; the
+  restriction is what lets it learn from scratch.
+* ``imitate``: a start model that already reads its observation (``python -m verl_gigpo.local.tiny_model
+  --imitate gridnav``, built into ``artifacts/tiny-model-imitate`` when missing: supervised on the shortest-path
+  expert's action with probability :data:`~verl_gigpo.local.tiny_model.IMITATE_P`, a random one otherwise), sampling
+  over the full vocabulary with replies of up to 3 tokens (action, EOS, one spare) — as verl's rollout does, and
+  as an instruct model starts in the paper.
+
 Environment variables (each also a CLI option): ``DEMO_ITERS`` (iterations), ``DEMO_SEED`` (trainer seed),
 ``DEMO_OUT`` (run directory, default ``runs/demo``; each demo replaces the previous demo run there),
-``DEMO_MODEL`` (model directory).
+``DEMO_MODEL`` (model directory; default ``artifacts/tiny-model``, or ``artifacts/tiny-model-imitate`` for
+``DEMO_START=imitate``), ``DEMO_START``.
 """
 
 from __future__ import annotations
@@ -28,7 +41,7 @@ import time
 import warnings
 from pathlib import Path
 
-__all__ = ["DEMO_ITERS", "DEMO_OVERRIDES", "credit_log_freq", "main", "run_demo"]
+__all__ = ["DEMO_ITERS", "DEMO_OVERRIDES", "START_OVERRIDES", "credit_log_freq", "main", "run_demo"]
 
 #: Iterations of the full demo.
 DEMO_ITERS = 200
@@ -41,24 +54,59 @@ DEMO_OVERRIDES: tuple[str, ...] = (
 )
 
 
+#: The starts (``DEMO_START``): default model directory and the overrides each start adds.
+START_OVERRIDES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "random": ("artifacts/tiny-model", ()),
+    "imitate": (
+        "artifacts/tiny-model-imitate",
+        ("local.constrain_to_actions=false", "actor_rollout_ref.rollout.response_length=3"),
+    ),
+}
+
+
+def build_start_model(start: str, model_dir: Path) -> None:
+    """Build the model of ``start`` into ``model_dir`` (random weights; for ``imitate`` then the expert imitation
+    on the demo's task)."""
+    from verl_gigpo.local.tiny_model import build_tiny_model, imitate_expert
+
+    print(f"building the tiny model into {model_dir} ...", flush=True)
+    build_tiny_model(model_dir)
+    if start == "imitate":
+        print("teaching it to imitate the shortest-path expert now and then (about a minute) ...", flush=True)
+        imitate_expert(model_dir, env_name="gridnav", max_steps=10)
+
+
 def credit_log_freq(iters: int) -> int:
     """The demo's ``trainer.credit_log_freq``: four logged iterations per run (every iteration when shorter)."""
     return max(1, iters // 4)
 
 
-def run_demo(*, iters: int, seed: int, out_dir: str | Path, model_dir: str | Path, extra: list[str] = ()) -> dict:
-    """Build the model if needed, train, write the credit report; return ``{"val_start", "val_end", "seconds",
-    "metrics", "plot", "credit_report"}`` (the report is None when no credit records were written, e.g. with
-    ``algorithm.adv_estimator=grpo``)."""
-    from verl_gigpo.local.tiny_model import build_tiny_model
+def run_demo(
+    *,
+    iters: int,
+    seed: int,
+    out_dir: str | Path,
+    model_dir: str | Path,
+    extra: list[str] = (),
+    start: str = "random",
+) -> dict:
+    """Build the model of ``start`` if needed, train, write the credit report; return ``{"val_start", "val_end",
+    "seconds", "metrics", "plot", "credit_report"}`` (the report is None when no credit records were written, e.g.
+    with ``algorithm.adv_estimator=grpo``).
+
+    Raises:
+        ValueError: ``start`` is not one of :data:`START_OVERRIDES`.
+    """
     from verl_gigpo.local.train import LocalTrainer, load_config
 
+    if start not in START_OVERRIDES:
+        raise ValueError(f"unknown demo start {start!r}; use one of {sorted(START_OVERRIDES)}")
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").exists():
-        print(f"building the tiny model into {model_dir} ...", flush=True)
-        build_tiny_model(model_dir)
+        build_start_model(start, model_dir)
     overrides = [
         *DEMO_OVERRIDES,
+        *START_OVERRIDES[start][1],
         f"actor_rollout_ref.model.path={model_dir}",
         f"trainer.total_training_steps={iters}",
         f"trainer.seed={seed}",
@@ -98,16 +146,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iters", type=int, default=int(os.environ.get("DEMO_ITERS") or DEMO_ITERS))
     parser.add_argument("--seed", type=int, default=int(os.environ.get("DEMO_SEED") or 0))
     parser.add_argument("--out", default=os.environ.get("DEMO_OUT") or "runs/demo")
-    parser.add_argument("--model", default=os.environ.get("DEMO_MODEL") or "artifacts/tiny-model")
+    parser.add_argument(
+        "--start",
+        default=os.environ.get("DEMO_START") or "random",
+        help="random (random weights, action-token constrained decoding; default) or imitate (a start model that "
+        "reads its observation, full-vocabulary sampling)",
+    )
+    parser.add_argument("--model", default=os.environ.get("DEMO_MODEL") or None, help="model directory")
     parser.add_argument("overrides", nargs="*", help="extra config overrides (key=value)")
     args = parser.parse_args(argv)
     if args.iters < 1:
         parser.error(f"--iters / DEMO_ITERS must be >= 1, got {args.iters}")
+    if args.start not in START_OVERRIDES:
+        parser.error(f"--start / DEMO_START must be one of {', '.join(START_OVERRIDES)}, got {args.start!r}")
+    args.model = args.model or START_OVERRIDES[args.start][0]
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # verl warns at import about training engines it cannot load (megatron, torchtitan, ...); none is used here
     warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
-    print(f"gridnav demo: GiGPO, {args.iters} iterations, seed {args.seed}, CPU", flush=True)
-    result = run_demo(iters=args.iters, seed=args.seed, out_dir=args.out, model_dir=args.model, extra=args.overrides)
+    print(f"gridnav demo: GiGPO, {args.iters} iterations, seed {args.seed}, start {args.start}, CPU", flush=True)
+    result = run_demo(
+        iters=args.iters,
+        seed=args.seed,
+        out_dir=args.out,
+        model_dir=args.model,
+        extra=args.overrides,
+        start=args.start,
+    )
     print(f"validation success before training: {result['val_start']:.3f}")
     print(f"validation success after training:  {result['val_end']:.3f}")
     print(f"wall time: {result['seconds']:.0f} s")

@@ -3,6 +3,8 @@
     python -m verl_gigpo.local.tiny_model --out artifacts/tiny-model
     python -m verl_gigpo.local.tiny_model --out /tmp/m --hidden-size 64 --layers 2 --envs gridnav --seed 1
     python -m verl_gigpo.local.tiny_model --out artifacts/tiny-model-actions --envs gridnav --sft-actions
+    python -m verl_gigpo.local.tiny_model --out artifacts/tiny-model-imitate --envs gridnav --imitate gridnav:0.7 \
+        --imitate-kwargs '{"key": true, "observe": "target", "size": 5, "walls": [2, 4], "min_path": 5}'
 
 What it writes (``save_pretrained``; loads with ``AutoTokenizer/AutoModelForCausalLM.from_pretrained(DIR)`` under
 ``HF_HUB_OFFLINE=1``):
@@ -20,6 +22,12 @@ prompt with one uniformly random action word and EOS (:func:`sft_action_format`)
 ignores the observation and samples every action (measured on gridnav prompts: up 0.22, down 0.18, left 0.20, right
 0.39, other tokens 0.01 — not exactly uniform), so group RL starts from varied, valid rollouts even when sampling
 over the full vocabulary (verl's rollout does; the local engine can also restrict outputs to the action tokens instead).
+
+With ``--imitate ENV[:P]`` the model is fine-tuned, supervised, into a weak policy that reads its observation
+(:func:`imitate_expert`): at each state of walks through training tasks the label is the environment's
+shortest-path expert's action with probability P (default :data:`IMITATE_P`) and a uniformly random action
+otherwise. Like an instruct model that sometimes acts right, it samples valid replies over the full vocabulary and
+wins now and then, so RL has something to sharpen; the CLI prints its action probabilities for a few observations.
 
 Deterministic: the same options and the same set of importable environments give byte-identical files.
 Any real model directory can be used in its place by the local engine.
@@ -39,17 +47,25 @@ import torch
 
 __all__ = [
     "CHAT_TEMPLATE",
+    "IMITATE_P",
+    "action_probabilities",
     "DEFAULT_ENVS",
     "EOS_TOKEN",
     "PAD_TOKEN",
     "build_tiny_model",
     "build_tokenizer",
     "env_corpus",
+    "expert_examples",
+    "imitate_expert",
     "main",
     "sft_action_format",
 ]
 
 logger = logging.getLogger(__name__)
+
+#: ``--imitate``: share of expert labels (the rest uniformly random), chosen so that the learning benchmark's key
+#: task starts at a low but non-zero validation success (benchmarks/RESULTS.md, "Start models").
+IMITATE_P = 0.7
 
 #: Environments whose prompts train the tokenizer when they can be built without external data.
 DEFAULT_ENVS: tuple[str, ...] = ("gridnav", "sokoban", "webshop", "search")
@@ -294,18 +310,10 @@ def sft_action_format(
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     rng = np.random.default_rng(seed)
     examples = _sft_examples(env_name, tokenizer, rng)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-        model.train()
-        width = max(len(p) + len(t) for p, t in examples)
-        for _ in range(steps):
-            batch = [examples[int(i)] for i in rng.integers(len(examples), size=batch_size)]
-            ids, attention, labels = _right_padded(batch, width, tokenizer.pad_token_id)  # (B, W) each
-            loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+    width = max(len(p) + len(t) for p, t in examples)
+    _supervised_steps(
+        model, tokenizer.pad_token_id, examples, rng, steps=steps, batch_size=batch_size, lr=lr, seed=seed, width=width
+    )
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     info_path = model_dir / "tiny_model_info.json"
@@ -340,6 +348,229 @@ def _sft_examples(env_name: str, tokenizer, rng: np.random.Generator) -> list[tu
     return examples
 
 
+def imitate_expert(
+    model_dir: str | Path,
+    *,
+    env_name: str = "gridnav",
+    env_kwargs: dict | None = None,
+    p_expert: float = IMITATE_P,
+    steps: int = 400,
+    tasks: int = 400,
+    batch_size: int = 32,
+    lr: float = 3e-3,
+    follow: float = 0.7,
+    max_steps: int = 15,
+    history_length: int = 0,
+    seed: int = 0,
+) -> Path:
+    """Fine-tune the model in ``model_dir`` in place into a weak policy that reads its observation.
+
+    Supervised on (prompt, label) pairs from the environment's shortest-path expert (its ``oracle_action()``):
+    at every state of a walk through training tasks ``0 .. tasks-1`` the label is the expert's action with
+    probability ``p_expert`` and a uniformly random admissible action otherwise; the walk then takes the label
+    with probability ``follow`` and a uniformly random action otherwise, so off-path states are seen too. Each
+    prompt is rendered as the engines render it (:meth:`TextEnv.render_prompt` with the last ``history_length``
+    steps, then the chat template), the target is the label word + EOS, and the loss covers the target only.
+    ``steps`` AdamW steps of ``batch_size`` examples at ``lr``.
+
+    The result is like an instruct model that sometimes acts right: its action distribution depends on the
+    observation (about ``p_expert + (1 - p_expert) / |A|`` on the expert's action where it fits the labels), so
+    group RL starts from rollouts that win now and then, with sampling over the full vocabulary.
+
+    Deterministic: the same arguments and model give byte-identical files.
+
+    Returns:
+        ``model_dir`` (model and tokenizer saved back; ``tiny_model_info.json`` records the fine-tuning under
+        ``"imitate"``).
+
+    Raises:
+        ValueError: a probability outside [0, 1], ``steps``/``tasks``/``batch_size``/``max_steps`` < 1, or an
+            environment without ``oracle_action()`` or a fixed action set.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    for name, value in (("p_expert", p_expert), ("follow", follow)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+            raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
+    for name, value in (("steps", steps), ("tasks", tasks), ("batch_size", batch_size), ("max_steps", max_steps)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    if isinstance(history_length, bool) or not isinstance(history_length, int) or history_length < 0:
+        raise ValueError(f"history_length must be an int >= 0, got {history_length!r}")
+    model_dir = Path(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    rng = np.random.default_rng(seed)
+    examples = expert_examples(
+        env_name,
+        tokenizer,
+        rng,
+        env_kwargs=env_kwargs,
+        p_expert=p_expert,
+        tasks=tasks,
+        follow=follow,
+        max_steps=max_steps,
+        history_length=history_length,
+    )
+    _supervised_steps(
+        model, tokenizer.pad_token_id, examples, rng, steps=steps, batch_size=batch_size, lr=lr, seed=seed
+    )
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    info_path = model_dir / "tiny_model_info.json"
+    info = json.loads(info_path.read_text()) if info_path.exists() else {}
+    info["imitate"] = {
+        "env": env_name,
+        "env_kwargs": dict(env_kwargs or {}),
+        "p_expert": p_expert,
+        "follow": follow,
+        "tasks": tasks,
+        "examples": len(examples),
+        "max_steps": max_steps,
+        "history_length": history_length,
+        "steps": steps,
+        "batch_size": batch_size,
+        "lr": lr,
+        "seed": seed,
+    }
+    info_path.write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
+    logger.info(
+        "fine-tuned %s to imitate the %s expert (p=%.2f, %d examples)", model_dir, env_name, p_expert, len(examples)
+    )
+    return model_dir
+
+
+def expert_examples(
+    env_name: str,
+    tokenizer,
+    rng: np.random.Generator,
+    *,
+    env_kwargs: dict | None = None,
+    p_expert: float = IMITATE_P,
+    tasks: int = 400,
+    follow: float = 0.7,
+    max_steps: int = 15,
+    history_length: int = 0,
+) -> list[tuple[list[int], list[int], bool]]:
+    """The supervised examples of :func:`imitate_expert`: ``(prompt ids, target ids, label is the expert's)``
+    for every state of one walk per training task ``0 .. tasks-1`` (see there for the labels and the walk).
+
+    Raises:
+        ValueError: the environment has no ``oracle_action()`` or lists no admissible actions.
+    """
+    from environments import make_env
+    from verl_gigpo.rollout import ChatPromptEncoder
+
+    encoder = ChatPromptEncoder(tokenizer)
+    env = make_env(env_name, max_steps=max_steps, **dict(env_kwargs or {}))
+    if not callable(getattr(env, "oracle_action", None)):
+        raise ValueError(f"{env_name} has no oracle_action(): --imitate needs an environment with an expert")
+    examples = []
+    try:
+        for task_seed in range(tasks):
+            obs, info = env.reset(seed=task_seed, options={"split": "train"})
+            history: list[tuple[str, str]] = []
+            while True:
+                actions = list(info.get("admissible_actions") or [])
+                if not actions:
+                    raise ValueError(f"{env_name} lists no admissible actions; --imitate needs a fixed action set")
+                expert = env.oracle_action()
+                is_expert = bool(rng.random() < p_expert)
+                label = expert if is_expert else actions[int(rng.integers(len(actions)))]
+                shown = history[len(history) - history_length :] if history_length else []
+                prompt = encoder(env.render_prompt(obs, info, shown))
+                target = tokenizer.encode(label, add_special_tokens=False) + [tokenizer.eos_token_id]
+                examples.append((prompt, target, is_expert))
+                move = label if rng.random() < follow else actions[int(rng.integers(len(actions)))]
+                history.append((obs, move))
+                obs, _, terminated, truncated, info = env.step(move)
+                if terminated or truncated:
+                    break
+    finally:
+        env.close()
+    return examples
+
+
+def action_probabilities(
+    model_dir: str | Path,
+    *,
+    env_name: str = "gridnav",
+    env_kwargs: dict | None = None,
+    seeds: Sequence[int] = (0, 1, 2, 3),
+    split: str = "test",
+    max_steps: int = 15,
+) -> list[dict]:
+    """The model's first-token probability of each action word at the first state of a few tasks: evidence that
+    a start model conditions on its observation (rows differ) or not (rows alike).
+
+    Returns:
+        one dict per seed: ``{"observation", "expert", "probs": {action: p}, "other": 1 - sum(probs)}``; the
+        expert is the environment's ``oracle_action()`` (None when it has none). Each action word is scored by its
+        first token after the chat template's generation prompt.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from environments import make_env
+    from verl_gigpo.rollout import ChatPromptEncoder
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    encoder = ChatPromptEncoder(tokenizer)
+    env = make_env(env_name, max_steps=max_steps, **dict(env_kwargs or {}))
+    rows = []
+    try:
+        for seed in seeds:
+            obs, info = env.reset(seed=int(seed), options={"split": split})
+            actions = list(info.get("admissible_actions") or [])
+            ids = torch.tensor([encoder(env.render_prompt(obs, info))])  # (1, P)
+            with torch.no_grad():
+                probs = torch.softmax(model(input_ids=ids).logits[0, -1].float(), dim=-1)  # (V,)
+            first = {a: tokenizer.encode(a, add_special_tokens=False)[0] for a in actions}
+            scored = {a: float(probs[t]) for a, t in first.items()}
+            oracle = getattr(env, "oracle_action", None)
+            rows.append(
+                {
+                    "observation": obs,
+                    "expert": oracle() if callable(oracle) else None,
+                    "probs": scored,
+                    "other": max(0.0, 1.0 - sum(scored.values())),
+                }
+            )
+    finally:
+        env.close()
+    return rows
+
+
+def _supervised_steps(
+    model,
+    pad_id: int,
+    examples: Sequence[tuple[list[int], ...]],
+    rng: np.random.Generator,
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    width: int | None = None,
+) -> None:
+    """``steps`` AdamW steps of ``batch_size`` examples drawn by ``rng``, loss on the targets (the second item of
+    each example), under a torch RNG seeded with ``seed`` (the global one is left as it was). Each batch is
+    right-padded to ``width`` tokens (None: its own longest example)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+        model.train()
+        for _ in range(steps):
+            batch = [examples[int(i)][:2] for i in rng.integers(len(examples), size=batch_size)]
+            pad_to = width if width is not None else max(len(p) + len(t) for p, t in batch)
+            ids, attention, labels = _right_padded(batch, pad_to, pad_id)  # (B, W) each
+            loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    model.eval()
+
+
 def _right_padded(
     batch: Sequence[tuple[list[int], list[int]]], width: int, pad_id: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -354,6 +585,40 @@ def _right_padded(
         labels[row, len(prompt) : n] = torch.tensor(target)
         attention[row, :n] = 1
     return ids, attention, labels
+
+
+def _parse_imitate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
+    """The keyword arguments of :func:`imitate_expert` from ``--imitate ENV[:P]`` and the ``--imitate-*`` options
+    (a usage error naming the option for anything malformed)."""
+    env_name, _, p_text = args.imitate.partition(":")
+    if not env_name:
+        parser.error(f"--imitate takes ENV[:P], e.g. gridnav:0.7; got {args.imitate!r}")
+    try:
+        p_expert = float(p_text) if p_text else IMITATE_P
+    except ValueError:
+        parser.error(f"--imitate {args.imitate}: P must be a number in [0, 1], got {p_text!r}")
+    if not 0.0 <= p_expert <= 1.0:
+        parser.error(f"--imitate {args.imitate}: P must be in [0, 1], got {p_expert}")
+    try:
+        env_kwargs = json.loads(args.imitate_kwargs)
+    except json.JSONDecodeError as exc:
+        parser.error(f"--imitate-kwargs is not JSON ({exc}): {args.imitate_kwargs!r}")
+    if not isinstance(env_kwargs, dict):
+        parser.error(f"--imitate-kwargs must be a JSON object of environment arguments, got {args.imitate_kwargs!r}")
+    for option in ("imitate_steps", "imitate_tasks", "imitate_max_steps"):
+        if getattr(args, option) < 1:
+            parser.error(f"--{option.replace('_', '-')} must be >= 1, got {getattr(args, option)}")
+    if args.imitate_history < 0:
+        parser.error(f"--imitate-history must be >= 0, got {args.imitate_history}")
+    return {
+        "env_name": env_name,
+        "env_kwargs": env_kwargs,
+        "p_expert": p_expert,
+        "steps": args.imitate_steps,
+        "tasks": args.imitate_tasks,
+        "max_steps": args.imitate_max_steps,
+        "history_length": args.imitate_history,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -379,9 +644,26 @@ def main(argv: list[str] | None = None) -> int:
         metavar="STEPS",
         help="then fine-tune to answer gridnav prompts with a random action word (default 40 steps)",
     )
+    parser.add_argument(
+        "--imitate",
+        default=None,
+        metavar="ENV[:P]",
+        help="then fine-tune into a weak policy imitating ENV's shortest-path expert: the expert's action with "
+        f"probability P (default {IMITATE_P}), a random one otherwise (e.g. gridnav:0.7)",
+    )
+    parser.add_argument(
+        "--imitate-kwargs", default="{}", metavar="JSON", help="environment arguments, e.g. '{\"key\": true}'"
+    )
+    parser.add_argument("--imitate-steps", type=int, default=400, help="supervised steps (batch 32)")
+    parser.add_argument("--imitate-tasks", type=int, default=400, help="training tasks walked for examples")
+    parser.add_argument("--imitate-max-steps", type=int, default=15, help="step limit of each walk")
+    parser.add_argument(
+        "--imitate-history", type=int, default=0, help="past steps shown in each prompt (as env.history_length)"
+    )
     args = parser.parse_args(argv)
     if args.sft_actions < 0:
         parser.error(f"--sft-actions takes a number of steps >= 1, got {args.sft_actions}")
+    imitate = _parse_imitate(parser, args) if args.imitate is not None else None
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     out = build_tiny_model(
         args.out,
@@ -396,6 +678,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.sft_actions:
         sft_action_format(out, steps=args.sft_actions, seed=args.seed)
+    if imitate is not None:
+        imitate_expert(out, **imitate, seed=args.seed)
+        print("first-token action probabilities at the first state of test tasks 0-3 (the expert's marked *):")
+        for row in action_probabilities(
+            out, env_name=imitate["env_name"], env_kwargs=imitate["env_kwargs"], max_steps=imitate["max_steps"]
+        ):
+            probs = " ".join(f"{a}{'*' if a == row['expert'] else ''} {p:.2f}" for a, p in row["probs"].items())
+            print(f"  {row['observation']!r}: {probs} (other tokens {row['other']:.2f})")
     info = json.loads((out / "tiny_model_info.json").read_text())
     print(f"tiny model: {info['parameters']:,} parameters, vocab {info['vocab_size']}, corpus {info['corpus_envs']}")
     print(f"written to {out}")
