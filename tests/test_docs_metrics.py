@@ -1,6 +1,6 @@
-"""CPU tests of the metrics table in docs/metrics.md: every metric the trainer mode and the local engine log is documented,
-and each row says what it is counted over (per trajectory, per step row, ...) — verl's own rollout metrics are per
-step row, which in this package means long episodes weigh more."""
+"""CPU tests of the metrics table in docs/metrics.md: every metric the trainer mode and the local engine log is
+documented, and each row says what it is counted over (per trajectory, per step row, ...) — verl's own rollout
+metrics are per step row, which in this package means long episodes weigh more."""
 
 from __future__ import annotations
 
