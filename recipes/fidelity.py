@@ -1,5 +1,5 @@
 """The fidelity table (``recipes/reference_settings.yaml``): load it, check it, compare a recipe's composed config
-with it, and render it as Markdown (``docs/fidelity.md`` and the README's ALFWorld rows).
+with it, and render it as Markdown (``docs/fidelity.md``).
 
     python recipes/fidelity.py            # write docs/fidelity.md from the table
     python recipes/fidelity.py --check    # exit 1 when docs/fidelity.md is not the table's rendering
@@ -241,19 +241,6 @@ def render_markdown(table: dict[str, Any]) -> str:
         out += ["", f"## {recipe}", "", f"`{spec['script']}` against the reference's `{spec['reference_script']}`."]
         out += ["", *_table(spec["rows"])]
     return "\n".join(out) + "\n"
-
-
-def render_readme_rows(table: dict[str, Any], recipe: str = "alfworld") -> str:
-    """The compact table the README shows for ``recipe``: its own rows and the shared rows that differ from the
-    reference, with setting, this recipe, the reference, and whether the difference is deliberate (``yes``) or
-    undecided (``open``); the details are in docs/fidelity.md."""
-    own = table["recipes"][recipe]["rows"]
-    rows = [*own, *(row for row in recipe_rows(table, recipe)[len(own) :] if row.get("deviation"))]
-    lines = ["| setting | this recipe | reference (verl-agent) | differs on purpose |", "|---|---|---|---|"]
-    for row in rows:
-        differs = "open" if row.get("open") else ("yes" if row.get("deviation") else "")
-        lines.append(f"| {fmt(row['setting'])} | {fmt(row['ours'])} | {fmt(row['reference'])} | {differs} |")
-    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ CHECKED_SUFFIXES = (".sh", ".py", ".md", ".yaml", ".txt", ".toml")
 
 def _slug(heading: str) -> str:
     """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces to hyphens."""
-    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    text = re.sub(r"[`*]", "", heading.strip().lower())
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
@@ -126,6 +126,15 @@ def test_the_command_check_catches_what_is_missing():
     assert _problems(["make", "no-such-target"]) == ["make target no-such-target does not exist"]
     assert _problems(["python", "-m", "verl_gigpo.main", "env.name=alfworld"]) == []
     assert _slug("The estimator: paper → code") == "the-estimator-paper--code"
+    assert _slug("Invalid actions: `env.invalid_action`") == "invalid-actions-envinvalid_action"
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    """The README is the front door: each page of docs/ is reachable from it in one click."""
+    readme = REPO / "README.md"
+    linked = {(readme.parent / target.partition("#")[0]).resolve() for target in _links(readme)}
+    unlinked = [p.name for p in PAGES[1:] if p.resolve() not in linked]
+    assert not unlinked, f"README.md links no docs page named {unlinked}"
 
 
 # ---------------------------------------------------------------- the "add your own environment" example, run

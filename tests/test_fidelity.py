@@ -1,6 +1,6 @@
 """CPU tests of the fidelity table (``recipes/reference_settings.yaml``, ``recipes/fidelity.py``): each recipe's
 command composes exactly what the table lists, every difference from the reference implementation has a stated
-reason, and docs/fidelity.md and the README show the table as it is.
+reason, and docs/fidelity.md shows the table as it is.
 
 A recipe's command is composed as it would run: ``DRY_RUN=1 bash recipes/run_<recipe>.sh`` prints it, and Hydra
 composes the printed overrides over verl's own config (as ``python -m verl_gigpo.main`` does before Ray starts).
@@ -147,9 +147,3 @@ def test_values_compare_as_the_config_holds_them():
 
 def test_docs_page_is_the_rendering_of_the_table(table):
     assert (ROOT / "docs" / "fidelity.md").read_text(encoding="utf-8") == fidelity.render_markdown(table)
-
-
-def test_readme_shows_the_alfworld_rows(table):
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert fidelity.render_readme_rows(table, "alfworld") in readme
-    assert "docs/fidelity.md" in readme

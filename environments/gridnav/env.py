@@ -7,7 +7,7 @@ words (rows grow downwards), e.g.::
     walls: north, east. goal: down 2, left 1.
 
 because a model trained from scratch with sparse reward finds that feature, and not, for instance, a raw text
-picture of the grid (flat after 780 iterations in earlier measurements; see "Why this task" in the README). The
+picture of the grid (flat for 780 iterations in a measurement; see "Why this task" in docs/local-engine.md). The
 offset comes last, next to where the reply starts, and the walls use words that are not actions, so the only action
 words in the observation point at the target. Actions: ``up``, ``down``, ``left``, ``right`` (bare words or
 ``<action>...</action>``). Moving into a wall or off the grid is a valid no-op (the step still counts); so is,

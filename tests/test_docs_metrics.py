@@ -1,6 +1,6 @@
-"""CPU tests of the README's metrics table: every metric the trainer mode and the local engine log is documented,
-and each row says what it is counted over (per trajectory, per step row, ...) — verl's own rollout metrics are per
-step row, which in this package means long episodes weigh more."""
+"""CPU tests of the metrics table in docs/metrics.md: every metric the trainer mode and the local engine log is
+documented, and each row says what it is counted over (per trajectory, per step row, ...) — verl's own rollout
+metrics are per step row, which in this package means long episodes weigh more."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from verl_gigpo.rollout.metrics import TrajectorySummary
 from verl_gigpo.rollout.metrics import episode_metrics as episode_metrics_of
 from verl_gigpo.trainer import StepBatch, compute_step_advantages, episode_metrics
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+METRICS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
 UNITS = {"trajectory", "step row", "token", "anchor group", "episode group", "batch"}
 
 
 def metrics_table() -> dict[str, tuple[str, str]]:
-    """{metric name pattern: (counted over, meaning)} from the table under "## Metrics"."""
-    section = README.read_text().split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
+    """{metric name pattern: (counted over, meaning)} from the table under "## What each metric counts over"."""
+    section = METRICS_PAGE.read_text().split("\n## What each metric counts over\n", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     table = {}
     for row in rows:
@@ -36,8 +36,8 @@ def metrics_table() -> dict[str, tuple[str, str]]:
 def documented(name: str, table: dict[str, tuple[str, str]]) -> str:
     """The `counted over` of the table row whose pattern (``*`` or ``<placeholder>`` wildcards) matches ``name``."""
     matches = [unit for pattern, (unit, _) in table.items() if fnmatch.fnmatch(name, re.sub(r"<[^>]+>", "*", pattern))]
-    assert matches, f"{name} is not documented in the README metrics table"
-    assert len(set(matches)) == 1, f"{name} matches README rows that disagree: {matches}"
+    assert matches, f"{name} is not documented in the metrics table of docs/metrics.md"
+    assert len(set(matches)) == 1, f"{name} matches rows of docs/metrics.md that disagree: {matches}"
     return matches[0]
 
 
@@ -102,6 +102,6 @@ def test_per_trajectory_and_per_row_metrics_are_labelled(name, unit):
 
 
 def test_num_turns_points_to_the_episode_length():
-    """verl's num_turns is 2 on every row of this agent loop; the README says so and names the metric to read."""
+    """verl's num_turns is 2 on every row of this agent loop; docs/metrics.md says so and names the metric to read."""
     _, meaning = metrics_table()["num_turns/*"]
     assert "always 2" in meaning and "`env/episode_length`" in meaning
