@@ -374,7 +374,7 @@ def process_table(columns: dict[str, list[RunResult]], sampler: ProcessSampler) 
 # ---------------------------------------------------------------------------------------------- launches
 def learning_launch(out: Path, model: Path, iters: int, label: str, overrides: tuple[str, ...]) -> RunResult:
     """One launch of ``benchmarks/learning.py --engine verl``'s configuration (GiGPO, seed 0), ``iters`` iterations."""
-    import learning
+    import learning_settings as learning
     from omegaconf import OmegaConf
 
     from verl_gigpo.data.prepare import write_task_files
