@@ -132,8 +132,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _resolve(parser: argparse.ArgumentParser, argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
-    """The parsed arguments with each engine's defaults filled in, checked; and the configurations to run."""
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    """The command line's arguments with each engine's defaults filled in, checked (errors exit with status 2,
+    naming the option); and the configurations to run."""
+    parser = _parser()
     args = parser.parse_args(argv)
     defaults = dict(ENGINE_DEFAULTS[args.engine])
     if args.engine == "local":
@@ -197,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     write the report."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))  # verl_gigpo, for the runs and for reading verl's metrics files
-    args, names = _resolve(_parser(), argv)
+    args, names = parse_args(argv)
     given = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--report-only"]
     command = "`" + " ".join(["python benchmarks/learning.py", *given]) + "`"
     if args.report_only:

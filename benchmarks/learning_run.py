@@ -142,9 +142,9 @@ def run_verl(name: str, seed: int, args: argparse.Namespace, data_dir: Path) -> 
     return out
 
 
-def run_side_by_side(names: list[str], seeds: list[int], args: argparse.Namespace) -> None:
-    """verl runs one after another; the local twins alongside them, one at a time (one torch thread). Writes the
-    task files (``train.parquet``: tasks x iterations tasks; ``val.parquet``: ``--val-size``) under ``--runs``."""
+def write_tasks(args: argparse.Namespace) -> Path:
+    """The side-by-side runs' task files under ``--runs``: ``data/train.parquet`` (tasks x iterations tasks of the
+    ``--task``'s train split) and ``data/val.parquet`` (``--val-size`` tasks); returns the folder (absolute)."""
     from omegaconf import OmegaConf
 
     from verl_gigpo.data.prepare import write_task_files
@@ -159,6 +159,13 @@ def run_side_by_side(names: list[str], seeds: list[int], args: argparse.Namespac
         val_size=args.val_size,
         env_kwargs=env_kwargs,
     )
+    return data_dir
+
+
+def run_side_by_side(names: list[str], seeds: list[int], args: argparse.Namespace) -> None:
+    """verl runs one after another; the local twins alongside them, one at a time (one torch thread); the task
+    files first (:func:`write_tasks`)."""
+    data_dir = write_tasks(args)
     jobs = [(name, seed) for seed in seeds for name in names]
     print(
         f"{len(jobs)} verl runs one at a time" + ("" if args.no_twin else f", {len(jobs)} local twins beside"),
