@@ -32,7 +32,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 pytest: $(STAMP)
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest --durations=15 tests
 
 test: lint pytest
 

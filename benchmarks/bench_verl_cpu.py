@@ -374,23 +374,13 @@ def process_table(columns: dict[str, list[RunResult]], sampler: ProcessSampler) 
 # ---------------------------------------------------------------------------------------------- launches
 def learning_launch(out: Path, model: Path, iters: int, label: str, overrides: tuple[str, ...]) -> RunResult:
     """One launch of ``benchmarks/learning.py --engine verl``'s configuration (GiGPO, seed 0), ``iters`` iterations."""
-    import learning
-    from omegaconf import OmegaConf
-
-    from verl_gigpo.data.prepare import write_task_files
+    import learning_settings as learning
+    from learning_run import write_tasks
 
     args = SimpleNamespace(**learning.ENGINE_DEFAULTS["verl"])
     args.model, args.iters, args.test_freq, args.credit_freq, args.extra = str(model), iters, iters, 0, []
-    args.val_size = 64
-    task = OmegaConf.from_dotlist(list(learning.TASKS[args.task]))
-    data_dir = out / "data"
-    write_task_files(
-        task.env.name,
-        data_dir,
-        train_size=args.tasks * iters,
-        val_size=args.val_size,
-        env_kwargs=OmegaConf.to_container(task.env.kwargs, resolve=True),
-    )
+    args.val_size, args.runs = 64, str(out)
+    data_dir = write_tasks(args)  # out/data
     run_dir = out / label
     cmd = [*learning.verl_overrides("gigpo", 0, args, run_dir, data_dir), *overrides]
     return run_pipeline(label, run_dir, cmd, env={"GIGPO_HF_DUMP_WEIGHTS_DIR": ""}, timeline=True)

@@ -1,19 +1,20 @@
 """verl's whole pipeline on CPU, end to end, as users launch it: ``python -m verl_gigpo.main platform=cpu``.
 
-One module-scoped fixture runs :func:`verl_gigpo.cpu.smoke.run_smoke` (what ``make e2e`` runs): verl's
+One module-scoped fixture runs the launches of :func:`verl_gigpo.cpu.smoke.run_smoke` (what ``make e2e`` runs): verl's
 ``main_ppo`` -> ``TaskRunnerV1`` -> the ``gigpo_sync`` trainer mode -> FSDP actor and reference workers (gloo) ->
 the ``gigpo_env_agent`` agent loop on the ``hf`` rollout backend -> TransferQueue. GiGPO trains with a checkpoint
 after every iteration and is killed (SIGKILL to every process of the launch) once its step-2 checkpoint and step 2's
 metrics are written; a launch in the same folder with ``algorithm.gigpo.step_advantage_w`` changed must stop before
 Ray naming the key; a launch with the run's settings resumes from ``global_step_2`` and trains iterations 3-4; GRPO
-trains 2 iterations. Nothing of verl is replaced. The tasks are played by ``gridnav_faulty`` (``tests/helpers``), a
-gridnav whose every 5th reset raises, registered in the workers through ``env.registry``: failed episodes in every
-iteration must leave the run alive with their rows masked (before the fix, verl's old-log-prob step failed with
-``KeyError('rollout_log_probs')``).
+trains 2 iterations, beside the GiGPO launches (in a folder and a Ray cluster of its own). Nothing of verl is
+replaced. The tasks are played by ``gridnav_faulty`` (``tests/helpers``), a gridnav whose every 5th reset raises,
+registered in the workers through ``env.registry``: failed episodes in every iteration must leave the run alive with
+their rows masked (verl's old-log-prob step must not fail with ``KeyError('rollout_log_probs')``).
 
 Everything asserted comes from what the runs wrote: the experiment's ``ckpt/metrics.jsonl`` (verl's file logger, the
 file docs/runs.md points users to: after the crash and the resume it must hold iterations 1-4 once each), verl's
-checkpoints, the weights the rollout server received at each sync, the console log. About 4-5 minutes on 2 cores.
+checkpoints, the weights the rollout server received at each sync, the console log. Its wall time is that of the
+three GiGPO launches (the GRPO launch runs beside them): about 3-4 minutes on 2 quiet cores.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -46,14 +48,20 @@ def runs(action_model_dir, tmp_path_factory):
         register_env(FAULTY, "gigpo_faulty_env:FaultyGridNav")
         out = tmp_path_factory.mktemp("e2e")
         pythonpath = os.pathsep.join(p for p in (str(HELPERS), os.environ.get("PYTHONPATH", "")) if p)
-        return run_smoke(
-            out,
-            action_model_dir,
-            env_name=FAULTY,
+        settings = {
+            "env_name": FAULTY,
             # 48 step rows per optimizer step: ~2 per iteration (verl's own split would take ~6: 16 rows each)
-            extra=[f"+env.registry.{FAULTY}=gigpo_faulty_env:FaultyGridNav", f"{MINI_BATCH_KEY}={MINI_BATCH_ROWS}"],
-            env={"PYTHONPATH": pythonpath, "GIGPO_FAULTY_EVERY": "5"},
-        )
+            "extra": [f"+env.registry.{FAULTY}=gigpo_faulty_env:FaultyGridNav", f"{MINI_BATCH_KEY}={MINI_BATCH_ROWS}"],
+            "env": {"PYTHONPATH": pythonpath, "GIGPO_FAULTY_EVERY": "5"},
+        }
+        # the GiGPO sequence (crash, refused change, resume) and the GRPO run side by side, each with its own task
+        # files, Ray cluster and folder: a launch keeps about one core busy, mostly starting processes one by one
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            sequences = [
+                pool.submit(run_smoke, out / estimator, action_model_dir, estimators=(estimator,), **settings)
+                for estimator in ("gigpo", "grpo")
+            ]
+            return {name: run for sequence in sequences for name, run in sequence.result().items()}
     finally:
         sys.path.remove(str(HELPERS))
 
