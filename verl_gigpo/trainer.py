@@ -44,10 +44,11 @@ from verl.workers.utils.padding import response_to_nested
 
 from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, STEP_CREDIT_ESTIMATORS, TRAINER_MODE
 from verl_gigpo.advantage import GiGPOTerms
-from verl_gigpo.config import GiGPOConfig, group_size_warning
+from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
 from verl_gigpo.rollout import metrics as rollout_metrics
 from verl_gigpo.rollout.metrics import TrajectorySummary
+from verl_gigpo.rules import group_size_warning, kl_in_reward_problem
 
 __all__ = [
     "GiGPOTrainerSync",
@@ -334,12 +335,9 @@ class GiGPOTrainerSync(PPOTrainerSync):
         credit = CreditLogOptions.from_trainer(config.trainer, estimator=algorithm.adv_estimator)
         self.credit_logger = CreditLogger(credit, config.trainer.default_local_dir)
         if algorithm.adv_estimator in STEP_CREDIT_ESTIMATORS:
-            if algorithm.get("use_kl_in_reward", False):
-                raise ValueError(
-                    f"adv_estimator={algorithm.adv_estimator} does not support algorithm.use_kl_in_reward=True "
-                    "(rewards are per step, not per token); use the KL loss instead: "
-                    "actor_rollout_ref.actor.use_kl_loss=True"
-                )
+            problem = kl_in_reward_problem(algorithm.get("use_kl_in_reward", False), algorithm.adv_estimator)
+            if problem:  # verl_gigpo.preflight says it before Ray; this covers verl's own entry point
+                raise ValueError(problem)
             self.gigpo_config = GiGPOConfig.from_algorithm(algorithm, env=config.get("env", None))
             agent = config.actor_rollout_ref.rollout.agent.default_agent_loop
             if agent != AGENT_LOOP_NAME:
@@ -351,7 +349,9 @@ class GiGPOTrainerSync(PPOTrainerSync):
                     AGENT_LOOP_NAME,
                 )
             warning = group_size_warning(
-                ESTIMATOR_NAME, config.actor_rollout_ref.rollout.n, step_advantage_w=self.gigpo_config.step_advantage_w
+                algorithm.adv_estimator,
+                config.actor_rollout_ref.rollout.n,
+                step_advantage_w=self.gigpo_config.step_advantage_w,
             )
             if warning:
                 logger.warning(warning)
