@@ -33,7 +33,7 @@ from verl_gigpo.advantage import (
     check_estimator_options,
 )
 from verl_gigpo.anchors import check_similarity_threshold
-from verl_gigpo.rules import group_size_warning  # re-exported: the warning both engines give
+from verl_gigpo.rules import RANGES, group_size_warning  # group_size_warning re-exported: both engines give it
 
 __all__ = ["EPISODE_STATS", "METHOD_OPTIONS", "NORMS", "STEP_CREDIT_ESTIMATORS", "GiGPOConfig", "group_size_warning"]
 
@@ -175,6 +175,9 @@ class GiGPOConfig:
             estimator = algorithm.get("adv_estimator")
             method = estimator if estimator in STEP_CREDIT_ESTIMATORS else "gigpo"
         env = {} if env is None else _as_mapping(env, "GiGPOConfig.from_algorithm(env=...)")
+        for key in {e for keys in _FROM_ENV.values() for e in keys.values()}:
+            if env.get(key) is not None:  # a bad env value is named as the env key, by its rule (verl_gigpo.rules)
+                RANGES[f"env.{key}"].check(env[key])
         sections = {
             name: _method_options(name, kind, algorithm.get(name), {k: env.get(e) for k, e in _FROM_ENV[name].items()})
             for name, kind in METHOD_OPTIONS.items()
