@@ -10,7 +10,7 @@ import torch
 # all pairs, union-find: the definition of the grouping, written the slow obvious way (tests/helpers/gigpo_oracle.py)
 from gigpo_oracle import brute_force_similarity_groups as _brute_force_groups
 
-from verl_gigpo import anchors
+from verl_gigpo import _similarity_graph, anchors
 from verl_gigpo.advantage import gigpo_advantage_terms
 from verl_gigpo.anchors import (
     anchor_group_ids,
@@ -116,7 +116,7 @@ def test_candidate_paths_match_brute_force_cpu(candidates, bitsets, monkeypatch)
     # Low-entropy observations (one template, few object words): the case where "auto" switches to
     # MinHash-LSH. Both candidate generators and both verifiers must give the all-pairs partition here.
     if not bitsets:
-        monkeypatch.setattr(anchors, "BITSET_WORDS", 0)  # force the set-intersection verifier
+        monkeypatch.setattr(_similarity_graph, "BITSET_WORDS", 0)  # force the set-intersection verifier
     rng = np.random.default_rng(4)
     objects = "apple bread cup egg fork knife mug pan".split()
     for _ in range(4):
@@ -154,7 +154,7 @@ def test_dense_near_duplicate_buckets_are_split_and_match_brute_force_cpu(fmt, t
     # ({i}, 0.9: one group through chains; {i:04d}, 0.95: one group per shared 3-digit prefix; {i}, 0.97: one
     # group linked only through one-shingle differences), and it must not depend on the input order.
     texts = _dense_room_texts(600, fmt)
-    with caplog.at_level("DEBUG", logger="verl_gigpo.anchors"):
+    with caplog.at_level("DEBUG", logger="verl_gigpo._lsh"):  # the LSH path logs its bucket counts
         labels = similarity_groups(texts, threshold, candidates="lsh")
     split = [r.getMessage() for r in caplog.records if "bucket members split" in r.getMessage()]
     assert split and " 0 bucket members split" not in split[-1]

@@ -165,11 +165,9 @@ def test_method_and_sections_from_algorithm_cpu():
             None,
             r"unknown algorithm\.graphgpo key\(s\) \['gamma'\]; known keys: \['omega'",
         ),
-        (
-            {"hgpo": {}},
-            {"history_length": -2},
-            r"algorithm\.hgpo\.history_length=-2 must be .* \(from env\.history_length\)",
-        ),
+        # an inherited env value is named as the env key, by the rule both engines check (verl_gigpo.rules)
+        ({"hgpo": {}}, {"history_length": -2}, r"^env\.history_length=-2 must be a whole number >= 0 \(past steps"),
+        ({}, {"invalid_action_penalty": -0.5}, r"^env\.invalid_action_penalty=-0.5 must be a finite number >= 0"),
         ({"hgpo": [1]}, None, r"algorithm\.hgpo needs a dict or DictConfig, got list"),
     ],
 )

@@ -358,14 +358,14 @@ def test_resume_falls_back_to_the_newest_complete_checkpoint_cpu(tiny_model_dir,
 @pytest.mark.parametrize(
     ("override", "match"),
     [
-        ("trainer.save_freq=abc", r"trainer.save_freq must be an integer \(checkpoint every N iterations"),
-        ("trainer.test_freq=abc", r"trainer.test_freq must be an integer \(validate every N iterations"),
-        ("trainer.seed=1.5", r"trainer.seed must be an integer"),
-        ("actor_rollout_ref.actor.grad_clip=x", r"actor_rollout_ref.actor.grad_clip must be a finite number"),
-        ("env.invalid_action_penalty=.nan", r"env.invalid_action_penalty must be a finite number"),
+        ("trainer.save_freq=abc", r"trainer.save_freq='abc' must be a whole number \(checkpoint every N iterations"),
+        ("trainer.test_freq=abc", r"trainer.test_freq='abc' must be a whole number \(validate every N iterations"),
+        ("trainer.seed=1.5", r"trainer.seed=1.5 must be a whole number >= 0"),
+        ("actor_rollout_ref.actor.grad_clip=x", r"actor_rollout_ref.actor.grad_clip='x' must be a finite number"),
+        ("env.invalid_action_penalty=.nan", r"env.invalid_action_penalty=nan must be a finite number"),
         ("env.invalid_action=strict", r"env.invalid_action must be one of \['admissible', 'format'\]"),
-        ("local.plot=2", r"local.plot must be true or false"),
-        ("actor_rollout_ref.rollout.top_p=1.5", r"top_p must be in \(0, 1\]"),
+        ("local.plot=2", r"local.plot=2 must be true or false"),
+        ("actor_rollout_ref.rollout.top_p=1.5", r"top_p=1.5 must be a number in \(0, 1\]"),
     ],
 )
 def test_numeric_keys_are_checked_before_the_run_cpu(override, match):

@@ -21,7 +21,9 @@ from verl.utils.import_utils import load_class_from_fqn
 from environments import list_envs
 from verl_gigpo.agent_loop import episode_config_from
 from verl_gigpo.config import GiGPOConfig
+from verl_gigpo.local.config import ESTIMATORS, load_config
 from verl_gigpo.preflight import GiGPOConfigError, config_problems, preflight
+from verl_gigpo.rules import estimator_problem, kl_in_reward_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 #: key -> an existing path for it (filled by the autouse fixture below)
@@ -136,12 +138,12 @@ def test_env_range_errors_are_the_agent_loops_messages(override):
     [
         ("env.name=alfwrold", "env.name='alfwrold' is not a registered environment; known environments: "),
         ("env.name=null", "env.name=None is not a registered environment"),
-        ("env.max_steps=2.5", "env.max_steps must be a whole number >= 1, got 2.5 (float)"),
-        ("env.max_steps=ten", "env.max_steps must be a whole number >= 1, got 'ten' (str)"),
-        ("env.history_length=true", "env.history_length must be a whole number >= 0, got True (bool)"),
-        ("env.invalid_action_penalty=nan", "env.invalid_action_penalty must be a finite number >= 0"),
-        ("env.invalid_action_penalty=inf", "env.invalid_action_penalty must be a finite number >= 0"),
-        ("env.invalid_action_penalty=high", "env.invalid_action_penalty must be a finite number >= 0"),
+        ("env.max_steps=2.5", "env.max_steps=2.5 must be a whole number >= 1 (steps per episode)"),
+        ("env.max_steps=ten", "env.max_steps='ten' must be a whole number >= 1 (steps per episode)"),
+        ("env.history_length=true", "env.history_length=True must be a whole number >= 0 (past steps shown"),
+        ("env.invalid_action_penalty=nan", "env.invalid_action_penalty=nan must be a finite number >= 0"),
+        ("env.invalid_action_penalty=inf", "env.invalid_action_penalty=inf must be a finite number >= 0"),
+        ("env.invalid_action_penalty=high", "env.invalid_action_penalty='high' must be a finite number >= 0"),
         ("env.kwargs=3", "env.kwargs must be a mapping of environment constructor arguments"),
         ("+env.kwargs.max_steps=9", "env.kwargs.max_steps is set by the agent loop from env.max_steps"),
         ("+env.kwargs.key_mode=state", "env.kwargs.key_mode is set by the agent loop from algorithm.gigpo.key_mode"),
@@ -258,3 +260,72 @@ def test_invalid_action_rule_is_read_by_the_agent_loop_and_named_when_wrong():
     assert episode_config_from(compose_gigpo(["env.invalid_action=format"])).invalid_action == "format"
     [problem] = config_problems(compose_gigpo(["env.invalid_action=Format"]))
     assert problem.startswith("env.invalid_action must be one of ['admissible', 'format'] (") and "'Format'" in problem
+
+
+# ---------------------------------------------------------------- one rule, both engines (verl_gigpo.rules)
+
+
+def local_message(override: str) -> str:
+    """The ValueError message of the local engine's config check (run before a model loads) for one override."""
+    with pytest.raises(ValueError) as info:
+        load_config([override])
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("override", "head"),
+    [
+        ("env.invalid_action_penalty=-0.5", "env.invalid_action_penalty=-0.5 must be a finite number >= 0 (subtracted"),
+        ("env.invalid_action_penalty=-1", "env.invalid_action_penalty=-1 must be a finite number >= 0"),
+        ("env.max_steps=0", "env.max_steps=0 must be a whole number >= 1 (steps per episode)"),
+        ("env.max_steps=2.5", "env.max_steps=2.5 must be a whole number >= 1"),
+        ("env.history_length=-1", "env.history_length=-1 must be a whole number >= 0"),
+        ("actor_rollout_ref.rollout.n=0", "actor_rollout_ref.rollout.n=0 must be a whole number >= 1 (episodes per"),
+        ("algorithm.use_kl_in_reward=2", "algorithm.use_kl_in_reward=2 must be true or false"),
+        (
+            "algorithm.use_kl_in_reward=true",
+            "algorithm.use_kl_in_reward=True is not supported with algorithm.adv_estimator=gigpo: its rewards are per "
+            "environment step, not per token; set algorithm.use_kl_in_reward=false and use the KL loss instead: "
+            "actor_rollout_ref.actor.use_kl_loss=true",
+        ),
+    ],
+)
+def test_both_engines_reject_a_rule_with_the_same_message(override, head):
+    """verl's preflight (before Ray) and the local engine's config check (before a model loads) apply the same rule
+    and say the same words, naming the key as the user typed it."""
+    local = local_message(override)
+    assert local.startswith(head)
+    assert config_problems(compose_gigpo([override])) == [local]
+
+
+def test_a_negative_penalty_is_refused_before_the_agent_loop_would():
+    """What the agent loop's reader would say later (EpisodeConfig, same rule) is what preflight says first."""
+    cfg = compose_gigpo(["env.invalid_action_penalty=-0.5"])
+    assert config_problems(cfg) == [reader_message(episode_config_from, cfg)]
+
+
+def test_kl_in_reward_is_refused_only_where_it_cannot_apply():
+    """verl's own estimators apply a KL penalty per token (verl's apply_kl_penalty): allowed there with grpo; the
+    local engine has no KL in the reward for any estimator."""
+    override = ["algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=true"]
+    assert config_problems(compose_gigpo(override)) == []
+    with pytest.raises(ValueError) as info:
+        load_config(override)
+    assert str(info.value) == kl_in_reward_problem(True, "grpo", local_engine=True)
+    assert str(info.value).startswith("algorithm.use_kl_in_reward=True: the local engine puts no KL penalty into")
+    for method in ("gigpo", "hgpo", "graphgpo", "g2po"):
+        cfg = compose_gigpo([f"algorithm.adv_estimator={method}", "algorithm.use_kl_in_reward=true"])
+        assert config_problems(cfg) == [kl_in_reward_problem(True, method)]
+
+
+def test_an_unknown_estimator_is_named_by_both_engines_with_what_each_runs():
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+
+    local = local_message("algorithm.adv_estimator=gipgo")
+    assert local == estimator_problem("gipgo", ESTIMATORS, engine="the local engine")
+    [problem] = config_problems(compose_gigpo(["algorithm.adv_estimator=gipgo"]))
+    known = sorted(ADV_ESTIMATOR_REGISTRY)
+    assert "gigpo" in known and "gae" in known  # verl's own and the plug-in's
+    assert problem == estimator_problem("gipgo", known, engine="verl (its registry, this plug-in's included)")
+    head = "algorithm.adv_estimator='gipgo' is not an advantage estimator of "
+    assert local.startswith(head) and problem.startswith(head)

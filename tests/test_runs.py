@@ -422,11 +422,11 @@ def test_search_files_are_checked_through_the_environments_hook(tmp_path, files)
 @pytest.mark.parametrize(
     ("override", "start"),
     [
-        ("env.max_steps=0", "env.max_steps must be a positive int, got 0"),
-        ("env.history_length=-1", "env.history_length must be an int >= 0"),
-        ("env.invalid_action_penalty=-5", "env.invalid_action_penalty is subtracted from the reward"),
-        ("data.max_prompt_length=0", "data.max_prompt_length must be a positive int"),
-        ("data.max_response_length=0", "data.max_response_length must be a positive int"),
+        ("env.max_steps=0", "env.max_steps=0 must be a whole number >= 1 (steps per episode)"),
+        ("env.history_length=-1", "env.history_length=-1 must be a whole number >= 0"),
+        ("env.invalid_action_penalty=-5", "env.invalid_action_penalty=-5 must be a finite number >= 0 (subtracted"),
+        ("data.max_prompt_length=0", "data.max_prompt_length=0 must be a whole number >= 1"),
+        ("data.max_response_length=0", "data.max_response_length=0 must be a whole number >= 1"),
         ("algorithm.gigpo.step_advantage_w=-1", "algorithm.gigpo.step_advantage_w=-1 must be a finite number >= 0"),
         ("algorithm.gamma=-0.5", "algorithm.gamma=-0.5 must be a number in [0, 1]"),
         ("algorithm.gigpo.norm=foo", "algorithm.gigpo.norm='foo' is not a norm"),
@@ -444,7 +444,7 @@ def test_the_agent_loops_reader_names_the_keys_too(files):
     """Launched past preflight (verl's own entry point), the agent loop's reader gives the same key names."""
     from verl_gigpo.agent_loop import episode_config_from
 
-    with pytest.raises(ValueError, match=r"^env\.max_steps must be a positive int, got 0"):
+    with pytest.raises(ValueError, match=r"^env\.max_steps=0 must be a whole number >= 1 \(steps per episode\)"):
         episode_config_from(compose_gigpo(["env.max_steps=0"], files))
 
 

@@ -65,3 +65,88 @@ def test_settings_defaults_match_the_reference_implementation():
 def test_settings_errors_name_the_key(node, message):
     with pytest.raises(ValueError, match=message):
         UpdateSettings.from_config(_cfg(node))
+
+
+# ------------------------------------------------------------------ the update_actor swap, through verl's own method
+class _WorkerGroup:
+    """Stands in for verl's RayWorkerGroup (the remote workers are not under test): like it, binds ``update_actor``
+    on the instance, and records the ``extra_info`` each call receives."""
+
+    def __init__(self):
+        self.calls: list[dict] = []
+
+        def update_actor(data):
+            self.calls.append(dict(data.extra_info))
+            return {"metrics": {"mfu": 0.5, "pg_loss": 1.0}}
+
+        self.update_actor = update_actor
+
+
+def _trainer_without_workers(plan: MiniBatchPlan | None, *, shuffle: bool = True):
+    """A GiGPOTrainerSync with only what verl's ``_update_actor`` reads (no Ray, no model): the config, the worker
+    group and the plan."""
+    from verl_gigpo.trainer import GiGPOTrainerSync
+
+    trainer = object.__new__(GiGPOTrainerSync)
+    trainer.config = OmegaConf.create(
+        {
+            "actor_rollout_ref": {
+                "actor": {
+                    "ppo_mini_batch_size": 2,
+                    "calculate_entropy": False,
+                    "entropy_coeff": 0.0,
+                    "ppo_epochs": 1,
+                    "data_loader_seed": 1,
+                    "shuffle": False,
+                },
+                "rollout": {"n": 4, "temperature": 1.0},
+            }
+        }
+    )
+    trainer.actor_rollout_wg = _WorkerGroup()
+    trainer.mini_batch_plan = plan
+    trainer.update_settings = UpdateSettings(mini_batch_rows=None if plan is None else 256, shuffle_rows=shuffle)
+    return trainer
+
+
+def test_planned_rows_reach_update_actor_through_verls_update_actor():
+    """verl's _update_actor (trainer_base.py:1847-1860) writes ppo_mini_batch_size * rollout.n = 8 rows; the plan's
+    size and shuffle flag are what update_actor receives, and verl's own method is back afterwards."""
+    from transfer_queue import KVBatchMeta
+
+    plan = plan_mini_batches(rows=100, max_rows=30, multiple=1)
+    trainer = _trainer_without_workers(plan, shuffle=True)
+    original = trainer.actor_rollout_wg.update_actor
+    metrics: dict = {}
+    trainer._update_actor(KVBatchMeta(), metrics)
+    [info] = trainer.actor_rollout_wg.calls
+    assert info["global_batch_size"] == info["mini_batch_size"] == plan.mini_batch_rows == 25
+    assert info["dataloader_kwargs"] == {"shuffle": True}
+    assert info["epochs"] == 1 and info["temperature"] == 1.0  # verl's other entries untouched
+    assert metrics["update/num_mini_batches"] == 4.0 and metrics["actor/pg_loss"] == 1.0
+    assert trainer.actor_rollout_wg.update_actor is original
+
+
+def test_without_a_plan_verl_splits_by_tasks():
+    from transfer_queue import KVBatchMeta
+
+    trainer = _trainer_without_workers(None)
+    trainer._update_actor(KVBatchMeta(), {})
+    [info] = trainer.actor_rollout_wg.calls
+    assert info["mini_batch_size"] == 8 and info["dataloader_kwargs"] == {"shuffle": False}  # 2 tasks * n=4
+
+
+def test_the_swap_is_undone_when_the_update_fails():
+    from transfer_queue import KVBatchMeta
+
+    from verl_gigpo.trainer import planned_update_actor
+
+    class Failing:
+        def update_actor(self, data):  # a class method, not bound on the instance
+            raise RuntimeError("worker died")
+
+    group = Failing()
+    with pytest.raises(RuntimeError, match="worker died"):
+        with planned_update_actor(group, plan_mini_batches(rows=10, max_rows=5, multiple=1), shuffle=False):
+            group.update_actor(KVBatchMeta())
+    assert "update_actor" not in vars(group)

@@ -2,12 +2,16 @@
 
     python -m verl_gigpo.main env.name=alfworld data.train_files=... data.val_files=... [overrides...]
 
-Equivalent to verl's own entry point with this package's config::
+The config is ``verl_gigpo/config/gigpo_trainer.yaml`` (verl's ``ppo_trainer`` plus the GiGPO keys). verl's own
+entry point trains with the same config and plug-in,
 
     python -m verl.trainer.main_ppo -cp pkg://verl_gigpo.config -cn gigpo_trainer [overrides...]
 
-The config is ``verl_gigpo/config/gigpo_trainer.yaml`` (verl's ``ppo_trainer`` plus the GiGPO keys). The
-difference: before verl starts Ray, this entry point
+but skips what this one does before verl starts Ray (the plug-in does not add it there: it is imported in every
+verl process, and ``python -m verl.trainer.main_ppo`` runs verl's module as ``__main__``, offering no hook on the
+composed config before Ray starts). Inside Ray the trainer mode and the agent loop still refuse a bad
+``algorithm.gigpo.*``, ``env.*`` or ``algorithm.use_kl_in_reward`` with the same messages, but only after Ray and
+TransferQueue have started. Before Ray, this entry point
 
 1. checks that the plug-in really registered itself into verl (verl hides plug-in import errors);
 2. checks the config (:func:`verl_gigpo.preflight.preflight`: the GiGPO keys, the model, data and environment

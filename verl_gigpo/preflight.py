@@ -1,16 +1,20 @@
 """Driver-side checks of the composed Hydra config, run by ``python -m verl_gigpo.main`` before verl starts Ray.
 
 verl reads ``algorithm.gigpo.*`` and ``env.*`` only inside its Ray actors (the trainer mode, the agent-loop
-workers), so a typo there used to surface minutes after launch, deep in a Ray traceback, or never (a key added
-with ``+`` that nothing reads). :func:`preflight` checks the whole GiGPO part of the config on the driver:
+workers), so without this check a typo there surfaces minutes after launch, deep in a Ray traceback, or never (a
+key added with ``+`` that nothing reads). :func:`preflight` checks the whole GiGPO part of the config on the driver:
 
+* the rules both engines check (:mod:`verl_gigpo.rules`, the local engine's config check uses them too):
+  ``actor_rollout_ref.rollout.n``, ``env.max_steps``, ``env.history_length``, ``env.invalid_action_penalty`` (a
+  finite number >= 0), ``algorithm.use_kl_in_reward`` (refused with a step-credit estimator, whose rewards are
+  per step) and ``algorithm.adv_estimator`` (one of verl's registry);
 * the supported path: verl's V1 trainer (``trainer.use_v1=true``) with verl's own TransferQueue agent-loop
   manager, and ``trainer.v1.trainer_mode=gigpo_sync`` for ``adv_estimator=gigpo``;
 * ``algorithm.gigpo.*`` through :meth:`GiGPOConfig.from_algorithm` and ``env.*`` through
   :func:`verl_gigpo.agent_loop.episode_config_from` — the readers the trainer mode and the agent loop use, so the
   messages are the ones those components would give later; plus what those readers let through: keys nothing
   reads (``algorithm.gigpo.gamma``, ``env.<typo>``), an ``env.name`` that is neither registered nor in
-  ``env.registry``, a non-integer step count, a non-finite penalty, an ``env.kwargs`` that is not a mapping;
+  ``env.registry``, an ``env.kwargs`` that is not a mapping;
 * ``trainer.credit_log_*`` (per-step credit records) through :meth:`verl_gigpo.credit.CreditLogOptions.from_trainer`;
 * the files a run needs (:func:`file_problems`): ``actor_rollout_ref.model.path`` (an existing folder with a
   ``config.json``, or a Hugging Face hub id, which with ``HF_HUB_OFFLINE=1`` must be in the local cache),
@@ -27,7 +31,6 @@ size of 1) are logged.
 from __future__ import annotations
 
 import logging
-import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,9 +41,10 @@ from omegaconf import DictConfig, OmegaConf
 from environments import env_class, list_envs
 from verl_gigpo import AGENT_LOOP_NAME, STEP_CREDIT_ESTIMATORS, TRAINER_MODE
 from verl_gigpo.agent_loop import episode_config_from
-from verl_gigpo.config import GiGPOConfig, group_size_warning
+from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit import CreditLogOptions
 from verl_gigpo.rollout.execution import EnvExecution
+from verl_gigpo.rules import RANGES, SHARED_KEYS, estimator_problem, group_size_warning, kl_in_reward_problem
 
 __all__ = ["ENV_KEYS", "GiGPOConfigError", "config_problems", "config_warnings", "file_problems", "preflight"]
 
@@ -98,7 +102,7 @@ def config_problems(config: Any) -> list[str]:
     """
     if not isinstance(config, DictConfig):
         config = OmegaConf.create(config)
-    problems = _path_problems(config)
+    problems = _path_problems(config) + _rule_problems(config)
     gigpo_problems = _gigpo_problems(config.get("algorithm", None))
     env_problems, env_readable = _env_problems(config.get("env", None))
     problems += gigpo_problems + env_problems
@@ -113,7 +117,8 @@ def config_problems(config: Any) -> list[str]:
     except ValueError as exc:
         problems.append(str(exc))
     if not gigpo_problems and env_readable:
-        # the agent loop's own reader: env section present, integer ranges, penalty >= 0, prompt/response lengths
+        # the agent loop's own reader: env section present, prompt/response lengths (the env.* ranges are checked
+        # above by the same rules, verl_gigpo.rules, which EpisodeConfig applies)
         try:
             episode_config_from(config)
         except (ValueError, TypeError) as exc:
@@ -277,6 +282,29 @@ def _path_problems(config: DictConfig) -> list[str]:
     return problems
 
 
+def _rule_problems(config: DictConfig) -> list[str]:
+    """The rules of :mod:`verl_gigpo.rules` that the local engine checks too, outside ``env.*``
+    (:func:`_env_problems`): the group size, ``algorithm.use_kl_in_reward`` (refused with a step-credit estimator)
+    and ``algorithm.adv_estimator`` (one that verl's registry holds, the plug-in's included)."""
+    problems = []
+    for key in SHARED_KEYS:
+        if not key.startswith("env."):
+            problem = RANGES[key].problem(OmegaConf.select(config, key, default=None))
+            if problem:
+                problems.append(problem)
+    estimator = OmegaConf.select(config, "algorithm.adv_estimator", default=None)
+    kl = kl_in_reward_problem(OmegaConf.select(config, "algorithm.use_kl_in_reward", default=False), estimator)
+    if kl and not any(p.startswith("algorithm.use_kl_in_reward=") for p in problems):
+        problems.append(kl)
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+
+    known = sorted({*ADV_ESTIMATOR_REGISTRY, *STEP_CREDIT_ESTIMATORS})
+    wrong = estimator_problem(estimator, known, engine="verl (its registry, this plug-in's included)")
+    if wrong:
+        problems.append(wrong)
+    return problems
+
+
 def _gigpo_problems(algorithm: Any) -> list[str]:
     """``algorithm.gigpo.*`` (and ``algorithm.gamma``) as the trainer mode and the agent loop read them."""
     if algorithm is None:
@@ -342,17 +370,12 @@ def _env_problems(env: Any) -> tuple[list[str], bool]:
         for key, owner in _EPISODE_OWNED_KWARGS.items():
             if key in kwargs:
                 problems.append(f"env.kwargs.{key} is set by the agent loop from {owner}; set {owner} instead")
-    type_problems = []
-    for key, least in (("max_steps", 1), ("history_length", 0)):
-        value = env.get(key, None)
-        if isinstance(value, bool) or not isinstance(value, int):
-            type_problems.append(f"env.{key} must be a whole number >= {least}, got {value!r} ({type(value).__name__})")
-    penalty = env.get("invalid_action_penalty", None)
-    if isinstance(penalty, bool) or not isinstance(penalty, int | float) or not math.isfinite(penalty):
-        type_problems.append(
-            f"env.invalid_action_penalty must be a finite number >= 0 (subtracted from the reward of a step whose "
-            f"reply holds no valid action; paper: 0.1), got {penalty!r}"
-        )
+    type_problems = []  # the env.* rules of verl_gigpo.rules (the local engine checks them too)
+    for key in SHARED_KEYS:
+        if key.startswith("env."):
+            problem = RANGES[key].problem(env.get(key.removeprefix("env."), None))
+            if problem:
+                type_problems.append(problem)
     try:  # env.step_timeout_s, env.reset_timeout_s, env.num_workers: the agent loop's own reader
         EnvExecution.from_config(env)
     except ValueError as exc:

@@ -1,7 +1,6 @@
 """The ``gigpo_sync`` verl V1 trainer mode: verl's synchronous PPO trainer with a GiGPO advantage step.
 
-Select it with ``trainer.v1.trainer_mode=gigpo_sync`` (``verl_gigpo/config/gigpo_trainer.yaml`` does). Only
-``_compute_advantage`` changes:
+Select it with ``trainer.v1.trainer_mode=gigpo_sync`` (``verl_gigpo/config/gigpo_trainer.yaml`` does). What it does:
 
 * every estimator: the rows' ``extra_fields`` (written by the ``gigpo_env_agent`` agent loop) are read from
   TransferQueue and turned into ``env/*`` and ``episode/*`` metrics;
@@ -13,15 +12,43 @@ Select it with ``trainer.v1.trainer_mode=gigpo_sync`` (``verl_gigpo/config/gigpo
 * any other estimator (``grpo``, ``rloo``, ...): verl's own ``_compute_advantage``, unchanged, on the same
   rollouts — baselines differ only in ``algorithm.adv_estimator``;
 * verl's rollout correction (``algorithm.rollout_correction.rollout_is`` / ``rollout_rs``) runs on the GiGPO path
-  too, through verl's own ``compute_rollout_correction_and_add_to_batch``, before the advantages (as verl does).
+  too, through verl's own ``compute_rollout_correction_and_add_to_batch``, before the advantages (as verl does);
+* the actor update is split by rows, not by tasks (``trainer.v1.gigpo_sync``, every estimator): verl 0.9.1 makes
+  mini-batches of ``ppo_mini_batch_size * rollout.n`` rows, which for one row per environment step means an
+  optimizer step per ~one task's trajectories (up to ~50 per ALFWorld iteration). With ``mini_batch_rows: M`` the R
+  rows of an iteration are split into ``k = ceil(R / M)`` equal mini-batches (see :func:`plan_mini_batches`),
+  shuffled across groups first (``shuffle_rows``). The reference implementation keeps ``rollout.n = 1`` (groups
+  come from its environments), so its actor takes ``ppo_mini_batch_size`` step rows per optimizer step:
+  ``M = 256`` there gives ~25 optimizer steps for a 6,400-row ALFWorld iteration.
 
-And the actor update is split by rows, not by tasks (``trainer.v1.gigpo_sync``, every estimator): verl 0.9.1 makes
-mini-batches of ``ppo_mini_batch_size * rollout.n`` rows, which for one row per environment step means an optimizer
-step per ~one task's trajectories (up to ~50 per ALFWorld iteration). With ``mini_batch_rows: M`` the R rows of an
-iteration are split into ``k = ceil(R / M)`` equal mini-batches (see :func:`plan_mini_batches`), shuffled across
-groups first (``shuffle_rows``). The reference implementation keeps ``rollout.n = 1`` (groups come from its
-environments), so its actor takes ``ppo_mini_batch_size`` step rows per optimizer step: ``M = 256`` there gives
-~25 optimizer steps for a 6,400-row ALFWorld iteration.
+Contract with verl. :class:`GiGPOTrainerSync` subclasses ``verl.trainer.ppo.v1.PPOTrainerSync``
+(``verl/trainer/ppo/v1/trainer_sync.py:25``) and is registered with ``register_trainer`` (``trainer_base.py:1999``).
+It overrides or wraps these members of ``PPOTrainer`` (``verl/trainer/ppo/v1/trainer_base.py``, verl 0.9.1); each
+is private to verl and may change in another release, hence the version guard (:mod:`verl_gigpo.verl_version`,
+:data:`~verl_gigpo.verl_version.SUPPORTED_VERL_VERSIONS`, checked when this module is imported):
+
+1. ``__init__`` (``trainer_base.py:120``) — wrapped: reads and checks the GiGPO config first, then verl's.
+2. ``trainer_mode`` (an attribute set at ``trainer_base.py:129``) — replaced by a property that reads ``"sync"``:
+   verl compares the attribute with the literal ``"sync"`` (``:153`` ReplayBuffer vs ReplayBufferAsync, ``:731``,
+   ``:902``, ``:912``, ``:1004``, ``:1499``) and so reads verl's ``trainer.v1.sync.*`` settings (``:130``,
+   ``:157``); the registered name is kept in ``registered_mode``.
+3. ``_build_replay_buffer`` (``trainer_base.py:139``) — wrapped: sets ``ReplayBuffer.poll_interval``
+   (``replay_buffer.py:144``, 2 s by default, no config key) from ``trainer.v1.sampler.poll_interval``.
+4. ``_balance_batch`` (``trainer_base.py:1608``) — wrapped: records the number of rows before verl pads them to
+   ``_get_required_batch_multiple`` (called at ``:1620``).
+5. ``_get_required_batch_multiple`` (``trainer_base.py:1589``) — replaced when ``mini_batch_rows`` is set (the
+   planned mini-batch size), verl's otherwise.
+6. ``_update_actor`` (``trainer_base.py:1827``) — wrapped: verl writes ``ppo_mini_batch_size * rollout.n`` into the
+   batch's ``extra_info`` (``:1847-1858``) and calls ``self.actor_rollout_wg.update_actor(batch)`` (``:1860``) with
+   no hook in between; :func:`planned_update_actor` swaps that one method on the worker group for the duration of
+   the call (verl binds it on the instance, ``verl/single_controller/base/worker_group.py:250``).
+7. ``_compute_advantage`` (``trainer_base.py:1743``) — replaced for the step-credit estimators, verl's for the
+   others; its rollout correction uses verl's condition (``:1767``) and function
+   (``verl/trainer/ppo/rollout_corr_helper.py:1013``).
+
+It reads verl's attributes ``config``, ``use_critic``, ``use_reference_policy`` (``trainer_base.py:123-124``),
+``actor_rollout_wg`` (``:328``) and ``global_steps`` (``:851``, ``:876``), and the ``is_padding`` tag of verl's
+padding rows (``verl/trainer/ppo/padding_utils.py:144``).
 """
 
 from __future__ import annotations
@@ -29,7 +56,8 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,10 +72,12 @@ from verl.workers.utils.padding import response_to_nested
 
 from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, STEP_CREDIT_ESTIMATORS, TRAINER_MODE
 from verl_gigpo.advantage import GiGPOTerms
-from verl_gigpo.config import GiGPOConfig, group_size_warning
+from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
 from verl_gigpo.rollout import metrics as rollout_metrics
 from verl_gigpo.rollout.metrics import TrajectorySummary
+from verl_gigpo.rules import group_size_warning, kl_in_reward_problem
+from verl_gigpo.verl_version import check_verl_version, installed_verl_version
 
 __all__ = [
     "GiGPOTrainerSync",
@@ -57,11 +87,14 @@ __all__ = [
     "compute_step_advantages",
     "episode_metrics",
     "plan_mini_batches",
+    "planned_update_actor",
     "step_advantage_terms",
 ]
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+
+check_verl_version(installed_verl_version())  # the overrides below were checked against these verl versions only
 
 #: extra_fields every row of the gigpo_env_agent agent loop carries.
 REQUIRED_FIELDS = ("traj_id", "step_id", "anchor_key", "step_reward", "action_valid", "won", "env_error")
@@ -324,9 +357,42 @@ def episode_metrics(steps: StepBatch) -> dict[str, float]:
     return rollout_metrics.episode_metrics(steps.trajectory_summaries())
 
 
+@contextmanager
+def planned_update_actor(worker_group: Any, plan: MiniBatchPlan, *, shuffle: bool) -> Iterator[None]:
+    """While open, ``worker_group.update_actor(data)`` runs verl's with ``plan.mini_batch_rows`` rows per
+    mini-batch and ``shuffle`` in ``data.extra_info``.
+
+    verl 0.9.1 has no extension point for this: ``PPOTrainer._update_actor``
+    (``verl/trainer/ppo/v1/trainer_base.py:1847-1858``) writes ``global_batch_size`` and ``mini_batch_size`` =
+    ``ppo_mini_batch_size * rollout.n`` and the shuffle flag into ``extra_info`` and then calls
+    ``self.actor_rollout_wg.update_actor(batch)`` (``:1860``). So the worker group's ``update_actor`` (bound on the
+    instance, ``verl/single_controller/base/worker_group.py:250``) is replaced by one that overwrites those three
+    entries, and restored on exit.
+    """
+    verl_update_actor = worker_group.update_actor
+
+    def update_actor(data: KVBatchMeta, *args: Any, **kwargs: Any) -> Any:
+        data.extra_info["global_batch_size"] = plan.mini_batch_rows
+        data.extra_info["mini_batch_size"] = plan.mini_batch_rows
+        data.extra_info["dataloader_kwargs"] = {**data.extra_info.get("dataloader_kwargs", {}), "shuffle": shuffle}
+        return verl_update_actor(data, *args, **kwargs)
+
+    own = "update_actor" in vars(worker_group)  # RayWorkerGroup binds its remote methods on the instance
+    worker_group.update_actor = update_actor
+    try:
+        yield
+    finally:
+        if own:
+            worker_group.update_actor = verl_update_actor
+        else:
+            del worker_group.update_actor
+
+
 @register_trainer(TRAINER_MODE)
 class GiGPOTrainerSync(PPOTrainerSync):
-    """verl's synchronous V1 PPO trainer whose advantage step understands GiGPO's step rows (see module doc)."""
+    """verl's synchronous V1 PPO trainer whose advantage step understands GiGPO's step rows and whose actor update
+    is split by rows; the verl members it overrides or wraps are listed, with verl's file and line, in the module
+    docstring ("Contract with verl")."""
 
     def __init__(self, config: Any):
         algorithm = config.algorithm
@@ -334,12 +400,9 @@ class GiGPOTrainerSync(PPOTrainerSync):
         credit = CreditLogOptions.from_trainer(config.trainer, estimator=algorithm.adv_estimator)
         self.credit_logger = CreditLogger(credit, config.trainer.default_local_dir)
         if algorithm.adv_estimator in STEP_CREDIT_ESTIMATORS:
-            if algorithm.get("use_kl_in_reward", False):
-                raise ValueError(
-                    f"adv_estimator={algorithm.adv_estimator} does not support algorithm.use_kl_in_reward=True "
-                    "(rewards are per step, not per token); use the KL loss instead: "
-                    "actor_rollout_ref.actor.use_kl_loss=True"
-                )
+            problem = kl_in_reward_problem(algorithm.get("use_kl_in_reward", False), algorithm.adv_estimator)
+            if problem:  # verl_gigpo.preflight says it before Ray; this covers verl's own entry point
+                raise ValueError(problem)
             self.gigpo_config = GiGPOConfig.from_algorithm(algorithm, env=config.get("env", None))
             agent = config.actor_rollout_ref.rollout.agent.default_agent_loop
             if agent != AGENT_LOOP_NAME:
@@ -351,7 +414,9 @@ class GiGPOTrainerSync(PPOTrainerSync):
                     AGENT_LOOP_NAME,
                 )
             warning = group_size_warning(
-                ESTIMATOR_NAME, config.actor_rollout_ref.rollout.n, step_advantage_w=self.gigpo_config.step_advantage_w
+                algorithm.adv_estimator,
+                config.actor_rollout_ref.rollout.n,
+                step_advantage_w=self.gigpo_config.step_advantage_w,
             )
             if warning:
                 logger.warning(warning)
@@ -434,26 +499,8 @@ class GiGPOTrainerSync(PPOTrainerSync):
         metrics["update/rows"] = float(plan.rows)
         metrics["update/mini_batch_rows"] = float(plan.mini_batch_rows)
         metrics["update/num_mini_batches"] = float(plan.num_mini_batches)
-        worker_group = self.actor_rollout_wg
-        verl_update_actor = worker_group.update_actor
-        shuffle = self.update_settings.shuffle_rows
-
-        def update_actor(data: KVBatchMeta, *args: Any, **kwargs: Any) -> Any:
-            # verl's _update_actor filled extra_info with ppo_mini_batch_size * rollout.n; the plan replaces it
-            data.extra_info["global_batch_size"] = plan.mini_batch_rows
-            data.extra_info["mini_batch_size"] = plan.mini_batch_rows
-            data.extra_info["dataloader_kwargs"] = {**data.extra_info.get("dataloader_kwargs", {}), "shuffle": shuffle}
-            return verl_update_actor(data, *args, **kwargs)
-
-        own = "update_actor" in vars(worker_group)  # RayWorkerGroup binds its remote methods on the instance
-        worker_group.update_actor = update_actor
-        try:
+        with planned_update_actor(self.actor_rollout_wg, plan, shuffle=self.update_settings.shuffle_rows):
             return super()._update_actor(batch, metrics)
-        finally:
-            if own:
-                worker_group.update_actor = verl_update_actor
-            else:
-                del worker_group.update_actor
 
     def _read_steps(self, batch: KVBatchMeta) -> tuple[StepBatch, TensorDict]:
         data = tq.kv_batch_get(

@@ -33,6 +33,7 @@ from verl_gigpo.advantage import (
     check_estimator_options,
 )
 from verl_gigpo.anchors import check_similarity_threshold
+from verl_gigpo.rules import RANGES, group_size_warning  # group_size_warning re-exported: both engines give it
 
 __all__ = ["EPISODE_STATS", "METHOD_OPTIONS", "NORMS", "STEP_CREDIT_ESTIMATORS", "GiGPOConfig", "group_size_warning"]
 
@@ -174,6 +175,9 @@ class GiGPOConfig:
             estimator = algorithm.get("adv_estimator")
             method = estimator if estimator in STEP_CREDIT_ESTIMATORS else "gigpo"
         env = {} if env is None else _as_mapping(env, "GiGPOConfig.from_algorithm(env=...)")
+        for key in {e for keys in _FROM_ENV.values() for e in keys.values()}:
+            if env.get(key) is not None:  # a bad env value is named as the env key, by its rule (verl_gigpo.rules)
+                RANGES[f"env.{key}"].check(env[key])
         sections = {
             name: _method_options(name, kind, algorithm.get(name), {k: env.get(e) for k, e in _FROM_ENV[name].items()})
             for name, kind in METHOD_OPTIONS.items()
@@ -276,36 +280,6 @@ def _algorithm_key_message(message: str) -> str:
         return message
     field = match.group(1)
     return ("algorithm.gamma" if field == "gamma" else f"algorithm.gigpo.{field}") + message[len(field) :]
-
-
-def group_size_warning(estimator: str, group_size: Any, *, step_advantage_w: Any = None) -> str | None:
-    """The warning for episode groups of one trajectory (``actor_rollout_ref.rollout.n`` = 1), saying what the
-    estimator then computes; None for groups of 2 or more (or a value the config checks reject). Both engines warn
-    with it.
-
-    * ``gigpo`` (:data:`STEP_CREDIT_ESTIMATORS`): the episode term is 0 (a one-member group); the step term still
-      compares actions taken from an anchor state that the same episode revisits, 0 elsewhere; everything is 0
-      when ``step_advantage_w`` is 0.
-    * ``grpo``/``rloo`` (verl's ``core_algos``): a one-member group has mean 0 (and std 1), so the advantage is the
-      episode's raw return, with no baseline.
-    """
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size != 1:
-        return None
-    head = "actor_rollout_ref.rollout.n=1: every episode group holds one trajectory"
-    if estimator in STEP_CREDIT_ESTIMATORS:
-        if step_advantage_w == 0:
-            return f"{head}, so the episode term is 0 and (algorithm.gigpo.step_advantage_w=0) every advantage is 0"
-        return (
-            f"{head}, so {estimator}'s episode term is 0 on every row; its step term compares only actions taken from "
-            "an anchor state that the same episode revisits, and is 0 for every other step. Groups of several "
-            "trajectories (the paper: rollout.n=8) give both terms"
-        )
-    if estimator in ("grpo", "rloo"):
-        return (
-            f"{head}: verl's {estimator} gives a one-member group mean 0, so each advantage is the episode's raw "
-            "return, with no baseline; rollout.n >= 2 gives the group baseline"
-        )
-    return None
 
 
 def _method_options(name: str, kind: type, section: Any, inherited: dict[str, Any]) -> Any:

@@ -4,8 +4,9 @@
 
 Defaults: ``verl_gigpo/config/local_trainer.yaml`` (:data:`DEFAULT_CONFIG`), with the key names of the verl
 recipes; overrides are OmegaConf dotlist items ``key=value`` and unknown keys are an error. Every numeric and
-boolean key is type- and range-checked (:func:`validate_config`), so a typo fails at once rather than after the
-first iteration; ``algorithm.gigpo.*`` and the successors' sections (``algorithm.hgpo``, ``algorithm.graphgpo``,
+boolean key is type- and range-checked (:func:`validate_config`) by the rules of :mod:`verl_gigpo.rules` (those
+verl's preflight applies to the keys both engines have), so a typo fails at once rather than after the first
+iteration; ``algorithm.gigpo.*`` and the successors' sections (``algorithm.hgpo``, ``algorithm.graphgpo``,
 ``algorithm.g2po``) are checked by :class:`verl_gigpo.config.GiGPOConfig`, ``trainer.credit_log_*`` by
 :class:`verl_gigpo.credit.CreditLogOptions`, the environment deadlines and worker processes by
 :class:`verl_gigpo.rollout.execution.EnvExecution` (the validator verl's agent loop uses).
@@ -14,7 +15,6 @@ first iteration; ``algorithm.gigpo.*`` and the successors' sections (``algorithm
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,10 +22,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from environments import list_envs
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
-from verl_gigpo.config import group_size_warning
 from verl_gigpo.credit import CreditLogOptions
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.types import check_invalid_action
+from verl_gigpo.rules import RANGES, estimator_problem, group_size_warning, kl_in_reward_problem
 
 __all__ = ["DEFAULT_CONFIG", "ESTIMATORS", "gigpo_config", "load_config", "validate_config"]
 
@@ -64,121 +64,40 @@ def load_config(overrides: Sequence[str] = (), config_path: str | Path | None = 
     return cfg
 
 
-# Every numeric and boolean key of local_trainer.yaml outside algorithm.gigpo (GiGPOConfig checks those) and
-# trainer.credit_log_* (CreditLogOptions): (kind, lowest allowed value or None, what it means). Checked before the
-# run starts, so a typo such as trainer.save_freq=abc fails at once, not after the first iteration.
-_NUMBERS: dict[str, tuple[str, float | None, str]] = {
-    "actor_rollout_ref.rollout.n": ("int", 1, "episodes per task"),
-    "actor_rollout_ref.rollout.temperature": ("float", 0.0, "sampling temperature"),
-    "actor_rollout_ref.rollout.top_p": ("float", 0.0, "nucleus sampling mass, in (0, 1]"),
-    "actor_rollout_ref.rollout.top_k": ("int", -1, "top-k sampling, -1 = off"),
-    "actor_rollout_ref.rollout.response_length": ("int", 1, "generated tokens per step"),
-    "actor_rollout_ref.rollout.val_kwargs.do_sample": ("bool", None, "sample in validation"),
-    "actor_rollout_ref.rollout.val_kwargs.temperature": ("float", 0.0, "validation temperature"),
-    "actor_rollout_ref.rollout.val_kwargs.n": ("int", 1, "validation episodes per task"),
-    "actor_rollout_ref.actor.optim.lr": ("float", 0.0, "learning rate"),
-    "actor_rollout_ref.actor.optim.weight_decay": ("float", 0.0, "AdamW weight decay"),
-    "actor_rollout_ref.actor.clip_ratio": ("float", 0.0, "PPO clip range"),
-    "actor_rollout_ref.actor.ppo_epochs": ("int", 1, "passes over each iteration's rows"),
-    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": ("int", 1, "sequences per micro-batch"),
-    "actor_rollout_ref.actor.grad_clip": ("float", 0.0, "gradient-norm clipping"),
-    "actor_rollout_ref.actor.use_kl_loss": ("bool", None, "KL loss to the initial model"),
-    "actor_rollout_ref.actor.kl_loss_coef": ("float", 0.0, "KL loss coefficient"),
-    "actor_rollout_ref.actor.entropy_coeff": ("float", None, "entropy bonus coefficient"),
-    "data.train_batch_size": ("int", 1, "tasks per iteration"),
-    "data.max_prompt_length": ("int", 1, "prompt token budget"),
-    "data.val_size": ("int", 0, "validation tasks, 0 = no validation"),
-    "algorithm.gamma": ("float", 0.0, "discount of R_t, in [0, 1]"),
-    "algorithm.norm_adv_by_std_in_grpo": ("bool", None, "GRPO: divide by the group std"),
-    "env.max_steps": ("int", 1, "steps per episode"),
-    "env.history_length": ("int", 0, "past steps in the prompt"),
-    "env.invalid_action_penalty": ("float", None, "penalty of an invalid action"),
-    "trainer.total_training_steps": ("int", 1, "iterations"),
-    "trainer.test_freq": ("int", None, "validate every N iterations; <= 0: start and end only"),
-    "trainer.save_freq": ("int", None, "checkpoint every N iterations; <= 0: after the last only"),
-    "trainer.seed": ("int", 0, "seed of the run"),
-    "trainer.resume": ("bool", None, "continue the run in the folder"),
-    "trainer.overwrite": ("bool", None, "delete the run in the folder first"),
-    "trainer.allow_config_change": ("bool", None, "resume with a changed config"),
-    "local.constrain_to_actions": ("bool", None, "decode action tokens only"),
-    "local.max_batch_size": ("int", 1, "requests per batched generation"),
-    "local.env_workers": ("int", 0, "environment threads, 0 = inline"),
-    "local.num_threads": ("int", 1, "torch threads, null = torch's default"),
-    "local.progress": ("bool", None, "progress bar"),
-    "local.plot": ("bool", None, "write learning_curve.png"),
-}
-_NULLABLE = frozenset({"local.num_threads"})
-
-
 def _check_numbers(cfg: DictConfig) -> None:
-    """Type and lower bound of every key of :data:`_NUMBERS`; raises ``ValueError`` naming the key, the value
-    and what the key means."""
-    for key, (kind, lowest, meaning) in _NUMBERS.items():
-        value = OmegaConf.select(cfg, key)
-        if value is None and key in _NULLABLE:
-            continue
-        is_bool = isinstance(value, bool)
-        ok = {
-            "bool": is_bool,
-            "int": isinstance(value, int) and not is_bool,
-            "float": isinstance(value, int | float) and not is_bool and math.isfinite(value),
-        }[kind]
-        if not ok:
-            what = {"bool": "true or false", "int": "an integer", "float": "a finite number"}[kind]
-            raise ValueError(f"{key} must be {what} ({meaning}), got {value!r}")
-        if lowest is not None and value < lowest:
-            raise ValueError(f"{key} must be >= {lowest:g} ({meaning}), got {value!r}")
+    """Type and range of every numeric and boolean key, by its rule in :data:`verl_gigpo.rules.RANGES` (the rules
+    verl's preflight uses for the keys both engines have); raises ``ValueError`` naming the key, the value, the
+    allowed values and what the key means."""
+    for key, rule in RANGES.items():
+        rule.check(OmegaConf.select(cfg, key))
 
 
 def validate_config(cfg: DictConfig) -> None:
-    """Check values and combinations; raise ``ValueError`` saying what to change."""
+    """Check values and combinations; raise ``ValueError`` saying what to change.
+
+    The rules are those of :mod:`verl_gigpo.rules` (the ones verl's preflight checks too: ranges,
+    ``algorithm.use_kl_in_reward``, ``algorithm.adv_estimator``, the group-size warning), then what only this
+    engine needs (a training temperature > 0, the mini-batch size, the policy loss), then the checks of the
+    components: ``trainer.credit_log_*``, ``env.invalid_action``, ``env.name``, the environment deadlines and worker
+    processes, ``algorithm.gamma`` and the estimators' sections.
+    """
     _check_numbers(cfg)
-    rollout, actor = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.actor
-    if not 0.0 < rollout.top_p <= 1.0:
-        raise ValueError(f"actor_rollout_ref.rollout.top_p must be in (0, 1], got {rollout.top_p!r}")
-    if cfg.algorithm.gamma > 1.0:
-        raise ValueError(f"algorithm.gamma must be in [0, 1], got {cfg.algorithm.gamma!r}")
-    if cfg.algorithm.adv_estimator not in ESTIMATORS:
-        raise ValueError(f"algorithm.adv_estimator={cfg.algorithm.adv_estimator!r}: the local engine runs {ESTIMATORS}")
-    positive = {
-        "actor_rollout_ref.rollout.n": rollout.n,
-        "actor_rollout_ref.rollout.response_length": rollout.response_length,
-        "actor_rollout_ref.rollout.val_kwargs.n": rollout.val_kwargs.n,
-        "actor_rollout_ref.actor.ppo_epochs": actor.ppo_epochs,
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": actor.ppo_micro_batch_size_per_gpu,
-        "data.train_batch_size": cfg.data.train_batch_size,
-        "data.max_prompt_length": cfg.data.max_prompt_length,
-        "env.max_steps": cfg.env.max_steps,
-        "trainer.total_training_steps": cfg.trainer.total_training_steps,
-        "local.max_batch_size": cfg.local.max_batch_size,
-    }
-    for key, value in positive.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{key} must be a positive integer, got {value!r}")
-    if not isinstance(cfg.local.env_workers, int) or cfg.local.env_workers < 0:
-        raise ValueError(f"local.env_workers must be an integer >= 0 (0 = inline), got {cfg.local.env_workers!r}")
-    if not isinstance(cfg.data.val_size, int) or cfg.data.val_size < 0:
-        raise ValueError(f"data.val_size must be an integer >= 0 (0 = no validation), got {cfg.data.val_size!r}")
-    mini = actor.ppo_mini_batch_size
-    if mini is not None and (not isinstance(mini, int) or not 1 <= mini <= cfg.data.train_batch_size):
-        raise ValueError(
-            f"actor_rollout_ref.actor.ppo_mini_batch_size={mini!r} must be null or in [1, data.train_batch_size]"
-        )
-    warning = group_size_warning(
-        cfg.algorithm.adv_estimator, rollout.n, step_advantage_w=cfg.algorithm.gigpo.get("step_advantage_w")
-    )
-    if warning:
-        logger.warning(warning)
-    if not float(actor.optim.lr) > 0:
-        raise ValueError(f"actor_rollout_ref.actor.optim.lr must be > 0, got {actor.optim.lr!r}")
-    if not float(actor.clip_ratio) > 0:
-        raise ValueError(f"actor_rollout_ref.actor.clip_ratio must be > 0, got {actor.clip_ratio!r}")
-    if rollout.temperature < 0 or rollout.val_kwargs.temperature < 0:
-        raise ValueError("rollout temperatures must be >= 0 (0 = greedy)")
+    rollout, actor, algorithm = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.actor, cfg.algorithm
+    for problem in (
+        estimator_problem(algorithm.adv_estimator, ESTIMATORS, engine="the local engine"),
+        kl_in_reward_problem(algorithm.use_kl_in_reward, algorithm.adv_estimator, local_engine=True),
+    ):
+        if problem:
+            raise ValueError(problem)
     if rollout.temperature == 0:
         raise ValueError(
             "actor_rollout_ref.rollout.temperature=0 makes every episode of a group identical (nothing to compare); "
             "use a temperature > 0 for training (val_kwargs.do_sample=false gives greedy validation)"
+        )
+    mini = actor.ppo_mini_batch_size
+    if mini is not None and (not isinstance(mini, int) or not 1 <= mini <= cfg.data.train_batch_size):
+        raise ValueError(
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={mini!r} must be null or in [1, data.train_batch_size]"
         )
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
@@ -192,7 +111,12 @@ def validate_config(cfg: DictConfig) -> None:
             f"{', '.join(sorted(known))} (add yours with env.registry.<name>=package.module:Class)"
         )
     EnvExecution.from_config(cfg.env)  # env.step_timeout_s, env.reset_timeout_s, env.num_workers: raises naming the key
-    gigpo_config(cfg)  # validates algorithm.gigpo.* and the successors' sections, whichever estimator runs
+    gigpo_config(cfg)  # validates algorithm.gamma, algorithm.gigpo.* and the successors' sections, whichever estimator
+    warning = group_size_warning(
+        algorithm.adv_estimator, rollout.n, step_advantage_w=algorithm.gigpo.get("step_advantage_w")
+    )
+    if warning:
+        logger.warning(warning)
 
 
 def gigpo_config(cfg: DictConfig):

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from environments.base import INVALID_ACTION_RULES
+from verl_gigpo.rules import RANGES
 
 __all__ = [
     "OBSERVATION_CHARS_PER_PROMPT_TOKEN",
@@ -25,6 +26,15 @@ __all__ = [
 #: the kept tail still holds about twice the prompt budget: a cut observation's prompt is cut from the left anyway
 #: and keeps the same end, while a huge observation costs bounded tokenising time.
 OBSERVATION_CHARS_PER_PROMPT_TOKEN = 8
+
+#: EpisodeConfig field -> the config key whose rule (:data:`verl_gigpo.rules.RANGES`) it obeys
+_EPISODE_RULES = {
+    "max_steps": "env.max_steps",
+    "history_length": "env.history_length",
+    "max_prompt_length": "data.max_prompt_length",
+    "max_response_length": "actor_rollout_ref.rollout.response_length",
+    "invalid_action_penalty": "env.invalid_action_penalty",
+}
 
 _RULE_MEANINGS = {
     "admissible": "a reply is invalid, penalised and not executed unless it names an action admissible now",
@@ -89,17 +99,8 @@ class EpisodeConfig:
     invalid_action: str = "admissible"
 
     def __post_init__(self) -> None:
-        for name in ("max_steps", "max_prompt_length", "max_response_length"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"EpisodeConfig.{name} must be a positive int, got {value!r}")
-        if not isinstance(self.history_length, int) or self.history_length < 0:
-            raise ValueError(f"EpisodeConfig.history_length must be an int >= 0, got {self.history_length!r}")
-        if self.invalid_action_penalty < 0:
-            raise ValueError(
-                f"EpisodeConfig.invalid_action_penalty is subtracted from the reward; give a value >= 0, "
-                f"got {self.invalid_action_penalty!r}"
-            )
+        for name, key in _EPISODE_RULES.items():  # the config rules, naming the field (the agent loop maps it back)
+            RANGES[key].check(getattr(self, name), key=f"EpisodeConfig.{name}")
         check_invalid_action(self.invalid_action)
 
     @property

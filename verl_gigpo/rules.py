@@ -1,0 +1,250 @@
+"""The configuration rules both engines check, each written once, with the key as the user types it.
+
+Callers:
+
+* verl's path: :func:`verl_gigpo.preflight.preflight` on the driver, before Ray starts (``python -m verl_gigpo.main``);
+  the trainer mode :class:`verl_gigpo.trainer.GiGPOTrainerSync` (``algorithm.use_kl_in_reward``, the group-size
+  warning) and the agent loop's :class:`~verl_gigpo.rollout.types.EpisodeConfig` (the ``env.*`` ranges) inside Ray;
+* the local engine: :func:`verl_gigpo.local.config.validate_config`, before a model loads.
+
+A rule gives a message (or None); the callers decide whether to raise, collect or log it. The message of a rule is
+the same on both engines: it names the key (``env.invalid_action_penalty``), the value, the allowed values and what
+the key means or what to do instead.
+
+* :data:`RANGES` — type and range of every numeric and boolean key (:class:`Range`); :data:`SHARED_KEYS` — those
+  that exist with the same meaning in verl's config and the local engine's, and so are checked by both;
+* :func:`kl_in_reward_problem` — ``algorithm.use_kl_in_reward`` and the estimator;
+* :func:`estimator_problem` — ``algorithm.adv_estimator`` against the estimators an engine runs;
+* :func:`group_size_warning` — the warning for ``actor_rollout_ref.rollout.n=1``.
+
+The options of the estimators themselves (``algorithm.gamma``, ``algorithm.gigpo.*``, ``algorithm.<successor>.*``)
+are the estimator's own check (:class:`verl_gigpo.config.GiGPOConfig`), which both engines call.
+
+This module imports only the standard library: :mod:`verl_gigpo.rollout.types` uses it, and environment worker
+processes import that.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from verl_gigpo import STEP_CREDIT_ESTIMATORS
+
+__all__ = [
+    "RANGES",
+    "SHARED_KEYS",
+    "Range",
+    "estimator_problem",
+    "group_size_warning",
+    "kl_in_reward_problem",
+]
+
+_KINDS = ("bool", "int", "float")
+
+
+@dataclass(frozen=True)
+class Range:
+    """The rule of one numeric or boolean config key: its type, its allowed range and what it means.
+
+    Attributes:
+        key: the config key as the user types it (``env.invalid_action_penalty``).
+        kind: ``"bool"`` (true or false), ``"int"`` (a whole number, not a bool) or ``"float"`` (a finite real
+            number, not a bool; an int is accepted).
+        meaning: what the key means, shown in the message.
+        low, high: the bounds (None: unbounded on that side); ``low_open`` makes the lower bound strict.
+        nullable: null (None) is allowed too.
+    """
+
+    key: str
+    kind: str
+    meaning: str
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    nullable: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in _KINDS:
+            raise ValueError(f"Range({self.key}).kind={self.kind!r}: use one of {list(_KINDS)}")
+
+    @property
+    def allowed(self) -> str:
+        """The allowed values in words, e.g. ``"a whole number >= 1"``, ``"a number in (0, 1]"``."""
+        if self.kind == "bool":
+            text = "true or false"
+        else:
+            noun = "a whole number" if self.kind == "int" else "a finite number"
+            lower = None if self.low is None else f"{'>' if self.low_open else '>='} {self.low:g}"
+            if self.high is not None and self.low is not None:
+                text = f"a number in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
+            elif self.high is not None:
+                text = f"{noun} <= {self.high:g}"
+            else:
+                text = f"{noun} {lower}" if lower else noun
+        return f"{text} or null" if self.nullable else text
+
+    def problem(self, value: Any, *, key: str | None = None) -> str | None:
+        """None when ``value`` obeys the rule, else ``"<key>=<value> must be <allowed> (<meaning>)"``; ``key``
+        replaces :attr:`key` in the message (a dataclass field checked with this rule names itself)."""
+        if value is None and self.nullable:
+            return None
+        if self._ok(value):
+            return None
+        return f"{key or self.key}={value!r} must be {self.allowed} ({self.meaning})"
+
+    def check(self, value: Any, *, key: str | None = None) -> Any:
+        """``value`` unchanged when it obeys the rule; else ``ValueError`` with :meth:`problem`'s message."""
+        message = self.problem(value, key=key)
+        if message is not None:
+            raise ValueError(message)
+        return value
+
+    def _ok(self, value: Any) -> bool:
+        is_bool = isinstance(value, bool)
+        if self.kind == "bool":
+            return is_bool
+        if is_bool or not isinstance(value, int | float) or (self.kind == "int" and not isinstance(value, int)):
+            return False
+        if not math.isfinite(value):
+            return False
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or value <= self.high
+
+
+_RULES = (
+    # ------------------------------------------------------------ both engines (SHARED_KEYS)
+    Range("actor_rollout_ref.rollout.n", "int", "episodes per task: the group size; the paper uses 8", low=1),
+    Range("algorithm.use_kl_in_reward", "bool", "KL penalty in the reward; see kl_in_reward_problem"),
+    Range("env.max_steps", "int", "steps per episode", low=1),
+    Range("env.history_length", "int", "past steps shown in the prompt; the paper uses 2", low=0),
+    Range(
+        "env.invalid_action_penalty",
+        "float",
+        "subtracted from the reward of a step whose reply holds no valid action; the paper uses 0.1",
+        low=0,
+    ),
+    Range("data.max_prompt_length", "int", "prompt token budget", low=1),
+    Range("actor_rollout_ref.rollout.response_length", "int", "generated tokens per step", low=1),
+    # ------------------------------------------------------------ the local engine's other keys
+    Range("actor_rollout_ref.rollout.temperature", "float", "sampling temperature", low=0),
+    Range("actor_rollout_ref.rollout.top_p", "float", "nucleus sampling mass", low=0, high=1, low_open=True),
+    Range("actor_rollout_ref.rollout.top_k", "int", "top-k sampling, -1 = off", low=-1),
+    Range("actor_rollout_ref.rollout.val_kwargs.do_sample", "bool", "sample in validation"),
+    Range("actor_rollout_ref.rollout.val_kwargs.temperature", "float", "validation temperature", low=0),
+    Range("actor_rollout_ref.rollout.val_kwargs.n", "int", "validation episodes per task", low=1),
+    Range("actor_rollout_ref.actor.optim.lr", "float", "learning rate", low=0, low_open=True),
+    Range("actor_rollout_ref.actor.optim.weight_decay", "float", "AdamW weight decay", low=0),
+    Range("actor_rollout_ref.actor.clip_ratio", "float", "PPO clip range", low=0, low_open=True),
+    Range("actor_rollout_ref.actor.ppo_epochs", "int", "passes over each iteration's rows", low=1),
+    Range("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "int", "sequences per micro-batch", low=1),
+    Range("actor_rollout_ref.actor.grad_clip", "float", "gradient-norm clipping", low=0),
+    Range("actor_rollout_ref.actor.use_kl_loss", "bool", "KL loss to the initial model"),
+    Range("actor_rollout_ref.actor.kl_loss_coef", "float", "KL loss coefficient", low=0),
+    Range("actor_rollout_ref.actor.entropy_coeff", "float", "entropy bonus coefficient"),
+    Range("data.train_batch_size", "int", "tasks per iteration", low=1),
+    Range("data.val_size", "int", "validation tasks, 0 = no validation", low=0),
+    Range("algorithm.norm_adv_by_std_in_grpo", "bool", "GRPO: divide by the group std"),
+    Range("trainer.total_training_steps", "int", "iterations", low=1),
+    Range("trainer.test_freq", "int", "validate every N iterations; <= 0: start and end only"),
+    Range("trainer.save_freq", "int", "checkpoint every N iterations; <= 0: after the last only"),
+    Range("trainer.seed", "int", "seed of the run", low=0),
+    Range("trainer.resume", "bool", "continue the run in the folder"),
+    Range("trainer.overwrite", "bool", "delete the run in the folder first"),
+    Range("trainer.allow_config_change", "bool", "resume with a changed config"),
+    Range("local.constrain_to_actions", "bool", "decode action tokens only"),
+    Range("local.max_batch_size", "int", "requests per batched generation", low=1),
+    Range("local.env_workers", "int", "environment threads, 0 = inline", low=0),
+    Range("local.num_threads", "int", "torch threads, null = torch's default", low=1, nullable=True),
+    Range("local.progress", "bool", "progress bar"),
+    Range("local.plot", "bool", "write learning_curve.png"),
+)
+
+RANGES: dict[str, Range] = {rule.key: rule for rule in _RULES}
+"""config key -> its :class:`Range`: every numeric and boolean key of the local engine's
+``local_trainer.yaml`` outside ``algorithm.gamma``, ``algorithm.gigpo`` and the successors' sections (the
+estimator's check) and ``trainer.credit_log_*`` (:class:`verl_gigpo.credit.CreditLogOptions`)."""
+
+SHARED_KEYS = (
+    "actor_rollout_ref.rollout.n",
+    "algorithm.use_kl_in_reward",
+    "env.max_steps",
+    "env.history_length",
+    "env.invalid_action_penalty",
+)
+"""The keys of :data:`RANGES` that verl's preflight checks too (same key, same meaning on both engines). The prompt
+and response lengths are checked on verl's path through :class:`~verl_gigpo.rollout.types.EpisodeConfig`, whose
+fields use the rules of ``data.max_prompt_length`` and ``actor_rollout_ref.rollout.response_length``."""
+
+
+def kl_in_reward_problem(use_kl_in_reward: Any, estimator: Any, *, local_engine: bool = False) -> str | None:
+    """The rule of ``algorithm.use_kl_in_reward``: None when it may be set, else the message.
+
+    A KL penalty in the reward (verl's ``apply_kl_penalty``) is per token; the step-credit estimators
+    (:data:`verl_gigpo.STEP_CREDIT_ESTIMATORS`) read one reward per environment step, so they refuse it on both
+    engines. The local engine has no KL penalty in the reward for any estimator (``local_engine=True``). The KL
+    loss (``actor_rollout_ref.actor.use_kl_loss``) is what to use instead.
+
+    Args:
+        use_kl_in_reward: the value of ``algorithm.use_kl_in_reward`` (None or false: nothing to check).
+        estimator: ``algorithm.adv_estimator``.
+        local_engine: the caller is the local engine.
+    """
+    if not use_kl_in_reward:
+        return None
+    instead = (
+        "set algorithm.use_kl_in_reward=false and use the KL loss instead: actor_rollout_ref.actor.use_kl_loss=true "
+        "(strength actor_rollout_ref.actor.kl_loss_coef)"
+    )
+    if estimator in STEP_CREDIT_ESTIMATORS:
+        return (
+            f"algorithm.use_kl_in_reward={use_kl_in_reward!r} is not supported with algorithm.adv_estimator="
+            f"{estimator}: its rewards are per environment step, not per token; {instead}"
+        )
+    if local_engine:
+        return (
+            f"algorithm.use_kl_in_reward={use_kl_in_reward!r}: the local engine puts no KL penalty into rewards; "
+            f"{instead}"
+        )
+    return None
+
+
+def estimator_problem(estimator: Any, known: Sequence[str], *, engine: str) -> str | None:
+    """The rule of ``algorithm.adv_estimator``: None when ``estimator`` is one of ``known`` (the estimators of
+    ``engine``, e.g. ``"the local engine"``), else the message listing them."""
+    if isinstance(estimator, str) and estimator in known:
+        return None
+    return f"algorithm.adv_estimator={estimator!r} is not an advantage estimator of {engine}; use one of {list(known)}"
+
+
+def group_size_warning(estimator: str, group_size: Any, *, step_advantage_w: Any = None) -> str | None:
+    """The warning for episode groups of one trajectory (``actor_rollout_ref.rollout.n`` = 1), saying what the
+    estimator then computes; None for groups of 2 or more (or a value the config checks reject). Both engines warn
+    with it.
+
+    * the step-credit estimators (:data:`verl_gigpo.STEP_CREDIT_ESTIMATORS`): the episode term is 0 (a one-member
+      group); the step term still compares actions taken from an anchor state that the same episode revisits, 0
+      elsewhere; everything is 0 when ``step_advantage_w`` is 0.
+    * ``grpo``/``rloo`` (verl's ``core_algos``): a one-member group has mean 0 (and std 1), so the advantage is the
+      episode's raw return, with no baseline.
+    """
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size != 1:
+        return None
+    head = "actor_rollout_ref.rollout.n=1: every episode group holds one trajectory"
+    if estimator in STEP_CREDIT_ESTIMATORS:
+        if step_advantage_w == 0:
+            return f"{head}, so the episode term is 0 and (algorithm.gigpo.step_advantage_w=0) every advantage is 0"
+        return (
+            f"{head}, so {estimator}'s episode term is 0 on every row; its step term compares only actions taken from "
+            "an anchor state that the same episode revisits, and is 0 for every other step. Groups of several "
+            "trajectories (the paper: rollout.n=8) give both terms"
+        )
+    if estimator in ("grpo", "rloo"):
+        return (
+            f"{head}: verl's {estimator} gives a one-member group mean 0, so each advantage is the episode's raw "
+            "return, with no baseline; rollout.n >= 2 gives the group baseline"
+        )
+    return None
