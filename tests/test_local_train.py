@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from verl_gigpo.local.batch import LocalBatch
 from verl_gigpo.local.train import LocalTrainer, load_config, main
 from verl_gigpo.local.update import PPOActor
+from verl_gigpo.rollout.step_rows import StepBatch
 
 # An easy gridnav variant (3x3, no walls, goal 1-2 steps away, 4 steps): a random policy wins about half the
 # episodes, so groups have mixed outcomes and the advantages are not all zero.
@@ -143,17 +143,21 @@ def test_shared_forwards_give_each_row_its_plain_forward_logprobs_cpu(tiny_model
             cols = [allowed.index(t) for t in response] if allowed is not None else response
             expected.append(logp.gather(-1, torch.tensor(cols)[:, None]).squeeze(-1).tolist())
     n = len(prompts)
-    batch = LocalBatch(
+    batch = StepBatch(
+        group_ids=np.array(["t0", "t0", "t1", "t1", "t2", "t2"], dtype=object),
+        traj_ids=np.array([f"e{i}" for i in range(n)], dtype=object),
+        step_ids=np.zeros(n, dtype=np.int64),
+        anchor_keys=np.array(["s"] * n, dtype=object),
+        step_rewards=np.zeros(n),
+        action_valid=np.ones(n, dtype=bool),
+        won=np.zeros(n, dtype=bool),
+        env_error=np.zeros(n, dtype=bool),
+        task_types=np.array([None] * n, dtype=object),
+        history_dropped=np.zeros(n, dtype=np.int64),
+        row_mask=np.ones(n, dtype=bool),
         prompts=prompts,
         responses=responses,
         rollout_logprobs=expected,
-        rewards=np.zeros(n),
-        group_ids=np.array([0, 0, 1, 1, 2, 2]),
-        traj_ids=np.arange(n),
-        step_ids=np.zeros(n, dtype=np.int64),
-        anchor_keys=np.array(["s"] * n, dtype=object),
-        traj_returns=np.zeros(n),
-        traj_groups=np.array([0, 0, 1, 1, 2, 2]),
     )
     actor_cfg = load_config(["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"]).actor_rollout_ref.actor
     actor = PPOActor(model, actor_cfg, pad_token_id=tok.pad_token_id, device=torch.device("cpu"), allowed_ids=allowed)

@@ -100,7 +100,6 @@ from omegaconf import DictConfig, OmegaConf
 from environments import register_envs
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
-from verl_gigpo.local.batch import LocalBatch
 from verl_gigpo.local.checkpoint import (
     read_checkpoint,
     restore_rng_states,
@@ -116,6 +115,7 @@ from verl_gigpo.local.update import PPOActor
 from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, Episode, EpisodeConfig, TaskSpec, make_task_env, run_episode
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.metrics import episode_metrics, summaries_from_episodes
+from verl_gigpo.rollout.step_rows import StepBatch, UpdateSettings
 from verl_gigpo.rollout.threads import EnvThreadPool
 
 __all__ = ["DEFAULT_CONFIG", "LocalTrainer", "load_config", "main"]
@@ -148,6 +148,21 @@ def _load_model(path: str, device: torch.device, *, seed: int) -> tuple[Any, Any
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
     return tokenizer, model
+
+
+def _update_settings(cfg: DictConfig) -> UpdateSettings:
+    """How the update splits the rows (``trainer.v1.gigpo_sync``, read as verl's trainer mode reads it); warns that
+    ``ppo_mini_batch_size`` is not used when ``mini_batch_rows`` is set (verl's gigpo_sync mode ignores it too)."""
+    update = UpdateSettings.from_config(cfg)
+    tasks = cfg.actor_rollout_ref.actor.ppo_mini_batch_size
+    if update.mini_batch_rows is not None and tasks is not None:
+        logger.warning(
+            "actor_rollout_ref.actor.ppo_mini_batch_size=%s is not used: trainer.v1.gigpo_sync.mini_batch_rows=%d "
+            "splits the update by step rows (set ppo_mini_batch_size=null to silence this)",
+            tasks,
+            update.mini_batch_rows,
+        )
+    return update
 
 
 # ---------------------------------------------------------------------------------------------------- trainer
@@ -195,12 +210,16 @@ class LocalTrainer:
         )
         self.env_kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
         self.allowed_ids = self._action_token_ids() if cfg.local.constrain_to_actions else None
+        update = _update_settings(cfg)
         self.actor = PPOActor(
             self.model,
             cfg.actor_rollout_ref.actor,
             pad_token_id=self.server.pad_token_id,
             device=self.device,
             allowed_ids=self.allowed_ids,
+            mini_batch_rows=update.mini_batch_rows,
+            shuffle_rows=update.shuffle_rows,
+            seed=cfg.trainer.seed,
         )
         self.ref_model, self.optimizer = self.actor.ref_model, self.actor.optimizer
         # environment calls: local.env_workers threads (0 = inline), or, for environments that are not
@@ -272,6 +291,7 @@ class LocalTrainer:
                         tokenizer=self.tokenizer,
                         config=self.episode_config,
                         traj_id=f"{seed_parts}-{g}-{k}",
+                        group_id=f"task{g}",  # the id of the drawn task: its n episodes form one group
                         sampling_params={**params, "generator": gen},
                         executor=self.env_executor,
                         env_pool=self.env_pool,
@@ -286,7 +306,7 @@ class LocalTrainer:
         return self.loop.run_until_complete(self._play(tasks, n, params, seed_parts))
 
     # ------------------------------------------------------------------ advantages
-    def compute_advantages(self, batch: LocalBatch) -> tuple[np.ndarray, dict[str, float]]:
+    def compute_advantages(self, batch: StepBatch) -> tuple[np.ndarray, dict[str, float]]:
         """One advantage per step row (N,) and the estimator's metrics.
 
         gigpo, hgpo, graphgpo, g2po: the configured estimator, :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms`.
@@ -294,42 +314,32 @@ class LocalTrainer:
         broadcast to the trajectory's rows.
         """
         estimator = self.cfg.algorithm.adv_estimator
-        if len(batch) == 0:
-            return np.zeros(0), {}
+        self.gigpo_terms = None
+        if not batch.row_mask.any():  # no episode ran without an environment error
+            return np.zeros(len(batch)), {}
         if self.gigpo is not None:
-            terms = self.gigpo.advantage_terms(  # similarity keys merged there when key_mode=similarity
-                torch.as_tensor(batch.rewards),
-                torch.ones((len(batch), 1)),
-                batch.group_ids,
-                batch.traj_ids,
-                batch.step_ids,
-                batch.anchor_keys,
-                won=batch.won,
-                action_valid=batch.action_valid,
-            )
+            terms = batch.advantage_terms(self.gigpo)  # masked rows get 0; similarity keys merged there
             self.gigpo_terms = terms
             return np.asarray(terms.advantage, dtype=np.float64), dict(terms.stats)
         from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, compute_rloo_outcome_advantage
 
-        scores = torch.as_tensor(batch.traj_returns, dtype=torch.float32)[:, None]  # (T, 1)
+        traj_of_row, returns, groups = batch.trajectory_scores()  # (N,), (T,), (T,): unmasked trajectories
+        scores = torch.as_tensor(returns, dtype=torch.float32)[:, None]  # (T, 1)
         mask = torch.ones_like(scores)  # (T, 1)
         if estimator == "grpo":
             adv, _ = compute_grpo_outcome_advantage(
-                scores,
-                mask,
-                batch.traj_groups,
-                norm_adv_by_std_in_grpo=bool(self.cfg.algorithm.norm_adv_by_std_in_grpo),
+                scores, mask, groups, norm_adv_by_std_in_grpo=bool(self.cfg.algorithm.norm_adv_by_std_in_grpo)
             )
         else:
-            adv, _ = compute_rloo_outcome_advantage(scores, mask, batch.traj_groups)
+            adv, _ = compute_rloo_outcome_advantage(scores, mask, groups)
         per_traj = adv[:, 0].double().numpy()  # (T,)
-        return per_traj[batch.traj_ids], {}
+        return np.where(traj_of_row >= 0, per_traj[np.maximum(traj_of_row, 0)], 0.0), {}
 
     # ------------------------------------------------------------------ update
-    def update(self, batch: LocalBatch, advantages: np.ndarray) -> dict[str, float]:
-        """PPO update on the batch's rows with per-row ``advantages`` (N,); returns ``actor/*`` metrics
+    def update(self, batch: StepBatch, advantages: np.ndarray) -> dict[str, float]:
+        """PPO update on the batch's unmasked rows with per-row ``advantages`` (N,); returns ``actor/*`` metrics
         (:meth:`verl_gigpo.local.update.PPOActor.update`)."""
-        return self.actor.update(batch, advantages)
+        return self.actor.update(batch, advantages, iteration=self.iteration)
 
     # ------------------------------------------------------------------ iteration, validation
     def train_step(self) -> dict[str, float]:
@@ -344,28 +354,19 @@ class LocalTrainer:
         busy0, batches0, requests0 = stats["busy_s"], stats["batches"], stats["requests"]
         episodes = self.rollout(tasks, n, validation=False, seed_parts=(cfg.trainer.seed, 1, self.iteration))
         t1 = time.perf_counter()
-        batch = LocalBatch.from_episodes(episodes, n)
+        batch = StepBatch.from_episodes(episodes)  # groups from the task draws; failed episodes masked
         advantages, adv_metrics = self.compute_advantages(batch)
-        if self.gigpo is not None and len(batch) and self.credit_logger.due(self.iteration):  # credit records
-            self.credit_logger.write(
-                self.iteration,
-                self.gigpo_terms,
-                group_ids=batch.group_ids,
-                traj_ids=batch.traj_ids,
-                step_ids=batch.step_ids,
-                anchor_keys=batch.anchor_keys,
-                step_rewards=batch.rewards,
-                context=StepContext.from_episodes(episodes),
-            )
+        if self.gigpo_terms is not None and self.credit_logger.due(self.iteration):  # credit records
+            self.credit_logger.write_steps(self.iteration, self.gigpo_terms, batch, StepContext.from_episodes(episodes))
         t2 = time.perf_counter()
         actor_metrics = self.update(batch, advantages)
         t3 = time.perf_counter()
         batches = self.server.stats["batches"] - batches0
         metrics = {
             "training_step": float(self.iteration),
-            **episode_metrics(summaries_from_episodes(episodes)),
+            **episode_metrics(batch.trajectory_summaries()),
             **adv_metrics,
-            "adv/abs_mean": float(np.abs(advantages).mean()) if len(advantages) else 0.0,
+            "adv/abs_mean": float(np.abs(advantages[batch.row_mask]).mean()) if batch.row_mask.any() else 0.0,
             **actor_metrics,
             "rollout/batch_size_mean": (self.server.stats["requests"] - requests0) / batches if batches else 0.0,
             "timing_s/rollout": t1 - t0,
