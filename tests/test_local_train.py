@@ -4,6 +4,7 @@ and bad configs fail clearly."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -12,8 +13,10 @@ import numpy as np
 import pytest
 import torch
 
+from verl_gigpo.cpu.smoke import val_metric
 from verl_gigpo.local.train import LocalTrainer, load_config, main
 from verl_gigpo.local.update import PPOActor
+from verl_gigpo.metrics_file import TRAINING_STEP_KEY
 from verl_gigpo.rollout.step_rows import StepBatch
 
 # An easy gridnav variant (3x3, no walls, goal 1-2 steps away, 4 steps): a random policy wins about half the
@@ -118,6 +121,30 @@ def test_micro_batching_and_epochs_with_kl_and_entropy_cpu(tiny_model_dir, tmp_p
     assert all(math.isfinite(metrics[k]) for k in ("actor/pg_loss", "actor/kl_loss", "actor/ppo_kl"))
 
 
+def test_mini_batches_of_rows_cpu(tiny_model_dir, tmp_path):
+    """trainer.v1.gigpo_sync.mini_batch_rows (verl's gigpo_sync key) splits the update into ceil(rows / M) shuffled
+    mini-batches of step rows, the count verl's plan gives; ppo_epochs passes reshuffle."""
+    from verl_gigpo.trainer import plan_mini_batches
+
+    cfg = _cfg(
+        tiny_model_dir,
+        tmp_path,
+        "trainer.v1.gigpo_sync.mini_batch_rows=5",
+        "actor_rollout_ref.actor.ppo_epochs=2",
+    )
+    trainer = LocalTrainer(cfg)
+    try:
+        metrics = trainer.train_step()
+    finally:
+        trainer.close()
+    rows = int(metrics["rollout/rows"])
+    assert rows > 5 and metrics["update/rows"] == rows
+    assert metrics["update/num_mini_batches"] == plan_mini_batches(rows, 5, 1).num_mini_batches == math.ceil(rows / 5)
+    assert metrics["update/mini_batch_rows"] <= 5 and math.isfinite(metrics["actor/pg_loss"])
+    with pytest.raises(ValueError, match=r"trainer\.v1\.gigpo_sync\.mini_batch_rows=0 must be an int >= 1"):
+        load_config(["trainer.v1.gigpo_sync.mini_batch_rows=0"])
+
+
 @pytest.mark.parametrize("constrained", [False, True])
 def test_shared_forwards_give_each_row_its_plain_forward_logprobs_cpu(tiny_model_dir, constrained):
     """The update's log-probs (de-duplicated inputs, micro-batches of 2, left padding) equal one plain forward per
@@ -161,10 +188,18 @@ def test_shared_forwards_give_each_row_its_plain_forward_logprobs_cpu(tiny_model
     )
     actor_cfg = load_config(["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"]).actor_rollout_ref.actor
     actor = PPOActor(model, actor_cfg, pad_token_id=tok.pad_token_id, device=torch.device("cpu"), allowed_ids=allowed)
-    metrics = actor.update(batch, np.array([1.0, -1.0, 0.5, -0.5, 1.0, 0.0]))
+    advantages = np.array([1.0, -1.0, 0.5, -0.5, 1.0, 0.0])
+    metrics = actor.update(batch, advantages)
     assert metrics["rollout/rows"] == 6 and metrics["rollout/forward_rows"] == 3
     assert metrics["rollout/logprob_diff_max"] < 1e-5
     assert metrics["actor/grad_norm"] > 0 and math.isfinite(metrics["actor/pg_loss"])
+    # a failed episode's row (row_mask False; here a placeholder with no tokens) takes no part in the update
+    masked = dataclasses.replace(
+        batch.select(np.array([0, 0])), row_mask=np.array([False, True]), env_error=np.array([True, False])
+    )
+    masked.prompts[0], masked.responses[0], masked.rollout_logprobs[0] = [], [], None
+    again = actor.update(masked, np.array([5.0, 1.0]))
+    assert again["rollout/rows"] == 1 and again["rollout/forward_rows"] == 1
 
 
 def test_resume_gives_the_same_run_cpu(tiny_model_dir, tmp_path):
@@ -234,6 +269,13 @@ def test_cli_writes_metrics_plot_and_checkpoint_cpu(tiny_model_dir, tmp_path, ca
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["training_step"] for m in lines] == [0.0, 1.0]
     assert "val/success_rate" in lines[0] and "val/success_rate" in lines[1]
+    # the run-level keys under verl's names too (its file logger's step, training/global_step, timing_s/step,
+    # timing_s/testing and core validation metric), so one reader serves both engines' metrics files
+    assert [m["step"] for m in lines] == [0.0, 1.0] and [TRAINING_STEP_KEY in m for m in lines] == [False, True]
+    assert [val_metric(m) for m in lines] == ["val-core/gridnav/acc/mean@1"] * 2
+    assert all(m["val-core/gridnav/acc/mean@1"] == m["val/success_rate"] for m in lines)
+    assert all(m["timing_s/testing"] == m["timing_s/val"] > 0 for m in lines)
+    assert 0 < lines[1]["timing_s/step"] < lines[1]["timing_s/iteration"]
     assert np.isfinite(lines[1]["actor/pg_loss"])
     assert (out / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "1"

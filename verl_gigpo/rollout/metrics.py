@@ -41,7 +41,7 @@ import numpy as np
 
 from verl_gigpo.rollout.types import Episode
 
-__all__ = ["TrajectorySummary", "episode_metrics", "summaries_from_episodes"]
+__all__ = ["TrajectorySummary", "episode_metrics", "run_names", "summaries_from_episodes", "val_names"]
 
 
 @dataclass(frozen=True)
@@ -150,4 +150,25 @@ def episode_metrics(
             by_type[str(t.task_type)].append(float(t.won))
     for task_type, won in sorted(by_type.items()):
         out[f"{prefix}/success_rate/{task_type}"] = mean(won)
+    return out
+
+
+def run_names(iteration: int, *, training: bool) -> dict[str, float]:
+    """The run-level keys of one metrics line of the local engine, under verl's names (verl's file logger writes
+    ``step`` on every line and ``training/global_step`` on training iterations) and the local engine's own
+    ``training_step`` (the same number): ``iteration`` 0 is the validation before training (``training`` False)."""
+    out = {"step": float(iteration), "training_step": float(iteration)}
+    if training:
+        out["training/global_step"] = float(iteration)
+    return out
+
+
+def val_names(data_source: str, val: dict[str, float], *, seconds: float) -> dict[str, float]:
+    """verl's names for a validation of the local engine: ``val-core/<data_source>/acc/mean@1`` (verl's core
+    validation metric; the agent loop's ``acc`` is the episode won, so it equals ``val/success_rate`` of ``val``,
+    the :func:`episode_metrics` under ``prefix="val"``), and its seconds as ``timing_s/testing`` (verl) and
+    ``timing_s/val`` (the local engine's own name). Empty ``val`` (no validation tasks): the seconds only."""
+    out = {"timing_s/testing": seconds, "timing_s/val": seconds}
+    if "val/success_rate" in val:
+        out[f"val-core/{data_source}/acc/mean@1"] = val["val/success_rate"]
     return out
