@@ -14,7 +14,7 @@ One update:
    step; with one step they are the update's own forward, detached (the parameters have not moved yet, so they
    are equal). With ``use_kl_loss``, the frozen initial model's log-probs.
 3. for each of ``ppo_epochs`` passes, for each mini-batch (:func:`split_rows`: ``mini_batch_rows`` set, the rows
-   shuffled and cut into ``ceil(R / mini_batch_rows)`` near-equal mini-batches, as verl's ``gigpo_sync`` mode does;
+   shuffled and cut into ``ceil(rows / mini_batch_rows)`` near-equal mini-batches, as verl's ``gigpo_sync`` mode does;
    else ``ppo_mini_batch_size`` tasks with all their rows, verl's own split): micro-batches of
    ``ppo_micro_batch_size_per_gpu`` forwarded inputs accumulate the gradients of
    ``pg_loss - entropy_coeff * entropy + kl_loss_coef * kl`` (verl's ``get_policy_loss_fn``, ``agg_loss``,
@@ -160,7 +160,7 @@ class PPOActor:
         with ``mini_batch_rows`` verl's ``update/{rows,mini_batch_rows,num_mini_batches}`` (empty when no row is
         unmasked)."""
         actor = self.actor
-        kept = np.flatnonzero(batch.row_mask)  # (R,) rows that train
+        kept = np.flatnonzero(batch.row_mask)  # (K,) rows that train
         if kept.size == 0:
             return {}
         batch, advantages = batch.select(kept), np.asarray(advantages)[kept]
@@ -361,9 +361,9 @@ def split_rows(
     mini_batch_rows: int | None = None,
     rng: np.random.Generator | None = None,
 ) -> list[np.ndarray]:
-    """The rows (indices into the batch) of each mini-batch of one pass over R rows.
+    """The rows (indices into the batch) of each mini-batch of one pass over the batch's K rows.
 
-    ``mini_batch_rows`` M set: ``k = ceil(R / M)`` mini-batches of ``floor(R / k)`` or ``ceil(R / k)`` rows (the
+    ``mini_batch_rows`` M set: ``k = ceil(K / M)`` mini-batches of ``floor(K / k)`` or ``ceil(K / k)`` rows (the
     split of verl's ``gigpo_sync`` mode, :func:`verl_gigpo.trainer.plan_mini_batches`, without its padding), over
     the rows permuted by ``rng`` (None: batch order). Else ``tasks_per_step`` tasks (episode groups, in order of
     first appearance) with all their rows each; None: all rows in one mini-batch.
