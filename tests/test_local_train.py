@@ -17,6 +17,7 @@ from verl_gigpo.cpu.smoke import val_metric
 from verl_gigpo.local.train import LocalTrainer, load_config, main
 from verl_gigpo.local.update import PPOActor
 from verl_gigpo.metrics_file import TRAINING_STEP_KEY
+from verl_gigpo.rollout import TaskSpec
 from verl_gigpo.rollout.step_rows import StepBatch
 
 # An easy gridnav variant (3x3, no walls, goal 1-2 steps away, 4 steps): a random policy wins about half the
@@ -143,6 +144,39 @@ def test_mini_batches_of_rows_cpu(tiny_model_dir, tmp_path):
     assert metrics["update/mini_batch_rows"] <= 5 and math.isfinite(metrics["actor/pg_loss"])
     with pytest.raises(ValueError, match=r"trainer\.v1\.gigpo_sync\.mini_batch_rows=0 must be an int >= 1"):
         load_config(["trainer.v1.gigpo_sync.mini_batch_rows=0"])
+
+
+def test_failed_episodes_are_masked_not_dropped_cpu(tiny_model_dir, tmp_path):
+    """Episodes whose environment raises (tasks with an even seed fail at their second step) keep their row in the
+    batch, masked as on verl's engine: counted by episode/num_step_rows and gigpo/num_masked_rows, left out of the
+    update's rows and of every statistic."""
+    cfg = _cfg(
+        tiny_model_dir,
+        tmp_path,
+        "env.registry.gridnav_stepfault=gigpo_faulty_env:StepFaultyGridNav",
+        "env.name=gridnav_stepfault",
+        "data.train_batch_size=4",
+    )
+    trainer = LocalTrainer(cfg)
+    try:
+        episodes = trainer.rollout(
+            [TaskSpec("gridnav_stepfault", s, "train", trainer.env_kwargs) for s in (2, 3)],
+            2,
+            validation=False,
+            seed_parts=(0, 1, 1),
+        )
+        metrics = trainer.train_step()
+    finally:
+        trainer.close()
+    batch = StepBatch.from_episodes(episodes)
+    failed = [ep.env_error is not None for ep in episodes]
+    assert failed == [True, True, False, False] and [ep.length for ep in episodes[:2]] == [1, 1]  # step 0 played
+    assert batch.row_mask.tolist() == [False] * 2 + [True] * (len(batch) - 2)
+    assert batch.group_ids.tolist() == ["task0"] * 2 + ["task1"] * (len(batch) - 2)  # the drawn tasks' ids
+    # the iteration: 4 tasks x 4 episodes; each failed episode's row is in the batch, masked
+    masked = metrics["gigpo/num_masked_rows"]
+    assert 0 < metrics["env/env_error_rate"] < 1 and masked == 16 * metrics["env/env_error_rate"]
+    assert metrics["episode/num_step_rows"] == metrics["rollout/rows"] + masked
 
 
 @pytest.mark.parametrize("constrained", [False, True])
