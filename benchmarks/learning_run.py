@@ -3,8 +3,8 @@
 A local-engine run is ``python -m verl_gigpo.local.train`` in its own process with one torch thread; a verl run is
 ``python -m verl_gigpo.main platform=cpu`` launched by the smoke test's launcher
 (:func:`verl_gigpo.cpu.smoke.run_pipeline`). :func:`read_run` reads either engine's run folder as rows in verl's
-run-level names (``step``, ``val-core/<source>/acc/mean@1``, ``timing_s/step``, ``timing_s/testing``); the only
-translation between the engines' names is :func:`local_row_in_verl_names`.
+run-level names (``step``, ``val-core/<source>/acc/mean@1``, ``timing_s/step``, ``timing_s/testing``), which both
+engines write.
 """
 
 from __future__ import annotations
@@ -27,26 +27,6 @@ VAL_SOURCE = "gridnav"
 
 
 # ---------------------------------------------------------------------------------------------- reading
-def local_row_in_verl_names(row: dict[str, Any], source: str = VAL_SOURCE) -> dict[str, Any]:
-    """One line of the local engine's ``metrics.jsonl`` with its run-level keys under verl's names; every other key
-    is kept as it is.
-
-    ``training_step`` -> ``step`` (int); ``val/success_rate`` -> ``val-core/<source>/acc/mean@1``;
-    ``timing_s/val`` -> ``timing_s/testing``; ``timing_s/iteration`` (the iteration with its validation) ->
-    ``timing_s/step`` = ``timing_s/iteration - timing_s/val`` (verl's step time leaves validation out).
-    """
-    out = dict(row)
-    out["step"] = int(out.pop("training_step"))
-    if "val/success_rate" in out:
-        out[f"val-core/{source}/acc/mean@1"] = out.pop("val/success_rate")
-    testing = out.pop("timing_s/val", None)
-    if "timing_s/iteration" in out:
-        out["timing_s/step"] = out.pop("timing_s/iteration") - (testing or 0.0)
-    if testing is not None:
-        out["timing_s/testing"] = testing
-    return out
-
-
 def read_run(run_dir: Path, engine: str) -> list[dict[str, Any]]:
     """A run's metric rows, in file order, in verl's run-level names (``step``, ``val-core/<source>/acc/mean@1``,
     ``timing_s/step`` = a training iteration without validation, ``timing_s/testing``) plus every logged key.
@@ -57,7 +37,7 @@ def read_run(run_dir: Path, engine: str) -> list[dict[str, Any]]:
     if engine == "local":
         path = run_dir / "metrics.jsonl"
         lines = path.read_text().splitlines() if path.exists() else []
-        return [local_row_in_verl_names(json.loads(x)) for x in lines if x.strip()]
+        return [json.loads(x) for x in lines if x.strip()]
     from verl_gigpo.metrics_file import format_steps, iteration_gaps, read_metrics
 
     rows = read_metrics(run_dir / VERL_METRICS)

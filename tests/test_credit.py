@@ -23,7 +23,8 @@ from verl_gigpo.credit import (
 )
 from verl_gigpo.preflight import config_problems
 from verl_gigpo.rollout import Episode, StepRecord, TaskSpec
-from verl_gigpo.trainer import StepBatch, step_advantage_terms
+from verl_gigpo.rollout.step_rows import StepBatch
+from verl_gigpo.trainer import step_advantage_terms
 
 # the per-row arrays of GiGPOTerms and the record field holding each
 TERM_FIELDS = {
@@ -311,7 +312,7 @@ def test_local_records_are_the_terms_the_update_used_cpu(local_runs):
     for attr, key in TERM_FIELDS.items():
         assert [r[key] for r in records] == getattr(terms, attr).tolist(), key
     assert all(r["iteration"] == 2 for r in records)
-    assert {r["group"] for r in records} == {0, 1, 2}
+    assert {r["group"] for r in records} == {"task0", "task1", "task2"}  # the drawn tasks' ids
     assert np.abs([r["step_adv"] for r in records]).max() > 0  # a real signal, not all zeros
     # the estimator on the recorded inputs (hashed keys partition rows like the raw keys) gives the same terms and
     # the gigpo/* metrics logged for iteration 2

@@ -12,7 +12,7 @@ from step_records import make_step as _step
 from verl_gigpo.agent_loop import episode_to_outputs
 from verl_gigpo.rollout import Episode, TaskSpec
 from verl_gigpo.rollout.metrics import TrajectorySummary, episode_metrics, summaries_from_episodes
-from verl_gigpo.trainer import StepBatch
+from verl_gigpo.rollout.step_rows import StepBatch
 from verl_gigpo.trainer import episode_metrics as trainer_episode_metrics
 
 
@@ -72,10 +72,11 @@ def test_both_engines_give_the_same_metrics_with_failed_environments_cpu():
     assert local["episode/num_trajectories"] == 6.0
     assert local["episode/env_seconds_mean"] == pytest.approx(9 / 6)
     assert local["episode/generate_seconds_mean"] == pytest.approx(12 / 6)
-    # The one difference is what each engine puts into its training batch: verl keeps the failed episodes' rows
-    # (c's step, a placeholder row each for d and f), masked; the local engine drops those episodes.
-    assert verl["episode/num_step_rows"] == 2 + 3 + 1 + 1 + 1 + 1 and local["episode/num_step_rows"] == 2 + 3 + 1
-    for name in set(verl) - {"episode/num_step_rows"}:
+    # both engines keep the failed episodes' rows in the training batch, masked: c's step, a placeholder row each
+    # for d and f (the local engine's batch, StepBatch.from_episodes, counts the same rows)
+    assert verl["episode/num_step_rows"] == local["episode/num_step_rows"] == 2 + 3 + 1 + 1 + 1 + 1
+    assert episode_metrics(StepBatch.from_episodes(episodes).trajectory_summaries()) == local
+    for name in verl:
         assert verl[name] == pytest.approx(local[name], abs=1e-12), name
 
 
@@ -91,7 +92,7 @@ def test_summaries_from_rows_equal_summaries_from_episodes_cpu():
         assert row.episode_return == pytest.approx(episode.episode_return)
     assert [t.length for t in from_rows] == [2, 3, 1, 0, 1, 0]  # d and f failed at reset: 0 steps, 1 placeholder row
     assert [t.batch_rows for t in from_rows] == [2, 3, 1, 1, 1, 1]
-    assert [t.batch_rows for t in from_episodes] == [2, 3, 0, 0, 1, 0]
+    assert [t.batch_rows for t in from_episodes] == [2, 3, 1, 1, 1, 1]
 
 
 def test_prefixes_name_the_validation_metrics_cpu():

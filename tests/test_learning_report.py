@@ -5,7 +5,8 @@ configs that check them.
 ``python benchmarks/learning.py --engine verl --configs gigpo --seeds 1 --iters 2 --tasks 2 --group 2 --val-size 2
 --test-freq 1 --task goal --opt-steps 1`` with the tiny action model — verl's file-logger output
 (``verl/gigpo_s0/ckpt/metrics.jsonl``: validation at 0, iterations 1-2 with validation) and ``launch.json``, and its
-local twin's ``local/gigpo_s0/metrics.jsonl``. The report is built from them by the script's own ``--report-only``.
+local twin's ``local/gigpo_s0/metrics.jsonl`` (the local engine writes verl's run-level names beside its own).
+The report is built from them by the script's own ``--report-only``.
 
 The launches themselves: the verl run's overrides (:func:`learning_settings.verl_overrides`, with the task files the
 script writes) compose through verl's Hydra config and pass verl's ``validate_config``, this package's preflight (what
@@ -70,22 +71,19 @@ def test_verl_rows_are_the_file_loggers_records_in_order(lb):
     assert not lb.run.finished(DATA / "verl" / "gigpo_s0", "verl", 3)
 
 
-def test_local_rows_take_verls_run_level_names(lb):
+def test_local_rows_carry_verls_run_level_names(lb):
+    """The local engine writes verl's run-level names itself (``step``, ``val-core/<env>/acc/mean@1``,
+    ``timing_s/step`` without validation, ``timing_s/testing``): the script reads its lines as they are."""
     raw = _raw(DATA / "local" / "gigpo_s0" / "metrics.jsonl")
     rows = lb.run.read_run(DATA / "local" / "gigpo_s0", "local")
-    assert [r["step"] for r in rows] == [0, 1, 2] and all(isinstance(r["step"], int) for r in rows)
-    renamed = {"training_step", "val/success_rate", "timing_s/iteration", "timing_s/val"}
-    for before, after in zip(raw, rows, strict=True):
-        assert not renamed & set(after)
-        assert after["val-core/gridnav/acc/mean@1"] == before["val/success_rate"] == lb.run.val_success(after)
-        assert after["timing_s/testing"] == before["timing_s/val"]
-        if "timing_s/iteration" in before:  # verl's step time leaves the validation out
-            assert after["timing_s/step"] == pytest.approx(before["timing_s/iteration"] - before["timing_s/val"])
+    assert rows == raw and [r["step"] for r in rows] == [0, 1, 2]
+    for row in rows:
+        assert row["val-core/gridnav/acc/mean@1"] == row["val/success_rate"] == lb.run.val_success(row)
+        assert row["timing_s/testing"] == row["timing_s/val"]
+        if row["step"] > 0:  # verl's step time leaves the validation out
+            assert row["timing_s/step"] == pytest.approx(row["timing_s/iteration"] - row["timing_s/val"], abs=0.01)
         else:
-            assert "timing_s/step" not in after  # the validation before training is no iteration
-        assert {k: v for k, v in before.items() if k not in renamed} == {
-            k: v for k, v in after.items() if k in before and k not in renamed
-        }
+            assert "timing_s/step" not in row  # the validation before training is no iteration
     assert lb.run.finished(DATA / "local" / "gigpo_s0", "local", 2)
     assert not lb.run.finished(DATA / "local" / "gigpo_s0", "local", 3)
 

@@ -4,6 +4,7 @@ and bad configs fail clearly."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -12,9 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from verl_gigpo.local.batch import LocalBatch
+from verl_gigpo.cpu.smoke import val_metric
 from verl_gigpo.local.train import LocalTrainer, load_config, main
 from verl_gigpo.local.update import PPOActor
+from verl_gigpo.metrics_file import TRAINING_STEP_KEY
+from verl_gigpo.rollout import TaskSpec
+from verl_gigpo.rollout.step_rows import StepBatch
 
 # An easy gridnav variant (3x3, no walls, goal 1-2 steps away, 4 steps): a random policy wins about half the
 # episodes, so groups have mixed outcomes and the advantages are not all zero.
@@ -118,6 +122,63 @@ def test_micro_batching_and_epochs_with_kl_and_entropy_cpu(tiny_model_dir, tmp_p
     assert all(math.isfinite(metrics[k]) for k in ("actor/pg_loss", "actor/kl_loss", "actor/ppo_kl"))
 
 
+def test_mini_batches_of_rows_cpu(tiny_model_dir, tmp_path):
+    """trainer.v1.gigpo_sync.mini_batch_rows (verl's gigpo_sync key) splits the update into ceil(rows / M) shuffled
+    mini-batches of step rows, the count verl's plan gives; ppo_epochs passes reshuffle."""
+    from verl_gigpo.trainer import plan_mini_batches
+
+    cfg = _cfg(
+        tiny_model_dir,
+        tmp_path,
+        "trainer.v1.gigpo_sync.mini_batch_rows=5",
+        "actor_rollout_ref.actor.ppo_epochs=2",
+    )
+    trainer = LocalTrainer(cfg)
+    try:
+        metrics = trainer.train_step()
+    finally:
+        trainer.close()
+    rows = int(metrics["rollout/rows"])
+    assert rows > 5 and metrics["update/rows"] == rows
+    assert metrics["update/num_mini_batches"] == plan_mini_batches(rows, 5, 1).num_mini_batches == math.ceil(rows / 5)
+    assert metrics["update/mini_batch_rows"] <= 5 and math.isfinite(metrics["actor/pg_loss"])
+    with pytest.raises(ValueError, match=r"trainer\.v1\.gigpo_sync\.mini_batch_rows=0 must be an int >= 1"):
+        load_config(["trainer.v1.gigpo_sync.mini_batch_rows=0"])
+
+
+def test_failed_episodes_are_masked_not_dropped_cpu(tiny_model_dir, tmp_path):
+    """Episodes whose environment raises (tasks with an even seed fail at their second step) keep their row in the
+    batch, masked as on verl's engine: counted by episode/num_step_rows and gigpo/num_masked_rows, left out of the
+    update's rows and of every statistic."""
+    cfg = _cfg(
+        tiny_model_dir,
+        tmp_path,
+        "env.registry.gridnav_stepfault=gigpo_faulty_env:StepFaultyGridNav",
+        "env.name=gridnav_stepfault",
+        "data.train_batch_size=4",
+    )
+    trainer = LocalTrainer(cfg)
+    try:
+        episodes = trainer.rollout(
+            [TaskSpec("gridnav_stepfault", s, "train", trainer.env_kwargs) for s in (2, 3)],
+            2,
+            validation=False,
+            seed_parts=(0, 1, 1),
+        )
+        metrics = trainer.train_step()
+    finally:
+        trainer.close()
+    batch = StepBatch.from_episodes(episodes)
+    failed = [ep.env_error is not None for ep in episodes]
+    assert failed == [True, True, False, False] and [ep.length for ep in episodes[:2]] == [1, 1]  # step 0 played
+    assert batch.row_mask.tolist() == [False] * 2 + [True] * (len(batch) - 2)
+    assert batch.group_ids.tolist() == ["task0"] * 2 + ["task1"] * (len(batch) - 2)  # the drawn tasks' ids
+    # the iteration: 4 tasks x 4 episodes; each failed episode's row is in the batch, masked
+    masked = metrics["gigpo/num_masked_rows"]
+    assert 0 < metrics["env/env_error_rate"] < 1 and masked == 16 * metrics["env/env_error_rate"]
+    assert metrics["episode/num_step_rows"] == metrics["rollout/rows"] + masked
+
+
 @pytest.mark.parametrize("constrained", [False, True])
 def test_shared_forwards_give_each_row_its_plain_forward_logprobs_cpu(tiny_model_dir, constrained):
     """The update's log-probs (de-duplicated inputs, micro-batches of 2, left padding) equal one plain forward per
@@ -143,24 +204,36 @@ def test_shared_forwards_give_each_row_its_plain_forward_logprobs_cpu(tiny_model
             cols = [allowed.index(t) for t in response] if allowed is not None else response
             expected.append(logp.gather(-1, torch.tensor(cols)[:, None]).squeeze(-1).tolist())
     n = len(prompts)
-    batch = LocalBatch(
+    batch = StepBatch(
+        group_ids=np.array(["t0", "t0", "t1", "t1", "t2", "t2"], dtype=object),
+        traj_ids=np.array([f"e{i}" for i in range(n)], dtype=object),
+        step_ids=np.zeros(n, dtype=np.int64),
+        anchor_keys=np.array(["s"] * n, dtype=object),
+        step_rewards=np.zeros(n),
+        action_valid=np.ones(n, dtype=bool),
+        won=np.zeros(n, dtype=bool),
+        env_error=np.zeros(n, dtype=bool),
+        task_types=np.array([None] * n, dtype=object),
+        history_dropped=np.zeros(n, dtype=np.int64),
+        row_mask=np.ones(n, dtype=bool),
         prompts=prompts,
         responses=responses,
         rollout_logprobs=expected,
-        rewards=np.zeros(n),
-        group_ids=np.array([0, 0, 1, 1, 2, 2]),
-        traj_ids=np.arange(n),
-        step_ids=np.zeros(n, dtype=np.int64),
-        anchor_keys=np.array(["s"] * n, dtype=object),
-        traj_returns=np.zeros(n),
-        traj_groups=np.array([0, 0, 1, 1, 2, 2]),
     )
     actor_cfg = load_config(["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"]).actor_rollout_ref.actor
     actor = PPOActor(model, actor_cfg, pad_token_id=tok.pad_token_id, device=torch.device("cpu"), allowed_ids=allowed)
-    metrics = actor.update(batch, np.array([1.0, -1.0, 0.5, -0.5, 1.0, 0.0]))
+    advantages = np.array([1.0, -1.0, 0.5, -0.5, 1.0, 0.0])
+    metrics = actor.update(batch, advantages)
     assert metrics["rollout/rows"] == 6 and metrics["rollout/forward_rows"] == 3
     assert metrics["rollout/logprob_diff_max"] < 1e-5
     assert metrics["actor/grad_norm"] > 0 and math.isfinite(metrics["actor/pg_loss"])
+    # a failed episode's row (row_mask False; here a placeholder with no tokens) takes no part in the update
+    masked = dataclasses.replace(
+        batch.select(np.array([0, 0])), row_mask=np.array([False, True]), env_error=np.array([True, False])
+    )
+    masked.prompts[0], masked.responses[0], masked.rollout_logprobs[0] = [], [], None
+    again = actor.update(masked, np.array([5.0, 1.0]))
+    assert again["rollout/rows"] == 1 and again["rollout/forward_rows"] == 1
 
 
 def test_resume_gives_the_same_run_cpu(tiny_model_dir, tmp_path):
@@ -230,6 +303,13 @@ def test_cli_writes_metrics_plot_and_checkpoint_cpu(tiny_model_dir, tmp_path, ca
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["training_step"] for m in lines] == [0.0, 1.0]
     assert "val/success_rate" in lines[0] and "val/success_rate" in lines[1]
+    # the run-level keys under verl's names too (its file logger's step, training/global_step, timing_s/step,
+    # timing_s/testing and core validation metric), so one reader serves both engines' metrics files
+    assert [m["step"] for m in lines] == [0.0, 1.0] and [TRAINING_STEP_KEY in m for m in lines] == [False, True]
+    assert [val_metric(m) for m in lines] == ["val-core/gridnav/acc/mean@1"] * 2
+    assert all(m["val-core/gridnav/acc/mean@1"] == m["val/success_rate"] for m in lines)
+    assert all(m["timing_s/testing"] == m["timing_s/val"] > 0 for m in lines)
+    assert 0 < lines[1]["timing_s/step"] < lines[1]["timing_s/iteration"]
     assert np.isfinite(lines[1]["actor/pg_loss"])
     assert (out / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "1"

@@ -10,7 +10,8 @@ from omegaconf import OmegaConf
 from verl_gigpo.advantage import compute_gigpo_advantage
 from verl_gigpo.anchors import anchor_group_ids
 from verl_gigpo.config import GiGPOConfig
-from verl_gigpo.trainer import StepBatch, compute_step_advantages, episode_metrics
+from verl_gigpo.rollout.step_rows import StepBatch
+from verl_gigpo.trainer import compute_step_advantages, episode_metrics
 
 
 def _row(traj, step, key, reward, *, valid=True, won=False, error=False, task_type="pick", dropped=0):

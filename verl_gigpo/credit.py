@@ -223,23 +223,26 @@ class StepContext:
         )
 
     @classmethod
-    def from_episodes(cls, episodes: Iterable[Any], *, skip_failed: bool = True) -> StepContext:
-        """From finished episodes (:class:`verl_gigpo.rollout.Episode`), one row per step in episode order.
-
-        ``skip_failed``: leave out episodes whose environment raised, as the local engine's batch does.
-        """
+    def from_episodes(cls, episodes: Iterable[Any]) -> StepContext:
+        """From finished episodes (:class:`verl_gigpo.rollout.Episode`), aligned with the rows
+        :meth:`verl_gigpo.rollout.step_rows.StepBatch.from_episodes` builds: one row per step in episode order, failed
+        episodes included, and one row with empty texts for an episode that failed before its first step."""
         obs, acts, valid, won, task_ids, task_types, steps = [], [], [], [], [], [], []
         for ep in episodes:
-            if skip_failed and ep.env_error is not None:
-                continue
             for s in ep.steps:
                 obs.append(s.observation)
                 acts.append(action_text(s.action, s.response_text, s.action_valid))
                 valid.append(bool(s.action_valid))
-                won.append(bool(ep.won))
-                task_ids.append(ep.task_id)
-                task_types.append(ep.task_type)
                 steps.append(int(s.step_id))
+            if not ep.steps:  # the placeholder row of an episode that failed at reset
+                obs.append("")
+                acts.append("")
+                valid.append(False)
+                steps.append(0)
+            count = max(len(ep.steps), 1)
+            won += [bool(ep.won)] * count
+            task_ids += [ep.task_id] * count
+            task_types += [ep.task_type] * count
         return cls(obs, acts, valid, won, task_ids, task_types, steps)
 
 
@@ -445,6 +448,20 @@ class CreditLogger:
             "credit records of iteration %d: %d rows of %d groups -> %s", iteration, len(records), len(groups), path
         )
         return path
+
+    def write_steps(self, iteration: int, terms: AdvantageTerms, steps: Any, context: StepContext) -> Path:
+        """:meth:`write` for a batch of step rows (:class:`verl_gigpo.rollout.step_rows.StepBatch`, N rows, the rows
+        ``terms`` were computed on), as both engines call it."""
+        return self.write(
+            iteration,
+            terms,
+            group_ids=steps.group_ids,
+            traj_ids=steps.traj_ids,
+            step_ids=steps.step_ids,
+            anchor_keys=steps.anchor_keys,
+            step_rewards=steps.step_rewards,
+            context=context,
+        )
 
 
 def _plain(value: Any) -> Any:

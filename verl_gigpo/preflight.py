@@ -110,7 +110,7 @@ def config_problems(config: Any) -> list[str]:
         CreditLogOptions.from_trainer(config.get("trainer", None))
     except ValueError as exc:
         problems.append(str(exc))
-    from verl_gigpo.trainer import UpdateSettings  # the trainer mode's reader of trainer.v1.gigpo_sync
+    from verl_gigpo.rollout.step_rows import UpdateSettings  # the trainer mode's reader of trainer.v1.gigpo_sync
 
     try:
         UpdateSettings.from_config(config)

@@ -61,8 +61,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-import pandas as pd
 import torch
 import transfer_queue as tq
 from tensordict import TensorDict
@@ -70,12 +68,12 @@ from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
 from verl.workers.utils.padding import response_to_nested
 
-from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, STEP_CREDIT_ESTIMATORS, TRAINER_MODE
+from verl_gigpo import AGENT_LOOP_NAME, STEP_CREDIT_ESTIMATORS, TRAINER_MODE
 from verl_gigpo.advantage import GiGPOTerms
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
 from verl_gigpo.rollout import metrics as rollout_metrics
-from verl_gigpo.rollout.metrics import TrajectorySummary
+from verl_gigpo.rollout.step_rows import StepBatch, UpdateSettings
 from verl_gigpo.rules import group_size_warning, kl_in_reward_problem
 from verl_gigpo.verl_version import check_verl_version, installed_verl_version
 
@@ -95,192 +93,6 @@ logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
 
 check_verl_version(installed_verl_version())  # the overrides below were checked against these verl versions only
-
-#: extra_fields every row of the gigpo_env_agent agent loop carries.
-REQUIRED_FIELDS = ("traj_id", "step_id", "anchor_key", "step_reward", "action_valid", "won", "env_error")
-
-
-@dataclass
-class StepBatch:
-    """Per-row step data of one training batch, as numpy arrays of length N (all rows, padding included).
-
-    group_ids: verl ``uid`` (one per task = episode group); traj_ids, step_ids, anchor_keys, step_rewards (float64),
-    action_valid, won (episode won, on every row of the trajectory) and env_error (bool); task_types (str or None);
-    history_dropped (past steps dropped from the row's prompt); observation_truncated (the row's observation was cut
-    to the observation cap; default all False); row_mask: False for padding rows and rows of failed
-    episodes; env_seconds, generate_seconds (the episode's totals, on every row); padding: verl's padding rows
-    (None: rows with row_mask False and no env_error, or a ``pad...`` uid); episode_lengths: the episode's steps
-    played, on every row (-1 or None: unknown, its rows are counted instead); abandoned_threads: the episode's
-    environment calls abandoned in a thread at a deadline, on every row (None: 0).
-    """
-
-    group_ids: np.ndarray
-    traj_ids: np.ndarray
-    step_ids: np.ndarray
-    anchor_keys: np.ndarray
-    step_rewards: np.ndarray
-    action_valid: np.ndarray
-    won: np.ndarray
-    env_error: np.ndarray
-    task_types: np.ndarray
-    history_dropped: np.ndarray
-    row_mask: np.ndarray
-    env_seconds: np.ndarray | None = None
-    generate_seconds: np.ndarray | None = None
-    padding: np.ndarray | None = None
-    episode_lengths: np.ndarray | None = None
-    observation_truncated: np.ndarray | None = None
-    abandoned_threads: np.ndarray | None = None
-
-    def __post_init__(self) -> None:
-        n = len(self.group_ids)
-        if self.observation_truncated is None:
-            self.observation_truncated = np.zeros(n, dtype=bool)
-        if self.env_seconds is None:
-            self.env_seconds = np.zeros(n)
-        if self.generate_seconds is None:
-            self.generate_seconds = np.zeros(n)
-        if self.padding is None:
-            pad_uid = np.array([str(g).startswith("pad") for g in self.group_ids], dtype=bool)
-            self.padding = pad_uid | (~self.row_mask & ~self.env_error)
-        if self.episode_lengths is None:
-            self.episode_lengths = np.full(n, -1, dtype=np.int64)
-        if self.abandoned_threads is None:
-            self.abandoned_threads = np.zeros(n, dtype=np.int64)
-
-    def trajectory_summaries(self) -> list[TrajectorySummary]:
-        """One :class:`~verl_gigpo.rollout.metrics.TrajectorySummary` per trajectory of the real (non-padding)
-        rows, in order of first appearance: won / env_error if any of its rows says so; length = the agent loop's
-        ``episode_length`` (its row count where unknown); return, invalid actions, dropped history and cut
-        observations summed over its rows (none for the placeholder row of an episode that failed at reset, reported
-        length 0); task type and seconds from its first row; ``batch_rows`` = its rows (failed ones included)."""
-        real = np.flatnonzero(~self.padding)  # (M,)
-        if real.size == 0:
-            return []
-        codes, _ = pd.factorize(self.traj_ids[real])  # (M,) trajectory of each real row, 0..T-1
-        num = int(codes.max()) + 1
-
-        def count(flags: np.ndarray) -> np.ndarray:
-            return np.bincount(codes, weights=flags.astype(np.float64), minlength=num)  # (T,)
-
-        rows = np.bincount(codes, minlength=num)  # (T,)
-        first = np.full(num, real.size, dtype=np.int64)
-        np.minimum.at(first, codes, np.arange(real.size))
-        first = real[first]  # (T,) batch position of each trajectory's first real row
-        reported = self.episode_lengths[first]  # (T,)
-        length = np.where(reported >= 0, reported, rows)
-        returns = count(self.step_rewards[real])
-        won, failed = count(self.won[real]) > 0, count(self.env_error[real]) > 0
-        no_step = reported == 0  # (T,) failed at reset: its one row is the agent loop's placeholder, not a step
-        invalid = np.where(no_step, 0, count(~self.action_valid[real].astype(bool)))
-        dropped = np.where(no_step, 0, count(self.history_dropped[real] > 0))
-        cut = np.where(no_step, 0, count(self.observation_truncated[real].astype(bool)))
-        return [
-            TrajectorySummary(
-                won=bool(won[k]),
-                length=int(length[k]),
-                episode_return=float(returns[k]),
-                num_invalid=int(invalid[k]),
-                history_dropped_steps=int(dropped[k]),
-                observation_truncated_steps=int(cut[k]),
-                env_error=bool(failed[k]),
-                task_type=self.task_types[first[k]],
-                env_seconds=float(self.env_seconds[first[k]]),
-                generate_seconds=float(self.generate_seconds[first[k]]),
-                batch_rows=int(rows[k]),
-                abandoned_threads=int(self.abandoned_threads[first[k]]),
-            )
-            for k in range(num)
-        ]
-
-    @classmethod
-    def from_rows(cls, uids: Sequence[str], extra_fields: Sequence[dict], is_padding: Sequence[bool]) -> StepBatch:
-        """Build from TransferQueue rows: their ``uid``, ``extra_fields`` and the ``is_padding`` tags.
-
-        Raises:
-            ValueError: a real row lacks the agent loop's step fields (wrong agent loop).
-        """
-        n = len(uids)
-        if not (len(extra_fields) == n == len(is_padding)):
-            raise ValueError(
-                f"uids ({n}), extra_fields ({len(extra_fields)}) and is_padding ({len(is_padding)}) differ in length"
-            )
-        padding = np.asarray(is_padding, dtype=bool) | np.array([str(u).startswith("pad") for u in uids], dtype=bool)
-        for i in range(n):
-            if padding[i]:
-                continue
-            missing = [k for k in REQUIRED_FIELDS if k not in (extra_fields[i] or {})]
-            if missing:
-                raise ValueError(
-                    f"row {i} (uid {uids[i]}) lacks extra_fields {missing}: adv_estimator={ESTIMATOR_NAME} needs the "
-                    f"step rows of the '{AGENT_LOOP_NAME}' agent loop (actor_rollout_ref.rollout.agent."
-                    f"default_agent_loop={AGENT_LOOP_NAME}, or an agent_name column in the dataset)"
-                )
-
-        def column(key: str, default: Any, dtype: Any = object) -> np.ndarray:
-            return np.array([(ef or {}).get(key, default) for ef in extra_fields], dtype=dtype)
-
-        env_error = column("env_error", False, bool)
-        lengths = [(ef or {}).get("episode_length") for ef in extra_fields]
-        return cls(
-            group_ids=np.array([str(u) for u in uids], dtype=object),
-            traj_ids=column("traj_id", ""),
-            step_ids=column("step_id", 0, np.int64),
-            anchor_keys=column("anchor_key", ""),
-            step_rewards=column("step_reward", 0.0, np.float64),
-            action_valid=column("action_valid", True, bool),
-            won=column("won", False, bool),
-            env_error=env_error,
-            task_types=column("task_type", None),
-            history_dropped=column("history_dropped", 0, np.int64),
-            row_mask=~padding & ~env_error,
-            env_seconds=column("env_seconds", 0.0, np.float64),
-            generate_seconds=column("generate_seconds", 0.0, np.float64),
-            padding=padding,
-            episode_lengths=np.array([-1 if v is None else int(v) for v in lengths], dtype=np.int64),
-            observation_truncated=column("observation_truncated", False, bool),
-            abandoned_threads=column("env_abandoned_threads", 0, np.int64),
-        )
-
-
-@dataclass(frozen=True)
-class UpdateSettings:
-    """How the ``gigpo_sync`` trainer mode splits an iteration's rows into optimizer steps (``trainer.v1.gigpo_sync``).
-
-    Attributes:
-        mini_batch_rows: most step rows per optimizer step; None = verl's own split (``ppo_mini_batch_size *
-            rollout.n`` rows per mini-batch). Default 256: the reference implementation's ``ppo_mini_batch_size``
-            in its ALFWorld run and config, which are step rows there (its ``rollout.n`` is 1).
-        shuffle_rows: shuffle the rows (of each data-parallel rank) before splitting, so that a mini-batch mixes
-            episode groups instead of holding one task's consecutive trajectories.
-    """
-
-    mini_batch_rows: int | None = 256
-    shuffle_rows: bool = True
-
-    @classmethod
-    def from_config(cls, config: Any) -> UpdateSettings:
-        """Read ``trainer.v1.gigpo_sync`` of a verl config (missing keys take the defaults).
-
-        Raises:
-            ValueError: ``mini_batch_rows`` not null or an int >= 1, ``shuffle_rows`` not a bool, an unknown key.
-        """
-        node = ((config.get("trainer") or {}).get("v1") or {}).get(TRAINER_MODE) or {}
-        unknown = sorted(str(k) for k in node if k not in ("mini_batch_rows", "shuffle_rows"))
-        if unknown:
-            raise ValueError(
-                f"unknown key(s) {unknown} in trainer.v1.{TRAINER_MODE}; known: mini_batch_rows, shuffle_rows"
-            )
-        rows = node.get("mini_batch_rows", cls.mini_batch_rows)
-        if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
-            raise ValueError(
-                f"trainer.v1.{TRAINER_MODE}.mini_batch_rows={rows!r} must be an int >= 1 (most step rows per "
-                "optimizer step, e.g. 256 as the reference's ALFWorld run) or null (verl's own split by tasks)"
-            )
-        shuffle = node.get("shuffle_rows", cls.shuffle_rows)
-        if not isinstance(shuffle, bool):
-            raise ValueError(f"trainer.v1.{TRAINER_MODE}.shuffle_rows={shuffle!r} must be true or false")
-        return cls(mini_batch_rows=rows, shuffle_rows=shuffle)
 
 
 @dataclass(frozen=True)
@@ -335,24 +147,14 @@ def compute_step_advantages(
 def step_advantage_terms(steps: StepBatch, response_mask: torch.Tensor, cfg: GiGPOConfig) -> GiGPOTerms:
     """The estimator's per-row terms (:class:`~verl_gigpo.advantage.GiGPOTerms`, arrays (N,)) for a batch of step
     rows, arguments as :func:`compute_step_advantages`, which broadcasts them over the response tokens: the
-    configured estimator (:meth:`GiGPOConfig.advantage_terms`, similarity keys included) on the real rows."""
-    return cfg.advantage_terms(
-        torch.as_tensor(steps.step_rewards, dtype=torch.float32),
-        response_mask,
-        steps.group_ids,
-        steps.traj_ids,
-        steps.step_ids,
-        steps.anchor_keys,
-        row_mask=steps.row_mask,
-        won=steps.won,
-        action_valid=steps.action_valid,
-    )
+    configured estimator (:meth:`StepBatch.advantage_terms`, the entry both engines use) on the real rows."""
+    return steps.advantage_terms(cfg, response_mask)
 
 
 def episode_metrics(steps: StepBatch) -> dict[str, float]:
     """``env/*`` and ``episode/*`` metrics of a batch of step rows (padding rows excluded): the engines' shared
-    definitions (:func:`verl_gigpo.rollout.metrics.episode_metrics`, documented there and in the README's metrics
-    table) over :meth:`StepBatch.trajectory_summaries`. Trajectories whose environment failed count only in
+    definitions (:func:`verl_gigpo.rollout.metrics.episode_metrics`, documented there and in
+    docs/metrics.md) over :meth:`StepBatch.trajectory_summaries`. Trajectories whose environment failed count only in
     ``env/env_error_rate``, ``episode/num_trajectories``, ``episode/num_step_rows`` and the seconds."""
     return rollout_metrics.episode_metrics(steps.trajectory_summaries())
 
@@ -516,16 +318,7 @@ class GiGPOTrainerSync(PPOTrainerSync):
         at once (verl sets ``global_steps`` only when training starts)."""
         if not self.credit_logger.options.enabled or not self.credit_logger.due(self.global_steps):
             return
-        self.credit_logger.write(
-            self.global_steps,
-            terms,
-            group_ids=steps.group_ids,
-            traj_ids=steps.traj_ids,
-            step_ids=steps.step_ids,
-            anchor_keys=steps.anchor_keys,
-            step_rewards=steps.step_rewards,
-            context=StepContext.from_extra_fields(extra_fields),
-        )
+        self.credit_logger.write_steps(self.global_steps, terms, steps, StepContext.from_extra_fields(extra_fields))
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         """Env/episode metrics for every estimator; step-credit advantages for ``adv_estimator`` gigpo, hgpo,

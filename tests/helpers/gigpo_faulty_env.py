@@ -25,3 +25,22 @@ class FaultyGridNav(GridNavEnv):
         if next(_resets) % FAIL_EVERY == 0:
             raise RuntimeError("gridnav_faulty: injected failure at reset (tests/helpers/gigpo_faulty_env.py)")
         return super().reset(seed=seed, options=options)
+
+
+class StepFaultyGridNav(GridNavEnv):
+    """``GridNavEnv`` whose tasks with an even seed raise ``RuntimeError`` at their ``fail_step``-th step (default 2):
+    deterministic failed episodes, the same in every process (the local engine's tests)."""
+
+    def __init__(self, *, fail_step: int = 2, **kwargs):
+        super().__init__(**kwargs)
+        self.fail_step, self.seed, self.steps = int(fail_step), None, 0
+
+    def reset(self, *, seed=None, options=None):
+        self.seed, self.steps = seed, 0
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        self.steps += 1
+        if self.seed is not None and self.seed % 2 == 0 and self.steps == self.fail_step:
+            raise RuntimeError("gridnav_stepfault: injected failure at step (tests/helpers/gigpo_faulty_env.py)")
+        return super().step(action)

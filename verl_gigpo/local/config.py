@@ -24,6 +24,7 @@ from environments import list_envs
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.credit import CreditLogOptions
 from verl_gigpo.rollout.execution import EnvExecution
+from verl_gigpo.rollout.step_rows import UpdateSettings
 from verl_gigpo.rollout.types import check_invalid_action
 from verl_gigpo.rules import RANGES, estimator_problem, group_size_warning, kl_in_reward_problem
 
@@ -110,6 +111,7 @@ def validate_config(cfg: DictConfig) -> None:
             f"env.name={cfg.env.name!r} is not a registered environment; known environments: "
             f"{', '.join(sorted(known))} (add yours with env.registry.<name>=package.module:Class)"
         )
+    UpdateSettings.from_config(cfg)  # trainer.v1.gigpo_sync.*: the validator verl's gigpo_sync mode uses
     EnvExecution.from_config(cfg.env)  # env.step_timeout_s, env.reset_timeout_s, env.num_workers: raises naming the key
     gigpo_config(cfg)  # validates algorithm.gamma, algorithm.gigpo.* and the successors' sections, whichever estimator
     warning = group_size_warning(

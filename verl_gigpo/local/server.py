@@ -9,20 +9,7 @@ waiting (up to ``max_batch_size``) and runs ONE batched generation for it — le
 identical prompts prefilled once, a KV cache, one forward per new token for the whole batch — in a worker thread,
 so the event loop keeps stepping environments meanwhile. Requests that arrive during a batch form the next one.
 
-Sampling parameters (vLLM names; anything else is rejected with ``ValueError``):
-
-* ``temperature`` (default 1.0; 0 = greedy), ``top_p`` (1.0), ``top_k`` (-1 or 0 = off),
-* ``max_tokens`` (alias ``max_new_tokens``; default 16): a hard cap on generated tokens,
-* ``stop_token_ids``: extra stop ids besides the tokenizer's EOS id(s) and the pad id,
-* ``allowed_token_ids``: restrict sampling to these ids (constrained decoding; the log-probs are then those of
-  the restricted distribution, so an actor must apply the same restriction when it recomputes them),
-* ``seed`` (int: a fresh generator per call, vLLM-style) or ``generator`` (a ``torch.Generator`` the caller
-  owns and that advances across calls — the way to make multi-step episodes reproducible),
-* ``logprobs`` and ``n`` are accepted for compatibility (log-probs are always returned; ``n`` must be 1).
-
-Returned log-probs: for each generated token, ``log softmax(logits / temperature)`` over the (allowed) vocabulary,
-taken BEFORE top-k/top-p truncation — what an actor recomputes from the same logits. With ``temperature == 0``
-the token is the argmax and the log-prob is that of the untempered distribution (``temperature = 1``).
+Sampling parameters (vLLM names) and how tokens are drawn: :mod:`verl_gigpo.local.sampling`.
 
 Reproducibility: each request draws its uniforms from its own generator (``seed``/``generator``, else the
 server's generator), so the sampled tokens do not depend on which other requests share the batch (up to
@@ -36,112 +23,24 @@ import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from verl_gigpo.local.sampling import (
+    DecodeControls,
+    DecodeOutputs,
+    SamplingParams,
+    parse_sampling_params,
+    sample_tokens,
+)
 from verl_gigpo.local.tensors import left_pad
 from verl_gigpo.rollout.types import GenerationOutput
 
 __all__ = ["LocalGenerationServer", "SamplingParams", "parse_sampling_params"]
 
 logger = logging.getLogger(__name__)
-
-_KNOWN_PARAMS = {
-    "temperature",
-    "top_p",
-    "top_k",
-    "max_tokens",
-    "max_new_tokens",
-    "stop_token_ids",
-    "allowed_token_ids",
-    "seed",
-    "generator",
-    "logprobs",
-    "n",
-    "repetition_penalty",
-}
-
-
-@dataclass
-class SamplingParams:
-    """Validated sampling parameters of one request (see the module docstring for their meaning)."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_tokens: int = 16
-    stop_token_ids: tuple[int, ...] = ()
-    allowed_token_ids: tuple[int, ...] | None = None
-    seed: int | None = None
-    generator: torch.Generator | None = field(default=None, repr=False)
-
-
-def parse_sampling_params(params: dict[str, Any] | None, *, vocab_size: int, default_max_tokens: int = 16):
-    """Validate a sampling-parameter dict (vLLM names) into :class:`SamplingParams`.
-
-    Raises:
-        ValueError: unknown key, or a value out of range (the message names the key and the accepted range).
-    """
-    params = dict(params or {})
-    unknown = set(params) - _KNOWN_PARAMS
-    if unknown:
-        raise ValueError(f"unknown sampling parameter(s) {sorted(unknown)}; accepted: {sorted(_KNOWN_PARAMS)}")
-    if "max_tokens" in params and "max_new_tokens" in params and params["max_tokens"] != params["max_new_tokens"]:
-        raise ValueError("give either max_tokens or max_new_tokens (they are the same setting), not two values")
-    out = SamplingParams(max_tokens=default_max_tokens)
-
-    temperature = params.get("temperature", 1.0)
-    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not temperature >= 0:
-        raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {temperature!r}")
-    out.temperature = float(temperature)
-    top_p = params.get("top_p", 1.0)
-    if isinstance(top_p, bool) or not isinstance(top_p, int | float) or not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
-    out.top_p = float(top_p)
-    top_k = params.get("top_k", 0)
-    if top_k is None:
-        top_k = 0
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < -1:
-        raise ValueError(f"top_k must be an int >= 1, or -1/0 for no top-k, got {top_k!r}")
-    out.top_k = max(int(top_k), 0)
-    max_tokens = params.get("max_tokens", params.get("max_new_tokens", default_max_tokens))
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ValueError(f"max_tokens (max_new_tokens) must be an int >= 1, got {max_tokens!r}")
-    out.max_tokens = int(max_tokens)
-    for name in ("stop_token_ids", "allowed_token_ids"):
-        if params.get(name) is not None:
-            setattr(out, name, _token_ids(name, params[name], vocab_size))
-    seed = params.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ValueError(f"seed must be an int or None, got {seed!r}")
-    out.seed = seed
-    generator = params.get("generator")
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise ValueError(f"generator must be a torch.Generator, got {type(generator).__name__}")
-    if generator is not None and seed is not None:
-        raise ValueError("give either seed (a fresh generator per call) or generator (advancing), not both")
-    out.generator = generator
-    n = params.get("n", 1)
-    if n != 1:
-        raise ValueError(f"n must be 1 (one sample per request; issue several requests for more), got {n!r}")
-    rep = params.get("repetition_penalty", 1.0)
-    if rep != 1.0:
-        raise ValueError(f"repetition_penalty is not supported by the local server (got {rep!r}); leave it at 1.0")
-    return out
-
-
-def _token_ids(name: str, ids: Any, vocab_size: int) -> tuple[int, ...]:
-    """``ids`` checked as a list of token ids in ``[0, vocab_size)`` (``allowed_token_ids`` also non-empty)."""
-    if isinstance(ids, str | bytes) or not isinstance(ids, Sequence):
-        raise ValueError(f"{name} must be a list of token ids, got {type(ids).__name__}")
-    bad = [i for i in ids if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < vocab_size]
-    if bad:
-        raise ValueError(f"{name} holds ids outside [0, {vocab_size}): {bad[:5]}")
-    if name == "allowed_token_ids" and not ids:
-        raise ValueError("allowed_token_ids is empty: nothing could be sampled; omit it to allow every token")
-    return tuple(int(i) for i in ids)
 
 
 @dataclass
@@ -366,7 +265,7 @@ class LocalGenerationServer:
         ctl = self._controls(params)
         longest = max(ctl.max_tokens)
         cache = DynamicCache()
-        out = _Outputs.empty(batch)
+        out = DecodeOutputs.empty(batch)
         step_ids, step_pos = input_ids, positions
         for t in range(longest):
             forward = self.model(
@@ -389,7 +288,8 @@ class LocalGenerationServer:
             if ctl.allowed is not None:
                 logits = logits.masked_fill(~ctl.allowed, float("-inf"))
             active = [i for i in range(batch) if not out.done[i]]
-            tokens, logprobs = _sample(logits, ctl.temperature, ctl.greedy, params, ctl.generators, active)  # (B,)
+            # (B,) each: one token per request and its log-prob
+            tokens, logprobs = sample_tokens(logits, ctl.temperature, ctl.greedy, params, ctl.generators, active)
             out.add(tokens.tolist(), logprobs.tolist(), active, t, ctl)
             if all(out.done):
                 break
@@ -399,7 +299,7 @@ class LocalGenerationServer:
             attention = torch.cat([attention, torch.ones((batch, 1), dtype=attention.dtype, device=dev)], dim=1)
         return out.tokens, out.logprobs, out.stop_reason
 
-    def _controls(self, params: list[SamplingParams]) -> _Controls:
+    def _controls(self, params: list[SamplingParams]) -> DecodeControls:
         """The B requests' sampling parameters as the tensors and lists the decoding loop reads."""
         allowed = None
         if any(p.allowed_token_ids is not None for p in params):
@@ -410,7 +310,7 @@ class LocalGenerationServer:
                     allowed[i, list(p.allowed_token_ids)] = True
         temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=self.device)  # (B,)
         base_stops = set(self.eos_token_ids) | {self.pad_token_id}
-        return _Controls(
+        return DecodeControls(
             temperature=temperature,
             greedy=temperature == 0,
             max_tokens=[p.max_tokens for p in params],
@@ -425,93 +325,6 @@ class LocalGenerationServer:
         )
 
 
-@dataclass
-class _Outputs:
-    """Per-request results of one batched generation (B requests), filled one token at a time."""
-
-    tokens: list[list[int]]
-    logprobs: list[list[float]]
-    stop_reason: list[str]  # "length" until a stop id ends the request ("completed")
-    done: list[bool]
-
-    @classmethod
-    def empty(cls, batch: int) -> _Outputs:
-        """B requests with nothing generated yet."""
-        return cls([[] for _ in range(batch)], [[] for _ in range(batch)], ["length"] * batch, [False] * batch)
-
-    def add(self, tokens: list[int], logprobs: list[float], active: list[int], t: int, ctl: _Controls) -> None:
-        """Append the ``t``-th token (``tokens``, ``logprobs``: (B,)) of each ``active`` request; a stop id, or the
-        request's ``max_tokens``, ends it."""
-        for i in active:
-            self.tokens[i].append(tokens[i])
-            self.logprobs[i].append(logprobs[i])
-            if tokens[i] in ctl.stops[i]:
-                self.stop_reason[i] = "completed"
-                self.done[i] = True
-            elif t + 1 >= ctl.max_tokens[i]:
-                self.done[i] = True
-
-
-@dataclass
-class _Controls:
-    """What decoding needs of B requests' sampling parameters."""
-
-    temperature: torch.Tensor  # (B,) float32
-    greedy: torch.Tensor  # (B,) bool, temperature == 0
-    max_tokens: list[int]  # (B,)
-    allowed: torch.Tensor | None  # (B, V) bool, True = may be sampled; None = every token for every request
-    stops: list[set[int]]  # (B,) ids that end each request (EOS, pad, its stop_token_ids)
-    generators: list[torch.Generator]  # (B,) where each request's uniforms come from
-
-
 def _generation_eos(model: Any) -> list[int] | int | None:
     config = getattr(model, "generation_config", None)
     return getattr(config, "eos_token_id", None) if config is not None else None
-
-
-def _sample(
-    logits: torch.Tensor,
-    temperature: torch.Tensor,
-    greedy: torch.Tensor,
-    params: list[SamplingParams],
-    generators: list[torch.Generator],
-    active: list[int],
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row and return ``(tokens (B,), log_probs (B,))``.
-
-    ``log_probs`` = log softmax(logits / T) at the drawn token, before top-k/top-p (T = 1 for greedy rows).
-    Sampling: top-k then top-p (smallest set of highest-probability tokens with mass >= p) on the tempered
-    distribution, then inverse-CDF with one uniform per row drawn from that row's generator. Only the rows in
-    ``active`` (not yet finished) sample, so a request's generator advances once per token it generates.
-    """
-    temp = torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]  # (B, 1)
-    scaled = logits / temp  # (B, V)
-    logp = torch.log_softmax(scaled, dim=-1)  # (B, V)
-    tokens = torch.argmax(logits, dim=-1)  # (B,)
-    sample_rows = [i for i in active if not bool(greedy[i])]
-    if sample_rows:
-        rows = torch.tensor(sample_rows, device=logits.device)
-        sub = scaled[rows].clone()  # (S, V)
-        for j, i in enumerate(sample_rows):
-            k = params[i].top_k
-            if 0 < k < sub.shape[-1]:
-                kth = torch.topk(sub[j], k).values[-1]
-                sub[j] = sub[j].masked_fill(sub[j] < kth, float("-inf"))
-        probs = torch.softmax(sub, dim=-1)  # (S, V)
-        top_ps = torch.tensor([params[i].top_p for i in sample_rows], device=logits.device)  # (S,)
-        if bool((top_ps < 1).any()):
-            sorted_p, order = torch.sort(probs, dim=-1, descending=True)  # (S, V)
-            mass_before = sorted_p.cumsum(-1) - sorted_p  # (S, V) mass of strictly more likely tokens
-            keep_sorted = mass_before < top_ps[:, None]
-            keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
-            probs = torch.where(keep, probs, torch.zeros_like(probs))
-        cdf = probs.double().cumsum(-1)  # (S, V)
-        u = torch.stack([torch.rand((), generator=generators[i], dtype=torch.float64) for i in sample_rows])
-        u = u.to(logits.device) * cdf[:, -1]  # (S,)
-        drawn = torch.searchsorted(cdf, u[:, None], right=True).squeeze(-1)  # (S,)
-        # the boundary case u == total mass and zero-probability tail tokens: clamp to the last kept token
-        last_kept = (probs > 0).long().cumsum(-1).argmax(-1)  # (S,)
-        drawn = torch.minimum(drawn, last_kept)
-        tokens = tokens.clone()
-        tokens[rows] = drawn
-    return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)

@@ -1,95 +1,64 @@
-"""The local engine: group RL (GiGPO, HGPO, GraphGPO, G2PO, GRPO, RLOO) for text agents in one process, on a CPU or
-one GPU.
+"""The local engine's training loop (:class:`LocalTrainer`): group RL (GiGPO, HGPO, GraphGPO, G2PO, GRPO, RLOO) for
+text agents in one process, on a CPU or one GPU. ``python -m verl_gigpo.local.train [key=value ...]`` runs it
+(command line: :mod:`verl_gigpo.local.cli`; defaults ``verl_gigpo/config/local_trainer.yaml``, with verl's key names).
 
-    python -m verl_gigpo.local.tiny_model --out artifacts/tiny-model
-    python -m verl_gigpo.local.train                                     # the gridnav demo defaults
-    python -m verl_gigpo.local.train algorithm.adv_estimator=grpo trainer.default_local_dir=runs/grpo
-    python -m verl_gigpo.local.train env.kwargs.size=7 env.kwargs.key=true env.max_steps=24 trainer.seed=3
-    python -m verl_gigpo.local.train trainer.total_training_steps=300 --resume      # continue a run
-    python -m verl_gigpo.local.train --overwrite                                    # delete the run, start over
-
-Defaults: ``verl_gigpo/config/local_trainer.yaml`` (same key names as the verl recipes); overrides are OmegaConf
-dotlist items ``key=value``; unknown keys are an error (:mod:`verl_gigpo.local.config`). Any Hugging Face causal
-LM directory works as ``actor_rollout_ref.model.path``.
-
-This module holds the training loop (:class:`LocalTrainer`) and the command line (:func:`main`); the pieces it
-calls have a file each: :mod:`~verl_gigpo.local.config` (defaults, overrides, checks),
-:mod:`~verl_gigpo.local.server` (batched generation), :mod:`~verl_gigpo.local.batch` (an iteration's step rows),
-:mod:`~verl_gigpo.local.update` (the PPO update), :mod:`~verl_gigpo.local.checkpoint` and
+The pieces it calls have a module each: :mod:`~verl_gigpo.local.config` (defaults, overrides, checks),
+:mod:`~verl_gigpo.local.setup` (model, action tokens, sampling parameters), :mod:`~verl_gigpo.local.server` (batched
+generation), :class:`verl_gigpo.rollout.step_rows.StepBatch` (an iteration's step rows, the type verl's trainer mode
+uses), :mod:`~verl_gigpo.local.update` (the PPO update), :mod:`~verl_gigpo.local.checkpoint` and
 :mod:`~verl_gigpo.local.run_folder` (checkpoints and the run folder's rules), :mod:`~verl_gigpo.local.plots`.
 
 One iteration:
 
-1. rollout: ``data.train_batch_size`` task seeds of ``env.train_split`` are drawn from the run's seeded RNG;
-   each task is played ``actor_rollout_ref.rollout.n`` times, all episodes concurrently
-   (``asyncio.gather`` of :func:`verl_gigpo.rollout.run_episode`) through one
+1. rollout: ``data.train_batch_size`` task seeds of ``env.train_split`` are drawn from the run's seeded RNG; each
+   drawn task gets an id (its episodes' ``group_id``) and is played ``actor_rollout_ref.rollout.n`` times, all
+   episodes concurrently (:func:`verl_gigpo.rollout.run_episode`) through one
    :class:`~verl_gigpo.local.server.LocalGenerationServer`, which batches their generation requests while
-   environment steps run inline or in threads (``local.env_workers``), or in worker processes for environments that
-   are not thread-parallel (``env.num_workers``), each under ``env.step_timeout_s`` / ``env.reset_timeout_s``
-   (an episode that misses one fails, like one whose environment raised). Environments are reused across episodes
-   (:class:`~verl_gigpo.rollout.EnvPool`). Each episode samples from its own ``torch.Generator`` seeded by
-   (trainer.seed, iteration, episode), so runs are reproducible.
-2. advantages: ``gigpo``, ``hgpo``, ``graphgpo``, ``g2po`` -> :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms`
-   over the step rows (episode group = task; anchor key from the environment, key mode from
-   ``GiGPOConfig.env_key_mode``; similarity grouping done there, the same entry the plug-in and verl's trainer
-   mode use); ``grpo`` / ``rloo`` -> verl's
-   ``core_algos.compute_grpo_outcome_advantage`` / ``compute_rloo_outcome_advantage`` with one score per
-   trajectory (its return) grouped by task, broadcast to the trajectory's rows (as verl V1 does).
-3. update (:class:`~verl_gigpo.local.update.PPOActor`): PPO with verl's registered policy loss
-   (``get_policy_loss_fn``, ``vanilla`` = PPO-clip) and ``agg_loss``, optional ``kl_penalty`` to the frozen
-   initial model, an entropy bonus, AdamW and gradient-norm clipping, over ``ppo_epochs`` passes; micro-batches
-   accumulate gradients (losses are normalised by the whole mini-batch, so the micro-batch size does not change
-   the result).
-
-Speed: a response's log-probs depend only on the prompt and the response's tokens but the last, so rows with the
-same ``prompt + response[:-1]`` are forwarded ONCE and each row reads its own last token from the shared logits
-(exact). With one-token actions that is one forward per distinct prompt (8-10x fewer rows on gridnav).
+   environment steps run inline, in threads (``local.env_workers``) or in worker processes (``env.num_workers``),
+   each under ``env.step_timeout_s`` / ``env.reset_timeout_s``. Each episode samples from its own
+   ``torch.Generator`` seeded by (trainer.seed, iteration, episode), so runs are reproducible.
+2. step rows: :meth:`StepBatch.from_episodes <verl_gigpo.rollout.step_rows.StepBatch.from_episodes>`: episode group =
+   the drawn task's id; rows of an episode whose environment failed are kept, masked (no statistic, advantage 0, no
+   loss), as on verl's engine.
+3. advantages: ``gigpo``, ``hgpo``, ``graphgpo``, ``g2po`` -> :meth:`StepBatch.advantage_terms
+   <verl_gigpo.rollout.step_rows.StepBatch.advantage_terms>` (the estimator entry verl's trainer mode uses);
+   ``grpo`` / ``rloo`` -> verl's ``core_algos.compute_grpo_outcome_advantage`` / ``compute_rloo_outcome_advantage``
+   with one score per trajectory (its return) grouped by task, broadcast to the trajectory's rows (as verl V1 does).
+4. update (:class:`~verl_gigpo.local.update.PPOActor`): PPO with verl's registered policy loss and ``agg_loss``,
+   optional ``kl_penalty`` to the frozen initial model, an entropy bonus, AdamW and gradient-norm clipping, over
+   ``ppo_epochs`` passes; mini-batches of at most ``trainer.v1.gigpo_sync.mini_batch_rows`` shuffled step rows (verl's
+   gigpo_sync keys), else of ``ppo_mini_batch_size`` tasks; rows with the same ``prompt + response[:-1]`` are
+   forwarded once (exact; 8-10x fewer forwards on gridnav).
 
 Validation: every ``trainer.test_freq`` iterations, before the first and after the last, on the fixed task list
-``env.val_split`` seeds ``0 .. data.val_size-1``, ``val_kwargs.n`` episodes each, sampled at
-``val_kwargs.temperature`` with fixed per-episode seeds (greedy when ``val_kwargs.do_sample`` is false), so two
-validations differ only through the policy.
+``env.val_split`` seeds ``0 .. data.val_size-1``, ``val_kwargs.n`` episodes each, with fixed per-episode seeds.
 
-Outputs in ``trainer.default_local_dir``: ``metrics.jsonl`` (one line per iteration, ``training_step`` 0 holding
-the first validation), ``learning_curve.png`` and ``checkpoints/iter_K/`` (model, optimizer, RNG states,
-iteration, metrics so far; ``latest_checkpointed_iteration.txt`` names the last one; both written atomically);
-with ``trainer.credit_log_freq`` > 0 (step-credit estimators), ``credit/iter_K.jsonl``: per-step credit records
-from the estimator's terms (:mod:`verl_gigpo.credit`; report: ``python -m verl_gigpo.inspect DIR``).
-``--resume`` continues from the last checkpoint and gives the same parameters and metrics as an uninterrupted run
-(CPU). A folder that already holds a run is refused without ``--resume`` or ``--overwrite`` (which deletes the old
-run's outputs first); on resume the config must match the saved one except for total steps, frequencies, logging,
-speed-only keys and the learning rate (``--allow-config-change`` overrides): :mod:`verl_gigpo.local.run_folder`.
+Outputs in ``trainer.default_local_dir``: ``metrics.jsonl`` (one line per iteration; iteration 0 holds the first
+validation), ``learning_curve.png``, ``checkpoints/iter_K/`` and, with ``trainer.credit_log_freq`` > 0,
+``credit/iter_K.jsonl`` (:mod:`verl_gigpo.credit`). ``--resume`` continues from the last checkpoint and gives the same
+parameters and metrics as an uninterrupted run (CPU); :mod:`verl_gigpo.local.run_folder` says what may change.
 
-Metrics (namespaced): ``env/*`` and ``episode/*`` from :func:`verl_gigpo.rollout.metrics.episode_metrics` (the
-same function and definitions as on verl's engine; README metrics table), ``gigpo/*`` (estimator diagnostics,
-gigpo only), ``adv/abs_mean``, ``actor/pg_loss``, ``actor/kl_loss``, ``actor/entropy``, ``actor/grad_norm``,
-``actor/pg_clipfrac``, ``actor/ppo_kl``, ``rollout/rows``, ``rollout/forward_rows`` (after de-duplication),
-``rollout/batch_size_mean`` (requests per batched generation), ``rollout/logprob_diff_max`` (server vs actor
-log-probs of the same tokens; nonzero only by float rounding), ``timing_s/rollout`` (wall time of the rollout
-phase), ``timing_s/generate`` (time the server spent generating), ``timing_s/env`` (time spent inside
-environment calls, summed over episodes; with worker threads or processes it overlaps generation), ``timing_s/adv``,
-``timing_s/update``, ``timing_s/val``, ``timing_s/iteration``, and on validation iterations ``val/*`` (the same
-episode metrics under ``val/``: ``val/success_rate``, ``val/episode_length``, ``val/return_mean``, ...).
+Metrics: ``env/*`` and ``episode/*`` (:func:`verl_gigpo.rollout.metrics.episode_metrics` over the step rows, as on
+verl's engine), ``gigpo/*``, ``adv/abs_mean``, ``actor/*``, ``rollout/*``, ``update/*`` (with ``mini_batch_rows``),
+``timing_s/{rollout,generate,env,adv,update}``, ``val/*`` on validation lines, and the run-level keys under verl's
+names (:func:`verl_gigpo.rollout.metrics.run_names`, :func:`~verl_gigpo.rollout.metrics.val_names`): ``step``,
+``training/global_step``, ``timing_s/step`` (the iteration without validation), ``timing_s/testing``,
+``val-core/<env.name>/acc/mean@1``, beside the local names ``training_step``, ``timing_s/iteration`` (with
+validation), ``timing_s/val`` and ``val/success_rate``.
 
-Deviations from verl's trainer, on purpose:
-
-1. One optimizer step per ``ppo_mini_batch_size`` tasks (all their step rows), not a fixed number of rows.
-2. Old log-probs are recomputed by the actor (like verl), in the same forward as the update when there is a
-   single optimizer step per iteration (the parameters have not moved yet, so they are equal).
-3. ``local.constrain_to_actions`` (default on) restricts decoding to the action words' tokens, and the actor's
-   log-probs use the same restriction, so the trained policy is exactly the sampling policy.
+Deviations from verl's trainer, on purpose: old log-probs come from the update's own forward when there is a single
+optimizer step per iteration (the parameters have not moved yet, so they are equal); ``local.constrain_to_actions``
+(default on) restricts decoding and the actor's log-probs to the action words' tokens, so the trained policy is
+exactly the sampling policy.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
-import os
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +69,6 @@ from omegaconf import DictConfig, OmegaConf
 from environments import register_envs
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
-from verl_gigpo.local.batch import LocalBatch
 from verl_gigpo.local.checkpoint import (
     read_checkpoint,
     restore_rng_states,
@@ -108,46 +76,22 @@ from verl_gigpo.local.checkpoint import (
     set_learning_rate,
     write_checkpoint,
 )
+from verl_gigpo.local.cli import main
 from verl_gigpo.local.config import DEFAULT_CONFIG, gigpo_config, load_config
 from verl_gigpo.local.plots import plot_metrics, run_title
 from verl_gigpo.local.run_folder import prepare_run_folder
 from verl_gigpo.local.server import LocalGenerationServer
+from verl_gigpo.local.setup import action_token_ids, episode_seed, load_model, sampling_params, update_settings
 from verl_gigpo.local.update import PPOActor
-from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, Episode, EpisodeConfig, TaskSpec, make_task_env, run_episode
+from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, Episode, EpisodeConfig, TaskSpec, run_episode
 from verl_gigpo.rollout.execution import EnvExecution
-from verl_gigpo.rollout.metrics import episode_metrics, summaries_from_episodes
+from verl_gigpo.rollout.metrics import episode_metrics, run_names, summaries_from_episodes, val_names
+from verl_gigpo.rollout.step_rows import StepBatch
 from verl_gigpo.rollout.threads import EnvThreadPool
 
 __all__ = ["DEFAULT_CONFIG", "LocalTrainer", "load_config", "main"]
 
 logger = logging.getLogger(__name__)
-
-
-# ---------------------------------------------------------------------------------------------------- rollout helpers
-def _episode_seed(*parts: int) -> int:
-    """A well-mixed 63-bit seed from integer parts (numpy SeedSequence)."""
-    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
-
-
-def _load_model(path: str, device: torch.device, *, seed: int) -> tuple[Any, Any]:
-    """``(tokenizer, model)`` of the Hugging Face causal LM folder ``path``, the model in float32 on ``device``
-    (built under ``seed`` with the global torch RNG left as it was, for weights a checkpoint does not hold).
-
-    Raises:
-        ValueError: ``path`` is not a directory (the message says how to build a tiny model there).
-    """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if not Path(path).is_dir():
-        raise ValueError(
-            f"actor_rollout_ref.model.path={path!r} is not a directory; build a tiny model with "
-            f"`python -m verl_gigpo.local.tiny_model --out {path}` or point it at a Hugging Face model folder"
-        )
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
-    return tokenizer, model
 
 
 # ---------------------------------------------------------------------------------------------------- trainer
@@ -173,7 +117,7 @@ class LocalTrainer:
         # resuming: find and check the checkpoint now, before anything is built or written (applied in fit())
         self._resume_from = self._read_checkpoint() if cfg.trainer.resume else None
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.tokenizer, self.model = _load_model(cfg.actor_rollout_ref.model.path, self.device, seed=cfg.trainer.seed)
+        self.tokenizer, self.model = load_model(cfg.actor_rollout_ref.model.path, self.device, seed=cfg.trainer.seed)
         self.server = LocalGenerationServer(
             self.model,
             self.tokenizer,
@@ -194,13 +138,19 @@ class LocalTrainer:
             invalid_action=str(cfg.env.invalid_action),
         )
         self.env_kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
-        self.allowed_ids = self._action_token_ids() if cfg.local.constrain_to_actions else None
+        self.allowed_ids = None
+        if cfg.local.constrain_to_actions:
+            self.allowed_ids = action_token_ids(cfg, self.tokenizer, self.server.eos_token_ids, self.episode_config)
+        update = update_settings(cfg)
         self.actor = PPOActor(
             self.model,
             cfg.actor_rollout_ref.actor,
             pad_token_id=self.server.pad_token_id,
             device=self.device,
             allowed_ids=self.allowed_ids,
+            mini_batch_rows=update.mini_batch_rows,
+            shuffle_rows=update.shuffle_rows,
+            seed=cfg.trainer.seed,
         )
         self.ref_model, self.optimizer = self.actor.ref_model, self.actor.optimizer
         # environment calls: local.env_workers threads (0 = inline), or, for environments that are not
@@ -217,53 +167,12 @@ class LocalTrainer:
         self.credit_logger = CreditLogger(credit, self.out_dir, seed=cfg.trainer.seed)
         self.gigpo_terms = None
 
-    # ------------------------------------------------------------------ setup helpers
-    def _action_token_ids(self) -> list[int]:
-        """Token ids of the environment's action words (+ EOS when replies may be longer than one token)."""
-        env = make_task_env(
-            TaskSpec(self.cfg.env.name, 0, self.cfg.env.train_split, self.env_kwargs), self.episode_config
-        )
-        try:
-            _, info = env.reset(seed=0, options={"split": self.cfg.env.train_split})
-            actions = info.get("admissible_actions") or env.example_actions()
-        finally:
-            env.close()
-        if not actions:
-            raise ValueError(
-                f"local.constrain_to_actions needs an environment with a fixed action list; {self.cfg.env.name} "
-                "gives none: set local.constrain_to_actions=false"
-            )
-        ids: list[int] = []
-        for action in actions:
-            for tok in self.tokenizer.encode(action, add_special_tokens=False):
-                if tok not in ids:
-                    ids.append(tok)
-        if self.cfg.actor_rollout_ref.rollout.response_length > 1:
-            ids += [i for i in self.server.eos_token_ids if i not in ids]
-        logger.info("decoding restricted to %d token ids of the actions %s", len(ids), actions)
-        return sorted(ids)
-
-    def _sampling_params(self, *, validation: bool) -> dict[str, Any]:
-        rollout = self.cfg.actor_rollout_ref.rollout
-        temperature = rollout.temperature
-        if validation:
-            temperature = rollout.val_kwargs.temperature if rollout.val_kwargs.do_sample else 0.0
-        params: dict[str, Any] = {
-            "temperature": float(temperature),
-            "top_p": float(rollout.top_p),
-            "top_k": int(rollout.top_k),
-            "max_tokens": int(rollout.response_length),
-        }
-        if self.allowed_ids is not None:
-            params["allowed_token_ids"] = self.allowed_ids
-        return params
-
     # ------------------------------------------------------------------ rollout
     async def _play(self, tasks: list[TaskSpec], n: int, params: dict[str, Any], seed_parts: tuple) -> list[Episode]:
         coros = []
         for g, task in enumerate(tasks):
             for k in range(n):
-                gen = torch.Generator().manual_seed(_episode_seed(*seed_parts, g, k))
+                gen = torch.Generator().manual_seed(episode_seed(*seed_parts, g, k))
                 coros.append(
                     run_episode(
                         task,
@@ -272,6 +181,7 @@ class LocalTrainer:
                         tokenizer=self.tokenizer,
                         config=self.episode_config,
                         traj_id=f"{seed_parts}-{g}-{k}",
+                        group_id=f"task{g}",  # the id of the drawn task: its n episodes form one group
                         sampling_params={**params, "generator": gen},
                         executor=self.env_executor,
                         env_pool=self.env_pool,
@@ -282,11 +192,11 @@ class LocalTrainer:
 
     def rollout(self, tasks: list[TaskSpec], n: int, *, validation: bool, seed_parts: tuple) -> list[Episode]:
         """Play each task ``n`` times concurrently; episodes come back in (task, member) order."""
-        params = self._sampling_params(validation=validation)
+        params = sampling_params(self.cfg, self.allowed_ids, validation=validation)
         return self.loop.run_until_complete(self._play(tasks, n, params, seed_parts))
 
     # ------------------------------------------------------------------ advantages
-    def compute_advantages(self, batch: LocalBatch) -> tuple[np.ndarray, dict[str, float]]:
+    def compute_advantages(self, batch: StepBatch) -> tuple[np.ndarray, dict[str, float]]:
         """One advantage per step row (N,) and the estimator's metrics.
 
         gigpo, hgpo, graphgpo, g2po: the configured estimator, :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms`.
@@ -294,42 +204,32 @@ class LocalTrainer:
         broadcast to the trajectory's rows.
         """
         estimator = self.cfg.algorithm.adv_estimator
-        if len(batch) == 0:
-            return np.zeros(0), {}
+        self.gigpo_terms = None
+        if not batch.row_mask.any():  # no episode ran without an environment error
+            return np.zeros(len(batch)), {}
         if self.gigpo is not None:
-            terms = self.gigpo.advantage_terms(  # similarity keys merged there when key_mode=similarity
-                torch.as_tensor(batch.rewards),
-                torch.ones((len(batch), 1)),
-                batch.group_ids,
-                batch.traj_ids,
-                batch.step_ids,
-                batch.anchor_keys,
-                won=batch.won,
-                action_valid=batch.action_valid,
-            )
+            terms = batch.advantage_terms(self.gigpo)  # masked rows get 0; similarity keys merged there
             self.gigpo_terms = terms
             return np.asarray(terms.advantage, dtype=np.float64), dict(terms.stats)
         from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, compute_rloo_outcome_advantage
 
-        scores = torch.as_tensor(batch.traj_returns, dtype=torch.float32)[:, None]  # (T, 1)
+        traj_of_row, returns, groups = batch.trajectory_scores()  # (N,), (T,), (T,): unmasked trajectories
+        scores = torch.as_tensor(returns, dtype=torch.float32)[:, None]  # (T, 1)
         mask = torch.ones_like(scores)  # (T, 1)
         if estimator == "grpo":
             adv, _ = compute_grpo_outcome_advantage(
-                scores,
-                mask,
-                batch.traj_groups,
-                norm_adv_by_std_in_grpo=bool(self.cfg.algorithm.norm_adv_by_std_in_grpo),
+                scores, mask, groups, norm_adv_by_std_in_grpo=bool(self.cfg.algorithm.norm_adv_by_std_in_grpo)
             )
         else:
-            adv, _ = compute_rloo_outcome_advantage(scores, mask, batch.traj_groups)
+            adv, _ = compute_rloo_outcome_advantage(scores, mask, groups)
         per_traj = adv[:, 0].double().numpy()  # (T,)
-        return per_traj[batch.traj_ids], {}
+        return np.where(traj_of_row >= 0, per_traj[np.maximum(traj_of_row, 0)], 0.0), {}
 
     # ------------------------------------------------------------------ update
-    def update(self, batch: LocalBatch, advantages: np.ndarray) -> dict[str, float]:
-        """PPO update on the batch's rows with per-row ``advantages`` (N,); returns ``actor/*`` metrics
+    def update(self, batch: StepBatch, advantages: np.ndarray) -> dict[str, float]:
+        """PPO update on the batch's unmasked rows with per-row ``advantages`` (N,); returns ``actor/*`` metrics
         (:meth:`verl_gigpo.local.update.PPOActor.update`)."""
-        return self.actor.update(batch, advantages)
+        return self.actor.update(batch, advantages, iteration=self.iteration)
 
     # ------------------------------------------------------------------ iteration, validation
     def train_step(self) -> dict[str, float]:
@@ -344,28 +244,19 @@ class LocalTrainer:
         busy0, batches0, requests0 = stats["busy_s"], stats["batches"], stats["requests"]
         episodes = self.rollout(tasks, n, validation=False, seed_parts=(cfg.trainer.seed, 1, self.iteration))
         t1 = time.perf_counter()
-        batch = LocalBatch.from_episodes(episodes, n)
+        batch = StepBatch.from_episodes(episodes)  # groups from the task draws; failed episodes masked
         advantages, adv_metrics = self.compute_advantages(batch)
-        if self.gigpo is not None and len(batch) and self.credit_logger.due(self.iteration):  # credit records
-            self.credit_logger.write(
-                self.iteration,
-                self.gigpo_terms,
-                group_ids=batch.group_ids,
-                traj_ids=batch.traj_ids,
-                step_ids=batch.step_ids,
-                anchor_keys=batch.anchor_keys,
-                step_rewards=batch.rewards,
-                context=StepContext.from_episodes(episodes),
-            )
+        if self.gigpo_terms is not None and self.credit_logger.due(self.iteration):  # credit records
+            self.credit_logger.write_steps(self.iteration, self.gigpo_terms, batch, StepContext.from_episodes(episodes))
         t2 = time.perf_counter()
         actor_metrics = self.update(batch, advantages)
         t3 = time.perf_counter()
         batches = self.server.stats["batches"] - batches0
         metrics = {
-            "training_step": float(self.iteration),
-            **episode_metrics(summaries_from_episodes(episodes)),
+            **run_names(self.iteration, training=True),
+            **episode_metrics(batch.trajectory_summaries()),
             **adv_metrics,
-            "adv/abs_mean": float(np.abs(advantages).mean()) if len(advantages) else 0.0,
+            "adv/abs_mean": float(np.abs(advantages[batch.row_mask]).mean()) if batch.row_mask.any() else 0.0,
             **actor_metrics,
             "rollout/batch_size_mean": (self.server.stats["requests"] - requests0) / batches if batches else 0.0,
             "timing_s/rollout": t1 - t0,
@@ -385,10 +276,8 @@ class LocalTrainer:
         tasks = [TaskSpec(cfg.env.name, s, cfg.env.val_split, self.env_kwargs) for s in range(cfg.data.val_size)]
         n = cfg.actor_rollout_ref.rollout.val_kwargs.n
         episodes = self.rollout(tasks, n, validation=True, seed_parts=(cfg.trainer.seed, 0))
-        return {
-            **episode_metrics(summaries_from_episodes(episodes), prefix="val", episode_prefix="val"),
-            "timing_s/val": time.perf_counter() - start,
-        }
+        val = episode_metrics(summaries_from_episodes(episodes), prefix="val", episode_prefix="val")
+        return {**val, **val_names(cfg.env.name, val, seconds=time.perf_counter() - start)}
 
     def fit(self) -> list[dict[str, float]]:
         """Train until ``trainer.total_training_steps`` (resuming first when ``trainer.resume``); returns all
@@ -400,13 +289,14 @@ class LocalTrainer:
         metrics_path = self.out_dir / "metrics.jsonl"
         metrics_path.write_text("".join(json.dumps(m) + "\n" for m in self.history))
         if self.iteration == 0:
-            first = {"training_step": 0.0, **self.validate()}
+            first = {**run_names(0, training=False), **self.validate()}
             self._record(first, metrics_path)
             logger.info("validation before training: %s", _fmt(first))
         bar = _progress(cfg, initial=self.iteration, total=total)
         while self.iteration < total:
             start = time.perf_counter()
             metrics = self.train_step()
+            metrics["timing_s/step"] = time.perf_counter() - start  # verl's name: the iteration without validation
             last = self.iteration == total
             if last or (cfg.trainer.test_freq > 0 and self.iteration % cfg.trainer.test_freq == 0):
                 metrics.update(self.validate())
@@ -491,69 +381,6 @@ def _progress(cfg: DictConfig, *, initial: int, total: int):
     from tqdm import tqdm
 
     return tqdm(total=total, initial=initial, desc=f"{cfg.algorithm.adv_estimator} {cfg.env.name}", unit="it")
-
-
-def _parser() -> argparse.ArgumentParser:
-    """The command line: config overrides and the flags that set ``trainer.resume/overwrite/allow_config_change``."""
-    parser = argparse.ArgumentParser(
-        description="Train a causal LM on a text environment with GiGPO/GRPO/RLOO, in one process",
-        epilog="overrides: key=value items, e.g. algorithm.adv_estimator=grpo trainer.total_training_steps=50",
-    )
-    parser.add_argument("overrides", nargs="*", help="config overrides (OmegaConf dotlist)")
-    parser.add_argument("--config", default=None, help=f"defaults file (default: {DEFAULT_CONFIG})")
-    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint (trainer.resume)")
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="delete the run already in trainer.default_local_dir and start over (trainer.overwrite)",
-    )
-    parser.add_argument(
-        "--allow-config-change",
-        action="store_true",
-        help="resume although keys that change the computation differ from the saved run (allow_config_change)",
-    )
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry point (see the module docstring)."""
-    parser = _parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # verl warns at import about training engines it cannot load (megatron, torchtitan, ...); none is used here
-    warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
-    overrides = list(args.overrides) + (["trainer.resume=true"] if args.resume else [])
-    overrides += (["trainer.overwrite=true"] if args.overwrite else []) + (
-        ["trainer.allow_config_change=true"] if args.allow_config_change else []
-    )
-    try:
-        cfg = load_config(overrides, args.config)
-    except ValueError as exc:
-        parser.error(str(exc))
-    try:
-        trainer = LocalTrainer(cfg)
-    except ValueError as exc:  # a run already in the folder, a resume with a changed config, a missing model
-        parser.error(str(exc))
-    try:
-        history = trainer.fit()
-    except OSError as exc:  # the run folder became unwritable mid-run (permissions, full disk): one line
-        if exc.filename is None or not Path(os.path.abspath(exc.filename)).is_relative_to(trainer.out_dir.absolute()):
-            raise
-        parser.exit(1, f"{parser.prog}: error: cannot write {exc.filename}: {exc.strerror or exc}\n")
-    finally:
-        trainer.close()
-    val = [m for m in history if "val/success_rate" in m]
-    if val:
-        print(
-            f"validation success: {val[0]['val/success_rate']:.3f} (iteration {int(val[0]['training_step'])}) -> "
-            f"{val[-1]['val/success_rate']:.3f} (iteration {int(val[-1]['training_step'])})"
-        )
-    out = trainer.out_dir
-    print(f"metrics: {out / 'metrics.jsonl'}")
-    if cfg.local.plot:
-        print(f"plot: {out / 'learning_curve.png'}")
-    print(f"checkpoint: {out / 'checkpoints'}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,18 +1,22 @@
 """The local engine's actor update: PPO on one iteration's step rows with verl's registered policy losses.
 
     actor = PPOActor(model, cfg.actor_rollout_ref.actor, pad_token_id=pad, device=device, allowed_ids=ids)
-    metrics = actor.update(batch, advantages)       # a LocalBatch of N rows, advantages (N,): actor/* metrics
+    metrics = actor.update(batch, advantages, iteration=k)   # a StepBatch of N rows, advantages (N,): actor/* metrics
 
 One update:
 
+0. the rows: only those with ``row_mask`` (rows of episodes whose environment failed take no part, as their
+   response_mask 0 makes them take none on verl's engine).
 1. de-duplicate: a response's log-probs depend only on the prompt and the response's tokens but the last, so rows
    with the same ``prompt + response[:-1]`` are forwarded ONCE and each row reads its own last token from the
    shared logits (exact). With one-token actions that is one forward per distinct prompt.
 2. fixed log-probs (no grad): with more than one optimizer step per iteration, the old log-probs before the first
    step; with one step they are the update's own forward, detached (the parameters have not moved yet, so they
    are equal). With ``use_kl_loss``, the frozen initial model's log-probs.
-3. for each of ``ppo_epochs`` passes, for each mini-batch of ``ppo_mini_batch_size`` tasks (all their rows):
-   micro-batches of ``ppo_micro_batch_size_per_gpu`` forwarded inputs accumulate the gradients of
+3. for each of ``ppo_epochs`` passes, for each mini-batch (:func:`split_rows`: ``mini_batch_rows`` set, the rows
+   shuffled and cut into ``ceil(rows / mini_batch_rows)`` near-equal mini-batches, as verl's ``gigpo_sync`` mode does;
+   else ``ppo_mini_batch_size`` tasks with all their rows, verl's own split): micro-batches of
+   ``ppo_micro_batch_size_per_gpu`` forwarded inputs accumulate the gradients of
    ``pg_loss - entropy_coeff * entropy + kl_loss_coef * kl`` (verl's ``get_policy_loss_fn``, ``agg_loss``,
    ``kl_penalty``), each normalised by the whole mini-batch so the micro-batch size does not change the result;
    then gradient-norm clipping and one AdamW step.
@@ -26,6 +30,7 @@ Shapes: N rows, U de-duplicated inputs, R the longest response, V' the allowed-t
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,10 +39,10 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from verl_gigpo.local.batch import LocalBatch
 from verl_gigpo.local.tensors import left_pad
+from verl_gigpo.rollout.step_rows import StepBatch
 
-__all__ = ["PPOActor"]
+__all__ = ["PPOActor", "split_rows"]
 
 
 @dataclass
@@ -112,6 +117,11 @@ class PPOActor:
         device: where the model lives.
         allowed_ids: under ``local.constrain_to_actions``, the token ids decoding is restricted to (sorted); the
             log-probs are then over these ids only. None: the whole vocabulary.
+        mini_batch_rows: most step rows per optimizer step (``trainer.v1.gigpo_sync.mini_batch_rows``); None: split
+            by ``actor.ppo_mini_batch_size`` tasks (null: the whole iteration in one step).
+        shuffle_rows: with ``mini_batch_rows``, shuffle the rows before each pass (``trainer.v1.gigpo_sync.
+            shuffle_rows``), from an RNG seeded by ``(seed, iteration, pass)``.
+        seed: the run's seed (``trainer.seed``).
 
     Attributes:
         ref_model: a frozen copy of ``model`` as it was at construction when ``actor.use_kl_loss``, else None.
@@ -126,6 +136,9 @@ class PPOActor:
         pad_token_id: int,
         device: torch.device,
         allowed_ids: Sequence[int] | None = None,
+        mini_batch_rows: int | None = None,
+        shuffle_rows: bool = True,
+        seed: int = 0,
     ) -> None:
         from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
@@ -139,24 +152,44 @@ class PPOActor:
             model.parameters(), lr=float(actor.optim.lr), weight_decay=float(actor.optim.weight_decay)
         )
         self.policy_loss_fn = get_policy_loss_fn(actor.policy_loss.loss_mode)
+        self.mini_batch_rows, self.shuffle_rows, self.seed = mini_batch_rows, shuffle_rows, int(seed)
 
-    def update(self, batch: LocalBatch, advantages: np.ndarray) -> dict[str, float]:
-        """PPO update on the batch's rows with per-row ``advantages`` (N,); returns ``actor/*`` and
-        ``rollout/{rows,forward_rows,logprob_diff_max}`` metrics (empty for an empty batch)."""
+    def update(self, batch: StepBatch, advantages: np.ndarray, *, iteration: int = 0) -> dict[str, float]:
+        """PPO update on the batch's unmasked rows (``row_mask``) with per-row ``advantages`` (N,); ``iteration``
+        seeds the row shuffle. Returns ``actor/*`` and ``rollout/{rows,forward_rows,logprob_diff_max}`` metrics, and
+        with ``mini_batch_rows`` verl's ``update/{rows,mini_batch_rows,num_mini_batches}`` (empty when no row is
+        unmasked)."""
         actor = self.actor
-        if len(batch) == 0:
+        kept = np.flatnonzero(batch.row_mask)  # (K,) rows that train
+        if kept.size == 0:
             return {}
+        batch, advantages = batch.select(kept), np.asarray(advantages)[kept]
         rows = self._rows(batch)
         rows.adv = torch.as_tensor(advantages, dtype=torch.float32, device=self.device)[:, None] * rows.mask
-        minibatches = _minibatch_rows(batch.group_ids, actor.ppo_mini_batch_size)
-        n_steps = actor.ppo_epochs * len(minibatches)
+        passes = [
+            split_rows(
+                batch.group_ids,
+                tasks_per_step=actor.ppo_mini_batch_size,
+                mini_batch_rows=self.mini_batch_rows,
+                rng=np.random.default_rng([self.seed, int(iteration), epoch]) if self.shuffle_rows else None,
+            )
+            for epoch in range(actor.ppo_epochs)
+        ]
+        n_steps = sum(len(minibatches) for minibatches in passes)
         rows.old_logp, rows.ref_logp = self._fixed_logprobs(rows, n_steps)
         sums = _Sums()
         self.model.train()
-        for _epoch in range(actor.ppo_epochs):
+        for minibatches in passes:
             for rows_mb in minibatches:
                 self._optimizer_step(batch, rows, rows_mb, n_steps, sums)
         self.model.eval()
+        plan = {}
+        if self.mini_batch_rows is not None:  # the names verl's gigpo_sync mode logs for its row split
+            plan = {
+                "update/rows": float(len(batch)),
+                "update/mini_batch_rows": float(max(len(mb) for mb in passes[0])),
+                "update/num_mini_batches": float(len(passes[0])),
+            }
         return {
             **sums.totals,
             **sums.weighted,
@@ -165,6 +198,7 @@ class PPOActor:
             "rollout/rows": float(len(batch)),
             "rollout/forward_rows": float(len(rows.inputs)),
             "rollout/logprob_diff_max": sums.logprob_diff,
+            **plan,
         }
 
     def forward_logprobs(
@@ -194,7 +228,7 @@ class PPOActor:
         return torch.log_softmax(logits, dim=-1), entropy_from_logits(logits)
 
     # ------------------------------------------------------------------ the rows
-    def _rows(self, batch: LocalBatch) -> _Rows:
+    def _rows(self, batch: StepBatch) -> _Rows:
         """De-duplicate the batch's inputs and lay its response tokens out as (N, R) tensors on the device."""
         n_rows = len(batch)
         key_index: dict[tuple, int] = {}
@@ -244,7 +278,7 @@ class PPOActor:
         return out
 
     # ------------------------------------------------------------------ one optimizer step
-    def _optimizer_step(self, batch: LocalBatch, rows: _Rows, rows_mb: np.ndarray, n_steps: int, sums: _Sums) -> None:
+    def _optimizer_step(self, batch: StepBatch, rows: _Rows, rows_mb: np.ndarray, n_steps: int, sums: _Sums) -> None:
         """Accumulate the gradients of the mini-batch ``rows_mb`` micro-batch by micro-batch, clip, step."""
         micro = self.actor.ppo_micro_batch_size_per_gpu
         n_tokens = float(rows.mask[rows_mb].sum())
@@ -261,7 +295,7 @@ class PPOActor:
 
     def _micro_batch(
         self,
-        batch: LocalBatch,
+        batch: StepBatch,
         rows: _Rows,
         chunk: np.ndarray,
         picked: np.ndarray,
@@ -320,15 +354,30 @@ class PPOActor:
         return logp, entropy
 
 
-def _minibatch_rows(group_ids: np.ndarray, tasks_per_step: int | None) -> list[np.ndarray]:
-    """The rows (indices into the batch) of each mini-batch: ``tasks_per_step`` consecutive tasks each (None: all
-    tasks in one)."""
-    groups = np.unique(group_ids)
+def split_rows(
+    group_ids: np.ndarray,
+    *,
+    tasks_per_step: int | None = None,
+    mini_batch_rows: int | None = None,
+    rng: np.random.Generator | None = None,
+) -> list[np.ndarray]:
+    """The rows (indices into the batch) of each mini-batch of one pass over the batch's K rows.
+
+    ``mini_batch_rows`` M set: ``k = ceil(K / M)`` mini-batches of ``floor(K / k)`` or ``ceil(K / k)`` rows (the
+    split of verl's ``gigpo_sync`` mode, :func:`verl_gigpo.trainer.plan_mini_batches`, without its padding), over
+    the rows permuted by ``rng`` (None: batch order). Else ``tasks_per_step`` tasks (episode groups, in order of
+    first appearance) with all their rows each; None: all rows in one mini-batch.
+    """
+    n = len(group_ids)
+    if mini_batch_rows is not None:
+        order = rng.permutation(n) if rng is not None else np.arange(n)
+        return [part for part in np.array_split(order, math.ceil(n / mini_batch_rows)) if part.size]
+    groups = list(dict.fromkeys(group_ids.tolist()))  # first-appearance order
     per_step = tasks_per_step or len(groups)
     return [np.flatnonzero(np.isin(group_ids, groups[i : i + per_step])) for i in range(0, len(groups), per_step)]
 
 
-def _rollout_diff(batch: LocalBatch, picked: np.ndarray, actor_logp: torch.Tensor) -> float:
+def _rollout_diff(batch: StepBatch, picked: np.ndarray, actor_logp: torch.Tensor) -> float:
     """Largest ``|actor - server|`` log-prob of the same response tokens over the rows ``picked`` (``actor_logp``
     (n, R) in their order); nonzero only by float rounding."""
     worst = 0.0

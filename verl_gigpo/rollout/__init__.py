@@ -4,12 +4,14 @@ Imports environments, never an engine (neither verl glue nor :mod:`verl_gigpo.lo
 other one way, bottom up: ``types`` (data) <- ``factory`` (building an environment); ``execution`` (deadline and
 worker settings), ``threads`` (a thread pool that survives hung calls), ``wire`` (the pipe protocol) <-
 ``procpool`` (environments in worker processes; ``procworker`` is the worker's ``__main__``, imported by nothing)
-<- ``pool`` <- ``envcalls`` (an episode's environment calls under their deadlines) <- ``episode``.
+<- ``pool`` <- ``envcalls`` (an episode's environment calls under their deadlines) <- ``episode``; ``metrics`` (the
+episode metrics) <- ``step_rows`` (one training batch's step rows, :class:`StepBatch`, for both engines).
 """
 
 from verl_gigpo.rollout.episode import ChatPromptEncoder, build_prompt, run_episode
 from verl_gigpo.rollout.factory import make_task_env
 from verl_gigpo.rollout.pool import EnvPool
+from verl_gigpo.rollout.step_rows import StepBatch
 from verl_gigpo.rollout.types import Episode, EpisodeConfig, GenerationOutput, Generator, StepRecord, TaskSpec
 
 __all__ = [
@@ -19,6 +21,7 @@ __all__ = [
     "EpisodeConfig",
     "GenerationOutput",
     "Generator",
+    "StepBatch",
     "StepRecord",
     "TaskSpec",
     "build_prompt",

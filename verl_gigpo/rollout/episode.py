@@ -214,6 +214,7 @@ async def run_episode(
     executor: EnvThreadPool | None = None,
     env_pool: EnvPool | None = None,
     execution: EnvExecution | None = None,
+    group_id: str | None = None,
 ) -> Episode:
     """Play one episode of ``task`` and return it with one :class:`StepRecord` per step.
 
@@ -235,8 +236,9 @@ async def run_episode(
             processes hosts the environments that are not thread-parallel there (:mod:`verl_gigpo.rollout.pool`).
         execution: the deadlines of environment calls (default :class:`EnvExecution`'s: 60 s a step, 300 s a
             reset); a missed one ends the episode with an ``EnvDeadlineError`` (:mod:`verl_gigpo.rollout.envcalls`).
+        group_id: the episode group (task draw) it belongs to, kept on the episode (:attr:`Episode.group_id`).
     """
-    episode = Episode(traj_id=traj_id, task=task)
+    episode = Episode(traj_id=traj_id, task=task, group_id=group_id)
     timing = {"generate": 0.0, "env": 0.0, "glue": 0.0}
     episode.timing = timing
     env: TextEnv | None = None

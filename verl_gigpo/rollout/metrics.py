@@ -1,14 +1,14 @@
 """Episode metrics (``env/*``, ``episode/*``, and the local engine's ``val/*``): one definition for both engines.
 
-Each engine reduces its rollouts to one :class:`TrajectorySummary` per trajectory (the verl trainer mode from its
-step rows, :meth:`verl_gigpo.trainer.StepBatch.trajectory_summaries`; the local engine from its
-:class:`~verl_gigpo.rollout.types.Episode` objects, :func:`summaries_from_episodes`) and calls
+Each engine reduces its rollouts to one :class:`TrajectorySummary` per trajectory (both engines' training batches
+from their step rows, :meth:`verl_gigpo.rollout.step_rows.StepBatch.trajectory_summaries`; the local engine's
+validation from its :class:`~verl_gigpo.rollout.types.Episode` objects, :func:`summaries_from_episodes`) and calls
 :func:`episode_metrics`, so a metric name means the same thing whichever engine logged it.
 
 Trajectories whose environment failed (``env_error``) are left out of every policy metric (success, length, return,
 invalid actions, dropped history, cut observations): a crashed environment says nothing about the policy, and its rows
 carry no learning signal on either engine. They are counted by ``env/env_error_rate``, ``episode/num_trajectories``,
-``episode/num_step_rows`` (verl keeps their rows in the batch, masked) and the seconds.
+``episode/num_step_rows`` (both engines keep their rows in the batch, masked) and the seconds.
 
 Definitions (C = the trajectories whose environment did not fail, A = all trajectories; a mean over an empty C is
 0.0, so the keys are there every iteration)::
@@ -41,7 +41,7 @@ import numpy as np
 
 from verl_gigpo.rollout.types import Episode
 
-__all__ = ["TrajectorySummary", "episode_metrics", "summaries_from_episodes"]
+__all__ = ["TrajectorySummary", "episode_metrics", "run_names", "summaries_from_episodes", "val_names"]
 
 
 @dataclass(frozen=True)
@@ -60,9 +60,8 @@ class TrajectorySummary:
         task_type: the environment's task type (e.g. ALFWorld's ``pick_and_place``), or None.
         env_seconds: seconds spent inside the environment (reset, step, close).
         generate_seconds: seconds spent awaiting the rollout server.
-        batch_rows: step rows the trajectory put into the training batch: on verl all its rows, masked ones of a
-            failed environment included (one placeholder row when it failed at reset); the local engine drops a
-            failed episode from its batch (0), else one row per step.
+        batch_rows: step rows the trajectory put into the training batch on either engine: one per step, masked
+            ones of a failed environment included, and one placeholder row when it failed at reset.
         abandoned_threads: environment calls of the trajectory abandoned in a thread past their deadline.
     """
 
@@ -94,7 +93,7 @@ class TrajectorySummary:
             task_type=episode.task_type,
             env_seconds=float(episode.timing.get("env", 0.0)),
             generate_seconds=float(episode.timing.get("generate", 0.0)),
-            batch_rows=0 if failed else episode.length,
+            batch_rows=max(episode.length, 1) if failed else episode.length,
             abandoned_threads=episode.abandoned_threads,
         )
 
@@ -151,4 +150,25 @@ def episode_metrics(
             by_type[str(t.task_type)].append(float(t.won))
     for task_type, won in sorted(by_type.items()):
         out[f"{prefix}/success_rate/{task_type}"] = mean(won)
+    return out
+
+
+def run_names(iteration: int, *, training: bool) -> dict[str, float]:
+    """The run-level keys of one metrics line of the local engine, under verl's names (verl's file logger writes
+    ``step`` on every line and ``training/global_step`` on training iterations) and the local engine's own
+    ``training_step`` (the same number): ``iteration`` 0 is the validation before training (``training`` False)."""
+    out = {"step": float(iteration), "training_step": float(iteration)}
+    if training:
+        out["training/global_step"] = float(iteration)
+    return out
+
+
+def val_names(data_source: str, val: dict[str, float], *, seconds: float) -> dict[str, float]:
+    """verl's names for a validation of the local engine: ``val-core/<data_source>/acc/mean@1`` (verl's core
+    validation metric; the agent loop's ``acc`` is the episode won, so it equals ``val/success_rate`` of ``val``,
+    the :func:`episode_metrics` under ``prefix="val"``), and its seconds as ``timing_s/testing`` (verl) and
+    ``timing_s/val`` (the local engine's own name). Empty ``val`` (no validation tasks): the seconds only."""
+    out = {"timing_s/testing": seconds, "timing_s/val": seconds}
+    if "val/success_rate" in val:
+        out[f"val-core/{data_source}/acc/mean@1"] = val["val/success_rate"]
     return out

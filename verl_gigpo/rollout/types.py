@@ -187,6 +187,8 @@ class Episode:
         worker thread) and ``glue`` (prompt render + chat template + tokenise, decode + parse).
     abandoned_threads: environment calls of this episode abandoned in threads past their deadline (0 or 1: the
         episode ends there); each leaves a thread running until the call returns (``env/abandoned_threads``).
+    group_id: the episode group it belongs to (the id of its task draw, shared by the group's members; verl's
+        ``uid``); None: the group is the task itself (:func:`verl_gigpo.rollout.step_rows.episode_group_id`).
     """
 
     traj_id: str
@@ -199,6 +201,7 @@ class Episode:
     env_error: str | None = None
     timing: dict[str, float] = field(default_factory=dict)
     abandoned_threads: int = 0
+    group_id: str | None = None
 
     @property
     def length(self) -> int:

@@ -1,0 +1,216 @@
+"""The two engines build the same step rows from the same episodes (CPU, no Ray).
+
+Real gridnav episodes are played with fixed action scripts (two tasks, four episodes each; in task 0 one episode's
+environment raises at its third step and one fails at reset). They go through:
+
+* verl's path: the agent loop's rows (:func:`verl_gigpo.agent_loop.episode_to_outputs`) as verl's V1 agent-loop
+  worker stores them (``AgentLoopOutput.as_dict`` plus ``uid``, :func:`verl.utils.tensordict_utils.
+  list_of_dict_to_tensordict`), one verl padding row (``construct_minimal_padding_template``, tagged ``is_padding``),
+  then what the ``gigpo_sync`` trainer mode does with them (:meth:`StepBatch.from_rows`,
+  :func:`verl_gigpo.trainer.compute_step_advantages`, :func:`verl_gigpo.trainer.episode_metrics`);
+* the local engine's path: :meth:`StepBatch.from_episodes`, :meth:`StepBatch.advantage_terms` with the local config's
+  estimator settings, the episode metrics of its rows, its run-level metric names and its row split.
+
+Rows, groups, masks, advantages and metric names must agree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer
+from verl.trainer.ppo.padding_utils import construct_minimal_padding_template
+from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+from environments.gridnav.env import GridNavEnv
+from verl_gigpo.agent_loop import episode_to_outputs
+from verl_gigpo.cpu.smoke import val_metric
+from verl_gigpo.local.config import gigpo_config, load_config
+from verl_gigpo.local.update import split_rows
+from verl_gigpo.metrics_file import TRAINING_STEP_KEY
+from verl_gigpo.rollout import ChatPromptEncoder, EpisodeConfig, GenerationOutput, TaskSpec, run_episode
+from verl_gigpo.rollout.factory import make_task_env
+from verl_gigpo.rollout.metrics import episode_metrics, run_names, val_names
+from verl_gigpo.rollout.step_rows import StepBatch
+from verl_gigpo.trainer import compute_step_advantages, plan_mini_batches
+from verl_gigpo.trainer import episode_metrics as trainer_episode_metrics
+
+#: per task seed, one action script per episode (replayed in order, the last action repeated)
+SCRIPTS = {  # task 0: the goal is 3 steps right (north wall); task 1: 1 down, then 4 right
+    0: [["right"], ["up", "right"], ["down", "right", "up", "right", "right"], ["right"]],
+    1: [["down", "right"], ["right", "down", "right"], ["jump", "down", "right"], ["up", "up", "left"]],
+}
+#: (seed, member) of the episodes whose environment fails: at its third step, and at reset
+FAIL_AT_STEP, FAIL_AT_RESET = (0, 1), (0, 3)
+CONFIG = EpisodeConfig(max_steps=6, history_length=1, max_prompt_length=256, max_response_length=4)
+
+
+class _Scripted:
+    """A generator replying each episode's scripted actions (the request id is the trajectory id)."""
+
+    def __init__(self, tokenizer, script: list[str]):
+        self.replies = [tokenizer.encode(a, add_special_tokens=False) for a in script]
+        self.calls = 0
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params):
+        reply = self.replies[min(self.calls, len(self.replies) - 1)]
+        self.calls += 1
+        return GenerationOutput(token_ids=list(reply), log_probs=[-0.5] * len(reply))
+
+
+class _Failing(GridNavEnv):
+    """gridnav whose environment raises at reset (``at == 0``) or at its ``at``-th step."""
+
+    def __init__(self, at: int, **kwargs):
+        super().__init__(**kwargs)
+        self.at, self.steps = at, 0
+
+    def reset(self, *, seed=None, options=None):
+        if self.at == 0:
+            raise RuntimeError("injected failure at reset")
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.at:
+            raise RuntimeError("injected failure at step")
+        return super().step(action)
+
+
+@pytest.fixture(scope="module")
+def episodes(tiny_model_dir):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    encoder = ChatPromptEncoder(tokenizer)
+    played = []
+    for seed, scripts in SCRIPTS.items():
+        for member, script in enumerate(scripts):
+            fail = {FAIL_AT_STEP: 3, FAIL_AT_RESET: 0}.get((seed, member))
+
+            def factory(task, cfg, fail=fail):
+                if fail is None:
+                    return make_task_env(task, cfg)
+                return _Failing(fail, max_steps=cfg.max_steps, key_mode=cfg.key_mode)
+
+            played.append(
+                asyncio.run(
+                    run_episode(
+                        TaskSpec("gridnav", seed=seed),
+                        generator=_Scripted(tokenizer, script),
+                        encoder=encoder,
+                        tokenizer=tokenizer,
+                        config=CONFIG,
+                        traj_id=f"t{seed}-{member}",
+                        sampling_params={},
+                        env_factory=factory,
+                        group_id=f"task{seed}",
+                    )
+                )
+            )
+    return tokenizer, played
+
+
+def _verl_rows(tokenizer, episodes):
+    """What verl hands the trainer mode: the agent loop's rows stored as verl's V1 worker stores them, plus one
+    padding row built by verl's padding code. Returns (the TensorDict of rows, is_padding tags)."""
+    fields = []
+    for episode in episodes:
+        placeholder = tokenizer.encode(f"environment failed: {episode.env_error}")[:64] or [0]
+        for output in episode_to_outputs(
+            episode, placeholder_prompt_ids=placeholder, eos_id=tokenizer.eos_token_id, weight_version=0
+        ):
+            field = output.as_dict()
+            field["uid"] = episode.group_id  # verl's uid: one per task draw, shared by its rollout.n episodes
+            fields.append(field)
+    pad, _ = construct_minimal_padding_template(fields[0], {"status": "success"}, tokenizer.eos_token_id)
+    pad["uid"] = "pad0"
+    fields.append(pad)
+    return list_of_dict_to_tensordict(fields), [False] * (len(fields) - 1) + [True]
+
+
+@pytest.fixture(scope="module")
+def both(episodes):
+    tokenizer, played = episodes
+    data, is_padding = _verl_rows(tokenizer, played)
+    verl = StepBatch.from_rows(list(data["uid"]), list(data["extra_fields"]), is_padding)
+    local = StepBatch.from_episodes(played)
+    return played, data, verl, local
+
+
+def test_the_episodes_hold_what_the_comparison_needs(episodes):
+    _, played = episodes
+    failed = [ep.traj_id for ep in played if ep.env_error is not None]
+    assert failed == ["t0-1", "t0-3"] and played[1].length == 2 and played[3].length == 0
+    assert any(ep.won for ep in played) and not all(ep.won for ep in played if ep.env_error is None)
+    assert any(not s.action_valid for ep in played for s in ep.steps)  # "jump" is penalised
+
+
+def test_rows_groups_and_masks_are_the_same(both):
+    played, _, verl, local = both
+    real = ~verl.padding
+    assert real.sum() == len(local) == sum(max(ep.length, 1) for ep in played)  # placeholder row of t0-3
+    for column in ("group_ids", "traj_ids", "step_ids", "anchor_keys", "action_valid", "won", "env_error"):
+        assert getattr(verl, column)[real].tolist() == getattr(local, column).tolist(), column
+    np.testing.assert_array_equal(verl.step_rewards[real], local.step_rewards)
+    # groups come from the task draw's id, never from positions; failed episodes are masked, not dropped
+    assert set(local.group_ids) == {"task0", "task1"}
+    assert local.row_mask.tolist() == [not ep.env_error for ep in played for _ in range(max(ep.length, 1))]
+    assert verl.row_mask.tolist() == [*local.row_mask.tolist(), False]  # and verl's padding row
+    # the local engine's token columns are the tokens verl stores (placeholder rows aside: no tokens locally)
+    n, data = len(local), both[1]
+    stored = {name: [t.tolist() for t in data[name].unbind(0)][:n] for name in ("prompts", "responses")}
+    steps = [bool(r) for r in local.responses]
+    assert sum(steps) == n - 1
+    for name, column in (("prompts", local.prompts), ("responses", local.responses)):
+        assert [x for x, s in zip(stored[name], steps, strict=True) if s] == [
+            x for x, s in zip(column, steps, strict=True) if s
+        ], name
+
+
+def test_advantages_are_the_same(both):
+    played, data, verl, local = both
+    cfg = gigpo_config(load_config(["algorithm.gigpo.key_mode=state", "algorithm.gamma=0.9"]))
+    response_mask = data["response_mask"].to_padded_tensor(0)  # (N + 1, L)
+    verl_adv, _, verl_stats = compute_step_advantages(verl, response_mask, cfg)
+    terms = local.advantage_terms(cfg)
+    n = len(local)
+    first_token = verl_adv[:n, 0].double().numpy()  # (N,) verl's per-row advantage (on every response token)
+    np.testing.assert_allclose(first_token, terms.advantage, rtol=0, atol=1e-6)
+    assert np.all(terms.advantage[~local.row_mask] == 0) and verl_adv[~torch.as_tensor(verl.row_mask)].abs().sum() == 0
+    assert np.abs(terms.advantage).max() > 0  # a real signal
+    assert dict(terms.stats).keys() == verl_stats.keys()
+    for name, value in verl_stats.items():
+        if name != "gigpo/num_masked_rows":  # verl counts its padding row too
+            assert terms.stats[name] == pytest.approx(value, abs=1e-6), name
+    assert verl_stats["gigpo/num_masked_rows"] == terms.stats["gigpo/num_masked_rows"] + 1
+
+
+def test_metric_names_and_values_are_the_same(both):
+    _, _, verl, local = both
+    from_verl, from_local = trainer_episode_metrics(verl), episode_metrics(local.trajectory_summaries())
+    assert from_verl.keys() == from_local.keys()
+    for name, value in from_verl.items():
+        assert from_local[name] == pytest.approx(value, abs=1e-12), name
+    assert from_local["episode/num_step_rows"] == len(local) and from_local["env/env_error_rate"] == 2 / 8
+    # run-level names: what verl's file logger writes (step, training/global_step, timing_s/step, timing_s/testing,
+    # val-core/<data source>/acc/mean@1) is on the local engine's lines too
+    train_line = {**run_names(3, training=True), "timing_s/step": 1.0}
+    val_line = {**run_names(0, training=False), **val_names("gridnav", {"val/success_rate": 0.25}, seconds=2.0)}
+    assert train_line["step"] == train_line[TRAINING_STEP_KEY] == 3.0 and TRAINING_STEP_KEY not in val_line
+    assert val_metric(val_line) == "val-core/gridnav/acc/mean@1" and val_line[val_metric(val_line)] == 0.25
+    assert val_line["timing_s/testing"] == val_line["timing_s/val"] == 2.0
+
+
+@pytest.mark.parametrize("rows_per_step", [1, 3, 7, 100])
+def test_the_update_split_is_the_same(both, rows_per_step):
+    """verl's gigpo_sync plan and the local engine's split give the same number of optimizer steps for the unmasked
+    rows, and the local split holds every row once."""
+    _, _, _, local = both
+    rows = int(local.row_mask.sum())
+    split = split_rows(local.group_ids[local.row_mask], mini_batch_rows=rows_per_step, rng=np.random.default_rng(0))
+    assert len(split) == plan_mini_batches(rows, rows_per_step, 1).num_mini_batches == math.ceil(rows / rows_per_step)
+    assert sorted(np.concatenate(split).tolist()) == list(range(rows))
+    assert max(map(len, split)) - min(map(len, split)) <= 1

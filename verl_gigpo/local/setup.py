@@ -1,0 +1,111 @@
+"""The pieces :class:`~verl_gigpo.local.train.LocalTrainer` builds from its config before training: the model, the
+token ids decoding is restricted to, the sampling parameters, the episodes' seeds and the update's row split."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from verl_gigpo.rollout import EpisodeConfig, TaskSpec, make_task_env
+from verl_gigpo.rollout.step_rows import UpdateSettings
+
+__all__ = ["action_token_ids", "episode_seed", "load_model", "sampling_params", "update_settings"]
+
+logger = logging.getLogger(__name__)
+
+
+def episode_seed(*parts: int) -> int:
+    """A well-mixed 63-bit seed from integer parts (numpy SeedSequence)."""
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
+
+
+def load_model(path: str, device: torch.device, *, seed: int) -> tuple[Any, Any]:
+    """``(tokenizer, model)`` of the Hugging Face causal LM folder ``path``, the model in float32 on ``device``
+    (built under ``seed`` with the global torch RNG left as it was, for weights a checkpoint does not hold).
+
+    Raises:
+        ValueError: ``path`` is not a directory (the message says how to build a tiny model there).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not Path(path).is_dir():
+        raise ValueError(
+            f"actor_rollout_ref.model.path={path!r} is not a directory; build a tiny model with "
+            f"`python -m verl_gigpo.local.tiny_model --out {path}` or point it at a Hugging Face model folder"
+        )
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
+    return tokenizer, model
+
+
+def action_token_ids(
+    cfg: DictConfig, tokenizer: Any, eos_token_ids: list[int], episode_config: EpisodeConfig
+) -> list[int]:
+    """Sorted token ids of the environment's action words (``local.constrain_to_actions``), plus ``eos_token_ids``
+    when replies may be longer than one token.
+
+    Raises:
+        ValueError: the environment gives no fixed action list.
+    """
+    env_kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
+    env = make_task_env(TaskSpec(cfg.env.name, 0, cfg.env.train_split, env_kwargs), episode_config)
+    try:
+        _, info = env.reset(seed=0, options={"split": cfg.env.train_split})
+        actions = info.get("admissible_actions") or env.example_actions()
+    finally:
+        env.close()
+    if not actions:
+        raise ValueError(
+            f"local.constrain_to_actions needs an environment with a fixed action list; {cfg.env.name} "
+            "gives none: set local.constrain_to_actions=false"
+        )
+    ids: list[int] = []
+    for action in actions:
+        for tok in tokenizer.encode(action, add_special_tokens=False):
+            if tok not in ids:
+                ids.append(tok)
+    if cfg.actor_rollout_ref.rollout.response_length > 1:
+        ids += [i for i in eos_token_ids if i not in ids]
+    logger.info("decoding restricted to %d token ids of the actions %s", len(ids), actions)
+    return sorted(ids)
+
+
+def sampling_params(cfg: DictConfig, allowed_ids: list[int] | None, *, validation: bool) -> dict[str, Any]:
+    """The generation server's sampling parameters of the training rollouts (``actor_rollout_ref.rollout.*``) or of
+    validation (``val_kwargs``: its temperature, 0 when ``do_sample`` is false), restricted to ``allowed_ids``."""
+    rollout = cfg.actor_rollout_ref.rollout
+    temperature = rollout.temperature
+    if validation:
+        temperature = rollout.val_kwargs.temperature if rollout.val_kwargs.do_sample else 0.0
+    params: dict[str, Any] = {
+        "temperature": float(temperature),
+        "top_p": float(rollout.top_p),
+        "top_k": int(rollout.top_k),
+        "max_tokens": int(rollout.response_length),
+    }
+    if allowed_ids is not None:
+        params["allowed_token_ids"] = allowed_ids
+    return params
+
+
+def update_settings(cfg: DictConfig) -> UpdateSettings:
+    """How the update splits the rows (``trainer.v1.gigpo_sync``, read by the validator verl's trainer mode uses);
+    warns that ``ppo_mini_batch_size`` is not used when ``mini_batch_rows`` is set (verl's gigpo_sync mode does not
+    use it then either)."""
+    update = UpdateSettings.from_config(cfg)
+    tasks = cfg.actor_rollout_ref.actor.ppo_mini_batch_size
+    if update.mini_batch_rows is not None and tasks is not None:
+        logger.warning(
+            "actor_rollout_ref.actor.ppo_mini_batch_size=%s is not used: trainer.v1.gigpo_sync.mini_batch_rows=%d "
+            "splits the update by step rows (set ppo_mini_batch_size=null to silence this)",
+            tasks,
+            update.mini_batch_rows,
+        )
+    return update

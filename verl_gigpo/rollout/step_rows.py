@@ -1,0 +1,416 @@
+"""The step rows of one training batch: one type for both engines, the estimator entry and the credit writer.
+
+    steps = StepBatch.from_rows(uids, extra_fields, is_padding)   # verl's trainer mode, from TransferQueue rows
+    steps = StepBatch.from_episodes(episodes)                      # the local engine, from finished episodes
+    terms = steps.advantage_terms(cfg, response_mask)              # the configured step-credit estimator
+    metrics = episode_metrics(steps.trajectory_summaries())       # env/* and episode/*, one definition
+
+One row per environment step (N rows). The rules are the same whichever engine built the rows:
+
+* the episode group of a row is its task's id (verl's ``uid``; on the local engine :attr:`Episode.group_id
+  <verl_gigpo.rollout.types.Episode.group_id>`, else the task itself), never a batch position;
+* every row of an episode whose environment failed (``env_error``: it raised or missed a deadline) stays in the batch
+  with ``row_mask`` False: it takes part in no statistic, gets advantage 0 and no loss; an episode that failed at
+  reset has one placeholder row (step 0, empty anchor key, no tokens on the local engine), as verl's agent loop
+  gives it;
+* padding rows (verl's copies tagged ``is_padding``) are masked too and are no trajectory.
+
+Plain numpy (no verl, no torch at import): :mod:`verl_gigpo.rollout` serves both engines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, TRAINER_MODE
+from verl_gigpo.rollout.metrics import TrajectorySummary
+from verl_gigpo.rollout.types import Episode
+
+__all__ = ["REQUIRED_FIELDS", "StepBatch", "UpdateSettings", "episode_group_id"]
+
+#: extra_fields every row of the gigpo_env_agent agent loop carries.
+REQUIRED_FIELDS = ("traj_id", "step_id", "anchor_key", "step_reward", "action_valid", "won", "env_error")
+
+
+@dataclass
+class StepBatch:
+    """Per-row step data of one training batch, as numpy arrays of length N (all rows, padding included).
+
+    group_ids: the episode group (task id: verl ``uid``; see :func:`episode_group_id`); traj_ids, step_ids,
+    anchor_keys, step_rewards (float64), action_valid, won (episode won, on every row of the trajectory) and env_error
+    (bool); task_types (str or None); history_dropped (past steps dropped from the row's prompt);
+    observation_truncated (the row's observation was cut to the observation cap; default all False); row_mask: False
+    for padding rows and rows of failed episodes; env_seconds, generate_seconds (the episode's totals, on every row);
+    padding: verl's padding rows (None: rows with row_mask False and no env_error, or a ``pad...`` uid);
+    episode_lengths: the episode's steps played, on every row (-1 or None: unknown, its rows are counted instead);
+    abandoned_threads: the episode's environment calls abandoned in a thread at a deadline, on every row (None: 0).
+
+    Token columns, set by :meth:`from_episodes` (the local engine's update reads them; on verl the tokens stay in
+    TransferQueue and these are None): prompts (N lists of prompt token ids), responses (N lists of response token
+    ids), rollout_logprobs (N lists of the server's log-probs of the response tokens, or None per row).
+    """
+
+    group_ids: np.ndarray
+    traj_ids: np.ndarray
+    step_ids: np.ndarray
+    anchor_keys: np.ndarray
+    step_rewards: np.ndarray
+    action_valid: np.ndarray
+    won: np.ndarray
+    env_error: np.ndarray
+    task_types: np.ndarray
+    history_dropped: np.ndarray
+    row_mask: np.ndarray
+    env_seconds: np.ndarray | None = None
+    generate_seconds: np.ndarray | None = None
+    padding: np.ndarray | None = None
+    episode_lengths: np.ndarray | None = None
+    observation_truncated: np.ndarray | None = None
+    abandoned_threads: np.ndarray | None = None
+    prompts: list[list[int]] | None = None
+    responses: list[list[int]] | None = None
+    rollout_logprobs: list[list[float] | None] | None = None
+
+    def __len__(self) -> int:
+        """N, the number of rows (padding and masked rows included)."""
+        return len(self.group_ids)
+
+    def __post_init__(self) -> None:
+        n = len(self.group_ids)
+        if self.observation_truncated is None:
+            self.observation_truncated = np.zeros(n, dtype=bool)
+        if self.env_seconds is None:
+            self.env_seconds = np.zeros(n)
+        if self.generate_seconds is None:
+            self.generate_seconds = np.zeros(n)
+        if self.padding is None:
+            pad_uid = np.array([str(g).startswith("pad") for g in self.group_ids], dtype=bool)
+            self.padding = pad_uid | (~self.row_mask & ~self.env_error)
+        if self.episode_lengths is None:
+            self.episode_lengths = np.full(n, -1, dtype=np.int64)
+        if self.abandoned_threads is None:
+            self.abandoned_threads = np.zeros(n, dtype=np.int64)
+        for name in ("prompts", "responses", "rollout_logprobs"):
+            column = getattr(self, name)
+            if column is not None and len(column) != n:
+                raise ValueError(f"StepBatch.{name} has {len(column)} rows, group_ids {n}")
+
+    def trajectory_summaries(self) -> list[TrajectorySummary]:
+        """One :class:`~verl_gigpo.rollout.metrics.TrajectorySummary` per trajectory of the real (non-padding)
+        rows, in order of first appearance: won / env_error if any of its rows says so; length = the agent loop's
+        ``episode_length`` (its row count where unknown); return, invalid actions, dropped history and cut
+        observations summed over its rows (none for the placeholder row of an episode that failed at reset, reported
+        length 0); task type and seconds from its first row; ``batch_rows`` = its rows (failed ones included)."""
+        real = np.flatnonzero(~self.padding)  # (M,)
+        if real.size == 0:
+            return []
+        codes, _ = pd.factorize(self.traj_ids[real])  # (M,) trajectory of each real row, 0..T-1
+        num = int(codes.max()) + 1
+
+        def count(flags: np.ndarray) -> np.ndarray:
+            return np.bincount(codes, weights=flags.astype(np.float64), minlength=num)  # (T,)
+
+        rows = np.bincount(codes, minlength=num)  # (T,)
+        first = np.full(num, real.size, dtype=np.int64)
+        np.minimum.at(first, codes, np.arange(real.size))
+        first = real[first]  # (T,) batch position of each trajectory's first real row
+        reported = self.episode_lengths[first]  # (T,)
+        length = np.where(reported >= 0, reported, rows)
+        returns = count(self.step_rewards[real])
+        won, failed = count(self.won[real]) > 0, count(self.env_error[real]) > 0
+        no_step = reported == 0  # (T,) failed at reset: its one row is the agent loop's placeholder, not a step
+        invalid = np.where(no_step, 0, count(~self.action_valid[real].astype(bool)))
+        dropped = np.where(no_step, 0, count(self.history_dropped[real] > 0))
+        cut = np.where(no_step, 0, count(self.observation_truncated[real].astype(bool)))
+        return [
+            TrajectorySummary(
+                won=bool(won[k]),
+                length=int(length[k]),
+                episode_return=float(returns[k]),
+                num_invalid=int(invalid[k]),
+                history_dropped_steps=int(dropped[k]),
+                observation_truncated_steps=int(cut[k]),
+                env_error=bool(failed[k]),
+                task_type=self.task_types[first[k]],
+                env_seconds=float(self.env_seconds[first[k]]),
+                generate_seconds=float(self.generate_seconds[first[k]]),
+                batch_rows=int(rows[k]),
+                abandoned_threads=int(self.abandoned_threads[first[k]]),
+            )
+            for k in range(num)
+        ]
+
+    @classmethod
+    def from_rows(cls, uids: Sequence[str], extra_fields: Sequence[dict], is_padding: Sequence[bool]) -> StepBatch:
+        """Build from TransferQueue rows: their ``uid``, ``extra_fields`` and the ``is_padding`` tags.
+
+        Raises:
+            ValueError: a real row lacks the agent loop's step fields (wrong agent loop).
+        """
+        n = len(uids)
+        if not (len(extra_fields) == n == len(is_padding)):
+            raise ValueError(
+                f"uids ({n}), extra_fields ({len(extra_fields)}) and is_padding ({len(is_padding)}) differ in length"
+            )
+        padding = np.asarray(is_padding, dtype=bool) | np.array([str(u).startswith("pad") for u in uids], dtype=bool)
+        for i in range(n):
+            if padding[i]:
+                continue
+            missing = [k for k in REQUIRED_FIELDS if k not in (extra_fields[i] or {})]
+            if missing:
+                raise ValueError(
+                    f"row {i} (uid {uids[i]}) lacks extra_fields {missing}: adv_estimator={ESTIMATOR_NAME} needs the "
+                    f"step rows of the '{AGENT_LOOP_NAME}' agent loop (actor_rollout_ref.rollout.agent."
+                    f"default_agent_loop={AGENT_LOOP_NAME}, or an agent_name column in the dataset)"
+                )
+
+        def column(key: str, default: Any, dtype: Any = object) -> np.ndarray:
+            return np.array([(ef or {}).get(key, default) for ef in extra_fields], dtype=dtype)
+
+        env_error = column("env_error", False, bool)
+        lengths = [(ef or {}).get("episode_length") for ef in extra_fields]
+        return cls(
+            group_ids=np.array([str(u) for u in uids], dtype=object),
+            traj_ids=column("traj_id", ""),
+            step_ids=column("step_id", 0, np.int64),
+            anchor_keys=column("anchor_key", ""),
+            step_rewards=column("step_reward", 0.0, np.float64),
+            action_valid=column("action_valid", True, bool),
+            won=column("won", False, bool),
+            env_error=env_error,
+            task_types=column("task_type", None),
+            history_dropped=column("history_dropped", 0, np.int64),
+            row_mask=~padding & ~env_error,
+            env_seconds=column("env_seconds", 0.0, np.float64),
+            generate_seconds=column("generate_seconds", 0.0, np.float64),
+            padding=padding,
+            episode_lengths=np.array([-1 if v is None else int(v) for v in lengths], dtype=np.int64),
+            observation_truncated=column("observation_truncated", False, bool),
+            abandoned_threads=column("env_abandoned_threads", 0, np.int64),
+        )
+
+    @classmethod
+    def from_episodes(cls, episodes: Sequence[Episode]) -> StepBatch:
+        """Build from finished episodes (the local engine), in their order: one row per step; an episode whose
+        environment failed keeps its steps' rows masked (``row_mask`` False, ``env_error`` True), and one that failed
+        before its first step gets one masked placeholder row with no tokens, as verl's agent loop gives it. Group
+        ids come from :func:`episode_group_id`; trajectory ids are the episodes' ``traj_id`` (which must differ).
+
+        Raises:
+            ValueError: two episodes share a ``traj_id``.
+        """
+        ids = [ep.traj_id for ep in episodes]
+        if len(set(ids)) != len(ids):
+            repeated = sorted({t for t in ids if ids.count(t) > 1})
+            raise ValueError(f"episodes share traj_id {repeated[:5]}: each trajectory needs its own id")
+        cols: dict[str, list] = {name: [] for name in _EPISODE_COLUMNS}
+        for ep in episodes:
+            failed = ep.env_error is not None
+            per_episode = {
+                "group_ids": episode_group_id(ep),
+                "traj_ids": ep.traj_id,
+                "won": bool(ep.won),
+                "env_error": failed,
+                "task_types": ep.task_type,
+                "env_seconds": float(ep.timing.get("env", 0.0)),
+                "generate_seconds": float(ep.timing.get("generate", 0.0)),
+                "episode_lengths": ep.length,
+                "abandoned_threads": int(ep.abandoned_threads),
+            }
+            steps = [_step_row(s) for s in ep.steps] or [_PLACEHOLDER_ROW]  # failed at reset: one placeholder row
+            for row in steps:
+                for name, value in {**per_episode, **row}.items():
+                    cols[name].append(value)
+        env_error = np.asarray(cols["env_error"], dtype=bool)
+        return cls(
+            group_ids=np.asarray(cols["group_ids"], dtype=object),
+            traj_ids=np.asarray(cols["traj_ids"], dtype=object),
+            step_ids=np.asarray(cols["step_ids"], dtype=np.int64),
+            anchor_keys=np.asarray(cols["anchor_keys"], dtype=object),
+            step_rewards=np.asarray(cols["step_rewards"], dtype=np.float64),
+            action_valid=np.asarray(cols["action_valid"], dtype=bool),
+            won=np.asarray(cols["won"], dtype=bool),
+            env_error=env_error,
+            task_types=np.asarray(cols["task_types"], dtype=object),
+            history_dropped=np.asarray(cols["history_dropped"], dtype=np.int64),
+            row_mask=~env_error,
+            env_seconds=np.asarray(cols["env_seconds"], dtype=np.float64),
+            generate_seconds=np.asarray(cols["generate_seconds"], dtype=np.float64),
+            padding=np.zeros(len(env_error), dtype=bool),
+            episode_lengths=np.asarray(cols["episode_lengths"], dtype=np.int64),
+            observation_truncated=np.asarray(cols["observation_truncated"], dtype=bool),
+            abandoned_threads=np.asarray(cols["abandoned_threads"], dtype=np.int64),
+            prompts=cols["prompts"],
+            responses=cols["responses"],
+            rollout_logprobs=cols["rollout_logprobs"],
+        )
+
+    def select(self, rows: np.ndarray) -> StepBatch:
+        """The rows ``rows`` (indices into this batch, (M,) int) as a new batch, every column taken in that order."""
+        rows = np.asarray(rows, dtype=np.int64)
+        taken: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, np.ndarray):
+                taken[f.name] = value[rows]
+            elif value is not None:
+                taken[f.name] = [value[i] for i in rows]
+            else:
+                taken[f.name] = None
+        return StepBatch(**taken)
+
+    def trajectory_scores(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One outcome score per trajectory of the unmasked rows, for verl's outcome estimators (GRPO, RLOO).
+
+        Returns:
+            ``traj_of_row`` (N,) int64: each unmasked row's trajectory 0..T-1, -1 for masked rows (padding, failed
+            episodes); ``returns`` (T,) float64: the sum of the trajectory's step rewards,
+            ``R = sum_t r_t``; ``groups`` (T,) object: the trajectory's episode group.
+        """
+        traj_of_row = np.full(len(self), -1, dtype=np.int64)
+        real = np.flatnonzero(self.row_mask)  # (M,)
+        if real.size == 0:
+            return traj_of_row, np.zeros(0), np.zeros(0, dtype=object)
+        codes, _ = pd.factorize(self.traj_ids[real])  # (M,)
+        traj_of_row[real] = codes
+        num = int(codes.max()) + 1
+        returns = np.bincount(codes, weights=self.step_rewards[real], minlength=num)  # (T,)
+        first = np.full(num, real.size, dtype=np.int64)
+        np.minimum.at(first, codes, np.arange(real.size))
+        return traj_of_row, returns, self.group_ids[real[first]]
+
+    def advantage_terms(self, cfg: Any, response_mask: Any = None) -> Any:
+        """The configured step-credit estimator on these rows: ``cfg.advantage_terms`` of a
+        :class:`verl_gigpo.config.GiGPOConfig` (GiGPO, HGPO, GraphGPO or G2PO; similarity keys merged there) with the
+        rows' rewards, ids, keys, outcome, validity and ``row_mask``.
+
+        Args:
+            cfg: the estimator settings (a ``GiGPOConfig``).
+            response_mask: (N, L) torch mask of the response tokens; None: one token per row ((N, 1) ones).
+
+        Returns:
+            the estimator's terms (:class:`verl_gigpo.advantage.AdvantageTerms`, arrays (N,)); masked rows get 0.
+        """
+        import torch
+
+        if response_mask is None:
+            response_mask = torch.ones((len(self), 1))
+        return cfg.advantage_terms(
+            torch.as_tensor(self.step_rewards, dtype=torch.float32),
+            response_mask,
+            self.group_ids,
+            self.traj_ids,
+            self.step_ids,
+            self.anchor_keys,
+            row_mask=self.row_mask,
+            won=self.won,
+            action_valid=self.action_valid,
+        )
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """How an iteration's step rows are split into optimizer steps (``trainer.v1.gigpo_sync``), on both engines: verl's
+    ``gigpo_sync`` trainer mode and the local engine's update read the same keys with this one validator.
+
+    Attributes:
+        mini_batch_rows: most step rows per optimizer step; None = verl's own split (``ppo_mini_batch_size *
+            rollout.n`` rows per mini-batch). Default 256: the reference implementation's ``ppo_mini_batch_size``
+            in its ALFWorld run and config, which are step rows there (its ``rollout.n`` is 1).
+        shuffle_rows: shuffle the rows (of each data-parallel rank) before splitting, so that a mini-batch mixes
+            episode groups instead of holding one task's consecutive trajectories.
+    """
+
+    mini_batch_rows: int | None = 256
+    shuffle_rows: bool = True
+
+    @classmethod
+    def from_config(cls, config: Any) -> UpdateSettings:
+        """Read ``trainer.v1.gigpo_sync`` of a verl config (missing keys take the defaults).
+
+        Raises:
+            ValueError: ``mini_batch_rows`` not null or an int >= 1, ``shuffle_rows`` not a bool, an unknown key.
+        """
+        node = ((config.get("trainer") or {}).get("v1") or {}).get(TRAINER_MODE) or {}
+        unknown = sorted(str(k) for k in node if k not in ("mini_batch_rows", "shuffle_rows"))
+        if unknown:
+            raise ValueError(
+                f"unknown key(s) {unknown} in trainer.v1.{TRAINER_MODE}; known: mini_batch_rows, shuffle_rows"
+            )
+        rows = node.get("mini_batch_rows", cls.mini_batch_rows)
+        if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
+            raise ValueError(
+                f"trainer.v1.{TRAINER_MODE}.mini_batch_rows={rows!r} must be an int >= 1 (most step rows per "
+                "optimizer step, e.g. 256 as the reference's ALFWorld run) or null (verl's own split by tasks)"
+            )
+        shuffle = node.get("shuffle_rows", cls.shuffle_rows)
+        if not isinstance(shuffle, bool):
+            raise ValueError(f"trainer.v1.{TRAINER_MODE}.shuffle_rows={shuffle!r} must be true or false")
+        return cls(mini_batch_rows=rows, shuffle_rows=shuffle)
+
+
+def episode_group_id(episode: Episode) -> str:
+    """The episode group of ``episode``: its ``group_id`` (the id of the task draw it belongs to) when set, else its
+    task, ``env_name/split/seed`` (plus the constructor arguments when there are any), so that episodes of the same
+    task form one group and never depend on where they sit in the batch."""
+    if episode.group_id is not None:
+        return str(episode.group_id)
+    task = episode.task
+    kwargs = f"/{sorted(dict(task.env_kwargs).items())}" if task.env_kwargs else ""
+    return f"{task.env_name}/{task.split}/{task.seed}{kwargs}"
+
+
+#: the per-row columns :meth:`StepBatch.from_episodes` collects
+_EPISODE_COLUMNS = (
+    "group_ids",
+    "traj_ids",
+    "step_ids",
+    "anchor_keys",
+    "step_rewards",
+    "action_valid",
+    "won",
+    "env_error",
+    "task_types",
+    "history_dropped",
+    "env_seconds",
+    "generate_seconds",
+    "episode_lengths",
+    "observation_truncated",
+    "abandoned_threads",
+    "prompts",
+    "responses",
+    "rollout_logprobs",
+)
+
+#: the row of an episode that failed before its first step (the fields verl's agent loop gives its placeholder row)
+_PLACEHOLDER_ROW: dict[str, Any] = {
+    "step_ids": 0,
+    "anchor_keys": "",
+    "step_rewards": 0.0,
+    "action_valid": False,
+    "history_dropped": 0,
+    "observation_truncated": False,
+    "prompts": [],
+    "responses": [],
+    "rollout_logprobs": None,
+}
+
+
+def _step_row(step: Any) -> dict[str, Any]:
+    """The per-step columns of one :class:`~verl_gigpo.rollout.types.StepRecord`."""
+    return {
+        "step_ids": step.step_id,
+        "anchor_keys": step.anchor_key,
+        "step_rewards": step.step_reward,
+        "action_valid": bool(step.action_valid),
+        "history_dropped": step.history_dropped,
+        "observation_truncated": bool(step.observation_truncated),
+        "prompts": list(step.prompt_ids),
+        "responses": list(step.response_ids),
+        "rollout_logprobs": step.response_logprobs,
+    }
