@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -214,3 +215,48 @@ def test_the_update_split_is_the_same(both, rows_per_step):
     assert len(split) == plan_mini_batches(rows, rows_per_step, 1).num_mini_batches == math.ceil(rows / rows_per_step)
     assert sorted(np.concatenate(split).tolist()) == list(range(rows))
     assert max(map(len, split)) - min(map(len, split)) <= 1
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [
+            "env.max_steps=7",
+            "env.history_length=1",
+            "env.invalid_action=format",
+            "data.max_prompt_length=300",
+            "algorithm.gigpo.key_mode=state",
+        ],
+        [
+            "env.max_steps=12",
+            "env.history_length=2",
+            "env.invalid_action_penalty=0.25",
+            "data.max_prompt_length=512",
+            "algorithm.gigpo.key_mode=observation",
+            "algorithm.adv_estimator=graphgpo",
+        ],
+    ],
+)
+def test_both_engines_build_the_same_episode_config(overrides):
+    """One constructor (``EpisodeConfig.from_env``): the same keys give the same episode settings on both engines,
+    and a bad value is refused by both with the key named."""
+    from hydra import compose, initialize_config_dir
+
+    from verl_gigpo.agent_loop import episode_config_from
+    from verl_gigpo.local.setup import episode_config
+
+    shared = ["data.max_response_length=4", "actor_rollout_ref.rollout.response_length=4"]
+    local_cfg = load_config([*overrides, "actor_rollout_ref.rollout.response_length=4"])
+    with initialize_config_dir(
+        config_dir=str(Path(__file__).resolve().parents[1] / "verl_gigpo" / "config"), version_base=None
+    ):
+        verl_cfg = compose(config_name="gigpo_trainer", overrides=[*overrides, shared[0]])
+    assert episode_config(local_cfg, gigpo_config(local_cfg)) == episode_config_from(verl_cfg)
+
+    local_cfg.env.history_length = -1
+    verl_cfg.env.history_length = -1
+    with pytest.raises(ValueError, match=r"^env\.history_length=-1 must be") as local_error:
+        episode_config(local_cfg, gigpo_config(local_cfg))
+    with pytest.raises(ValueError, match=r"^env\.history_length=-1 must be") as verl_error:
+        episode_config_from(verl_cfg)
+    assert str(local_error.value) == str(verl_error.value)

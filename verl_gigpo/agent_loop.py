@@ -42,7 +42,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import re
 import threading
 from typing import Any, ClassVar
 
@@ -61,14 +60,6 @@ __all__ = ["GiGPOEnvAgentLoop", "episode_config_from", "episode_to_outputs"]
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
 
-#: EpisodeConfig fields set from another key than ``env.<field>`` in verl's config
-_EPISODE_FIELD_KEYS = {
-    "max_prompt_length": "data.max_prompt_length",
-    "max_response_length": "data.max_response_length",
-    "key_mode": "algorithm.gigpo.key_mode",
-}
-_EPISODE_FIELD = re.compile(r"EpisodeConfig\.(\w+)")
-
 
 def episode_config_from(config: Any) -> EpisodeConfig:
     """The :class:`EpisodeConfig` of a verl trainer config (``env.*``, ``algorithm.gigpo.key_mode``, lengths).
@@ -85,19 +76,13 @@ def episode_config_from(config: Any) -> EpisodeConfig:
         )
     key_mode = GiGPOConfig.from_algorithm(config.algorithm).env_key_mode
     rollout = config.actor_rollout_ref.rollout
-    try:
-        return EpisodeConfig(
-            max_steps=int(env.max_steps),
-            history_length=int(env.history_length),
-            max_prompt_length=int(rollout.prompt_length),
-            max_response_length=int(rollout.response_length),
-            invalid_action_penalty=float(env.invalid_action_penalty),
-            key_mode=key_mode,
-            invalid_action=env.get("invalid_action", "admissible"),
-        )
-    except ValueError as exc:
-        message = _EPISODE_FIELD.sub(lambda m: _EPISODE_FIELD_KEYS.get(m.group(1), f"env.{m.group(1)}"), str(exc))
-        raise ValueError(message) from None
+    return EpisodeConfig.from_env(
+        env,
+        max_prompt_length=rollout.prompt_length,
+        max_response_length=rollout.response_length,
+        key_mode=key_mode,
+        field_keys={"max_prompt_length": "data.max_prompt_length", "max_response_length": "data.max_response_length"},
+    )
 
 
 def episode_to_outputs(

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.rollout import EpisodeConfig, TaskSpec, make_task_env
 from verl_gigpo.rollout.step_rows import UpdateSettings
 
@@ -109,3 +110,23 @@ def update_settings(cfg: DictConfig) -> UpdateSettings:
             update.mini_batch_rows,
         )
     return update
+
+
+def episode_config(cfg: DictConfig, gigpo: GiGPOConfig | None) -> EpisodeConfig:
+    """How the local engine plays an episode: :meth:`EpisodeConfig.from_env` (the constructor verl's agent loop uses
+    too) over ``env.*``, ``data.max_prompt_length``, ``actor_rollout_ref.rollout.response_length`` and, for a
+    step-credit estimator (``gigpo`` not None), its anchor key mode (``"state"`` otherwise).
+
+    Raises:
+        ValueError: a value out of range, naming the config key.
+    """
+    return EpisodeConfig.from_env(
+        cfg.env,
+        max_prompt_length=cfg.data.max_prompt_length,
+        max_response_length=cfg.actor_rollout_ref.rollout.response_length,
+        key_mode=gigpo.env_key_mode if gigpo is not None else "state",
+        field_keys={
+            "max_prompt_length": "data.max_prompt_length",
+            "max_response_length": "actor_rollout_ref.rollout.response_length",
+        },
+    )

@@ -81,9 +81,16 @@ from verl_gigpo.local.config import DEFAULT_CONFIG, gigpo_config, load_config
 from verl_gigpo.local.plots import plot_metrics, run_title
 from verl_gigpo.local.run_folder import prepare_run_folder
 from verl_gigpo.local.server import LocalGenerationServer
-from verl_gigpo.local.setup import action_token_ids, episode_seed, load_model, sampling_params, update_settings
+from verl_gigpo.local.setup import (
+    action_token_ids,
+    episode_config,
+    episode_seed,
+    load_model,
+    sampling_params,
+    update_settings,
+)
 from verl_gigpo.local.update import PPOActor
-from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, Episode, EpisodeConfig, TaskSpec, run_episode
+from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, Episode, TaskSpec, run_episode
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.metrics import episode_metrics, run_names, summaries_from_episodes, val_names
 from verl_gigpo.rollout.step_rows import StepBatch
@@ -128,15 +135,7 @@ class LocalTrainer:
         )
         self.encoder = ChatPromptEncoder(self.tokenizer)
         self.gigpo = gigpo_config(cfg) if cfg.algorithm.adv_estimator in STEP_CREDIT_ESTIMATORS else None
-        self.episode_config = EpisodeConfig(
-            max_steps=cfg.env.max_steps,
-            history_length=cfg.env.history_length,
-            max_prompt_length=cfg.data.max_prompt_length,
-            max_response_length=cfg.actor_rollout_ref.rollout.response_length,
-            invalid_action_penalty=float(cfg.env.invalid_action_penalty),
-            key_mode=self.gigpo.env_key_mode if self.gigpo is not None else "state",
-            invalid_action=str(cfg.env.invalid_action),
-        )
+        self.episode_config = episode_config(cfg, self.gigpo)
         self.env_kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
         self.allowed_ids = None
         if cfg.local.constrain_to_actions:

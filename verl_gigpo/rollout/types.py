@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -28,6 +29,9 @@ __all__ = [
 OBSERVATION_CHARS_PER_PROMPT_TOKEN = 8
 
 #: EpisodeConfig field -> the config key whose rule (:data:`verl_gigpo.rules.RANGES`) it obeys
+#: ``EpisodeConfig.<field>`` in a rule's message (the field, mapped back to the config key by ``from_env``)
+_EPISODE_FIELD = re.compile(r"EpisodeConfig\.(\w+)")
+
 _EPISODE_RULES = {
     "max_steps": "env.max_steps",
     "history_length": "env.history_length",
@@ -102,6 +106,39 @@ class EpisodeConfig:
         for name, key in _EPISODE_RULES.items():  # the config rules, naming the field (the agent loop maps it back)
             RANGES[key].check(getattr(self, name), key=f"EpisodeConfig.{name}")
         check_invalid_action(self.invalid_action)
+
+    @classmethod
+    def from_env(
+        cls,
+        env: Mapping[str, Any],
+        *,
+        max_prompt_length: int,
+        max_response_length: int,
+        key_mode: str,
+        field_keys: Mapping[str, str] | None = None,
+    ) -> EpisodeConfig:
+        """The episode settings of a config's ``env`` section (``max_steps``, ``history_length``,
+        ``invalid_action_penalty``, ``invalid_action``) plus the prompt and response budgets and the anchor key mode,
+        which each engine reads from its own keys. Both engines build their :class:`EpisodeConfig` here.
+
+        Raises:
+            ValueError: a value out of range, the message naming the config key (``env.<field>``, or
+                ``field_keys[field]`` for the fields not under ``env``) instead of the ``EpisodeConfig`` field.
+        """
+        keys = {"key_mode": "algorithm.gigpo.key_mode", **(field_keys or {})}
+        try:
+            return cls(
+                max_steps=int(env["max_steps"]),
+                history_length=int(env["history_length"]),
+                max_prompt_length=int(max_prompt_length),
+                max_response_length=int(max_response_length),
+                invalid_action_penalty=float(env["invalid_action_penalty"]),
+                key_mode=key_mode,
+                invalid_action=str(env.get("invalid_action", "admissible")),
+            )
+        except ValueError as exc:
+            message = _EPISODE_FIELD.sub(lambda m: keys.get(m.group(1), f"env.{m.group(1)}"), str(exc))
+            raise ValueError(message) from None
 
     @property
     def max_observation_chars(self) -> int:
