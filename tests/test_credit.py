@@ -89,16 +89,8 @@ def test_records_equal_the_estimator_terms_of_verl_step_rows(tmp_path):
     extra = [r for _, r in rows] + [dict(rows[0][1])]
     steps = StepBatch.from_rows(uids, extra, [False] * len(rows) + [True])
     terms = step_advantage_terms(steps, torch.ones(len(uids), 2), GiGPOConfig())
-    path = CreditLogger(CreditLogOptions(freq=5, groups=-1), tmp_path).write(
-        10,
-        terms,
-        group_ids=steps.group_ids,
-        traj_ids=steps.traj_ids,
-        step_ids=steps.step_ids,
-        anchor_keys=steps.anchor_keys,
-        step_rewards=steps.step_rewards,
-        context=StepContext.from_extra_fields(extra),
-    )
+    logger = CreditLogger(CreditLogOptions(freq=5, groups=-1), tmp_path)
+    path = logger.write_steps(10, terms, steps, StepContext.from_extra_fields(extra))
     assert path == tmp_path / "credit" / "iter_10.jsonl"
     records = read_credit_records(path)
     kept = np.flatnonzero(terms.row_mask)
