@@ -66,3 +66,14 @@ def test_demo_start_is_checked_before_anything_is_built_cpu(tmp_path, capsys):
     assert exit_info.value.code == 2
     assert "--start / DEMO_START must be one of random, imitate, got 'bogus'" in capsys.readouterr().err
     assert not (tmp_path / "model").exists() and not (tmp_path / "run").exists()
+
+
+def test_the_imitation_start_plays_the_task_its_model_imitates_cpu():
+    """The imitation start's overrides are the task its model is built on (gridnav with a key, no history)."""
+    from verl_gigpo.local.config import load_config
+    from verl_gigpo.local.demo import DEMO_OVERRIDES, IMITATE_TASK, START_ITERS, START_OVERRIDES
+
+    cfg = load_config([*DEMO_OVERRIDES, *START_OVERRIDES["imitate"][1]])
+    assert dict(cfg.env.kwargs) == IMITATE_TASK
+    assert cfg.env.max_steps == 15 and cfg.env.history_length == 0
+    assert START_ITERS == {"random": 200, "imitate": 100}

@@ -19,14 +19,15 @@ Two starts (``DEMO_START`` / ``--start``):
   (``local.constrain_to_actions``: the actor computes its log-probs under the same restriction, so the trained
   policy is exactly the sampled one). A random model almost never writes an action word by chance; the
   restriction is what lets it learn from scratch.
-* ``imitate``: a start model that already reads its observation (``python -m verl_gigpo.local.tiny_model
-  --imitate gridnav``, built into ``artifacts/tiny-model-imitate`` when missing: supervised on the shortest-path
-  expert's action with probability :data:`~verl_gigpo.local.tiny_model.IMITATE_P`, a random one otherwise), sampling
-  over the full vocabulary with replies of up to 3 tokens (action, EOS, one spare) — as verl's rollout does, and
-  as an instruct model starts in the paper.
+* ``imitate``: gridnav with a key (:data:`IMITATE_TASK`, 15 steps: the learning benchmark's task, where step
+  credit matters) from a start model that already reads its observation (``python -m verl_gigpo.local.tiny_model
+  --imitate gridnav`` on that task, built into ``artifacts/tiny-model-imitate`` when missing: supervised on the
+  shortest-path expert's action with probability :data:`~verl_gigpo.local.tiny_model.IMITATE_P`, a random one
+  otherwise), sampling over the full vocabulary with replies of up to 3 tokens (action, EOS, one spare) — as
+  verl's rollout does, and as an instruct model starts in the paper. 100 iterations by default.
 
-Environment variables (each also a CLI option): ``DEMO_ITERS`` (iterations), ``DEMO_SEED`` (trainer seed),
-``DEMO_OUT`` (run directory, default ``runs/demo``; each demo replaces the previous demo run there),
+Environment variables (each also a CLI option): ``DEMO_ITERS`` (iterations; :data:`START_ITERS`), ``DEMO_SEED``
+(trainer seed), ``DEMO_OUT`` (run directory, default ``runs/demo``; each demo replaces the previous demo run there),
 ``DEMO_MODEL`` (model directory; default ``artifacts/tiny-model``, or ``artifacts/tiny-model-imitate`` for
 ``DEMO_START=imitate``), ``DEMO_START``.
 """
@@ -41,7 +42,16 @@ import time
 import warnings
 from pathlib import Path
 
-__all__ = ["DEMO_ITERS", "DEMO_OVERRIDES", "START_OVERRIDES", "credit_log_freq", "main", "run_demo"]
+__all__ = [
+    "DEMO_ITERS",
+    "DEMO_OVERRIDES",
+    "IMITATE_TASK",
+    "START_ITERS",
+    "START_OVERRIDES",
+    "credit_log_freq",
+    "main",
+    "run_demo",
+]
 
 #: Iterations of the full demo.
 DEMO_ITERS = 200
@@ -59,9 +69,26 @@ START_OVERRIDES: dict[str, tuple[str, tuple[str, ...]]] = {
     "random": ("artifacts/tiny-model", ()),
     "imitate": (
         "artifacts/tiny-model-imitate",
-        ("local.constrain_to_actions=false", "actor_rollout_ref.rollout.response_length=3"),
+        (
+            # gridnav with a key (the learning benchmark's task: benchmarks/learning_settings.py TASK)
+            "env.kwargs.key=true",
+            "env.kwargs.observe=target",
+            "env.kwargs.size=5",
+            "env.kwargs.walls=[2,4]",
+            "env.kwargs.min_path=5",
+            "env.max_steps=15",
+            "env.history_length=0",
+            "local.constrain_to_actions=false",
+            "actor_rollout_ref.rollout.response_length=3",
+        ),
     ),
 }
+
+#: The imitation start's task (``env.kwargs`` of its overrides), on which its model imitates the expert.
+IMITATE_TASK = {"key": True, "observe": "target", "size": 5, "walls": [2, 4], "min_path": 5}
+
+#: Iterations of the full demo per start (``DEMO_ITERS`` overrides).
+START_ITERS = {"random": DEMO_ITERS, "imitate": 100}
 
 
 def build_start_model(start: str, model_dir: Path) -> None:
@@ -73,7 +100,7 @@ def build_start_model(start: str, model_dir: Path) -> None:
     build_tiny_model(model_dir)
     if start == "imitate":
         print("teaching it to imitate the shortest-path expert now and then (about a minute) ...", flush=True)
-        imitate_expert(model_dir, env_name="gridnav", max_steps=10)
+        imitate_expert(model_dir, env_name="gridnav", env_kwargs=IMITATE_TASK, max_steps=15, history_length=0)
 
 
 def credit_log_freq(iters: int) -> int:
@@ -143,7 +170,7 @@ def run_demo(
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point (see the module docstring)."""
     parser = argparse.ArgumentParser(description="Train a tiny model on gridnav with GiGPO (CPU demo)")
-    parser.add_argument("--iters", type=int, default=int(os.environ.get("DEMO_ITERS") or DEMO_ITERS))
+    parser.add_argument("--iters", type=int, default=None, help="iterations (DEMO_ITERS; 200, or 100 for imitate)")
     parser.add_argument("--seed", type=int, default=int(os.environ.get("DEMO_SEED") or 0))
     parser.add_argument("--out", default=os.environ.get("DEMO_OUT") or "runs/demo")
     parser.add_argument(
@@ -155,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=os.environ.get("DEMO_MODEL") or None, help="model directory")
     parser.add_argument("overrides", nargs="*", help="extra config overrides (key=value)")
     args = parser.parse_args(argv)
+    if args.iters is None:
+        env_iters = os.environ.get("DEMO_ITERS")
+        args.iters = int(env_iters) if env_iters else START_ITERS.get(args.start, DEMO_ITERS)
     if args.iters < 1:
         parser.error(f"--iters / DEMO_ITERS must be >= 1, got {args.iters}")
     if args.start not in START_OVERRIDES:
