@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from environments import list_envs, make_env, register_env
+from environments.base import INVALID_ACTION_RULES
 from verl_gigpo.rollout import EnvPool, EpisodeConfig, TaskSpec
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.procpool import ProcessEnvHost, RemoteEnv
@@ -65,6 +66,8 @@ def test_a_hosted_alfworld_instance_answers_as_a_local_one(alfworld_data, monkey
                     observation, info, history[-2:]
                 )
                 for reply in _replies(info, rng):
+                    for rule in INVALID_ACTION_RULES:  # the episode runner passes env.invalid_action as rule=
+                        assert remote.parse_action(reply, rule=rule) == local.parse_action(reply, rule=rule), reply
                     assert remote.parse_action(reply) == local.parse_action(reply), reply
                 action, _ = remote.parse_action(_replies(info, rng)[0])
                 result = remote.step(action)

@@ -138,9 +138,10 @@ class RemoteEnv:
         """Close the instance in its worker (does not wait)."""
         self._host.discard(self)
 
-    def parse_action(self, llm_text: str) -> tuple[str | None, bool]:
-        """The class's ``parse_action`` on the view (this process, no request)."""
-        return self.view.parse_action(llm_text)
+    def parse_action(self, llm_text: str, rule: str = "admissible") -> tuple[str | None, bool]:
+        """The class's ``parse_action`` (the same signature: the reply and the invalid-action ``rule``) on the view
+        (this process, no request)."""
+        return self.view.parse_action(llm_text, rule=rule)
 
     def render_prompt(self, observation: str, info: dict[str, Any], history: Sequence[tuple[str, str]] = ()) -> str:
         """The class's ``render_prompt`` on the view (this process, no request)."""
