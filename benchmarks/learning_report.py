@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from learning_run import read_run, val_success
 from learning_settings import (
+    ACTION_MODEL,
     ACTION_MODEL_COMMAND,
     ENGINES,
     SECTION_VERL,
@@ -23,6 +24,30 @@ from learning_settings import (
     TASKS,
     shared_settings,
 )
+
+
+def model_description(model_dir: str | Path) -> str:
+    """What the start model in ``model_dir`` is, from the ``tiny_model_info.json`` its builder wrote (``imitate``:
+    the expert-imitation fine-tuning and its settings; ``sft_actions``: random action words, the command
+    ``ACTION_MODEL_COMMAND``); a folder without that record is named as given."""
+    info_path = Path(model_dir) / "tiny_model_info.json"
+    info = json.loads(info_path.read_text()) if info_path.exists() else {}
+    if "imitate" in info:
+        im = info["imitate"]
+        kwargs = json.dumps(im.get("env_kwargs") or {})
+        return (
+            f"the tiny model fine-tuned to imitate {im['env']}'s shortest-path expert: the expert's action with "
+            f"probability {im['p_expert']}, a random one otherwise, {im['steps']} steps on {im['examples']} examples "
+            f"of the task {kwargs}, {im['max_steps']} steps, history {im['history_length']}: `python -m "
+            f"verl_gigpo.local.tiny_model --out {model_dir} --imitate {im['env']}:{im['p_expert']} --imitate-kwargs "
+            f"'{kwargs}' --imitate-max-steps {im['max_steps']} --imitate-history {im['history_length']}`"
+        )
+    if "sft_actions" in info or str(model_dir) == ACTION_MODEL:
+        return (
+            f"`{ACTION_MODEL_COMMAND}`: the random tiny model taught to answer a gridnav prompt with a uniformly "
+            "random action word + EOS"
+        )
+    return "a model folder given with --model"
 
 
 def load_curves(
@@ -293,8 +318,8 @@ def markdown_verl(curves: dict, args: argparse.Namespace, command: str, wall: fl
         "",
         f"Command: {command}",
         "",
-        f"Model: `{args.model}` (`{ACTION_MODEL_COMMAND}`: the random tiny model taught to answer a gridnav prompt "
-        "with a uniformly random action word + EOS; both engines start from it and sample over its whole vocabulary). "
+        f"Model: `{args.model}` ({model_description(args.model)}; both engines start from it and sample over its "
+        "whole vocabulary). "
         f"Task: {TASK_TITLES[args.task]} ({' '.join(TASKS[args.task])}); {args.iters} iterations x "
         f"({args.tasks} tasks x {args.group} episodes); validation on {args.val_size} fixed test-split tasks every "
         f"{args.test_freq} iterations (sampled, temperature 1); seeds {', '.join(str(s) for s in range(args.seeds))}. "
