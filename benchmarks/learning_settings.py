@@ -13,22 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verl_gigpo.local.demo import KEY_TASK
+
 REPO = Path(__file__).resolve().parent.parent
 SECTION = "## Learning: GiGPO vs GRPO"
 SECTION_VERL = "## Learning through verl's pipeline: GiGPO vs GRPO"
 SECTION_SUCCESSORS = "## Learning: GiGPO and its successors"
 ENGINES = ("local", "verl")
 
-#: The benchmark task (env overrides shared by every configuration).
-TASK: tuple[str, ...] = (
-    "env.name=gridnav",
-    "env.kwargs.key=true",
-    "env.kwargs.observe=target",
-    "env.kwargs.size=5",
-    "env.kwargs.walls=[2,4]",
-    "env.kwargs.min_path=5",
-    "env.max_steps=15",
-)
+#: The benchmark task (env overrides shared by every configuration): gridnav with a key, as the imitation demo's.
+TASK: tuple[str, ...] = KEY_TASK
 
 #: The tasks ``--task`` picks (``TASK`` = "key", the local benchmark's): "goal" is ``make demo``'s task, gridnav
 #: without a key (the observation gives the goal's offset; about 8% of random episodes succeed).

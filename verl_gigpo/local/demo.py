@@ -64,19 +64,26 @@ DEMO_OVERRIDES: tuple[str, ...] = (
 )
 
 
+#: Gridnav with a key (the door opens once the agent has stepped on the key; the observation gives the offset to the
+#: key, then to the goal; 15 steps): the imitation start's task, and the learning benchmark's
+#: (``benchmarks/learning_settings.py`` takes it from here).
+KEY_TASK: tuple[str, ...] = (
+    "env.name=gridnav",
+    "env.kwargs.key=true",
+    "env.kwargs.observe=target",
+    "env.kwargs.size=5",
+    "env.kwargs.walls=[2,4]",
+    "env.kwargs.min_path=5",
+    "env.max_steps=15",
+)
+
 #: The starts (``DEMO_START``): default model directory and the overrides each start adds.
 START_OVERRIDES: dict[str, tuple[str, tuple[str, ...]]] = {
     "random": ("artifacts/tiny-model", ()),
     "imitate": (
         "artifacts/tiny-model-imitate",
         (
-            # gridnav with a key (the learning benchmark's task: benchmarks/learning_settings.py TASK)
-            "env.kwargs.key=true",
-            "env.kwargs.observe=target",
-            "env.kwargs.size=5",
-            "env.kwargs.walls=[2,4]",
-            "env.kwargs.min_path=5",
-            "env.max_steps=15",
+            *KEY_TASK,
             "env.history_length=0",
             "local.constrain_to_actions=false",
             "actor_rollout_ref.rollout.response_length=3",
