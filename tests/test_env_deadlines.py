@@ -5,7 +5,6 @@ processes; the hang is a real blocked call (tests/helpers/gigpo_hanging_env.py).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import threading
@@ -13,16 +12,16 @@ import time
 
 import gigpo_hanging_env
 import pytest
+from episode_play import play_episodes
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from environments import list_envs, register_env
 from verl_gigpo.local.server import LocalGenerationServer
-from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, EpisodeConfig, TaskSpec, run_episode
+from verl_gigpo.rollout import EnvPool, EpisodeConfig, TaskSpec
 from verl_gigpo.rollout.execution import EnvDeadlineError, EnvExecution
 from verl_gigpo.rollout.metrics import episode_metrics, summaries_from_episodes
 from verl_gigpo.rollout.threads import CallAbandoned, EnvThreadPool, TurnLock
 
-SAMPLING = {"temperature": 1.0, "max_tokens": 3}
 CONFIG = EpisodeConfig(max_steps=5, max_prompt_length=512, max_response_length=3, key_mode="state")
 DEADLINE = EnvExecution(step_timeout_s=1.0, reset_timeout_s=1.0)
 
@@ -44,26 +43,7 @@ def served(action_model_dir):
 
 
 def _play(served, tasks, **kwargs):
-    tokenizer, server = served
-
-    async def main():
-        return await asyncio.gather(
-            *[
-                run_episode(
-                    task,
-                    generator=server,
-                    encoder=ChatPromptEncoder(tokenizer),
-                    tokenizer=tokenizer,
-                    config=CONFIG,
-                    traj_id=f"traj{i}",
-                    sampling_params=SAMPLING,
-                    **kwargs,
-                )
-                for i, task in enumerate(tasks)
-            ]
-        )
-
-    return asyncio.run(main())
+    return play_episodes(served, tasks, CONFIG, **kwargs)
 
 
 def _tasks(env_name: str, **hang) -> list[TaskSpec]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from episode_play import SAMPLING, play_episodes
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from environments import EnvError, make_env
@@ -22,8 +23,6 @@ from verl_gigpo.rollout import (
 )
 from verl_gigpo.rollout.metrics import episode_metrics, summaries_from_episodes
 
-SAMPLING = {"temperature": 1.0, "max_tokens": 3}
-
 
 @pytest.fixture(scope="module")
 def served(action_model_dir):
@@ -32,38 +31,15 @@ def served(action_model_dir):
     return tokenizer, LocalGenerationServer(model, tokenizer, seed=0)
 
 
-def _play(served, tasks, config, **kwargs):
-    tokenizer, server = served
-
-    async def main():
-        return await asyncio.gather(
-            *[
-                run_episode(
-                    task,
-                    generator=server,
-                    encoder=ChatPromptEncoder(tokenizer),
-                    tokenizer=tokenizer,
-                    config=config,
-                    traj_id=f"traj{i}",
-                    sampling_params=SAMPLING,
-                    **kwargs,
-                )
-                for i, task in enumerate(tasks)
-            ]
-        )
-
-    return asyncio.run(main())
-
-
 @pytest.mark.parametrize("pooled", [False, True], ids=["fresh-envs", "env-pool"])
 def test_steps_replay_exactly_in_a_fresh_environment(served, pooled):
     tokenizer, server = served
     config = EpisodeConfig(max_steps=6, max_prompt_length=512, max_response_length=3, key_mode="state")
     tasks = [TaskSpec("gridnav", seed=s) for s in range(4) for _ in range(3)]
     pool = EnvPool() if pooled else None
-    episodes = _play(served, tasks, config, env_pool=pool)
+    episodes = play_episodes(served, tasks, config, env_pool=pool)
     if pooled:  # a second round reuses the first round's environments (reset, not rebuilt)
-        episodes += _play(served, tasks, config, env_pool=pool)
+        episodes += play_episodes(served, tasks, config, env_pool=pool)
         assert pool.reused >= len(tasks) and pool.created <= len(tasks) and len(pool) == pool.created
     assert server.stats["max_batch"] > 1  # concurrent episodes were batched into shared forward passes
     for ep in episodes:
@@ -109,7 +85,7 @@ def test_history_is_dropped_oldest_first_to_fit_the_prompt_budget(served):
 
 def test_a_short_prompt_budget_never_fails_an_episode(served):
     config = EpisodeConfig(max_steps=5, history_length=4, max_prompt_length=60, max_response_length=3, key_mode="state")
-    (episode,) = _play(served, [TaskSpec("gridnav", seed=1)], config)
+    (episode,) = play_episodes(served, [TaskSpec("gridnav", seed=1)], config)
     assert episode.env_error is None and episode.length >= 1
     assert all(len(s.prompt_ids) <= 60 for s in episode.steps)
     assert any(s.history_dropped > 0 or s.prompt_truncated for s in episode.steps)
@@ -130,7 +106,7 @@ def test_an_environment_error_ends_the_episode_and_is_recorded(served):
     def factory(task, cfg):
         return _FailingGridNav(max_steps=cfg.max_steps, key_mode=cfg.key_mode, min_path=6)
 
-    episodes = _play(served, [TaskSpec("gridnav", seed=2)] * 2, config, env_factory=factory)
+    episodes = play_episodes(served, [TaskSpec("gridnav", seed=2)] * 2, config, env_factory=factory)
     for ep in episodes:
         assert ep.length >= 2  # the steps before the failing one are kept; the failing step is not a row
         assert ep.env_error.startswith("EnvError") and "engine crashed" in ep.env_error
@@ -139,13 +115,13 @@ def test_an_environment_error_ends_the_episode_and_is_recorded(served):
 
 def test_a_failing_reset_gives_an_empty_episode_with_the_error(served):
     config = EpisodeConfig(max_steps=4, key_mode="state")
-    (episode,) = _play(served, [TaskSpec("gridnav", seed=0, split="no-such-split")], config)
+    (episode,) = play_episodes(served, [TaskSpec("gridnav", seed=0, split="no-such-split")], config)
     assert episode.steps == [] and "no-such-split" in episode.env_error
 
 
 def test_env_kwargs_must_not_repeat_episode_settings(served):
     config = EpisodeConfig(max_steps=4, key_mode="state")
-    (episode,) = _play(served, [TaskSpec("gridnav", seed=0, env_kwargs={"max_steps": 3})], config)
+    (episode,) = play_episodes(served, [TaskSpec("gridnav", seed=0, env_kwargs={"max_steps": 3})], config)
     assert "env.max_steps" in episode.env_error
 
 
