@@ -3,7 +3,7 @@ platform's speed settings.
 
     python benchmarks/bench_verl_cpu.py                          # both configurations, before and after (~30-45 min)
     python benchmarks/bench_verl_cpu.py --config learning --settings after --no-results   # one launch, printed
-    python benchmarks/bench_verl_cpu.py --config learning --settings after algorithm.rollout_correction.bypass_mode=true
+    python benchmarks/bench_verl_cpu.py --config learning --settings after trainer.v1.gigpo_sync.logprob_check_freq=1
     python benchmarks/bench_verl_cpu.py --report-only            # rebuild the tables from the last run (--out)
     python benchmarks/bench_verl_cpu.py --from runs/e2e          # per-iteration table of the runs `make e2e` left
 
@@ -44,7 +44,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from results_md import write_section  # noqa: E402
 
-from verl_gigpo.cpu.smoke import DEFAULT_MODEL, RunResult, ensure_model, run_pipeline, run_smoke  # noqa: E402
+from verl_gigpo.cpu.smoke import (  # noqa: E402
+    DEFAULT_MODEL,
+    RunResult,
+    check_runs,
+    ensure_model,
+    run_pipeline,
+    run_smoke,
+)
 from verl_gigpo.cpu.timeline import read_timeline  # noqa: E402
 from verl_gigpo.metrics_file import METRICS_NAME, read_metrics  # noqa: E402
 
@@ -55,32 +62,32 @@ BEFORE: tuple[str, ...] = (
     "trainer.v1.sampler.poll_interval=null",  # the ReplayBuffer's 2 s
     "ray_kwargs.ray_init.include_dashboard=null",  # Ray's default: the dashboard starts
     "reward.num_workers=1",  # a reward-loop worker process
+    "algorithm.rollout_correction.bypass_mode=false",  # the actor's old-log-prob pass every iteration
 )
 SETTINGS = {"before": BEFORE, "after": ()}
 #: the hand-written reading printed under the tables (true of the measured runs; re-read it after changes)
 READING = (
-    "Reading (measured under load on a shared 2-core machine, before and after back to back; a quiet machine will",
-    "give other absolute numbers):",
+    "Reading (before and after back to back on a 2-core machine with little other work, load 1-3; an earlier set",
+    "under a load of 2-5 measured 16.1 s before, so absolute numbers move with the load more than the ratios):",
     "",
-    "- **Learning configuration: 16.1 → 10.1 s per iteration (1.6x), short of the 2x the issue asks for.** The actor",
-    "  update halves (7.6 → 3.5 s: rows of similar length share a padded micro-batch, and micro-batches carry only",
-    "  the fields a pass reads), the old-log-prob pass drops 2.7 → 1.6 s, and the rollout phase loses the",
-    "  ReplayBuffer's 2-s rounding (before: 4.0 or 6.0 s in every iteration) but stays at 2.5-4.5 s: the agent-loop",
-    "  worker, the `hf` server and verl's load balancer share the 2 cores in Python (~5 CPU-seconds per rollout), and",
-    "  no verl setting changes that. The opt-in `algorithm.rollout_correction.bypass_mode=true` (docs/cpu-smoke.md)",
-    "  also skips the old-log-prob pass: 6.2 s per iteration in a later launch at a lower load (`python",
-    "  benchmarks/bench_verl_cpu.py --config learning --settings after algorithm.rollout_correction.bypass_mode=true`;",
-    "  rollout 2.9 s there), not set by the platform because it drops `actor/entropy` and the rollout-vs-actor check.",
-    "- **The same numbers**: the rollout server's and the actor's token probabilities agree to <= 1.1e-6 in every",
-    "  iteration before and after (`training/rollout_probs_diff_max`), so the sorted micro-batches give every row its",
-    "  own log-prob back.",
-    "- **Smoke configuration: 10.4 → 7.6 s per iteration**; ~2 s of each are Ray and TransferQueue calls that the",
-    "  settings do not touch, and the first iteration of a launch is the slowest (5-19 s).",
-    "- **Start-up + shutdown: 74-87 s per launch, before and after alike (-1 to -7 s).** Ten processes start one after",
-    "  another, and each spends 4-10 s starting Python and importing torch and verl before its work. The platform",
-    "  starts fewer of them (no Ray dashboard: 10 processes; no reward-loop worker), which shows in the CPU-seconds",
-    "  until the first iteration (smoke 90 → 74) more than in the wall time under this load. The rest: TransferQueue",
-    "  ~10 s, model loads and the first weight sync ~8 s, the validation before training 4-13 s, shutdown ~6 s.",
+    "- **Learning configuration: 12.6 → 5.5 s per iteration (2.3x).** The actor update 6.0 → 2.4 s (rows of similar",
+    "  length share a padded micro-batch, and micro-batches carry only the fields a pass reads); the old-log-prob pass",
+    "  2.4 → 0.23 s (bypass mode: the rollout's log-probs are the old ones; the actor's pass ran on iteration 1 only,",
+    "  1.1 s, the launch's check, and 0.05-0.4 s of TransferQueue copies elsewhere); the rollout 3.8 → 2.5 s, which",
+    "  loses the ReplayBuffer's 2-s rounding (before: 2.0 or 4.0 s in every iteration) but keeps 2-3 s of Python in",
+    "  the agent-loop worker, the `hf` server and verl's load balancer, which no verl setting changes.",
+    "- **The same numbers**: the rollout server's and the actor's token probabilities agree to <= 8.9e-7 wherever",
+    "  they are compared (`training/rollout_probs_diff_max`: every iteration before, the launch's first one after),",
+    "  so the sorted micro-batches give every row its own log-prob back and the rollout's log-probs stand in for the",
+    "  actor's.",
+    "- **Smoke configuration: 7.1 → 5.2 s per iteration**; ~1.1-1.3 s of each are Ray and TransferQueue calls that",
+    "  the settings do not touch, the reference pass still runs (KL loss on), and the first iteration of a launch",
+    "  is the slowest (up to 12 s).",
+    "- **Start-up + shutdown: 44-68 s per launch, 3-6 s less after.** Ten processes start one after another, and each",
+    "  spends ~5 s starting Python and importing torch and verl before its work. The platform starts fewer of them",
+    "  (no Ray dashboard: 10 processes; no reward-loop worker), which shows in the CPU-seconds until the first",
+    "  iteration (learning 80 → 65, smoke 60 → 52) more than in the wall time. The rest: TransferQueue 8-9 s, model",
+    "  loads and the first weight sync ~6 s, the validation before training 1-9 s, shutdown ~5 s.",
     "- Not attributed: inside `Ray start`, how the seconds split among GCS, raylet and prestarted workers; inside",
     "  a process's start, how much is waiting for a core rather than importing (the CPU-seconds table gives the CPU",
     "  part); inside `fit`, what is neither an iteration nor a validation (logging, metrics).",
@@ -440,9 +447,12 @@ def main(argv: list[str] | None = None) -> int:
                 runs = [learning_launch(out / "learning", model, args.iters, setting, overrides)]
             else:
                 runs = list(run_smoke(out / f"smoke-{setting}", model, extra=overrides, timeline=True).values())
-            failed = [r.name for r in runs if r.returncode != 0]
-            if failed:
-                print(f"{name}: launches {failed} failed; see their train.log")
+            if config == "learning":
+                problems = [f"{r.name}: exit {r.returncode}" for r in runs if r.returncode != 0]
+            else:  # the smoke kills one launch and refuses another on purpose: its own checks say what went wrong
+                problems = check_runs({r.name: r for r in runs}, model)
+            if problems:
+                print(f"{name}: " + "; ".join(problems) + " (see the launches' train.log)")
                 return 1
             launches[name] = runs
     sampler.stop()

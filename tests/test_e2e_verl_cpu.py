@@ -96,6 +96,19 @@ def test_each_iteration_logs_finite_training_and_environment_metrics(runs, name)
         assert not any(k.startswith("gigpo/") for row in rows for k in row)
 
 
+def test_bypass_mode_recomputes_old_log_probs_only_on_each_launchs_first_iteration(runs):
+    """platform=cpu sets algorithm.rollout_correction.bypass_mode=true: the rollout's log-probs are the old ones,
+    except on each launch's first iteration (trainer.v1.gigpo_sync.logprob_check_freq), where verl's actor pass runs
+    and logs the entropy and the rollout-vs-actor gap."""
+    for name in ("gigpo", "gigpo_resume", "grpo"):
+        rows = _training_rows(runs[name])
+        checked = [row["step"] for row in rows if "training/rollout_probs_diff_max" in row]
+        assert checked == [rows[0]["step"]], (name, checked)
+        assert rows[0]["training/rollout_probs_diff_max"] <= 1e-4 and rows[0]["actor/entropy"] > 0
+        for row in rows[1:]:  # bypassed: verl copied rollout_log_probs, no actor pass and no entropy
+            assert "actor/entropy" not in row and "training/rollout_probs_diff_max" not in row, (name, row["step"])
+
+
 def test_validation_before_and_after_training(runs):
     def validated_steps(rows):
         return [m["step"] for m in rows if val_metric(m)]

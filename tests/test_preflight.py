@@ -23,7 +23,7 @@ from verl_gigpo.agent_loop import episode_config_from
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.local.config import ESTIMATORS, load_config
 from verl_gigpo.preflight import GiGPOConfigError, config_problems, preflight
-from verl_gigpo.rules import estimator_problem, kl_in_reward_problem
+from verl_gigpo.rules import bypass_mode_problem, estimator_problem, kl_in_reward_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 #: key -> an existing path for it (filled by the autouse fixture below)
@@ -316,6 +316,16 @@ def test_kl_in_reward_is_refused_only_where_it_cannot_apply():
     for method in ("gigpo", "hgpo", "graphgpo", "g2po"):
         cfg = compose_gigpo([f"algorithm.adv_estimator={method}", "algorithm.use_kl_in_reward=true"])
         assert config_problems(cfg) == [kl_in_reward_problem(True, method)]
+
+
+def test_bypass_mode_without_rollout_log_probs_is_refused_before_ray():
+    """verl's bypass mode reads rollout_log_probs, which the rollout returns only with calculate_log_probs."""
+    assert config_problems(compose_gigpo(["algorithm.rollout_correction.bypass_mode=true"])) == []
+    cfg = compose_gigpo(
+        ["algorithm.rollout_correction.bypass_mode=true", "actor_rollout_ref.rollout.calculate_log_probs=false"]
+    )
+    assert config_problems(cfg) == [bypass_mode_problem(True, False)]
+    assert "set calculate_log_probs=true, or bypass_mode=false" in bypass_mode_problem(True, False)
 
 
 def test_an_unknown_estimator_is_named_by_both_engines_with_what_each_runs():

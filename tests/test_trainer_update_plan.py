@@ -50,6 +50,7 @@ def test_settings_defaults_match_the_reference_implementation():
     # the reference keeps rollout.n = 1, so its ppo_mini_batch_size (256 in its config and ALFWorld run) counts rows
     assert UpdateSettings.from_config(OmegaConf.create({})) == UpdateSettings(mini_batch_rows=256, shuffle_rows=True)
     assert UpdateSettings.from_config(_cfg({"mini_batch_rows": None})).mini_batch_rows is None  # verl's own split
+    assert UpdateSettings.from_config(_cfg({"logprob_check_freq": 0})).logprob_check_freq == 0  # never in bypass mode
 
 
 @pytest.mark.parametrize(
@@ -59,6 +60,8 @@ def test_settings_defaults_match_the_reference_implementation():
         ({"mini_batch_rows": "2048"}, "mini_batch_rows='2048' must be an int >= 1"),
         ({"mini_batch_rows": True}, "mini_batch_rows=True must be an int >= 1"),
         ({"shuffle_rows": "yes"}, "shuffle_rows='yes' must be true or false"),
+        ({"logprob_check_freq": -1}, "logprob_check_freq=-1 must be an int >= 0"),
+        ({"logprob_check_freq": 2.5}, "logprob_check_freq=2.5 must be an int >= 0"),
         ({"mini_batch_size": 64}, r"unknown key\(s\) \['mini_batch_size'\] in trainer.v1.gigpo_sync"),
     ],
 )

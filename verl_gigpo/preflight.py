@@ -44,7 +44,14 @@ from verl_gigpo.agent_loop import episode_config_from
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit import CreditLogOptions
 from verl_gigpo.rollout.execution import EnvExecution
-from verl_gigpo.rules import RANGES, SHARED_KEYS, estimator_problem, group_size_warning, kl_in_reward_problem
+from verl_gigpo.rules import (
+    RANGES,
+    SHARED_KEYS,
+    bypass_mode_problem,
+    estimator_problem,
+    group_size_warning,
+    kl_in_reward_problem,
+)
 
 __all__ = ["ENV_KEYS", "GiGPOConfigError", "config_problems", "config_warnings", "file_problems", "preflight"]
 
@@ -110,6 +117,12 @@ def config_problems(config: Any) -> list[str]:
         CreditLogOptions.from_trainer(config.get("trainer", None))
     except ValueError as exc:
         problems.append(str(exc))
+    bypass = bypass_mode_problem(
+        OmegaConf.select(config, "algorithm.rollout_correction.bypass_mode", default=False),
+        OmegaConf.select(config, "actor_rollout_ref.rollout.calculate_log_probs", default=True),
+    )
+    if bypass:
+        problems.append(bypass)
     from verl_gigpo.rollout.step_rows import UpdateSettings  # the trainer mode's reader of trainer.v1.gigpo_sync
 
     try:

@@ -37,6 +37,7 @@ __all__ = [
     "RANGES",
     "SHARED_KEYS",
     "Range",
+    "bypass_mode_problem",
     "estimator_problem",
     "group_size_warning",
     "kl_in_reward_problem",
@@ -210,6 +211,21 @@ def kl_in_reward_problem(use_kl_in_reward: Any, estimator: Any, *, local_engine:
             f"{instead}"
         )
     return None
+
+
+def bypass_mode_problem(bypass_mode: Any, calculate_log_probs: Any) -> str | None:
+    """The rule of ``algorithm.rollout_correction.bypass_mode``: None when it may be set, else the message.
+
+    Bypass mode uses the rollout's log-probs as PPO's old log-probs (verl's ``_compute_old_log_prob`` reads the
+    ``rollout_log_probs`` field), so the rollout must return them: ``actor_rollout_ref.rollout.calculate_log_probs``.
+    """
+    if not bypass_mode or calculate_log_probs:
+        return None
+    return (
+        "algorithm.rollout_correction.bypass_mode=true uses the rollout's log-probs as the old log-probs, but "
+        "actor_rollout_ref.rollout.calculate_log_probs=false means the rollout returns none: set "
+        "calculate_log_probs=true, or bypass_mode=false to recompute them with the actor"
+    )
 
 
 def estimator_problem(estimator: Any, known: Sequence[str], *, engine: str) -> str | None:

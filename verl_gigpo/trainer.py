@@ -45,6 +45,10 @@ is private to verl and may change in another release, hence the version guard (:
 7. ``_compute_advantage`` (``trainer_base.py:1743``) — replaced for the step-credit estimators, verl's for the
    others; its rollout correction uses verl's condition (``:1767``) and function
    (``verl/trainer/ppo/rollout_corr_helper.py:1013``).
+8. ``_compute_old_log_prob`` (``trainer_base.py:1634``) — wrapped: in bypass mode (``:1641``, rollout log-probs
+   copied as the old ones, no actor pass, so neither ``actor/entropy`` nor the rollout-vs-actor metrics of
+   ``:1676-1691``) it runs verl's own non-bypass branch on the checked iterations
+   (``trainer.v1.gigpo_sync.logprob_check_freq``) by turning ``bypass_mode`` off for that one call.
 
 It reads verl's attributes ``config``, ``use_critic``, ``use_reference_policy`` (``trainer_base.py:123-124``),
 ``actor_rollout_wg`` (``:328``) and ``global_steps`` (``:851``, ``:876``), and the ``is_padding`` tag of verl's
@@ -63,6 +67,7 @@ from typing import Any
 
 import torch
 import transfer_queue as tq
+from omegaconf import open_dict
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
@@ -226,6 +231,7 @@ class GiGPOTrainerSync(PPOTrainerSync):
         self.global_steps = 0  # verl sets it in init() (_load_checkpoint); the advantage step may run before that
         self._rows_to_split: int | None = None
         self.mini_batch_plan: MiniBatchPlan | None = None
+        self._logprob_checked = False  # the launch's first bypass-mode iteration recomputes old log-probs
         super().__init__(config)
 
     # verl 0.9.1 switches its synchronous code paths (ReplayBuffer vs ReplayBufferAsync, refill and checkpoint
@@ -303,6 +309,33 @@ class GiGPOTrainerSync(PPOTrainerSync):
         metrics["update/num_mini_batches"] = float(plan.num_mini_batches)
         with planned_update_actor(self.actor_rollout_wg, plan, shuffle=self.update_settings.shuffle_rows):
             return super()._update_actor(batch, metrics)
+
+    # ------------------------------------------------------------------ old log-probs in bypass mode
+    def _logprob_check_due(self) -> bool:
+        """Whether this iteration recomputes the old log-probs in bypass mode: the launch's first iteration, then
+        every ``logprob_check_freq``-th (0: never)."""
+        freq = self.update_settings.logprob_check_freq
+        if freq == 0:
+            return False
+        return not self._logprob_checked or self.global_steps % freq == 0
+
+    def _compute_old_log_prob(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        """verl's old-log-prob step. In bypass mode (``algorithm.rollout_correction.bypass_mode=true``) verl copies
+        the rollout's log-probs; on the iterations :meth:`_logprob_check_due` picks, verl's full pass runs instead,
+        so ``actor/entropy`` and ``training/rollout_probs_diff_max`` (largest |p_rollout - p_actor| of a token) are
+        logged and a broken weight sync shows. The old log-probs it writes are the actor's, equal to the rollout's
+        wherever that check passes."""
+        correction = self.config.algorithm.get("rollout_correction", None)
+        if correction is None or not correction.get("bypass_mode", False) or not self._logprob_check_due():
+            return super()._compute_old_log_prob(batch, metrics)
+        self._logprob_checked = True
+        with open_dict(correction):
+            correction.bypass_mode = False  # read by verl at trainer_base.py:1641, for this call only
+        try:
+            return super()._compute_old_log_prob(batch, metrics)
+        finally:
+            with open_dict(correction):
+                correction.bypass_mode = True
 
     def _read_steps(self, batch: KVBatchMeta) -> tuple[StepBatch, TensorDict]:
         data = tq.kv_batch_get(

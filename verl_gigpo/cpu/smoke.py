@@ -72,6 +72,10 @@ DEFAULT_MODEL = "artifacts/tiny-model-actions"
 #: metrics every training iteration must log (``gigpo/*`` in addition for GiGPO runs)
 ITERATION_METRICS = ("env/success_rate", "episode/num_step_rows", "actor/pg_loss", "actor/grad_norm")
 
+#: largest |p_rollout - p_actor| of a token (``training/rollout_probs_diff_max``) allowed at a launch's first
+#: iteration: the rollout server holds the actor's exact fp32 weights (measured <= 1.1e-6)
+ROLLOUT_GAP_LIMIT = 1e-4
+
 
 def val_metric(row: dict[str, Any]) -> str | None:
     """The key of verl's core validation metric in a logged row (``val-core/<data source>/acc/mean@1``: the agent
@@ -340,6 +344,14 @@ def check_runs(runs: dict[str, RunResult], model_dir: Path) -> list[str]:
                 problems.append(f"{name}: iteration {row['step']} lacks finite {missing}")
         if not train_rows:
             problems.append(f"{name}: no training iteration was logged")
+        elif not _finite(train_rows[0].get("training/rollout_probs_diff_max")) or not (
+            train_rows[0]["training/rollout_probs_diff_max"] <= ROLLOUT_GAP_LIMIT
+        ):
+            # the launch's first iteration recomputes the old log-probs even in bypass mode (logprob_check_freq)
+            problems.append(
+                f"{name}: iteration {train_rows[0]['step']}: the rollout server's and the actor's token probabilities "
+                f"differ by {train_rows[0].get('training/rollout_probs_diff_max')} (allowed {ROLLOUT_GAP_LIMIT})"
+            )
     first, changed, resumed = runs.get("gigpo"), runs.get("gigpo_changed"), runs.get("gigpo_resume")
     if first is not None and first.killed:
         if training_steps(first.metrics)[:2] != [1, 2]:

@@ -324,24 +324,31 @@ class UpdateSettings:
             in its ALFWorld run and config, which are step rows there (its ``rollout.n`` is 1).
         shuffle_rows: shuffle the rows (of each data-parallel rank) before splitting, so that a mini-batch mixes
             episode groups instead of holding one task's consecutive trajectories.
+        logprob_check_freq: verl only, in bypass mode (``algorithm.rollout_correction.bypass_mode=true``, where the
+            rollout's log-probs serve as PPO's old log-probs): recompute them with the actor anyway on the first
+            iteration of each launch and on every iteration divisible by this, so that ``actor/entropy`` and the
+            rollout-vs-actor gap (``training/rollout_probs_diff_max``) are still logged; 0 = never. Outside bypass
+            mode verl recomputes every iteration. The local engine has no separate pass (its update's first forward
+            pass gives the gap) and ignores it.
     """
 
     mini_batch_rows: int | None = 256
     shuffle_rows: bool = True
+    logprob_check_freq: int = 10
 
     @classmethod
     def from_config(cls, config: Any) -> UpdateSettings:
         """Read ``trainer.v1.gigpo_sync`` of a verl config (missing keys take the defaults).
 
         Raises:
-            ValueError: ``mini_batch_rows`` not null or an int >= 1, ``shuffle_rows`` not a bool, an unknown key.
+            ValueError: ``mini_batch_rows`` not null or an int >= 1, ``shuffle_rows`` not a bool,
+                ``logprob_check_freq`` not an int >= 0, an unknown key.
         """
         node = ((config.get("trainer") or {}).get("v1") or {}).get(TRAINER_MODE) or {}
-        unknown = sorted(str(k) for k in node if k not in ("mini_batch_rows", "shuffle_rows"))
+        known = ("mini_batch_rows", "shuffle_rows", "logprob_check_freq")
+        unknown = sorted(str(k) for k in node if k not in known)
         if unknown:
-            raise ValueError(
-                f"unknown key(s) {unknown} in trainer.v1.{TRAINER_MODE}; known: mini_batch_rows, shuffle_rows"
-            )
+            raise ValueError(f"unknown key(s) {unknown} in trainer.v1.{TRAINER_MODE}; known: {', '.join(known)}")
         rows = node.get("mini_batch_rows", cls.mini_batch_rows)
         if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
             raise ValueError(
@@ -351,7 +358,14 @@ class UpdateSettings:
         shuffle = node.get("shuffle_rows", cls.shuffle_rows)
         if not isinstance(shuffle, bool):
             raise ValueError(f"trainer.v1.{TRAINER_MODE}.shuffle_rows={shuffle!r} must be true or false")
-        return cls(mini_batch_rows=rows, shuffle_rows=shuffle)
+        check = node.get("logprob_check_freq", cls.logprob_check_freq)
+        if isinstance(check, bool) or not isinstance(check, int) or check < 0:
+            raise ValueError(
+                f"trainer.v1.{TRAINER_MODE}.logprob_check_freq={check!r} must be an int >= 0 (in bypass mode, "
+                "recompute the old log-probs with the actor every N iterations to log the rollout-vs-actor gap; "
+                "0 = never)"
+            )
+        return cls(mini_batch_rows=rows, shuffle_rows=shuffle, logprob_check_freq=check)
 
 
 def episode_group_id(episode: Episode) -> str:
