@@ -31,8 +31,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# Two pytest workers (pytest-xdist; every test file runs on one worker, so its fixtures stay in one process, and the
+# files that need Ray share one: tests/conftest.py):
+# on 2 cores most tests keep one core busy and verl's pipeline tests wait on Ray processes, so two workers take ~6
+# minutes where one takes ~9. One torch thread per worker: two OpenMP threads per worker spin against each other.
+# PYTEST_WORKERS=0 runs everything in one process.
+PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
-	$(BIN)/python -m pytest --durations=15 tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=15 tests
 
 test: lint pytest
 

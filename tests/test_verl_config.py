@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
+from subprocs import Started
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 
@@ -78,27 +79,34 @@ def test_unknown_gigpo_key_is_rejected_by_struct_mode():
         compose_gigpo(["algorithm.gigpo.step_weight=2"])
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [
-        [sys.executable, "-m", "verl_gigpo.main"],
-        [sys.executable, "-m", "verl.trainer.main_ppo", "-cp", "pkg://verl_gigpo.config", "-cn", "gigpo_trainer"],
-        [sys.executable, "-m", "verl.trainer.main_ppo", "-cp", "pkg://verl_gigpo", "-cn", "config/gigpo_trainer"],
-    ],
-    ids=["verl_gigpo.main", "verl_main_ppo", "verl_main_ppo_folder_name"],
-)
-def test_entry_points_compose_with_cfg_job(argv):
-    """The documented entry points (and the older config-name spelling) compose the same config.
+#: the documented entry points (and the older config-name spelling), each asked for its composed config
+MAIN_PPO = [sys.executable, "-m", "verl.trainer.main_ppo"]
+ENTRY_POINTS = {
+    "verl_gigpo.main": [sys.executable, "-m", "verl_gigpo.main"],
+    "verl_main_ppo": [*MAIN_PPO, "-cp", "pkg://verl_gigpo.config", "-cn", "gigpo_trainer"],
+    "verl_main_ppo_folder_name": [*MAIN_PPO, "-cp", "pkg://verl_gigpo", "-cn", "config/gigpo_trainer"],
+}
 
-    Each runs in a fresh process; ``--cfg job`` stops before Ray.
-    """
-    proc = subprocess.run(
-        [*argv, "algorithm.adv_estimator=gigpo", "env.name=webshop", "--cfg", "job"],
-        capture_output=True,
-        text=True,
-        timeout=180,
+
+@pytest.fixture(scope="module")
+def entry_points():
+    """Each entry point with ``--cfg job`` (it prints the config and stops before Ray), all started at once."""
+    started = Started(
+        {
+            name: [*argv, "algorithm.adv_estimator=gigpo", "env.name=webshop", "--cfg", "job"]
+            for name, argv in ENTRY_POINTS.items()
+        },
         cwd=ROOT,
     )
+    yield started
+    started.close()
+
+
+@pytest.mark.parametrize("name", list(ENTRY_POINTS))
+def test_entry_points_compose_with_cfg_job(entry_points, name):
+    """The documented entry points (and the older config-name spelling) compose the same config, each in a fresh
+    process."""
+    proc = entry_points.result(name)
     assert proc.returncode == 0, proc.stderr[-3000:]
     cfg = OmegaConf.create(proc.stdout)
     assert cfg.algorithm.adv_estimator == "gigpo"

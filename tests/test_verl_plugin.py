@@ -3,7 +3,6 @@ line, and the registered estimator's behaviour through verl's generic path."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import numpy as np
@@ -11,6 +10,7 @@ import pytest
 import ray
 import torch
 from omegaconf import OmegaConf
+from subprocs import Started
 
 from verl_gigpo.advantage import compute_gigpo_advantage
 
@@ -26,8 +26,16 @@ print(get_trainer_cls("gigpo_sync").__name__)
 """
 
 
-def test_fresh_process_registers_estimator_agent_loop_and_trainer_mode_and_logs_once():
-    proc = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, timeout=120)
+@pytest.fixture(scope="module")
+def fresh():
+    """The module's fresh-process checks (:data:`CHECK`, :data:`LIGHT`), started at once."""
+    started = Started({"check": [sys.executable, "-c", CHECK], "light": [sys.executable, "-c", LIGHT]})
+    yield started
+    started.close()
+
+
+def test_fresh_process_registers_estimator_agent_loop_and_trainer_mode_and_logs_once(fresh):
+    proc = fresh.result("check")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split("\n")[:3] == [
         "verl_gigpo.plugin gigpo_adv_estimator",
@@ -167,10 +175,10 @@ print("gigpo" in ADV_ESTIMATOR_REGISTRY, "gigpo_env_agent" in _agent_loop_regist
 """
 
 
-def test_import_verl_stays_light_and_registers_on_first_use():
+def test_import_verl_stays_light_and_registers_on_first_use(fresh):
     """`import verl` (every Ray process: rollout servers, workers) must not pull verl's trainer stack because of the
     plug-in; each registration happens when verl imports the module holding its registry."""
-    proc = subprocess.run([sys.executable, "-c", LIGHT], capture_output=True, text=True, timeout=180)
+    proc = fresh.result("light")
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.strip().splitlines()
     assert lines[0] == "[]"
