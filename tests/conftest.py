@@ -40,6 +40,7 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(f"{stray} use the ray_tq fixture: add them to RAY_FILES in tests/conftest.py")
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: no error where it is not installed
 def pytest_xdist_make_scheduler(config, log):
     """With ``--dist loadfile``: xdist's file-by-file scheduling, except that the files of :data:`RAY_FILES` form
     one unit (one worker runs them, in order). Other modes: xdist's own scheduler."""

@@ -105,3 +105,45 @@ def test_wrapped_calls_behave_the_same_and_append_one_record_each(tmp_path, monk
     monkeypatch.delenv(tl.ENV)
     module._Owner().method(1)
     assert len(tl.read_timeline(path)) == 3  # without GIGPO_TIMELINE nothing is written
+
+
+def test_bypass_mode_recomputes_on_each_launchs_first_iteration_and_every_nth(action_model_dir):
+    """platform=cpu sets verl's bypass mode; the trainer mode picks the iterations whose old log-probs the actor
+    recomputes anyway (the launch's first, then every logprob_check_freq-th), and turns bypass mode off for that
+    call only (the e2e test checks the logged metrics of a real run)."""
+    trainer = _trainer(action_model_dir, "platform=cpu", "trainer.v1.gigpo_sync.logprob_check_freq=4")
+    correction = trainer.config.algorithm.rollout_correction
+    assert correction.bypass_mode is True
+    due = []
+    for step in range(3, 13):  # a resumed launch: its first iteration is 3
+        trainer.global_steps = step
+        if trainer._logprob_check_due():
+            due.append(step)
+            trainer._logprob_checked = True
+    assert due == [3, 4, 8, 12]
+    # a checked iteration takes verl's non-bypass branch (which calls the actor worker group, absent here) and
+    # leaves bypass mode on afterwards, whatever happens inside
+    from transfer_queue import KVBatchMeta
+
+    trainer.global_steps, trainer._logprob_checked = 16, True
+    with pytest.raises(AttributeError, match="actor_rollout_wg"):
+        trainer._compute_old_log_prob(KVBatchMeta(keys=["row0"], tags=[{}], partition_id="train"), {})
+    assert correction.bypass_mode is True
+    never = _trainer(action_model_dir, "platform=cpu", "trainer.v1.gigpo_sync.logprob_check_freq=0")
+    assert not never._logprob_check_due()
+
+
+def test_the_smoke_check_requires_the_rollout_vs_actor_gap_at_a_launchs_first_iteration():
+    from verl_gigpo.cpu.smoke import ROLLOUT_GAP_LIMIT, RunResult, check_runs
+
+    def problems(first_row: dict) -> list[str]:
+        run = RunResult("grpo", Path("unused"), 0, 1.0)
+        base = {"env/success_rate": 0.5, "episode/num_step_rows": 10, "actor/pg_loss": 0.1, "actor/grad_norm": 1.0}
+        run.metrics = [{"step": 1, **base, **first_row}, {"step": 2, **base}]  # iteration 2 bypassed: no gap
+        return check_runs({"grpo": run}, Path("unused"))
+
+    assert problems({"training/rollout_probs_diff_max": 7e-7}) == []
+    [missing] = problems({})
+    assert "iteration 1 logged no rollout-vs-actor gap" in missing and "logprob_check_freq >= 1" in missing
+    [wrong] = problems({"training/rollout_probs_diff_max": 0.3})
+    assert f"differ by 0.3 (allowed {ROLLOUT_GAP_LIMIT}): the served weights are not the actor's" in wrong

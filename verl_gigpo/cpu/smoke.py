@@ -344,13 +344,17 @@ def check_runs(runs: dict[str, RunResult], model_dir: Path) -> list[str]:
                 problems.append(f"{name}: iteration {row['step']} lacks finite {missing}")
         if not train_rows:
             problems.append(f"{name}: no training iteration was logged")
-        elif not _finite(train_rows[0].get("training/rollout_probs_diff_max")) or not (
-            train_rows[0]["training/rollout_probs_diff_max"] <= ROLLOUT_GAP_LIMIT
-        ):
+        elif not _finite(gap := train_rows[0].get("training/rollout_probs_diff_max")):
             # the launch's first iteration recomputes the old log-probs even in bypass mode (logprob_check_freq)
             problems.append(
+                f"{name}: iteration {train_rows[0]['step']} logged no rollout-vs-actor gap "
+                "(training/rollout_probs_diff_max); with algorithm.rollout_correction.bypass_mode=true keep "
+                "trainer.v1.gigpo_sync.logprob_check_freq >= 1"
+            )
+        elif not gap <= ROLLOUT_GAP_LIMIT:
+            problems.append(
                 f"{name}: iteration {train_rows[0]['step']}: the rollout server's and the actor's token probabilities "
-                f"differ by {train_rows[0].get('training/rollout_probs_diff_max')} (allowed {ROLLOUT_GAP_LIMIT})"
+                f"differ by {gap:.3g} (allowed {ROLLOUT_GAP_LIMIT}): the served weights are not the actor's"
             )
     first, changed, resumed = runs.get("gigpo"), runs.get("gigpo_changed"), runs.get("gigpo_resume")
     if first is not None and first.killed:
