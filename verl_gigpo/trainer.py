@@ -47,7 +47,7 @@ is private to verl and may change in another release, hence the version guard (:
    (``verl/trainer/ppo/rollout_corr_helper.py:1013``).
 8. ``_compute_old_log_prob`` (``trainer_base.py:1634``) — wrapped: in bypass mode (``:1641``, rollout log-probs
    copied as the old ones, no actor pass, so neither ``actor/entropy`` nor the rollout-vs-actor metrics of
-   ``:1676-1691``) it runs verl's own non-bypass branch on the checked iterations
+   ``:1675-1691``) it runs verl's own non-bypass branch on the checked iterations
    (``trainer.v1.gigpo_sync.logprob_check_freq``) by turning ``bypass_mode`` off for that one call.
 
 It reads verl's attributes ``config``, ``use_critic``, ``use_reference_policy`` (``trainer_base.py:123-124``),
