@@ -519,7 +519,7 @@ def test_alfworld_is_imported_lazily_and_leaves_the_data_variable_alone(alfworld
     )
     environ = {k: v for k, v in os.environ.items() if k != "ALFWORLD_DATA"}
     result = subprocess.run(
-        [sys.executable, "-c", code, str(alfworld_data)], capture_output=True, text=True, env=environ, timeout=120
+        [sys.executable, "-c", code, str(alfworld_data)], capture_output=True, text=True, env=environ, timeout=300
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "look"

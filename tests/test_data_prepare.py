@@ -41,7 +41,7 @@ def test_cli_as_module_prints_the_paths(tmp_path):
         [sys.executable, "-m", "verl_gigpo.data.prepare", *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     assert str(tmp_path / "train.parquet") in proc.stdout

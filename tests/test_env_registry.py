@@ -88,7 +88,7 @@ def test_checker_cli_exits_zero():
         [sys.executable, "-m", "environments.checker", "sokoban", "--seeds", "2"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("OK sokoban")

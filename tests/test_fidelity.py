@@ -79,7 +79,7 @@ def compose_recipe(recipe: str, *args: str, **env: str):
         env={**base, "DRY_RUN": "1", **env},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()

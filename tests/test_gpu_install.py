@@ -82,7 +82,7 @@ def dry_run(recipe: str, flash_attn: str | None, tmp_path: Path, **env: str) -> 
         env={**base, "DRY_RUN": "1", "PYTHONPATH": pythonpath, "PYTHON": sys.executable, **env},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     command = "\n".join(line for line in proc.stdout.splitlines() if not line.startswith("#"))
@@ -125,7 +125,7 @@ def test_explicit_attention_backend_is_used_without_probing(value, packing, tmp_
 def test_unknown_attention_backend_is_rejected():
     env = {**os.environ, "DRY_RUN": "1", "ATTN_IMPLEMENTATION": "flash3"}
     proc = subprocess.run(
-        ["bash", str(ROOT / "recipes" / "run_webshop.sh")], env=env, capture_output=True, text=True, timeout=60
+        ["bash", str(ROOT / "recipes" / "run_webshop.sh")], env=env, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 1
     assert "ATTN_IMPLEMENTATION=flash3: use auto, flash_attention_2, sdpa or eager" in proc.stderr

@@ -42,7 +42,7 @@ def run_recipe(recipe: str, *args: str, path: str | None = None, **env: str) -> 
         env={**base, **env},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=300,
     )
 
 

@@ -578,7 +578,7 @@ def _recipe_logger(**env: str) -> subprocess.CompletedProcess:
         env={**base, "DRY_RUN": "1", **env},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=300,
     )
 
 
