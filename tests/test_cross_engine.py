@@ -1,7 +1,8 @@
 """The two engines build the same step rows from the same episodes (CPU, no Ray).
 
 Real gridnav episodes are played with fixed action scripts (two tasks, four episodes each; in task 0 one episode's
-environment raises at its third step and one fails at reset). They go through:
+environment raises at its third step and one fails at reset; in task 1, whose returns differ, one raises at its third
+step). They go through:
 
 * verl's path: the agent loop's rows (:func:`verl_gigpo.agent_loop.episode_to_outputs`) as verl's V1 agent-loop
   worker stores them (``AgentLoopOutput.as_dict`` plus ``uid``, :func:`verl.utils.tensordict_utils.
@@ -9,7 +10,9 @@ environment raises at its third step and one fails at reset). They go through:
   then what the ``gigpo_sync`` trainer mode does with them (:meth:`StepBatch.from_rows`,
   :func:`verl_gigpo.trainer.compute_step_advantages`, :func:`verl_gigpo.trainer.episode_metrics`);
 * the local engine's path: :meth:`StepBatch.from_episodes`, :meth:`StepBatch.advantage_terms` with the local config's
-  estimator settings, the episode metrics of its rows, its run-level metric names and its row split.
+  estimator settings, the episode metrics of its rows, its run-level metric names and its row split;
+* GRPO and RLOO: :func:`verl_gigpo.advantage.outcome.outcome_advantages`, which both engines call, on either path's
+  rows.
 
 Rows, groups, masks, advantages and metric names must agree.
 """
@@ -28,6 +31,7 @@ from verl.trainer.ppo.padding_utils import construct_minimal_padding_template
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
 from environments.gridnav.env import GridNavEnv
+from verl_gigpo.advantage.outcome import outcome_advantages
 from verl_gigpo.agent_loop import episode_to_outputs
 from verl_gigpo.cpu.smoke import val_metric
 from verl_gigpo.local.config import gigpo_config, load_config
@@ -46,7 +50,7 @@ SCRIPTS = {  # task 0: the goal is 3 steps right (north wall); task 1: 1 down, t
     1: [["down", "right"], ["right", "down", "right"], ["jump", "down", "right"], ["up", "up", "left"]],
 }
 #: (seed, member) of the episodes whose environment fails: at its third step, and at reset
-FAIL_AT_STEP, FAIL_AT_RESET = (0, 1), (0, 3)
+FAIL_AT_STEP, FAIL_AT_RESET, FAIL_LATE = (0, 1), (0, 3), (1, 2)
 CONFIG = EpisodeConfig(max_steps=6, history_length=1, max_prompt_length=256, max_response_length=4)
 
 
@@ -89,7 +93,7 @@ def episodes(tiny_model_dir):
     played = []
     for seed, scripts in SCRIPTS.items():
         for member, script in enumerate(scripts):
-            fail = {FAIL_AT_STEP: 3, FAIL_AT_RESET: 0}.get((seed, member))
+            fail = {FAIL_AT_STEP: 3, FAIL_AT_RESET: 0, FAIL_LATE: 3}.get((seed, member))
 
             def factory(task, cfg, fail=fail):
                 if fail is None:
@@ -144,7 +148,8 @@ def both(episodes):
 def test_the_episodes_hold_what_the_comparison_needs(episodes):
     _, played = episodes
     failed = [ep.traj_id for ep in played if ep.env_error is not None]
-    assert failed == ["t0-1", "t0-3"] and played[1].length == 2 and played[3].length == 0
+    assert failed == ["t0-1", "t0-3", "t1-2"] and played[1].length == 2 and played[3].length == 0
+    assert played[6].length == 2 and played[6].episode_return == pytest.approx(-0.1)  # "jump" played, then raised
     assert any(ep.won for ep in played) and not all(ep.won for ep in played if ep.env_error is None)
     assert any(not s.action_valid for ep in played for s in ep.steps)  # "jump" is penalised
 
@@ -189,13 +194,53 @@ def test_advantages_are_the_same(both):
     assert verl_stats["gigpo/num_masked_rows"] == terms.stats["gigpo/num_masked_rows"] + 1
 
 
+def _outcome_equations(episodes, estimator: str, norm: bool) -> dict[str, float]:
+    """GRPO / RLOO written out per trajectory from the episodes' returns, over the given episodes of each task."""
+    out = {}
+    for group in {ep.group_id for ep in episodes}:
+        members = [ep for ep in episodes if ep.group_id == group]
+        returns = np.array([ep.episode_return for ep in members])
+        n = len(returns)
+        if estimator == "rloo":
+            adv = returns - (returns.sum() - returns) / (n - 1)  # minus the mean of the others
+        else:
+            adv = returns - returns.mean()
+            adv = adv / (returns.std(ddof=1) + 1e-6) if norm else adv
+        out.update({ep.traj_id: float(a) for ep, a in zip(members, adv, strict=True)})
+    return out
+
+
+@pytest.mark.parametrize(("estimator", "norm"), [("grpo", True), ("grpo", False), ("rloo", True)])
+def test_grpo_and_rloo_are_the_same_and_leave_failed_episodes_out(both, estimator, norm):
+    """grpo / rloo on both engines' rows: one score per trajectory (its return) grouped by task, failed episodes and
+    verl's padding row in no statistic and at 0; checked against the equations written out from the episodes."""
+    played, _, verl, local = both
+    from_verl = outcome_advantages(verl, estimator, norm_adv_by_std=norm)  # (N + 1,)
+    from_local = outcome_advantages(local, estimator, norm_adv_by_std=norm)  # (N,)
+    np.testing.assert_array_equal(from_verl[:-1], from_local)
+    assert from_verl[-1] == 0.0
+    finished = [ep for ep in played if ep.env_error is None]
+    expected = _outcome_equations(finished, estimator, norm)
+    rows = [expected.get(ep.traj_id, 0.0) for ep in played for _ in range(max(ep.length, 1))]
+    np.testing.assert_allclose(from_local, rows, rtol=0, atol=1e-5)
+    assert np.abs(from_local).max() > 0
+    # counting the failed episodes' partial returns (what verl's own step would do) changes task 1's advantages
+    with_failed = _outcome_equations(played, estimator, norm)
+    assert any(abs(with_failed[ep.traj_id] - expected[ep.traj_id]) > 1e-3 for ep in finished if ep.group_id == "task1")
+
+
+def test_outcome_advantages_names_what_it_computes(both):
+    with pytest.raises(ValueError, match=r"computes \['grpo', 'rloo'\], not 'gae'"):
+        outcome_advantages(both[3], "gae")
+
+
 def test_metric_names_and_values_are_the_same(both):
     _, _, verl, local = both
     from_verl, from_local = trainer_episode_metrics(verl), episode_metrics(local.trajectory_summaries())
     assert from_verl.keys() == from_local.keys()
     for name, value in from_verl.items():
         assert from_local[name] == pytest.approx(value, abs=1e-12), name
-    assert from_local["episode/num_step_rows"] == len(local) and from_local["env/env_error_rate"] == 2 / 8
+    assert from_local["episode/num_step_rows"] == len(local) and from_local["env/env_error_rate"] == 3 / 8
     # run-level names: what verl's file logger writes (step, training/global_step, timing_s/step, timing_s/testing,
     # val-core/<data source>/acc/mean@1) is on the local engine's lines too
     train_line = {**run_names(3, training=True), "timing_s/step": 1.0}

@@ -262,28 +262,49 @@ def test_gigpo_advantage_step_writes_the_estimators_terms_as_credit_records(roll
     assert any(r["step_adv"] != 0 for r in records)
 
 
-def test_grpo_defers_to_verl_on_the_same_rollouts(rollout, action_model_dir, tmp_path):
-    """adv_estimator=grpo: verl's own V1 GRPO (final row of each session, broadcast to the session's rows)."""
+def _advantages(meta) -> torch.Tensor:
+    """The batch's advantages as stored in TransferQueue, (N, L) right-padded."""
+    stored = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=["advantages"])
+    return stored["advantages"].to_padded_tensor(0.0)
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo"])
+def test_grpo_and_rloo_score_each_trajectory_once(rollout, action_model_dir, tmp_path, estimator):
+    """adv_estimator=grpo/rloo: one score per trajectory (its return) grouped by task, broadcast to its rows, as the
+    local engine computes them; with no failed episode, grpo equals verl's own V1 step (the final row of each session)
+    on the same rows."""
+    from verl.trainer.ppo.v1 import PPOTrainerSync
+
     meta, data = rollout["meta"], rollout["data"]
     write_task_files("gridnav", tmp_path, train_size=N_TASKS, val_size=2)
-    trainer = GiGPOTrainerSync(_config(action_model_dir, tmp_path, "grpo"))
+    trainer = GiGPOTrainerSync(_config(action_model_dir, tmp_path, estimator))
     old_log_probs = tu.get_tensordict({"old_log_probs": data["rollout_log_probs"]})  # what the actor would write
     tq.kv_batch_put(keys=meta.keys, partition_id=meta.partition_id, fields=old_log_probs)
+    mask = data["response_mask"].to_padded_tensor(0)  # (N, L)
+    if estimator == "grpo":
+        PPOTrainerSync._compute_advantage(trainer, meta, {})  # verl's own step, on the same rows
+        verls = _advantages(meta)
     metrics: dict = {}
-    out = trainer._compute_advantage(meta, metrics)
-    advantages = tq.kv_batch_get(keys=out.keys, partition_id=out.partition_id, select_fields=["advantages"])
-    first_token = [row[0].item() for row in advantages["advantages"].unbind()]
+    trainer._compute_advantage(meta, metrics)
+    ours = _advantages(meta)  # (N, L)
+    torch.testing.assert_close(ours, ours[:, :1] * mask, rtol=0, atol=0)  # one value per row, on its response
 
     extra = list(data["extra_fields"])
+    assert not any(ef["env_error"] for ef in extra)
     episode_return = {ef["traj_id"]: ef["episode_return"] for ef in extra}
     assert len(set(episode_return.values())) > 1  # the format-tuned model gives varied returns: a real test
     by_group = defaultdict(list)
     for traj, ret in episode_return.items():
         by_group[traj.rsplit("_", 1)[0]].append(ret)
     for i, ef in enumerate(extra):
-        scores = torch.tensor(by_group[ef["traj_id"].rsplit("_", 1)[0]])
-        expected = (ef["episode_return"] - scores.mean()) / (scores.std() + 1e-6)
-        assert first_token[i] == pytest.approx(expected.item(), abs=1e-4)
+        scores = torch.tensor(by_group[ef["traj_id"].rsplit("_", 1)[0]], dtype=torch.float64)
+        if estimator == "grpo":
+            expected = (ef["episode_return"] - scores.mean()) / (scores.std() + 1e-6)
+        else:  # the return minus the mean of the group's other returns
+            expected = ef["episode_return"] - (scores.sum() - ef["episode_return"]) / (len(scores) - 1)
+        assert ours[i, 0].item() == pytest.approx(expected.item(), abs=1e-4)
+    if estimator == "grpo":
+        torch.testing.assert_close(ours, verls, rtol=0, atol=1e-5)
     assert "env/success_rate" in metrics and not any(k.startswith("gigpo/") for k in metrics)
 
 

@@ -26,8 +26,9 @@ observation        only with ``trainer.credit_log_freq`` > 0: the step's observa
                    ``trainer.credit_log_max_chars``; action: the parsed action (the reply when invalid), cut likewise
 =================  ==========================================================================================
 
-``reward_score`` of the final row is the episode return (verl copies it to the episode's other rows, and
-GRPO/RLOO baselines use it as the trajectory score). The server's log-probs are kept (``response_logprobs``).
+``reward_score`` of the final row is the episode return (verl copies it to the episode's other rows; verl's own
+advantage step, which the trainer mode runs for estimators other than its own and grpo/rloo, reads it). The server's
+log-probs are kept (``response_logprobs``).
 Environment calls run in a thread pool shared by all episodes of the worker process
 (:class:`~verl_gigpo.rollout.threads.EnvThreadPool`, ``GIGPO_ENV_THREADS`` threads, default 64), so hundreds of
 episodes proceed concurrently with no lock-step barrier; finished environments are kept in a worker-wide

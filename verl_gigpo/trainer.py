@@ -9,8 +9,12 @@ Select it with ``trainer.v1.trainer_mode=gigpo_sync`` (``verl_gigpo/config/gigpo
   :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms`; verl's padding rows (tag ``is_padding``, deep
   copies of a real row) and rows of episodes whose environment failed are excluded from every statistic and get 0;
   advantages/returns are written back to TransferQueue; ``gigpo/*`` metrics come from the estimator;
-* any other estimator (``grpo``, ``rloo``, ...): verl's own ``_compute_advantage``, unchanged, on the same
-  rollouts — baselines differ only in ``algorithm.adv_estimator``;
+* ``grpo`` and ``rloo``: verl's own ``core_algos`` functions on one score per trajectory (its return), the rows of
+  failed episodes and verl's padding rows excluded as above, each trajectory's advantage broadcast to its rows
+  (:func:`verl_gigpo.advantage.outcome.outcome_advantages`, which the local engine calls too). With no failed
+  episode, GRPO equals verl's own V1 step (the final row of each session). With ``algorithm.use_kl_in_reward``,
+  verl's own ``_compute_advantage`` runs unchanged;
+* any other estimator: verl's own ``_compute_advantage``, unchanged, on the same rollouts;
 * verl's rollout correction (``algorithm.rollout_correction.rollout_is`` / ``rollout_rs``) runs on the GiGPO path
   too, through verl's own ``compute_rollout_correction_and_add_to_batch``, before the advantages (as verl does);
 * the actor update is split by rows, not by tasks (``trainer.v1.gigpo_sync``, every estimator): verl 0.9.1 makes
@@ -42,9 +46,9 @@ is private to verl and may change in another release, hence the version guard (:
    batch's ``extra_info`` (``:1847-1858``) and calls ``self.actor_rollout_wg.update_actor(batch)`` (``:1860``) with
    no hook in between; :func:`planned_update_actor` swaps that one method on the worker group for the duration of
    the call (verl binds it on the instance, ``verl/single_controller/base/worker_group.py:250``).
-7. ``_compute_advantage`` (``trainer_base.py:1743``) — replaced for the step-credit estimators, verl's for the
-   others; its rollout correction uses verl's condition (``:1767``) and function
-   (``verl/trainer/ppo/rollout_corr_helper.py:1013``).
+7. ``_compute_advantage`` (``trainer_base.py:1743``) — replaced for the step-credit estimators and for grpo/rloo
+   without ``use_kl_in_reward``, verl's for the others; its rollout correction uses verl's condition (``:1767``) and
+   function (``verl/trainer/ppo/rollout_corr_helper.py:1013``).
 8. ``_compute_old_log_prob`` (``trainer_base.py:1634``) — wrapped: in bypass mode (``:1641``, rollout log-probs
    copied as the old ones, no actor pass, so neither ``actor/entropy`` nor the rollout-vs-actor metrics of
    ``:1675-1691``) it runs verl's own non-bypass branch on the checked iterations
@@ -75,6 +79,7 @@ from verl.workers.utils.padding import response_to_nested
 
 from verl_gigpo import AGENT_LOOP_NAME, STEP_CREDIT_ESTIMATORS, TRAINER_MODE
 from verl_gigpo.advantage import GiGPOTerms
+from verl_gigpo.advantage.outcome import OUTCOME_ESTIMATORS, outcome_advantages
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
 from verl_gigpo.rollout import metrics as rollout_metrics
@@ -354,11 +359,14 @@ class GiGPOTrainerSync(PPOTrainerSync):
         self.credit_logger.write_steps(self.global_steps, terms, steps, StepContext.from_extra_fields(extra_fields))
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
-        """Env/episode metrics for every estimator; step-credit advantages for ``adv_estimator`` gigpo, hgpo,
-        graphgpo or g2po, else verl's."""
+        """Env/episode metrics for every estimator; the advantages of ``adv_estimator`` gigpo, hgpo, graphgpo or g2po
+        (the step-credit estimators) and of grpo or rloo (:func:`~verl_gigpo.advantage.outcome.outcome_advantages`,
+        as the local engine computes them; verl's step when ``use_kl_in_reward`` is set), else verl's."""
         steps, data = self._read_steps(batch)
         metrics.update(episode_metrics(steps))
-        if self.config.algorithm.adv_estimator not in STEP_CREDIT_ESTIMATORS:
+        estimator = self.config.algorithm.adv_estimator
+        outcome = estimator in OUTCOME_ESTIMATORS and not self.config.algorithm.get("use_kl_in_reward", False)
+        if estimator not in STEP_CREDIT_ESTIMATORS and not outcome:
             return super()._compute_advantage(batch, metrics)
 
         nested_mask = data["response_mask"]
@@ -368,12 +376,17 @@ class GiGPOTrainerSync(PPOTrainerSync):
         if correction is not None:  # verl's IS weights / rejection, applied before the advantages as verl does
             response_mask = correction["response_mask"]  # (N, L), rejected tokens 0
             fields.update(correction)
-        terms = step_advantage_terms(steps, response_mask, self.gigpo_config)
-        advantages, returns = terms.token_level(response_mask)  # (N, L), (N, L): as compute_step_advantages
-        stats = dict(terms.stats)
-        self._write_credit(terms, steps, list(data["extra_fields"]))  # trainer.credit_log_freq
-        metrics.update(stats)
-        fields.update(advantages=advantages, returns=returns)
+        if outcome:  # one advantage per trajectory, broadcast over its tokens; returns = advantages, as verl's
+            norm = bool(self.config.algorithm.get("norm_adv_by_std_in_grpo", True))
+            per_row = outcome_advantages(steps, estimator, norm_adv_by_std=norm)  # (N,)
+            advantages = torch.as_tensor(per_row, dtype=torch.float32)[:, None] * response_mask  # (N, L)
+            fields.update(advantages=advantages, returns=advantages)
+        else:
+            terms = step_advantage_terms(steps, response_mask, self.gigpo_config)
+            advantages, returns = terms.token_level(response_mask)  # (N, L), (N, L): as compute_step_advantages
+            self._write_credit(terms, steps, list(data["extra_fields"]))  # trainer.credit_log_freq
+            metrics.update(terms.stats)
+            fields.update(advantages=advantages, returns=returns)
         output = TensorDict(
             {name: response_to_nested(value, nested_mask) for name, value in fields.items()}, batch_size=len(batch)
         )

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from environments import list_envs
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
+from verl_gigpo.advantage.outcome import OUTCOME_ESTIMATORS
 from verl_gigpo.credit import CreditLogOptions
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.step_rows import UpdateSettings
@@ -35,7 +36,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "local_trainer.yaml"
 """The local engine's defaults."""
 
-ESTIMATORS = (*STEP_CREDIT_ESTIMATORS, "grpo", "rloo")
+ESTIMATORS = (*STEP_CREDIT_ESTIMATORS, *OUTCOME_ESTIMATORS)
 """Values of ``algorithm.adv_estimator`` the local engine runs: the step-credit estimators (gigpo, hgpo, graphgpo,
 g2po) and verl's grpo and rloo."""
 

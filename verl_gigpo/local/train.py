@@ -22,8 +22,9 @@ One iteration:
    loss), as on verl's engine.
 3. advantages: ``gigpo``, ``hgpo``, ``graphgpo``, ``g2po`` -> :meth:`StepBatch.advantage_terms
    <verl_gigpo.rollout.step_rows.StepBatch.advantage_terms>` (the estimator entry verl's trainer mode uses);
-   ``grpo`` / ``rloo`` -> verl's ``core_algos.compute_grpo_outcome_advantage`` / ``compute_rloo_outcome_advantage``
-   with one score per trajectory (its return) grouped by task, broadcast to the trajectory's rows (as verl V1 does).
+   ``grpo`` / ``rloo`` -> :func:`~verl_gigpo.advantage.outcome.outcome_advantages` (the function verl's trainer mode
+   calls): verl's ``core_algos`` GRPO / RLOO on one score per trajectory (its return) grouped by task, failed
+   episodes left out, broadcast to the trajectory's rows.
 4. update (:class:`~verl_gigpo.local.update.PPOActor`): PPO with verl's registered policy loss and ``agg_loss``,
    optional ``kl_penalty`` to the frozen initial model, an entropy bonus, AdamW and gradient-norm clipping, over
    ``ppo_epochs`` passes; mini-batches of at most ``trainer.v1.gigpo_sync.mini_batch_rows`` shuffled step rows (verl's
@@ -68,6 +69,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from environments import register_envs
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
+from verl_gigpo.advantage.outcome import outcome_advantages
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
 from verl_gigpo.local.checkpoint import (
     read_checkpoint,
@@ -200,9 +202,9 @@ class LocalTrainer:
 
         gigpo, hgpo, graphgpo, g2po: the configured estimator, :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms`.
         grpo / rloo: verl's outcome estimators on one score per trajectory (its return), grouped by task,
-        broadcast to the trajectory's rows.
+        broadcast to the trajectory's rows (:func:`verl_gigpo.advantage.outcome.outcome_advantages`, as on verl's
+        engine).
         """
-        estimator = self.cfg.algorithm.adv_estimator
         self.gigpo_terms = None
         if not batch.row_mask.any():  # no episode ran without an environment error
             return np.zeros(len(batch)), {}
@@ -210,19 +212,8 @@ class LocalTrainer:
             terms = batch.advantage_terms(self.gigpo)  # masked rows get 0; similarity keys merged there
             self.gigpo_terms = terms
             return np.asarray(terms.advantage, dtype=np.float64), dict(terms.stats)
-        from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, compute_rloo_outcome_advantage
-
-        traj_of_row, returns, groups = batch.trajectory_scores()  # (N,), (T,), (T,): unmasked trajectories
-        scores = torch.as_tensor(returns, dtype=torch.float32)[:, None]  # (T, 1)
-        mask = torch.ones_like(scores)  # (T, 1)
-        if estimator == "grpo":
-            adv, _ = compute_grpo_outcome_advantage(
-                scores, mask, groups, norm_adv_by_std_in_grpo=bool(self.cfg.algorithm.norm_adv_by_std_in_grpo)
-            )
-        else:
-            adv, _ = compute_rloo_outcome_advantage(scores, mask, groups)
-        per_traj = adv[:, 0].double().numpy()  # (T,)
-        return np.where(traj_of_row >= 0, per_traj[np.maximum(traj_of_row, 0)], 0.0), {}
+        norm = bool(self.cfg.algorithm.norm_adv_by_std_in_grpo)
+        return outcome_advantages(batch, self.cfg.algorithm.adv_estimator, norm_adv_by_std=norm), {}
 
     # ------------------------------------------------------------------ update
     def update(self, batch: StepBatch, advantages: np.ndarray) -> dict[str, float]:
