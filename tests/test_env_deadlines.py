@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 import time
 
@@ -49,13 +48,6 @@ def stall_guard():
     if fired.is_set():
         gigpo_hanging_env.RELEASE.clear()
         pytest.fail(f"a hung call was still blocked after {STALL_GUARD_S:.0f} s: its deadline never fired")
-
-
-def _waited(message: str) -> float:
-    """The seconds an ``EnvDeadlineError`` message says its call was waited for."""
-    found = re.search(r"\(waited (\d+\.\d+) s\)", message)
-    assert found, f"no '(waited N s)' in {message!r}"
-    return float(found.group(1))
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -170,7 +162,7 @@ def _check_failed_episodes(episodes, caplog, *, call: str, step: int):
         if ep.task.seed == 0:
             assert ep.env_error.startswith("EnvDeadlineError") and f"{call}() gave no answer" in ep.env_error
             assert f"step={step}" in ep.env_error and "env=gridnav_hang" in ep.env_error
-            assert "_timeout_s=1 s" in ep.env_error and _waited(ep.env_error) >= 1.0
+            assert "_timeout_s=1 s" in ep.env_error and gigpo_hanging_env.waited_seconds(ep.env_error) >= 1.0
             assert ep.length == step - 1 if call == "step" else ep.length == 0
         else:
             assert ep.env_error is None and ep.length >= 1

@@ -17,6 +17,7 @@ environment declaring ``thread_parallel = False``, so the episode runner hosts i
 from __future__ import annotations
 
 import os
+import re
 import threading
 
 from environments.gridnav.env import GridNavEnv
@@ -25,6 +26,13 @@ from environments.gridnav.env import GridNavEnv
 RELEASE = threading.Event()
 #: instances whose close() ran (the runner closes an abandoned instance once its hung call returns)
 CLOSED: list[HangingGridNav] = []
+
+
+def waited_seconds(message: str) -> float:
+    """The seconds an ``EnvDeadlineError`` message says its call was given (its ``(waited N s)`` part)."""
+    found = re.search(r"\(waited (\d+\.\d+) s\)", message)
+    assert found, f"no '(waited N s)' in {message!r}"
+    return float(found.group(1))
 
 
 class HangingGridNav(GridNavEnv):
