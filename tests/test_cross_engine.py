@@ -305,3 +305,30 @@ def test_both_engines_build_the_same_episode_config(overrides):
     with pytest.raises(ValueError, match=r"^env\.history_length=-1 must be") as verl_error:
         episode_config_from(verl_cfg)
     assert str(local_error.value) == str(verl_error.value)
+
+
+def test_the_reference_penalty_placement_is_the_same_on_both_engines(both):
+    """env.invalid_action_penalty_mode=reference reads the environment's rewards, which both engines' rows carry
+    (verl: the agent loop's env_reward field), and gives the same advantages on both. (The one invalid reply, "jump",
+    is in an episode whose environment then failed, so its rows are masked: tests/test_penalty_mode.py shows what the
+    mode changes.)"""
+    played, data, verl, local = both
+    real = ~verl.padding
+    np.testing.assert_array_equal(verl.env_rewards[real], local.env_rewards)
+    assert (
+        (local.env_rewards != local.step_rewards).sum()
+        == sum(not s.action_valid for ep in played for s in ep.steps)
+        > 0
+    )
+    overrides = ["algorithm.gigpo.key_mode=state", "algorithm.gigpo.episode_stats=step"]
+    cfg = gigpo_config(load_config([*overrides, "env.invalid_action_penalty_mode=reference"]))
+    response_mask = data["response_mask"].to_padded_tensor(0)  # (N + 1, L)
+    verl_adv, _, _ = compute_step_advantages(verl, response_mask, cfg)
+    terms = local.advantage_terms(cfg)
+    np.testing.assert_allclose(verl_adv[: len(local), 0].double().numpy(), terms.advantage, rtol=0, atol=1e-6)
+    assert np.abs(terms.advantage).max() > 0
+    for estimator in ("grpo", "rloo"):
+        kwargs = {"penalty_mode": "reference", "invalid_action_penalty": 0.1}
+        from_verl = outcome_advantages(verl, estimator, **kwargs)
+        np.testing.assert_array_equal(from_verl[:-1], outcome_advantages(local, estimator, **kwargs))
+        assert from_verl[-1] == 0.0

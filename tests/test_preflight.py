@@ -339,3 +339,20 @@ def test_an_unknown_estimator_is_named_by_both_engines_with_what_each_runs():
     assert problem == estimator_problem("gipgo", known, engine="verl (its registry, this plug-in's included)")
     head = "algorithm.adv_estimator='gipgo' is not an advantage estimator of "
     assert local.startswith(head) and problem.startswith(head)
+
+
+def test_the_penalty_mode_is_checked_before_ray_with_its_statistics():
+    """env.invalid_action_penalty_mode: a bad value, and reference without step-row statistics, are named before Ray
+    (the message GiGPOConfig gives on the local engine too); reference with step statistics passes, and a bad env
+    value elsewhere does not hide a bad mode."""
+    [problem] = config_problems(compose_gigpo(["env.invalid_action_penalty_mode=reference"]))
+    assert "invalid_action_penalty_mode=reference needs algorithm.gigpo.episode_stats=step" in problem
+    assert (
+        config_problems(
+            compose_gigpo(["env.invalid_action_penalty_mode=reference", "algorithm.gigpo.episode_stats=step"])
+        )
+        == []
+    )
+    problems = config_problems(compose_gigpo(["env.invalid_action_penalty_mode=late", "env.max_steps=0"]))
+    assert any("env.invalid_action_penalty_mode='late'" in p for p in problems)
+    assert any(p.startswith("env.max_steps=0") for p in problems)

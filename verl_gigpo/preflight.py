@@ -59,6 +59,7 @@ logger = logging.getLogger(__name__)
 
 #: the keys of the ``env`` section (see verl_gigpo/config/gigpo_trainer.yaml)
 ENV_KEYS = ("name", "max_steps", "history_length", "invalid_action_penalty", "invalid_action", "kwargs", "registry")
+ENV_KEYS += ("invalid_action_penalty_mode",)
 #: the ``env`` keys of environment execution (deadlines, worker processes), checked by EnvExecution.from_config
 ENV_KEYS += ("step_timeout_s", "reset_timeout_s", "num_workers")
 
@@ -109,9 +110,19 @@ def config_problems(config: Any) -> list[str]:
     """
     if not isinstance(config, DictConfig):
         config = OmegaConf.create(config)
-    problems = _path_problems(config) + _rule_problems(config)
-    gigpo_problems = _gigpo_problems(config.get("algorithm", None))
-    env_problems, env_readable = _env_problems(config.get("env", None))
+    rule_problems = _rule_problems(config)
+    problems = _path_problems(config) + rule_problems
+    env = config.get("env", None)
+    env_problems, env_readable = _env_problems(env)
+    # the estimators' env values (the penalty mode; the successors' inherited history and penalty): all of env when
+    # the env checks passed, else the mode alone, so a bad env value is named once, by its own check
+    env_ok = env_readable and not env_problems and not any(p.startswith("env.") for p in rule_problems)
+    estimator_env = (
+        env
+        if env_ok or not isinstance(env, Mapping)
+        else {"invalid_action_penalty_mode": env.get("invalid_action_penalty_mode", None)}
+    )
+    gigpo_problems = _gigpo_problems(config.get("algorithm", None), estimator_env)
     problems += gigpo_problems + env_problems
     try:  # trainer.credit_log_*: the reader the trainer mode and the agent loop call
         CreditLogOptions.from_trainer(config.get("trainer", None))
@@ -318,8 +329,9 @@ def _rule_problems(config: DictConfig) -> list[str]:
     return problems
 
 
-def _gigpo_problems(algorithm: Any) -> list[str]:
-    """``algorithm.gigpo.*`` (and ``algorithm.gamma``) as the trainer mode and the agent loop read them."""
+def _gigpo_problems(algorithm: Any, env: Any = None) -> list[str]:
+    """``algorithm.gigpo.*`` (and ``algorithm.gamma``) as the trainer mode and the agent loop read them, with the
+    ``env`` values the estimators take (``env.invalid_action_penalty_mode`` and the successors' inherited ones)."""
     if algorithm is None:
         return []
     gigpo = algorithm.get("gigpo", None)
@@ -336,7 +348,7 @@ def _gigpo_problems(algorithm: Any) -> list[str]:
         algorithm = OmegaConf.to_container(algorithm, resolve=True)
         algorithm["gigpo"] = {k: v for k, v in algorithm["gigpo"].items() if k != "gamma"}
     try:
-        GiGPOConfig.from_algorithm(algorithm)
+        GiGPOConfig.from_algorithm(algorithm, env=env if isinstance(env, Mapping) else None)
     except ValueError as exc:
         problems.append(str(exc))
     return problems

@@ -15,7 +15,8 @@ the key means or what to do instead.
   that exist with the same meaning in verl's config and the local engine's, and so are checked by both;
 * :func:`kl_in_reward_problem` — ``algorithm.use_kl_in_reward`` and the estimator;
 * :func:`estimator_problem` — ``algorithm.adv_estimator`` against the estimators an engine runs;
-* :func:`group_size_warning` — the warning for ``actor_rollout_ref.rollout.n=1``.
+* :func:`group_size_warning` — the warning for ``actor_rollout_ref.rollout.n=1``;
+* :func:`penalty_mode` — ``env.invalid_action_penalty_mode`` (:data:`PENALTY_MODES`).
 
 The options of the estimators themselves (``algorithm.gamma``, ``algorithm.gigpo.*``, ``algorithm.<successor>.*``)
 are the estimator's own check (:class:`verl_gigpo.config.GiGPOConfig`), which both engines call.
@@ -34,6 +35,7 @@ from typing import Any
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 
 __all__ = [
+    "PENALTY_MODES",
     "RANGES",
     "SHARED_KEYS",
     "Range",
@@ -41,9 +43,17 @@ __all__ = [
     "estimator_problem",
     "group_size_warning",
     "kl_in_reward_problem",
+    "penalty_mode",
 ]
 
 _KINDS = ("bool", "int", "float")
+
+PENALTY_MODES = ("reward", "reference")
+"""Values of ``env.invalid_action_penalty_mode``, where the invalid-action penalty enters the advantage:
+``reward``: part of the step reward r_t before discounting, so earlier steps' R_t and the episode return R(tau)
+carry it; ``reference``: as the reference implementation's trainer places it (``apply_invalid_action_penalty``),
+subtracted from the invalid row's own step return after discounting and from that row's own episode score, with the
+episode statistics over step rows."""
 
 
 @dataclass(frozen=True)
@@ -179,6 +189,24 @@ SHARED_KEYS = (
 """The keys of :data:`RANGES` that verl's preflight checks too (same key, same meaning on both engines). The prompt
 and response lengths are checked on verl's path through :class:`~verl_gigpo.rollout.types.EpisodeConfig`, whose
 fields use the rules of ``data.max_prompt_length`` and ``actor_rollout_ref.rollout.response_length``."""
+
+
+def penalty_mode(env: Any) -> str:
+    """``env.invalid_action_penalty_mode`` of an ``env`` section (a mapping; a missing key is ``"reward"``).
+
+    Raises:
+        ValueError: a value outside :data:`PENALTY_MODES`, naming the key and what each mode does.
+    """
+    mode = env.get("invalid_action_penalty_mode", None) if env is not None else None
+    if mode is None:
+        return "reward"
+    if mode not in PENALTY_MODES:
+        raise ValueError(
+            f"env.invalid_action_penalty_mode={mode!r} must be 'reward' (the penalty is part of the step reward, "
+            "discounted into earlier steps and summed into the episode return) or 'reference' (the reference "
+            "implementation's placement: subtracted from the invalid row's own step return and episode score)"
+        )
+    return mode
 
 
 def kl_in_reward_problem(use_kl_in_reward: Any, estimator: Any, *, local_engine: bool = False) -> str | None:

@@ -84,7 +84,7 @@ from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
 from verl_gigpo.rollout import metrics as rollout_metrics
 from verl_gigpo.rollout.step_rows import StepBatch, UpdateSettings
-from verl_gigpo.rules import group_size_warning, kl_in_reward_problem
+from verl_gigpo.rules import group_size_warning, kl_in_reward_problem, penalty_mode
 from verl_gigpo.verl_version import check_verl_version, installed_verl_version
 
 __all__ = [
@@ -378,7 +378,14 @@ class GiGPOTrainerSync(PPOTrainerSync):
             fields.update(correction)
         if outcome:  # one advantage per trajectory, broadcast over its tokens; returns = advantages, as verl's
             norm = bool(self.config.algorithm.get("norm_adv_by_std_in_grpo", True))
-            per_row = outcome_advantages(steps, estimator, norm_adv_by_std=norm)  # (N,)
+            env = self.config.get("env", None) or {}
+            per_row = outcome_advantages(  # (N,)
+                steps,
+                estimator,
+                norm_adv_by_std=norm,
+                penalty_mode=penalty_mode(env),
+                invalid_action_penalty=float(env.get("invalid_action_penalty", 0.0) or 0.0),
+            )
             advantages = torch.as_tensor(per_row, dtype=torch.float32)[:, None] * response_mask  # (N, L)
             fields.update(advantages=advantages, returns=advantages)
         else:

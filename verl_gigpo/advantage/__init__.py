@@ -39,10 +39,13 @@ GiGPO
    return (mean 0, std 1) at the episode level.
 5. The std is the unbiased one (N - 1), written out explicitly; the option names say what they do:
    ``norm="mean_std" | "mean"`` (the reference's ``mode="mean_norm"`` meant "do not divide by the std").
-6. One reward signal: the episode return is the sum of the same step rewards that give R_t, and shaping (the
-   invalid-action penalty) is part of r_t before discounting (the reference reads the episode score from a
-   separate token-level reward tensor, and its trainer subtracts the penalty from R_t after discounting,
-   ``verl/trainer/ppo/ray_trainer.py`` lines 200-220 and 1112; the HGPO and GraphGPO trainers do the same).
+6. One reward signal by default: the episode return is the sum of the same step rewards that give R_t, and shaping
+   (the invalid-action penalty) is part of r_t before discounting. The reference reads the episode score from a
+   separate token-level reward tensor, and its trainer subtracts the penalty from the invalid row's own R_t and own
+   episode score after discounting (``verl/trainer/ppo/ray_trainer.py`` lines 200-220, called at 1203-1207;
+   ``agent_system/reward_manager/episode.py`` lines 72-79); the HGPO, GraphGPO and G2PO trainers do the same. That
+   placement is available for every estimator as ``row_penalty`` (``env.invalid_action_penalty_mode=reference``,
+   with ``episode_stats="step"``), and the paper recipes use it.
 7. Vectorised: hash factorisation of the ids (O(N)), one O(N log N) sort by (trajectory, step id) and an
    O(N log T_max) segmented scan for R_t; no Python loop over rows and no O(N^2) ``np.where`` per group.
 8. Group ids come from the ids passed in, never from positions (``i % n``) or ``uuid4`` inside the maths; the
@@ -97,7 +100,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from verl_gigpo.advantage._inputs import EPISODE_STATS, NORMS
+from verl_gigpo.advantage._inputs import EPISODE_STATS, NORMS, invalid_row_penalty
 from verl_gigpo.advantage._rows import discounted_step_returns
 from verl_gigpo.advantage.g2po import G2PO_STAT_NAMES, G2POOptions, check_g2po_options, g2po_advantage_terms
 from verl_gigpo.advantage.gigpo import check_estimator_options, compute_gigpo_advantage, gigpo_advantage_terms
@@ -134,6 +137,7 @@ __all__ = [
     "gigpo_advantage_terms",
     "graphgpo_advantage_terms",
     "hgpo_advantage_terms",
+    "invalid_row_penalty",
 ]
 
 ESTIMATOR_TERMS: dict[str, Callable[..., AdvantageTerms]] = {

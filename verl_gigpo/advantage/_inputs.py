@@ -21,9 +21,11 @@ __all__ = [
     "as_response_mask",
     "as_rewards",
     "as_row_mask",
+    "as_row_penalty",
     "as_step_ids",
     "check_common_options",
     "check_number",
+    "invalid_row_penalty",
     "is_real",
 ]
 
@@ -158,6 +160,38 @@ def as_row_mask(row_mask: Any, n: int) -> np.ndarray:
     if arr.shape != (n,):
         raise ValueError(f"row_mask must have shape ({n},) like step_rewards; got shape {tuple(arr.shape)}")
     return arr.copy()
+
+
+def as_row_penalty(row_penalty: Any, n: int) -> np.ndarray:
+    """``row_penalty`` as a ``(N,)`` float64 array of finite numbers (tensor or array-like).
+
+    Raises:
+        ValueError: another shape, or a value that is not a finite number (naming the first bad row).
+    """
+    if isinstance(row_penalty, torch.Tensor):
+        arr = row_penalty.detach().to(device="cpu", dtype=torch.float64).numpy()
+    else:
+        try:
+            arr = np.asarray(row_penalty, dtype=np.float64)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"row_penalty must be a (N,) float array; could not convert it: {err}") from err
+    if arr.shape != (n,):
+        raise ValueError(f"row_penalty must have shape ({n},) like step_rewards, one penalty per row; got {arr.shape}")
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        raise ValueError(f"row_penalty[{int(bad[0])}] = {show(arr[bad[0]])} is not a finite number")
+    return arr
+
+
+def invalid_row_penalty(action_valid: Any, penalty: float, n: int) -> np.ndarray:
+    """The ``row_penalty`` of the reference implementation's invalid-action penalty: ``penalty`` on each row whose
+    reply held no valid action, 0 elsewhere, ``(N,)`` float64 (``p_t = c * (1 - valid_t)``).
+
+    Raises:
+        ValueError: ``action_valid`` missing, of another length, or not bool (0/1) values.
+    """
+    valid = as_flags(action_valid, "action_valid", n, needed_by="the reference placement of the invalid-action penalty")
+    return np.where(valid, 0.0, float(penalty))
 
 
 def as_flags(values: Any, name: str, n: int, *, needed_by: str) -> np.ndarray:

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from verl_gigpo._ids import as_id_array, id_codes, pair_codes, show
-from verl_gigpo.advantage._inputs import as_response_mask, as_rewards, as_row_mask, as_step_ids
+from verl_gigpo.advantage._inputs import as_response_mask, as_rewards, as_row_mask, as_row_penalty, as_step_ids
 from verl_gigpo.anchors import anchor_group_ids, check_similarity_threshold
 
 __all__ = [
@@ -243,15 +243,19 @@ def anchor_groups(rows: StepRows, similarity_threshold: float | None) -> tuple[n
 @dataclass(frozen=True)
 class Basis:
     """What every estimator computes the same way from a batch (M valid rows, S anchor groups, T trajectories,
-    G episode groups): the rows, their anchor groups ``s_group`` ``(M,)`` (``num_s`` of them), R_t ``(M,)``, the
-    episode returns ``R_traj`` ``(T,)``, the episode term ``A_E`` ``(M,)`` and the episode groups whose returns are
-    all equal, ``flat_groups`` ``(G,)``."""
+    G episode groups): the rows, their anchor groups ``s_group`` ``(M,)`` (``num_s`` of them), R_t ``(M,)`` (each
+    row's own penalty ``p`` already subtracted), the episode returns ``R_traj`` ``(T,)``, each row's episode score
+    ``R_row = R_traj - p`` ``(M,)`` (what ``A_E`` normalises), the row penalties ``penalty`` ``(M,)`` (zeros without
+    ``row_penalty``), the episode term ``A_E`` ``(M,)`` and the episode groups whose scores are all equal,
+    ``flat_groups`` ``(G,)``."""
 
     rows: StepRows
     s_group: np.ndarray
     num_s: int
     R_t: np.ndarray
     R_traj: np.ndarray
+    R_row: np.ndarray
+    penalty: np.ndarray
     A_E: np.ndarray
     flat_groups: np.ndarray
 
@@ -270,15 +274,31 @@ def basis(
     epsilon: float,
     episode_stats: str,
     similarity_threshold: float | None,
+    row_penalty: Any = None,
 ) -> Basis:
     """The :class:`Basis` of a batch (options already checked): :func:`prepare_rows`, :func:`anchor_groups`,
-    :func:`step_returns` and :func:`episode_advantage`. Overflow is left to :func:`check_overflow`."""
+    :func:`step_returns` and :func:`episode_advantage`. Overflow is left to :func:`check_overflow`.
+
+    ``row_penalty`` ``(N,)`` (None: no penalty) places a per-row penalty ``p`` as the reference implementation
+    places its invalid-action penalty: after discounting, on the row's own step return (``R_t - p_t``), and on the
+    row's own episode score (``R(tau) - p_t``), so the episode term is taken over step rows
+    (``episode_stats="step"``; anything else raises, since the rows of one trajectory then score differently).
+    """
     rows = prepare_rows(step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys, row_mask)
+    if row_penalty is not None and episode_stats != "step":
+        raise ValueError(
+            f"row_penalty needs episode_stats='step', got {episode_stats!r}: with a penalty on its own rows a "
+            "trajectory has no single episode score, so the episode term is taken over step rows (as the reference "
+            "implementation does)"
+        )
+    penalty = np.zeros(rows.m) if row_penalty is None else as_row_penalty(row_penalty, rows.n)[rows.rows]  # (M,)
     s_group, num_s = anchor_groups(rows, similarity_threshold)  # (M,)
     with np.errstate(over="ignore", invalid="ignore"):
         R_t, R_traj = step_returns(rows, gamma)  # (M,), (T,)
-        A_E, flat_groups = episode_advantage(rows, R_traj, norm, epsilon, episode_stats)  # (M,), (G,)
-    return Basis(rows, s_group, num_s, R_t, R_traj, A_E, flat_groups)
+        R_t = R_t - penalty  # (M,)
+        R_row = R_traj[rows.t] - penalty  # (M,)
+        A_E, flat_groups = episode_advantage(rows, R_traj, norm, epsilon, episode_stats, row_scores=R_row)
+    return Basis(rows, s_group, num_s, R_t, R_traj, R_row, penalty, A_E, flat_groups)
 
 
 def step_returns(rows: StepRows, gamma: float) -> tuple[np.ndarray, np.ndarray]:
@@ -291,18 +311,27 @@ def step_returns(rows: StepRows, gamma: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 def episode_advantage(
-    rows: StepRows, R_traj: np.ndarray, norm: str, epsilon: float, episode_stats: str
+    rows: StepRows,
+    R_traj: np.ndarray,
+    norm: str,
+    epsilon: float,
+    episode_stats: str,
+    *,
+    row_scores: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The episode-level relative advantage (GiGPO paper Eq. 3): ``R(tau)`` normalised within its episode group,
-    over trajectories (``episode_stats="trajectory"``) or over step rows (``"step"``).
+    over trajectories (``episode_stats="trajectory"``) or over step rows (``"step"``). With ``"step"``, each row
+    contributes ``row_scores`` ``(M,)`` when given (its trajectory's return minus its own penalty, see
+    :func:`basis`), else its trajectory's return.
 
     Returns:
-        ``(A_E (M,), flat (G,))``: ``flat`` marks episode groups whose returns are all equal (their A_E is 0).
+        ``(A_E (M,), flat (G,))``: ``flat`` marks episode groups whose scores are all equal (their A_E is 0).
     """
     if episode_stats == "trajectory":
         adv_traj, _, flat = normalise_in_groups(R_traj, rows.traj_group, rows.num_groups, norm, epsilon)  # (T,)
         return adv_traj[rows.t], flat
-    A_E, _, flat = normalise_in_groups(R_traj[rows.t], rows.g, rows.num_groups, norm, epsilon)  # (M,)
+    scores = R_traj[rows.t] if row_scores is None else row_scores  # (M,)
+    A_E, _, flat = normalise_in_groups(scores, rows.g, rows.num_groups, norm, epsilon)  # (M,)
     return A_E, flat
 
 

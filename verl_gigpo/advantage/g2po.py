@@ -89,6 +89,7 @@ def g2po_advantage_terms(
     success_reward=10.0,
     invalid_penalty=0.1,
     step_advantage_w=1.0,
+    row_penalty=None,
 ) -> AdvantageTerms:
     """Per-row G2PO terms (see the module docstring for the maths).
 
@@ -97,7 +98,10 @@ def g2po_advantage_terms(
         :func:`verl_gigpo.advantage.gigpo_advantage_terms`, plus
         ``won``: ``(N,)`` bool, the episode was won (the same on every row of a trajectory); required.
         ``action_valid``: ``(N,)`` bool, the step's reply held a valid action; required when ``invalid_penalty``
-        > 0. The options as :func:`check_g2po_options`.
+        > 0. The options as :func:`check_g2po_options`. ``row_penalty``: ``(N,)`` or None, each row's own
+        penalty as the authors' trainer places the invalid-action penalty: subtracted from the row's episode score
+        only (``episode_stats="step"``; V, V' and A_1's ``c * invalid_t`` do not change; see
+        :func:`verl_gigpo.advantage.gigpo_advantage_terms`).
 
     Returns:
         :class:`~verl_gigpo.advantage.AdvantageTerms` (``method="g2po"``): ``episode_adv`` = A_E, ``step_adv`` =
@@ -116,7 +120,7 @@ def g2po_advantage_terms(
     common = check_common_options(gamma=gamma, norm=norm, epsilon=epsilon, episode_stats=episode_stats)
     threshold = None if similarity_threshold is None else check_similarity_threshold(similarity_threshold)
     inputs = (step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys)
-    base = basis(*inputs, row_mask=row_mask, similarity_threshold=threshold, **common)
+    base = basis(*inputs, row_mask=row_mask, similarity_threshold=threshold, row_penalty=row_penalty, **common)
     rows, s_group, num_s, eps = base.rows, base.s_group, base.num_s, common["epsilon"]
     won_traj = rows.per_trajectory(as_flags(won, "won", rows.n, needed_by="g2po"), "won")  # (T,)
     invalid = np.zeros(rows.m, dtype=bool)

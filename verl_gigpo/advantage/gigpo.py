@@ -59,6 +59,7 @@ def compute_gigpo_advantage(
     epsilon=1e-6,
     episode_stats="trajectory",
     similarity_threshold=None,
+    row_penalty=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GiGPO advantages and discounted step returns, broadcast over the response tokens.
 
@@ -85,6 +86,8 @@ def compute_gigpo_advantage(
         similarity_threshold: None or 1.0: anchor keys match when equal; a number in (0, 1): str anchor keys
             (observation texts) match when :func:`verl_gigpo.anchors.anchor_group_ids` puts them in one group at
             this threshold, within each episode group (``GiGPOConfig(key_mode="similarity")``).
+        row_penalty: None, or ``(N,)`` floats: each row's own penalty, placed as the reference implementation places
+            its invalid-action penalty (see :func:`gigpo_advantage_terms`); needs ``episode_stats="step"``.
 
     Returns:
         ``(advantages, returns)``: float32 ``(N, L)`` tensors on ``response_mask``'s device, both multiplied by
@@ -107,6 +110,7 @@ def compute_gigpo_advantage(
         epsilon=epsilon,
         episode_stats=episode_stats,
         similarity_threshold=similarity_threshold,
+        row_penalty=row_penalty,
     )
     return terms.token_level(response_mask)
 
@@ -127,6 +131,7 @@ def gigpo_advantage_terms(
     epsilon=1e-6,
     episode_stats="trajectory",
     similarity_threshold=None,
+    row_penalty=None,
 ) -> AdvantageTerms:
     """Per-row GiGPO terms and diagnostics (the work behind :func:`compute_gigpo_advantage`).
 
@@ -154,6 +159,11 @@ def gigpo_advantage_terms(
     * Step-level relative advantage (see paper), within each anchor group S:
       ``A_S(t) = (R_t - mean_S) / (std_S + epsilon)``.
     * Combined (see paper): ``A = A_E + step_advantage_w * A_S``.
+    * ``row_penalty`` p (None: none) is the reference implementation's placement of the invalid-action penalty
+      (its trainer's ``apply_invalid_action_penalty``): with ``step_rewards`` the environment's rewards alone, each
+      row's own penalty is subtracted after discounting, ``R_t - p_t``, and from its own episode score,
+      ``R(tau) - p_t``, and A_E normalises those per-row scores over the group's step rows (it needs
+      ``episode_stats="step"``). Without it, shaping is part of r_t before discounting and R(tau) sums it.
     * ``norm="mean_std"`` uses ``std = sqrt(sum (x - mean)^2 / (n - 1))`` (unbiased); ``norm="mean"`` uses
       ``x - mean`` only (the paper's choice for WebShop). A group of one member, or one whose members are all
       equal, gets exactly 0.
@@ -210,6 +220,7 @@ def gigpo_advantage_terms(
         epsilon=options["epsilon"],
         episode_stats=episode_stats,
         similarity_threshold=options["similarity_threshold"],
+        row_penalty=row_penalty,
     )
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported by assemble
         A_S, _, _ = normalise_in_groups(base.R_t, base.s_group, base.num_s, norm, options["epsilon"])  # (M,)

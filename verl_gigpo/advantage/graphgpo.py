@@ -133,6 +133,7 @@ def graphgpo_advantage_terms(
     step_advantage_w=1.0,
     invalid_penalty=0.0,
     progress=False,
+    row_penalty=None,
 ) -> AdvantageTerms:
     """Per-row GraphGPO terms (see the module docstring for the maths).
 
@@ -141,7 +142,9 @@ def graphgpo_advantage_terms(
         :func:`verl_gigpo.advantage.gigpo_advantage_terms`, plus
         ``won``: ``(N,)`` bool, the episode was won (the same on every row of a trajectory); required.
         ``action_valid``: ``(N,)`` bool, the step's reply held a valid action; required when ``invalid_penalty``
-        > 0. The options as :func:`check_graphgpo_options`.
+        > 0. The options as :func:`check_graphgpo_options`. ``row_penalty``: ``(N,)`` or None, each row's own
+        penalty as the authors' trainer places the invalid-action penalty: subtracted from the row's R_G and from its
+        episode score (``episode_stats="step"``; see :func:`verl_gigpo.advantage.gigpo_advantage_terms`).
 
     Returns:
         :class:`~verl_gigpo.advantage.AdvantageTerms` (``method="graphgpo"``): ``episode_adv`` = A_E,
@@ -167,7 +170,7 @@ def graphgpo_advantage_terms(
     common = check_common_options(gamma=gamma, norm=norm, epsilon=epsilon, episode_stats=episode_stats)
     threshold = None if similarity_threshold is None else check_similarity_threshold(similarity_threshold)
     inputs = (step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys)
-    base = basis(*inputs, row_mask=row_mask, similarity_threshold=threshold, **common)
+    base = basis(*inputs, row_mask=row_mask, similarity_threshold=threshold, row_penalty=row_penalty, **common)
     rows, s_group = base.rows, base.s_group
     won_traj = rows.per_trajectory(as_flags(won, "won", rows.n, needed_by="graphgpo"), "won")  # (T,)
     invalid = np.zeros(rows.m, dtype=bool)
@@ -178,6 +181,7 @@ def graphgpo_advantage_terms(
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported by assemble
         exponent = d_next - d_cur + 1 if options["progress"] else d_next  # (M,)
         R_G = options["success_reward"] * options["omega"] ** exponent - options["invalid_penalty"] * invalid
+        R_G = R_G - base.penalty  # (M,) the row's own penalty (row_penalty), after the graph return
         A_G, _, _ = normalise_in_groups(R_G, s_group, base.num_s, norm, common["epsilon"])  # (M,)
         A_G[~group_won[rows.g]] = 0.0  # a group with no win has no distance signal
         A = options["episode_advantage_w"] * base.A_E + options["step_advantage_w"] * A_G

@@ -116,12 +116,15 @@ def hgpo_advantage_terms(
     weight_base="depth",
     std="unbiased",
     episode_term=False,
+    row_penalty=None,
 ) -> AdvantageTerms:
     """Per-row HGPO terms (see the module docstring for the maths).
 
     Args: the per-row inputs, ``row_mask``, ``gamma`` (of R_t), ``norm``, ``epsilon``, ``episode_stats`` and
         ``similarity_threshold`` as :func:`verl_gigpo.advantage.gigpo_advantage_terms`; ``history_length``,
-        ``alpha``, ``weight_base``, ``std``, ``episode_term`` as :func:`check_hgpo_options`.
+        ``alpha``, ``weight_base``, ``std``, ``episode_term`` as :func:`check_hgpo_options`; ``row_penalty``
+        (``(N,)`` or None: each row's own penalty, subtracted from its R_t after discounting and from its episode
+        score) as :func:`verl_gigpo.advantage.gigpo_advantage_terms`.
 
     Returns:
         :class:`~verl_gigpo.advantage.AdvantageTerms` (``method="hgpo"``): ``step_adv`` = the weighted mean over
@@ -142,7 +145,7 @@ def hgpo_advantage_terms(
     common = check_common_options(gamma=gamma, norm=norm, epsilon=epsilon, episode_stats=episode_stats)
     threshold = None if similarity_threshold is None else check_similarity_threshold(similarity_threshold)
     inputs = (step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys)
-    base = basis(*inputs, row_mask=row_mask, similarity_threshold=threshold, **common)
+    base = basis(*inputs, row_mask=row_mask, similarity_threshold=threshold, row_penalty=row_penalty, **common)
     A_E = base.A_E  # (M,)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported by assemble
         total, weight, used, deepest = _depth_mix(base, options, norm, common["epsilon"])  # (M,) each

@@ -12,6 +12,11 @@ verl 0.9.1's own V1 computation, which scores only the final row of each session
 (``verl/trainer/ppo/v1/utils.py:148``, ``compute_advantage_for_multi_trajectories``). verl's V1 trainer runs RLOO over
 rows instead. There, a trajectory's own other rows sit in its leave-one-out baseline, so scoring trajectories is
 what RLOO means for multi-step episodes.
+
+With ``env.invalid_action_penalty_mode=reference`` both are computed as the reference implementation computes them
+(its ``compute_grpo_outcome_advantage`` / ``compute_rloo_outcome_advantage`` with ``compute_mean_std_cross_steps``,
+after its trainer's ``apply_invalid_action_penalty``): each unmasked ROW scores its episode's environment reward minus
+its own invalid-action penalty, and the group statistics run over those rows.
 """
 
 from __future__ import annotations
@@ -26,7 +31,14 @@ __all__ = ["OUTCOME_ESTIMATORS", "outcome_advantages"]
 OUTCOME_ESTIMATORS = ("grpo", "rloo")
 
 
-def outcome_advantages(steps: Any, estimator: str, *, norm_adv_by_std: bool = True) -> np.ndarray:
+def outcome_advantages(
+    steps: Any,
+    estimator: str,
+    *,
+    norm_adv_by_std: bool = True,
+    penalty_mode: str = "reward",
+    invalid_action_penalty: float = 0.0,
+) -> np.ndarray:
     """One advantage per step row from verl's outcome estimator on the trajectories' returns.
 
     Each unmasked trajectory tau of episode group g scores ``R_tau = sum_t r_t`` (its step rewards,
@@ -38,30 +50,55 @@ def outcome_advantages(steps: Any, estimator: str, *, norm_adv_by_std: bool = Tr
 
     A group with one unmasked trajectory follows verl's rule (mean 0, std 1), so its advantage is ``R_tau``.
 
+    ``penalty_mode="reference"``: the scores are per unmasked row instead, ``S_t = sum_k r^env_k - p_t`` (the
+    episode's environment rewards, minus the row's own penalty ``p_t = invalid_action_penalty * (1 - valid_t)``), and
+    the same two formulas run over the group's rows (``n_g`` rows; a group of one row: mean 0, std 1).
+
     Args:
         steps: the batch's step rows (a :class:`~verl_gigpo.rollout.step_rows.StepBatch`, N rows).
         estimator: ``"grpo"`` or ``"rloo"``.
         norm_adv_by_std: ``algorithm.norm_adv_by_std_in_grpo`` (GRPO only).
+        penalty_mode: ``env.invalid_action_penalty_mode`` (:data:`verl_gigpo.rules.PENALTY_MODES`).
+        invalid_action_penalty: ``env.invalid_action_penalty`` (read in ``"reference"`` mode).
 
     Returns:
         (N,) float64: each row's trajectory advantage; 0 on masked rows.
 
     Raises:
-        ValueError: for an estimator other than ``grpo`` or ``rloo``.
+        ValueError: for an estimator other than ``grpo`` or ``rloo``, or a ``penalty_mode`` outside
+            :data:`verl_gigpo.rules.PENALTY_MODES`.
     """
+    from verl_gigpo.advantage._inputs import invalid_row_penalty
+    from verl_gigpo.rules import penalty_mode as check_mode
+
     if estimator not in OUTCOME_ESTIMATORS:
         raise ValueError(f"outcome_advantages computes {list(OUTCOME_ESTIMATORS)}, not {estimator!r}")
-    traj_of_row, returns, groups = steps.trajectory_scores()  # (N,), (T,), (T,)
+    mode = check_mode({"invalid_action_penalty_mode": penalty_mode})
+    traj_of_row, returns, groups = steps.trajectory_scores(env_rewards=mode == "reference")  # (N,), (T,), (T,)
     if returns.size == 0:  # every row masked
         return np.zeros(len(traj_of_row))
+    if mode == "reference":  # one score per unmasked row: its episode's environment return minus its own penalty
+        real = np.flatnonzero(traj_of_row >= 0)  # (M,)
+        penalty = invalid_row_penalty(steps.action_valid, invalid_action_penalty, len(steps))  # (N,)
+        per_row = _verl_outcome(
+            returns[traj_of_row[real]] - penalty[real], groups[traj_of_row[real]], estimator, norm_adv_by_std
+        )
+        out = np.zeros(len(traj_of_row))
+        out[real] = per_row
+        return out
+    per_traj = _verl_outcome(returns, groups, estimator, norm_adv_by_std)  # (T,)
+    return np.where(traj_of_row >= 0, per_traj[np.maximum(traj_of_row, 0)], 0.0)
+
+
+def _verl_outcome(scores: np.ndarray, groups: np.ndarray, estimator: str, norm_adv_by_std: bool) -> np.ndarray:
+    """verl's ``core_algos`` GRPO / RLOO on one score per item ``(K,)`` grouped by ``groups`` ``(K,)``; ``(K,)``."""
     import torch
     from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, compute_rloo_outcome_advantage
 
-    scores = torch.as_tensor(returns, dtype=torch.float32)[:, None]  # (T, 1): one "token" per trajectory
-    mask = torch.ones_like(scores)  # (T, 1)
+    tensor = torch.as_tensor(scores, dtype=torch.float32)[:, None]  # (K, 1): one "token" per item
+    mask = torch.ones_like(tensor)  # (K, 1)
     if estimator == "grpo":
-        adv, _ = compute_grpo_outcome_advantage(scores, mask, groups, norm_adv_by_std_in_grpo=bool(norm_adv_by_std))
+        adv, _ = compute_grpo_outcome_advantage(tensor, mask, groups, norm_adv_by_std_in_grpo=bool(norm_adv_by_std))
     else:
-        adv, _ = compute_rloo_outcome_advantage(scores, mask, groups)
-    per_traj = adv[:, 0].double().numpy()  # (T,)
-    return np.where(traj_of_row >= 0, per_traj[np.maximum(traj_of_row, 0)], 0.0)
+        adv, _ = compute_rloo_outcome_advantage(tensor, mask, groups)
+    return adv[:, 0].double().numpy()

@@ -49,8 +49,10 @@ class AdvantageTerms:
     All arrays have shape ``(N,)``, one entry per input row; rows with ``row_mask`` False hold 0 everywhere.
 
     Attributes:
-        episode_return: float64, R(tau) = sum of the trajectory's valid step rewards (same for all its rows).
-        step_return: float64, R_t = sum_{k >= t} gamma^(k - t) r_k along the trajectory in step-id order.
+        episode_return: float64, the row's episode score: R(tau) = sum of the trajectory's valid step rewards (same
+            for all its rows), minus the row's own penalty when the estimator got a ``row_penalty``.
+        step_return: float64, R_t = sum_{k >= t} gamma^(k - t) r_k along the trajectory in step-id order (minus the
+            row's own penalty with a ``row_penalty``).
         episode_adv: float64, the episode term (A_E: R(tau) normalised within its episode group; HGPO: A_E when
             its episode term is on, else 0).
         step_adv: float64, the method's step term (GiGPO: A_S; HGPO: the weighted mean over history depths;
@@ -140,10 +142,10 @@ def assemble(
             :func:`~verl_gigpo.advantage._rows.check_overflow`).
     """
     rows = base.rows
-    check_overflow(rows, {"episode return": base.R_traj[rows.t], "step return R_t": base.R_t, "advantage": advantage})
+    check_overflow(rows, {"episode return": base.R_row, "step return R_t": base.R_t, "advantage": advantage})
     s_size = np.bincount(base.s_group, minlength=base.num_s)  # (S,)
     return AdvantageTerms(
-        episode_return=rows.scatter(base.R_traj[rows.t]),
+        episode_return=rows.scatter(base.R_row),
         step_return=rows.scatter(base.R_t),
         episode_adv=rows.scatter(episode_adv),
         step_adv=rows.scatter(step_adv),

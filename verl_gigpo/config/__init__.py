@@ -31,9 +31,10 @@ from verl_gigpo.advantage import (
     GraphGPOOptions,
     HGPOOptions,
     check_estimator_options,
+    invalid_row_penalty,
 )
 from verl_gigpo.anchors import check_similarity_threshold
-from verl_gigpo.rules import RANGES, group_size_warning  # group_size_warning re-exported: both engines give it
+from verl_gigpo.rules import RANGES, group_size_warning, penalty_mode  # group_size_warning: both engines give it
 
 __all__ = ["EPISODE_STATS", "METHOD_OPTIONS", "NORMS", "STEP_CREDIT_ESTIMATORS", "GiGPOConfig", "group_size_warning"]
 
@@ -80,6 +81,12 @@ class GiGPOConfig:
         method: the estimator these settings drive: ``"gigpo"`` (default), ``"hgpo"``, ``"graphgpo"`` or ``"g2po"``
             (:data:`verl_gigpo.STEP_CREDIT_ESTIMATORS`). gamma, norm, epsilon, episode_stats, key_mode and
             similarity_threshold apply to every method; step_advantage_w is GiGPO's.
+        penalty_mode: where the invalid-action penalty enters the advantage (``env.invalid_action_penalty_mode``,
+            :data:`verl_gigpo.rules.PENALTY_MODES`): ``"reward"`` (default) takes the rows' step rewards as they are
+            (the penalty already in r_t); ``"reference"`` takes the environment's rewards alone and passes each row's
+            own penalty, ``invalid_action_penalty`` on a row without a valid action, as the estimator's
+            ``row_penalty`` (the reference implementation's placement; needs ``episode_stats="step"``).
+        invalid_action_penalty: the penalty of ``"reference"`` mode (``env.invalid_action_penalty``; paper 0.1).
         hgpo, graphgpo, g2po: each successor's own options (:class:`~verl_gigpo.advantage.HGPOOptions`,
             :class:`~verl_gigpo.advantage.GraphGPOOptions`, :class:`~verl_gigpo.advantage.G2POOptions`: the keys of
             ``algorithm.hgpo``, ``algorithm.graphgpo``, ``algorithm.g2po``), defaults the papers'.
@@ -93,6 +100,8 @@ class GiGPOConfig:
     key_mode: str = "observation"
     similarity_threshold: float = 0.9
     method: str = "gigpo"
+    penalty_mode: str = "reward"
+    invalid_action_penalty: float = 0.1
     hgpo: HGPOOptions = field(default_factory=HGPOOptions)
     graphgpo: GraphGPOOptions = field(default_factory=GraphGPOOptions)
     g2po: G2POOptions = field(default_factory=G2POOptions)
@@ -126,6 +135,15 @@ class GiGPOConfig:
         for name, kind in METHOD_OPTIONS.items():
             if not isinstance(getattr(self, name), kind):
                 raise ValueError(f"GiGPOConfig.{name} must be a {kind.__name__}, got {getattr(self, name)!r}")
+        self.penalty_mode = penalty_mode({"invalid_action_penalty_mode": self.penalty_mode})
+        RANGES["env.invalid_action_penalty"].check(self.invalid_action_penalty)
+        if self.penalty_mode == "reference" and self.episode_stats != "step":
+            raise ValueError(
+                f"env.invalid_action_penalty_mode=reference needs algorithm.gigpo.episode_stats=step, got "
+                f"{self.episode_stats!r}: the reference implementation scores each step row by its episode's reward "
+                "minus that row's own penalty, and normalises those scores over the group's step rows (set both, as "
+                "the paper recipes do, or use env.invalid_action_penalty_mode=reward)"
+            )
 
     @classmethod
     def from_mapping(cls, mapping: Any) -> GiGPOConfig:
@@ -159,7 +177,11 @@ class GiGPOConfig:
             env: the ``env`` section, or None: where ``algorithm.hgpo.history_length`` and
                 ``algorithm.g2po.invalid_penalty`` are null (their defaults), they take ``env.history_length`` and
                 ``env.invalid_action_penalty`` (the prompt's history and the environment's penalty, as the papers
-                do); without ``env`` the papers' values, 2 and 0.1.
+                do); without ``env`` the papers' values, 2 and 0.1. :attr:`penalty_mode` and
+                :attr:`invalid_action_penalty` come from ``env.invalid_action_penalty_mode`` and
+                ``env.invalid_action_penalty`` (for an estimator that is not a step-credit one, e.g. ``grpo``, the
+                mode is checked but kept at ``"reward"`` here: :func:`~verl_gigpo.advantage.outcome.
+                outcome_advantages` reads it).
 
         Raises:
             ValueError: as :meth:`from_mapping`; an unknown key or a bad value in a successor's section, named
@@ -186,7 +208,13 @@ class GiGPOConfig:
             base = cls.from_mapping(gigpo)
         except ValueError as exc:
             raise ValueError(_algorithm_key_message(str(exc))) from None
-        return dataclasses.replace(base, method=method, **sections)
+        accounting: dict[str, Any] = {}
+        mode = penalty_mode(env)  # checked for every estimator
+        if algorithm.get("adv_estimator") in (None, *STEP_CREDIT_ESTIMATORS):
+            accounting["penalty_mode"] = mode
+        if env.get("invalid_action_penalty") is not None:
+            accounting["invalid_action_penalty"] = env["invalid_action_penalty"]
+        return dataclasses.replace(base, method=method, **sections, **accounting)
 
     def advantage_terms(
         self,
@@ -200,9 +228,10 @@ class GiGPOConfig:
         row_mask: Any = None,
         won: Any = None,
         action_valid: Any = None,
+        env_rewards: Any = None,
     ) -> AdvantageTerms:
         """The configured estimator (:attr:`method`) with these settings, anchor keys merged by similarity when
-        ``key_mode == "similarity"``.
+        ``key_mode == "similarity"``, and the invalid-action penalty placed by :attr:`penalty_mode`.
 
         Exactly the method's function of :data:`verl_gigpo.advantage.ESTIMATOR_TERMS`
         (:func:`~verl_gigpo.advantage.gigpo_advantage_terms` with :meth:`estimator_kwargs`, or a successor with its
@@ -218,14 +247,26 @@ class GiGPOConfig:
                 ``"similarity"`` (environments built with :attr:`env_key_mode`).
             row_mask: optional ``(N,)`` bool; False marks padding rows and rows of failed episodes.
             won, action_valid: ``(N,)`` bool, the episode was won / the reply held a valid action; GraphGPO and
-                G2PO read them (:data:`verl_gigpo.advantage.NEEDS_OUTCOME`), the others ignore them.
+                G2PO read them (:data:`verl_gigpo.advantage.NEEDS_OUTCOME`), and ``penalty_mode="reference"``
+                reads ``action_valid``.
+            env_rewards: ``(N,)`` floats, the environment's reward of each row without the penalty; needed (and
+                used instead of ``step_rewards``) when :attr:`penalty_mode` is ``"reference"``.
 
         Returns:
             :class:`~verl_gigpo.advantage.AdvantageTerms`, arrays ``(N,)`` and the method's stats.
 
         Raises:
-            ValueError: malformed input, as the method's function documents.
+            ValueError: malformed input, as the method's function documents; ``penalty_mode="reference"`` without
+                ``env_rewards`` or ``action_valid``.
         """
+        if self.penalty_mode == "reference":
+            if env_rewards is None or action_valid is None:
+                raise ValueError(
+                    "env.invalid_action_penalty_mode=reference needs each row's env_rewards (the environment's reward "
+                    "without the penalty) and action_valid; pass both (StepBatch.advantage_terms does)"
+                )
+            step_rewards = env_rewards
+            n = len(env_rewards)
         kwargs: dict[str, Any] = {
             "row_mask": row_mask,
             "similarity_threshold": self.anchor_similarity_threshold,
@@ -240,6 +281,8 @@ class GiGPOConfig:
             kwargs.update(getattr(self, self.method).kwargs())
         if self.method in NEEDS_OUTCOME:
             kwargs.update(won=won, action_valid=action_valid)
+        if self.penalty_mode == "reference":
+            kwargs["row_penalty"] = invalid_row_penalty(action_valid, self.invalid_action_penalty, n)
         return ESTIMATOR_TERMS[self.method](
             step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys, **kwargs
         )

@@ -97,6 +97,7 @@ from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.metrics import episode_metrics, run_names, summaries_from_episodes, val_names
 from verl_gigpo.rollout.step_rows import StepBatch
 from verl_gigpo.rollout.threads import EnvThreadPool
+from verl_gigpo.rules import penalty_mode
 
 __all__ = ["DEFAULT_CONFIG", "LocalTrainer", "load_config", "main"]
 
@@ -213,7 +214,15 @@ class LocalTrainer:
             self.gigpo_terms = terms
             return np.asarray(terms.advantage, dtype=np.float64), dict(terms.stats)
         norm = bool(self.cfg.algorithm.norm_adv_by_std_in_grpo)
-        return outcome_advantages(batch, self.cfg.algorithm.adv_estimator, norm_adv_by_std=norm), {}
+        env = self.cfg.env
+        advantages = outcome_advantages(
+            batch,
+            self.cfg.algorithm.adv_estimator,
+            norm_adv_by_std=norm,
+            penalty_mode=penalty_mode(env),
+            invalid_action_penalty=float(env.invalid_action_penalty),
+        )
+        return advantages, {}
 
     # ------------------------------------------------------------------ update
     def update(self, batch: StepBatch, advantages: np.ndarray) -> dict[str, float]:

@@ -42,13 +42,16 @@ class StepBatch:
     """Per-row step data of one training batch, as numpy arrays of length N (all rows, padding included).
 
     group_ids: the episode group (task id: verl ``uid``; see :func:`episode_group_id`); traj_ids, step_ids,
-    anchor_keys, step_rewards (float64), action_valid, won (episode won, on every row of the trajectory) and env_error
-    (bool); task_types (str or None); history_dropped (past steps dropped from the row's prompt);
-    observation_truncated (the row's observation was cut to the observation cap; default all False); row_mask: False
-    for padding rows and rows of failed episodes; env_seconds, generate_seconds (the episode's totals, on every row);
+    anchor_keys, step_rewards (float64: the environment's reward minus the invalid-action penalty), action_valid,
+    won (episode won, on every row of the trajectory) and env_error (bool); task_types (str or None);
+    history_dropped (past steps dropped from the row's prompt); observation_truncated (the row's observation was
+    cut to the observation cap; default all False); row_mask: False for padding rows and rows of failed episodes;
+    env_seconds, generate_seconds (the episode's totals, on every row);
     padding: verl's padding rows (None: rows with row_mask False and no env_error, or a ``pad...`` uid);
     episode_lengths: the episode's steps played, on every row (-1 or None: unknown, its rows are counted instead);
-    abandoned_threads: the episode's environment calls abandoned in a thread at a deadline, on every row (None: 0).
+    abandoned_threads: the episode's environment calls abandoned in a thread at a deadline, on every row (None: 0);
+    env_rewards: the environment's reward alone (float64; None: the step rewards), read by
+    ``env.invalid_action_penalty_mode=reference``.
 
     Token columns, set by :meth:`from_episodes` (the local engine's update reads them; on verl the tokens stay in
     TransferQueue and these are None): prompts (N lists of prompt token ids), responses (N lists of response token
@@ -72,6 +75,7 @@ class StepBatch:
     episode_lengths: np.ndarray | None = None
     observation_truncated: np.ndarray | None = None
     abandoned_threads: np.ndarray | None = None
+    env_rewards: np.ndarray | None = None
     prompts: list[list[int]] | None = None
     responses: list[list[int]] | None = None
     rollout_logprobs: list[list[float] | None] | None = None
@@ -95,6 +99,8 @@ class StepBatch:
             self.episode_lengths = np.full(n, -1, dtype=np.int64)
         if self.abandoned_threads is None:
             self.abandoned_threads = np.zeros(n, dtype=np.int64)
+        if self.env_rewards is None:
+            self.env_rewards = np.asarray(self.step_rewards, dtype=np.float64).copy()
         for name in ("prompts", "responses", "rollout_logprobs"):
             column = getattr(self, name)
             if column is not None and len(column) != n:
@@ -180,6 +186,9 @@ class StepBatch:
             step_ids=column("step_id", 0, np.int64),
             anchor_keys=column("anchor_key", ""),
             step_rewards=column("step_reward", 0.0, np.float64),
+            env_rewards=np.array(
+                [float((ef or {}).get("env_reward", (ef or {}).get("step_reward", 0.0))) for ef in extra_fields]
+            ),
             action_valid=column("action_valid", True, bool),
             won=column("won", False, bool),
             env_error=env_error,
@@ -233,6 +242,7 @@ class StepBatch:
             step_ids=np.asarray(cols["step_ids"], dtype=np.int64),
             anchor_keys=np.asarray(cols["anchor_keys"], dtype=object),
             step_rewards=np.asarray(cols["step_rewards"], dtype=np.float64),
+            env_rewards=np.asarray(cols["env_rewards"], dtype=np.float64),
             action_valid=np.asarray(cols["action_valid"], dtype=bool),
             won=np.asarray(cols["won"], dtype=bool),
             env_error=env_error,
@@ -264,13 +274,14 @@ class StepBatch:
                 taken[f.name] = None
         return StepBatch(**taken)
 
-    def trajectory_scores(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def trajectory_scores(self, *, env_rewards: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One outcome score per trajectory of the unmasked rows, for verl's outcome estimators (GRPO, RLOO).
 
         Returns:
             ``traj_of_row`` (N,) int64: each unmasked row's trajectory 0..T-1, -1 for masked rows (padding, failed
             episodes); ``returns`` (T,) float64: the sum of the trajectory's step rewards,
-            ``R = sum_t r_t``; ``groups`` (T,) object: the trajectory's episode group.
+            ``R = sum_t r_t`` (of its environment rewards alone with ``env_rewards``); ``groups`` (T,) object: the
+            trajectory's episode group.
         """
         traj_of_row = np.full(len(self), -1, dtype=np.int64)
         real = np.flatnonzero(self.row_mask)  # (M,)
@@ -279,15 +290,17 @@ class StepBatch:
         codes, _ = pd.factorize(self.traj_ids[real])  # (M,)
         traj_of_row[real] = codes
         num = int(codes.max()) + 1
-        returns = np.bincount(codes, weights=self.step_rewards[real], minlength=num)  # (T,)
+        rewards = self.env_rewards if env_rewards else self.step_rewards  # (N,)
+        returns = np.bincount(codes, weights=rewards[real], minlength=num)  # (T,)
         first = np.full(num, real.size, dtype=np.int64)
         np.minimum.at(first, codes, np.arange(real.size))
         return traj_of_row, returns, self.group_ids[real[first]]
 
     def advantage_terms(self, cfg: Any, response_mask: Any = None) -> Any:
         """The configured step-credit estimator on these rows: ``cfg.advantage_terms`` of a
-        :class:`verl_gigpo.config.GiGPOConfig` (GiGPO, HGPO, GraphGPO or G2PO; similarity keys merged there) with the
-        rows' rewards, ids, keys, outcome, validity and ``row_mask``.
+        :class:`verl_gigpo.config.GiGPOConfig` (GiGPO, HGPO, GraphGPO or G2PO; similarity keys merged there; the
+        invalid-action penalty placed by ``cfg.penalty_mode``) with the rows' rewards (step and environment), ids,
+        keys, outcome, validity and ``row_mask``.
 
         Args:
             cfg: the estimator settings (a ``GiGPOConfig``).
@@ -310,6 +323,7 @@ class StepBatch:
             row_mask=self.row_mask,
             won=self.won,
             action_valid=self.action_valid,
+            env_rewards=torch.as_tensor(self.env_rewards, dtype=torch.float32),
         )
 
 
@@ -386,6 +400,7 @@ _EPISODE_COLUMNS = (
     "step_ids",
     "anchor_keys",
     "step_rewards",
+    "env_rewards",
     "action_valid",
     "won",
     "env_error",
@@ -406,6 +421,7 @@ _PLACEHOLDER_ROW: dict[str, Any] = {
     "step_ids": 0,
     "anchor_keys": "",
     "step_rewards": 0.0,
+    "env_rewards": 0.0,
     "action_valid": False,
     "history_dropped": 0,
     "observation_truncated": False,
@@ -421,6 +437,7 @@ def _step_row(step: Any) -> dict[str, Any]:
         "step_ids": step.step_id,
         "anchor_keys": step.anchor_key,
         "step_rewards": step.step_reward,
+        "env_rewards": step.env_reward,
         "action_valid": bool(step.action_valid),
         "history_dropped": step.history_dropped,
         "observation_truncated": bool(step.observation_truncated),
