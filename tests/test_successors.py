@@ -123,13 +123,14 @@ def _rows(rewards, traj, anchors):
 
 
 def test_hgpo_depths_by_the_exact_rule_cpu():
-    # The issue's reproducer. gamma 1, K = 1; R_t = 0.1, 0.1 (t1), 0.2, 0.2 (t2), 0.3, 0.3 (t3), 1, 1 (t4).
+    # t2 sits at its groups' mean, which floats miss by a remainder. gamma 1, K = 1;
+    # R_t = 0.1, 0.1 (t1), 0.2, 0.2 (t2), 0.3, 0.3 (t3), 1, 1 (t4).
     # depth 1: B (step 0 of t1-t3) = {0.1, 0.2, 0.3}: mean 0.2, unbiased std 0.1; C (t4 step 0) alone;
     #          A (step 1) = {0.1, 0.2, 0.3, 1}: mean 0.4, deviations -0.3, -0.2, -0.1, 0.6, var 0.5 / 3,
     #          std 0.4082483 -> -0.7348469, -0.4898979, -0.2449490, 1.4696938
     # depth 2: (B, A) = {0.1, 0.2, 0.3} again; (C, A) = {t4} alone.
-    # t2's R_t is its groups' mean at both steps: in floats mean(0.1, 0.2, 0.3) - 0.2 = 2.8e-17, which
-    # a_k != 0 kept (t2 step 1 got (-0.4898979 + 2 * 2.8e-11) / 3 = -0.1633, two depths). Exactly it is 0:
+    # t2's R_t is its groups' mean at both steps: in floats 0.2 - mean(0.1, 0.2, 0.3) = -2.8e-17, which a_k != 0
+    # would keep (t2 step 1: (-0.4898979 + 2 * -2.8e-16) / 3 = -0.1633, two depths). Exactly it is 0:
     # t2 step 0 has no depth (0), t2 step 1 only depth 1 (-0.4898979).
     # t1 step 1: (1 * -0.7348469 + 2 * -0.99999) / 3 = -0.9116156; t3 step 1: (-0.2449490 + 2 * 0.99999) / 3
     # = 0.5850103 (0.99999 = 0.1 / (0.1 + 1e-6)). norm "mean": a = x - mean, t1 step 1 (-0.3 + 2 * -0.1) / 3.
