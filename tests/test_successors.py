@@ -115,6 +115,72 @@ def test_hgpo_weight_base_and_population_std_cpu():
     assert terms.advantage[t1_step1] == pytest.approx(0.9023689, abs=1e-5)
 
 
+def _rows(rewards, traj, anchors):
+    """The six per-row inputs of one episode group "u" whose trajectories' steps are numbered 0, 1, ... in order."""
+    step = [traj[:i].count(t) for i, t in enumerate(traj)]
+    n = len(rewards)
+    return np.array(rewards), torch.ones(n, 1), ["u"] * n, traj, step, anchors
+
+
+def test_hgpo_depths_by_the_exact_rule_cpu():
+    # t2 sits at its groups' mean, which floats miss by a remainder. gamma 1, K = 1;
+    # R_t = 0.1, 0.1 (t1), 0.2, 0.2 (t2), 0.3, 0.3 (t3), 1, 1 (t4).
+    # depth 1: B (step 0 of t1-t3) = {0.1, 0.2, 0.3}: mean 0.2, unbiased std 0.1; C (t4 step 0) alone;
+    #          A (step 1) = {0.1, 0.2, 0.3, 1}: mean 0.4, deviations -0.3, -0.2, -0.1, 0.6, var 0.5 / 3,
+    #          std 0.4082483 -> -0.7348469, -0.4898979, -0.2449490, 1.4696938
+    # depth 2: (B, A) = {0.1, 0.2, 0.3} again; (C, A) = {t4} alone.
+    # t2's R_t is its groups' mean at both steps: in floats 0.2 - mean(0.1, 0.2, 0.3) = -2.8e-17, which a_k != 0
+    # would keep (t2 step 1: (-0.4898979 + 2 * -2.8e-16) / 3 = -0.1633, two depths). Exactly it is 0:
+    # t2 step 0 has no depth (0), t2 step 1 only depth 1 (-0.4898979).
+    # t1 step 1: (1 * -0.7348469 + 2 * -0.99999) / 3 = -0.9116156; t3 step 1: (-0.2449490 + 2 * 0.99999) / 3
+    # = 0.5850103 (0.99999 = 0.1 / (0.1 + 1e-6)). norm "mean": a = x - mean, t1 step 1 (-0.3 + 2 * -0.1) / 3.
+    assert sum([0.1, 0.2, 0.3]) / 3 != 0.2  # the float remainder this case is about
+    inputs = _rows([0, 0.1, 0, 0.2, 0, 0.3, 0, 1.0], ["t1", "t1", "t2", "t2", "t3", "t3", "t4", "t4"], list("BABABACA"))
+    e, a = 0.1 / (0.1 + 1e-6), np.array([-0.3, -0.2, -0.1, 0.6]) / (np.sqrt(0.5 / 3) + 1e-6)  # depth 1 of A
+    expected = {
+        "mean_std": [-e, (a[0] - 2 * e) / 3, 0, a[1], e, (a[2] + 2 * e) / 3, 0, a[3]],
+        "mean": [-0.1, -0.5 / 3, 0, -0.2, 0.1, 0.1 / 3, 0, 0.6],
+    }
+    for norm, values in expected.items():
+        terms = hgpo_advantage_terms(*inputs, gamma=1.0, history_length=1, alpha=1.0, norm=norm)
+        np.testing.assert_allclose(terms.advantage, values, rtol=1e-12, atol=1e-15, err_msg=norm)
+        np.testing.assert_array_equal(terms.extras["depths_used"], [1, 2, 0, 1, 1, 2, 0, 1], err_msg=norm)
+        assert terms.advantage[2] == 0.0  # no depth: exactly 0, not a remainder
+
+
+def test_hgpo_returns_equal_up_to_rounding_keep_no_depth_cpu():
+    # One anchor A at step 0 of two trajectories, gamma 1: R_0 = 0.1 + 0.2 = 0.30000000000000004 (t1) and
+    # 0.3 + 0 = 0.3 (t2), equal in exact arithmetic. Both norms: no depth, advantage exactly 0 (a_k != 0 kept
+    # t2's depth 1: its float mean is t1's R_0, and 0.3 - 0.30000000000000004 = -5.6e-17 is not 0).
+    # Steps 1 (B, C) are singletons. 1e-9 apart (t2: 0.3 + 2e-9) they differ: depth 1 is kept on both rows,
+    # a = -+1e-9 ("mean") and -+1e-9 / (1.4142136e-9 + 1e-6) = -+0.000999 ... ("mean_std", std 1.4142136e-9).
+    assert 0.1 + 0.2 != 0.3
+    traj, anchors = ["t1", "t1", "t2", "t2"], ["A", "B", "A", "C"]
+    for norm in ("mean_std", "mean"):
+        equal = hgpo_advantage_terms(*_rows([0.1, 0.2, 0.3, 0.0], traj, anchors), gamma=1.0, norm=norm)
+        np.testing.assert_array_equal(equal.extras["depths_used"], [0, 0, 0, 0], err_msg=norm)
+        np.testing.assert_array_equal(equal.advantage, [0, 0, 0, 0], err_msg=norm)
+        assert equal.stats["hgpo/frac_rows_without_group"] == 1.0
+        apart = hgpo_advantage_terms(*_rows([0.1, 0.2, 0.3 + 2e-9, 0.0], traj, anchors), gamma=1.0, norm=norm)
+        np.testing.assert_array_equal(apart.extras["depths_used"], [1, 0, 1, 0], err_msg=norm)
+        a = 1e-9 if norm == "mean" else 1e-9 / (np.sqrt(2) * 1e-9 + 1e-6)
+        np.testing.assert_allclose(apart.advantage, [-a, 0, a, 0], rtol=1e-5, atol=0, err_msg=norm)
+
+
+def test_hgpo_episode_item_by_the_exact_rule_cpu():
+    # episode_term: A_E joins when the episode return is off its group's mean. gamma 0.5; t1 rewards 0.1, 0.2
+    # (anchors A, B), t2 0.3, 0 (A, C): episode returns 0.30000000000000004 and 0.3, equal exactly, so A_E is no
+    # item (a_k != 0 on A_E made it one, halving the depth item). R_0 = 0.1 + 0.5 * 0.2 = 0.2 (t1), 0.3 (t2):
+    # depth 1 of A = -+0.7071068 ("mean_std", std 0.0707107) or -+0.05 ("mean"); steps 1 are singletons.
+    # With both episode statistics (over trajectories or over step rows) the rows keep the depth item alone.
+    inputs = _rows([0.1, 0.2, 0.3, 0.0], ["t1", "t1", "t2", "t2"], ["A", "B", "A", "C"])
+    for norm, a in (("mean_std", 0.05 / (0.05 * np.sqrt(2) + 1e-6)), ("mean", 0.05)):
+        for stats in ("trajectory", "step"):
+            terms = hgpo_advantage_terms(*inputs, gamma=0.5, norm=norm, episode_stats=stats, episode_term=True)
+            np.testing.assert_allclose(terms.advantage, [-a, 0, a, 0], rtol=1e-12, atol=0, err_msg=(norm, stats))
+            np.testing.assert_allclose(np.abs(terms.episode_adv), 0.0, atol=1e-10)  # a remainder, not an item
+
+
 def test_graphgpo_golden_cpu():
     # Graph (omega 0.5, r_succ 10): A -> B (t1, t3), B -> SUCCESS (t1 won), A -> C (t2), B -> C (t3); C is where
     # t2 and t3 end without a win: a dead end. BFS from SUCCESS on reversed edges: d(B) = 1, d(A) = 2; C cannot
@@ -205,10 +271,10 @@ class Batch:
         return [float(x) for x in rewards], list(groups), list(traj), list(step), list(anchor)
 
 
-def random_batch(rng: np.random.Generator) -> Batch:
+def random_batch(rng: np.random.Generator, rewards: tuple[float, ...] | None = None) -> Batch:
     """Episode groups of 1-6 trajectories of 1-7 steps over a few anchors (revisits and singletons), some groups
-    without a win, rewards in {0, 1, -0.25} (exact sums at gamma 0.5), step-id gaps, verl padding copies and failed
-    episodes (row_mask False, their ids arbitrary), rows shuffled."""
+    without a win, rewards in {0, 1, -0.25} (exact sums at gamma 0.5; ``rewards``: drawn from these instead),
+    step-id gaps, verl padding copies and failed episodes (row_mask False, their ids arbitrary), rows shuffled."""
     rows = []
     for g in range(int(rng.integers(1, 5))):
         anchors = [f"s{k}" for k in range(int(rng.integers(1, 6)))]
@@ -218,7 +284,10 @@ def random_batch(rng: np.random.Generator) -> Batch:
             failed = rng.random() < 0.1
             step_ids = np.cumsum(rng.integers(1, 3, size=length)) - 1 if rng.random() < 0.3 else np.arange(length)
             for t in range(length):
-                reward = (1.0 if won and t == length - 1 else 0.0) - (0.25 if rng.random() < 0.2 else 0.0)
+                if rewards is None:
+                    reward = (1.0 if won and t == length - 1 else 0.0) - (0.25 if rng.random() < 0.2 else 0.0)
+                else:
+                    reward = rewards[int(rng.integers(len(rewards)))]
                 valid_action = bool(rng.random() > 0.2)
                 anchor = anchors[int(rng.integers(len(anchors)))] if not failed else None
                 rows.append((reward, f"g{g}", f"g{g}-t{k}", int(step_ids[t]), anchor, won, valid_action, not failed))
@@ -262,6 +331,27 @@ def test_hgpo_matches_loop_oracle_cpu(options):
         terms = hgpo_advantage_terms(*b.inputs, row_mask=b.row_mask, gamma=0.5, **options)
         expected = loop_hgpo_terms(*b.lists(), row_mask=list(b.row_mask), gamma=0.5, **options)
         _check(terms, expected, ("episode_adv", "step_adv", "advantage", "depths_used", "deepest_depth"))
+
+
+@pytest.mark.parametrize("options", [{}, {"norm": "mean", "episode_term": True}, {"episode_term": True}])
+def test_hgpo_matches_loop_oracle_with_rounding_ties_cpu(options):
+    # Decimal rewards at gamma 1: returns that are equal in exact arithmetic (0.1 + 0.2 and 0.3) differ in floats,
+    # and a row at its group's mean leaves a float remainder. Both implementations decide V by the exact rule, on
+    # their own float means, so they agree on every depth; the batches must hold such ties (rounding_ties).
+    rng = np.random.default_rng(11 + len(str(options)))
+    ties = 0
+    for _ in range(40):
+        b = random_batch(rng, rewards=(0.0, 0.1, 0.2, 0.3, 0.7))
+        terms = hgpo_advantage_terms(*b.inputs, row_mask=b.row_mask, gamma=1.0, history_length=2, **options)
+        expected = loop_hgpo_terms(*b.lists(), row_mask=list(b.row_mask), gamma=1.0, history_length=2, **options)
+        _check(terms, expected, ("episode_adv", "step_adv", "advantage", "depths_used", "deepest_depth"))
+        ties += expected["rounding_ties"]
+        perm = rng.permutation(len(b.row_mask))  # another summation order gives the same depths
+        permuted = hgpo_advantage_terms(
+            *(x[perm] for x in b.inputs), row_mask=b.row_mask[perm], gamma=1.0, history_length=2, **options
+        )
+        np.testing.assert_array_equal(permuted.extras["depths_used"], terms.extras["depths_used"][perm])
+    assert ties > 0
 
 
 GRAPHGPO_OPTIONS = [

@@ -29,6 +29,12 @@ def _normalise(members, norm, epsilon, ddof=1):
     return {row: (v - mean) / (std + epsilon) if norm == "mean_std" else v - mean for row, v in members}
 
 
+def _off_mean(value, mean):
+    """The exact rule of "value - mean != 0": more than 1e-12 * max(1, |mean|) apart (a float remainder of a value
+    at its group's mean is zero)."""
+    return abs(value - mean) > 1e-12 * max(1.0, abs(mean))
+
+
 def _trajectories(n, valid, group_ids, traj_ids, step_ids):
     """{traj: [rows in step-id order]} over valid rows, and {traj: group}."""
     rows_of = defaultdict(list)
@@ -79,11 +85,14 @@ def loop_hgpo_terms(
     episode_term=False,
 ):
     """HGPO: key_k(t) = (u, anchor_{t-k+1..t}) for k = 1..min(K+1, t+1); a_k = norm(R_t within C_k) where
-    |C_k| > 1; A = sum over V = {k: |C_k| > 1, a_k != 0} of w_k a_k / sum w_k, w_k = k^alpha ((k+1)^alpha)."""
+    |C_k| > 1; A = sum over V = {k: |C_k| > 1, R_t off the mean of C_k} of w_k a_k / sum w_k, w_k = k^alpha
+    ((k+1)^alpha); with ``episode_term`` A_E joins (weight 1) when the episode return is off its group's mean.
+    Also ``rounding_ties``: the (row, depth) items at their group's mean whose float a_k is not 0."""
     n, valid, base, trajs, group_of = _common(
         step_rewards, group_ids, traj_ids, step_ids, anchor_keys, row_mask, gamma, norm, epsilon, episode_stats
     )
     R_t, A_E = base["step_return"], base["episode_adv"]
+    episode_mean = _episode_means(base["episode_return"], trajs, group_of, episode_stats)  # row -> mean
     members = defaultdict(list)  # (k, group, key tuple) -> [(row, R_t)]
     for traj, rows in trajs.items():
         for t, i in enumerate(rows):
@@ -92,11 +101,16 @@ def loop_hgpo_terms(
                 members[(k, group_of[traj], key)].append((i, R_t[i]))
     items = defaultdict(list)  # row -> [(k, a_k)]
     ddof = 1 if std == "unbiased" else 0
+    rounding_ties = 0
     for (k, _, _), group in members.items():
         if len(group) > 1:
-            for i, a in _normalise(group, norm, epsilon, ddof).items():
-                if a != 0:
-                    items[i].append((k, a))
+            mean = sum(v for _, v in group) / len(group)
+            normalised = _normalise(group, norm, epsilon, ddof)
+            for i, v in group:
+                if _off_mean(v, mean):
+                    items[i].append((k, normalised[i]))
+                elif normalised[i] != 0:
+                    rounding_ties += 1  # at the mean, but floats left a remainder: a_k != 0 would keep it
     step_adv, advantage, used, deepest = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
     episode_adv = [A_E[i] if episode_term else 0.0 for i in range(n)]
     for i in range(n):
@@ -107,7 +121,7 @@ def loop_hgpo_terms(
             step_adv[i] = sum(w * a for w, (_, a) in zip(weights, items[i], strict=True)) / sum(weights)
             used[i], deepest[i] = float(len(items[i])), float(max(k for k, _ in items[i]))
         mix = list(zip(weights, (a for _, a in items[i]), strict=True))
-        if episode_term and A_E[i] != 0:
+        if episode_term and _off_mean(base["episode_return"][i], episode_mean[i]):
             mix.append((1.0, A_E[i]))
         advantage[i] = sum(w * a for w, a in mix) / sum(w for w, _ in mix) if mix else 0.0
     return {
@@ -116,7 +130,18 @@ def loop_hgpo_terms(
         "advantage": advantage,
         "depths_used": used,
         "deepest_depth": deepest,
+        "rounding_ties": rounding_ties,
     }
+
+
+def _episode_means(episode_return, trajs, group_of, episode_stats):
+    """{row: mean episode return of its group}, over trajectories (``"trajectory"``) or over step rows."""
+    samples = defaultdict(list)  # group -> returns
+    for traj, rows in trajs.items():
+        for i in rows[:1] if episode_stats == "trajectory" else rows:
+            samples[group_of[traj]].append(episode_return[i])
+    means = {group: sum(values) / len(values) for group, values in samples.items()}
+    return {i: means[group_of[traj]] for traj, rows in trajs.items() for i in rows}
 
 
 def loop_graphgpo_terms(

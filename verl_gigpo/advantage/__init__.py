@@ -20,12 +20,13 @@ they return), :mod:`._rows` (the row helpers they share: trajectory structure, a
 statistics) and :mod:`._inputs` (option and input checks; ids are read by :mod:`verl_gigpo._ids`).
 
 Deliberate deviations from the authors' implementations, numbered once for all estimators. GiGPO: verl-agent's
-``gigpo/core_gigpo.py``. HGPO: ``recipe/hgpo/core_hgpo.py`` of a verl-agent fork (zzj1111/alfworldauto 37aec78:
-weights lines 195-205, depths 241-248, population std 260; the earlier CazeroZ/hgpo ``hgpo/core_hgpo.py`` weighs
-by ``len(key) + 1``, line 193). GraphGPO: ``recipe/GraphGPO/core_graph.py`` (distances 285-325, returns 823-825,
-advantage 841-), ``rollout_loop.py`` (SUCCESS, 288-292) and ``graphgpo_ray_trainer.py`` (returns 1148, penalty
-225 and 1191) of the same fork. G2PO: ``g2po/core_g2po.py`` (Nala-YN/G2PO b8ffaf5: node values 65-132, steps
-135-213) and its ``verl/trainer/ppo/ray_trainer.py``.
+``gigpo/core_gigpo.py`` and trainer (vanzll/verl-agent d0b9724). HGPO: ``recipe/hgpo/core_hgpo.py`` of a
+verl-agent fork (zzj1111/alfworldauto 37aec78: weights lines 195-205, nonzero test 196, depths 241-248, population
+std 260; the earlier CazeroZ/hgpo ``hgpo/core_hgpo.py`` weighs by ``len(key) + 1``, line 193). GraphGPO:
+``recipe/GraphGPO/core_graph.py`` (distances 285-325, returns 823-825, advantage 841-), ``rollout_loop.py``
+(SUCCESS, 288-292) and ``graphgpo_ray_trainer.py`` (returns 1148, penalty 225 and 1191) of the same fork. G2PO:
+``g2po/core_g2po.py`` (Nala-YN/G2PO b8ffaf5: node values 65-132, steps 135-213) and its
+``verl/trainer/ppo/ray_trainer.py``.
 
 GiGPO
 
@@ -33,10 +34,19 @@ GiGPO
    in its group's mean and std, as in Eq. 3. The reference counts every step row, so long trajectories weigh
    more; that behaviour is available as ``episode_stats="step"``. (The same option serves every estimator.)
 2. Padding and duplicate rows (``row_mask`` False) take part in no statistic and get advantage 0. The reference
-   counts verl's padding rows (deep copies of real rows) in group statistics.
+   counts verl's padding rows (deep copies of real rows) in group statistics: its trainer pads the batch
+   (``adjust_batch``, ``verl/trainer/ppo/ray_trainer.py`` line 1118) before the advantages (1221). G2PO's trainer
+   does the same; the HGPO and GraphGPO trainers pad after their advantages (item 25).
 3. Step returns are accumulated in step-id order, never in batch order: a shuffled batch gives the same R_t.
-4. A group with a single member gets 0 at both levels. The reference gives a lone trajectory its raw episode
-   return (mean 0, std 1) at the episode level.
+4. A group with a single member gets 0 at both levels, and so does an episode group whose returns are all equal
+   (one trajectory of several steps). The reference's episode statistics run over step rows
+   (``episode_norm_reward`` in ``gigpo/core_gigpo.py``: ``compute_mean_std_cross_steps=True`` by default, line
+   180, called without it at 161), so its singleton is a group of one row, a lone trajectory of one step, and that
+   row gets its raw episode return (mean 0, std 1, lines 225-227); a lone trajectory of several steps is a group
+   of several equal values there. The successors' code does the same
+   (items 15, 21, 25): HGPO's ``trajectory_advantages`` (``core_hgpo.py`` lines 129-131, called with step-row
+   statistics at 169-177), GraphGPO through GiGPO's ``episode_norm_reward`` (``core_graph.py`` 897), G2PO's own
+   ``episode_norm_reward`` (``core_g2po.py`` 44-46, called at 241).
 5. The std is the unbiased one (N - 1), written out explicitly; the option names say what they do:
    ``norm="mean_std" | "mean"`` (the reference's ``mode="mean_norm"`` meant "do not divide by the std").
 6. One reward signal by default: the episode return is the sum of the same step rewards that give R_t, and shaping
@@ -67,33 +77,49 @@ HGPO
     their sum).
 14. Group statistics use the unbiased std, as GiGPO here; the authors' population std is ``std="population"``.
 15. No episode term by default (the paper); ``episode_term=True`` is the recipe's ``base_group`` (A^E joins the
-    mix with weight 1^alpha = 1 when it is nonzero), with this package's A^E (deviation 1; the recipe uses
-    GiGPO's step-row statistics).
+    mix with weight 1^alpha = 1 when it is nonzero; off by default there too, line 157 and
+    ``config/hgpo_trainer.yaml`` line 25), with this package's A^E (deviations 1 and 4; the recipe uses GiGPO's
+    step-row statistics, line 176).
 16. History keys follow step ids within a trajectory (the code takes a trajectory's rows in batch order).
+17. Depth k is in V when R_t is not the mean of its group C_k, and the episode item joins when the episode return is
+    not its group's mean: x counts as the mean when |x - mean| <= 1e-12 * max(1, |mean|), decided on x and the mean
+    before any division, as exact arithmetic would (``norm="mean"`` and ``"mean_std"`` alike). The recipe keeps an
+    item whose float32 advantage is nonzero (``advs != 0``, line 196; the episode item too, 278-280), so a row at
+    its group's mean counts or not by rounding, and when it counts its remainder takes full weight and pulls the mix
+    toward 0 (R_t = 0.2, 0.3, 0.4 in one group: the recipe's 0.3 gets a_k = 3.6e-7; in float64, a_k != 0 gives
+    -0.1633 instead of -0.4899 on the case of ``test_hgpo_depths_by_the_exact_rule_cpu``).
 
 GraphGPO
 
-17. The distance decay omega is its own option (``algorithm.graphgpo.omega``); the authors' scripts pass it as
+18. The distance decay omega is its own option (``algorithm.graphgpo.omega``); the authors' scripts pass it as
     ``algorithm.gamma`` (0.10 ALFWorld, 0.20 WebShop), which here keeps meaning the discount of R_t.
-18. The last step of a lost or truncated trajectory leads to a dead end (d_max + 1, as the issue's equations have
+19. The last step of a lost or truncated trajectory leads to a dead end (d_max + 1, as the issue's equations have
     it); the code links it to the observation the environment returned after that step, which can be a state of
     another trajectory. Step rows carry no observation after the last step.
-19. R_G has no invalid-action term by default; the code's trainer subtracts its penalty (0.1) from R_G through
-    ``apply_invalid_action_penalty``: ``invalid_penalty=0.1``. ``progress=True`` is the code's
-    ``normalize_distance`` (off by default there too).
-20. A group with no win gets A_G = 0 whatever the penalty; SUCCESS comes from the ``won`` flag (the code: the
+20. R_G has no invalid-action term by default; the code's trainer subtracts the environment's penalty (0.1) from
+    the invalid row's own R_G and its own episode score through ``apply_invalid_action_penalty`` (item 6): that is
+    ``row_penalty`` (``env.invalid_action_penalty_mode=reference``, which the paper recipes use);
+    ``invalid_penalty`` subtracts a penalty from R_G alone. ``progress=True`` is the code's
+    ``normalize_distance`` (off by default there too: ``config/graphgpo_trainer.yaml`` line 29, trainer 1152).
+21. A group with no win gets A_G = 0 whatever the penalty; SUCCESS comes from the ``won`` flag (the code: the
     episode reward > 0); next states follow step ids (the code reads ``next_obs`` per row and picks each
-    trajectory's first step by batch position); the episode term is this package's A^E (deviation 1).
+    trajectory's first step by batch position); the episode term is this package's A^E (deviations 1 and 4; the
+    code calls GiGPO's ``episode_norm_reward``, ``core_graph.py`` line 897).
 
 G2PO
 
-21. The discount of the node values is ``algorithm.gamma`` (the code hard-codes 0.95, the value its scripts set
+22. The discount of the node values is ``algorithm.gamma`` (the code hard-codes 0.95, the value its scripts set
     for ``algorithm.gamma``) and c is ``algorithm.g2po.invalid_penalty`` (the code uses its function default 0.1).
-22. A trajectory's outcome R_tau is ``success_reward`` if ``won`` (the code: its episode reward, and a success is
+23. A trajectory's outcome R_tau is ``success_reward`` if ``won`` (the code: its episode reward, and a success is
     an episode reward equal to 10).
-23. Positions t and next states follow step ids (the code takes a trajectory's rows in batch order).
-24. A_2 of an episode group with a single valid row is 0 (the code's std of one value is NaN); the episode term
-    is this package's A^E (deviation 1).
+24. Positions t and next states follow step ids (the code takes a trajectory's rows in batch order).
+25. A_2 of an episode group with a single valid row is 0 (the code's std of one value is NaN); the episode term
+    is this package's A^E (deviations 1 and 4; the code's ``episode_norm_reward``, ``core_g2po.py`` lines 9-62).
+    Padding copies count in nothing (deviation 2). The code's trainer pads with copies of random rows before its
+    advantages (``adjust_batch``, ``ray_trainer.py`` line 1122; advantages at 1220), so there the copies count in
+    A^E, A_1 and A_2, though not in the node values (computed before the padding, 1117); the HGPO and GraphGPO
+    trainers pad after (``hgpo_ray_trainer.py`` advantages 1199, padding 1219; ``graphgpo_ray_trainer.py`` 1207,
+    1224), so their copies count in no statistic.
 """
 
 from __future__ import annotations

@@ -19,13 +19,17 @@ from verl_gigpo.advantage._inputs import as_response_mask, as_rewards, as_row_ma
 from verl_gigpo.anchors import anchor_group_ids, check_similarity_threshold
 
 __all__ = [
+    "AT_MEAN_RTOL",
     "Basis",
     "StepRows",
     "anchor_groups",
+    "at_group_mean",
     "basis",
     "check_overflow",
     "discounted_step_returns",
     "episode_advantage",
+    "episode_at_mean",
+    "group_means",
     "normalise_in_groups",
     "prepare_rows",
     "step_returns",
@@ -327,12 +331,53 @@ def episode_advantage(
     Returns:
         ``(A_E (M,), flat (G,))``: ``flat`` marks episode groups whose scores are all equal (their A_E is 0).
     """
+    x, codes, to_rows = _episode_samples(rows, R_traj, episode_stats, row_scores)
+    adv, _, flat = normalise_in_groups(x, codes, rows.num_groups, norm, epsilon)  # (T,) or (M,)
+    return adv[to_rows], flat
+
+
+def episode_at_mean(
+    rows: StepRows, R_traj: np.ndarray, episode_stats: str, *, row_scores: np.ndarray | None = None
+) -> np.ndarray:
+    """``(M,)`` bool: the rows whose episode score is its group's mean by :func:`at_group_mean`, over the same
+    statistics as :func:`episode_advantage` (their A_E is zero in exact arithmetic, whatever rounding leaves)."""
+    x, codes, to_rows = _episode_samples(rows, R_traj, episode_stats, row_scores)
+    return at_group_mean(x, codes, rows.num_groups)[to_rows]
+
+
+def _episode_samples(
+    rows: StepRows, R_traj: np.ndarray, episode_stats: str, row_scores: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What the episode statistics run over: ``(values, episode group codes, index of each row's value)``, one
+    value per trajectory (``"trajectory"``: ``(T,)``, ``(T,)``, ``(M,)``) or per step row (``"step"``: ``(M,)``
+    each; ``row_scores`` when given, else each row's trajectory return)."""
     if episode_stats == "trajectory":
-        adv_traj, _, flat = normalise_in_groups(R_traj, rows.traj_group, rows.num_groups, norm, epsilon)  # (T,)
-        return adv_traj[rows.t], flat
-    scores = R_traj[rows.t] if row_scores is None else row_scores  # (M,)
-    A_E, _, flat = normalise_in_groups(scores, rows.g, rows.num_groups, norm, epsilon)  # (M,)
-    return A_E, flat
+        return R_traj, rows.traj_group, rows.t
+    return (R_traj[rows.t] if row_scores is None else row_scores), rows.g, np.arange(rows.m)
+
+
+AT_MEAN_RTOL = 1e-12
+"""A value x counts as its group's mean m when ``|x - m| <= AT_MEAN_RTOL * max(1, |m|)`` (:func:`at_group_mean`)."""
+
+
+def group_means(x: np.ndarray, codes: np.ndarray, num_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(mean (G,), size (G,))`` of ``x`` ``(n,)`` within groups ``codes`` ``(n,)`` (mean 0 for an empty group):
+    the one mean that :func:`normalise_in_groups` and :func:`at_group_mean` use."""
+    size = np.bincount(codes, minlength=num_groups)  # (G,)
+    return np.bincount(codes, weights=x, minlength=num_groups) / np.maximum(size, 1), size
+
+
+def at_group_mean(x: np.ndarray, codes: np.ndarray, num_groups: int) -> np.ndarray:
+    """``(n,)`` bool: ``|x - mean| <= 1e-12 * max(1, |mean|)`` (:data:`AT_MEAN_RTOL`), mean over x's group.
+
+    The exact-arithmetic test of "x - mean is zero", made on x and the mean before any division: a value at its
+    group's mean can leave a float remainder of ~1e-16 (``mean(0.1, 0.2, 0.3) - 0.2``), and after dividing by a
+    small std and epsilon that remainder is no longer small. A value 1e-9 from a mean of order 1 is not at the mean;
+    a non-finite value never is.
+    """
+    mean, _ = group_means(x, codes, num_groups)
+    m = mean[codes]  # (n,)
+    return np.abs(x - m) <= AT_MEAN_RTOL * np.maximum(1.0, np.abs(m))
 
 
 def normalise_in_groups(
@@ -344,8 +389,7 @@ def normalise_in_groups(
     Returns ``(adv (n,), size (G,), flat (G,))``; ``flat`` marks groups whose members are all equal (singletons
     included), which get exactly 0.
     """
-    size = np.bincount(codes, minlength=num_groups)  # (G,)
-    mean = np.bincount(codes, weights=x, minlength=num_groups) / np.maximum(size, 1)  # (G,)
+    mean, size = group_means(x, codes, num_groups)  # (G,), (G,)
     hi = np.full(num_groups, -np.inf)
     lo = np.full(num_groups, np.inf)
     np.maximum.at(hi, codes, x)

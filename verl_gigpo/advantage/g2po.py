@@ -15,7 +15,7 @@ Options (:func:`check_g2po_options`): ``success_reward`` (r_succ, 10 as in the a
 (c: the environment's invalid-action penalty, 0.1) and ``step_advantage_w`` (w, 1); gamma is ``algorithm.gamma``
 (0.95, the constant of the authors' code). t counts positions in step-id order, and the next state is the next step
 of the same trajectory by step id, never the next row of the batch. Deviations from the authors' code: see
-:mod:`verl_gigpo.advantage` (21-24).
+:mod:`verl_gigpo.advantage` (22-25).
 """
 
 from __future__ import annotations

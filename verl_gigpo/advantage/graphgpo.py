@@ -16,11 +16,11 @@ next state is to a win::
 The paper writes the return as omega^(d + 1): the factor omega is the same on every row, so with
 ``norm="mean_std"`` A_G is unchanged (up to epsilon) and with ``norm="mean"`` it scales A_G by omega. Options
 (:func:`check_graphgpo_options`): ``omega`` (ALFWorld 0.1, WebShop 0.2), ``success_reward`` (r_succ, 10 as in the
-authors' code), ``episode_advantage_w`` (beta_E, 1) and ``step_advantage_w`` (beta_G, 1); the authors' code
-variants ``progress`` (R_G = r_succ * omega^(d(s_{t+1}) - d(s_t) + 1), their ``normalize_distance``) and
+authors' code), ``episode_advantage_w`` (beta_E, 1) and ``step_advantage_w`` (beta_G, 1); from the authors' code
+``progress`` (R_G = r_succ * omega^(d(s_{t+1}) - d(s_t) + 1), their ``normalize_distance``, off there too) and
 ``invalid_penalty`` (subtracted from R_G on a step without a valid action; their trainer subtracts its
 invalid-action penalty there). Next states come from step ids, never from row order. Deviations from the authors'
-code: see :mod:`verl_gigpo.advantage` (17-20).
+code: see :mod:`verl_gigpo.advantage` (18-21).
 """
 
 from __future__ import annotations

@@ -7,16 +7,20 @@ mixes the group-relative advantages of all depths. Per episode group u, with R_t
     key_k(t) = (anchor_{t-k+1}, ..., anchor_t)          k = 1 .. min(K + 1, t + 1), from the step's own trajectory
     C_k(t)   = rows of u with the same key_k            (C_1 = GiGPO's anchor group)
     a_k(t)   = norm(R_t within C_k(t))                  defined where |C_k| > 1
-    V(t)     = {k : |C_k(t)| > 1 and a_k(t) != 0}
+    V(t)     = {k : |C_k(t)| > 1 and R_t != mean_{C_k(t)} R}   (i.e. a_k(t) != 0; see below)
     A(t)     = sum_{k in V} w_k a_k(t),   w_k = k^alpha / sum_{j in V} j^alpha     (0 when V is empty)
 
-The paper writes the weight as (j + 1)^alpha over history lengths j = k - 1, i.e. k^alpha. Options
-(:func:`check_hgpo_options`): K = ``history_length`` (the environment's ``env.history_length``; paper: 2), ``alpha``
-(paper: 1), ``weight_base`` (``"depth"``: k^alpha, the paper; ``"depth_plus_one"``: (k + 1)^alpha, the authors'
-``recipe/hgpo/core_hgpo.py``), ``std`` (``"unbiased"``, as GiGPO here; ``"population"``, the authors' code) and
-``episode_term`` (False: the paper; True: A^E joins the mix as one more item of weight 1, the code's
-``base_group``). The previous step of a row is the row before it in step-id order within its trajectory, never the
-row before it in the batch. Deviations from the authors' code: see :mod:`verl_gigpo.advantage` (13-16).
+The paper writes the weight as (j + 1)^alpha over history lengths j = k - 1, i.e. k^alpha. Whether a_k(t) is 0 is
+decided as exact arithmetic would, on R_t and its group's mean before any division: R_t is the mean when
+|R_t - mean| <= 1e-12 * max(1, |mean|) (:func:`verl_gigpo.advantage._rows.at_group_mean`), so the float remainder
+of a row at its group's mean (~1e-16, larger after dividing by a small std) never enters V; the episode item of
+``episode_term`` is decided the same way on the episode return. Options (:func:`check_hgpo_options`):
+K = ``history_length`` (the environment's ``env.history_length``; paper: 2), ``alpha`` (paper: 1), ``weight_base``
+(``"depth"``: k^alpha, the paper; ``"depth_plus_one"``: (k + 1)^alpha, the authors' ``recipe/hgpo/core_hgpo.py``),
+``std`` (``"unbiased"``, as GiGPO here; ``"population"``, the authors' code) and ``episode_term`` (False: the paper;
+True: A^E joins the mix as one more item of weight 1, the code's ``base_group``, off by default there too). The
+previous step of a row is the row before it in step-id order within its trajectory, never the row before it in the
+batch. Deviations from the authors' code: see :mod:`verl_gigpo.advantage` (13-17).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import torch
 
 from verl_gigpo._ids import pair_codes, show
 from verl_gigpo.advantage._inputs import MethodOptions, check_common_options, check_number
-from verl_gigpo.advantage._rows import Basis, basis, normalise_in_groups
+from verl_gigpo.advantage._rows import Basis, at_group_mean, basis, episode_at_mean, normalise_in_groups
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 from verl_gigpo.anchors import check_similarity_threshold
 
@@ -151,7 +155,10 @@ def hgpo_advantage_terms(
         total, weight, used, deepest = _depth_mix(base, options, norm, common["epsilon"])  # (M,) each
         A_step = np.where(weight > 0, total / np.where(weight > 0, weight, 1.0), 0.0)  # (M,)
         if options["episode_term"]:
-            item = (A_E != 0).astype(np.float64)  # (M,) the episode item, weight 1^alpha = 1, when nonzero
+            at_mean = episode_at_mean(
+                base.rows, base.R_traj, common["episode_stats"], row_scores=base.R_row
+            )  # (M,) A_E is 0 exactly
+            item = (~at_mean).astype(np.float64)  # (M,) the episode item, weight 1^alpha = 1, when nonzero
             mixed = weight + item
             A = np.where(mixed > 0, (total + item * A_E) / np.where(mixed > 0, mixed, 1.0), 0.0)
             A_episode = A_E
@@ -173,7 +180,8 @@ def _depth_mix(
     base: Basis, options: dict[str, Any], norm: str, epsilon: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The depth items of every valid row: ``(sum_k w_k a_k, sum_k w_k, |V|, max V)``, each ``(M,)``, over the
-    depths k in V (unnormalised weights w_k = k^alpha or (k + 1)^alpha).
+    depths k in V (unnormalised weights w_k = k^alpha or (k + 1)^alpha); k is in V when the group has more than
+    one member and R_t is not its mean (:func:`~verl_gigpo.advantage._rows.at_group_mean`).
 
     key_k(t) is built from key_{k-1} of the previous step and the anchor group of t: the pair
     (key_{k-1}(t - 1), (u, anchor_t)) is exactly (u, anchor_{t-k+1}, ..., anchor_t). One pass per depth, O(M) each.
@@ -196,7 +204,7 @@ def _depth_mix(
             key = deeper
         rows_k = np.flatnonzero(defined)  # (M_k,)
         a_k, size, _ = normalise_in_groups(R_t[rows_k], key[rows_k], num_keys, norm, epsilon, ddof=ddof)
-        in_v = (size[key[rows_k]] > 1) & (a_k != 0)  # (M_k,) k in V(t)
+        in_v = (size[key[rows_k]] > 1) & ~at_group_mean(R_t[rows_k], key[rows_k], num_keys)  # (M_k,) k in V(t)
         take = rows_k[in_v]
         w = float(k + offset) ** options["alpha"]
         total[take] += w * a_k[in_v]
