@@ -3,7 +3,8 @@ text agents in one process, on a CPU or one GPU. ``python -m verl_gigpo.local.tr
 (command line: :mod:`verl_gigpo.local.cli`; defaults ``verl_gigpo/config/local_trainer.yaml``, with verl's key names).
 
 The pieces it calls have a module each: :mod:`~verl_gigpo.local.config` (defaults, overrides, checks),
-:mod:`~verl_gigpo.local.setup` (model, action tokens, sampling parameters), :mod:`~verl_gigpo.local.server` (batched
+:mod:`~verl_gigpo.local.setup` (model, action tokens, sampling parameters), :mod:`~verl_gigpo.local.rollout` (the
+model, its server and the environments, playing episode groups), :mod:`~verl_gigpo.local.server` (batched
 generation), :class:`verl_gigpo.rollout.step_rows.StepBatch` (an iteration's step rows, the type verl's trainer mode
 uses), :mod:`~verl_gigpo.local.update` (the PPO update), :mod:`~verl_gigpo.local.checkpoint` and
 :mod:`~verl_gigpo.local.run_folder` (checkpoints and the run folder's rules), :mod:`~verl_gigpo.local.plots`.
@@ -55,7 +56,6 @@ exactly the sampling policy.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import sys
@@ -67,7 +67,6 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from environments import register_envs
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.advantage.outcome import outcome_advantages
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
@@ -81,22 +80,15 @@ from verl_gigpo.local.checkpoint import (
 from verl_gigpo.local.cli import main
 from verl_gigpo.local.config import DEFAULT_CONFIG, gigpo_config, load_config
 from verl_gigpo.local.plots import plot_metrics, run_title
+from verl_gigpo.local.rollout import LocalRollout, local_device
 from verl_gigpo.local.run_folder import prepare_run_folder
-from verl_gigpo.local.server import LocalGenerationServer
 from verl_gigpo.local.setup import (
-    action_token_ids,
-    episode_config,
-    episode_seed,
-    load_model,
-    sampling_params,
     update_settings,
 )
 from verl_gigpo.local.update import PPOActor
-from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, Episode, TaskSpec, run_episode
-from verl_gigpo.rollout.execution import EnvExecution
+from verl_gigpo.rollout import Episode, TaskSpec
 from verl_gigpo.rollout.metrics import episode_metrics, run_names, summaries_from_episodes, val_names
 from verl_gigpo.rollout.step_rows import StepBatch
-from verl_gigpo.rollout.threads import EnvThreadPool
 from verl_gigpo.rules import penalty_mode
 
 __all__ = ["DEFAULT_CONFIG", "LocalTrainer", "load_config", "main"]
@@ -116,33 +108,20 @@ class LocalTrainer:
 
     def __init__(self, cfg: DictConfig) -> None:
         self.cfg = cfg
-        register_envs(OmegaConf.to_container(cfg.env.registry, resolve=True))  # env.registry: the user's environments
         if cfg.local.num_threads:
             torch.set_num_threads(int(cfg.local.num_threads))
-        self.device = torch.device(cfg.trainer.device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError("trainer.device=cuda but torch sees no CUDA device; use trainer.device=cpu")
+        self.device = local_device(cfg)
         self.out_dir = Path(cfg.trainer.default_local_dir)
         prepare_run_folder(self.out_dir, resume=cfg.trainer.resume, overwrite=cfg.trainer.overwrite)
         # resuming: find and check the checkpoint now, before anything is built or written (applied in fit())
         self._resume_from = self._read_checkpoint() if cfg.trainer.resume else None
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.tokenizer, self.model = load_model(cfg.actor_rollout_ref.model.path, self.device, seed=cfg.trainer.seed)
-        self.server = LocalGenerationServer(
-            self.model,
-            self.tokenizer,
-            device=str(self.device),
-            max_batch_size=cfg.local.max_batch_size,
-            default_max_tokens=cfg.actor_rollout_ref.rollout.response_length,
-            seed=cfg.trainer.seed,
-        )
-        self.encoder = ChatPromptEncoder(self.tokenizer)
         self.gigpo = gigpo_config(cfg) if cfg.algorithm.adv_estimator in STEP_CREDIT_ESTIMATORS else None
-        self.episode_config = episode_config(cfg, self.gigpo)
-        self.env_kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
-        self.allowed_ids = None
-        if cfg.local.constrain_to_actions:
-            self.allowed_ids = action_token_ids(cfg, self.tokenizer, self.server.eos_token_ids, self.episode_config)
+        # the model, its generation server and the environments (the evaluation command plays through the same)
+        self.rollouts = LocalRollout(cfg, self.gigpo)
+        self.tokenizer, self.model, self.server = self.rollouts.tokenizer, self.rollouts.model, self.rollouts.server
+        self.episode_config, self.allowed_ids = self.rollouts.episode_config, self.rollouts.allowed_ids
+        self.env_kwargs = self.rollouts.env_kwargs
         update = update_settings(cfg)
         self.actor = PPOActor(
             self.model,
@@ -155,12 +134,6 @@ class LocalTrainer:
             seed=cfg.trainer.seed,
         )
         self.ref_model, self.optimizer = self.actor.ref_model, self.actor.optimizer
-        # environment calls: local.env_workers threads (0 = inline), or, for environments that are not
-        # thread-parallel (ALFWorld), env.num_workers worker processes; every call under env.*_timeout_s
-        self.execution = EnvExecution.from_config(cfg.env)
-        self.env_executor = EnvThreadPool(cfg.local.env_workers, name="env")
-        self.env_pool = EnvPool(num_workers=self.execution.resolve_workers(), execution=self.execution)
-        self.loop = asyncio.new_event_loop()
         self.task_rng = np.random.default_rng(cfg.trainer.seed)
         self.iteration = 0
         self.history: list[dict[str, float]] = []
@@ -170,32 +143,10 @@ class LocalTrainer:
         self.gigpo_terms = None
 
     # ------------------------------------------------------------------ rollout
-    async def _play(self, tasks: list[TaskSpec], n: int, params: dict[str, Any], seed_parts: tuple) -> list[Episode]:
-        coros = []
-        for g, task in enumerate(tasks):
-            for k in range(n):
-                gen = torch.Generator().manual_seed(episode_seed(*seed_parts, g, k))
-                coros.append(
-                    run_episode(
-                        task,
-                        generator=self.server,
-                        encoder=self.encoder,
-                        tokenizer=self.tokenizer,
-                        config=self.episode_config,
-                        traj_id=f"{seed_parts}-{g}-{k}",
-                        group_id=f"task{g}",  # the id of the drawn task: its n episodes form one group
-                        sampling_params={**params, "generator": gen},
-                        executor=self.env_executor,
-                        env_pool=self.env_pool,
-                        execution=self.execution,
-                    )
-                )
-        return list(await asyncio.gather(*coros))
-
     def rollout(self, tasks: list[TaskSpec], n: int, *, validation: bool, seed_parts: tuple) -> list[Episode]:
-        """Play each task ``n`` times concurrently; episodes come back in (task, member) order."""
-        params = sampling_params(self.cfg, self.allowed_ids, validation=validation)
-        return self.loop.run_until_complete(self._play(tasks, n, params, seed_parts))
+        """Play each task ``n`` times concurrently; episodes come back in (task, member) order
+        (:meth:`verl_gigpo.local.rollout.LocalRollout.play`)."""
+        return self.rollouts.play(tasks, n, validation=validation, seed_parts=seed_parts)
 
     # ------------------------------------------------------------------ advantages
     def compute_advantages(self, batch: StepBatch) -> tuple[np.ndarray, dict[str, float]]:
@@ -267,14 +218,13 @@ class LocalTrainer:
         return metrics
 
     def validate(self) -> dict[str, float]:
-        """Play the fixed validation tasks; returns ``val/*`` metrics (empty when ``data.val_size`` is 0)."""
+        """Play the fixed validation tasks (:meth:`verl_gigpo.local.rollout.LocalRollout.validation_episodes`);
+        returns ``val/*`` metrics (empty when ``data.val_size`` is 0)."""
         cfg = self.cfg
         if cfg.data.val_size == 0:
             return {}
         start = time.perf_counter()
-        tasks = [TaskSpec(cfg.env.name, s, cfg.env.val_split, self.env_kwargs) for s in range(cfg.data.val_size)]
-        n = cfg.actor_rollout_ref.rollout.val_kwargs.n
-        episodes = self.rollout(tasks, n, validation=True, seed_parts=(cfg.trainer.seed, 0))
+        episodes = self.rollouts.validation_episodes()
         val = episode_metrics(summaries_from_episodes(episodes), prefix="val", episode_prefix="val")
         return {**val, **val_names(cfg.env.name, val, seconds=time.perf_counter() - start)}
 
@@ -323,10 +273,7 @@ class LocalTrainer:
 
     def close(self) -> None:
         """Stop the server, the environments (worker processes included), their threads and the event loop."""
-        self.loop.run_until_complete(self.server.aclose())
-        self.env_pool.close()
-        self.env_executor.shutdown(wait=True)
-        self.loop.close()
+        self.rollouts.close()
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:

@@ -1,0 +1,145 @@
+"""The local engine's rollout: a model, its generation server and the environments, playing episode groups.
+
+    rollout = LocalRollout(cfg)                       # loads actor_rollout_ref.model.path on trainer.device
+    episodes = rollout.validation_episodes()          # the fixed validation tasks, as LocalTrainer validates
+    rollout.close()
+
+:class:`~verl_gigpo.local.train.LocalTrainer` plays its training and validation episodes through one of these, and
+the evaluation command (:mod:`verl_gigpo.evaluate`) through another, so an evaluation of a checkpoint plays exactly
+what the run's validation played: the same tasks (``env.val_split`` seeds ``0 .. data.val_size - 1``), the same
+per-episode sampling seeds (``trainer.seed``), the same sampling parameters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from environments import register_envs
+from verl_gigpo.config import GiGPOConfig
+from verl_gigpo.local.server import LocalGenerationServer
+from verl_gigpo.local.setup import action_token_ids, episode_config, episode_seed, load_model, sampling_params
+from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, Episode, TaskSpec, run_episode
+from verl_gigpo.rollout.execution import EnvExecution
+from verl_gigpo.rollout.threads import EnvThreadPool
+
+__all__ = ["LocalRollout", "VALIDATION_SEED_PART", "local_device"]
+
+#: the first seed part of validation episodes (training episodes use 1 and the iteration): an episode's sampling
+#: seed is ``episode_seed(trainer.seed, 0, task index, member)``, the same at every validation of a run
+VALIDATION_SEED_PART = 0
+
+
+def local_device(cfg: DictConfig) -> torch.device:
+    """``trainer.device`` as a torch device.
+
+    Raises:
+        ValueError: ``trainer.device=cuda`` where torch sees no CUDA device.
+    """
+    device = torch.device(cfg.trainer.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("trainer.device=cuda but torch sees no CUDA device; use trainer.device=cpu")
+    return device
+
+
+class LocalRollout:
+    """A causal LM, its :class:`~verl_gigpo.local.server.LocalGenerationServer` and the environments of ``cfg``.
+
+    Args:
+        cfg: a validated local-engine config (:func:`verl_gigpo.local.config.load_config`).
+        gigpo: the step-credit settings when the run trains with one (their anchor key mode builds the
+            environments), else None (anchor keys of the environment's state).
+        model: an already loaded model (the trainer's); None loads ``actor_rollout_ref.model.path``.
+        tokenizer: its tokenizer (with ``model``).
+
+    Attributes: ``device``, ``tokenizer``, ``model``, ``server``, ``encoder``, ``episode_config``, ``env_kwargs``,
+    ``allowed_ids`` (the token ids decoding is restricted to, ``local.constrain_to_actions``; None: all),
+    ``execution``, ``env_executor``, ``env_pool``, ``loop``.
+
+    Raises:
+        ValueError: ``trainer.device=cuda`` without CUDA; a model path that is not a folder.
+    """
+
+    def __init__(
+        self, cfg: DictConfig, gigpo: GiGPOConfig | None = None, *, model: Any = None, tokenizer: Any = None
+    ) -> None:
+        self.cfg = cfg
+        register_envs(OmegaConf.to_container(cfg.env.registry, resolve=True))  # env.registry: the user's environments
+        self.device = local_device(cfg)
+        if model is None:
+            tokenizer, model = load_model(cfg.actor_rollout_ref.model.path, self.device, seed=cfg.trainer.seed)
+        self.tokenizer, self.model = tokenizer, model
+        self.server = LocalGenerationServer(
+            self.model,
+            self.tokenizer,
+            device=str(self.device),
+            max_batch_size=cfg.local.max_batch_size,
+            default_max_tokens=cfg.actor_rollout_ref.rollout.response_length,
+            seed=cfg.trainer.seed,
+        )
+        self.encoder = ChatPromptEncoder(self.tokenizer)
+        self.episode_config = episode_config(cfg, gigpo)
+        self.env_kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
+        self.allowed_ids = None
+        if cfg.local.constrain_to_actions:
+            self.allowed_ids = action_token_ids(cfg, self.tokenizer, self.server.eos_token_ids, self.episode_config)
+        # environment calls: local.env_workers threads (0 = inline), or, for environments that are not
+        # thread-parallel (ALFWorld), env.num_workers worker processes; every call under env.*_timeout_s
+        self.execution = EnvExecution.from_config(cfg.env)
+        self.env_executor = EnvThreadPool(cfg.local.env_workers, name="env")
+        self.env_pool = EnvPool(num_workers=self.execution.resolve_workers(), execution=self.execution)
+        self.loop = asyncio.new_event_loop()
+
+    async def _play(self, tasks: list[TaskSpec], n: int, params: dict[str, Any], seed_parts: tuple) -> list[Episode]:
+        coros = []
+        for g, task in enumerate(tasks):
+            for k in range(n):
+                gen = torch.Generator().manual_seed(episode_seed(*seed_parts, g, k))
+                coros.append(
+                    run_episode(
+                        task,
+                        generator=self.server,
+                        encoder=self.encoder,
+                        tokenizer=self.tokenizer,
+                        config=self.episode_config,
+                        traj_id=f"{seed_parts}-{g}-{k}",
+                        group_id=f"task{g}",  # the id of the drawn task: its n episodes form one group
+                        sampling_params={**params, "generator": gen},
+                        executor=self.env_executor,
+                        env_pool=self.env_pool,
+                        execution=self.execution,
+                    )
+                )
+        return list(await asyncio.gather(*coros))
+
+    def play(self, tasks: list[TaskSpec], n: int, *, validation: bool, seed_parts: tuple) -> list[Episode]:
+        """Play each task ``n`` times concurrently; episodes come back in (task, member) order (``len(tasks) * n``).
+
+        Episode ``k`` of task ``g`` samples from its own generator seeded by ``episode_seed(*seed_parts, g, k)``
+        with the training rollout's sampling parameters, or validation's (``val_kwargs``: greedy when
+        ``do_sample`` is false)."""
+        params = sampling_params(self.cfg, self.allowed_ids, validation=validation)
+        return self.loop.run_until_complete(self._play(tasks, n, params, seed_parts))
+
+    def validation_tasks(self) -> list[TaskSpec]:
+        """The fixed validation tasks: seeds ``0 .. data.val_size - 1`` of ``env.val_split``."""
+        cfg = self.cfg
+        return [TaskSpec(cfg.env.name, s, cfg.env.val_split, self.env_kwargs) for s in range(cfg.data.val_size)]
+
+    def validation_episodes(self) -> list[Episode]:
+        """The validation episodes: each of :meth:`validation_tasks` played ``val_kwargs.n`` times with validation's
+        sampling parameters and seeds (``len(tasks) * n``, in (task, member) order)."""
+        n = self.cfg.actor_rollout_ref.rollout.val_kwargs.n
+        return self.play(
+            self.validation_tasks(), n, validation=True, seed_parts=(self.cfg.trainer.seed, VALIDATION_SEED_PART)
+        )
+
+    def close(self) -> None:
+        """Stop the server, the environments (worker processes included), their threads and the event loop."""
+        self.loop.run_until_complete(self.server.aclose())
+        self.env_pool.close()
+        self.env_executor.shutdown(wait=True)
+        self.loop.close()
