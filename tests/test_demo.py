@@ -18,8 +18,10 @@ def test_make_demo_target_runs_the_demo_module_cpu():
     assert "-m verl_gigpo.local.demo" in out
 
 
-@pytest.mark.slow
-def test_demo_shortened_mode_cpu(tiny_model_dir, tmp_path):
+@pytest.fixture(scope="module")
+def demo_run(tiny_model_dir, tmp_path_factory):
+    """``make demo`` in its shortened mode (DEMO_ITERS=2, seed 1), once for this file: ``(run folder, stdout)``."""
+    tmp_path = tmp_path_factory.mktemp("demo")
     env = {
         **os.environ,
         "DEMO_ITERS": "2",
@@ -32,7 +34,13 @@ def test_demo_shortened_mode_cpu(tiny_model_dir, tmp_path):
     cmd = [sys.executable, "-m", "verl_gigpo.local.demo", "data.val_size=16", "local.progress=false"]
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    text = done.stdout
+    return tmp_path / "run", done.stdout
+
+
+@pytest.mark.slow
+def test_demo_shortened_mode_cpu(demo_run):
+    run, text = demo_run
+    tmp_path = run.parent
     assert "validation success before training:" in text and "validation success after training:" in text
     assert f"metrics: {tmp_path / 'run' / 'metrics.jsonl'}" in text
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -77,3 +85,104 @@ def test_the_imitation_start_plays_the_task_its_model_imitates_cpu():
     assert dict(cfg.env.kwargs) == IMITATE_TASK
     assert cfg.env.max_steps == 15 and cfg.env.history_length == 0
     assert START_ITERS == {"random": 200, "imitate": 100}
+
+
+# ---------------------------------------------------------------------------------------------- evaluation
+def _metrics(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_evaluating_the_demo_checkpoint_repeats_its_final_validation(demo_run, tmp_path):
+    """`python -m verl_gigpo.evaluate RUN` as a user runs it: the run's last checkpoint, the run's settings, the same
+    16 tasks and per-episode seeds as its validation, so the same success rate; then the table, the plot, the
+    transcripts and credit records the inspector reads."""
+    run, _ = demo_run
+    out = tmp_path / "after"
+    cmd = [sys.executable, "-m", "verl_gigpo.evaluate", str(run), "--out", str(out), "--quiet"]
+    done = subprocess.run(
+        cmd, cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    overall = summary["rows"][-1]
+    assert overall["name"] == "all" and overall["episodes"] == 16 and overall["tasks"] == 16
+    final = _metrics(run)[-1]["val/success_rate"]
+    assert overall["rate"] == final and overall["wins"] == round(final * 16)
+    assert overall["low"] <= overall["rate"] <= overall["high"] and overall["high"] - overall["low"] > 0.1
+    assert summary["episodes_per_task"] == 1 and summary["seed"] == 1 and "iteration 2" in summary["model"]
+    assert f"success {overall['wins']}/16" in done.stdout and f"table:       {out / 'table.md'}" in done.stdout
+    assert "| **all** | 16 | 16 |" in (out / "table.md").read_text()
+    assert (out / "success_by_type.png").stat().st_size > 1000
+    from verl_gigpo.credit import read_credit_records
+    from verl_gigpo.evaluate.transcripts import episode_outcomes, read_transcripts
+
+    records = read_transcripts(out / "transcripts")
+    assert len(episode_outcomes(records)) == 16 and {r["split"] for r in records} == {"test"}
+    credit = read_credit_records(out / "credit" / "iter_0.jsonl")
+    assert len(credit) == len(records) and {r["method"] for r in credit} == {"gigpo"}
+
+
+@pytest.mark.slow
+def test_evaluating_the_start_model_with_the_runs_settings_repeats_its_first_validation(
+    demo_run, tiny_model_dir, tmp_path
+):
+    """The model before training (a Hugging Face folder) with --settings RUN: the run's first validation."""
+    from verl_gigpo.evaluate.__main__ import main
+
+    run, _ = demo_run
+    out = tmp_path / "before"
+    assert main([str(tiny_model_dir), "--settings", str(run), "--out", str(out), "--quiet"]) == 0
+    overall = json.loads((out / "summary.json").read_text())["rows"][-1]
+    assert overall["rate"] == _metrics(run)[0]["val/success_rate"]
+
+
+@pytest.mark.slow
+def test_greedy_decoding_repeats_each_task_and_pass_at_k_counts_tasks(demo_run, tmp_path):
+    """-k 3 --greedy: the three episodes of a task are the same (greedy), so pass@3 equals the success rate; sampled
+    (--temperature 1.5) pass@3 is at least the rate."""
+    from verl_gigpo.evaluate import EvalOptions, evaluate_local
+
+    run, _ = demo_run
+    greedy = evaluate_local(
+        run, out=tmp_path / "g", options=EvalOptions(episodes=3, greedy=True, tasks=8), progress=False
+    )
+    assert greedy.k == 3 and greedy.overall.episodes == 24 and greedy.overall.tasks == 8
+    assert greedy.overall.pass_k == greedy.overall.rate
+    from verl_gigpo.evaluate.transcripts import read_transcripts
+
+    actions: dict = {}
+    for r in read_transcripts(greedy.transcripts):
+        actions.setdefault((r["group"], r["step"]), set()).add(r["action"])
+    assert all(len(a) == 1 for a in actions.values())
+    sampled = evaluate_local(
+        run, out=tmp_path / "s", options=EvalOptions(episodes=3, temperature=1.5, tasks=8), progress=False
+    )
+    assert sampled.overall.pass_k >= sampled.overall.rate
+
+
+def test_evaluate_refuses_bad_input_with_one_line(tmp_path, capsys, tiny_model_dir):
+    from verl_gigpo.evaluate.__main__ import main
+
+    assert main([str(tmp_path / "nothing"), "--out", str(tmp_path / "o1")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main([str(tmp_path / "empty"), "--out", str(tmp_path / "o2")]) == 2
+    assert "is not a model the evaluation reads" in capsys.readouterr().err
+    verl_ckpt = tmp_path / "exp" / "global_step_3" / "actor"
+    verl_ckpt.mkdir(parents=True)
+    assert main([str(verl_ckpt), "--out", str(tmp_path / "o3")]) == 2
+    assert "is a verl checkpoint" in capsys.readouterr().err
+    assert main([str(tiny_model_dir), "--tasks", "all", "--out", str(tmp_path / "o4")]) == 2
+    assert "--tasks all: gridnav split 'test' has no fixed task list" in capsys.readouterr().err
+    assert main([str(tiny_model_dir), "env.max_steps=0", "--out", str(tmp_path / "o5")]) == 2
+    assert "env.max_steps=0" in capsys.readouterr().err
+    for argv, message in (
+        (["--tasks", "0"], "--tasks 0"),
+        (["--temperature", "0"], "use --greedy"),
+        (["--greedy", "--temperature", "1"], "not allowed with argument"),
+        (["max_steps"], "'max_steps' is not key=value"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            main([str(tiny_model_dir), *argv])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err

@@ -15,7 +15,7 @@ iteration; ``algorithm.gigpo.*`` and the successors' sections (``algorithm.hgpo`
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -41,12 +41,15 @@ ESTIMATORS = (*STEP_CREDIT_ESTIMATORS, *OUTCOME_ESTIMATORS)
 g2po) and verl's grpo and rloo."""
 
 
-def load_config(overrides: Sequence[str] = (), config_path: str | Path | None = None) -> DictConfig:
-    """The defaults (``local_trainer.yaml`` or ``config_path``) merged with dotlist ``overrides`` and validated.
+def load_config(
+    overrides: Sequence[str] = (), config_path: str | Path | None = None, *, layers: Sequence[Mapping] = ()
+) -> DictConfig:
+    """The defaults (``local_trainer.yaml`` or ``config_path``), then the nested mappings ``layers`` in order (e.g. a
+    run's saved config, then an evaluation's settings), then dotlist ``overrides``, merged and validated.
 
     Raises:
-        ValueError: an override names an unknown key (the message lists the known top-level sections), is not
-            ``key=value``, or a value is out of range (see :func:`validate_config`).
+        ValueError: an override or a layer names an unknown key (the message lists the known top-level sections),
+            an override is not ``key=value``, or a value is out of range (see :func:`validate_config`).
     """
     base = OmegaConf.load(Path(config_path) if config_path else DEFAULT_CONFIG)
     OmegaConf.set_struct(base, True)
@@ -56,7 +59,9 @@ def load_config(overrides: Sequence[str] = (), config_path: str | Path | None = 
         if "=" not in item:
             raise ValueError(f"override {item!r} is not key=value (e.g. trainer.seed=3)")
     try:
-        cfg = OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
+        cfg = OmegaConf.merge(
+            base, *(OmegaConf.create(dict(layer)) for layer in layers), OmegaConf.from_dotlist(list(overrides))
+        )
     except Exception as exc:  # noqa: BLE001 - omegaconf raises several types; re-raised with the fix
         raise ValueError(
             f"bad override: {exc}. Keys are those of {DEFAULT_CONFIG.name} (sections: {', '.join(base.keys())}); "

@@ -93,7 +93,14 @@ class LocalRollout:
         self.env_pool = EnvPool(num_workers=self.execution.resolve_workers(), execution=self.execution)
         self.loop = asyncio.new_event_loop()
 
-    async def _play(self, tasks: list[TaskSpec], n: int, params: dict[str, Any], seed_parts: tuple) -> list[Episode]:
+    async def _play(
+        self, tasks: list[TaskSpec], n: int, params: dict[str, Any], seed_parts: tuple, bar: Any = None
+    ) -> list[Episode]:
+        async def counted(coro: Any) -> Episode:
+            episode = await coro
+            bar.update(1)
+            return episode
+
         coros = []
         for g, task in enumerate(tasks):
             for k in range(n):
@@ -113,29 +120,41 @@ class LocalRollout:
                         execution=self.execution,
                     )
                 )
+        if bar is not None:
+            coros = [counted(c) for c in coros]
         return list(await asyncio.gather(*coros))
 
-    def play(self, tasks: list[TaskSpec], n: int, *, validation: bool, seed_parts: tuple) -> list[Episode]:
+    def play(
+        self, tasks: list[TaskSpec], n: int, *, validation: bool, seed_parts: tuple, progress: bool = False
+    ) -> list[Episode]:
         """Play each task ``n`` times concurrently; episodes come back in (task, member) order (``len(tasks) * n``).
 
         Episode ``k`` of task ``g`` samples from its own generator seeded by ``episode_seed(*seed_parts, g, k)``
         with the training rollout's sampling parameters, or validation's (``val_kwargs``: greedy when
-        ``do_sample`` is false)."""
+        ``do_sample`` is false). ``progress`` shows a bar over the finished episodes."""
         params = sampling_params(self.cfg, self.allowed_ids, validation=validation)
-        return self.loop.run_until_complete(self._play(tasks, n, params, seed_parts))
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(tasks) * n, desc=f"{self.cfg.env.name} episodes", unit="ep")
+        try:
+            return self.loop.run_until_complete(self._play(tasks, n, params, seed_parts, bar))
+        finally:
+            if bar is not None:
+                bar.close()
 
     def validation_tasks(self) -> list[TaskSpec]:
         """The fixed validation tasks: seeds ``0 .. data.val_size - 1`` of ``env.val_split``."""
         cfg = self.cfg
         return [TaskSpec(cfg.env.name, s, cfg.env.val_split, self.env_kwargs) for s in range(cfg.data.val_size)]
 
-    def validation_episodes(self) -> list[Episode]:
+    def validation_episodes(self, *, progress: bool = False) -> list[Episode]:
         """The validation episodes: each of :meth:`validation_tasks` played ``val_kwargs.n`` times with validation's
         sampling parameters and seeds (``len(tasks) * n``, in (task, member) order)."""
         n = self.cfg.actor_rollout_ref.rollout.val_kwargs.n
-        return self.play(
-            self.validation_tasks(), n, validation=True, seed_parts=(self.cfg.trainer.seed, VALIDATION_SEED_PART)
-        )
+        seed_parts = (self.cfg.trainer.seed, VALIDATION_SEED_PART)
+        return self.play(self.validation_tasks(), n, validation=True, seed_parts=seed_parts, progress=progress)
 
     def close(self) -> None:
         """Stop the server, the environments (worker processes included), their threads and the event loop."""

@@ -1,0 +1,333 @@
+"""Evaluate a model on an environment's evaluation split: success per task type with 95 % intervals, pass@k,
+episode transcripts and their credit report.
+
+    python -m verl_gigpo.evaluate MODEL [--env NAME] [--split SPLIT] [--tasks N|all] [--episodes K]
+        [--greedy | --temperature T] [--settings RUN] [--seed S] [--device cpu|cuda] [--out DIR] [key=value ...]
+    python -m verl_gigpo.evaluate MODEL --engine verl [options] -- [verl overrides ...]   # verl's val_only launch
+    EVAL_ONLY=1 CKPT=.../global_step_N bash recipes/run_alfworld.sh                      # the recipe's settings
+
+MODEL is a Hugging Face folder, a local-engine run or checkpoint, or (``--engine verl``) a verl checkpoint
+(:mod:`.models`). The local engine (default: this machine's CPU or one GPU) plays the tasks with the settings of
+the run that made the checkpoint (a local run's saved config, or ``--settings RUN``), else the local engine's
+defaults, then the options: the same prompt, step limit, history, lengths and invalid-action rule the run trained
+and validated with. Tasks are the split's fixed list (seeds ``0 .. N-1``), each played K times (pass@K) with the
+per-episode sampling seeds a run's validation uses, so evaluating a run's final checkpoint repeats its last
+validation exactly.
+
+Writes into ``--out`` (default ``runs/eval/<model>-<split>``) and prints where:
+
+* ``summary.json``: the settings, the model, the rows of the table (:class:`.report.SuccessRow`);
+* ``table.md`` (also printed): success per task type with its 95 % Wilson interval, pass@K, steps, invalid replies;
+* ``success_by_type.png``: the same as bars with error bars;
+* ``transcripts/transcripts_*.jsonl``: every step of every episode (:mod:`.transcripts`);
+* ``credit/iter_0.jsonl``: the same steps as credit records (:mod:`verl_gigpo.credit`, GiGPO's terms over the
+  episodes of each task), so ``python -m verl_gigpo.inspect OUT`` draws what was played.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from verl_gigpo.evaluate.models import ModelSource, load_local_weights, resolve_model
+from verl_gigpo.evaluate.report import SuccessRow, markdown_table, plot_success, success_rows
+from verl_gigpo.evaluate.transcripts import (
+    TranscriptWriter,
+    episode_outcomes,
+    episode_records,
+    read_transcripts,
+    step_rows,
+)
+
+__all__ = [
+    "EvalOptions",
+    "EvalResult",
+    "ModelSource",
+    "evaluate_local",
+    "local_eval_config",
+    "report_from_transcripts",
+    "resolve_model",
+]
+
+logger = logging.getLogger(__name__)
+
+TRANSCRIPTS = "transcripts"
+
+#: keys of a run's saved ``trainer`` section that belong to the run folder, not to what an episode plays
+_RUN_ONLY_KEYS = ("resume", "overwrite", "allow_config_change", "default_local_dir")
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """What to evaluate on, each None to keep the run's (or the defaults') value.
+
+    Attributes:
+        env: ``env.name``. split: ``env.val_split`` (ALFWorld ``valid_seen`` / ``valid_unseen``, WebShop ``test``,
+            the others ``test``). tasks: how many tasks of the split (seeds 0..tasks-1); ``"all"`` = the split's
+            whole fixed list (ALFWorld's games, WebShop's 500 test goals). episodes: K, episodes per task (pass@K).
+        greedy: decode greedily (``val_kwargs.do_sample=false``); temperature: sample at this temperature (> 0).
+        seed: ``trainer.seed`` (the per-episode sampling seeds derive from it). device: ``trainer.device``.
+        overrides: further ``key=value`` items of the local engine's config, applied last.
+    """
+
+    env: str | None = None
+    split: str | None = None
+    tasks: int | str | None = None
+    episodes: int | None = None
+    greedy: bool | None = None
+    temperature: float | None = None
+    seed: int | None = None
+    device: str | None = None
+    overrides: Sequence[str] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """What an evaluation wrote: the table rows, K, and the paths of ``summary.json``, ``table.md``, the plot, the
+    transcripts folder and the credit records."""
+
+    rows: list[SuccessRow]
+    k: int
+    out: Path
+    summary: Path
+    table: Path
+    plot: Path
+    transcripts: Path
+    credit: Path | None
+
+    @property
+    def overall(self) -> SuccessRow:
+        """The ``"all"`` row."""
+        return self.rows[-1]
+
+
+def local_eval_config(source: ModelSource, options: EvalOptions, settings: str | Path | None = None) -> Any:
+    """The local engine's config of an evaluation: its defaults, then the run's settings (``settings``'s saved
+    config, else the checkpoint's own), then ``options``; validated (:func:`verl_gigpo.local.config.load_config`).
+
+    Raises:
+        ValueError: a bad option or override (naming the key), a ``settings`` folder that is no local run, a split
+            of fewer tasks than asked.
+    """
+    from verl_gigpo.local.config import load_config
+
+    run_config = source.run_config
+    if settings is not None:
+        settings_source = resolve_model(settings)
+        if settings_source.run_config is None:
+            raise ValueError(f"--settings {settings}: not a local-engine run or checkpoint (no saved config there)")
+        run_config = settings_source.run_config
+    layers: list[dict[str, Any]] = []
+    if run_config is not None:  # the run's own settings, without its folder and resume flags
+        trainer = {k: v for k, v in run_config.get("trainer", {}).items() if k not in _RUN_ONLY_KEYS}
+        layers.append({**run_config, "trainer": trainer})
+    chosen: dict[str, Any] = {
+        "actor_rollout_ref.model.path": str(source.hf_dir),
+        "env.name": options.env,
+        "env.val_split": options.split,
+        "actor_rollout_ref.rollout.val_kwargs.n": options.episodes,
+        "trainer.seed": options.seed,
+        "trainer.device": options.device,
+        "local.progress": False,
+        "local.plot": False,
+    }
+    if options.greedy:
+        chosen["actor_rollout_ref.rollout.val_kwargs.do_sample"] = False
+    if options.temperature is not None:
+        chosen["actor_rollout_ref.rollout.val_kwargs.do_sample"] = True
+        chosen["actor_rollout_ref.rollout.val_kwargs.temperature"] = options.temperature
+    if isinstance(options.tasks, int):
+        chosen["data.val_size"] = options.tasks
+    layers.append(_nested({k: v for k, v in chosen.items() if v is not None}))
+    cfg = load_config(options.overrides, layers=layers)
+    if options.tasks is not None or options.split is not None or options.env is not None:
+        _fit_task_count(cfg, options.tasks)
+    return cfg
+
+
+def _fit_task_count(cfg: Any, tasks: int | str | None) -> None:
+    """``data.val_size`` for ``tasks="all"`` (the split's fixed list), and a check that the split has that many."""
+    from environments import make_env
+
+    env = make_env(cfg.env.name, **OmegaConf.to_container(cfg.env.kwargs, resolve=True))
+    try:
+        fixed = env.num_tasks(cfg.env.val_split)
+    finally:
+        env.close()
+    if tasks == "all":
+        if fixed is None:
+            raise ValueError(
+                f"--tasks all: {cfg.env.name} split {cfg.env.val_split!r} has no fixed task list (its tasks are "
+                "generated from seeds); give a number, e.g. --tasks 100"
+            )
+        cfg.data.val_size = int(fixed)
+    elif fixed is not None and cfg.data.val_size > fixed:
+        raise ValueError(f"{cfg.env.name} split {cfg.env.val_split!r} has {fixed} tasks; --tasks {cfg.data.val_size}")
+
+
+def evaluate_local(
+    model: str | Path,
+    *,
+    out: str | Path,
+    options: EvalOptions = EvalOptions(),
+    settings: str | Path | None = None,
+    progress: bool = True,
+) -> EvalResult:
+    """Evaluate ``model`` on the local engine (see the module docstring); returns what was written.
+
+    Raises:
+        ValueError: a verl checkpoint (export it, or use ``--engine verl``), or a bad option.
+        FileNotFoundError: no such model.
+    """
+    from verl_gigpo import STEP_CREDIT_ESTIMATORS
+    from verl_gigpo.local.config import gigpo_config
+    from verl_gigpo.local.rollout import LocalRollout
+    from verl_gigpo.local.setup import load_model
+
+    source = resolve_model(model)
+    if source.kind == "verl":
+        raise ValueError(
+            f"{source.checkpoint} is a verl checkpoint: evaluate it through verl (--engine verl, or EVAL_ONLY=1 "
+            f"CKPT={source.checkpoint} bash recipes/run_<env>.sh), or export it first with `python -m "
+            f"verl_gigpo.export {source.checkpoint} --out DIR` and evaluate DIR here"
+        )
+    cfg = local_eval_config(source, options, settings)
+    out = Path(out)
+    _fresh_output(out)
+    gigpo = gigpo_config(cfg) if cfg.algorithm.adv_estimator in STEP_CREDIT_ESTIMATORS else None
+    tokenizer, loaded = load_model(str(source.hf_dir), _device(cfg), seed=cfg.trainer.seed)
+    if source.kind == "local":
+        loaded.load_state_dict(load_local_weights(source))
+    start = time.perf_counter()
+    rollout = LocalRollout(cfg, gigpo, model=loaded, tokenizer=tokenizer)
+    try:
+        episodes = rollout.validation_episodes(progress=progress)
+    finally:
+        rollout.close()
+    seconds = time.perf_counter() - start
+    writer = TranscriptWriter(out / TRANSCRIPTS)
+    for episode in episodes:
+        writer.write(episode_records(episode, group=episode.group_id))
+    settings_used = {
+        "engine": "local",
+        "model": source.describe(),
+        "env": cfg.env.name,
+        "split": cfg.env.val_split,
+        "tasks": int(cfg.data.val_size),
+        "episodes_per_task": int(cfg.actor_rollout_ref.rollout.val_kwargs.n),
+        "do_sample": bool(cfg.actor_rollout_ref.rollout.val_kwargs.do_sample),
+        "temperature": float(cfg.actor_rollout_ref.rollout.val_kwargs.temperature),
+        "seed": int(cfg.trainer.seed),
+        "seconds": round(seconds, 2),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }
+    return report_from_transcripts(out, settings=settings_used, gigpo=gigpo)
+
+
+def report_from_transcripts(out: str | Path, *, settings: dict[str, Any], gigpo: Any = None) -> EvalResult:
+    """Read ``<out>/transcripts/``, write the table, its plot, ``summary.json`` and the credit records (GiGPO's
+    terms, or ``gigpo``'s estimator, over each task's episodes), print where they went, and return them.
+
+    Raises:
+        FileNotFoundError: no transcripts in ``<out>/transcripts``.
+    """
+    from verl_gigpo.config import GiGPOConfig
+    from verl_gigpo.credit import credit_records, write_credit_records
+
+    out = Path(out)
+    records = read_transcripts(out / TRANSCRIPTS)
+    outcomes = episode_outcomes(records)
+    k = int(settings.get("episodes_per_task") or max(_members(outcomes).values()))
+    rows = success_rows(outcomes)
+    title = f"{settings.get('env', '')} {settings.get('split', '')}: {settings.get('model', '')}".strip()
+    table = markdown_table(rows, k)
+    (out / "table.md").write_text(f"{title}\n\n{table}")
+    plot = plot_success(
+        rows, out / "success_by_type.png", title=f"{settings.get('env', '')} {settings.get('split', '')}"
+    )
+    steps, context = step_rows(records)
+    credit = None
+    if steps.row_mask.any():
+        cfg = gigpo if gigpo is not None else GiGPOConfig(key_mode="state")
+        terms = steps.advantage_terms(cfg)
+        found = credit_records(
+            terms,
+            iteration=0,
+            group_ids=steps.group_ids,
+            traj_ids=steps.traj_ids,
+            step_ids=steps.step_ids,
+            anchor_keys=steps.anchor_keys,
+            step_rewards=steps.step_rewards,
+            context=context,
+            max_chars=400,
+        )
+        credit = write_credit_records(found, out, 0)
+    summary = out / "summary.json"
+    payload = {**settings, "k": k, "rows": [r.as_dict() for r in rows]}
+    summary.write_text(json.dumps(payload, indent=2, default=str, allow_nan=True) + "\n")
+    result = EvalResult(
+        rows=rows,
+        k=k,
+        out=out,
+        summary=summary,
+        table=out / "table.md",
+        plot=plot,
+        transcripts=out / TRANSCRIPTS,
+        credit=credit,
+    )
+    _print_result(result, title, table)
+    return result
+
+
+def _members(outcomes: Sequence[Any]) -> dict[Any, int]:
+    counts: dict[Any, int] = {}
+    for o in outcomes:
+        counts[o.group] = counts.get(o.group, 0) + 1
+    return counts
+
+
+def _print_result(result: EvalResult, title: str, table: str) -> None:
+    overall = result.overall
+    print(f"\n{title}\n\n{table}")
+    print(
+        f"success {overall.wins}/{overall.episodes} = {overall.rate:.3f} (95% CI {overall.low:.3f}-{overall.high:.3f})"
+        + (f", pass@{result.k} {overall.pass_k:.3f}" if result.k > 1 else "")
+    )
+    print(f"table:       {result.table}")
+    print(f"summary:     {result.summary}")
+    print(f"plot:        {result.plot}")
+    print(f"transcripts: {result.transcripts}")
+    if result.credit is not None:
+        print(f"credit:      {result.credit}  (python -m verl_gigpo.inspect {result.out})")
+
+
+def _fresh_output(out: Path) -> None:
+    """Refuse a folder that already holds an evaluation (its transcripts would mix with the new ones)."""
+    if (out / TRANSCRIPTS).exists() or (out / "summary.json").exists():
+        raise ValueError(f"{out} already holds an evaluation; choose another --out, or remove it first")
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def _device(cfg: Any):
+    from verl_gigpo.local.rollout import local_device
+
+    return local_device(cfg)
+
+
+def _nested(flat: dict[str, Any]) -> dict[str, Any]:
+    """``{"a.b": 1}`` -> ``{"a": {"b": 1}}``."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = out
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out

@@ -1,0 +1,112 @@
+"""``python -m verl_gigpo.evaluate``: see :mod:`verl_gigpo.evaluate`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import warnings
+from pathlib import Path
+
+from verl_gigpo.evaluate import EvalOptions, evaluate_local
+
+
+def _tasks(value: str) -> int | str:
+    if value == "all":
+        return value
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--tasks {value!r}: a whole number >= 1, or 'all'") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"--tasks {value}: a whole number >= 1, or 'all'")
+    return number
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return number
+
+
+def _temperature(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"{value}: the sampling temperature must be > 0 (use --greedy for 0)")
+    return number
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m verl_gigpo.evaluate``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m verl_gigpo.evaluate",
+        description="Evaluate a model (Hugging Face folder, local-engine run or checkpoint, verl checkpoint with "
+        "--engine verl) on an environment's evaluation split: success per task type with 95%% intervals, pass@k, "
+        "transcripts.",
+    )
+    parser.add_argument("model", help="Hugging Face folder, runs/NAME[/checkpoints/iter_K], or .../global_step_N")
+    parser.add_argument("--out", help="output folder (default runs/eval/<model>-<split>); must not hold an evaluation")
+    parser.add_argument("--env", help="environment (env.name); default: the run's, else gridnav")
+    parser.add_argument("--split", help="evaluation split (ALFWorld valid_seen / valid_unseen; others test)")
+    parser.add_argument("--tasks", type=_tasks, help="tasks of the split (seeds 0..N-1), or 'all' for its fixed list")
+    parser.add_argument("-k", "--episodes", type=_positive_int, help="episodes per task (pass@k); default: the run's")
+    decoding = parser.add_mutually_exclusive_group()
+    decoding.add_argument("--greedy", action="store_true", help="greedy decoding")
+    decoding.add_argument("--temperature", type=_temperature, help="sample at this temperature")
+    parser.add_argument("--settings", help="take the settings (prompt, limits, env) of this local run or checkpoint")
+    parser.add_argument("--seed", type=int, help="trainer.seed: the per-episode sampling seeds derive from it")
+    parser.add_argument("--device", help="cpu, cuda or cuda:N (trainer.device)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("overrides", nargs="*", help="key=value items of the local engine's config, applied last")
+    return parser
+
+
+def default_out(model: str, split: str | None) -> Path:
+    """``runs/eval/<model folder name>-<split>``, numbered when it already holds an evaluation."""
+    name = Path(model).resolve().name or "model"
+    base = Path("runs") / "eval" / f"{name}-{split or 'val'}"
+    candidate, number = base, 1
+    while (candidate / "summary.json").exists() or (candidate / "transcripts").exists():
+        number += 1
+        candidate = base.with_name(f"{base.name}-{number}")
+    return candidate
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; returns the exit status (2 for a bad argument, with one line saying what is wrong)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    bad = [o for o in args.overrides if "=" not in o]
+    if bad:
+        parser.error(f"{bad[0]!r} is not key=value (options start with --; config keys are key=value)")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
+    options = EvalOptions(
+        env=args.env,
+        split=args.split,
+        tasks=args.tasks,
+        episodes=args.episodes,
+        greedy=args.greedy or None,
+        temperature=args.temperature,
+        seed=args.seed,
+        device=args.device,
+        overrides=tuple(args.overrides),
+    )
+    out = Path(args.out) if args.out else default_out(args.model, args.split)
+    try:
+        evaluate_local(args.model, out=out, options=options, settings=args.settings, progress=not args.quiet)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
