@@ -12,6 +12,7 @@ started here (``tests/test_e2e_verl_cpu.py`` runs the whole pipeline).
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from collections import defaultdict
 from pathlib import Path
@@ -102,7 +103,8 @@ def rollout(ray_tq, action_model_dir, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("run")
     write_task_files("gridnav", data_dir, train_size=N_TASKS, val_size=2)
     credit = ["trainer.credit_log_freq=1", "trainer.credit_log_groups=-1", f"trainer.default_local_dir={run_dir}"]
-    cfg = _config(action_model_dir, data_dir, "gigpo", *credit)
+    transcripts = ["env.transcript_dir=" + str(run_dir / "transcripts")]  # what an evaluation launch sets
+    cfg = _config(action_model_dir, data_dir, "gigpo", *credit, *transcripts)
     tokenizer = AutoTokenizer.from_pretrained(action_model_dir)
     dataset = create_rl_dataset([str(data_dir / "train.parquet")], cfg.data, tokenizer, None)
     batch_dict = collate_fn([dataset[i] for i in range(N_TASKS)])
@@ -195,6 +197,37 @@ def test_one_row_per_step_with_the_episode_fields(rollout):
             assert ef["step_reward"] == pytest.approx(reward - (0.0 if valid else 0.1))
         assert terminated or truncated
         assert first["won"] == info["won"]
+
+
+def test_the_agent_loop_writes_each_episode_as_transcript_records(rollout, tmp_path):
+    """env.transcript_dir: the agent-loop worker (a Ray actor) writes every step of every episode it played, one
+    record per training row with the row's group (uid), trajectory, step and rewards; the evaluation's report reads
+    them (verl_gigpo.evaluate.report_from_transcripts, what an EVAL_ONLY launch ends with)."""
+    from verl_gigpo.evaluate import report_from_transcripts
+    from verl_gigpo.evaluate.transcripts import episode_outcomes, read_transcripts
+
+    folder = rollout["run_dir"] / "transcripts"
+    [file] = list(folder.glob("transcripts_*.jsonl"))  # one worker process, one file
+    records = read_transcripts(folder)
+    extra = list(rollout["data"]["extra_fields"])
+    uids = list(rollout["data"]["uid"])
+    rows = {(str(u), ef["traj_id"], ef["step_id"]): ef for u, ef in zip(uids, extra, strict=True)}
+    assert len(records) == len(rows)
+    for r in records:
+        ef = rows[(r["group"], r["traj"], r["step"])]
+        assert (r["step_reward"], r["env_reward"], r["won"], r["action_valid"]) == (
+            ef["step_reward"],
+            ef["env_reward"],
+            ef["won"],
+            ef["action_valid"],
+        )
+    assert len(episode_outcomes(records)) == N_TASKS * GROUP
+    shutil.copytree(folder, tmp_path / "transcripts")  # the report writes beside them: not into the run folder
+    result = report_from_transcripts(
+        tmp_path, settings={"engine": "verl", "env": "gridnav", "split": "train", "episodes_per_task": GROUP}
+    )
+    assert result.overall.episodes == N_TASKS * GROUP and result.overall.tasks == N_TASKS and result.k == GROUP
+    assert result.overall.wins == sum(o.won for o in episode_outcomes(records))
 
 
 def test_gigpo_advantage_step_matches_the_estimator_and_skips_padding(rollout):

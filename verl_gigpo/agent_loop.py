@@ -36,6 +36,9 @@ episodes proceed concurrently with no lock-step barrier; finished environments a
 not thread-parallel (ALFWorld) run in ``env.num_workers`` worker processes of that pool (``auto``: this node's cores
 divided among its agent-loop workers). Every call has a deadline (``env.step_timeout_s``, ``env.reset_timeout_s``):
 docs/environments-execution.md.
+
+With ``env.transcript_dir`` set, every episode is also written there as transcript records, one JSON line per step
+(:mod:`verl_gigpo.evaluate.transcripts`): the evaluation command sets it for a ``trainer.val_only`` launch.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from environments import register_envs
 from verl_gigpo import AGENT_LOOP_NAME
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit import CreditLogOptions, action_text, truncate_text
+from verl_gigpo.evaluate.transcripts import TranscriptWriter, episode_records
 from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, Episode, EpisodeConfig, TaskSpec, run_episode
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.threads import EnvThreadPool
@@ -209,6 +213,8 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
     _executor_lock: ClassVar[threading.Lock] = threading.Lock()
     #: environments are reused across the worker's episodes (building an ALFWorld engine is expensive)
     _env_pool: ClassVar[EnvPool | None] = None
+    #: env.transcript_dir -> the writer of this process
+    _transcripts: ClassVar[dict[str, TranscriptWriter]] = {}
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -221,6 +227,8 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
         self.encoder = ChatPromptEncoder(self.tokenizer, chat_template_kwargs=dict(self.apply_chat_template_kwargs))
         credit = CreditLogOptions.from_trainer(self.config.get("trainer", None))  # texts for credit records
         self.text_chars = credit.max_chars if credit.enabled else 0
+        folder = env_cfg.get("transcript_dir", None)  # env.transcript_dir: every episode, one line per step
+        self.transcripts = self.transcript_writer(str(folder)) if folder else None
 
     @classmethod
     def executor(cls) -> EnvThreadPool:
@@ -231,6 +239,14 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
                 threads = int(os.getenv("GIGPO_ENV_THREADS", "64"))
                 cls._executor = EnvThreadPool(threads, name="gigpo-env")
             return cls._executor
+
+    @classmethod
+    def transcript_writer(cls, folder: str) -> TranscriptWriter:
+        """The worker-wide writer of ``env.transcript_dir`` (one file per process)."""
+        with cls._executor_lock:
+            if folder not in cls._transcripts:
+                cls._transcripts[folder] = TranscriptWriter(folder)
+            return cls._transcripts[folder]
 
     def env_pool(self) -> EnvPool:
         """The worker-wide environment pool, made by the first agent loop of the process: its worker processes
@@ -275,6 +291,8 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
             env_pool=self.env_pool(),
             execution=self.execution,
         )
+        if self.transcripts is not None:
+            self.transcripts.write(episode_records(episode, group=kwargs.get("uid", "nouid")))
         placeholder = []
         if not episode.steps:
             placeholder = self.tokenizer.encode(f"environment {env_name} failed: {episode.env_error}")[:64] or [0]
