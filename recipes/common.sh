@@ -11,6 +11,58 @@ gigpo_dry_run() {
     [[ "${DRY_RUN:-0}" != "0" ]]
 }
 
+# --- Python: the interpreter every step runs (data prep, the attention probe, verl) ------------------------------
+
+# gigpo_python_setup: set PYTHON, the one place the recipes and tests/gpu/check_gpu.sh choose their Python:
+#   1. PYTHON as given;
+#   2. else, with no environment active (neither VIRTUAL_ENV nor CONDA_PREFIX set), the repository's
+#      .venv/bin/python when it exists (`make install` creates it), said in one line on stderr;
+#   3. else python3 from PATH (an active environment puts its own first).
+# Then, except with DRY_RUN, one cheap check that this Python has the project installed: verl and verl_gigpo are
+# found (importlib.util.find_spec, ~0.05 s; importing verl would take ~10 s) and verl_gigpo's `verl.plugins` entry
+# point is there (without it verl never loads the plug-in). If not, one line names the Python and what to do, and the
+# recipe stops.
+gigpo_python_setup() {
+    local root chosen="PYTHON=${PYTHON:-}"
+    root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+    if [[ -z "${PYTHON:-}" ]]; then
+        if [[ -z "${VIRTUAL_ENV:-}" && -z "${CONDA_PREFIX:-}" && -x "$root/.venv/bin/python" ]]; then
+            PYTHON=$root/.venv/bin/python
+            chosen="the repository's .venv"
+            echo "using $PYTHON (no virtual or conda environment is active; set PYTHON to use another)" >&2
+        else
+            PYTHON=python3
+            chosen="python3 on PATH"
+        fi
+    fi
+    gigpo_dry_run && return 0
+    local install_hint="run with the Python this project is installed in (activate its environment or set \
+PYTHON=/path/to/bin/python; \`make install\` creates .venv/, which the recipes use when no environment is active), \
+or install it into this one (docs/gpu.md#install)"
+    command -v "$PYTHON" >/dev/null 2>&1 || gigpo_fail "PYTHON=$PYTHON is not a command; $install_hint"
+    # prints: <version> <what is missing: module names, 'plugin', or '-' for nothing> <executable>
+    local report version missing exe
+    report=$("$PYTHON" -c '
+import importlib.util, platform, sys
+missing = [name for name in ("verl", "verl_gigpo") if importlib.util.find_spec(name) is None]
+if not missing:
+    import importlib.metadata
+    eps = importlib.metadata.entry_points()
+    eps = eps.select(group="verl.plugins") if hasattr(eps, "select") else eps.get("verl.plugins", [])
+    missing = [] if any(ep.name == "gigpo" for ep in eps) else ["plugin"]
+print(platform.python_version(), ",".join(missing) or "-", sys.executable)
+' 2>/dev/null) || gigpo_fail "PYTHON=$PYTHON could not run a one-line Python 3 check (this project needs Python \
+3.10-3.12); $install_hint"
+    read -r version missing exe <<<"$report"
+    case "$missing" in
+        -) ;;
+        plugin) gigpo_fail "$exe (Python $version, $chosen) has verl but not this project installed (no \
+'gigpo' in verl.plugins entry points, so verl would not load GiGPO): run \`$exe -m pip install -e .\` in $root, or \
+set PYTHON to the Python it is installed in" ;;
+        *) gigpo_fail "$exe (Python $version, $chosen) cannot import ${missing//,/ or }; $install_hint" ;;
+    esac
+}
+
 # --- Quoting: values from variables (paths, names) reach Hydra and JSON intact ------------------------------------
 
 # gigpo_hydra_quote VALUE: print VALUE as a Hydra override value that Hydra reads back as exactly that string. Plain
@@ -132,7 +184,7 @@ the number of visible GPUs: nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)"
     [[ "${DEVICE:-cuda}" == cpu ]] && return 0
     command -v nvidia-smi >/dev/null 2>&1 || gigpo_fail "no NVIDIA GPU found (nvidia-smi is missing). These recipes \
 train with verl on GPUs (vLLM + FSDP, see requirements-gpu.txt). On a CPU or to try things out use \`make demo\` or \
-\`python -m verl_gigpo.local.train\`. To only print the command, set DRY_RUN=1."
+\`$PYTHON -m verl_gigpo.local.train\`. To only print the command, set DRY_RUN=1."
     local visible
     visible=$(gigpo_visible_gpus)
     if ((visible < $1)); then
@@ -146,7 +198,7 @@ gigpo_check_model() {
     local model=$1
     if [[ "${DEVICE:-cuda}" == cpu && ! -d "$model" ]]; then
         gigpo_fail "MODEL_PATH=$model is not a model folder. DEVICE=cpu runs a tiny local model: build one with \
-\`python -m verl_gigpo.local.tiny_model --out artifacts/tiny-model\` (or \`make e2e\`, which builds \
+\`$PYTHON -m verl_gigpo.local.tiny_model --out artifacts/tiny-model\` (or \`make e2e\`, which builds \
 artifacts/tiny-model-actions) and set MODEL_PATH to it"
     fi
     if [[ "$model" == /* || "$model" == ./* || "$model" == ~* || "$model" == ../* ]]; then
@@ -161,7 +213,7 @@ folder or a Hugging Face id such as Qwen/Qwen2.5-1.5B-Instruct"
 gigpo_prepare_data() {
     local env_name=$1 out=$2 train_size=$3
     shift 3
-    local cmd=("${PYTHON:-python3}" -m verl_gigpo.data.prepare --env "$env_name" --train-size "$train_size" --out "$out" "$@")
+    local cmd=("$PYTHON" -m verl_gigpo.data.prepare --env "$env_name" --train-size "$train_size" --out "$out" "$@")
     if gigpo_dry_run; then
         printf '# data prep (runs when %s/train.parquet or val.parquet is missing):\n# ' "$out"
         printf '%q ' "${cmd[@]}"
@@ -209,12 +261,12 @@ gigpo_attention_setup() {
     [[ "${DEVICE:-cuda}" == cpu ]] && return 0
     GIGPO_ATTN=${ATTN_IMPLEMENTATION:-auto}
     if [[ "$GIGPO_ATTN" == auto ]]; then
-        if "${PYTHON:-python3}" -c "import flash_attn" >/dev/null 2>&1; then
+        if "$PYTHON" -c "import flash_attn" >/dev/null 2>&1; then
             GIGPO_ATTN=flash_attention_2
         else
             GIGPO_ATTN=sdpa
-            echo "warning: flash_attn does not import with ${PYTHON:-python3}: the actor and reference model use sdpa \
-attention (slower, more memory; padded micro-batches); install flash-attn as requirements-gpu.txt says, or set \
+            echo "warning: flash_attn does not import with $PYTHON: the actor and reference model use sdpa \
+attention (slower, more memory; padded micro-batches); add flash-attn as docs/gpu.md#flash-attn says, or set \
 ATTN_IMPLEMENTATION=sdpa to choose it" >&2
         fi
     fi

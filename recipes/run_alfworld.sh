@@ -24,7 +24,8 @@ source recipes/common.sh
 # DEVICE=cpu: verl's pipeline on this CPU with small defaults (see gigpo_device_setup in common.sh)
 gigpo_device_setup alfworld
 
-PYTHON=${PYTHON:-python3}
+# PYTHON: as given, else the repository's .venv/ when no environment is active, else python3 (common.sh)
+gigpo_python_setup
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-1.5B-Instruct}
 ALFWORLD_DATA=${ALFWORLD_DATA:-}
 if gigpo_dry_run; then ALFWORLD_DATA=${ALFWORLD_DATA:-/path/to/alfworld_data}; fi
@@ -62,7 +63,7 @@ gigpo_check_model "$MODEL_PATH"
 if ! gigpo_dry_run; then
     [[ -n "$ALFWORLD_DATA" ]] || gigpo_fail "ALFWORLD_DATA is not set: point it at the ALFWorld data \
 (\`alfworld-download\` fetches it on a machine with GitHub access) or generate synthetic games with \
-\`python -m environments.alfworld.synth --out DIR\` and set ALFWORLD_DATA=DIR"
+\`$PYTHON -m environments.alfworld.synth --out DIR\` and set ALFWORLD_DATA=DIR"
     [[ -d "$ALFWORLD_DATA/json_2.1.1" ]] || gigpo_fail "ALFWORLD_DATA=$ALFWORLD_DATA has no json_2.1.1/ folder; \
 set it to the folder \`alfworld-download\` (or environments.alfworld.synth) wrote"
 fi

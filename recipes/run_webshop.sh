@@ -21,7 +21,8 @@ source recipes/common.sh
 # DEVICE=cpu: verl's pipeline on this CPU with small defaults (see gigpo_device_setup in common.sh)
 gigpo_device_setup webshop
 
-PYTHON=${PYTHON:-python3}
+# PYTHON: as given, else the repository's .venv/ when no environment is active, else python3 (common.sh)
+gigpo_python_setup
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-1.5B-Instruct}
 DATA_DIR=${DATA_DIR:-$HOME/data/verl-gigpo/webshop}
 # default: the GPUs this machine shows (nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)

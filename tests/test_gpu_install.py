@@ -1,27 +1,47 @@
-"""CPU tests of what a GPU install needs: requirements-gpu.txt brings flash-attn through verl 0.9.1's own ``fsdp``
-extra (read from verl's installed metadata), and the recipes choose the attention backend of the FSDP workers:
-flash_attention_2 when ``flash_attn`` imports, else sdpa with one warning line (``recipes/common.sh``,
-``gigpo_attention_setup``).
+"""CPU tests of what a GPU install needs.
 
-A stand-in ``flash_attn`` package on PYTHONPATH makes the import work (or fail) for the recipe's probe, whatever
-this machine has installed.
+* requirements-gpu.txt: verl 0.9.1's ``vllm`` extra and its ``fsdp`` extra's packages without flash-attn (read from
+  verl's installed metadata), and -- against the package index, ``slow`` -- a resolution of the whole GPU install in
+  which everything is a wheel (nothing to compile), flash-attn is absent and the pins hold;
+* the recipes choose the attention backend of the FSDP workers: flash_attention_2 when ``flash_attn`` imports, else
+  sdpa with one warning line (``recipes/common.sh``, ``gigpo_attention_setup``). A stand-in ``flash_attn`` package on
+  PYTHONPATH makes the import work (or fail) for the recipe's probe, whatever this machine has installed;
+* tests/gpu/check_gpu.sh says what is missing without a GPU and prints its summary when the recipe fails.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 from packaging.requirements import Requirement
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 ATTN_KEY = "actor_rollout_ref.model.override_config.attn_implementation"
+#: source packages the GPU install may build: pure Python, no compiler. hydra-core 1.3 (verl's config system) pins
+#: antlr4-python3-runtime==4.9.*, of which PyPI has sdists only (its setup.py lists packages, no extension).
+PURE_PYTHON_SDISTS = {"antlr4-python3-runtime"}
+#: what pip prints when it cannot reach the index (urllib3's errors, name resolution, routing)
+INDEX_UNREACHABLE = (
+    "NewConnectionError",
+    "ConnectTimeoutError",
+    "Max retries exceeded",
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "Network is unreachable",
+    "Connection refused",
+)
 
 
 def gpu_requirements() -> dict[str, Requirement]:
@@ -52,18 +72,77 @@ def verl_extra_requirements(extras: set[str]) -> dict[str, Requirement]:
     return pulled
 
 
-def test_gpu_requirements_bring_verls_fsdp_extra_with_flash_attn():
+def test_gpu_requirements_bring_the_fsdp_extra_without_flash_attn():
+    """requirements-gpu.txt asks for no flash-attn, directly or through any verl extra (verl's ``fsdp`` extra brings
+    it as a source package: a failed CUDA build of it aborted the whole install), and carries every other package of
+    the ``fsdp`` extra with verl's own pin."""
     assert importlib.metadata.version("verl") == "0.9.1"
     reqs = gpu_requirements()
     verl = reqs["verl"]
-    assert str(verl.specifier) == "==0.9.1" and {"vllm", "fsdp"} <= verl.extras
+    assert str(verl.specifier) == "==0.9.1" and verl.extras == {"vllm", "cupy-cu130"}
     pulled = verl_extra_requirements(set(verl.extras))
-    # the FSDP workers' model config defaults to flash_attention_2: the fsdp extra must bring the package
-    assert str(pulled["flash-attn"].specifier) == "==2.8.3"
-    assert {"liger-kernel", "trl", "cupy-cuda13x", "vllm", "transformers"} <= set(pulled)
-    # the pins this file repeats are verl's own
-    for name in ("vllm", "torch"):
+    assert "flash-attn" not in reqs and "flash-attn" not in pulled
+    # verl's own fsdp extra does bring it: the reason for leaving that extra out
+    fsdp = verl_extra_requirements({"fsdp"})
+    assert str(fsdp.pop("flash-attn").specifier) == "==2.8.3"
+    for name, req in fsdp.items():
+        have = [r for r in (reqs.get(name), pulled.get(name)) if r is not None]
+        assert have, f"{name} (verl's fsdp extra) is missing from requirements-gpu.txt"
+        assert all(r.specifier == req.specifier for r in have), (name, [str(r) for r in have], str(req))
+    assert {"vllm", "transformers", "cupy-cuda13x", "liger-kernel", "trl", "flash-linear-attention"} <= set(reqs) | set(
+        pulled
+    )
+    for name in ("vllm", "torch"):  # the pins this file repeats are verl's own
         assert reqs[name].specifier == pulled[name].specifier, name
+
+
+def index_unreachable_reason(url: str = "https://pypi.org/simple/") -> str | None:
+    """Why the package index cannot be used from here (a sentence), or None when ``url`` answers within 10 s."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            response.read(1)
+    except (urllib.error.URLError, OSError) as error:
+        return f"the package index {url} is not reachable ({error})"
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="the GPU install (vLLM, CUDA torch) is for Linux")
+def test_gpu_install_resolves_to_wheels_only(tmp_path):
+    """``pip install --dry-run`` of the GPU install (requirements-gpu.txt and this package's requirements.txt, as
+    ``pip install -r requirements-gpu.txt && pip install -e .`` installs them) for this machine's Python and
+    platform: every package is a wheel but the pure-Python :data:`PURE_PYTHON_SDISTS`, so nothing is compiled and no
+    CUDA toolkit is needed; flash-attn is absent; the pins hold (torch 2.11.0 is a CUDA 13.0 build).
+
+    pip resolves as a plain install would (no ``--only-binary :all:``): with it, pip picks hydra-core 0.11.3, the
+    newest release without antlr4, which verl cannot use, and a package whose newest release is a source package
+    would pass here while a plain install compiled it. pip downloads every wheel to read its metadata where the index
+    does not serve it separately (about 3.8 GB here; ``--no-cache-dir`` keeps it off the disk): minutes.
+    """
+    reason = index_unreachable_reason()
+    if reason:
+        pytest.skip(reason)
+    report = tmp_path / "report.json"
+    pip = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-cache-dir", "--quiet"]
+    pip += ["--retries", "1", "--timeout", "30", "--report", str(report)]
+    pip += ["-r", str(ROOT / "requirements-gpu.txt"), "-r", str(ROOT / "requirements.txt")]
+    proc = subprocess.run(pip, capture_output=True, text=True, timeout=1800, cwd=tmp_path)
+    output = proc.stdout + proc.stderr
+    if proc.returncode != 0 and any(marker in output for marker in INDEX_UNREACHABLE):
+        pytest.skip(f"pip could not reach the package index: {output.strip().splitlines()[-1]}")
+    assert proc.returncode == 0, output[-5000:]
+    items = json.loads(report.read_text())["install"]
+    resolved = {item["metadata"]["name"].lower().replace("_", "-"): item for item in items}
+    sdists = {name for name, item in resolved.items() if not item["download_info"]["url"].endswith(".whl")}
+    assert sdists <= PURE_PYTHON_SDISTS, f"source packages to build: {sorted(sdists - PURE_PYTHON_SDISTS)}"
+    assert "flash-attn" not in resolved
+    version = {name: item["metadata"]["version"] for name, item in resolved.items()}
+    pins = {"verl": "0.9.1", "torch": "2.11.0", "vllm": "0.24.0", "transformers": "5.9.0", "cupy-cuda13x": "14.0.1"}
+    pins |= {"trl": "0.27.0", "flash-linear-attention": "0.5.2", "torchvision": "0.26.0", "torchaudio": "2.11.0"}
+    assert {name: version.get(name) for name in pins} == pins
+    assert Version(version["liger-kernel"]) >= Version("0.8.2")
+    assert Version(version["hydra-core"]) >= Version("1.3")  # what verl's config code needs, not the 0.11 fallback
+    assert version["cuda-toolkit"].startswith("13.0.")  # torch 2.11.0's CUDA: NVIDIA driver 580 or newer
 
 
 def dry_run(recipe: str, flash_attn: str | None, tmp_path: Path, **env: str) -> tuple[list[str], str]:
@@ -109,7 +188,7 @@ def test_sdpa_fallback_with_one_warning_when_flash_attn_does_not_import(tmp_path
     assert cfg.actor_rollout_ref.model.use_remove_padding is False  # sdpa over a packed batch needs a dense mask
     warnings = [line for line in stderr.splitlines() if "flash_attn" in line]
     assert len(warnings) == 1 and warnings[0].startswith("warning: flash_attn does not import with ")
-    assert "sdpa" in warnings[0] and "requirements-gpu.txt" in warnings[0]
+    assert "sdpa" in warnings[0] and "docs/gpu.md#flash-attn" in warnings[0]
 
 
 @pytest.mark.parametrize(("value", "packing"), [("sdpa", False), ("eager", False), ("flash_attention_2", True)])
@@ -144,3 +223,54 @@ def test_mini_batch_rounding_above_mini_batch_rows_is_warned(tmp_path):
     assert "warning: MINI_BATCH_ROWS=64 is below the rows one update step needs on 16 GPU(s) (128 = N_GPUS x" in stderr
     _, stderr = dry_run("webshop", "ok", tmp_path / "8", N_GPUS="8")
     assert "MINI_BATCH_ROWS" not in stderr
+
+
+# ------------------------------------------------------------------------------------------ tests/gpu/check_gpu.sh
+def check_gpu(path: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    """``bash tests/gpu/check_gpu.sh`` with PATH set to ``path`` and extra environment variables."""
+    base = {k: v for k, v in os.environ.items() if k not in ("N_GPUS", "CUDA_VISIBLE_DEVICES", "DRY_RUN")}
+    return subprocess.run(
+        [shutil.which("bash"), str(ROOT / "tests" / "gpu" / "check_gpu.sh")],
+        env={**base, "PATH": path, "OUT": str(tmp_path / "out"), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_check_gpu_without_nvidia_smi_says_what_it_needs(tmp_path):
+    """Without nvidia-smi the GPU count is unknown (it used to read as "0\\n0", an arithmetic error): one line."""
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if not (Path(p) / "nvidia-smi").exists())
+    proc = check_gpu(path, tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [proc.stderr.strip()]  # one line
+    assert proc.stderr.startswith("error: nvidia-smi is not on PATH: this check needs an NVIDIA GPU and its driver")
+    assert "580" in proc.stderr and proc.stdout == ""
+
+
+def test_check_gpu_prints_its_summary_when_the_recipe_fails(tmp_path):
+    """The recipe stops (here: its model folder is missing) and the check still reports each metric as missing and
+    the recipe's exit status. A stand-in ``nvidia-smi`` lists one GPU and a stand-in ``vllm`` package imports, so
+    that the check reaches the recipe on a CPU machine."""
+    tool = tmp_path / "bin" / "nvidia-smi"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000)'\n")
+    tool.chmod(0o755)
+    (tmp_path / "site" / "vllm").mkdir(parents=True)
+    (tmp_path / "site" / "vllm" / "__init__.py").write_text("")
+    pythonpath = os.pathsep.join(p for p in (str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")) if p)
+    model = tmp_path / "no-model"
+    proc = check_gpu(
+        f"{tool.parent}{os.pathsep}{os.environ['PATH']}",
+        tmp_path,
+        PYTHON=sys.executable,
+        PYTHONPATH=pythonpath,
+        MODEL_PATH=str(model),
+    )
+    assert proc.returncode == 1
+    assert f"checking verl-gigpo on 1 GPU(s) with {model} and {sys.executable}" in proc.stdout
+    assert f"error: MODEL_PATH={model} does not exist" in proc.stdout  # the recipe's own message (tee), and its log
+    assert f"error: MODEL_PATH={model} does not exist" in (tmp_path / "out" / "train.log").read_text()
+    for metric in ("gigpo/step_group_size_mean", "env/success_rate", "actor/pg_loss", "val-core/sokoban"):
+        assert f"MISSING {metric}\n" in proc.stderr
+    assert "FAILED recipes/run_sokoban.sh exited with status 1;" in proc.stderr.splitlines()[-1]

@@ -13,6 +13,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,13 +47,18 @@ def run_recipe(recipe: str, *args: str, path: str | None = None, **env: str) -> 
     )
 
 
-def printed_overrides(proc: subprocess.CompletedProcess) -> list[str]:
-    """The Hydra overrides of the command a DRY_RUN printed (after ``python3 -m verl_gigpo.main``)."""
+def printed_command(proc: subprocess.CompletedProcess) -> list[str]:
+    """The argv of the command a DRY_RUN printed (``<python> -m verl_gigpo.main overrides...``)."""
     assert proc.returncode == 0, proc.stderr
     command = "\n".join(line for line in proc.stdout.splitlines() if not line.startswith("#"))
     argv = shlex.split(command.replace("\\\n", " "))
     assert argv[1:3] == ["-m", "verl_gigpo.main"], argv[:3]
-    return argv[3:]
+    return argv
+
+
+def printed_overrides(proc: subprocess.CompletedProcess) -> list[str]:
+    """The Hydra overrides of the command a DRY_RUN printed (after ``<python> -m verl_gigpo.main``)."""
+    return printed_command(proc)[3:]
 
 
 def printed_prep_command(proc: subprocess.CompletedProcess) -> list[str]:
@@ -155,3 +161,95 @@ def test_plain_values_keep_their_string_type(value, tmp_path):
     """Values that look like other types to Hydra (true, 123, ...) still arrive as strings."""
     cfg = compose_gigpo(printed_overrides(run_recipe("sokoban", DRY_RUN="1", MODEL_PATH=value)))
     assert cfg.actor_rollout_ref.model.path == value
+
+
+# ------------------------------------------------------------------------ the Python the recipes run (common.sh)
+ENVIRONMENT_VARS = ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHON", "DRY_RUN", "N_GPUS", "CUDA_VISIBLE_DEVICES", "DEVICE")
+
+
+@pytest.fixture
+def repo_with_venv(tmp_path) -> Path:
+    """A copy of the recipes in a repository root whose ``.venv/`` is a fresh virtual environment without this
+    project (``python -m venv``): running with it fails the check, so a test sees which Python a recipe chose."""
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "recipes", repo / "recipes")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(repo / ".venv")], check=True, timeout=120)
+    return repo
+
+
+def run_copied_recipe(repo: Path, **env: str) -> subprocess.CompletedProcess:
+    """``bash <repo>/recipes/run_sokoban.sh`` with no environment active (VIRTUAL_ENV, CONDA_PREFIX and PYTHON
+    unset) plus ``env``."""
+    base = {k: v for k, v in os.environ.items() if k not in ENVIRONMENT_VARS}
+    return subprocess.run(
+        [shutil.which("bash"), str(repo / "recipes" / "run_sokoban.sh")],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_repository_venv_is_used_when_no_environment_is_active(repo_with_venv):
+    venv_python = repo_with_venv / ".venv" / "bin" / "python"
+    proc = run_copied_recipe(repo_with_venv, DRY_RUN="1")
+    notes = [line for line in proc.stderr.splitlines() if line.startswith("using ")]
+    assert notes == [f"using {venv_python} (no virtual or conda environment is active; set PYTHON to use another)"]
+    assert printed_command(proc)[0] == str(venv_python)
+    assert printed_prep_command(proc)[0] == str(venv_python)
+
+
+@pytest.mark.parametrize("active", ["VIRTUAL_ENV", "CONDA_PREFIX"])
+def test_an_active_environment_wins_over_the_repository_venv(active, repo_with_venv, tmp_path):
+    proc = run_copied_recipe(repo_with_venv, DRY_RUN="1", **{active: str(tmp_path / "env")})
+    assert "using " not in proc.stderr
+    assert printed_command(proc)[0] == "python3"  # the active environment's python3, first on its PATH
+    assert printed_prep_command(proc)[0] == "python3"
+
+
+def test_an_explicit_python_is_honoured(repo_with_venv, tmp_path):
+    """PYTHON wins over .venv/: the run passes the Python check (this test's interpreter has the project) and stops
+    at the next one, the missing model, instead of at .venv's missing verl."""
+    proc = run_copied_recipe(repo_with_venv, DRY_RUN="1", PYTHON=sys.executable)
+    assert printed_command(proc)[0] == sys.executable and "using " not in proc.stderr
+    model = tmp_path / "no-model"
+    proc = run_copied_recipe(repo_with_venv, PYTHON=sys.executable, DEVICE="cpu", MODEL_PATH=str(model))
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"error: MODEL_PATH={model} is not a model folder")
+
+
+def test_a_python_without_the_project_stops_the_recipe_with_one_line(repo_with_venv):
+    """The new user's case: nothing active, `.venv` lacks the packages (here: a fresh venv), DEVICE=cpu."""
+    venv_python = repo_with_venv / ".venv" / "bin" / "python"
+    proc = run_copied_recipe(repo_with_venv, DEVICE="cpu")
+    assert proc.returncode == 1 and proc.stdout == ""
+    using, error = proc.stderr.splitlines()
+    assert using.startswith(f"using {venv_python} ")
+    assert error.startswith(f"error: {venv_python} (Python {sys.version.split()[0]}, the repository's .venv) cannot ")
+    assert "cannot import verl" in error and "set PYTHON=" in error and "docs/gpu.md#install" in error
+    # the same Python given explicitly; a DRY_RUN skips the check
+    proc = run_copied_recipe(repo_with_venv, DEVICE="cpu", PYTHON=str(venv_python))
+    assert proc.returncode == 1 and proc.stderr.splitlines() == [
+        error.replace("the repository's .venv", f"PYTHON={venv_python}")
+    ]
+    assert run_copied_recipe(repo_with_venv, DEVICE="cpu", PYTHON=str(venv_python), DRY_RUN="1").returncode == 0
+
+
+def test_a_python_with_verl_but_not_this_project_is_told_to_install_it(repo_with_venv, tmp_path):
+    """verl importable (a stand-in package on PYTHONPATH) but no verl.plugins entry point: verl would never load the
+    plug-in, so the recipe stops and says how to install the project into that Python."""
+    (tmp_path / "site" / "verl").mkdir(parents=True)
+    (tmp_path / "site" / "verl" / "__init__.py").write_text("")
+    venv_python = repo_with_venv / ".venv" / "bin" / "python"
+    pythonpath = os.pathsep.join([str(tmp_path / "site"), str(ROOT)])
+    proc = run_copied_recipe(repo_with_venv, DEVICE="cpu", PYTHON=str(venv_python), PYTHONPATH=pythonpath)
+    assert proc.returncode == 1
+    [error] = proc.stderr.splitlines()
+    assert error.startswith(f"error: {venv_python} (Python ")
+    assert "has verl but not this project installed" in error and f"`{venv_python} -m pip install -e .`" in error
+
+
+def test_a_python_that_is_not_a_command_is_named():
+    proc = run_recipe("sokoban", DEVICE="cpu", PYTHON="no-such-python3")
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: PYTHON=no-such-python3 is not a command; run with the Python this project")
