@@ -262,8 +262,8 @@ $MINI_BATCH_ROWS" >&2
 # recipes/reference_settings.yaml lists where each value comes from). Recipes put these after their own settings; the
 # user's "$@" comes last and wins.
 gigpo_verl_overrides() {
-    # the seed of the training task order (data.seed: verl shuffles the task rows with it; docs/runs.md, "Which tasks
-    # a run plays"), the reference's env.seed=0
+    # the seed of the training task order (data.seed: verl shuffles the task rows with it; docs/configuration.md,
+    # "Which tasks a run plays"), the reference's env.seed=0
     SEED=${SEED:-0}
     [[ "$SEED" =~ ^[0-9]+$ ]] || gigpo_fail "SEED=$SEED is not a whole number >= 0; it seeds the order in which \
 training tasks are drawn (data.seed), e.g. SEED=1"
