@@ -310,9 +310,15 @@ $MINI_BATCH_ROWS" >&2
 # (MINI_BATCH_ROWS step rows each), the rollout (vLLM, or hf on DEVICE=cpu), the reference policy and the trainer.
 # Reads DEVICE, ROLLOUT_NAME, MODEL_PATH, GROUP_SIZE, N_GPUS, TOTAL_ITERS, TEST_FREQ, MINI_BATCH_ROWS,
 # MICRO_BATCH_PER_GPU, LOG_PROB_MICRO_BATCH_PER_GPU, KL_COEF, ENTROPY_COEF, VAL_TEMPERATURE, VAL_DO_SAMPLE,
-# MAX_CKPTS_TO_KEEP, EXPERIMENT and LOGGER (each recipe sets its defaults; recipes/reference_settings.yaml lists where
-# each value comes from). Recipes put these after their own settings; the user's "$@" comes last and wins.
+# MAX_CKPTS_TO_KEEP, EXPERIMENT, LOGGER and SEED (each recipe sets its defaults, SEED defaults to 0 here;
+# recipes/reference_settings.yaml lists where each value comes from). Recipes put these after their own settings; the
+# user's "$@" comes last and wins.
 gigpo_verl_overrides() {
+    # the seed of the training task order (data.seed: verl shuffles the task rows with it; docs/configuration.md,
+    # "Which tasks a run plays"), the reference's env.seed=0
+    SEED=${SEED:-0}
+    [[ "$SEED" =~ ^[0-9]+$ ]] || gigpo_fail "SEED=$SEED is not a whole number >= 0; it seeds the order in which \
+training tasks are drawn (data.seed), e.g. SEED=1"
     # trainer.logger: the console and verl's file logger (one JSON line per iteration in the experiment folder,
     # checkpoints/verl_gigpo/$EXPERIMENT/metrics.jsonl, kept across resumed launches: docs/runs.md); add a backend
     # with e.g. LOGGER=console,file,tensorboard or LOGGER=console,file,wandb (verl's logger names)
@@ -361,6 +367,8 @@ clearml, trackio)"
         actor_rollout_ref.rollout.val_kwargs.do_sample="$VAL_DO_SAMPLE"
         actor_rollout_ref.rollout.val_kwargs.temperature="$VAL_TEMPERATURE"
         actor_rollout_ref.rollout.val_kwargs.n=1
+        # training tasks: every epoch a permutation of train.parquet's rows drawn with this seed (same on every launch)
+        data.seed="$SEED"
         actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu="$LOG_PROB_MICRO_BATCH_PER_GPU"
         # the reference model waits in host memory between uses (on DEVICE=cpu it is there anyway)
         actor_rollout_ref.ref.fsdp_config.param_offload="$([[ "${DEVICE:-cuda}" == cpu ]] && echo false || echo true)"

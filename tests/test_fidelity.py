@@ -53,6 +53,7 @@ REQUIRED_SETTINGS = {
     "PPO epochs per iteration",
     "clip ratio",
     "rollout temperature",
+    "task-order seed",
 }
 
 
@@ -73,7 +74,7 @@ def table():
 
 def compose_recipe(recipe: str, *args: str, **env: str):
     """(composed config, data-prep argv) of ``DRY_RUN=1 bash recipes/run_<recipe>.sh args`` with extra env vars."""
-    base = {k: v for k, v in os.environ.items() if k not in ("N_GPUS", "CUDA_VISIBLE_DEVICES", "DEVICE")}
+    base = {k: v for k, v in os.environ.items() if k not in ("N_GPUS", "CUDA_VISIBLE_DEVICES", "DEVICE", "SEED")}
     proc = subprocess.run(
         ["bash", str(ROOT / "recipes" / f"run_{recipe}.sh"), *args],
         env={**base, "DRY_RUN": "1", **env},

@@ -22,17 +22,22 @@ ROOT = Path(__file__).resolve().parents[1]
 PROMPT = [5, 6, 7, 8]
 
 
-@pytest.fixture
-def server(tiny_model_dir):
+def _server(tiny_model_dir, replica_rank: int = 0, *extra: str) -> HFGenerationServer:
     overrides = [
         "platform=cpu",
         f"actor_rollout_ref.model.path={tiny_model_dir}",
         "data.max_prompt_length=16",
         "data.max_response_length=3",
+        *extra,
     ]
     with initialize_config_dir(config_dir=str(ROOT / "verl_gigpo" / "config"), version_base=None):
         cfg = compose(config_name="gigpo_trainer", overrides=overrides)
-    return HFGenerationServer(omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout), str(tiny_model_dir), 0)
+    return HFGenerationServer(omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout), str(tiny_model_dir), replica_rank)
+
+
+@pytest.fixture
+def server(tiny_model_dir):
+    return _server(tiny_model_dir)
 
 
 def _generate(server, prompt=PROMPT, **params) -> TokenOutput:
@@ -118,3 +123,17 @@ def test_multimodal_input_and_a_full_context_are_errors(server):
     too_long = list(range(5, 5 + server.max_model_len))
     with pytest.raises(ValueError, match="leaves no room"):
         _generate(server, too_long)
+
+
+def test_replicas_sample_from_streams_seeded_by_rollout_seed_and_rank(tiny_model_dir):
+    """Requests without a seed draw from the server's generator, seeded ``rollout.seed + replica_rank`` as verl
+    seeds a vLLM replica: a fresh server of the same rank repeats its replies, another rank or seed does not (two
+    replicas serving one group's identical prompts must not give identical episodes)."""
+
+    def replies(server) -> list[list[int]]:
+        return [_generate(server).token_ids for _ in range(8)]
+
+    first = replies(_server(tiny_model_dir, 0))
+    assert replies(_server(tiny_model_dir, 0)) == first
+    assert replies(_server(tiny_model_dir, 1)) != first
+    assert replies(_server(tiny_model_dir, 0, "actor_rollout_ref.rollout.seed=7")) != first

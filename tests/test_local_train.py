@@ -452,3 +452,21 @@ def test_numeric_keys_are_checked_before_the_run_cpu(override, match):
     # trainer.save_freq=abc used to pass and crash after the first iteration (at `iteration % save_freq`).
     with pytest.raises(ValueError, match=match):
         load_config([override])
+
+
+def test_validation_sampling_follows_the_rule_verls_path_writes_cpu(caplog):
+    """val_kwargs.do_sample=false: the local engine's validation requests are greedy (temperature 0, top_p 1,
+    top_k -1) whatever val_kwargs.temperature says, as verl's path after apply_validation_sampling; the config check
+    says once that the temperature is ignored. do_sample=true: val_kwargs' own settings."""
+    from verl_gigpo.local.setup import sampling_params
+
+    val = ["actor_rollout_ref.rollout.val_kwargs.temperature=0.7", "actor_rollout_ref.rollout.val_kwargs.top_p=0.9"]
+    with caplog.at_level("INFO", logger="verl_gigpo.local.config"):
+        greedy = load_config(["actor_rollout_ref.rollout.val_kwargs.do_sample=false", *val])
+    assert "temperature=0.7, top_p=0.9 ignored (greedy)" in caplog.text
+    params = sampling_params(greedy, None, validation=True)
+    assert (params["temperature"], params["top_p"], params["top_k"]) == (0.0, 1.0, -1)
+    sampled = load_config(["actor_rollout_ref.rollout.val_kwargs.do_sample=true", *val])
+    params = sampling_params(sampled, None, validation=True)
+    assert (params["temperature"], params["top_p"], params["top_k"]) == (0.7, 0.9, -1)
+    assert sampling_params(sampled, None, validation=False)["temperature"] == 1.0  # training: rollout.temperature

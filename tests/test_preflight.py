@@ -22,8 +22,8 @@ from environments import list_envs
 from verl_gigpo.agent_loop import episode_config_from
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.local.config import ESTIMATORS, load_config
-from verl_gigpo.preflight import GiGPOConfigError, config_problems, preflight
-from verl_gigpo.rules import bypass_mode_problem, estimator_problem, kl_in_reward_problem
+from verl_gigpo.preflight import GiGPOConfigError, config_problems, config_warnings, preflight
+from verl_gigpo.rules import bypass_mode_problem, estimator_problem, kl_in_reward_problem, training_sampling_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 #: key -> an existing path for it (filled by the autouse fixture below)
@@ -356,3 +356,31 @@ def test_the_penalty_mode_is_checked_before_ray_with_its_statistics():
     problems = config_problems(compose_gigpo(["env.invalid_action_penalty_mode=late", "env.max_steps=0"]))
     assert any("env.invalid_action_penalty_mode='late'" in p for p in problems)
     assert any(p.startswith("env.max_steps=0") for p in problems)
+
+
+def test_training_rollouts_that_do_not_sample_are_refused_on_both_engines():
+    """Greedy training rollouts make a group's episodes identical; verl's agent loop ignores rollout.do_sample, so
+    do_sample=false is refused rather than silently dropped; a temperature of 0 is refused by both engines alike."""
+    assert config_problems(compose_gigpo(["actor_rollout_ref.rollout.do_sample=false"])) == [
+        training_sampling_problem(False, 1.0)
+    ]
+    assert training_sampling_problem(False, 1.0).startswith("actor_rollout_ref.rollout.do_sample=false")
+    zero = "actor_rollout_ref.rollout.temperature=0"
+    assert config_problems(compose_gigpo([zero])) == [local_message(zero)]
+    assert local_message(zero).startswith("actor_rollout_ref.rollout.temperature=0 makes every episode")
+    assert training_sampling_problem(True, 0.5) is None
+
+
+def test_greedy_validation_outside_gigpo_sync_warns_that_verl_samples():
+    """Only the gigpo_sync trainer mode makes val_kwargs.do_sample=false greedy; verl's own mode samples at
+    val_kwargs.temperature, which the warning names (no warning when the temperature is already 0)."""
+    greedy = [
+        "actor_rollout_ref.rollout.n=8",  # groups of 8: no group-size warning
+        "actor_rollout_ref.rollout.val_kwargs.do_sample=false",
+        "actor_rollout_ref.rollout.val_kwargs.temperature=0.4",
+    ]
+    assert config_warnings(compose_gigpo(greedy)) == []  # the gigpo_sync mode (the default) makes it greedy
+    verls = ["algorithm.adv_estimator=grpo", "trainer.v1.trainer_mode=sync"]
+    [warning] = config_warnings(compose_gigpo([*greedy, *verls]))
+    assert "temperature=0.4" in warning and "trainer mode sync" in warning
+    assert config_warnings(compose_gigpo([*greedy[:2], *verls])) == []

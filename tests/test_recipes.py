@@ -35,7 +35,7 @@ def compose_gigpo(overrides: list[str]):
 
 def run_recipe(recipe: str, *args: str, path: str | None = None, **env: str) -> subprocess.CompletedProcess:
     """Run ``bash recipes/run_<recipe>.sh args`` with extra environment variables (``DRY_RUN`` only if given)."""
-    base = {k: v for k, v in os.environ.items() if k not in ("DRY_RUN", "N_GPUS", "CUDA_VISIBLE_DEVICES")}
+    base = {k: v for k, v in os.environ.items() if k not in ("DRY_RUN", "N_GPUS", "CUDA_VISIBLE_DEVICES", "SEED")}
     if path is not None:
         base["PATH"] = path
     return subprocess.run(
@@ -253,3 +253,13 @@ def test_a_python_that_is_not_a_command_is_named():
     proc = run_recipe("sokoban", DEVICE="cpu", PYTHON="no-such-python3")
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: PYTHON=no-such-python3 is not a command; run with the Python this project")
+
+
+def test_seed_sets_the_task_order_seed_and_is_checked():
+    """SEED (default 0) is data.seed, the seed of verl's shuffle of the training tasks; not a whole number: refused."""
+    for env, seed in (({}, 0), ({"SEED": "5"}, 5)):
+        cfg = compose_gigpo(printed_overrides(run_recipe("sokoban", DRY_RUN="1", **env)))
+        assert (cfg.data.seed, cfg.data.shuffle) == (seed, True)
+    for bad in ("x", "-1", "1.5"):
+        proc = run_recipe("sokoban", DRY_RUN="1", SEED=bad)
+        assert proc.returncode != 0 and f"SEED={bad} is not a whole number >= 0" in proc.stderr

@@ -392,3 +392,76 @@ def test_gigpo_applies_verls_rollout_correction(rollout, action_model_dir, tmp_p
     # the advantages are GiGPO's on the rejection-masked rows
     expected_adv, _ = _expected_gigpo(data, expected_mask)
     torch.testing.assert_close(got["advantages"].to_padded_tensor(0.0), expected_adv, rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------------------------------- validation sampling
+VAL_TASKS = 4
+
+
+def _validation_replies(cfg, trainer, worker, dataset) -> dict[tuple[int, int, int], list[int]]:
+    """One validation of every task of ``dataset``, as verl's ``PPOTrainer._validate`` submits it: the batch with
+    ``validate`` set, prompt tags in the ``val`` partition, the replay buffer's sample, TransferQueue cleared after.
+
+    Returns:
+        {(task seed, session, step): the reply's token ids}.
+    """
+    batch_dict = collate_fn([dataset[i] for i in range(len(dataset))])
+    uids = [str(uuid.uuid4()) for _ in range(len(dataset))]
+    batch_dict["uid"] = np.array(uids, dtype=object)
+    batch = tu.get_tensordict(batch_dict)
+    tu.assign_non_tensor_data(batch, "global_steps", 0)
+    tu.assign_non_tensor_data(batch, "validate", True)
+    tq.kv_batch_put(
+        keys=uids, partition_id="val", tags=[{"is_prompt": True, "status": "pending", "global_steps": 0}] * len(uids)
+    )
+    ray.get(worker.generate_sequences.remote(batch))
+    meta, _ = trainer.replay_buffer.sample(global_steps=0, partition_id="val", batch_size=len(uids))
+    data = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=["responses", "extra_fields"])
+    tq.kv_clear(keys=meta.keys, partition_id=meta.partition_id)
+    replies = {}
+    for key, ef, reply in zip(meta.keys, data["extra_fields"], data["responses"].unbind(), strict=True):
+        _, session, step = key.rsplit("_", 2)
+        replies[(ef["seed"], int(session), int(step))] = reply.tolist()
+    assert len({seed for seed, _, _ in replies}) == len(dataset)  # every task played
+    return replies
+
+
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_validation_with_do_sample_false_is_greedy(ray_tq, action_model_dir, tmp_path, caplog, do_sample):
+    """val_kwargs.do_sample=false at val temperature 0.7: the trainer mode's construction writes greedy settings into
+    the config that verl then gives its agent-loop workers (verl's TaskRunnerV1 builds both from one config object),
+    so two validations of the same tasks through verl's AgentLoopWorkerTQ and the hf server give identical replies.
+    do_sample=true at the same temperature samples: the two validations differ."""
+    write_task_files("gridnav", tmp_path, train_size=N_TASKS, val_size=VAL_TASKS)
+    val = [f"actor_rollout_ref.rollout.val_kwargs.do_sample={str(do_sample).lower()}"]
+    cfg = _config(action_model_dir, tmp_path, "gigpo", *val, "actor_rollout_ref.rollout.val_kwargs.temperature=0.7")
+    with caplog.at_level("INFO", logger="verl_gigpo.trainer"):
+        trainer = GiGPOTrainerSync(cfg)
+    val_kwargs = cfg.actor_rollout_ref.rollout.val_kwargs
+    if do_sample:
+        assert (val_kwargs.temperature, trainer.validation_sampling.greedy) == (0.7, False)
+        assert "greedily" not in caplog.text
+    else:
+        assert (val_kwargs.temperature, val_kwargs.top_p, val_kwargs.top_k) == (0.0, 1.0, -1)
+        assert "temperature=0.7 ignored" in caplog.text
+    tokenizer = AutoTokenizer.from_pretrained(action_model_dir)
+    dataset = create_rl_dataset([str(tmp_path / "val.parquet")], cfg.data, tokenizer, None, is_train=False)
+    server = (
+        ray.remote(HFGenerationServer)
+        .options(max_concurrency=64)
+        .remote(
+            config=omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout),
+            model_path=str(action_model_dir),
+            replica_rank=0,
+        )
+    )
+    client = LLMServerClient(cfg, load_balancer_handle=get_router_handle(servers={"hf://val-server": server}))
+    worker = AgentLoopWorkerTQ.remote(cfg, client)
+    try:
+        first = _validation_replies(cfg, trainer, worker, dataset)
+        second = _validation_replies(cfg, trainer, worker, dataset)
+    finally:
+        ray.kill(worker)
+        ray.kill(server)
+    # the same server and worker, the same tasks: only the sampling decides whether the two validations agree
+    assert (first == second) is (not do_sample)

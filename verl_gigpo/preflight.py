@@ -7,7 +7,8 @@ key added with ``+`` that nothing reads). :func:`preflight` checks the whole GiG
 * the rules both engines check (:mod:`verl_gigpo.rules`, the local engine's config check uses them too):
   ``actor_rollout_ref.rollout.n``, ``env.max_steps``, ``env.history_length``, ``env.invalid_action_penalty`` (a
   finite number >= 0), ``algorithm.use_kl_in_reward`` (refused with a step-credit estimator, whose rewards are
-  per step) and ``algorithm.adv_estimator`` (one of verl's registry);
+  per step), ``algorithm.adv_estimator`` (one of verl's registry) and the training rollouts' sampling
+  (``actor_rollout_ref.rollout.do_sample`` true, ``temperature`` > 0);
 * the supported path: verl's V1 trainer (``trainer.use_v1=true``) with verl's own TransferQueue agent-loop
   manager, and ``trainer.v1.trainer_mode=gigpo_sync`` for ``adv_estimator=gigpo``;
 * ``algorithm.gigpo.*`` through :meth:`GiGPOConfig.from_algorithm` and ``env.*`` through
@@ -51,6 +52,8 @@ from verl_gigpo.rules import (
     estimator_problem,
     group_size_warning,
     kl_in_reward_problem,
+    training_sampling_problem,
+    validation_sampling,
 )
 
 __all__ = ["ENV_KEYS", "GiGPOConfigError", "config_problems", "config_warnings", "file_problems", "preflight"]
@@ -134,6 +137,12 @@ def config_problems(config: Any) -> list[str]:
     )
     if bypass:
         problems.append(bypass)
+    sampling = training_sampling_problem(
+        OmegaConf.select(config, "actor_rollout_ref.rollout.do_sample", default=True),
+        OmegaConf.select(config, "actor_rollout_ref.rollout.temperature", default=1.0),
+    )
+    if sampling:
+        problems.append(sampling)
     from verl_gigpo.rollout.step_rows import UpdateSettings  # the trainer mode's reader of trainer.v1.gigpo_sync
 
     try:
@@ -152,7 +161,9 @@ def config_problems(config: Any) -> list[str]:
 
 def config_warnings(config: Any) -> list[str]:
     """What is valid but worth a warning: a group size (``actor_rollout_ref.rollout.n``) of 1 (what each
-    estimator then computes, :func:`verl_gigpo.config.group_size_warning`)."""
+    estimator then computes, :func:`verl_gigpo.config.group_size_warning`); ``val_kwargs.do_sample=false`` with a
+    sampling setting under a trainer mode other than ``gigpo_sync``, which alone makes it greedy
+    (:func:`verl_gigpo.trainer.apply_validation_sampling`)."""
     if not isinstance(config, DictConfig):
         config = OmegaConf.create(config)
     estimator = OmegaConf.select(config, "algorithm.adv_estimator", default=None)
@@ -160,7 +171,17 @@ def config_warnings(config: Any) -> list[str]:
     warning = group_size_warning(
         str(estimator), n, step_advantage_w=OmegaConf.select(config, "algorithm.gigpo.step_advantage_w", default=None)
     )
-    return [warning] if warning else []
+    warnings = [warning] if warning else []
+    mode = OmegaConf.select(config, "trainer.v1.trainer_mode", default=None)
+    val_kwargs = OmegaConf.select(config, "actor_rollout_ref.rollout.val_kwargs", default=None) or {}
+    sampling = validation_sampling(val_kwargs)
+    if mode != TRAINER_MODE and sampling.ignored:
+        warnings.append(
+            f"actor_rollout_ref.rollout.val_kwargs.do_sample=false with {', '.join(sampling.ignored)}: verl's "
+            f"trainer mode {mode} decodes validation with those settings, not greedily (only trainer.v1.trainer_mode="
+            f"{TRAINER_MODE} makes do_sample=false greedy); set val_kwargs.temperature=0 for greedy validation"
+        )
+    return warnings
 
 
 def _truthy(value: str | None) -> bool:

@@ -16,7 +16,10 @@ the key means or what to do instead.
 * :func:`kl_in_reward_problem` — ``algorithm.use_kl_in_reward`` and the estimator;
 * :func:`estimator_problem` — ``algorithm.adv_estimator`` against the estimators an engine runs;
 * :func:`group_size_warning` — the warning for ``actor_rollout_ref.rollout.n=1``;
-* :func:`penalty_mode` — ``env.invalid_action_penalty_mode`` (:data:`PENALTY_MODES`).
+* :func:`penalty_mode` — ``env.invalid_action_penalty_mode`` (:data:`PENALTY_MODES`);
+* :func:`training_sampling_problem` — training rollouts must sample (``actor_rollout_ref.rollout.do_sample`` and
+  ``temperature``);
+* :func:`validation_sampling` — what validation decodes with (``val_kwargs.do_sample=false`` is greedy).
 
 The options of the estimators themselves (``algorithm.gamma``, ``algorithm.gigpo.*``, ``algorithm.<successor>.*``)
 are the estimator's own check (:class:`verl_gigpo.config.GiGPOConfig`), which both engines call.
@@ -28,22 +31,26 @@ processes import that.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 
 __all__ = [
+    "GREEDY_SAMPLING",
     "PENALTY_MODES",
     "RANGES",
     "SHARED_KEYS",
     "Range",
+    "ValidationSampling",
     "bypass_mode_problem",
     "estimator_problem",
     "group_size_warning",
     "kl_in_reward_problem",
     "penalty_mode",
+    "training_sampling_problem",
+    "validation_sampling",
 ]
 
 _KINDS = ("bool", "int", "float")
@@ -146,6 +153,10 @@ _RULES = (
     Range("actor_rollout_ref.rollout.top_k", "int", "top-k sampling, -1 = off", low=-1),
     Range("actor_rollout_ref.rollout.val_kwargs.do_sample", "bool", "sample in validation"),
     Range("actor_rollout_ref.rollout.val_kwargs.temperature", "float", "validation temperature", low=0),
+    Range(
+        "actor_rollout_ref.rollout.val_kwargs.top_p", "float", "validation nucleus mass", low=0, high=1, low_open=True
+    ),
+    Range("actor_rollout_ref.rollout.val_kwargs.top_k", "int", "validation top-k, -1 = off", low=-1),
     Range("actor_rollout_ref.rollout.val_kwargs.n", "int", "validation episodes per task", low=1),
     Range("actor_rollout_ref.actor.optim.lr", "float", "learning rate", low=0, low_open=True),
     Range("actor_rollout_ref.actor.optim.weight_decay", "float", "AdamW weight decay", low=0),
@@ -292,3 +303,99 @@ def group_size_warning(estimator: str, group_size: Any, *, step_advantage_w: Any
             "return, with no baseline; rollout.n >= 2 gives the group baseline"
         )
     return None
+
+
+#: greedy decoding as verl sets it for its own greedy requests (``apply_greedy_sampling_params`` in
+#: ``verl.trainer.ppo.v1.agent_loop_tq``): temperature 0 is vLLM's greedy path and the local server's argmax
+#: (:mod:`verl_gigpo.local.sampling`); top-p and top-k are off
+GREEDY_SAMPLING: dict[str, float | int] = {"temperature": 0.0, "top_p": 1.0, "top_k": -1}
+
+
+def training_sampling_problem(do_sample: Any, temperature: Any) -> str | None:
+    """The rule of the training rollouts' sampling (``actor_rollout_ref.rollout.do_sample`` and ``temperature``):
+    None when they sample, else the message.
+
+    Greedy training rollouts make every episode of a group identical (same task, same policy, same replies), so
+    every group-relative advantage is 0, and they are not draws from the policy whose log-probs PPO uses. verl's
+    agent loop never reads ``rollout.do_sample`` (only verl's legacy HF rollout does; the reference's vLLM rollout
+    ignores it for training too), so ``do_sample=false`` would otherwise be silently ignored.
+
+    Args:
+        do_sample: ``actor_rollout_ref.rollout.do_sample`` (True where the engine has no such key).
+        temperature: ``actor_rollout_ref.rollout.temperature``.
+    """
+    instead = "greedy validation is actor_rollout_ref.rollout.val_kwargs.do_sample=false"
+    if do_sample is False:
+        return (
+            "actor_rollout_ref.rollout.do_sample=false asks for greedy training rollouts, which make every episode of "
+            f"a group identical (every group advantage 0); set it to true (the default); {instead}"
+        )
+    if temperature == 0 and not isinstance(temperature, bool):
+        return (
+            "actor_rollout_ref.rollout.temperature=0 makes every episode of a group identical (nothing to compare); "
+            f"use a temperature > 0 for training; {instead}"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class ValidationSampling:
+    """What validation decodes with (:func:`validation_sampling`).
+
+    Attributes:
+        temperature, top_p, top_k: the sampling settings of every validation request.
+        greedy: ``val_kwargs.do_sample`` is false, so the three are :data:`GREEDY_SAMPLING`.
+        ignored: the ``val_kwargs`` settings greedy decoding overrides, as ``name=value`` (e.g. ``temperature=0.7``).
+    """
+
+    temperature: float
+    top_p: float
+    top_k: int
+    greedy: bool
+    ignored: tuple[str, ...] = ()
+
+    @property
+    def params(self) -> dict[str, float | int]:
+        """``{"temperature", "top_p", "top_k"}``, the keys of verl's ``val_kwargs`` and of vLLM's sampling params."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k}
+
+    @property
+    def message(self) -> str | None:
+        """The line to log: None when validation samples; with ``do_sample`` false it says validation is greedy and
+        names what that ignores."""
+        if not self.greedy:
+            return None
+        line = (
+            "validation decodes greedily (actor_rollout_ref.rollout.val_kwargs.do_sample=false): temperature 0, "
+            "top_p 1, top_k -1"
+        )
+        if self.ignored:
+            line += (
+                f"; val_kwargs {', '.join(self.ignored)} ignored (greedy); set val_kwargs.do_sample=true to sample "
+                "with them"
+            )
+        return line
+
+
+def validation_sampling(val_kwargs: Mapping[str, Any]) -> ValidationSampling:
+    """What validation decodes with, from ``actor_rollout_ref.rollout.val_kwargs``.
+
+    ``do_sample`` true: its own ``temperature``, ``top_p`` and ``top_k`` (1.0, 1.0 and -1 where absent).
+    ``do_sample`` false: greedy, :data:`GREEDY_SAMPLING`, whatever the other three say, as the reference's vLLM
+    rollout decodes (verl-agent ``vLLMRollout.generate_sequences``: ``do_sample`` false gives temperature 0, top-p
+    1, top-k -1). verl 0.9.1's agent loop reads only the three numbers, so verl's path writes them into the config
+    (:func:`verl_gigpo.trainer.apply_validation_sampling`); the local engine sends them with each request.
+
+    Args:
+        val_kwargs: a mapping with ``do_sample`` (default true), ``temperature``, ``top_p`` and ``top_k``.
+    """
+    own = {
+        "temperature": val_kwargs.get("temperature", 1.0),
+        "top_p": val_kwargs.get("top_p", 1.0),
+        "top_k": val_kwargs.get("top_k", -1),
+    }
+    if val_kwargs.get("do_sample", True):
+        return ValidationSampling(**own, greedy=False)
+    neutral = {"temperature": (0,), "top_p": (1,), "top_k": (-1, 0)}  # values greedy decoding does not override
+    ignored = tuple(f"{name}={value!r}" for name, value in own.items() if value not in neutral[name])
+    return ValidationSampling(**GREEDY_SAMPLING, greedy=True, ignored=ignored)

@@ -31,7 +31,10 @@ It overrides or wraps these members of ``PPOTrainer`` (``verl/trainer/ppo/v1/tra
 is private to verl and may change in another release, hence the version guard (:mod:`verl_gigpo.verl_version`,
 :data:`~verl_gigpo.verl_version.SUPPORTED_VERL_VERSIONS`, checked when this module is imported):
 
-1. ``__init__`` (``trainer_base.py:120``) — wrapped: reads and checks the GiGPO config first, then verl's.
+1. ``__init__`` (``trainer_base.py:120``) — wrapped: reads and checks the GiGPO config first, refuses greedy
+   training rollouts, and makes ``val_kwargs.do_sample=false`` greedy (:func:`apply_validation_sampling`), then
+   verl's. verl's ``TaskRunnerV1.run`` (``verl/trainer/main_ppo.py:133-155``) builds the trainer and then the agent-loop
+   manager from the same config object, so the agent-loop workers receive the greedy settings.
 2. ``trainer_mode`` (an attribute set at ``trainer_base.py:129``) — replaced by a property that reads ``"sync"``:
    verl compares the attribute with the literal ``"sync"`` (``:153`` ReplayBuffer vs ReplayBufferAsync, ``:731``,
    ``:902``, ``:912``, ``:1004``, ``:1499``) and so reads verl's ``trainer.v1.sync.*`` settings (``:130``,
@@ -84,7 +87,14 @@ from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
 from verl_gigpo.rollout import metrics as rollout_metrics
 from verl_gigpo.rollout.step_rows import StepBatch, UpdateSettings
-from verl_gigpo.rules import group_size_warning, kl_in_reward_problem, penalty_mode
+from verl_gigpo.rules import (
+    ValidationSampling,
+    group_size_warning,
+    kl_in_reward_problem,
+    penalty_mode,
+    training_sampling_problem,
+    validation_sampling,
+)
 from verl_gigpo.verl_version import check_verl_version, installed_verl_version
 
 __all__ = [
@@ -92,6 +102,7 @@ __all__ = [
     "MiniBatchPlan",
     "StepBatch",
     "UpdateSettings",
+    "apply_validation_sampling",
     "compute_step_advantages",
     "episode_metrics",
     "plan_mini_batches",
@@ -169,6 +180,31 @@ def episode_metrics(steps: StepBatch) -> dict[str, float]:
     return rollout_metrics.episode_metrics(steps.trajectory_summaries())
 
 
+def apply_validation_sampling(config: Any) -> ValidationSampling:
+    """Write what validation decodes with into ``config.actor_rollout_ref.rollout.val_kwargs`` (in place) and log
+    it once: with ``do_sample`` false, ``temperature`` 0, ``top_p`` 1 and ``top_k`` -1
+    (:func:`verl_gigpo.rules.validation_sampling`, the rule the local engine follows too).
+
+    verl 0.9.1 builds a validation request's sampling parameters from ``val_kwargs.temperature``, ``top_p`` and
+    ``top_k`` alone (``AgentLoopWorkerTQ.generate_sequences``); ``do_sample`` feeds only an assertion of
+    ``verl.utils.config.validate_config``. Writing the greedy values into the config is what makes every rollout
+    backend (vLLM, SGLang, the ``hf`` backend) decode greedily: temperature 0 is greedy in each.
+
+    Args:
+        config: verl's whole trainer config (a ``DictConfig``; struct mode is respected outside ``val_kwargs``).
+
+    Returns:
+        the validation sampling, as written.
+    """
+    val_kwargs = config.actor_rollout_ref.rollout.val_kwargs
+    sampling = validation_sampling(val_kwargs)
+    if sampling.greedy:
+        with open_dict(val_kwargs):
+            val_kwargs.update(sampling.params)
+        (logger.warning if sampling.ignored else logger.info)(sampling.message)
+    return sampling
+
+
 @contextmanager
 def planned_update_actor(worker_group: Any, plan: MiniBatchPlan, *, shuffle: bool) -> Iterator[None]:
     """While open, ``worker_group.update_actor(data)`` runs verl's with ``plan.mini_batch_rows`` rows per
@@ -232,6 +268,11 @@ class GiGPOTrainerSync(PPOTrainerSync):
             )
             if warning:
                 logger.warning(warning)
+        rollout = config.actor_rollout_ref.rollout
+        problem = training_sampling_problem(rollout.get("do_sample", True), rollout.temperature)
+        if problem:  # verl_gigpo.preflight says it before Ray; this covers verl's own entry point
+            raise ValueError(problem)
+        self.validation_sampling = apply_validation_sampling(config)  # before verl builds any agent-loop worker
         self.update_settings = UpdateSettings.from_config(config)
         self.global_steps = 0  # verl sets it in init() (_load_checkpoint); the advantage step may run before that
         self._rows_to_split: int | None = None

@@ -69,7 +69,8 @@ class HFGenerationServer:
 
     Args:
         config: verl ``RolloutConfig`` (reads ``prompt_length``, ``response_length``, ``max_model_len``,
-            ``max_num_seqs`` and ``free_cache_engine``).
+            ``max_num_seqs``, ``free_cache_engine`` and ``seed``: the server samples requests that bring no ``seed``
+            from a generator seeded ``seed + replica_rank``, as verl seeds each vLLM replica's engine).
         model_path: local Hugging Face model folder (verl's ``HFModelConfig.local_path``).
         replica_rank: the replica this server belongs to (for messages).
         trust_remote_code: passed to ``from_pretrained``.
@@ -89,7 +90,11 @@ class HFGenerationServer:
         self.model = model
         max_batch = int(getattr(config, "max_num_seqs", 0) or 0)
         self.server = LocalGenerationServer(
-            model, tokenizer, device="cpu", max_batch_size=max(1, min(max_batch, 256)) if max_batch else 64
+            model,
+            tokenizer,
+            device="cpu",
+            max_batch_size=max(1, min(max_batch, 256)) if max_batch else 64,
+            seed=int(getattr(config, "seed", 0)) + replica_rank,  # replicas draw different streams
         )
         self.max_model_len = int(
             getattr(config, "max_model_len", None)

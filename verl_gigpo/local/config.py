@@ -27,7 +27,14 @@ from verl_gigpo.credit import CreditLogOptions
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.step_rows import UpdateSettings
 from verl_gigpo.rollout.types import check_invalid_action
-from verl_gigpo.rules import RANGES, estimator_problem, group_size_warning, kl_in_reward_problem
+from verl_gigpo.rules import (
+    RANGES,
+    estimator_problem,
+    group_size_warning,
+    kl_in_reward_problem,
+    training_sampling_problem,
+    validation_sampling,
+)
 
 __all__ = ["DEFAULT_CONFIG", "ESTIMATORS", "gigpo_config", "load_config", "validate_config"]
 
@@ -84,7 +91,7 @@ def validate_config(cfg: DictConfig) -> None:
 
     The rules are those of :mod:`verl_gigpo.rules` (the ones verl's preflight checks too: ranges,
     ``algorithm.use_kl_in_reward``, ``algorithm.adv_estimator``, the group-size warning), then what only this
-    engine needs (a training temperature > 0, the mini-batch size, the policy loss), then the checks of the
+    engine needs (training rollouts that sample, the mini-batch size, the policy loss), then the checks of the
     components: ``trainer.credit_log_*``, ``env.invalid_action``, ``env.name``, the environment deadlines and worker
     processes, ``algorithm.gamma`` and the estimators' sections.
     """
@@ -96,11 +103,9 @@ def validate_config(cfg: DictConfig) -> None:
     ):
         if problem:
             raise ValueError(problem)
-    if rollout.temperature == 0:
-        raise ValueError(
-            "actor_rollout_ref.rollout.temperature=0 makes every episode of a group identical (nothing to compare); "
-            "use a temperature > 0 for training (val_kwargs.do_sample=false gives greedy validation)"
-        )
+    sampling = training_sampling_problem(True, rollout.temperature)  # this engine has no rollout.do_sample key
+    if sampling:
+        raise ValueError(sampling)
     mini = actor.ppo_mini_batch_size
     if mini is not None and (not isinstance(mini, int) or not 1 <= mini <= cfg.data.train_batch_size):
         raise ValueError(
@@ -125,6 +130,9 @@ def validate_config(cfg: DictConfig) -> None:
     )
     if warning:
         logger.warning(warning)
+    greedy = validation_sampling(rollout.val_kwargs)
+    if greedy.message:
+        (logger.warning if greedy.ignored else logger.info)(greedy.message)
 
 
 def gigpo_config(cfg: DictConfig):

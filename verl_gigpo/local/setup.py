@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.rollout import EpisodeConfig, TaskSpec, make_task_env
 from verl_gigpo.rollout.step_rows import UpdateSettings
+from verl_gigpo.rules import validation_sampling
 
 __all__ = ["action_token_ids", "episode_seed", "load_model", "sampling_params", "update_settings"]
 
@@ -80,15 +81,17 @@ def action_token_ids(
 
 def sampling_params(cfg: DictConfig, allowed_ids: list[int] | None, *, validation: bool) -> dict[str, Any]:
     """The generation server's sampling parameters of the training rollouts (``actor_rollout_ref.rollout.*``) or of
-    validation (``val_kwargs``: its temperature, 0 when ``do_sample`` is false), restricted to ``allowed_ids``."""
+    validation (``val_kwargs``, as :func:`verl_gigpo.rules.validation_sampling` reads it on both engines: greedy when
+    ``do_sample`` is false), restricted to ``allowed_ids``."""
     rollout = cfg.actor_rollout_ref.rollout
-    temperature = rollout.temperature
     if validation:
-        temperature = rollout.val_kwargs.temperature if rollout.val_kwargs.do_sample else 0.0
+        decoding = validation_sampling(rollout.val_kwargs).params
+    else:
+        decoding = {"temperature": rollout.temperature, "top_p": rollout.top_p, "top_k": rollout.top_k}
     params: dict[str, Any] = {
-        "temperature": float(temperature),
-        "top_p": float(rollout.top_p),
-        "top_k": int(rollout.top_k),
+        "temperature": float(decoding["temperature"]),
+        "top_p": float(decoding["top_p"]),
+        "top_k": int(decoding["top_k"]),
         "max_tokens": int(rollout.response_length),
     }
     if allowed_ids is not None:
