@@ -86,6 +86,10 @@ cmd=(
     # the reference's rule: only a broken reply format is invalid (penalised); a well-formed command goes to the
     # environment even when it is not an action there (docs/environments.md, "The format rule of each environment")
     env.invalid_action=format
+    # the reference's prompt (recipes/reference_settings.yaml): one quoted admissible action per line; a prompt over
+    # data.max_prompt_length ends its episode (the reference's data.truncation=error stops the run)
+    env.prompt.admissible_actions=lines
+    env.prompt.overlong=fail_episode
     +env.kwargs.data_path="$(gigpo_hydra_quote "$ALFWORLD_DATA")"
     data.train_files="$(gigpo_hydra_quote "$DATA_DIR/train.parquet")"
     data.val_files="$(gigpo_hydra_quote "$DATA_DIR/val.parquet")"

@@ -70,6 +70,13 @@ cmd=(
     # the reference's rule: only a broken reply format is invalid (penalised); a well-formed command goes to the
     # environment even when it is not an action there (docs/environments.md, "The format rule of each environment")
     env.invalid_action=format
+    # the reference's prompt (recipes/reference_settings.yaml): no shopping advice or scoring sentences; one quoted
+    # action per line; a prompt over 13,000 characters with history is shown without it, and one still over
+    # data.max_prompt_length ends its episode (the reference's data.truncation=error stops the run)
+    +env.kwargs.strategy_hints=false
+    env.prompt.admissible_actions=lines
+    env.prompt.history_free_above_chars=13000
+    env.prompt.overlong=fail_episode
     # the reference's reward: 10 for a purchase that scores 1.0, else 0 (WebShop's score stays in info's task_score)
     +env.kwargs.success_reward=10
     data.train_files="$(gigpo_hydra_quote "$DATA_DIR/train.parquet")"

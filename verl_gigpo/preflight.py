@@ -44,7 +44,6 @@ from verl_gigpo.agent_loop import episode_config_from
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit import CreditLogOptions
 from verl_gigpo.rollout.execution import EnvExecution
-from verl_gigpo.rollout.types import PromptOptions
 from verl_gigpo.rules import (
     RANGES,
     SHARED_KEYS,
@@ -60,7 +59,7 @@ logger = logging.getLogger(__name__)
 
 #: the keys of the ``env`` section (see verl_gigpo/config/gigpo_trainer.yaml)
 ENV_KEYS = ("name", "max_steps", "history_length", "invalid_action_penalty", "invalid_action", "kwargs", "registry")
-#: the prompt options (env.prompt.*), checked by PromptOptions.from_config
+#: the prompt options (env.prompt.*), checked by episode_config_from (PromptOptions.from_config)
 ENV_KEYS += ("prompt",)
 #: the ``env`` keys of environment execution (deadlines, worker processes), checked by EnvExecution.from_config
 ENV_KEYS += ("step_timeout_s", "reset_timeout_s", "num_workers")
@@ -394,10 +393,6 @@ def _env_problems(env: Any) -> tuple[list[str], bool]:
                 type_problems.append(problem)
     try:  # env.step_timeout_s, env.reset_timeout_s, env.num_workers: the agent loop's own reader
         EnvExecution.from_config(env)
-    except ValueError as exc:
-        problems.append(str(exc))
-    try:  # env.prompt.*: the reader both engines' EpisodeConfig uses
-        PromptOptions.from_config(env.get("prompt", None))
     except ValueError as exc:
         problems.append(str(exc))
     return problems + type_problems, not type_problems
