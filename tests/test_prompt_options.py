@@ -311,3 +311,11 @@ def test_recipes_compose_the_reference_prompt_options(recipe, expected):
     assert episode_config_from(cfg).prompt == expected
     if recipe == "webshop":
         assert cfg.env.kwargs.strategy_hints is False
+
+
+@pytest.mark.parametrize("recipe", ["alfworld", "webshop", "sokoban"])
+def test_cpu_recipes_shorten_overlong_prompts(recipe):
+    """DEVICE=cpu runs a tiny model whose tokenizer makes Sokoban's prompt with history longer than its budget: the
+    smoke run drops history instead of failing its episodes (PROMPT_OVERLONG overrides either)."""
+    assert compose_recipe(recipe, DEVICE="cpu")[0].env.prompt.overlong == "drop_history"
+    assert compose_recipe(recipe, DEVICE="cpu", PROMPT_OVERLONG="cut_left")[0].env.prompt.overlong == "cut_left"

@@ -343,7 +343,8 @@ class Episode:
     traj_id: unique trajectory id; task: the task it played; task_id / task_type: from the environment.
     steps: one :class:`StepRecord` per step (may be empty if the environment failed at reset).
     won: the task was solved; episode_return: sum of step rewards (shaping included).
-    env_error: the error message when the environment raised (the episode ended there), else None.
+    env_error: the error message when the environment raised, or the prompt went over budget under
+        ``env.prompt.overlong=fail_episode`` (the episode ended there), else None.
     timing: seconds spent in ``generate`` (awaiting the server), ``env`` (inside reset/step/close, measured in the
         worker thread) and ``glue`` (prompt render + chat template + tokenise, decode + parse).
     abandoned_threads: environment calls of this episode abandoned in threads past their deadline (0 or 1: the
