@@ -70,10 +70,12 @@ import numpy as np
 
 __all__ = [
     "INFO_KEYS",
+    "ACTION_LIST_FORMATS",
     "INVALID_ACTION_RULES",
     "INVALID_ACTION_TEXT",
     "UNMATCHED_ACTION_TEXT",
     "EnvError",
+    "PromptStyle",
     "StepResult",
     "TextEnv",
     "extract_tag",
@@ -116,6 +118,73 @@ MAX_PARSE_CHARS = 65_536
 
 #: Largest ``max_steps`` of any environment (an episode keeps its actions; LLM agent episodes are far shorter).
 MAX_EPISODE_STEPS = 10_000
+
+#: How a prompt writes the admissible actions (:attr:`PromptStyle.admissible_actions`): ``"comma"``: ``a, b, c``;
+#: ``"lines"``: the list starts on a new line and holds one action per line, in single quotes.
+ACTION_LIST_FORMATS = ("comma", "lines")
+
+
+@dataclass(frozen=True)
+class PromptStyle:
+    """The structural choices of a prompt that :meth:`TextEnv.render_prompt` makes (the wording is each
+    environment's own). The defaults are this project's; the GiGPO reference implementation (verl-agent) makes the
+    other choice of each (docs/fidelity.md; the episode runner reads them from ``env.prompt.*``).
+
+    show_step_limit: the prompt states the step limit ``max_steps``. False: each of the environment's
+        :attr:`TextEnv.step_limit_phrases` is written in its form without the limit (the reference never states it).
+    first_step_number: the number of an episode's first step in the history items and in the label of the current
+        step (``{step_number}``): 0 or 1 (the reference numbers from 1). Counts of steps taken do not change.
+    admissible_actions: how the admissible actions are written, one of :data:`ACTION_LIST_FORMATS` (``"lines"``
+        is the reference's ALFWorld and WebShop layout).
+
+    Raises:
+        ValueError: a field of the wrong type or out of range, naming it (``PromptStyle.<field>``).
+    """
+
+    show_step_limit: bool = True
+    first_step_number: int = 0
+    admissible_actions: str = "comma"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.show_step_limit, bool):
+            raise ValueError(
+                f"PromptStyle.show_step_limit={self.show_step_limit!r} must be true or false (whether the prompt "
+                "states the step limit)"
+            )
+        if isinstance(self.first_step_number, bool) or self.first_step_number not in (0, 1):
+            raise ValueError(
+                f"PromptStyle.first_step_number={self.first_step_number!r} must be 0 or 1 (the number of an "
+                "episode's first step in the prompt's history; the reference numbers from 1)"
+            )
+        if self.admissible_actions not in ACTION_LIST_FORMATS:
+            raise ValueError(
+                f"PromptStyle.admissible_actions={self.admissible_actions!r} must be one of "
+                f"{list(ACTION_LIST_FORMATS)} (comma: 'a, b, c' on one line; lines: one quoted action per line)"
+            )
+
+    def action_list(self, actions: Sequence[str] | None) -> str:
+        """The admissible ``actions`` as the prompt writes them (``"any"`` when there are none or they are
+        unbounded): ``"a, b"`` (comma) or ``"\\n'a'\\n'b'"`` (lines)."""
+        if not actions:
+            return "any"
+        if self.admissible_actions == "lines":
+            return "".join(f"\n'{action}'" for action in actions)
+        return ", ".join(actions)
+
+
+class _HiddenStepLimit:
+    """What ``{max_steps}`` stands for when the step limit is hidden: formatting it is an error that says where the
+    template shows the limit (a template field outside :attr:`TextEnv.step_limit_phrases`)."""
+
+    def __init__(self, env_name: str) -> None:
+        self.env_name = env_name
+
+    def __format__(self, spec: str) -> str:
+        raise ValueError(
+            f"{self.env_name}: the prompt must not state the step limit (PromptStyle.show_step_limit=False), but its "
+            "prompt_template (or the limit-free form of a step_limit_phrases entry) writes {max_steps}; write the "
+            "limit only in step_limit_phrases, whose second form leaves it out"
+        )
 
 
 class EnvError(RuntimeError):
@@ -217,9 +286,15 @@ class TextEnv(abc.ABC):
         reset_options: the ``reset`` options ``_reset`` reads besides ``"split"`` (e.g. Sokoban's ``"room"``);
             :meth:`reset` refuses any other before calling ``_reset``.
         prompt_template: a ``str.format`` template with the fields ``{task}``, ``{history}``,
-            ``{observation}``, ``{admissible_actions}``, ``{step}`` and ``{max_steps}``
-            (kept in a ``prompt.py`` beside the environment).
-        history_item_template: renders one past step; fields ``{step}``, ``{observation}``, ``{action}``.
+            ``{observation}``, ``{admissible_actions}``, ``{step}`` (steps taken so far), ``{step_number}`` (the
+            current step's number), ``{max_steps}``, one field per entry of ``step_limit_phrases`` and those of
+            ``_prompt_fields()`` (kept in a ``prompt.py`` beside the environment; see :meth:`render_prompt`).
+        history_item_template: renders one past step; fields ``{step}`` (its number), ``{observation}``,
+            ``{action}``.
+        step_limit_phrases: the phrases of the prompt that state the step limit: field name -> (the phrase with
+            ``{max_steps}``, the phrase without it), both ``str.format`` templates over the prompt's fields. The
+            prompt writes the second form when :attr:`PromptStyle.show_step_limit` is False; a template that writes
+            ``{max_steps}`` outside them cannot hide the limit (an error says so).
         format_fallback_chars: under the ``format`` rule, a reply without an ``<action>`` block sends its last
             this many characters to the environment (the reference's ALFWorld: 30, WebShop: 20); None (default)
             sends nothing (the invalid-action step).
@@ -249,6 +324,8 @@ class TextEnv(abc.ABC):
             and becomes the last observation; it must leave the ``state`` digest unchanged.
         ``_parse_format(text: str) -> (command, valid)``: the ``format`` rule (default: the reference's ALFWorld
             and WebShop projection, see the module docstring).
+        ``_prompt_fields() -> dict[str, str]``: extra fields of ``prompt_template`` that depend on the instance
+            (default none; WebShop's ``{strategy}``).
 
     Public methods a subclass overrides where it can:
         ``num_tasks(split) -> int | None``: the size of a fixed task list (default None: procedural or unbounded).
@@ -263,11 +340,14 @@ class TextEnv(abc.ABC):
     reset_options: ClassVar[tuple[str, ...]] = ()
     thread_parallel: ClassVar[bool] = True
     prompt_template: ClassVar[str] = (
-        "Task: {task}\n{history}Current observation (step {step} of {max_steps}):\n{observation}\n"
+        "Task: {task}\n{history}Current observation ({progress}):\n{observation}\n"
         "Admissible actions: {admissible_actions}\n"
         "Think inside <think>...</think>, then give exactly one action inside <action>...</action>."
     )
     history_item_template: ClassVar[str] = "Step {step}: observation: {observation}\nAction: {action}\n"
+    step_limit_phrases: ClassVar[Mapping[str, tuple[str, str]]] = {
+        "progress": ("step {step_number} of {max_steps}", "step {step_number}")
+    }
     format_fallback_chars: ClassVar[int | None] = None
 
     def __init__(self, *, key_mode: str = "state", max_steps: int = 50) -> None:
@@ -478,24 +558,49 @@ class TextEnv(abc.ABC):
         self._check_split(split)
         return None
 
-    def render_prompt(self, observation: str, info: dict[str, Any], history: Sequence[tuple[str, str]] = ()) -> str:
+    def render_prompt(
+        self,
+        observation: str,
+        info: dict[str, Any],
+        history: Sequence[tuple[str, str]] = (),
+        style: PromptStyle | None = None,
+    ) -> str:
         """Fill ``prompt_template`` with the task, the given past ``(observation, action)`` pairs (oldest first,
-        already cut to the wanted length by the caller), the current observation and the admissible actions."""
-        first = info.get("step", 0) - len(history)
+        already cut to the wanted length by the caller), the current observation and the admissible actions, in
+        ``style`` (default :class:`PromptStyle`'s defaults).
+
+        Fields: ``{task}``; ``{history}`` ("Recent history:" and one ``history_item_template`` per pair, numbered
+        so that the episode's first step is ``style.first_step_number``; empty without history); ``{observation}``;
+        ``{admissible_actions}`` (:meth:`PromptStyle.action_list`); ``{step}`` (steps taken, ``info["step"]``);
+        ``{step_number}`` (the current step's number: ``{step}`` + ``style.first_step_number``); ``{max_steps}``;
+        each of ``step_limit_phrases`` (with or without the limit, ``style.show_step_limit``); and
+        ``_prompt_fields()``.
+
+        Raises:
+            ValueError: the step limit is hidden but the template writes ``{max_steps}`` outside
+                ``step_limit_phrases``.
+        """
+        style = style or PromptStyle()
+        taken = info.get("step", 0)
+        first = taken - len(history) + style.first_step_number
         lines = [
             self.history_item_template.format(step=first + i, observation=obs, action=act)
             for i, (obs, act) in enumerate(history)
         ]
-        hist = ("Recent history:\n" + "".join(lines)) if lines else ""
-        admissible = info.get("admissible_actions")
-        return self.prompt_template.format(
-            task=info.get("task", self.task_description),
-            history=hist,
-            observation=observation,
-            admissible_actions=", ".join(admissible) if admissible else "any",
-            step=info.get("step", 0),
-            max_steps=self.max_steps,
-        )
+        fields: dict[str, Any] = {
+            "task": info.get("task", self.task_description),
+            "history": ("Recent history:\n" + "".join(lines)) if lines else "",
+            "observation": observation,
+            "admissible_actions": style.action_list(info.get("admissible_actions")),
+            "step": taken,
+            "step_number": taken + style.first_step_number,
+            "max_steps": self.max_steps if style.show_step_limit else _HiddenStepLimit(self.name),
+        }
+        phrases = {
+            name: (shown if style.show_step_limit else hidden).format(**fields)
+            for name, (shown, hidden) in self.step_limit_phrases.items()
+        }
+        return self.prompt_template.format(**fields, **phrases, **self._prompt_fields())
 
     def close(self) -> None:
         """Release external resources (engines, files). Safe to call twice."""
@@ -539,6 +644,10 @@ class TextEnv(abc.ABC):
         command = text[start.end() : end.start()].strip()
         valid = "<think>" in text and "</think>" in text and _CJK.search(text) is None
         return command, valid
+
+    def _prompt_fields(self) -> dict[str, str]:
+        """Extra fields of ``prompt_template`` that depend on the instance (default none)."""
+        return {}
 
     def example_actions(self) -> list[str]:
         """Actions worth trying now (used by the checker's random walks and by tests).

@@ -139,6 +139,9 @@ command, set DRY_RUN=1."
             VAL_SIZE=${VAL_SIZE:-8}
             MAX_STEPS=${MAX_STEPS:-4}
             RESPONSE_LENGTH=${RESPONSE_LENGTH:-16}
+            # a tiny model's tokenizer spends more tokens per character than the budgets were sized for (Sokoban's
+            # prompt with history exceeds its 1,024): shorten such prompts instead of failing their episodes
+            PROMPT_OVERLONG=${PROMPT_OVERLONG:-drop_history}
             DATA_DIR=${DATA_DIR:-$HOME/data/verl-gigpo/cpu/$env_name}
             ;;
         *) gigpo_fail "DEVICE=$DEVICE: use DEVICE=cuda (GPUs) or DEVICE=cpu (smoke test on this CPU)" ;;
@@ -307,7 +310,8 @@ $MINI_BATCH_ROWS" >&2
 
 # gigpo_verl_overrides: fill the array GIGPO_VERL_OVERRIDES with the settings every recipe shares, one Hydra
 # override per line: the model and its attention backend, the actor (lr 1e-6, KL loss low_var_kl), the optimizer steps
-# (MINI_BATCH_ROWS step rows each), the rollout (vLLM, or hf on DEVICE=cpu), the reference policy and the trainer.
+# (MINI_BATCH_ROWS step rows each), the rollout (vLLM, or hf on DEVICE=cpu), the reference policy, the trainer, and the
+# prompt structure the reference uses in every environment (env.prompt.*; each recipe sets the rest).
 # Reads DEVICE, ROLLOUT_NAME, MODEL_PATH, GROUP_SIZE, N_GPUS, TOTAL_ITERS, TEST_FREQ, MINI_BATCH_ROWS,
 # MICRO_BATCH_PER_GPU, LOG_PROB_MICRO_BATCH_PER_GPU, KL_COEF, ENTROPY_COEF, VAL_TEMPERATURE, VAL_DO_SAMPLE,
 # MAX_CKPTS_TO_KEEP, EXPERIMENT, LOGGER and SEED (each recipe sets its defaults, SEED defaults to 0 here;
@@ -385,5 +389,9 @@ clearml, trackio)"
         trainer.logger="[$LOGGER]"
         trainer.project_name=verl_gigpo
         trainer.experiment_name="$(gigpo_hydra_quote "$EXPERIMENT")"
+        # the reference's prompt structure (wording is each environment's own; docs/environments.md, "Prompts"): the
+        # step limit is not stated, and history steps are numbered from 1
+        env.prompt.show_step_limit=false
+        env.prompt.first_step_number=1
     )
 }

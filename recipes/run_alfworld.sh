@@ -35,6 +35,9 @@ N_GPUS=${N_GPUS:-$(gigpo_default_n_gpus)}
 ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
 MAX_STEPS=${MAX_STEPS:-50}
 RESPONSE_LENGTH=${RESPONSE_LENGTH:-512}
+# a prompt over data.max_prompt_length: fail_episode = the reference's rule, as near as a run that goes on allows
+# (recipes/reference_settings.yaml); drop_history or cut_left shorten it instead (docs/environments.md, "Prompts")
+PROMPT_OVERLONG=${PROMPT_OVERLONG:-fail_episode}
 # training tasks: 3,553 = every game of ALFWorld's training split (json_2.1.1/train as alfworld-download fetches it),
 # which the reference samples from; seeds map to games so that any TRAIN_SIZE draws every task type (data prep
 # reports the counts it wrote); a larger split than 3,553 games needs a larger TRAIN_SIZE to cover it
@@ -87,6 +90,10 @@ cmd=(
     # the reference's rule: only a broken reply format is invalid (penalised); a well-formed command goes to the
     # environment even when it is not an action there (docs/environments.md, "The format rule of each environment")
     env.invalid_action=format
+    # the reference's prompt (recipes/reference_settings.yaml): one quoted admissible action per line; a prompt over
+    # data.max_prompt_length ends its episode (the reference's data.truncation=error stops the run)
+    env.prompt.admissible_actions=lines
+    env.prompt.overlong="$PROMPT_OVERLONG"
     +env.kwargs.data_path="$(gigpo_hydra_quote "$ALFWORLD_DATA")"
     data.train_files="$(gigpo_hydra_quote "$DATA_DIR/train.parquet")"
     data.val_files="$(gigpo_hydra_quote "$DATA_DIR/val.parquet")"

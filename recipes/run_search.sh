@@ -78,6 +78,10 @@ cmd=(
     # the reference's rule: only a broken reply format is invalid (penalised); a well-formed command goes to the
     # environment even when it is not an action there (docs/environments.md, "The format rule of each environment")
     env.invalid_action=format
+    # the reference's prompt (recipes/reference_settings.yaml): a reply without a search or answer block shows an
+    # empty action in the history; a prompt over data.max_prompt_length is cut from the left (data.truncation=left)
+    env.prompt.invalid_reply_tail=0
+    env.prompt.overlong=cut_left
     "${retriever[@]}"
     data.train_files="$(gigpo_hydra_quote "$DATA_DIR/train.parquet")"
     data.val_files="$(gigpo_hydra_quote "$DATA_DIR/val.parquet")"

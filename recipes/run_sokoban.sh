@@ -30,6 +30,9 @@ N_GPUS=${N_GPUS:-$(gigpo_default_n_gpus)}
 ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
 MAX_STEPS=${MAX_STEPS:-15}
 RESPONSE_LENGTH=${RESPONSE_LENGTH:-512}
+# a prompt over data.max_prompt_length: fail_episode = the reference's rule, as near as a run that goes on allows
+# (recipes/reference_settings.yaml); drop_history or cut_left shorten it instead (docs/environments.md, "Prompts")
+PROMPT_OVERLONG=${PROMPT_OVERLONG:-fail_episode}
 TRAIN_SIZE=${TRAIN_SIZE:-4096}
 GROUP_SIZE=${GROUP_SIZE:-8}
 TRAIN_TASKS_PER_ITER=${TRAIN_TASKS_PER_ITER:-32}
@@ -69,6 +72,10 @@ cmd=(
     # the reference's rule: only a broken reply format is invalid (penalised); a well-formed command goes to the
     # environment even when it is not an action there (docs/environments.md, "The format rule of each environment")
     env.invalid_action=format
+    # the reference's prompt (recipes/reference_settings.yaml): the four moves on one line; a prompt over
+    # data.max_prompt_length ends its episode (the reference's data.truncation=error stops the run)
+    env.prompt.admissible_actions=comma
+    env.prompt.overlong="$PROMPT_OVERLONG"
     data.train_files="$(gigpo_hydra_quote "$DATA_DIR/train.parquet")"
     data.val_files="$(gigpo_hydra_quote "$DATA_DIR/val.parquet")"
     data.train_batch_size="$TRAIN_TASKS_PER_ITER"

@@ -30,6 +30,9 @@ N_GPUS=${N_GPUS:-$(gigpo_default_n_gpus)}
 ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
 MAX_STEPS=${MAX_STEPS:-15}
 RESPONSE_LENGTH=${RESPONSE_LENGTH:-512}
+# a prompt over data.max_prompt_length: fail_episode = the reference's rule, as near as a run that goes on allows
+# (recipes/reference_settings.yaml); drop_history or cut_left shorten it instead (docs/environments.md, "Prompts")
+PROMPT_OVERLONG=${PROMPT_OVERLONG:-fail_episode}
 TRAIN_SIZE=${TRAIN_SIZE:-4096}
 VAL_SIZE=${VAL_SIZE:-500}
 # webshop = the project's simulator; webshop_real = the adapter to a real WebShop installation
@@ -71,6 +74,13 @@ cmd=(
     # the reference's rule: only a broken reply format is invalid (penalised); a well-formed command goes to the
     # environment even when it is not an action there (docs/environments.md, "The format rule of each environment")
     env.invalid_action=format
+    # the reference's prompt (recipes/reference_settings.yaml): no shopping advice or scoring sentences; one quoted
+    # action per line; a prompt over 13,000 characters with history is shown without it, and one still over
+    # data.max_prompt_length ends its episode (the reference's data.truncation=error stops the run)
+    +env.kwargs.strategy_hints=false
+    env.prompt.admissible_actions=lines
+    env.prompt.history_free_above_chars=13000
+    env.prompt.overlong="$PROMPT_OVERLONG"
     # the reference's reward: 10 for a purchase that scores 1.0, else 0 (WebShop's score stays in info's task_score)
     +env.kwargs.success_reward=10
     data.train_files="$(gigpo_hydra_quote "$DATA_DIR/train.parquet")"

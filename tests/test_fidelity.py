@@ -2,21 +2,19 @@
 command composes exactly what the table lists, every difference from the reference implementation has a stated
 reason, and docs/fidelity.md shows the table as it is.
 
-A recipe's command is composed as it would run: ``DRY_RUN=1 bash recipes/run_<recipe>.sh`` prints it, and Hydra
-composes the printed overrides over verl's own config (as ``python -m verl_gigpo.main`` does before Ray starts).
+A recipe's command is composed as it would run (``recipe_config.compose_recipe``): ``DRY_RUN=1 bash
+recipes/run_<recipe>.sh`` prints it, and Hydra composes the printed overrides over verl's own config (as
+``python -m verl_gigpo.main`` does before Ray starts).
 """
 
 from __future__ import annotations
 
 import copy
 import importlib.util
-import os
-import shlex
-import subprocess
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from recipe_config import compose_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ["alfworld", "webshop", "sokoban", "search"]
@@ -54,6 +52,22 @@ REQUIRED_SETTINGS = {
     "clip ratio",
     "rollout temperature",
     "task-order seed",
+    "loss normalisation",
+    "actor micro-batch (rows per GPU)",
+    "log-prob micro-batch (rows per GPU)",
+    "padding-free packing (actor and reference model)",
+    "GPUs",
+    "rollout tensor parallelism",
+    "vLLM chunked prefill",
+    "vLLM frees its memory during training",
+    "vLLM concurrent sequences",
+    "checkpoint every (iterations)",
+    "validation batch (tasks)",
+    "step limit stated in the prompt",
+    "history step numbers start at",
+    "first step's prompt",
+    "over-long prompts",
+    "over-long task rows filtered",
 }
 
 
@@ -70,26 +84,6 @@ fidelity = _load_module()
 @pytest.fixture(scope="module")
 def table():
     return fidelity.load_table()
-
-
-def compose_recipe(recipe: str, *args: str, **env: str):
-    """(composed config, data-prep argv) of ``DRY_RUN=1 bash recipes/run_<recipe>.sh args`` with extra env vars."""
-    base = {k: v for k, v in os.environ.items() if k not in ("N_GPUS", "CUDA_VISIBLE_DEVICES", "DEVICE", "SEED")}
-    proc = subprocess.run(
-        ["bash", str(ROOT / "recipes" / f"run_{recipe}.sh"), *args],
-        env={**base, "DRY_RUN": "1", **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    prep = [shlex.split(line[2:]) for line in lines if line.startswith("# ") and "verl_gigpo.data.prepare" in line]
-    assert len(prep) == 1, proc.stdout
-    argv = shlex.split("\n".join(line for line in lines if not line.startswith("#")).replace("\\\n", " "))
-    assert argv[1:3] == ["-m", "verl_gigpo.main"], argv[:3]
-    with initialize_config_dir(config_dir=str(ROOT / "verl_gigpo" / "config"), version_base=None):
-        return compose(config_name="gigpo_trainer", overrides=argv[3:]), prep[0]
 
 
 def test_table_is_sound(table):

@@ -240,8 +240,11 @@ def test_a_python_with_verl_but_not_this_project_is_told_to_install_it(repo_with
     plug-in, so the recipe stops and says how to install the project into that Python."""
     (tmp_path / "site" / "verl").mkdir(parents=True)
     (tmp_path / "site" / "verl" / "__init__.py").write_text("")
+    # the package itself, without the repository root (whose verl_gigpo.egg-info, written by `pip install -e .`,
+    # holds the entry point)
+    (tmp_path / "site" / "verl_gigpo").symlink_to(ROOT / "verl_gigpo")
     venv_python = repo_with_venv / ".venv" / "bin" / "python"
-    pythonpath = os.pathsep.join([str(tmp_path / "site"), str(ROOT)])
+    pythonpath = str(tmp_path / "site")
     proc = run_copied_recipe(repo_with_venv, DEVICE="cpu", PYTHON=str(venv_python), PYTHONPATH=pythonpath)
     assert proc.returncode == 1
     [error] = proc.stderr.splitlines()

@@ -76,8 +76,8 @@ from pathlib import Path
 from typing import Any
 
 from environments.alfworld.data import SPLITS, GameEntry, games_by_seed, keep_data_env_var, resolve_json_root
-from environments.alfworld.prompt import ALFWORLD_HISTORY_ITEM, ALFWORLD_PROMPT
-from environments.base import StepResult, TextEnv
+from environments.alfworld.prompt import ALFWORLD_HISTORY_ITEM, ALFWORLD_PROMPT, ALFWORLD_STEP_LIMIT_PHRASES
+from environments.base import PromptStyle, StepResult, TextEnv
 
 __all__ = ["AlfWorldEnv"]
 
@@ -205,6 +205,7 @@ class AlfWorldEnv(TextEnv):
     splits = SPLITS
     prompt_template = ALFWORLD_PROMPT
     history_item_template = ALFWORLD_HISTORY_ITEM
+    step_limit_phrases = ALFWORLD_STEP_LIMIT_PHRASES
     format_fallback_chars = 30
     thread_parallel = False  # one engine lock per process: host instances in worker processes for parallel steps
 
@@ -356,11 +357,17 @@ class AlfWorldEnv(TextEnv):
         return None
 
     # ------------------------------------------------------------------ prompt
-    def render_prompt(self, observation: str, info: dict[str, Any], history: Sequence[tuple[str, str]] = ()) -> str:
+    def render_prompt(
+        self,
+        observation: str,
+        info: dict[str, Any],
+        history: Sequence[tuple[str, str]] = (),
+        style: PromptStyle | None = None,
+    ) -> str:
         """The base prompt, with the task stated once: the header's task line stays, and the "Your task is to:
         ..." line is left out of the observations shown (the first observation of a game holds it)."""
         shown = [(_without_task_line(obs), act) for obs, act in history]
-        return super().render_prompt(_without_task_line(observation), info, shown)
+        return super().render_prompt(_without_task_line(observation), info, shown, style)
 
     # ------------------------------------------------------------------ extras
     def state_facts(self, *, names: bool = True) -> list[str]:

@@ -63,7 +63,7 @@ from environments.search.corpus import (
     generate_corpus,
     load_questions_jsonl,
 )
-from environments.search.prompt import SEARCH_HISTORY_ITEM, SEARCH_PROMPT
+from environments.search.prompt import SEARCH_HISTORY_ITEM, SEARCH_PROMPT, SEARCH_STEP_LIMIT_PHRASES
 from environments.search.retriever import STOPWORDS, BM25Retriever, HTTPRetriever, Passage, Retriever, RetrieverError
 
 __all__ = [
@@ -255,6 +255,7 @@ class SearchQAEnv(TextEnv):
     splits = SPLITS
     prompt_template = SEARCH_PROMPT
     history_item_template = SEARCH_HISTORY_ITEM
+    step_limit_phrases = SEARCH_STEP_LIMIT_PHRASES
 
     def __init__(
         self,

@@ -60,7 +60,7 @@ import numpy as np
 
 from environments.base import StepResult, TextEnv
 from environments.sokoban.generator import check_room_config, generate_room
-from environments.sokoban.prompt import SOKOBAN_HISTORY_ITEM, SOKOBAN_PROMPT, SOKOBAN_TASK
+from environments.sokoban.prompt import SOKOBAN_HISTORY_ITEM, SOKOBAN_PROMPT, SOKOBAN_STEP_LIMIT_PHRASES, SOKOBAN_TASK
 from environments.sokoban.room import (
     ACTIONS,
     DIRECTIONS,
@@ -110,6 +110,7 @@ class SokobanEnv(TextEnv):
     reset_options = ("room",)
     prompt_template = SOKOBAN_PROMPT
     history_item_template = SOKOBAN_HISTORY_ITEM
+    step_limit_phrases = SOKOBAN_STEP_LIMIT_PHRASES
 
     def __init__(
         self,

@@ -8,7 +8,7 @@ description), so it is shown once per prompt.
 
 from __future__ import annotations
 
-__all__ = ["SOKOBAN_HISTORY_ITEM", "SOKOBAN_PROMPT", "SOKOBAN_TASK"]
+__all__ = ["SOKOBAN_HISTORY_ITEM", "SOKOBAN_PROMPT", "SOKOBAN_STEP_LIMIT_PHRASES", "SOKOBAN_TASK"]
 
 #: The task description (``info["task"]``); ``{legend}`` is filled in by the environment.
 SOKOBAN_TASK = "Push every box onto a target. Legend: {legend}."
@@ -21,7 +21,7 @@ SOKOBAN_PROMPT = (
     "Walking into a wall, or pushing a box into a wall or another box, changes nothing but still uses a move. "
     "A box pushed into a corner that is not a target is stuck there for good.\n"
     "{history}"
-    "Current observation ({step} of {max_steps} moves used):\n{observation}\n"
+    "Current observation ({moves_used}):\n{observation}\n"
     "Admissible actions: {admissible_actions}\n"
     "First reason step by step inside <think>...</think>: locate yourself, the boxes and the targets, and plan the "
     "pushes while avoiding dead corners. Then give exactly one action inside <action>...</action>, "
@@ -29,3 +29,6 @@ SOKOBAN_PROMPT = (
 )
 
 SOKOBAN_HISTORY_ITEM = "Observation {step}:\n{observation}\nYour action: {action}\n"
+
+#: ``{moves_used}``: with the step limit, and without it (``TextEnv.step_limit_phrases``).
+SOKOBAN_STEP_LIMIT_PHRASES = {"moves_used": ("{step} of {max_steps} moves used", "{step} moves used")}

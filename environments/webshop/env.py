@@ -45,7 +45,13 @@ from typing import Any
 from environments.base import StepResult, TextEnv
 from environments.webshop.catalogue import Catalogue, Goal, build_catalogue
 from environments.webshop.pages import PAGE_SIZE, PageState, apply, clickables, render
-from environments.webshop.prompt import WEBSHOP_HISTORY_ITEM, WEBSHOP_PROMPT
+from environments.webshop.prompt import (
+    WEBSHOP_HISTORY_ITEM,
+    WEBSHOP_PROMPT,
+    WEBSHOP_STEP_LIMIT_PHRASES,
+    check_strategy_hints,
+    strategy_fields,
+)
 from environments.webshop.protocol import SEARCH_PLACEHOLDER, canonical_action, split_action
 from environments.webshop.reward import check_success_reward, episode_reward, purchase_reward
 
@@ -67,6 +73,8 @@ class WebShopEnv(TextEnv):
         num_train_goals: goals in the ``"train"`` split (the ``"test"`` split always has 500).
         success_reward: None (default) = WebShop's score in [0, 1] as the reward; a number R = R for a purchase
             scoring 1.0, else 0 (the reference's GiGPO runs: 10; :func:`environments.webshop.reward.episode_reward`).
+        strategy_hints: the prompt advises how to shop and says how a purchase is scored (default True); False
+            leaves that out, as the reference's prompt (:data:`environments.webshop.prompt.WEBSHOP_STRATEGY`).
 
     Raises:
         ValueError: a bad value.
@@ -76,6 +84,7 @@ class WebShopEnv(TextEnv):
     splits = ("train", "test")
     prompt_template = WEBSHOP_PROMPT
     history_item_template = WEBSHOP_HISTORY_ITEM
+    step_limit_phrases = WEBSHOP_STEP_LIMIT_PHRASES
     format_fallback_chars = 20
 
     def __init__(
@@ -87,9 +96,11 @@ class WebShopEnv(TextEnv):
         num_products: int = 1000,
         num_train_goals: int = 5000,
         success_reward: float | None = None,
+        strategy_hints: bool = True,
     ) -> None:
         super().__init__(key_mode=key_mode, max_steps=max_steps)
         self.success_reward = check_success_reward(success_reward)
+        self.strategy_hints = check_strategy_hints(strategy_hints)
         self.catalogue: Catalogue = build_catalogue(catalogue_seed, num_products, num_train_goals)
         self.goal: Goal | None = None
         self._page = PageState()
@@ -116,6 +127,10 @@ class WebShopEnv(TextEnv):
         return goals[int(seed) % len(goals)].category
 
     # ------------------------------------------------------------------ hooks
+    def _prompt_fields(self) -> dict[str, str]:
+        """``{strategy}``: the shopping advice, or nothing (``strategy_hints``)."""
+        return strategy_fields(self.strategy_hints)
+
     def _reset(self, split: str, options: dict[str, Any]) -> str:
         goals = self.catalogue.goals[split]
         index = self.seed % len(goals) if self.seed is not None else int(self.np_random.integers(len(goals)))

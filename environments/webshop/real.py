@@ -41,7 +41,13 @@ from typing import Any
 
 from environments.base import StepResult, TextEnv
 from environments.webshop.catalogue import NUM_TEST_GOALS
-from environments.webshop.prompt import WEBSHOP_HISTORY_ITEM, WEBSHOP_PROMPT
+from environments.webshop.prompt import (
+    WEBSHOP_HISTORY_ITEM,
+    WEBSHOP_PROMPT,
+    WEBSHOP_STEP_LIMIT_PHRASES,
+    check_strategy_hints,
+    strategy_fields,
+)
 from environments.webshop.protocol import SEARCH_PLACEHOLDER, canonical_action, split_action
 from environments.webshop.reward import check_success_reward, episode_reward
 
@@ -98,6 +104,8 @@ class WebShopRealEnv(TextEnv):
         share_server: share one WebShop ``SimServer`` between adapters with the same settings in this process.
         success_reward: None = WebShop's score as the reward; a number R = R for a purchase scoring 1.0, else 0
             (the reference's GiGPO runs use 10; :func:`environments.webshop.reward.episode_reward`).
+        strategy_hints: the prompt advises how to shop and says how a purchase is scored (default True); False
+            leaves that out, as the reference's prompt (:data:`environments.webshop.prompt.WEBSHOP_STRATEGY`).
 
     Raises:
         ImportError: WebShop is not importable (the message says how to install it).
@@ -108,6 +116,7 @@ class WebShopRealEnv(TextEnv):
     splits = ("train", "test")
     prompt_template = WEBSHOP_PROMPT
     history_item_template = WEBSHOP_HISTORY_ITEM
+    step_limit_phrases = WEBSHOP_STEP_LIMIT_PHRASES
     format_fallback_chars = 20
 
     def __init__(
@@ -120,9 +129,11 @@ class WebShopRealEnv(TextEnv):
         file_path: str | None = None,
         share_server: bool = True,
         success_reward: float | None = None,
+        strategy_hints: bool = True,
     ) -> None:
         super().__init__(key_mode=key_mode, max_steps=max_steps)
         self.success_reward = check_success_reward(success_reward)
+        self.strategy_hints = check_strategy_hints(strategy_hints)
         if num_products is not None and (isinstance(num_products, bool) or not isinstance(num_products, int)):
             raise ValueError(f"num_products must be None or an int, got {num_products!r}")
         text_env_cls = _import_webshop()
@@ -198,6 +209,10 @@ class WebShopRealEnv(TextEnv):
         return offset + draw % size
 
     # ------------------------------------------------------------------ hooks
+    def _prompt_fields(self) -> dict[str, str]:
+        """``{strategy}``: the shopping advice, or nothing (``strategy_hints``)."""
+        return strategy_fields(self.strategy_hints)
+
     def _reset(self, split: str, options: dict[str, Any]) -> str:
         index = self._goal_index(split)
         obs, _ = self._env.reset(session=index)

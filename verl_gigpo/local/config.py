@@ -26,7 +26,7 @@ from verl_gigpo.advantage.outcome import OUTCOME_ESTIMATORS
 from verl_gigpo.credit import CreditLogOptions
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.step_rows import UpdateSettings
-from verl_gigpo.rollout.types import check_invalid_action
+from verl_gigpo.rollout.types import PromptOptions, check_invalid_action
 from verl_gigpo.rules import (
     RANGES,
     estimator_problem,
@@ -93,7 +93,7 @@ def validate_config(cfg: DictConfig) -> None:
     ``algorithm.use_kl_in_reward``, ``algorithm.adv_estimator``, the group-size warning), then what only this
     engine needs (training rollouts that sample, the mini-batch size, the policy loss), then the checks of the
     components: ``trainer.credit_log_*``, ``env.invalid_action``, ``env.name``, the environment deadlines and worker
-    processes, ``algorithm.gamma`` and the estimators' sections.
+    processes, ``env.prompt.*``, ``algorithm.gamma`` and the estimators' sections.
     """
     _check_numbers(cfg)
     rollout, actor, algorithm = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.actor, cfg.algorithm
@@ -124,6 +124,7 @@ def validate_config(cfg: DictConfig) -> None:
         )
     UpdateSettings.from_config(cfg)  # trainer.v1.gigpo_sync.*: the validator verl's gigpo_sync mode uses
     EnvExecution.from_config(cfg.env)  # env.step_timeout_s, env.reset_timeout_s, env.num_workers: raises naming the key
+    PromptOptions.from_config(cfg.env.get("prompt"))  # env.prompt.*: the reader of EpisodeConfig.from_env
     gigpo_config(cfg)  # validates algorithm.gamma, algorithm.gigpo.* and the successors' sections, whichever estimator
     warning = group_size_warning(
         algorithm.adv_estimator, rollout.n, step_advantage_w=algorithm.gigpo.get("step_advantage_w")

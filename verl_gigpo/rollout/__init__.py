@@ -8,11 +8,19 @@ worker settings), ``threads`` (a thread pool that survives hung calls), ``wire``
 episode metrics) <- ``step_rows`` (one training batch's step rows, :class:`StepBatch`, for both engines).
 """
 
-from verl_gigpo.rollout.episode import ChatPromptEncoder, build_prompt, run_episode
+from verl_gigpo.rollout.episode import ChatPromptEncoder, PromptTooLongError, build_prompt, run_episode
 from verl_gigpo.rollout.factory import make_task_env
 from verl_gigpo.rollout.pool import EnvPool
 from verl_gigpo.rollout.step_rows import StepBatch
-from verl_gigpo.rollout.types import Episode, EpisodeConfig, GenerationOutput, Generator, StepRecord, TaskSpec
+from verl_gigpo.rollout.types import (
+    Episode,
+    EpisodeConfig,
+    GenerationOutput,
+    Generator,
+    PromptOptions,
+    StepRecord,
+    TaskSpec,
+)
 
 __all__ = [
     "ChatPromptEncoder",
@@ -21,6 +29,8 @@ __all__ = [
     "EpisodeConfig",
     "GenerationOutput",
     "Generator",
+    "PromptOptions",
+    "PromptTooLongError",
     "StepBatch",
     "StepRecord",
     "TaskSpec",

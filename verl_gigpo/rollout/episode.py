@@ -13,6 +13,10 @@ admissible actions) -> encode (chat template) -> ``await generator.generate(...)
 worker processes) so that hundreds of episodes proceed concurrently with no lock-step barrier between them, each call
 under its deadline (:mod:`verl_gigpo.rollout.envcalls`).
 
+The prompt's structure and what happens to one over ``max_prompt_length`` are ``EpisodeConfig.prompt``
+(``env.prompt.*``): :func:`build_prompt` renders it in that style and applies the over-long rule; a step whose reply
+sent no command shows :meth:`~verl_gigpo.rollout.types.PromptOptions.history_action` in later prompts' history.
+
 The event loop stays free for the other episodes: an observation longer than
 ``EpisodeConfig.max_observation_chars`` is cut to its end as it arrives (``StepRecord.observation_truncated``), a
 prompt is tokenised once per step (:func:`build_prompt`), and a prompt whose observations hold more than
@@ -21,7 +25,8 @@ tokenizers release the GIL while they encode).
 
 An environment error (any exception from ``make``/``reset``/``step``, or a missed deadline) ends the episode:
 ``Episode.env_error`` holds the message, the steps played so far are kept, and the caller decides what to do with
-them (the verl agent loop masks them out of training). Nothing is swallowed silently: the error is also logged.
+them (the verl agent loop masks them out of training). A prompt over budget under ``env.prompt.overlong=fail_episode``
+(:class:`PromptTooLongError`) ends it the same way. Nothing is swallowed silently: the error is also logged.
 """
 
 from __future__ import annotations
@@ -40,12 +45,16 @@ from verl_gigpo.rollout.pool import EnvPool
 from verl_gigpo.rollout.threads import EnvThreadPool
 from verl_gigpo.rollout.types import Episode, EpisodeConfig, Generator, StepRecord, TaskSpec
 
-__all__ = ["OFFLOAD_PROMPT_CHARS", "ChatPromptEncoder", "build_prompt", "cap_observation", "run_episode"]
+__all__ = [
+    "OFFLOAD_PROMPT_CHARS",
+    "ChatPromptEncoder",
+    "PromptTooLongError",
+    "build_prompt",
+    "cap_observation",
+    "run_episode",
+]
 
 logger = logging.getLogger(__name__)
-
-#: Shown in the history in place of an action when the reply sent no command.
-INVALID_IN_HISTORY = "(invalid output)"
 
 #: Prompts whose observations (current and shown history) hold more characters than this are rendered and
 #: tokenised in a worker thread: tokenising costs ~1-3 us a character, so a longer prompt would hold the event loop
@@ -103,6 +112,11 @@ class ChatPromptEncoder:
         )
 
 
+class PromptTooLongError(ValueError):
+    """A prompt longer than ``max_prompt_length`` under ``env.prompt.overlong=fail_episode``: the episode ends there
+    as failed (:func:`run_episode` records it in ``Episode.env_error``)."""
+
+
 def cap_observation(text: str, max_chars: int) -> tuple[str, bool]:
     """``(text, False)`` when ``text`` has at most ``max_chars`` characters, else ``(its last max_chars characters,
     True)``: a prompt too long for its budget is cut from the left too, so the end is what a prompt can show."""
@@ -119,10 +133,15 @@ def build_prompt(
     encoder: Callable[[str], list[int]],
     config: EpisodeConfig,
 ) -> tuple[str, list[int], int, bool]:
-    """Render and encode the prompt, dropping the oldest history until it fits ``config.max_prompt_length``.
+    """Render and encode the prompt in ``config.prompt``'s style, with the last ``config.history_length`` steps of
+    ``history``, and fit it into ``config.max_prompt_length`` tokens.
 
-    Returns ``(prompt_text, prompt_ids, history_used, prompt_truncated)``. When even the history-free prompt
-    is too long, its ids are cut from the LEFT (the end holds the observation and the format instruction).
+    Returns ``(prompt_text, prompt_ids, history_used, prompt_truncated)``. First, with
+    ``config.prompt.history_free_above_chars`` set, a prompt whose text with history is longer than that is rendered
+    without history. Then a prompt over the token budget follows ``config.prompt.overlong``: ``drop_history``
+    drops the oldest history until it fits, and when even the history-free prompt is too long cuts its ids from the
+    LEFT (the end holds the observation and the format instruction); ``cut_left`` cuts the ids from the left, history
+    kept; ``fail_episode`` raises :class:`PromptTooLongError`.
 
     The prompt is tokenised once: with an encoder that gives token offsets (:meth:`ChatPromptEncoder.encode_with_
     offsets`), the ids of a prompt with fewer history items are those of the full prompt with the dropped items'
@@ -130,11 +149,18 @@ def build_prompt(
     boundaries, as BPE pre-tokenisers do at the line starts where history items begin and end; where it does not
     (a removed block that starts or ends inside a token), and for a plain callable encoder, the shorter prompts are
     encoded again, one by one.
+
+    Raises:
+        PromptTooLongError: the prompt is over budget and ``config.prompt.overlong`` is ``fail_episode``.
     """
+    options, limit = config.prompt, config.max_prompt_length
     keep = min(config.history_length, len(history))
     shown = list(history[len(history) - keep :]) if keep else []
-    text = env.render_prompt(observation, info, shown)
-    limit = config.max_prompt_length
+    text = env.render_prompt(observation, info, shown, options.style)
+    above = options.history_free_above_chars
+    if keep and above is not None and len(text) > above:
+        keep, shown = 0, []
+        text = env.render_prompt(observation, info, shown, options.style)
     encode_with_offsets = getattr(encoder, "encode_with_offsets", None)
     if encode_with_offsets is None:
         ids, starts = encoder(text), None
@@ -142,8 +168,14 @@ def build_prompt(
         ids, starts = encode_with_offsets(text)
     if len(ids) <= limit:
         return text, ids, keep, False
-    if keep == 0:
-        return text, ids[-limit:], 0, True
+    if options.overlong == "fail_episode":
+        raise PromptTooLongError(
+            f"the prompt at step {info.get('step', 0)} has {len(ids)} tokens with {keep} history item(s), over "
+            f"data.max_prompt_length={limit}; env.prompt.overlong=fail_episode ends the episode (its rows are left "
+            "out of training); drop_history or cut_left would shorten the prompt instead"
+        )
+    if options.overlong == "cut_left" or keep == 0:
+        return text, ids[-limit:], keep, True
     drop = 0
     if starts is not None:
         first_token_at: dict[int, int] = {}
@@ -151,7 +183,7 @@ def build_prompt(
             first_token_at.setdefault(start, index)
         while drop < keep:
             drop += 1
-            shorter = env.render_prompt(observation, info, shown[drop:])
+            shorter = env.render_prompt(observation, info, shown[drop:], options.style)
             cut = _removed_block(text, shorter, first_token_at)
             if cut is None:
                 logger.debug("build_prompt: dropped history does not align with tokens; encoding afresh")
@@ -164,7 +196,7 @@ def build_prompt(
         drop -= 1  # that drop could not be spliced: encode it (and any further one) afresh below
     while True:
         drop += 1
-        shorter = env.render_prompt(observation, info, shown[drop:])
+        shorter = env.render_prompt(observation, info, shown[drop:], options.style)
         ids = encoder(shorter)
         if len(ids) <= limit:
             return shorter, ids, keep - drop, False
@@ -276,10 +308,15 @@ async def run_episode(
             shown = history[len(history) - keep :] if keep else []
             shown_chars = len(observation) + sum(len(obs) for obs, _ in shown)
             prompt_args = (env, observation, info, history, encoder, config)
-            if shown_chars > OFFLOAD_PROMPT_CHARS:  # long prompts are tokenised off the event loop
-                built = await asyncio.get_running_loop().run_in_executor(None, build_prompt, *prompt_args)
-            else:
-                built = build_prompt(*prompt_args)
+            try:
+                if shown_chars > OFFLOAD_PROMPT_CHARS:  # long prompts are tokenised off the event loop
+                    built = await asyncio.get_running_loop().run_in_executor(None, build_prompt, *prompt_args)
+                else:
+                    built = build_prompt(*prompt_args)
+            except PromptTooLongError as exc:  # env.prompt.overlong=fail_episode: recorded and logged
+                episode.env_error = f"{type(exc).__name__}: {exc}"
+                logger.warning("episode %s: %s", traj_id, exc)
+                break
             prompt_text, prompt_ids, used, cut = built
             timing["glue"] += time.perf_counter() - glue_start
 
@@ -330,7 +367,7 @@ async def run_episode(
                 )
             )
             episode.episode_return += step_reward
-            history.append((observation, action if action is not None else INVALID_IN_HISTORY))
+            history.append((observation, config.prompt.history_action(action, response_text)))
             (observation, observation_cut), info = cap_observation(next_obs, config.max_observation_chars), next_info
             step_id += 1
             if terminated or truncated:

@@ -56,7 +56,8 @@ class TrajectorySummary:
         history_dropped_steps: steps whose prompt lost history to fit the prompt budget.
         observation_truncated_steps: steps whose observation was cut to the observation cap
             (``EpisodeConfig.max_observation_chars``) before its prompt was rendered.
-        env_error: the environment raised; the trajectory ended there and carries no learning signal.
+        env_error: the environment raised (or the prompt went over budget under ``env.prompt.overlong=fail_episode``);
+            the trajectory ended there and carries no learning signal.
         task_type: the environment's task type (e.g. ALFWorld's ``pick_and_place``), or None.
         env_seconds: seconds spent inside the environment (reset, step, close).
         generate_seconds: seconds spent awaiting the rollout server.

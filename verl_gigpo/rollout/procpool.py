@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from environments import EnvError, TextEnv, env_class, env_target
+from environments.base import PromptStyle
 from verl_gigpo.rollout.execution import EnvDeadlineError, EnvExecution
 from verl_gigpo.rollout.types import EpisodeConfig, TaskSpec
 from verl_gigpo.rollout.wire import Wire, rebuild_error
@@ -143,9 +144,15 @@ class RemoteEnv:
         (this process, no request)."""
         return self.view.parse_action(llm_text, rule=rule)
 
-    def render_prompt(self, observation: str, info: dict[str, Any], history: Sequence[tuple[str, str]] = ()) -> str:
-        """The class's ``render_prompt`` on the view (this process, no request)."""
-        return self.view.render_prompt(observation, info, history)
+    def render_prompt(
+        self,
+        observation: str,
+        info: dict[str, Any],
+        history: Sequence[tuple[str, str]] = (),
+        style: PromptStyle | None = None,
+    ) -> str:
+        """The class's ``render_prompt`` (the same signature) on the view (this process, no request)."""
+        return self.view.render_prompt(observation, info, history, style)
 
     def __getattr__(self, name: str) -> Any:
         if name == "view":  # not set yet (during __init__): no recursion

@@ -7,15 +7,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from environments.base import INVALID_ACTION_RULES
+from environments.base import INVALID_ACTION_RULES, PromptStyle
 from verl_gigpo.rules import RANGES
 
 __all__ = [
+    "INVALID_IN_HISTORY",
     "OBSERVATION_CHARS_PER_PROMPT_TOKEN",
+    "OVERLONG_RULES",
+    "PROMPT_KEYS",
     "Episode",
     "EpisodeConfig",
     "GenerationOutput",
     "Generator",
+    "PromptOptions",
     "StepRecord",
     "TaskSpec",
     "check_invalid_action",
@@ -60,6 +64,118 @@ def check_invalid_action(value: Any) -> str:
     return value
 
 
+#: Shown in the history in place of an action when the reply sent no command (``env.prompt.invalid_reply_tail``
+#: null).
+INVALID_IN_HISTORY = "(invalid output)"
+
+#: What happens to a prompt longer than ``data.max_prompt_length`` (``env.prompt.overlong``).
+OVERLONG_RULES = {
+    "drop_history": "the oldest history items are dropped, then the history-free prompt's ids are cut from the left",
+    "cut_left": "the prompt's ids are cut from the left, history kept (the reference's data.truncation=left: search)",
+    "fail_episode": "the episode ends there as failed: its rows are left out of training, like an environment "
+    "failure (the reference's data.truncation=error stops the whole run instead: ALFWorld, WebShop, Sokoban)",
+}
+
+#: The keys of the ``env.prompt`` section (:class:`PromptOptions`).
+PROMPT_KEYS = (
+    "show_step_limit",
+    "first_step_number",
+    "admissible_actions",
+    "invalid_reply_tail",
+    "overlong",
+    "history_free_above_chars",
+)
+
+
+@dataclass(frozen=True)
+class PromptOptions:
+    """How the episode runner builds each step's prompt: the ``env.prompt.*`` keys, read the same way by both engines.
+    The defaults are this project's choices; the paper recipes set the reference implementation's
+    (docs/fidelity.md). The wording of a prompt is its environment's (``environments/<env>/prompt.py``).
+
+    style: the structure :meth:`environments.base.TextEnv.render_prompt` writes: ``env.prompt.show_step_limit``
+        (state ``max_steps``; default true), ``env.prompt.first_step_number`` (0 or 1: the number of an episode's
+        first step in the history; default 0) and ``env.prompt.admissible_actions`` (``comma`` or ``lines``: one
+        quoted action per line; default ``comma``). See :class:`environments.base.PromptStyle`.
+    invalid_reply_tail: what the history shows as the action of a step whose reply sent no command (every invalid
+        reply under ``env.invalid_action=admissible``; under ``format``, a reply the environment's rule sends
+        nothing for): None = :data:`INVALID_IN_HISTORY`; N = the reply's last N characters (0: nothing).
+    overlong: what happens to a prompt longer than ``data.max_prompt_length``, one of :data:`OVERLONG_RULES`.
+    history_free_above_chars: a prompt whose text with history has more characters than this is rendered without
+        history (the reference's WebShop rule, 13,000); None = no such rule. Applied before ``overlong``.
+
+    Raises:
+        ValueError: a bad value, naming the key (``env.prompt.<field>``).
+    """
+
+    style: PromptStyle = field(default_factory=PromptStyle)
+    invalid_reply_tail: int | None = None
+    overlong: str = "drop_history"
+    history_free_above_chars: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.style, PromptStyle):
+            raise ValueError(f"PromptOptions.style must be an environments.base.PromptStyle, got {self.style!r}")
+        tail = self.invalid_reply_tail
+        if tail is not None and (isinstance(tail, bool) or not isinstance(tail, int) or tail < 0):
+            raise ValueError(
+                f"env.prompt.invalid_reply_tail={tail!r} must be null or a whole number >= 0 (null: the history shows "
+                f"{INVALID_IN_HISTORY!r} for a reply that sent no command; N: its last N characters, as the "
+                "reference: ALFWorld 30, WebShop 20, search 0)"
+            )
+        if self.overlong not in OVERLONG_RULES:
+            rules = "; ".join(f"{rule}: {meaning}" for rule, meaning in OVERLONG_RULES.items())
+            raise ValueError(f"env.prompt.overlong={self.overlong!r} must be one of {list(OVERLONG_RULES)} ({rules})")
+        above = self.history_free_above_chars
+        if above is not None and (isinstance(above, bool) or not isinstance(above, int) or above < 1):
+            raise ValueError(
+                f"env.prompt.history_free_above_chars={above!r} must be null or a whole number >= 1 (a prompt longer "
+                "than that many characters with history is shown without it; the reference's WebShop: 13000)"
+            )
+
+    @classmethod
+    def from_config(cls, prompt: Mapping[str, Any] | None) -> PromptOptions:
+        """The options of a config's ``env.prompt`` section (None or absent keys: the defaults).
+
+        Raises:
+            ValueError: the section is not a mapping, has a key outside :data:`PROMPT_KEYS`, or a bad value; the
+                message names the key (``env.prompt.<key>``).
+        """
+        if prompt is None:
+            return cls()
+        if not isinstance(prompt, Mapping):
+            raise ValueError(
+                f"env.prompt must be a mapping of prompt options ({', '.join(PROMPT_KEYS)}), got {prompt!r}"
+            )
+        unknown = sorted(str(key) for key in prompt if key not in PROMPT_KEYS)
+        if unknown:
+            raise ValueError(f"unknown env.prompt key(s) {unknown}; known keys: {list(PROMPT_KEYS)}")
+        defaults, base = PromptStyle(), cls()
+        try:
+            style = PromptStyle(
+                show_step_limit=prompt.get("show_step_limit", defaults.show_step_limit),
+                first_step_number=prompt.get("first_step_number", defaults.first_step_number),
+                admissible_actions=prompt.get("admissible_actions", defaults.admissible_actions),
+            )
+        except ValueError as exc:
+            raise ValueError(str(exc).replace("PromptStyle.", "env.prompt.")) from None
+        return cls(
+            style=style,
+            invalid_reply_tail=prompt.get("invalid_reply_tail", base.invalid_reply_tail),
+            overlong=prompt.get("overlong", base.overlong),
+            history_free_above_chars=prompt.get("history_free_above_chars", base.history_free_above_chars),
+        )
+
+    def history_action(self, action: str | None, reply: str) -> str:
+        """What the history shows as the action of a step: the command sent (``action``), or, when the reply sent
+        none, :data:`INVALID_IN_HISTORY` or the reply's last ``invalid_reply_tail`` characters."""
+        if action is not None:
+            return action
+        if self.invalid_reply_tail is None:
+            return INVALID_IN_HISTORY
+        return reply[len(reply) - self.invalid_reply_tail :] if self.invalid_reply_tail else ""
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """One task = one episode group: every member builds ``env_name`` with ``env_kwargs`` and resets it with
@@ -84,14 +200,15 @@ class EpisodeConfig:
 
     max_steps: step limit of the environment (truncation).
     history_length: how many past (observation, action) pairs the prompt shows (paper: 2 for ALFWorld).
-    max_prompt_length: prompt token budget; when exceeded, the oldest history is dropped first, then the
-        prompt is cut from the left as a last resort — an episode never fails for length.
+    max_prompt_length: prompt token budget; what happens to a longer prompt is ``prompt.overlong``'s rule (by
+        default the oldest history is dropped first, then the prompt is cut from the left as a last resort).
     max_response_length: response tokens kept per step (longer generations are cut).
     invalid_action_penalty: subtracted from the step reward when the reply is invalid (paper: 0.1).
     key_mode: anchor key mode handed to the environment (``observation`` | ``state`` | ``history:K``).
     invalid_action: which replies are invalid (``env.invalid_action``): ``"admissible"`` (an inadmissible command
         is invalid, penalised, and the state stays) or ``"format"`` (the reference's rule: only a broken format is
         invalid; a well-formed command goes to the environment). See :mod:`environments.base`.
+    prompt: how each step's prompt is built (``env.prompt.*``, :class:`PromptOptions`).
     """
 
     max_steps: int = 50
@@ -101,11 +218,14 @@ class EpisodeConfig:
     invalid_action_penalty: float = 0.1
     key_mode: str = "state"
     invalid_action: str = "admissible"
+    prompt: PromptOptions = field(default_factory=PromptOptions)
 
     def __post_init__(self) -> None:
         for name, key in _EPISODE_RULES.items():  # the config rules, naming the field (the agent loop maps it back)
             RANGES[key].check(getattr(self, name), key=f"EpisodeConfig.{name}")
         check_invalid_action(self.invalid_action)
+        if not isinstance(self.prompt, PromptOptions):
+            raise ValueError(f"EpisodeConfig.prompt must be a PromptOptions, got {self.prompt!r}")
 
     @classmethod
     def from_env(
@@ -118,8 +238,9 @@ class EpisodeConfig:
         field_keys: Mapping[str, str] | None = None,
     ) -> EpisodeConfig:
         """The episode settings of a config's ``env`` section (``max_steps``, ``history_length``,
-        ``invalid_action_penalty``, ``invalid_action``) plus the prompt and response budgets and the anchor key mode,
-        which each engine reads from its own keys. Both engines build their :class:`EpisodeConfig` here.
+        ``invalid_action_penalty``, ``invalid_action``, ``prompt``: :meth:`PromptOptions.from_config`) plus the prompt
+        and response budgets and the anchor key mode, which each engine reads from its own keys. Both engines build
+        their :class:`EpisodeConfig` here.
 
         Raises:
             ValueError: a value out of range, the message naming the config key (``env.<field>``, or
@@ -135,6 +256,7 @@ class EpisodeConfig:
                 invalid_action_penalty=float(env["invalid_action_penalty"]),
                 key_mode=key_mode,
                 invalid_action=str(env.get("invalid_action", "admissible")),
+                prompt=PromptOptions.from_config(env.get("prompt", None)),
             )
         except ValueError as exc:
             message = _EPISODE_FIELD.sub(lambda m: keys.get(m.group(1), f"env.{m.group(1)}"), str(exc))
@@ -182,8 +304,10 @@ class StepRecord:
         episode's invalid-action rule (False: penalised).
     env_reward: reward returned by the environment; step_reward: env_reward - penalty if invalid.
     terminated / truncated / won: flags after the step.
-    history_used: past steps shown in the prompt; history_dropped: past steps removed to fit max_prompt_length.
-    prompt_truncated: the prompt was cut from the left even with no history.
+    history_used: past steps shown in the prompt; history_dropped: past steps left out of it to fit
+        max_prompt_length (or ``env.prompt.history_free_above_chars``).
+    prompt_truncated: the prompt's ids were cut from the left (``env.prompt.overlong``: ``cut_left``, or
+        ``drop_history`` when even the history-free prompt was too long).
     observation_truncated: ``observation`` was longer than ``EpisodeConfig.max_observation_chars`` and holds its
         end only (so does the prompt).
     generation_info: the generator output's ``extra_fields`` when it has them (verl's servers report e.g. the
@@ -219,7 +343,8 @@ class Episode:
     traj_id: unique trajectory id; task: the task it played; task_id / task_type: from the environment.
     steps: one :class:`StepRecord` per step (may be empty if the environment failed at reset).
     won: the task was solved; episode_return: sum of step rewards (shaping included).
-    env_error: the error message when the environment raised (the episode ended there), else None.
+    env_error: the error message when the environment raised, or the prompt went over budget under
+        ``env.prompt.overlong=fail_episode`` (the episode ended there), else None.
     timing: seconds spent in ``generate`` (awaiting the server), ``env`` (inside reset/step/close, measured in the
         worker thread) and ``glue`` (prompt render + chat template + tokenise, decode + parse).
     abandoned_threads: environment calls of this episode abandoned in threads past their deadline (0 or 1: the
