@@ -34,11 +34,11 @@ from environments import register_env
 from verl_gigpo.cpu.smoke import (
     CHANGED_KEY,
     ROLLOUT_GAP_LIMIT,
-    _actor_checkpoint,
     check_runs,
     run_smoke,
     val_metric,
 )
+from verl_gigpo.export import fsdp_full_state_dict
 from verl_gigpo.metrics_file import read_metrics, training_steps
 
 pytestmark = pytest.mark.slow
@@ -150,7 +150,7 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_its_metrics_hold_iteration
 def test_actor_weights_move_and_the_rollout_server_holds_them_after_every_sync(runs, action_model_dir):
     run_dir = runs["gigpo"].run_dir
     initial = AutoModelForCausalLM.from_pretrained(action_model_dir).state_dict()
-    step1 = _actor_checkpoint(run_dir / "ckpt" / "global_step_1")
+    step1 = fsdp_full_state_dict(run_dir / "ckpt" / "global_step_1" / "actor")
     assert max(float((step1[k] - initial[k]).abs().max()) for k in initial) > 0  # iteration 1 changed the actor
 
     dumps = sorted((run_dir / "synced_weights").glob("*.safetensors"))
@@ -160,7 +160,7 @@ def test_actor_weights_move_and_the_rollout_server_holds_them_after_every_sync(r
         synced.setdefault(step, []).append(load_file(dump))
     assert sorted(synced) == [0, 1, 2, 3, 4] and len(synced[2]) == 2  # step 2: after the update and at resume
     for step, received in synced.items():
-        actor = initial if step == 0 else _actor_checkpoint(run_dir / "ckpt" / f"global_step_{step}")
+        actor = initial if step == 0 else fsdp_full_state_dict(run_dir / "ckpt" / f"global_step_{step}" / "actor")
         for weights in received:
             assert set(weights) == set(actor)
             for name, tensor in weights.items():
