@@ -50,7 +50,7 @@ def local_run(tiny_model_dir, tmp_path_factory):
 
 def _chat_ids(tokenizer):
     messages = [{"role": "user", "content": "You are at (0, 0). The goal is at (2, 1). Reply with one action."}]
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
 
 
 def test_a_local_engine_run_exports_its_trained_weights_and_the_start_models_tokenizer(
