@@ -235,13 +235,13 @@ def test_the_last_checkpoint_exports_with_the_actors_log_probs_and_the_export_pl
     episodes = play_episodes((tokenizer, server), [TaskSpec("gridnav", seed=s) for s in range(8)], config)
     steps = [step for episode in episodes for step in episode.steps]
     assert all(episode.env_error is None for episode in episodes)
-    assert sum(step.action_valid for step in steps) >= 0.5 * len(steps)  # a random model replies ~never validly
+    # measured 0.62 after the run's 4 iterations (0.9 before them); a random-weight model almost never replies validly
+    assert sum(step.action_valid for step in steps) >= 0.25 * len(steps)
 
 
 def test_the_bfloat16_export_holds_the_weights_verls_model_merger_writes(runs, tmp_path):
     """The default export (bfloat16) of global_step_2 against ``python -m verl.model_merger merge --backend fsdp``
-    on the same checkpoint: the same tensors bit for bit, the same tokenizer files; its config.json differs only in
-    dropping the training run's attention backend."""
+    on the same checkpoint: the same tensors bit for bit, the same tokenizer files and config.json."""
     actor = runs["gigpo"].run_dir / "ckpt" / "global_step_2" / "actor"
     result = export_checkpoint(actor, tmp_path / "ours")
     assert (result.dtype, result.source.step) == ("bfloat16", 2)
@@ -261,6 +261,7 @@ def test_the_bfloat16_export_holds_the_weights_verls_model_merger_writes(runs, t
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
         assert (tmp_path / "ours" / name).read_bytes() == (tmp_path / "verl" / name).read_bytes(), name
     ours_config = json.loads((tmp_path / "ours" / "config.json").read_text())
-    theirs_config = json.loads((tmp_path / "verl" / "config.json").read_text())
-    assert theirs_config.pop("attn_implementation") == "sdpa"
-    assert ours_config == theirs_config
+    assert ours_config == json.loads((tmp_path / "verl" / "config.json").read_text())
+    # the training run's attention backend stays in the checkpoint: a folder naming flash-attn would not load without it
+    assert json.loads((actor / "huggingface" / "config.json").read_text())["attn_implementation"] == "sdpa"
+    assert "attn_implementation" not in ours_config and ours_config["dtype"] == "bfloat16"

@@ -28,8 +28,8 @@ The folder written loads offline with ``AutoTokenizer.from_pretrained(HF_DIR)`` 
    class from the checkpoint's ``huggingface/config.json``, tied weights saved once, the generation config, the
    tokenizer with its chat template, a check that the folder is complete). The weights are cast to ``--dtype``
    first (default bfloat16, as verl's merger writes; ``float32`` keeps the trained weights exactly), and
-   ``config.json`` then records that dtype and drops ``attn_implementation``, the training run's attention backend
-   (e.g. flash_attention_2), which is not part of the model and would fail to load where that kernel is missing.
+   ``config.json`` then records that dtype (verl's writer records bfloat16 whatever the tensors hold, and
+   ``transformers`` loads a folder in the dtype its config names).
 
 The folder is built next to ``HF_DIR`` and renamed into place when complete: a failed export leaves nothing behind.
 An existing non-empty ``HF_DIR`` is refused unless ``--overwrite`` is given.
@@ -38,6 +38,8 @@ An existing non-empty ``HF_DIR`` is refused unless ``--overwrite`` is given.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import logging
 import math
@@ -298,15 +300,19 @@ def _write_folder(weights: dict[str, torch.Tensor], hf_config_dir: Path, target:
     from verl.model_merger.fsdp_model_merger import FSDPModelMerger
 
     torch_dtype = DTYPES[dtype]
-    weights = {k: (v.to(torch_dtype) if v.is_floating_point() else v) for k, v in weights.items()}
+    for name in list(weights):  # one tensor at a time: the full-precision copy is freed as its cast is made
+        if weights[name].is_floating_point():
+            weights[name] = weights[name].to(torch_dtype)
     config = ModelMergerConfig(
         operation="merge", backend="fsdp", target_dir=str(target), hf_model_config_path=str(hf_config_dir)
     )
-    FSDPModelMerger(config).save_hf_model_and_tokenizer(weights)
+    printed = io.StringIO()  # verl's merger prints progress lines naming the staging folder
+    with contextlib.redirect_stdout(printed):
+        FSDPModelMerger(config).save_hf_model_and_tokenizer(weights)
+    logger.debug("verl's model merger: %s", printed.getvalue().strip())
     config_file = target / "config.json"
     saved = json.loads(config_file.read_text())
-    saved.pop("torch_dtype", None)
-    saved.pop("attn_implementation", None)
+    saved.pop("torch_dtype", None)  # the older name of the key
     saved["dtype"] = dtype
     config_file.write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n")
     num_parameters = 0  # as saved: a tied weight once
@@ -344,13 +350,13 @@ def export_checkpoint(
     _prepare_target(out, overwrite)
     lora = None
     if source.kind == "verl":
+        hf_config_dir = source.path / "huggingface"
+        if not (hf_config_dir / "config.json").is_file():
+            raise ExportError(f"{hf_config_dir / 'config.json'} is missing: verl writes it with every checkpoint")
         lora_config = _lora_config(source.path)
         weights, layers = merged_state_dict(fsdp_full_state_dict(source.path), lora_config)
         if layers:
             lora = {**lora_config, "layers": layers}
-        hf_config_dir = source.path / "huggingface"
-        if not (hf_config_dir / "config.json").is_file():
-            raise ExportError(f"{hf_config_dir / 'config.json'} is missing: verl writes it with every checkpoint")
     else:
         state = _load_quietly(source.path)
         weights, _ = merged_state_dict(state["model"])

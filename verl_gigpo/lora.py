@@ -15,8 +15,8 @@ or without peft's ``base_model.model.`` prefix (verl's checkpoints keep the adap
 sync and its model merger drop it). ``<layer>.weight`` is the Hugging Face name of the weight it adapts.
 
 Supported: what verl's FSDP engine builds (``FSDPEngine._build_lora_module``: rank, alpha, target modules, no bias
-adapters). DoRA, per-layer ranks or alphas (``rank_pattern``/``alpha_pattern``), ``fan_in_fan_out`` layers and
-LoRA biases change the formula above and are refused by name.
+adapters). DoRA, per-layer ranks or alphas (``rank_pattern``/``alpha_pattern``), ``fan_in_fan_out`` layers, LoRA
+biases and adapters on parameters (``target_parameters``) change the formula above and are refused by name.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ __all__ = ["PEFT_PREFIX", "adapted_weight_name", "lora_scale", "merge_lora"]
 #: prefix of every name in a peft model's state dict (``PeftModel`` -> ``LoraModel`` -> the Hugging Face model)
 PEFT_PREFIX = "base_model.model."
 
-#: adapter-config keys whose non-default value changes ``W' = W + s B A`` (the merge would be wrong): key -> neutral
-_UNSUPPORTED = {"use_dora": False, "fan_in_fan_out": False, "lora_bias": False, "rank_pattern": {}, "alpha_pattern": {}}
+#: adapter-config keys that, set (truthy), change ``W' = W + s B A`` or what the adapter's tensors are: the merge
+#: here would be wrong
+_UNSUPPORTED = ("use_dora", "fan_in_fan_out", "lora_bias", "rank_pattern", "alpha_pattern", "target_parameters")
 
 
 def lora_scale(config: Mapping[str, Any]) -> float:
@@ -44,12 +45,13 @@ def lora_scale(config: Mapping[str, Any]) -> float:
         ValueError: ``r`` not a whole number >= 1, or ``lora_alpha`` missing or 0 (verl's model merger writes 0 when a
             checkpoint lacks ``lora_train_meta.json``: the merge would silently drop the adapter).
         NotImplementedError: a setting that changes the formula (DoRA, per-layer ranks/alphas, fan_in_fan_out,
-            LoRA biases), named.
+            LoRA biases, adapters on parameters: ``target_parameters``), named.
     """
-    for key, neutral in _UNSUPPORTED.items():
-        value = config.get(key, neutral)
-        if value not in (neutral, None):
-            raise NotImplementedError(f"LoRA config {key}={value!r}: only plain LoRA (W + s B A) can be merged here")
+    for key in _UNSUPPORTED:
+        if config.get(key):
+            raise NotImplementedError(
+                f"LoRA config {key}={config[key]!r}: only plain LoRA on linear layers (W + s B A) is merged here"
+            )
     rank, alpha = config.get("r"), config.get("lora_alpha")
     if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
         raise ValueError(f"LoRA config r={rank!r}: expected the adapter rank, a whole number >= 1")
