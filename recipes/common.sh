@@ -281,10 +281,10 @@ LORA_RANK is 0 (LoRA off); set LORA_RANK, e.g. LORA_RANK=64"
         gigpo_check_positive_int LORA_ALPHA "$LORA_ALPHA" "it is the LoRA scaling numerator (the adapter is scaled by \
 LORA_ALPHA / LORA_RANK; the default is LORA_RANK)"
         LORA_TARGET_MODULES=${LORA_TARGET_MODULES:-all-linear}
-        local targets=$LORA_TARGET_MODULES
+        local targets=$LORA_TARGET_MODULES names='^[A-Za-z_][A-Za-z0-9_.]*(,[A-Za-z_][A-Za-z0-9_.]*)*$'
         if [[ "$targets" != all-linear ]]; then
-            [[ "$targets" =~ ^[A-Za-z_][A-Za-z0-9_.]*(,[A-Za-z_][A-Za-z0-9_.]*)*$ ]] || gigpo_fail "LORA_TARGET_MODULES=\
-$targets: use all-linear or a comma-separated list of module names, e.g. q_proj,k_proj,v_proj,o_proj"
+            [[ "$targets" =~ $names ]] || gigpo_fail "LORA_TARGET_MODULES=$targets: use all-linear or a \
+comma-separated list of module names, e.g. q_proj,k_proj,v_proj,o_proj"
             targets="[$targets]"
         fi
         LR=${LR:-3e-6}
@@ -305,10 +305,10 @@ $USE_KL_LOSS (LR and USE_KL_LOSS change them)" >&2
 # override per line: the model and its attention backend, LoRA, the actor (lr 1e-6, KL loss low_var_kl; with LoRA lr
 # 3e-6 and no KL loss), the optimizer steps (MINI_BATCH_ROWS step rows each), the rollout (vLLM, or hf on DEVICE=cpu),
 # the reference policy and the trainer. Reads DEVICE, ROLLOUT_NAME, MODEL_PATH, LORA_RANK, LORA_ALPHA,
-# LORA_TARGET_MODULES, LR, USE_KL_LOSS, GROUP_SIZE, N_GPUS, TOTAL_ITERS, TEST_FREQ, MINI_BATCH_ROWS, MICRO_BATCH_PER_GPU,
-# LOG_PROB_MICRO_BATCH_PER_GPU, KL_COEF, ENTROPY_COEF, VAL_TEMPERATURE, VAL_DO_SAMPLE, MAX_CKPTS_TO_KEEP, EXPERIMENT and
-# LOGGER (each recipe sets its defaults; recipes/reference_settings.yaml lists where each value comes from). Recipes
-# put these after their own settings; the user's "$@" comes last and wins.
+# LORA_TARGET_MODULES, LR, USE_KL_LOSS, GROUP_SIZE, N_GPUS, TOTAL_ITERS, TEST_FREQ, MINI_BATCH_ROWS,
+# MICRO_BATCH_PER_GPU, LOG_PROB_MICRO_BATCH_PER_GPU, KL_COEF, ENTROPY_COEF, VAL_TEMPERATURE, VAL_DO_SAMPLE,
+# MAX_CKPTS_TO_KEEP, EXPERIMENT and LOGGER (each recipe sets its defaults; recipes/reference_settings.yaml lists where
+# each value comes from). Recipes put these after their own settings; the user's "$@" comes last and wins.
 gigpo_verl_overrides() {
     # trainer.logger: the console and verl's file logger (one JSON line per iteration in the experiment folder,
     # checkpoints/verl_gigpo/$EXPERIMENT/metrics.jsonl, kept across resumed launches: docs/runs.md); add a backend

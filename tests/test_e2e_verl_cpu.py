@@ -235,7 +235,7 @@ def test_the_last_checkpoint_exports_with_the_actors_log_probs_and_the_export_pl
     episodes = play_episodes((tokenizer, server), [TaskSpec("gridnav", seed=s) for s in range(8)], config)
     steps = [step for episode in episodes for step in episode.steps]
     assert all(episode.env_error is None for episode in episodes)
-    # measured 0.62 after the run's 4 iterations (0.9 before them); a random-weight model almost never replies validly
+    # measured 0.62 and 0.92 after the run's 4 iterations; a random-weight model almost never replies validly
     assert sum(step.action_valid for step in steps) >= 0.25 * len(steps)
 
 

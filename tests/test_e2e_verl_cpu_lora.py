@@ -12,7 +12,7 @@ update; after the last update it is measured here, on a fixed prompt, between th
 actor rebuilt with peft from its checkpoint. The checkpoint is then exported (``python -m verl_gigpo.export``): the
 adapter merged, ``W + (alpha / r) B A``, with the actor's log-probs.
 
-About 1.5-3 minutes on 2 cores (one launch).
+About 2-3.5 minutes on 2 cores (one launch; 2 alone, 3.5 beside the e2e file's launches).
 """
 
 from __future__ import annotations
