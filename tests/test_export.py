@@ -127,6 +127,9 @@ def test_what_is_not_a_checkpoint_is_refused_naming_the_path_and_what_to_pass(tm
         resolve_checkpoint(experiment)
     with pytest.raises(ExportError, match=r"global_step_3 has no actor checkpoint .*fsdp_config\.json is missing"):
         resolve_checkpoint(experiment / "global_step_3")
+    (experiment / "global_step_4.partial" / "actor").mkdir(parents=True)  # a save that did not finish
+    with pytest.raises(ExportError, match=r"global_step_4\.partial is not a checkpoint"):
+        resolve_checkpoint(experiment / "global_step_4.partial")
     assert not (tmp_path / "hf").exists()
 
 

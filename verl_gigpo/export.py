@@ -44,6 +44,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -73,6 +74,8 @@ DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch
 _FSDP_CONFIG = "fsdp_config.json"
 _LORA_META = "lora_train_meta.json"
 _POINTER = "latest_checkpointed_iteration.txt"
+#: verl's checkpoint folder (not ``global_step_N.partial``: a save that did not finish, set aside by verl_gigpo.main)
+_STEP_DIR = re.compile(r"global_step_(\d+)")
 _WHAT_TO_PASS = (
     "pass a verl checkpoint (<experiment>/global_step_N/actor, <experiment>/global_step_N or the experiment folder "
     "holding latest_checkpointed_iteration.txt) or a local-engine checkpoint (<run>/checkpoints/iter_K/state.pt, "
@@ -113,7 +116,7 @@ def _verl_actor(step_dir: Path) -> Source:
     actor = step_dir / "actor"
     if not (actor / _FSDP_CONFIG).is_file():
         raise ExportError(f"{step_dir} has no actor checkpoint ({actor / _FSDP_CONFIG} is missing); {_WHAT_TO_PASS}")
-    return Source("verl", actor, int(step_dir.name.rsplit("_", 1)[1]))
+    return Source("verl", actor, int(_STEP_DIR.fullmatch(step_dir.name).group(1)))
 
 
 def resolve_checkpoint(ckpt: str | Path) -> Source:
@@ -131,10 +134,10 @@ def resolve_checkpoint(ckpt: str | Path) -> Source:
             return Source("local", path, _local_iteration(path.parent))
         raise ExportError(f"{ckpt} is a file but not a local-engine state.pt; {_WHAT_TO_PASS}")
     if (path / _FSDP_CONFIG).is_file():
-        if not path.parent.name.startswith("global_step_"):
+        if not _STEP_DIR.fullmatch(path.parent.name):
             raise ExportError(f"{path} holds verl shards but is not inside a global_step_N folder; {_WHAT_TO_PASS}")
-        return Source("verl", path, int(path.parent.name.rsplit("_", 1)[1]))
-    if path.name.startswith("global_step_") and (path / "actor").is_dir():
+        return Source("verl", path, int(_STEP_DIR.fullmatch(path.parent.name).group(1)))
+    if _STEP_DIR.fullmatch(path.name) and (path / "actor").is_dir():
         return _verl_actor(path)
     if (path / "state.pt").is_file():
         return Source("local", path / "state.pt", _local_iteration(path))
