@@ -308,11 +308,60 @@ $MINI_BATCH_ROWS" >&2
     fi
 }
 
+# --- LoRA: LORA_RANK (0 = off) ------------------------------------------------------------------------------------
+
+# gigpo_lora_setup: LoRA from LORA_RANK, and the learning rate and KL loss that go with it. Fills GIGPO_LORA (verl's
+# LoRA keys, empty when off) and sets LR and USE_KL_LOSS unless the user set them.
+# LORA_RANK=0 (default): every weight trains; LR=1e-6, USE_KL_LOSS=true (the reference's full fine-tuning runs).
+# LORA_RANK=R > 0: verl trains a rank-R adapter (actor_rollout_ref.model.lora_rank) with LORA_ALPHA (default R: the
+# scale alpha / R is 1, as in the reference's LoRA runs, rank 64 and alpha 64) on LORA_TARGET_MODULES (default
+# all-linear; or a comma-separated list such as q_proj,v_proj); LR=3e-6 and USE_KL_LOSS=false, as the reference's LoRA
+# runs (verl-agent examples/gigpo_trainer/run_alfworld_lora.sh and run_webshop_lora.sh). The reference policy of a KL
+# loss is then the actor with its adapter disabled (no second model). The adapter reaches the rollout unmerged, as
+# verl does by default: vLLM serves it as a LoRA adapter; on DEVICE=cpu the hf backend merges it in float32 itself
+# (verl_gigpo/cpu/hf_rollout.py), so nothing else changes there. Fidelity rows: recipes/reference_settings.yaml (lora).
+gigpo_lora_setup() {
+    LORA_RANK=${LORA_RANK:-0}
+    [[ "$LORA_RANK" =~ ^[0-9]+$ ]] || gigpo_fail "LORA_RANK=$LORA_RANK is not a whole number; 0 trains every weight, \
+LORA_RANK=64 trains a rank-64 adapter as the reference's LoRA runs do"
+    LORA_RANK=$((10#$LORA_RANK))
+    GIGPO_LORA=()
+    if ((LORA_RANK == 0)); then
+        [[ -z "${LORA_ALPHA:-}${LORA_TARGET_MODULES:-}" ]] || gigpo_fail "LORA_ALPHA or LORA_TARGET_MODULES is set but \
+LORA_RANK is 0 (LoRA off); set LORA_RANK, e.g. LORA_RANK=64"
+        LR=${LR:-1e-6}
+        USE_KL_LOSS=${USE_KL_LOSS:-true}
+    else
+        LORA_ALPHA=${LORA_ALPHA:-$LORA_RANK}
+        gigpo_check_positive_int LORA_ALPHA "$LORA_ALPHA" "it is the LoRA scaling numerator (the adapter is scaled by \
+LORA_ALPHA / LORA_RANK; the default is LORA_RANK)"
+        LORA_TARGET_MODULES=${LORA_TARGET_MODULES:-all-linear}
+        local targets=$LORA_TARGET_MODULES names='^[A-Za-z_][A-Za-z0-9_.]*(,[A-Za-z_][A-Za-z0-9_.]*)*$'
+        if [[ "$targets" != all-linear ]]; then
+            [[ "$targets" =~ $names ]] || gigpo_fail "LORA_TARGET_MODULES=$targets: use all-linear or a \
+comma-separated list of module names, e.g. q_proj,k_proj,v_proj,o_proj"
+            targets="[$targets]"
+        fi
+        LR=${LR:-3e-6}
+        USE_KL_LOSS=${USE_KL_LOSS:-false}
+        GIGPO_LORA=(
+            actor_rollout_ref.model.lora_rank="$LORA_RANK"
+            actor_rollout_ref.model.lora_alpha="$LORA_ALPHA"
+            actor_rollout_ref.model.target_modules="$targets"
+        )
+        echo "LoRA: rank $LORA_RANK, alpha $LORA_ALPHA, target modules $LORA_TARGET_MODULES; lr $LR, KL loss \
+$USE_KL_LOSS (LR and USE_KL_LOSS change them)" >&2
+    fi
+    [[ "$LR" =~ ^[0-9]+(\.[0-9]*)?([eE]-?[0-9]+)?$ ]] || gigpo_fail "LR=$LR is not a number; e.g. LR=1e-6"
+    [[ "$USE_KL_LOSS" == true || "$USE_KL_LOSS" == false ]] || gigpo_fail "USE_KL_LOSS=$USE_KL_LOSS: use true or false"
+}
+
 # gigpo_verl_overrides: fill the array GIGPO_VERL_OVERRIDES with the settings every recipe shares, one Hydra
-# override per line: the model and its attention backend, the actor (lr 1e-6, KL loss low_var_kl), the optimizer steps
-# (MINI_BATCH_ROWS step rows each), the rollout (vLLM, or hf on DEVICE=cpu), the reference policy, the trainer, and the
-# prompt structure the reference uses in every environment (env.prompt.*; each recipe sets the rest).
-# Reads DEVICE, ROLLOUT_NAME, MODEL_PATH, GROUP_SIZE, N_GPUS, TOTAL_ITERS, TEST_FREQ, MINI_BATCH_ROWS,
+# override per line: the model and its attention backend, LoRA, the actor (lr 1e-6, KL loss low_var_kl; with LoRA lr
+# 3e-6 and no KL loss), the optimizer steps (MINI_BATCH_ROWS step rows each), the rollout (vLLM, or hf on DEVICE=cpu),
+# the reference policy, the trainer, and the prompt structure the reference uses in every environment (env.prompt.*;
+# each recipe sets the rest). Reads DEVICE, ROLLOUT_NAME, MODEL_PATH, LORA_RANK, LORA_ALPHA,
+# LORA_TARGET_MODULES, LR, USE_KL_LOSS, GROUP_SIZE, N_GPUS, TOTAL_ITERS, TEST_FREQ, MINI_BATCH_ROWS,
 # MICRO_BATCH_PER_GPU, LOG_PROB_MICRO_BATCH_PER_GPU, KL_COEF, ENTROPY_COEF, VAL_TEMPERATURE, VAL_DO_SAMPLE,
 # MAX_CKPTS_TO_KEEP, EXPERIMENT, LOGGER and SEED (each recipe sets its defaults, SEED defaults to 0 here;
 # recipes/reference_settings.yaml lists where each value comes from). Recipes put these after their own settings; the
@@ -334,6 +383,7 @@ clearml, trackio)"
 (trainer.max_actor_ckpt_to_keep); to keep every checkpoint pass trainer.max_actor_ckpt_to_keep=null as an override"
     gigpo_check_mini_batch
     gigpo_attention_setup
+    gigpo_lora_setup
     local platform=() attn=()
     [[ "${DEVICE:-cuda}" == cpu ]] && platform=(platform=cpu)
     # ++: verl's override_config is an empty dict, so the key is added (or replaced)
@@ -348,7 +398,10 @@ clearml, trackio)"
         actor_rollout_ref.model.use_remove_padding="$GIGPO_REMOVE_PADDING"
         # activation checkpointing pays off on GPUs; on DEVICE=cpu it slows a tiny model down (cpu.yaml)
         actor_rollout_ref.model.enable_gradient_checkpointing="$([[ "${DEVICE:-cuda}" == cpu ]] && echo false || echo true)"
-        actor_rollout_ref.actor.optim.lr=1e-6
+        # LoRA (gigpo_lora_setup): a rank-LORA_RANK adapter instead of every weight, when LORA_RANK > 0
+        "${GIGPO_LORA[@]}"
+        # 1e-6, or 3e-6 with LoRA (the reference's runs of each kind)
+        actor_rollout_ref.actor.optim.lr="$LR"
         # optimizer steps: an iteration's R step rows make ceil(R / MINI_BATCH_ROWS) equal mini-batches, rows
         # shuffled across groups (the gigpo_sync trainer mode), as the reference's actor splits its step rows into
         # ppo_mini_batch_size-row mini-batches. verl's own ppo_mini_batch_size would count TASKS (x rollout.n
@@ -356,7 +409,8 @@ clearml, trackio)"
         trainer.v1.gigpo_sync.mini_batch_rows="$MINI_BATCH_ROWS"
         actor_rollout_ref.actor.ppo_mini_batch_size="$((TRAIN_TASKS_PER_ITER < 16 ? TRAIN_TASKS_PER_ITER : 16))"
         actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="$MICRO_BATCH_PER_GPU"
-        actor_rollout_ref.actor.use_kl_loss=true
+        # true, or false with LoRA (the reference's runs of each kind)
+        actor_rollout_ref.actor.use_kl_loss="$USE_KL_LOSS"
         actor_rollout_ref.actor.kl_loss_coef="$KL_COEF"
         actor_rollout_ref.actor.kl_loss_type=low_var_kl
         actor_rollout_ref.actor.entropy_coeff="$ENTROPY_COEF"

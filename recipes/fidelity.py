@@ -37,23 +37,31 @@ _MISSING = object()
 
 
 def load_table(path: Path = TABLE) -> dict[str, Any]:
-    """The parsed table: ``sources``, ``common`` (rows for every recipe) and ``recipes`` (name -> script,
-    reference_script, rows)."""
+    """The parsed table: ``sources``, ``common`` (rows for every recipe), ``recipes`` (name -> script,
+    reference_script, rows) and ``lora`` (``env``: the variables that turn LoRA on; ``common`` rows; ``recipes``: name
+    -> reference_script, rows; the rows that hold with LoRA, :func:`recipe_rows`)."""
     with open(path, encoding="utf-8") as f:
         return yaml.safe_load(f)
 
 
-def recipe_rows(table: dict[str, Any], recipe: str) -> list[dict[str, Any]]:
-    """The rows that hold for ``recipe``: its own, then the common rows it does not replace (same ``setting``).
+def recipe_rows(table: dict[str, Any], recipe: str, *, lora: bool = False) -> list[dict[str, Any]]:
+    """The rows that hold for ``recipe``: its own, then the common rows it does not replace (same ``setting``). With
+    ``lora`` (the recipe run with ``table["lora"]["env"]``), the recipe's LoRA rows and the LoRA common rows come first
+    and replace the rows of the same setting.
 
     Raises:
         KeyError: ``recipe`` is not in the table.
     """
     if recipe not in table["recipes"]:
         raise KeyError(f"recipe {recipe!r} is not in the fidelity table; it has {sorted(table['recipes'])}")
-    own = table["recipes"][recipe]["rows"]
-    names = {row["setting"] for row in own}
-    return [*own, *(row for row in table["common"] if row["setting"] not in names)]
+    layers = [table["recipes"][recipe]["rows"], table["common"]]
+    if lora:
+        layers[:0] = [((table["lora"].get("recipes") or {}).get(recipe) or {}).get("rows", []), table["lora"]["common"]]
+    rows: list[dict[str, Any]] = []
+    for layer in layers:
+        names = {row["setting"] for row in rows}
+        rows += [row for row in layer if row["setting"] not in names]
+    return rows
 
 
 def same(a: Any, b: Any) -> bool:
@@ -104,12 +112,29 @@ def table_problems(table: dict[str, Any]) -> list[str]:
         for field in ("script", "reference_script", "rows"):
             if field not in spec:
                 problems.append(f"recipe {recipe}: missing {field!r}")
-        seen: set[str] = set()
-        for i, row in enumerate(spec.get("rows") or []):
-            problems += _row_problems(f"{recipe} row {i} ({row.get('setting')!r})", row)
-            if row.get("setting") in seen:
-                problems.append(f"{recipe}: setting {row.get('setting')!r} listed twice")
-            seen.add(row.get("setting"))
+        problems += _rows_problems(recipe, spec.get("rows") or [])
+    lora = table.get("lora")
+    if lora is not None:
+        if not isinstance(lora.get("env"), dict) or not lora["env"]:
+            problems.append("lora: missing 'env' (the variables that turn LoRA on, e.g. LORA_RANK: '64')")
+        problems += _rows_problems("lora common", lora.get("common") or [])
+        for recipe, spec in (lora.get("recipes") or {}).items():
+            if recipe not in (table.get("recipes") or {}):
+                problems.append(f"lora recipe {recipe}: not a recipe of the table")
+            if "reference_script" not in spec:
+                problems.append(f"lora recipe {recipe}: missing 'reference_script'")
+            problems += _rows_problems(f"lora {recipe}", spec.get("rows") or [])
+    return problems
+
+
+def _rows_problems(where: str, rows: list[dict[str, Any]]) -> list[str]:
+    problems = []
+    seen: set[str] = set()
+    for i, row in enumerate(rows):
+        problems += _row_problems(f"{where} row {i} ({row.get('setting')!r})", row)
+        if row.get("setting") in seen:
+            problems.append(f"{where}: setting {row.get('setting')!r} listed twice")
+        seen.add(row.get("setting"))
     return problems
 
 
@@ -132,12 +157,15 @@ def composed_value(cfg: Any, prep_argv: list[str], key: str) -> Any:
     return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
 
-def fidelity_problems(table: dict[str, Any], recipe: str, cfg: Any, prep_argv: list[str]) -> list[str]:
+def fidelity_problems(
+    table: dict[str, Any], recipe: str, cfg: Any, prep_argv: list[str], *, lora: bool = False
+) -> list[str]:
     """Where ``recipe``'s composed config (``cfg``) and data-prep command (``prep_argv``) differ from the table's
-    ``ours`` column, plus the table's own problems for that recipe's rows. Empty when the recipe is as listed."""
+    ``ours`` column, plus the table's own problems for that recipe's rows. Empty when the recipe is as listed. With
+    ``lora``, ``cfg`` is the recipe run with ``table["lora"]["env"]`` and the LoRA rows hold (:func:`recipe_rows`)."""
     problems = []
-    for row in recipe_rows(table, recipe):
-        where = f"{recipe}: {row['setting']!r}"
+    for row in recipe_rows(table, recipe, lora=lora):
+        where = f"{recipe}{' (LoRA)' if lora else ''}: {row['setting']!r}"
         problems += _row_problems(where, row)
         if row["key"] is None:
             continue
@@ -229,9 +257,19 @@ These rows hold for each recipe below unless its own table lists the same settin
 """
 
 
+_LORA_INTRO = """\
+## LoRA runs (`LORA_RANK` set)
+
+With `LORA_RANK=R` a recipe trains a rank-R LoRA adapter instead of every weight (`recipes/common.sh`,
+`gigpo_lora_setup`). The rows below then hold, checked by composing every recipe with `{env}`; they replace the rows
+of the same setting above, and every other row above still holds. The reference has LoRA scripts for {with_ref}
+(their tables follow); {without} have none, and `LORA_RANK` applies the same rule to them.
+"""
+
+
 def render_markdown(table: dict[str, Any]) -> str:
     """``docs/fidelity.md``: what the table is and how it is checked, its sources, the rows every recipe shares,
-    then one table per recipe."""
+    then one table per recipe, then the LoRA rows (every recipe's, and each reference LoRA script's)."""
     src = table["sources"]
     intro = _INTRO.format(
         reference=fmt(src["reference"]), paper=fmt(src["paper"]), verl=fmt(src["verl"]), not_found=NOT_FOUND
@@ -240,6 +278,22 @@ def render_markdown(table: dict[str, Any]) -> str:
     for recipe, spec in table["recipes"].items():
         out += ["", f"## {recipe}", "", f"`{spec['script']}` against the reference's `{spec['reference_script']}`."]
         out += ["", *_table(spec["rows"])]
+    lora = table.get("lora")
+    if lora:
+        with_ref = lora.get("recipes") or {}
+        without = [name for name in table["recipes"] if name not in with_ref]
+        env = " ".join(f"{k}={v}" for k, v in lora["env"].items())
+        out += ["", _LORA_INTRO.format(env=env, with_ref=", ".join(with_ref), without=", ".join(without)).rstrip()]
+        out += ["", *_table(lora["common"])]
+        for recipe, spec in with_ref.items():
+            script = table["recipes"][recipe]["script"]
+            out += [
+                "",
+                f"### {recipe} with LoRA",
+                "",
+                f"`{script}` against the reference's `{spec['reference_script']}`.",
+            ]
+            out += ["", *_table(spec["rows"])]
     return "\n".join(out) + "\n"
 
 

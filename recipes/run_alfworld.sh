@@ -8,6 +8,7 @@
 #   ALFWORLD_DATA=~/.cache/alfworld bash recipes/run_alfworld.sh
 #   ADV_ESTIMATOR=grpo bash recipes/run_alfworld.sh        # the paper's GRPO baseline on the same settings
 #   MODEL_PATH=artifacts/tiny-model DEVICE=cpu bash recipes/run_alfworld.sh   # verl's pipeline on this CPU, tiny model
+#   LORA_RANK=64 MODEL_PATH=Qwen/Qwen2.5-7B-Instruct bash recipes/run_alfworld.sh   # the reference's LoRA run (7B)
 #   DRY_RUN=1 bash recipes/run_alfworld.sh                 # print the final command only
 #   bash recipes/run_alfworld.sh trainer.total_training_steps=10   # extra Hydra overrides go last
 #   LOGGER=console,file,wandb bash recipes/run_alfworld.sh   # also log to wandb (or tensorboard)

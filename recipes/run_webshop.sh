@@ -9,6 +9,7 @@
 #   WEBSHOP_ENV=webshop_real bash recipes/run_webshop.sh  # a real WebShop installation (web_agent_site importable)
 #   ADV_ESTIMATOR=grpo bash recipes/run_webshop.sh       # the GRPO baseline on the same settings
 #   MODEL_PATH=artifacts/tiny-model DEVICE=cpu bash recipes/run_webshop.sh   # verl's pipeline on this CPU, tiny model
+#   LORA_RANK=64 MODEL_PATH=Qwen/Qwen2.5-7B-Instruct bash recipes/run_webshop.sh   # the reference's LoRA run (7B)
 #   DRY_RUN=1 bash recipes/run_webshop.sh                # print the final command only
 #   LOGGER=console,file,wandb bash recipes/run_webshop.sh   # also log to wandb (or tensorboard)
 #

@@ -11,6 +11,9 @@ replaced. The tasks are played by ``gridnav_faulty`` (``tests/helpers``), a grid
 registered in the workers through ``env.registry``: failed episodes in every iteration must leave the run alive with
 their rows masked (verl's old-log-prob step must not fail with ``KeyError('rollout_log_probs')``).
 
+The checkpoints are then exported (``python -m verl_gigpo.export``): the latest one in float32 gives the actor's
+log-probs and plays gridnav; the default bfloat16 export holds what verl's own model merger writes.
+
 Everything asserted comes from what the runs wrote: the experiment's ``ckpt/metrics.jsonl`` (verl's file logger, the
 file docs/runs.md points users to: after the crash and the resume it must hold iterations 1-4 once each), verl's
 checkpoints, the weights the rollout server received at each sync, the console log. Its wall time is that of the
@@ -19,6 +22,7 @@ three GiGPO launches (the GRPO launch runs beside them): about 3-4 minutes on 2 
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
@@ -27,19 +31,26 @@ from pathlib import Path
 
 import pytest
 import torch
+from episode_play import play_episodes
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM
+from token_logprobs import gridnav_prompt_with_reply, token_log_probs
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from verl.model_merger.base_model_merger import ModelMergerConfig
+from verl.model_merger.fsdp_model_merger import FSDPModelMerger
 
 from environments import register_env
 from verl_gigpo.cpu.smoke import (
     CHANGED_KEY,
     ROLLOUT_GAP_LIMIT,
-    _actor_checkpoint,
     check_runs,
     run_smoke,
     val_metric,
 )
+from verl_gigpo.export import export_checkpoint, fsdp_full_state_dict
+from verl_gigpo.export import main as export_main
+from verl_gigpo.local.server import LocalGenerationServer
 from verl_gigpo.metrics_file import read_metrics, training_steps
+from verl_gigpo.rollout import EpisodeConfig, TaskSpec
 
 pytestmark = pytest.mark.slow
 
@@ -150,7 +161,7 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_its_metrics_hold_iteration
 def test_actor_weights_move_and_the_rollout_server_holds_them_after_every_sync(runs, action_model_dir):
     run_dir = runs["gigpo"].run_dir
     initial = AutoModelForCausalLM.from_pretrained(action_model_dir).state_dict()
-    step1 = _actor_checkpoint(run_dir / "ckpt" / "global_step_1")
+    step1 = fsdp_full_state_dict(run_dir / "ckpt" / "global_step_1" / "actor")
     assert max(float((step1[k] - initial[k]).abs().max()) for k in initial) > 0  # iteration 1 changed the actor
 
     dumps = sorted((run_dir / "synced_weights").glob("*.safetensors"))
@@ -160,7 +171,7 @@ def test_actor_weights_move_and_the_rollout_server_holds_them_after_every_sync(r
         synced.setdefault(step, []).append(load_file(dump))
     assert sorted(synced) == [0, 1, 2, 3, 4] and len(synced[2]) == 2  # step 2: after the update and at resume
     for step, received in synced.items():
-        actor = initial if step == 0 else _actor_checkpoint(run_dir / "ckpt" / f"global_step_{step}")
+        actor = initial if step == 0 else fsdp_full_state_dict(run_dir / "ckpt" / f"global_step_{step}" / "actor")
         for weights in received:
             assert set(weights) == set(actor)
             for name, tensor in weights.items():
@@ -197,3 +208,60 @@ def test_optimizer_steps_per_iteration_follow_the_rows_based_setting(runs):
         assert metrics["update/mini_batch_rows"] <= MINI_BATCH_ROWS + 15  # rounded up to the micro-batch size, 16
         assert taken[step] == metrics["update/num_mini_batches"] == math.ceil(real_rows / MINI_BATCH_ROWS)
         assert taken[step] < real_rows / 16  # verl's own split: ppo_mini_batch_size (4 tasks) x n (4) = 16 rows
+
+
+def test_the_last_checkpoint_exports_with_the_actors_log_probs_and_the_export_plays(
+    runs, action_model_dir, tmp_path, capsys
+):
+    """``python -m verl_gigpo.export <experiment folder>``: its latest checkpoint (global_step_4, written by the
+    resumed launch) as a Hugging Face folder in float32, whose log-probs on a fixed prompt are the actor's: those of
+    the weights the rollout server held after step 4's sync (the actor's checkpoint bit for bit, test above). The
+    folder then plays gridnav through the project's generation server, with valid replies as the model was tuned."""
+    ckpt = runs["gigpo"].run_dir / "ckpt"
+    out = tmp_path / "hf"
+    assert export_main([str(ckpt), "--out", str(out), "--dtype", "float32"]) == 0
+    assert f"{ckpt / 'global_step_4' / 'actor'} (verl FSDP checkpoint, step 4) to {out}" in capsys.readouterr().out
+    tokenizer = AutoTokenizer.from_pretrained(out, local_files_only=True)
+    exported = AutoModelForCausalLM.from_pretrained(out, local_files_only=True).eval()
+    actor = AutoModelForCausalLM.from_pretrained(action_model_dir, dtype=torch.float32)
+    last_sync = sorted((runs["gigpo"].run_dir / "synced_weights").glob("sync*_step4_replica0.safetensors"))[-1]
+    actor.load_state_dict(load_file(last_sync), strict=True)
+    ids = gridnav_prompt_with_reply(tokenizer)
+    diff = (token_log_probs(exported, ids) - token_log_probs(actor.eval(), ids)).abs().max()
+    assert diff <= 1e-6, diff
+
+    server = LocalGenerationServer(exported, tokenizer, device="cpu", seed=0)
+    config = EpisodeConfig(max_steps=6, max_prompt_length=256, max_response_length=3, key_mode="state")
+    episodes = play_episodes((tokenizer, server), [TaskSpec("gridnav", seed=s) for s in range(8)], config)
+    steps = [step for episode in episodes for step in episode.steps]
+    assert all(episode.env_error is None for episode in episodes)
+    # measured 0.62 and 0.92 after the run's 4 iterations; a random-weight model almost never replies validly
+    assert sum(step.action_valid for step in steps) >= 0.25 * len(steps)
+
+
+def test_the_bfloat16_export_holds_the_weights_verls_model_merger_writes(runs, tmp_path):
+    """The default export (bfloat16) of global_step_2 against ``python -m verl.model_merger merge --backend fsdp``
+    on the same checkpoint: the same tensors bit for bit, the same tokenizer files and config.json."""
+    actor = runs["gigpo"].run_dir / "ckpt" / "global_step_2" / "actor"
+    result = export_checkpoint(actor, tmp_path / "ours")
+    assert (result.dtype, result.source.step) == ("bfloat16", 2)
+    config = ModelMergerConfig(
+        operation="merge",
+        backend="fsdp",
+        local_dir=str(actor),
+        target_dir=str(tmp_path / "verl"),
+        hf_model_config_path=str(actor / "huggingface"),
+    )
+    FSDPModelMerger(config).merge_and_save()
+    ours = load_file(tmp_path / "ours" / "model.safetensors")
+    theirs = load_file(tmp_path / "verl" / "model.safetensors")
+    assert set(ours) == set(theirs)
+    for name, tensor in theirs.items():
+        assert tensor.dtype == torch.bfloat16 and torch.equal(ours[name], tensor), name
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+        assert (tmp_path / "ours" / name).read_bytes() == (tmp_path / "verl" / name).read_bytes(), name
+    ours_config = json.loads((tmp_path / "ours" / "config.json").read_text())
+    assert ours_config == json.loads((tmp_path / "verl" / "config.json").read_text())
+    # the training run's attention backend stays in the checkpoint: a folder naming flash-attn would not load without it
+    assert json.loads((actor / "huggingface" / "config.json").read_text())["attn_implementation"] == "sdpa"
+    assert "attn_implementation" not in ours_config and ours_config["dtype"] == "bfloat16"

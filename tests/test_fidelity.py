@@ -80,6 +80,18 @@ def _load_module():
 
 fidelity = _load_module()
 
+# the settings every recipe's LoRA rows must cover (from the LoRA rows, or the recipe's own rows they replace)
+REQUIRED_LORA_SETTINGS = {
+    "LoRA rank",
+    "LoRA alpha",
+    "LoRA target modules",
+    "adapter in the rollout",
+    "learning rate",
+    "KL loss",
+}
+# settings in which the reference's LoRA scripts differ from its full fine-tuning scripts: each needs a LoRA row
+LORA_SCRIPT_DIFFERENCES = {"model", "LoRA rank", "LoRA alpha", "learning rate", "KL loss"}
+
 
 @pytest.fixture(scope="module")
 def table():
@@ -142,3 +154,31 @@ def test_values_compare_as_the_config_holds_them():
 
 def test_docs_page_is_the_rendering_of_the_table(table):
     assert (ROOT / "docs" / "fidelity.md").read_text(encoding="utf-8") == fidelity.render_markdown(table)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_a_lora_recipe_composes_what_the_lora_rows_list(table, recipe):
+    """``LORA_RANK=64``: the LoRA rows replace the rows of the same setting; every other row still holds."""
+    cfg, prep = compose_recipe(recipe, **table["lora"]["env"])
+    assert fidelity.fidelity_problems(table, recipe, cfg, prep, lora=True) == []
+    names = [row["setting"] for row in fidelity.recipe_rows(table, recipe, lora=True)]
+    assert REQUIRED_SETTINGS | REQUIRED_LORA_SETTINGS <= set(names) and len(names) == len(set(names))
+    lora_names = {row["setting"] for row in table["lora"]["common"]}
+    if recipe in table["lora"]["recipes"]:
+        lora_names |= {row["setting"] for row in table["lora"]["recipes"][recipe]["rows"]}
+        assert LORA_SCRIPT_DIFFERENCES <= lora_names
+    # without LoRA the recipe composes no LoRA and its own learning rate and KL loss
+    plain, _ = compose_recipe(recipe)
+    assert plain.actor_rollout_ref.model.lora_rank == 0 and plain.actor_rollout_ref.actor.use_kl_loss is True
+
+
+def test_a_changed_lora_value_fails_the_lora_check(table):
+    cfg, prep = compose_recipe("webshop", **table["lora"]["env"], LORA_ALPHA="32", LR="1e-6")
+    problems = fidelity.fidelity_problems(table, "webshop", cfg, prep, lora=True)
+    assert len(problems) == 2, problems
+    assert any("'LoRA alpha'" in p and "lora_alpha=32" in p for p in problems)
+    assert any("'learning rate'" in p and "optim.lr=1e-06" in p for p in problems)
+    # the LoRA rows do not hold without LoRA
+    cfg, prep = compose_recipe("webshop")
+    problems = fidelity.fidelity_problems(table, "webshop", cfg, prep, lora=True)
+    assert any("'LoRA rank'" in p and "lora_rank=0" in p for p in problems)

@@ -2,7 +2,8 @@
 
 It runs as a Ray actor in verl's pipeline (``tests/test_e2e_verl_cpu.py``); here its contract is checked directly on
 the tiny model with verl's own ``RolloutConfig`` (composed from ``platform=cpu``): verl's ``max_tokens`` default,
-weight versions, weight loading and its refusals, sleep/wake gating, and parameters it cannot honour.
+weight versions, weight loading and its refusals, LoRA adapter syncs (merged against peft's own model), sleep/wake
+gating, and parameters it cannot honour.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+from transformers import AutoModelForCausalLM
 from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.rollout.replica import TokenOutput
 
@@ -137,3 +140,63 @@ def test_replicas_sample_from_streams_seeded_by_rollout_seed_and_rank(tiny_model
     assert replies(_server(tiny_model_dir, 0)) == first
     assert replies(_server(tiny_model_dir, 1)) != first
     assert replies(_server(tiny_model_dir, 0, "actor_rollout_ref.rollout.seed=7")) != first
+
+
+def _trained_adapter(model_dir, seed):
+    """A peft LoRA adapter (rank 4, alpha 8, every linear layer) on the tiny model with random A and B, as training
+    leaves it; returns (peft model, the tensors verl's weight sync sends, its peft config as verl sends it)."""
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_" in name:
+                param.copy_(torch.randn(param.shape, generator=gen) * 0.1)
+    model.eval()
+    # what FSDPEngine.get_per_tensor_param yields once the base is synced (verl's collect_lora_params)
+    sent = {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
+    return model, sent, model.peft_config["default"].to_dict()
+
+
+def test_a_lora_adapter_sync_serves_the_actors_adapted_model(server, tiny_model_dir):
+    """verl's unmerged-adapter sync: the server merges W + s B A itself, in float32, onto the base it holds."""
+    initial = server.get_weights()
+    actor, sent, peft_config = _trained_adapter(tiny_model_dir, seed=0)
+    assert all(".lora_A.weight" in k or ".lora_B.weight" in k for k in sent) and len(sent) == 28
+    assert server.update_adapter(sent, peft_config, global_steps=1) == 14
+    ids = torch.tensor([PROMPT + [9, 10, 11]])
+    with torch.no_grad():
+        gap = (server.model(ids).logits - actor(ids).logits).abs().max()
+    assert gap < 1e-5  # merged fp32 weights against peft's unmerged forward: float rounding only
+    merged = actor.merge_and_unload().state_dict()
+    served = server.get_weights()
+    for name in served:
+        torch.testing.assert_close(served[name], merged[name], rtol=0, atol=0, msg=name)
+
+    # the next adapter is merged onto the base, not onto the previous merge; a layer it leaves out gets its base back
+    _, second, _ = _trained_adapter(tiny_model_dir, seed=1)
+    q = "base_model.model.model.layers.0.self_attn.q_proj"
+    del second[f"{q}.lora_A.weight"], second[f"{q}.lora_B.weight"]
+    assert server.update_adapter(second, peft_config, global_steps=2) == 13
+    served = server.get_weights()
+    assert torch.equal(
+        served["model.layers.0.self_attn.q_proj.weight"], initial["model.layers.0.self_attn.q_proj.weight"]
+    )
+    a, b = (
+        second[f"{q.replace('q_proj', 'k_proj')}.lora_A.weight"],
+        second[f"{q.replace('q_proj', 'k_proj')}.lora_B.weight"],
+    )
+    k_proj = "model.layers.0.self_attn.k_proj.weight"
+    torch.testing.assert_close(served[k_proj], initial[k_proj] + 2.0 * b @ a, rtol=0, atol=0)
+
+    # a refused adapter leaves the served weights as they were
+    with pytest.raises(ValueError, match="do not fit"):
+        server.update_adapter({**second, f"{q}.lora_A.weight": torch.ones(4, 3), f"{q}.lora_B.weight": b}, peft_config)
+    assert all(torch.equal(server.get_weights()[k], served[k]) for k in served)
+    assert server.get_status()["weight_updates"] == 2 and server.global_steps == 2
+
+    # full weights after adapters are the new base
+    shifted = {name: t + 1.0 for name, t in initial.items() if name != "lm_head.weight"}
+    server.update_weights(shifted, global_steps=3)
+    server.update_adapter(second, peft_config, global_steps=4)
+    torch.testing.assert_close(server.get_weights()[k_proj], shifted[k_proj] + 2.0 * b @ a, rtol=0, atol=0)

@@ -266,3 +266,79 @@ def test_seed_sets_the_task_order_seed_and_is_checked():
     for bad in ("x", "-1", "1.5"):
         proc = run_recipe("sokoban", DRY_RUN="1", SEED=bad)
         assert proc.returncode != 0 and f"SEED={bad} is not a whole number >= 0" in proc.stderr
+
+
+# ------------------------------------------------------------------------------------------------------------ LoRA
+# what LORA_RANK changes in a composed command (target_modules=all-linear is verl's default as well)
+LORA_KEYS = {
+    "actor_rollout_ref.model.lora_rank",
+    "actor_rollout_ref.model.lora_alpha",
+    "actor_rollout_ref.actor.optim.lr",
+    "actor_rollout_ref.actor.use_kl_loss",
+}
+
+
+def _flat(cfg) -> dict:
+    """Every leaf of a composed config as ``dotted.key -> value`` (lists as tuples)."""
+    from omegaconf import OmegaConf
+
+    out = {}
+
+    def walk(node, prefix):
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            else:
+                out[f"{prefix}{key}"] = tuple(value) if isinstance(value, list) else value
+
+    walk(OmegaConf.to_container(cfg, resolve=False), "")
+    return out
+
+
+def test_lora_rank_sets_verls_lora_keys_and_the_reference_lora_runs_lr_and_kl(gpus8):
+    proc = run_recipe(
+        "alfworld", path=gpus8, DRY_RUN="1", LORA_RANK="8", LORA_ALPHA="16", LORA_TARGET_MODULES="q_proj,v_proj"
+    )
+    cfg = compose_gigpo(printed_overrides(proc))
+    model, actor = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.actor
+    assert (model.lora_rank, model.lora_alpha, list(model.target_modules)) == (8, 16, ["q_proj", "v_proj"])
+    assert (actor.optim.lr, actor.use_kl_loss) == (3e-6, False)
+    assert "LoRA: rank 8, alpha 16, target modules q_proj,v_proj; lr 3e-6, KL loss false" in proc.stderr
+    # LORA_ALPHA defaults to the rank and LR / USE_KL_LOSS win over the LoRA defaults
+    proc = run_recipe("alfworld", path=gpus8, DRY_RUN="1", LORA_RANK="32", LR="1e-5", USE_KL_LOSS="true")
+    cfg = compose_gigpo(printed_overrides(proc))
+    model, actor = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.actor
+    assert (model.lora_alpha, model.target_modules, actor.optim.lr, actor.use_kl_loss) == (32, "all-linear", 1e-5, True)
+
+
+def test_lora_on_device_cpu_changes_only_the_lora_keys(tmp_path):
+    """``DEVICE=cpu LORA_RANK=8``: the hf backend serves verl's unmerged adapter itself, so LoRA adds verl's LoRA keys
+    and the LoRA runs' lr and KL loss to the CPU command, nothing else (no lora.merge). Every recipe takes them from
+    the same function (common.sh gigpo_verl_overrides); tests/test_fidelity.py composes each one with LoRA."""
+    recipe, env = "sokoban", {"DEVICE": "cpu", "DRY_RUN": "1", "DATA_DIR": str(tmp_path)}
+    plain = _flat(compose_gigpo(printed_overrides(run_recipe(recipe, **env))))
+    lora_cfg = compose_gigpo(printed_overrides(run_recipe(recipe, LORA_RANK="8", **env)))
+    lora = _flat(lora_cfg)
+    assert {k for k in plain if plain[k] != lora[k]} == LORA_KEYS
+    model = lora_cfg.actor_rollout_ref.model
+    assert (model.lora_rank, model.lora_alpha, model.target_modules, model.lora.merge) == (8, 8, "all-linear", False)
+    assert lora_cfg.actor_rollout_ref.rollout.name == "hf"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"LORA_RANK": "x"}, "LORA_RANK=x is not a whole number"),
+        ({"LORA_ALPHA": "16"}, "LORA_ALPHA or LORA_TARGET_MODULES is set but LORA_RANK is 0"),
+        ({"LORA_RANK": "8", "LORA_ALPHA": "0"}, "LORA_ALPHA=0 is not a whole number >= 1"),
+        (
+            {"LORA_RANK": "8", "LORA_TARGET_MODULES": "q_proj;v_proj"},
+            "LORA_TARGET_MODULES=q_proj;v_proj: use all-linear",
+        ),
+        ({"USE_KL_LOSS": "yes"}, "USE_KL_LOSS=yes: use true or false"),
+        ({"LR": "fast"}, "LR=fast is not a number"),
+    ],
+)
+def test_bad_lora_settings_are_rejected_by_name(env, message):
+    proc = run_recipe("webshop", DRY_RUN="1", **env)
+    assert proc.returncode == 1 and message in proc.stderr and "verl_gigpo.main" not in proc.stdout

@@ -11,6 +11,8 @@ Importing this package is cheap (no verl, no torch). The pieces:
   resume, checkpoints, the metrics file of :mod:`verl_gigpo.metrics_file`) before verl starts Ray;
 * :mod:`verl_gigpo.rollout` — the episode runner shared by both engines; :mod:`verl_gigpo.local` — the embedded
   single-machine engine.
+* :mod:`verl_gigpo.export` — ``python -m verl_gigpo.export CKPT --out DIR``: a checkpoint of either engine as a
+  Hugging Face folder (a LoRA adapter merged in: :mod:`verl_gigpo.lora`).
 """
 
 __version__ = "0.1.0"

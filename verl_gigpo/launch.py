@@ -72,6 +72,8 @@ TRAINING_KEYS: dict[str, str] = {
     "env.": "the environment and its episodes (name, step limit, history shown, invalid-action rule, arguments)",
     "actor_rollout_ref.model.path": "the model the checkpoint was trained from",
     "actor_rollout_ref.model.lora_rank": "LoRA or full fine-tuning",
+    "actor_rollout_ref.model.lora_alpha": "the LoRA adapter's scale (alpha / rank)",
+    "actor_rollout_ref.model.target_modules": "the layers the LoRA adapter has (the checkpoint holds theirs)",
     "actor_rollout_ref.model.lora.": "LoRA or full fine-tuning",
     "actor_rollout_ref.actor.optim.": "the optimizer: verl restores the checkpoint's optimizer and lr-scheduler "
     "state (verl/utils/checkpoint/fsdp_checkpoint_manager.py:252), so a new lr or schedule does not simply apply",

@@ -17,9 +17,17 @@ the trainer -> agent loops) runs on a CPU. Three pieces, as verl's vLLM backend 
   rank drains it (``DTensor.full_tensor()`` is a collective) and the replica's first rank sends the tensors to its
   server through Ray's object store.
 
-Limits (stated, not hidden): only verl's synchronous trainer (hybrid replicas) is supported; LoRA adapters must be
-merged (``model.lora.merge=true``); aborting requests does not interrupt a running batch (in-flight requests
-finish); multi-modal inputs are rejected. It is a correctness tool, not a fast one: use vLLM on GPUs.
+LoRA (``actor_rollout_ref.model.lora_rank`` > 0). verl's default (``model.lora.merge=false``) syncs as it does for
+vLLM: the base weights once (``base_sync_done=False``, layer names with peft's ``.base_layer``), then only the
+adapter's ``A`` and ``B`` after every update. The server keeps the base weights and serves ``W + s B A`` merged in
+float32 (:func:`verl_gigpo.lora.merge_lora`), the same function as the actor's unmerged adapter: rollout and actor
+log-probs agree to float rounding. With ``model.lora.merge=true`` verl merges in the actor and sends every weight
+cast to bfloat16 (``FSDPEngine._merged_lora_per_tensor_param``): the server then holds bf16-rounded weights
+(measured gap to the fp32 actor ~4e-3 in token probability, 4e-4 after an update), so keep the default on a CPU.
+
+Limits (stated, not hidden): only verl's synchronous trainer (hybrid replicas) is supported; aborting requests does
+not interrupt a running batch (in-flight requests finish); multi-modal inputs are rejected. It is a correctness
+tool, not a fast one: use vLLM on GPUs.
 """
 
 from __future__ import annotations
@@ -36,15 +44,17 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutMode, RolloutReplica, TokenOutput
 
 from verl_gigpo.cpu import ROLLOUT_NAME
+from verl_gigpo.lora import merge_lora
 
 __all__ = ["DUMP_WEIGHTS_ENV", "HFGenerationServer", "HFReplica", "HFServerAdapter", "server_actor_name"]
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
 
-#: environment variable: a folder where every server saves the weights it received at each sync (safetensors,
-#: ``sync<NNN>_step<global_steps>_replica<R>.safetensors``), so that a run can be checked against the actor's
-#: checkpoints afterwards (the CPU e2e test does)
+#: environment variable: a folder where every server saves the weights it serves after each sync (safetensors,
+#: ``sync<NNN>_step<global_steps>_replica<R>.safetensors``: the weights received, or after a LoRA adapter sync the
+#: merged weights of the adapted layers and the rest), so that a run can be checked against the actor's checkpoints
+#: afterwards (the CPU e2e tests do)
 DUMP_WEIGHTS_ENV = "GIGPO_HF_DUMP_WEIGHTS_DIR"
 
 #: sampling keys verl's agent loops send that the local server reads under the same name
@@ -103,6 +113,10 @@ class HFGenerationServer:
         )
         self.global_steps: int | None = None
         self.weight_updates = 0
+        #: the base weights while a LoRA adapter is served merged (:meth:`update_adapter`), else None
+        self._base: dict[str, torch.Tensor] | None = None
+        #: the weights that hold an adapter merged into the base (restored when a later adapter leaves them out)
+        self._merged: set[str] = set()
         self._awake = asyncio.Event()
         self._awake.set()
         self._reject = False
@@ -174,8 +188,9 @@ class HFGenerationServer:
     def update_weights(self, weights: dict[str, torch.Tensor], global_steps: int | None = None) -> int:
         """Load the actor's full weights (HF names) into the served model; returns the number of tensors loaded.
 
-        Tied parameters (e.g. ``lm_head.weight`` with tied embeddings) may be absent; any other missing or
-        unknown name is an error, so a sync can never silently leave stale weights.
+        They are also the base weights of later LoRA adapter syncs (:meth:`update_adapter`). Tied parameters (e.g.
+        ``lm_head.weight`` with tied embeddings) may be absent; any other missing or unknown name is an error, so a
+        sync can never silently leave stale weights.
 
         Raises:
             ValueError: names that do not match the served model.
@@ -192,6 +207,40 @@ class HFGenerationServer:
                 f"weight sync: {len(untied_missing)} parameters were not sent, e.g. {untied_missing[:3]}; "
                 "the served model would keep stale weights"
             )
+        self._load(weights)
+        if self._base is not None:  # an adapter was merged before: these weights are the new base
+            self._base = {name: t.detach().clone() for name, t in self.model.state_dict().items()}
+            self._merged = set()
+        self._synced(global_steps, weights)
+        return len(weights)
+
+    def update_adapter(
+        self, adapter: dict[str, torch.Tensor], peft_config: dict[str, Any], global_steps: int | None = None
+    ) -> int:
+        """Serve the base weights with a LoRA adapter merged: ``W' = W + s B A`` for every adapted layer, in float32
+        (:func:`verl_gigpo.lora.merge_lora`). The base ``W`` is what the last full sync (:meth:`update_weights`)
+        or the model folder gave, never an earlier merge. Returns the number of layers merged.
+
+        Args:
+            adapter: the adapter's ``lora_A``/``lora_B`` tensors as verl sends them (peft names, full tensors).
+            peft_config: the adapter's peft ``LoraConfig`` as a dict (rank, alpha, ...).
+
+        Raises:
+            ValueError / NotImplementedError: from :func:`~verl_gigpo.lora.merge_lora` (names, shapes, a LoRA
+                variant the formula does not cover); the served weights are then unchanged.
+        """
+        if self._base is None:  # before the first merge the served weights are the base
+            self._base = {name: t.detach().clone() for name, t in self.model.state_dict().items()}
+        merged = merge_lora(self._base, adapter, peft_config)
+        # a layer adapted by the previous adapter but not by this one goes back to its base weight
+        self._load({**{name: self._base[name] for name in self._merged - set(merged)}, **merged})
+        self._merged = set(merged)
+        self._synced(global_steps)
+        return len(merged)
+
+    def _load(self, weights: dict[str, torch.Tensor]) -> None:
+        """Copy ``weights`` (served names, all checked to exist) into the served model after checking every shape."""
+        own = self.model.state_dict()
         wrong = [
             f"{n} {tuple(t.shape)} != {tuple(own[n].shape)}" for n, t in weights.items() if t.shape != own[n].shape
         ]
@@ -200,6 +249,10 @@ class HFGenerationServer:
         with torch.no_grad():
             for name, tensor in weights.items():
                 own[name].copy_(tensor.to(dtype=own[name].dtype))
+
+    def _synced(self, global_steps: int | None, received: dict[str, torch.Tensor] | None = None) -> None:
+        """Count a sync, set the weight version and, with :data:`DUMP_WEIGHTS_ENV`, save the weights ``received``
+        (None: every weight the model now serves)."""
         self.weight_updates += 1
         if global_steps is not None:
             self.global_steps = int(global_steps)
@@ -209,8 +262,9 @@ class HFGenerationServer:
 
             os.makedirs(dump_dir, exist_ok=True)
             name = f"sync{self.weight_updates:03d}_step{self.global_steps}_replica{self.replica_rank}.safetensors"
-            save_file({k: v.contiguous() for k, v in weights.items()}, os.path.join(dump_dir, name))
-        return len(weights)
+            if received is None:  # clones: tied weights share storage, which safetensors refuses to save
+                received = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            save_file({k: v.contiguous() for k, v in received.items()}, os.path.join(dump_dir, name))
 
     def get_weights(self) -> dict[str, torch.Tensor]:
         """A copy of the served model's weights (HF names), e.g. to check a sync against the actor."""
@@ -365,25 +419,32 @@ class HFServerAdapter(BaseRollout):
         wire_format: str = "named_tensors",
         peft_config: Any = None,
         global_steps: int | None = None,
+        base_sync_done: bool = True,
         **kwargs: Any,
     ) -> None:
         """Drain ``weights`` (on every rank) and load them into this replica's server.
 
+        What verl sends (``ActorRolloutRefWorker.update_weights``): full weights (``peft_config`` None); with an
+        unmerged LoRA adapter, the base weights once (``base_sync_done`` false; peft's ``.base_layer`` is dropped
+        from their names) and then the adapter alone (``base_sync_done`` true), which the server merges
+        (:meth:`HFGenerationServer.update_adapter`).
+
         Raises:
-            NotImplementedError: delta updates or unmerged LoRA adapters.
+            NotImplementedError: a wire format other than full named tensors (delta updates).
         """
         if wire_format != "named_tensors":
             raise NotImplementedError(f"the '{ROLLOUT_NAME}' rollout backend takes full tensors, not {wire_format!r}")
-        if peft_config is not None:
-            raise NotImplementedError(
-                f"the '{ROLLOUT_NAME}' rollout backend loads merged weights only: set "
-                "actor_rollout_ref.model.lora.merge=true"
-            )
+        adapter_only = peft_config is not None and base_sync_done
         server = self._server_handle()
         state: dict[str, torch.Tensor] = {}
         for name, tensor in weights:
             full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
             if server is not None:
-                state[name] = full.detach().to("cpu", copy=True).contiguous()
-        if server is not None:
+                key = name if adapter_only else name.replace(".base_layer.", ".")
+                state[key] = full.detach().to("cpu", copy=True).contiguous()
+        if server is None:
+            return
+        if adapter_only:
+            await server.update_adapter.remote(state, dict(peft_config), global_steps)
+        else:
             await server.update_weights.remote(state, global_steps)

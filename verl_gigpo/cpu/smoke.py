@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import math
 import os
 import signal
@@ -268,23 +267,6 @@ def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and math.isfinite(value)
 
 
-def _actor_checkpoint(ckpt: Path) -> dict[str, Any]:
-    """Full actor weights of a verl FSDP checkpoint folder (``global_step_k``): FSDP2 shards every tensor along
-    dim 0, so the ranks' local shards are concatenated in rank order (one rank holds the full tensors)."""
-    import torch
-
-    shards = sorted((ckpt / "actor").glob("model_world_size_*_rank_*.pt"), key=lambda p: int(p.stem.rsplit("_", 1)[1]))
-    quiet = logging.getLogger("torch.distributed.device_mesh")  # warns about unpickling DTensors without a group
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
-    try:
-        parts = [torch.load(s, map_location="cpu", weights_only=False) for s in shards]
-    finally:
-        quiet.setLevel(level)
-    local = [{k: (v.to_local() if hasattr(v, "to_local") else v) for k, v in part.items()} for part in parts]
-    return {k: torch.cat([p[k] for p in local], dim=0) if local[0][k].dim() > 0 else local[0][k] for k in local[0]}
-
-
 def weight_sync_report(run_dir: Path, model_dir: Path) -> list[dict[str, Any]]:
     """One entry per weight sync the rollout servers of ``run_dir`` received (``synced_weights/``), compared with
     what the actor held then: the initial model for the sync at step 0, else the actor's checkpoint of that step.
@@ -296,6 +278,8 @@ def weight_sync_report(run_dir: Path, model_dir: Path) -> list[dict[str, Any]]:
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
+    from verl_gigpo.export import fsdp_full_state_dict
+
     # the model's own state dict (tied weights such as lm_head appear under both names, as the actor sends them)
     initial = {k: v.detach() for k, v in AutoModelForCausalLM.from_pretrained(model_dir).state_dict().items()}
     report = []
@@ -306,7 +290,7 @@ def weight_sync_report(run_dir: Path, model_dir: Path) -> list[dict[str, Any]]:
         if step == 0:
             reference, name = initial, "initial"
         elif ckpt.is_dir():
-            reference, name = _actor_checkpoint(ckpt), ckpt.name
+            reference, name = fsdp_full_state_dict(ckpt / "actor"), ckpt.name
         else:
             report.append({"file": dump.name, "step": step, "reference": None})
             continue
