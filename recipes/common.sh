@@ -447,5 +447,9 @@ clearml, trackio)"
         # step limit is not stated, and history steps are numbered from 1
         env.prompt.show_step_limit=false
         env.prompt.first_step_number=1
+        # the reference's reward accounting (docs/estimators.md, "The invalid-action penalty"): the penalty comes off
+        # the invalid row's own step return and its own episode score, and the episode statistics run over step rows
+        env.invalid_action_penalty_mode=reference
+        algorithm.gigpo.episode_stats=step
     )
 }
