@@ -248,6 +248,55 @@ gigpo_run() {
     fi
 }
 
+# --- Evaluation: EVAL_ONLY=1 evaluates a checkpoint with the recipe's settings ----------------------------------
+
+# gigpo_eval_setup: with EVAL_ONLY=1 the recipe evaluates instead of training: `python -m verl_gigpo.evaluate
+# --engine verl` runs the recipe's launch as verl's trainer.val_only (validation, then stop) on CKPT (a verl
+# checkpoint, .../global_step_N, loaded by verl itself; or a Hugging Face folder; default MODEL_PATH) and writes the
+# table of success per task type, its plot, the transcripts and summary.json into EVAL_OUT (default
+# runs/eval/<experiment>-<checkpoint>-<split>). EVAL_SPLIT (default VAL_SPLIT) and EVAL_TASKS (default VAL_SIZE) choose
+# the tasks (their own task files under DATA_DIR/eval-<split>-<tasks>), EVAL_EPISODES the episodes per task (pass@k),
+# EVAL_GREEDY=1 greedy decoding. Reads MODEL_PATH, DATA_DIR, VAL_SPLIT, VAL_SIZE, EXPERIMENT; sets EVAL_MODEL, EVAL_ARGS.
+gigpo_eval_setup() {
+    EVAL_ONLY=${EVAL_ONLY:-0}
+    case "$EVAL_ONLY" in
+        0) return 0 ;;
+        1) ;;
+        *) gigpo_fail "EVAL_ONLY=$EVAL_ONLY: use EVAL_ONLY=1 (evaluate CKPT instead of training) or 0" ;;
+    esac
+    EVAL_MODEL=${CKPT:-$MODEL_PATH}
+    if [[ -f "$EVAL_MODEL/config.json" ]]; then
+        MODEL_PATH=$EVAL_MODEL # a Hugging Face folder: the model itself
+    elif [[ -n "${CKPT:-}" && ! -e "$CKPT" ]] && ! gigpo_dry_run; then
+        gigpo_fail "CKPT=$CKPT does not exist; set it to a verl checkpoint (<experiment>/global_step_N) or a Hugging \
+Face model folder"
+    fi
+    VAL_SPLIT=${EVAL_SPLIT:-$VAL_SPLIT}
+    VAL_SIZE=${EVAL_TASKS:-$VAL_SIZE}
+    DATA_DIR="$DATA_DIR/eval-$VAL_SPLIT-${VAL_SIZE:-all}"
+    EVAL_OUT=${EVAL_OUT:-runs/eval/$EXPERIMENT-$(basename "$EVAL_MODEL")-$VAL_SPLIT}
+    EVAL_ARGS=(--engine verl --out "$EVAL_OUT")
+    if [[ -n "${EVAL_EPISODES:-}" ]]; then
+        gigpo_check_positive_int EVAL_EPISODES "$EVAL_EPISODES" "it is the episodes per task (pass@k)"
+        EVAL_ARGS+=(--episodes "$EVAL_EPISODES")
+    fi
+    case "${EVAL_GREEDY:-0}" in
+        1) EVAL_ARGS+=(--greedy) ;;
+        0) ;;
+        *) gigpo_fail "EVAL_GREEDY=$EVAL_GREEDY: use 1 (greedy decoding) or 0 (the recipe's validation sampling)" ;;
+    esac
+}
+
+# gigpo_launch CMD...: run the recipe's command `PYTHON -m verl_gigpo.main OVERRIDES...` (gigpo_run), or with
+# EVAL_ONLY=1 the evaluation of EVAL_MODEL with those overrides (gigpo_eval_setup).
+gigpo_launch() {
+    if [[ "${EVAL_ONLY:-0}" == 1 ]]; then
+        gigpo_run "$1" -m verl_gigpo.evaluate "$EVAL_MODEL" "${EVAL_ARGS[@]}" -- "${@:4}"
+    else
+        gigpo_run "$@"
+    fi
+}
+
 # --- Attention: flash-attn when it imports, else sdpa ------------------------------------------------------------
 
 # gigpo_attention_setup: set GIGPO_ATTN (the attention backend of the FSDP actor and reference model; empty on

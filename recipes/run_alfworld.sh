@@ -62,6 +62,8 @@ VAL_DO_SAMPLE=${VAL_DO_SAMPLE:-true}
 MAX_CKPTS_TO_KEEP=${MAX_CKPTS_TO_KEEP:-2}
 EXPERIMENT=${EXPERIMENT:-alfworld_${ADV_ESTIMATOR}_$(basename "$MODEL_PATH")}
 
+# EVAL_ONLY=1: evaluate CKPT (a verl checkpoint or a Hugging Face folder) on VAL_SPLIT instead of training
+gigpo_eval_setup
 gigpo_check_gpus "$N_GPUS"
 gigpo_check_model "$MODEL_PATH"
 if ! gigpo_dry_run; then
@@ -106,4 +108,4 @@ cmd=(
     "${GIGPO_VERL_OVERRIDES[@]}"
     "$@"
 )
-gigpo_run "${cmd[@]}"
+gigpo_launch "${cmd[@]}"

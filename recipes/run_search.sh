@@ -49,11 +49,15 @@ VAL_TEMPERATURE=${VAL_TEMPERATURE:-0}
 VAL_DO_SAMPLE=${VAL_DO_SAMPLE:-false}
 # checkpoints (every 50 iterations) kept on disk; trainer.max_actor_ckpt_to_keep=null as an override keeps all
 MAX_CKPTS_TO_KEEP=${MAX_CKPTS_TO_KEEP:-2}
+# the evaluation split (every validation task comes from it): test
+VAL_SPLIT=${VAL_SPLIT:-test}
 EXPERIMENT=${EXPERIMENT:-search_${ADV_ESTIMATOR}_$(basename "$MODEL_PATH")}
 
+# EVAL_ONLY=1: evaluate CKPT (a verl checkpoint or a Hugging Face folder) on VAL_SPLIT instead of training
+gigpo_eval_setup
 gigpo_check_gpus "$N_GPUS"
 gigpo_check_model "$MODEL_PATH"
-gigpo_prepare_data search "$DATA_DIR" "$TRAIN_SIZE" --val-size "$VAL_SIZE" --val-split test
+gigpo_prepare_data search "$DATA_DIR" "$TRAIN_SIZE" --val-size "$VAL_SIZE" --val-split "$VAL_SPLIT"
 
 retriever=()
 if [[ -n "$RETRIEVER_URL" ]]; then
@@ -94,4 +98,4 @@ cmd=(
     "${GIGPO_VERL_OVERRIDES[@]}"
     "$@"
 )
-gigpo_run "${cmd[@]}"
+gigpo_launch "${cmd[@]}"

@@ -172,7 +172,7 @@ def test_evaluate_refuses_bad_input_with_one_line(tmp_path, capsys, tiny_model_d
     verl_ckpt = tmp_path / "exp" / "global_step_3" / "actor"
     verl_ckpt.mkdir(parents=True)
     assert main([str(verl_ckpt), "--out", str(tmp_path / "o3")]) == 2
-    assert "is a verl checkpoint" in capsys.readouterr().err
+    assert "actor is not a model the evaluation reads" in capsys.readouterr().err
     assert main([str(tiny_model_dir), "--tasks", "all", "--out", str(tmp_path / "o4")]) == 2
     assert "--tasks all: gridnav split 'test' has no fixed task list" in capsys.readouterr().err
     assert main([str(tiny_model_dir), "env.max_steps=0", "--out", str(tmp_path / "o5")]) == 2

@@ -62,6 +62,7 @@ __all__ = [
     "Source",
     "export_checkpoint",
     "fsdp_full_state_dict",
+    "local_base_model",
     "merged_state_dict",
     "resolve_checkpoint",
 ]
@@ -363,7 +364,7 @@ def export_checkpoint(
     else:
         state = _load_quietly(source.path)
         weights, _ = merged_state_dict(state["model"])
-        hf_config_dir = _local_base_model(source.path, state, base_model)
+        hf_config_dir = local_base_model(source.path, state, base_model)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
         num_parameters = _write_folder(weights, hf_config_dir, staging, dtype)
@@ -377,7 +378,7 @@ def export_checkpoint(
     return ExportResult(out, source, dtype, num_parameters, lora)
 
 
-def _local_base_model(state_path: Path, state: Mapping[str, Any], base_model: str | Path | None) -> Path:
+def local_base_model(state_path: Path, state: Mapping[str, Any], base_model: str | Path | None) -> Path:
     """The model folder a local-engine run started from: ``base_model``, else the checkpoint's recorded
     ``actor_rollout_ref.model.path`` (relative paths from the current folder, then from the run folder)."""
     if base_model is not None:

@@ -354,14 +354,21 @@ def prepare_launch(config: Any, *, environ: dict[str, str] | None = None, record
             f"moved to {new}"
         )
     step = _resume_step(config, state, messages)
-    if step:
-        mode = config.trainer.get("resume_mode", "auto")
+    mode = config.trainer.get("resume_mode", "auto")
+    # the folder holding the checkpoint the launch loads: resume_path may name another experiment's
+    source = Path(str(config.trainer.resume_from_path)).absolute().parent if mode == "resume_path" else folder
+    if step and config.trainer.get("val_only", False):
         messages.append(
-            f"resuming experiment {config.trainer.experiment_name!r} from {folder / f'global_step_{step}'} "
+            f"trainer.val_only: validating the checkpoint {source / f'global_step_{step}'} (nothing is trained, so "
+            "its training settings are not compared with this launch's)"
+        )
+    elif step:
+        messages.append(
+            f"resuming experiment {config.trainer.experiment_name!r} from {source / f'global_step_{step}'} "
             f"(trainer.resume_mode={mode}): the next iteration is {step + 1}. To start over instead, delete {folder} "
             "or choose another trainer.experiment_name (EXPERIMENT=... in the recipes)"
         )
-        messages += _check_settings(config, folder, step)
+        messages += _check_settings(config, source, step)
     path = metrics_path(config, environ)
     kept = 0
     if path is not None:

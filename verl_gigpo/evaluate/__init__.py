@@ -51,6 +51,8 @@ __all__ = [
     "EvalResult",
     "ModelSource",
     "evaluate_local",
+    "evaluate_verl",
+    "verl_eval_overrides",
     "local_eval_config",
     "report_from_transcripts",
     "resolve_model",
@@ -192,15 +194,15 @@ def evaluate_local(
     from verl_gigpo.local.setup import load_model
 
     source = resolve_model(model)
-    if source.kind == "verl":
-        raise ValueError(
-            f"{source.checkpoint} is a verl checkpoint: evaluate it through verl (--engine verl, or EVAL_ONLY=1 "
-            f"CKPT={source.checkpoint} bash recipes/run_<env>.sh), or export it first with `python -m "
-            f"verl_gigpo.export {source.checkpoint} --out DIR` and evaluate DIR here"
-        )
-    cfg = local_eval_config(source, options, settings)
     out = Path(out)
     _fresh_output(out)
+    if source.kind == "verl":  # the local engine plays its float32 export (verl's engine loads it itself)
+        from verl_gigpo.export import export_checkpoint
+
+        print(f"exporting {source.describe()} to {out / 'model'} (float32) ...", flush=True)
+        export_checkpoint(source.checkpoint, out / "model", dtype="float32")
+        source = resolve_model(out / "model")
+    cfg = local_eval_config(source, options, settings)
     gigpo = gigpo_config(cfg) if cfg.algorithm.adv_estimator in STEP_CREDIT_ESTIMATORS else None
     tokenizer, loaded = load_model(str(source.hf_dir), _device(cfg), seed=cfg.trainer.seed)
     if source.kind == "local":
@@ -229,6 +231,88 @@ def evaluate_local(
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     return report_from_transcripts(out, settings=settings_used, gigpo=gigpo)
+
+
+def verl_eval_overrides(source: ModelSource, out: Path, options: EvalOptions) -> list[str]:
+    """The overrides that make a ``python -m verl_gigpo.main`` launch an evaluation of ``source`` (appended after
+    the run's own): verl's ``trainer.val_only`` (validation before training, then stop), the checkpoint loaded by
+    verl itself (``trainer.resume_from_path``) or a Hugging Face folder as the model, the transcripts written to
+    ``out/transcripts`` (``env.transcript_dir``), verl's run folder ``out/verl``, and the options.
+
+    Raises:
+        ValueError: a local-engine checkpoint (evaluate it with the local engine, or export it), or an option verl's
+            validation cannot take (``--split``, ``--tasks all``, ``--device``: the launch's data and platform say).
+    """
+    if source.kind == "local":
+        raise ValueError(
+            f"{source.checkpoint} is a local-engine checkpoint: evaluate it with the local engine (no --engine), or "
+            "export it with `python -m verl_gigpo.export` and pass the folder"
+        )
+    unsupported = {"--split": options.split, "--tasks": options.tasks, "--device": options.device, "--env": options.env}
+    given = [name for name, value in unsupported.items() if value is not None]
+    if given:
+        raise ValueError(
+            f"{', '.join(given)}: with --engine verl the tasks, environment and platform are the launch's own "
+            "(data.val_files, env.name, platform=cpu): set them in the overrides, or use a recipe's EVAL_SPLIT and "
+            "EVAL_TASKS (EVAL_ONLY=1 bash recipes/run_<env>.sh), which prepare the task file"
+        )
+    items = [
+        "trainer.val_only=true",
+        "trainer.val_before_train=true",
+        f"env.transcript_dir={out / TRANSCRIPTS}",
+        f"trainer.default_local_dir={out / 'verl'}",
+    ]
+    if source.kind == "verl":
+        items += ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={source.checkpoint}"]
+    else:
+        items += ["trainer.resume_mode=disable", f"actor_rollout_ref.model.path={source.hf_dir}"]
+    rollout = "actor_rollout_ref.rollout.val_kwargs"
+    if options.episodes is not None:
+        items.append(f"{rollout}.n={options.episodes}")
+    if options.greedy:
+        items.append(f"{rollout}.do_sample=false")
+    if options.temperature is not None:
+        items += [f"{rollout}.do_sample=true", f"{rollout}.temperature={options.temperature}"]
+    if options.seed is not None:
+        items.append(f"actor_rollout_ref.rollout.seed={options.seed}")
+    return [*items, *options.overrides]
+
+
+def evaluate_verl(model: str | Path, *, out: str | Path, options: EvalOptions, launch: Sequence[str]) -> EvalResult:
+    """Evaluate ``model`` through verl's own pipeline: ``python -m verl_gigpo.main`` with ``launch`` (a run's
+    overrides, e.g. a recipe's) and :func:`verl_eval_overrides`, in a subprocess, then the report of the transcripts
+    its agent loops wrote.
+
+    Raises:
+        ValueError: as :func:`verl_eval_overrides`; a folder that already holds an evaluation.
+        RuntimeError: the launch failed (its output is above; the message gives the exit status).
+    """
+    import subprocess
+    import sys
+
+    source = resolve_model(model)
+    out = Path(out).resolve()
+    overrides = verl_eval_overrides(source, out, options)
+    _fresh_output(out)
+    command = [sys.executable, "-m", "verl_gigpo.main", *launch, *overrides]
+    print(f"evaluating {source.describe()} through verl's pipeline (trainer.val_only) ...", flush=True)
+    start = time.perf_counter()
+    status = subprocess.run(command).returncode
+    if status != 0:
+        raise RuntimeError(f"the verl launch exited with status {status} (its output is above); nothing was scored")
+    records = read_transcripts(out / TRANSCRIPTS)
+    counts = _members(episode_outcomes(records)).values()
+    settings = {
+        "engine": "verl",
+        "model": source.describe(),
+        "env": records[0]["env_name"],
+        "split": records[0]["split"],
+        "tasks": len(counts),
+        "episodes_per_task": max(counts),
+        "seconds": round(time.perf_counter() - start, 2),
+        "command": command,
+    }
+    return report_from_transcripts(out, settings=settings)
 
 
 def report_from_transcripts(out: str | Path, *, settings: dict[str, Any], gigpo: Any = None) -> EvalResult:

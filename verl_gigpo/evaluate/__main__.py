@@ -8,7 +8,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from verl_gigpo.evaluate import EvalOptions, evaluate_local
+from verl_gigpo.evaluate import EvalOptions, evaluate_local, evaluate_verl
 
 
 def _tasks(value: str) -> int | str:
@@ -63,8 +63,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--settings", help="take the settings (prompt, limits, env) of this local run or checkpoint")
     parser.add_argument("--seed", type=int, help="trainer.seed: the per-episode sampling seeds derive from it")
     parser.add_argument("--device", help="cpu, cuda or cuda:N (trainer.device)")
+    parser.add_argument(
+        "--engine",
+        choices=("local", "verl"),
+        default="local",
+        help="local (default): this machine's CPU or one GPU, Hugging Face generation; verl: a trainer.val_only "
+        "launch of verl's pipeline (vLLM on GPUs) with the overrides given after --",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    parser.add_argument("overrides", nargs="*", help="key=value items of the local engine's config, applied last")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        help="key=value items: the local engine's config (applied last), or with --engine verl the launch's "
+        "overrides (a run's: python -m verl_gigpo.main ...), after --",
+    )
     return parser
 
 
@@ -82,7 +94,13 @@ def default_out(model: str, split: str | None) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit status (2 for a bad argument, with one line saying what is wrong)."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    launch: list[str] = []
+    if "--" in argv:  # everything after -- is the launch's (or the local config's) overrides, verbatim
+        cut = argv.index("--")
+        argv, launch = argv[:cut], argv[cut + 1 :]
     args = parser.parse_args(argv)
+    args.overrides = [*args.overrides, *launch]
     bad = [o for o in args.overrides if "=" not in o]
     if bad:
         parser.error(f"{bad[0]!r} is not key=value (options start with --; config keys are key=value)")
@@ -97,12 +115,17 @@ def main(argv: list[str] | None = None) -> int:
         temperature=args.temperature,
         seed=args.seed,
         device=args.device,
-        overrides=tuple(args.overrides),
+        overrides=tuple(args.overrides) if args.engine == "local" else (),
     )
     out = Path(args.out) if args.out else default_out(args.model, args.split)
     try:
-        evaluate_local(args.model, out=out, options=options, settings=args.settings, progress=not args.quiet)
-    except (ValueError, FileNotFoundError) as exc:
+        if args.engine == "verl":
+            if args.settings:
+                parser.error("--settings reads a local-engine run; with --engine verl the overrides are the settings")
+            evaluate_verl(args.model, out=out, options=options, launch=args.overrides)
+        else:
+            evaluate_local(args.model, out=out, options=options, settings=args.settings, progress=not args.quiet)
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
