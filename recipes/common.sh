@@ -405,6 +405,70 @@ $USE_KL_LOSS (LR and USE_KL_LOSS change them)" >&2
     [[ "$USE_KL_LOSS" == true || "$USE_KL_LOSS" == false ]] || gigpo_fail "USE_KL_LOSS=$USE_KL_LOSS: use true or false"
 }
 
+# --- Estimator: HGPO, GraphGPO and G2PO as their authors ran them ---------------------------------------------------
+
+# gigpo_estimator_setup ENV_NAME: the settings with which the authors of ADV_ESTIMATOR ran it on ENV_NAME, where they
+# differ from the recipe's GiGPO settings (recipes/reference_settings.yaml, `estimators`; docs/fidelity.md). Call it
+# once ADV_ESTIMATOR is known and before the recipe's own defaults: it sets TOTAL_ITERS, MAX_STEPS, PROMPT_LENGTH,
+# PROMPT_OVERLONG, ADV_NORM and HISTORY_FREE_ABOVE_CHARS only where the user left them unset (DEVICE=cpu's small
+# defaults, set earlier, stay), and fills GIGPO_ESTIMATOR_OVERRIDES with the method's options, which the recipe puts
+# after its own settings and before "$@" (so an override such as algorithm.hgpo.weight_base=depth, the paper's form,
+# still wins). gigpo, grpo, rloo and any other estimator: nothing is set and the array is empty.
+#   hgpo      every recipe: (k+1)^alpha depth weights and the population std (the authors' core_hgpo.py). ALFWorld and
+#             WebShop: 160 iterations, prompts over data.max_prompt_length cut from the left (their data.truncation=
+#             left); ALFWorld 4,096 prompt tokens; WebShop 30 steps, no history-free prompt above 13,000 characters.
+#   graphgpo  the distance decay omega: ALFWorld 0.1, WebShop 0.2 (norm mean_std, 5,120 prompt tokens), Sokoban 0.8
+#             (norm mean_std); search keeps the default 0.1 (no script of theirs). Their trainer's 0.1 penalty on
+#             the graph return is env.invalid_action_penalty through env.invalid_action_penalty_mode=reference.
+#   g2po      every recipe: c = 0.1 in A_1 (their function default, whatever the environment's penalty). ALFWorld and
+#             WebShop: 100 iterations.
+gigpo_estimator_setup() {
+    local env_name=$1 omega=""
+    GIGPO_ESTIMATOR_OVERRIDES=()
+    case "${ADV_ESTIMATOR:-gigpo}" in
+        hgpo)
+            GIGPO_ESTIMATOR_OVERRIDES=(algorithm.hgpo.weight_base=depth_plus_one algorithm.hgpo.std=population)
+            case "$env_name" in
+                alfworld)
+                    TOTAL_ITERS=${TOTAL_ITERS:-160}
+                    PROMPT_LENGTH=${PROMPT_LENGTH:-4096}
+                    PROMPT_OVERLONG=${PROMPT_OVERLONG:-cut_left}
+                    ;;
+                webshop)
+                    TOTAL_ITERS=${TOTAL_ITERS:-160}
+                    MAX_STEPS=${MAX_STEPS:-30}
+                    PROMPT_OVERLONG=${PROMPT_OVERLONG:-cut_left}
+                    HISTORY_FREE_ABOVE_CHARS=${HISTORY_FREE_ABOVE_CHARS:-null}
+                    ;;
+            esac
+            ;;
+        graphgpo)
+            case "$env_name" in
+                alfworld) omega=0.1 ;;
+                webshop)
+                    omega=0.2
+                    ADV_NORM=${ADV_NORM:-mean_std}
+                    PROMPT_LENGTH=${PROMPT_LENGTH:-5120}
+                    ;;
+                sokoban)
+                    omega=0.8
+                    ADV_NORM=${ADV_NORM:-mean_std}
+                    ;;
+            esac
+            [[ -n "$omega" ]] && GIGPO_ESTIMATOR_OVERRIDES=("algorithm.graphgpo.omega=$omega")
+            ;;
+        g2po)
+            GIGPO_ESTIMATOR_OVERRIDES=(algorithm.g2po.invalid_penalty=0.1)
+            case "$env_name" in
+                alfworld | webshop) TOTAL_ITERS=${TOTAL_ITERS:-100} ;;
+            esac
+            ;;
+        *) return 0 ;;
+    esac
+    echo "$ADV_ESTIMATOR on $env_name: its authors' settings wherever a variable is not set (docs/fidelity.md, the \
+$ADV_ESTIMATOR tables)" >&2
+}
+
 # gigpo_verl_overrides: fill the array GIGPO_VERL_OVERRIDES with the settings every recipe shares, one Hydra
 # override per line: the model and its attention backend, LoRA, the actor (lr 1e-6, KL loss low_var_kl; with LoRA lr
 # 3e-6 and no KL loss), the optimizer steps (MINI_BATCH_ROWS step rows each), the rollout (vLLM, or hf on DEVICE=cpu),
@@ -430,6 +494,8 @@ logger names; e.g. LOGGER=console,file,tensorboard (verl knows console, file, te
 clearml, trackio)"
     gigpo_check_positive_int MAX_CKPTS_TO_KEEP "$MAX_CKPTS_TO_KEEP" "it is how many checkpoints verl keeps \
 (trainer.max_actor_ckpt_to_keep); to keep every checkpoint pass trainer.max_actor_ckpt_to_keep=null as an override"
+    gigpo_check_positive_int PROMPT_LENGTH "${PROMPT_LENGTH:-}" "it is the most tokens of a prompt \
+(data.max_prompt_length), e.g. PROMPT_LENGTH=4096"
     gigpo_check_mini_batch
     gigpo_attention_setup
     gigpo_lora_setup

@@ -10,7 +10,9 @@ project differs (``deviation``) or that nobody has decided yet (``open``). The r
 :func:`table_problems` and :func:`fidelity_problems` (``tests/test_fidelity.py`` runs both on every recipe):
 
 1. ``ours`` is what ``DRY_RUN=1 bash recipes/run_<recipe>.sh`` composes at ``key`` (a dotted Hydra key), or puts
-   after ``prep:--option`` in its data-prep command (``all`` when the option is absent);
+   after ``prep:--option`` in its data-prep command (``all`` when the option is absent); the LoRA rows and each
+   successor's rows (``lora``, ``estimators``) hold when the recipe runs with their ``env`` (e.g. ``LORA_RANK=64``,
+   ``ADV_ESTIMATOR=hgpo``);
 2. ``ours`` differs from ``reference`` only with a ``deviation`` (or ``open: true`` and a text saying what is known).
 """
 
@@ -38,25 +40,41 @@ _MISSING = object()
 
 def load_table(path: Path = TABLE) -> dict[str, Any]:
     """The parsed table: ``sources``, ``common`` (rows for every recipe), ``recipes`` (name -> script,
-    reference_script, rows) and ``lora`` (``env``: the variables that turn LoRA on; ``common`` rows; ``recipes``: name
-    -> reference_script, rows; the rows that hold with LoRA, :func:`recipe_rows`)."""
+    reference_script, rows), ``lora`` (``env``: the variables that turn LoRA on; ``common`` rows; ``recipes``: name
+    -> reference_script, rows; the rows that hold with LoRA, :func:`recipe_rows`) and ``estimators`` (method ->
+    ``name``, ``env``: ``ADV_ESTIMATOR=<method>``, ``intro``, ``common`` rows, ``recipes``: name -> reference_script,
+    rows; the rows that hold when a recipe runs that method with its authors' settings)."""
     with open(path, encoding="utf-8") as f:
         return yaml.safe_load(f)
 
 
-def recipe_rows(table: dict[str, Any], recipe: str, *, lora: bool = False) -> list[dict[str, Any]]:
+def _section_layers(section: dict[str, Any], recipe: str) -> list[list[dict[str, Any]]]:
+    """A conditional section's rows for ``recipe`` (none when the section has no table for it), then its common rows."""
+    return [((section.get("recipes") or {}).get(recipe) or {}).get("rows", []), section.get("common") or []]
+
+
+def recipe_rows(
+    table: dict[str, Any], recipe: str, *, lora: bool = False, estimator: str | None = None
+) -> list[dict[str, Any]]:
     """The rows that hold for ``recipe``: its own, then the common rows it does not replace (same ``setting``). With
     ``lora`` (the recipe run with ``table["lora"]["env"]``), the recipe's LoRA rows and the LoRA common rows come first
-    and replace the rows of the same setting.
+    and replace the rows of the same setting. With ``estimator`` (the recipe run with
+    ``table["estimators"][estimator]["env"]``), that method's rows for the recipe and its common rows come before all
+    of them.
 
     Raises:
-        KeyError: ``recipe`` is not in the table.
+        KeyError: ``recipe`` or ``estimator`` is not in the table.
     """
     if recipe not in table["recipes"]:
         raise KeyError(f"recipe {recipe!r} is not in the fidelity table; it has {sorted(table['recipes'])}")
     layers = [table["recipes"][recipe]["rows"], table["common"]]
     if lora:
-        layers[:0] = [((table["lora"].get("recipes") or {}).get(recipe) or {}).get("rows", []), table["lora"]["common"]]
+        layers[:0] = _section_layers(table["lora"], recipe)
+    if estimator is not None:
+        methods = table.get("estimators") or {}
+        if estimator not in methods:
+            raise KeyError(f"estimator {estimator!r} is not in the fidelity table; it has {sorted(methods)}")
+        layers[:0] = _section_layers(methods[estimator], recipe)
     rows: list[dict[str, Any]] = []
     for layer in layers:
         names = {row["setting"] for row in rows}
@@ -124,6 +142,32 @@ def table_problems(table: dict[str, Any]) -> list[str]:
             if "reference_script" not in spec:
                 problems.append(f"lora recipe {recipe}: missing 'reference_script'")
             problems += _rows_problems(f"lora {recipe}", spec.get("rows") or [])
+    for method, section in (table.get("estimators") or {}).items():
+        problems += _estimator_problems(table, method, section)
+    return problems
+
+
+def _estimator_problems(table: dict[str, Any], method: str, section: dict[str, Any]) -> list[str]:
+    """What is wrong with one method's section of ``estimators``."""
+    where = f"estimator {method}"
+    problems = []
+    unknown = sorted(set(section) - {"name", "env", "intro", "common", "recipes"})
+    if unknown:
+        problems.append(f"{where}: unknown field(s) {unknown}; a section has name, env, intro, common, recipes")
+    if (section.get("env") or {}).get("ADV_ESTIMATOR") != method:
+        problems.append(f"{where}: 'env' must set ADV_ESTIMATOR: {method} (the variable that picks the method)")
+    for field in ("name", "intro"):
+        if not str(section.get(field) or "").strip():
+            problems.append(f"{where}: missing {field!r}")
+    if method not in (table.get("sources") or {}):
+        problems.append(f"{where}: 'sources' has no {method!r} entry (the authors' repository and commit)")
+    problems += _rows_problems(f"{where} common", section.get("common") or [])
+    for recipe, spec in (section.get("recipes") or {}).items():
+        if recipe not in (table.get("recipes") or {}):
+            problems.append(f"{where} recipe {recipe}: not a recipe of the table")
+        if "reference_script" not in spec:
+            problems.append(f"{where} recipe {recipe}: missing 'reference_script' (the authors' script)")
+        problems += _rows_problems(f"{where} {recipe}", spec.get("rows") or [])
     return problems
 
 
@@ -158,14 +202,22 @@ def composed_value(cfg: Any, prep_argv: list[str], key: str) -> Any:
 
 
 def fidelity_problems(
-    table: dict[str, Any], recipe: str, cfg: Any, prep_argv: list[str], *, lora: bool = False
+    table: dict[str, Any],
+    recipe: str,
+    cfg: Any,
+    prep_argv: list[str],
+    *,
+    lora: bool = False,
+    estimator: str | None = None,
 ) -> list[str]:
     """Where ``recipe``'s composed config (``cfg``) and data-prep command (``prep_argv``) differ from the table's
     ``ours`` column, plus the table's own problems for that recipe's rows. Empty when the recipe is as listed. With
-    ``lora``, ``cfg`` is the recipe run with ``table["lora"]["env"]`` and the LoRA rows hold (:func:`recipe_rows`)."""
+    ``lora``, ``cfg`` is the recipe run with ``table["lora"]["env"]`` and the LoRA rows hold; with ``estimator``, the
+    recipe run with ``table["estimators"][estimator]["env"]`` and that method's rows hold (:func:`recipe_rows`)."""
     problems = []
-    for row in recipe_rows(table, recipe, lora=lora):
-        where = f"{recipe}{' (LoRA)' if lora else ''}: {row['setting']!r}"
+    label = "".join(f" ({part})" for part in ("LoRA" if lora else None, estimator) if part)
+    for row in recipe_rows(table, recipe, lora=lora, estimator=estimator):
+        where = f"{recipe}{label}: {row['setting']!r}"
         problems += _row_problems(where, row)
         if row["key"] is None:
             continue
@@ -211,9 +263,10 @@ def _key(row: dict[str, Any]) -> str:
     return "—" if row["key"] is None else f"`{row['key']}`"
 
 
-def _table(rows: list[dict[str, Any]]) -> list[str]:
+def _table(rows: list[dict[str, Any]], reference: str = "reference (verl-agent)") -> list[str]:
     lines = [
-        "| setting | read from | this recipe | paper | reference (verl-agent) | reference source | deviation / note |",
+        f"| setting | read from | this recipe | paper | {reference} | {reference.split(' (')[0]} source | "
+        "deviation / note |",
         "|---|---|---|---|---|---|---|",
     ]
     for row in rows:
@@ -267,9 +320,50 @@ of the same setting above, and every other row above still holds. The reference 
 """
 
 
+_ESTIMATORS_INTRO = """\
+## HGPO, GraphGPO and G2PO as their authors ran them
+
+With `ADV_ESTIMATOR={methods}` a recipe runs that method with its authors' settings for the recipe's
+environment, wherever the variable is not set (`recipes/common.sh`, `gigpo_estimator_setup`): the rows below then
+hold, checked by composing every recipe with each method. They replace the rows of the same setting above; every other
+row above still holds, as there the authors' script sets what verl-agent's GiGPO script sets (every key of the two was
+compared). *Authors' run* is the authors' script for that environment with their trainer and code. Where they ran no
+script for an environment, only the method's rows for every recipe change. The deviations of each method's maths from
+the authors' code are numbered in [`verl_gigpo/advantage/__init__.py`](../verl_gigpo/advantage/__init__.py) (items
+13-25); the paper equations' forms stay available as overrides (e.g. `algorithm.hgpo.weight_base=depth`,
+[docs/estimators.md](estimators.md)).
+"""
+
+
+def _render_estimators(table: dict[str, Any]) -> list[str]:
+    methods = table.get("estimators") or {}
+    if not methods:
+        return []
+    out = ["", _ESTIMATORS_INTRO.format(methods="|".join(methods)).rstrip()]
+    for method, section in methods.items():
+        env = " ".join(f"{k}={v}" for k, v in section["env"].items())
+        scripted = section.get("recipes") or {}
+        out += ["", f"### {section['name']} (`{env}`)", "", f"Authors' code: {fmt(table['sources'][method])}."]
+        out += ["", fmt(section["intro"]), "", "Every recipe:", "", *_table(section["common"], "authors' run")]
+        for recipe, spec in scripted.items():
+            script = table["recipes"][recipe]["script"]
+            out += ["", f"#### {section['name']} on {recipe}", ""]
+            out += [f"`{script}` against the authors' `{spec['reference_script']}`.", ""]
+            out += _table(spec["rows"], "authors' run")
+        unscripted = [name for name in table["recipes"] if name not in scripted]
+        if unscripted:
+            out += [
+                "",
+                f"The authors ran no {section['name']} script for {' or '.join(unscripted)}: there only the "
+                "method's rows for every recipe change.",
+            ]
+    return out
+
+
 def render_markdown(table: dict[str, Any]) -> str:
     """``docs/fidelity.md``: what the table is and how it is checked, its sources, the rows every recipe shares,
-    then one table per recipe, then the LoRA rows (every recipe's, and each reference LoRA script's)."""
+    then one table per recipe, then the LoRA rows (every recipe's, and each reference LoRA script's), then one
+    section per successor (its rows for every recipe, and each of its authors' scripts')."""
     src = table["sources"]
     intro = _INTRO.format(
         reference=fmt(src["reference"]), paper=fmt(src["paper"]), verl=fmt(src["verl"]), not_found=NOT_FOUND
@@ -294,6 +388,7 @@ def render_markdown(table: dict[str, Any]) -> str:
                 f"`{script}` against the reference's `{spec['reference_script']}`.",
             ]
             out += ["", *_table(spec["rows"])]
+    out += _render_estimators(table)
     return "\n".join(out) + "\n"
 
 

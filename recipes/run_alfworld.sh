@@ -7,6 +7,7 @@
 #
 #   ALFWORLD_DATA=~/.cache/alfworld bash recipes/run_alfworld.sh
 #   ADV_ESTIMATOR=grpo bash recipes/run_alfworld.sh        # the paper's GRPO baseline on the same settings
+#   ADV_ESTIMATOR=hgpo bash recipes/run_alfworld.sh        # HGPO as its authors ran it (also graphgpo, g2po)
 #   MODEL_PATH=artifacts/tiny-model DEVICE=cpu bash recipes/run_alfworld.sh   # verl's pipeline on this CPU, tiny model
 #   LORA_RANK=64 MODEL_PATH=Qwen/Qwen2.5-7B-Instruct bash recipes/run_alfworld.sh   # the reference's LoRA run (7B)
 #   DRY_RUN=1 bash recipes/run_alfworld.sh                 # print the final command only
@@ -34,6 +35,11 @@ DATA_DIR=${DATA_DIR:-$HOME/data/verl-gigpo/alfworld}
 # default: the GPUs this machine shows (nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)
 N_GPUS=${N_GPUS:-$(gigpo_default_n_gpus)}
 ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
+# hgpo, graphgpo, g2po: their authors' settings for alfworld wherever a variable is not set (common.sh)
+gigpo_estimator_setup alfworld
+# prompt tokens (data.max_prompt_length) and the advantage normalisation of the step-credit estimators
+PROMPT_LENGTH=${PROMPT_LENGTH:-2048}
+ADV_NORM=${ADV_NORM:-mean_std}
 MAX_STEPS=${MAX_STEPS:-50}
 RESPONSE_LENGTH=${RESPONSE_LENGTH:-512}
 # a prompt over data.max_prompt_length: fail_episode = the reference's rule, as near as a run that goes on allows
@@ -82,7 +88,7 @@ cmd=(
     algorithm.adv_estimator="$ADV_ESTIMATOR"
     algorithm.gamma=0.95
     algorithm.gigpo.step_advantage_w=1.0
-    algorithm.gigpo.norm=mean_std
+    algorithm.gigpo.norm="$ADV_NORM"
     algorithm.gigpo.key_mode=observation
     algorithm.norm_adv_by_std_in_grpo=true
     algorithm.use_kl_in_reward=false
@@ -101,10 +107,12 @@ cmd=(
     data.train_files="$(gigpo_hydra_quote "$DATA_DIR/train.parquet")"
     data.val_files="$(gigpo_hydra_quote "$DATA_DIR/val.parquet")"
     data.train_batch_size="$TRAIN_TASKS_PER_ITER"
-    data.max_prompt_length=2048
+    data.max_prompt_length="$PROMPT_LENGTH"
     data.max_response_length="$RESPONSE_LENGTH"
     data.filter_overlong_prompts=false
     data.return_raw_chat=true
+    # the estimator's own options (gigpo_estimator_setup)
+    "${GIGPO_ESTIMATOR_OVERRIDES[@]}"
     "${GIGPO_VERL_OVERRIDES[@]}"
     "$@"
 )

@@ -29,6 +29,11 @@ DATA_DIR=${DATA_DIR:-$HOME/data/verl-gigpo/search}
 # default: the GPUs this machine shows (nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)
 N_GPUS=${N_GPUS:-$(gigpo_default_n_gpus)}
 ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
+# hgpo, graphgpo, g2po: their authors' settings for search wherever a variable is not set (common.sh)
+gigpo_estimator_setup search
+# prompt tokens (data.max_prompt_length) and the advantage normalisation of the step-credit estimators
+PROMPT_LENGTH=${PROMPT_LENGTH:-4096}
+ADV_NORM=${ADV_NORM:-mean_std}
 MAX_STEPS=${MAX_STEPS:-4}
 RESPONSE_LENGTH=${RESPONSE_LENGTH:-512}
 TRAIN_SIZE=${TRAIN_SIZE:-4096}
@@ -70,7 +75,7 @@ cmd=(
     algorithm.adv_estimator="$ADV_ESTIMATOR"
     algorithm.gamma=0.95
     algorithm.gigpo.step_advantage_w=1.0
-    algorithm.gigpo.norm=mean_std
+    algorithm.gigpo.norm="$ADV_NORM"
     algorithm.gigpo.key_mode=similarity
     algorithm.gigpo.similarity_threshold=0.9
     algorithm.norm_adv_by_std_in_grpo=true
@@ -90,11 +95,13 @@ cmd=(
     data.train_files="$(gigpo_hydra_quote "$DATA_DIR/train.parquet")"
     data.val_files="$(gigpo_hydra_quote "$DATA_DIR/val.parquet")"
     data.train_batch_size="$TRAIN_TASKS_PER_ITER"
-    data.max_prompt_length=4096
+    data.max_prompt_length="$PROMPT_LENGTH"
     data.max_response_length="$RESPONSE_LENGTH"
     actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.1
     data.filter_overlong_prompts=false
     data.return_raw_chat=true
+    # the estimator's own options (gigpo_estimator_setup)
+    "${GIGPO_ESTIMATOR_OVERRIDES[@]}"
     "${GIGPO_VERL_OVERRIDES[@]}"
     "$@"
 )

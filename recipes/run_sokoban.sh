@@ -28,6 +28,11 @@ DATA_DIR=${DATA_DIR:-$HOME/data/verl-gigpo/sokoban}
 # default: the GPUs this machine shows (nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)
 N_GPUS=${N_GPUS:-$(gigpo_default_n_gpus)}
 ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
+# hgpo, graphgpo, g2po: their authors' settings for sokoban wherever a variable is not set (common.sh)
+gigpo_estimator_setup sokoban
+# prompt tokens (data.max_prompt_length) and the advantage normalisation of the step-credit estimators
+PROMPT_LENGTH=${PROMPT_LENGTH:-1024}
+ADV_NORM=${ADV_NORM:-mean}
 MAX_STEPS=${MAX_STEPS:-15}
 RESPONSE_LENGTH=${RESPONSE_LENGTH:-512}
 # a prompt over data.max_prompt_length: fail_episode = the reference's rule, as near as a run that goes on allows
@@ -66,7 +71,7 @@ cmd=(
     algorithm.adv_estimator="$ADV_ESTIMATOR"
     algorithm.gamma=0.95
     algorithm.gigpo.step_advantage_w=1.0
-    algorithm.gigpo.norm=mean
+    algorithm.gigpo.norm="$ADV_NORM"
     algorithm.gigpo.key_mode=state
     algorithm.norm_adv_by_std_in_grpo=true
     env.name=sokoban
@@ -83,10 +88,12 @@ cmd=(
     data.train_files="$(gigpo_hydra_quote "$DATA_DIR/train.parquet")"
     data.val_files="$(gigpo_hydra_quote "$DATA_DIR/val.parquet")"
     data.train_batch_size="$TRAIN_TASKS_PER_ITER"
-    data.max_prompt_length=1024
+    data.max_prompt_length="$PROMPT_LENGTH"
     data.max_response_length="$RESPONSE_LENGTH"
     data.filter_overlong_prompts=false
     data.return_raw_chat=true
+    # the estimator's own options (gigpo_estimator_setup)
+    "${GIGPO_ESTIMATOR_OVERRIDES[@]}"
     "${GIGPO_VERL_OVERRIDES[@]}"
     "$@"
 )

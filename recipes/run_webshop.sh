@@ -8,6 +8,7 @@
 #   bash recipes/run_webshop.sh                          # the project's WebShop-style simulator (no downloads)
 #   WEBSHOP_ENV=webshop_real bash recipes/run_webshop.sh  # a real WebShop installation (web_agent_site importable)
 #   ADV_ESTIMATOR=grpo bash recipes/run_webshop.sh       # the GRPO baseline on the same settings
+#   ADV_ESTIMATOR=hgpo bash recipes/run_webshop.sh       # HGPO as its authors ran it (also graphgpo, g2po)
 #   MODEL_PATH=artifacts/tiny-model DEVICE=cpu bash recipes/run_webshop.sh   # verl's pipeline on this CPU, tiny model
 #   LORA_RANK=64 MODEL_PATH=Qwen/Qwen2.5-7B-Instruct bash recipes/run_webshop.sh   # the reference's LoRA run (7B)
 #   DRY_RUN=1 bash recipes/run_webshop.sh                # print the final command only
@@ -29,13 +30,23 @@ DATA_DIR=${DATA_DIR:-$HOME/data/verl-gigpo/webshop}
 # default: the GPUs this machine shows (nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)
 N_GPUS=${N_GPUS:-$(gigpo_default_n_gpus)}
 ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
+# hgpo, graphgpo, g2po: their authors' settings for webshop wherever a variable is not set (common.sh)
+gigpo_estimator_setup webshop
+# prompt tokens (data.max_prompt_length) and the advantage normalisation of the step-credit estimators
+PROMPT_LENGTH=${PROMPT_LENGTH:-4096}
+ADV_NORM=${ADV_NORM:-mean}
 MAX_STEPS=${MAX_STEPS:-15}
 RESPONSE_LENGTH=${RESPONSE_LENGTH:-512}
 # a prompt over data.max_prompt_length: fail_episode = the reference's rule, as near as a run that goes on allows
 # (recipes/reference_settings.yaml); drop_history or cut_left shorten it instead (docs/environments.md, "Prompts")
 PROMPT_OVERLONG=${PROMPT_OVERLONG:-fail_episode}
-TRAIN_SIZE=${TRAIN_SIZE:-4096}
+# training tasks: 5,000 = every training goal of the project's simulator (environments/webshop, num_train_goals),
+# each once per epoch in shuffled order; with WEBSHOP_ENV=webshop_real seed i plays goal 500 + i mod (goals - 500), so
+# set TRAIN_SIZE to that installation's number of training goals to cover each once
+TRAIN_SIZE=${TRAIN_SIZE:-5000}
 VAL_SIZE=${VAL_SIZE:-500}
+# a prompt with history over this many characters is shown without its history (the reference's rule); null = never
+HISTORY_FREE_ABOVE_CHARS=${HISTORY_FREE_ABOVE_CHARS:-13000}
 # webshop = the project's simulator; webshop_real = the adapter to a real WebShop installation
 WEBSHOP_ENV=${WEBSHOP_ENV:-webshop}
 GROUP_SIZE=${GROUP_SIZE:-8}
@@ -69,7 +80,7 @@ cmd=(
     algorithm.adv_estimator="$ADV_ESTIMATOR"
     algorithm.gamma=0.95
     algorithm.gigpo.step_advantage_w=1.0
-    algorithm.gigpo.norm=mean
+    algorithm.gigpo.norm="$ADV_NORM"
     algorithm.gigpo.key_mode=observation
     algorithm.norm_adv_by_std_in_grpo=true
     env.name="$WEBSHOP_ENV"
@@ -84,17 +95,19 @@ cmd=(
     # data.max_prompt_length ends its episode (the reference's data.truncation=error stops the run)
     +env.kwargs.strategy_hints=false
     env.prompt.admissible_actions=lines
-    env.prompt.history_free_above_chars=13000
+    env.prompt.history_free_above_chars="$HISTORY_FREE_ABOVE_CHARS"
     env.prompt.overlong="$PROMPT_OVERLONG"
     # the reference's reward: 10 for a purchase that scores 1.0, else 0 (WebShop's score stays in info's task_score)
     +env.kwargs.success_reward=10
     data.train_files="$(gigpo_hydra_quote "$DATA_DIR/train.parquet")"
     data.val_files="$(gigpo_hydra_quote "$DATA_DIR/val.parquet")"
     data.train_batch_size="$TRAIN_TASKS_PER_ITER"
-    data.max_prompt_length=4096
+    data.max_prompt_length="$PROMPT_LENGTH"
     data.max_response_length="$RESPONSE_LENGTH"
     data.filter_overlong_prompts=false
     data.return_raw_chat=true
+    # the estimator's own options (gigpo_estimator_setup)
+    "${GIGPO_ESTIMATOR_OVERRIDES[@]}"
     "${GIGPO_VERL_OVERRIDES[@]}"
     "$@"
 )

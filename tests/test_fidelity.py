@@ -14,10 +14,12 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 from recipe_config import compose_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ["alfworld", "webshop", "sokoban", "search"]
+ESTIMATORS = ["hgpo", "graphgpo", "g2po"]
 
 # the settings every recipe's table must cover (a row may come from the common rows)
 REQUIRED_SETTINGS = {
@@ -93,6 +95,17 @@ REQUIRED_LORA_SETTINGS = {
 LORA_SCRIPT_DIFFERENCES = {"model", "LoRA rank", "LoRA alpha", "learning rate", "KL loss"}
 
 
+# the settings each successor's rows must cover for a recipe its authors ran a script for (every option of the method,
+# `algorithm.<method>.*`, needs a row too: test_successor_rows_cover_the_settings_the_issue_names)
+REQUIRED_ESTIMATOR_SETTINGS = {
+    "advantage estimator",
+    "iterations",
+    "prompt length (tokens)",
+    "advantage normalisation",
+    "padding rows",
+}
+
+
 @pytest.fixture(scope="module")
 def table():
     return fidelity.load_table()
@@ -101,6 +114,7 @@ def table():
 def test_table_is_sound(table):
     assert fidelity.table_problems(table) == []
     assert list(table["recipes"]) == RECIPES
+    assert list(table["estimators"]) == ESTIMATORS
     for spec in table["recipes"].values():
         assert (ROOT / spec["script"]).is_file()
 
@@ -182,3 +196,93 @@ def test_a_changed_lora_value_fails_the_lora_check(table):
     cfg, prep = compose_recipe("webshop")
     problems = fidelity.fidelity_problems(table, "webshop", cfg, prep, lora=True)
     assert any("'LoRA rank'" in p and "lora_rank=0" in p for p in problems)
+
+
+# ------------------------------------------------------------------ HGPO, GraphGPO, G2PO as their authors ran them
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("method", ESTIMATORS)
+def test_a_successor_recipe_composes_what_its_rows_list(table, method, recipe):
+    """``ADV_ESTIMATOR=<method>``: the method's rows (its authors' settings) replace the rows of the same setting, and
+    every other row of the recipe still holds."""
+    cfg, prep = compose_recipe(recipe, **table["estimators"][method]["env"])
+    assert fidelity.fidelity_problems(table, recipe, cfg, prep, estimator=method) == []
+    names = [row["setting"] for row in fidelity.recipe_rows(table, recipe, estimator=method)]
+    assert REQUIRED_SETTINGS <= set(names) and len(names) == len(set(names))
+    if recipe in table["estimators"][method]["recipes"]:
+        section = table["estimators"][method]
+        own = {row["setting"]: row for row in section["common"] + section["recipes"][recipe]["rows"]}
+        assert REQUIRED_ESTIMATOR_SETTINGS <= set(own)
+        # every option of the method has a row of the authors' value, read from the composed config
+        keys = {row["key"] for row in own.values()}
+        assert {f"algorithm.{method}.{option}" for option in cfg.algorithm[method]} <= keys
+
+
+def test_successor_rows_cover_the_settings_the_issue_names(table):
+    """The settings issue 27.5 names, per method: HGPO's weights, std, iterations and prompt length; GraphGPO's omega
+    and norm per environment (its penalty, a row for every recipe); G2PO's iterations."""
+    est = table["estimators"]
+
+    def value(method, recipe, key):
+        rows = fidelity.recipe_rows(table, recipe, estimator=method)
+        return next(row["ours"] for row in rows if row["key"] == key)
+
+    assert value("hgpo", "alfworld", "algorithm.hgpo.weight_base") == "depth_plus_one"
+    assert value("hgpo", "alfworld", "algorithm.hgpo.std") == "population"
+    assert [value("hgpo", r, "trainer.total_training_steps") for r in ("alfworld", "webshop")] == [160, 160]
+    assert value("hgpo", "alfworld", "data.max_prompt_length") == 4096
+    omega = {r: value("graphgpo", r, "algorithm.graphgpo.omega") for r in est["graphgpo"]["recipes"]}
+    assert omega == {"alfworld": 0.1, "webshop": 0.2, "sokoban": 0.8}
+    assert value("graphgpo", "webshop", "algorithm.gigpo.norm") == "mean_std"
+    assert value("graphgpo", "search", "algorithm.graphgpo.invalid_penalty") == 0.0
+    assert [value("g2po", r, "trainer.total_training_steps") for r in ("alfworld", "webshop")] == [100, 100]
+    # a recipe the authors ran no script for keeps its GiGPO settings
+    assert value("g2po", "sokoban", "trainer.total_training_steps") == 150
+
+
+def test_user_settings_win_over_the_authors_settings(table):
+    """A recipe variable and an extra override still win under ADV_ESTIMATOR=hgpo (the paper's k^alpha weights), and
+    the check names each changed setting."""
+    cfg, prep = compose_recipe("alfworld", "algorithm.hgpo.weight_base=depth", ADV_ESTIMATOR="hgpo", TOTAL_ITERS="150")
+    assert cfg.algorithm.hgpo.weight_base == "depth" and cfg.trainer.total_training_steps == 150
+    problems = fidelity.fidelity_problems(table, "alfworld", cfg, prep, estimator="hgpo")
+    assert len(problems) == 2, problems
+    assert any("'depth weights'" in p and "weight_base='depth'" in p for p in problems)
+    assert any("'iterations'" in p and "total_training_steps=150" in p for p in problems)
+
+
+def test_the_successor_rows_do_not_hold_for_gigpo(table):
+    """Without ADV_ESTIMATOR the recipe composes GiGPO exactly as its own rows say, and none of a method's settings."""
+    cfg, prep = compose_recipe("webshop")
+    assert fidelity.fidelity_problems(table, "webshop", cfg, prep) == []
+    problems = fidelity.fidelity_problems(table, "webshop", cfg, prep, estimator="graphgpo")
+    settings = {p.split(":")[1].strip() for p in problems}
+    assert {"'advantage estimator'", "'distance decay omega'", "'advantage normalisation'"} <= settings
+    assert "'prompt length (tokens)'" in settings
+
+
+@pytest.mark.parametrize("baseline", ["grpo", "rloo"])
+def test_baselines_change_only_the_estimator(baseline):
+    """``ADV_ESTIMATOR=grpo|rloo`` keeps every other setting of the GiGPO recipe."""
+    gigpo, gigpo_prep = compose_recipe("alfworld")
+    base, base_prep = compose_recipe("alfworld", ADV_ESTIMATOR=baseline)
+    a, b = (OmegaConf.to_container(c, resolve=False) for c in (gigpo, base))
+    for c in (a, b):
+        del c["algorithm"]["adv_estimator"], c["trainer"]["experiment_name"]
+    assert a == b and gigpo_prep == base_prep
+    assert base.algorithm.adv_estimator == baseline
+
+
+def test_webshop_trains_on_every_goal_of_the_simulator(table):
+    """The WebShop recipe's training tasks are every training goal of the project's simulator."""
+    from environments import make_env
+
+    env = make_env("webshop")
+    try:
+        goals = env.num_tasks("train")
+    finally:
+        env.close()
+    row = next(r for r in fidelity.recipe_rows(table, "webshop") if r["setting"] == "training tasks")
+    _, prep = compose_recipe("webshop")
+    assert row["ours"] == goals == fidelity.composed_value(None, prep, "prep:--train-size")

@@ -342,3 +342,57 @@ def test_lora_on_device_cpu_changes_only_the_lora_keys(tmp_path):
 def test_bad_lora_settings_are_rejected_by_name(env, message):
     proc = run_recipe("webshop", DRY_RUN="1", **env)
     assert proc.returncode == 1 and message in proc.stderr and "verl_gigpo.main" not in proc.stdout
+
+
+# the keys ADV_ESTIMATOR=<method> changes in each recipe, besides algorithm.adv_estimator and the experiment name
+# (recipes/common.sh gigpo_estimator_setup; the values are checked against the authors' runs in test_fidelity.py)
+ESTIMATOR_KEYS = {
+    ("hgpo", "alfworld"): {
+        "algorithm.hgpo.weight_base",
+        "algorithm.hgpo.std",
+        "trainer.total_training_steps",
+        "data.max_prompt_length",
+        "env.prompt.overlong",
+    },
+    ("hgpo", "webshop"): {
+        "algorithm.hgpo.weight_base",
+        "algorithm.hgpo.std",
+        "trainer.total_training_steps",
+        "env.max_steps",
+        "env.prompt.overlong",
+        "env.prompt.history_free_above_chars",
+    },
+    ("hgpo", "sokoban"): {"algorithm.hgpo.weight_base", "algorithm.hgpo.std"},
+    ("graphgpo", "alfworld"): set(),  # omega 0.1 is the default, the rest is GiGPO's recipe
+    ("graphgpo", "webshop"): {"algorithm.graphgpo.omega", "algorithm.gigpo.norm", "data.max_prompt_length"},
+    ("graphgpo", "sokoban"): {"algorithm.graphgpo.omega", "algorithm.gigpo.norm"},
+    ("graphgpo", "search"): set(),
+    ("g2po", "alfworld"): {"algorithm.g2po.invalid_penalty", "trainer.total_training_steps"},
+}
+
+
+@pytest.mark.parametrize(("method", "recipe"), list(ESTIMATOR_KEYS))
+def test_an_estimator_changes_only_its_authors_settings(method, recipe, tmp_path):
+    """ADV_ESTIMATOR=hgpo|graphgpo|g2po changes exactly the keys its authors set differently on that environment."""
+    env = {"DRY_RUN": "1", "DATA_DIR": str(tmp_path), "ALFWORLD_DATA": str(tmp_path)}
+    gigpo = _flat(compose_gigpo(printed_overrides(run_recipe(recipe, **env))))
+    proc = run_recipe(recipe, ADV_ESTIMATOR=method, **env)
+    other = _flat(compose_gigpo(printed_overrides(proc)))
+    changed = {k for k in gigpo if gigpo[k] != other[k]} - {"algorithm.adv_estimator", "trainer.experiment_name"}
+    assert changed == ESTIMATOR_KEYS[(method, recipe)]
+    assert f"{method} on {recipe}: its authors' settings" in proc.stderr
+
+
+def test_an_estimators_settings_yield_to_the_users_and_to_device_cpu(tmp_path):
+    """The authors' values are defaults: a variable the user sets, and DEVICE=cpu's small run, win over them."""
+    env = {"DRY_RUN": "1", "DATA_DIR": str(tmp_path), "ADV_ESTIMATOR": "hgpo"}
+    cfg = compose_gigpo(printed_overrides(run_recipe("webshop", MAX_STEPS="12", PROMPT_LENGTH="3000", **env)))
+    assert (cfg.env.max_steps, cfg.data.max_prompt_length, cfg.trainer.total_training_steps) == (12, 3000, 160)
+    cfg = compose_gigpo(printed_overrides(run_recipe("webshop", DEVICE="cpu", **env)))
+    assert (cfg.env.max_steps, cfg.trainer.total_training_steps, cfg.env.prompt.overlong) == (4, 2, "drop_history")
+    assert cfg.algorithm.hgpo.weight_base == "depth_plus_one"
+
+
+def test_a_bad_prompt_length_is_rejected_by_name():
+    proc = run_recipe("alfworld", DRY_RUN="1", PROMPT_LENGTH="4k")
+    assert proc.returncode == 1 and "PROMPT_LENGTH=4k is not a whole number" in proc.stderr
