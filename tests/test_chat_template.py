@@ -165,6 +165,14 @@ def test_kwargs_become_plain_containers_and_nested_values_survive():
     assert chat_template_kwargs_from(None) == {}
 
 
+def test_a_switch_the_template_reads_is_not_reported(tokenizer, caplog):
+    """enable_thinking=true renders what the template's default renders, but the template reads it: no warning."""
+    caplog.set_level(logging.WARNING, logger="verl_gigpo.rollout.episode")
+    for value in (True, False):
+        ChatPromptEncoder(tokenizer, chat_template_kwargs={"enable_thinking": value})
+    assert "chat-template arguments" not in caplog.text
+
+
 def test_a_switch_the_template_does_not_read_is_reported(tiny_model_dir, caplog):
     """The tiny model's own template reads no switch, and a tokenizer without a template renders raw text: the
     arguments then change nothing, which is logged instead of passing silently."""

@@ -144,21 +144,24 @@ class ChatPromptEncoder:
             self._check_template_kwargs()
 
     def _check_template_kwargs(self) -> None:
-        """Warn (once per process and template) when the chat-template arguments change nothing: no chat template,
-        or one that renders a probe prompt the same with and without them."""
+        """Warn (once per process, template and arguments) about arguments that cannot change the prompt: given to a
+        tokenizer without a chat template, or named nowhere in the template's text (a Jinja template reads a
+        variable only by its name)."""
         template = getattr(self.tokenizer, "chat_template", None)
         probe = (str(template), repr(sorted(self.chat_template_kwargs.items())))
         if probe in _CHECKED_TEMPLATE_KWARGS:
             return
         _CHECKED_TEMPLATE_KWARGS.add(probe)
-        names = ", ".join(sorted(self.chat_template_kwargs))
         if template is None:
+            names = ", ".join(sorted(self.chat_template_kwargs))
             logger.warning("chat-template arguments (%s) are ignored: the tokenizer has no chat template", names)
-        elif self._render("probe") == ChatPromptEncoder(self.tokenizer, self.system_prompt)._render("probe"):
+            return
+        unread = sorted(name for name in self.chat_template_kwargs if name not in str(template))
+        if unread:
             logger.warning(
                 "chat-template arguments (%s) change nothing in the prompt: this model's chat template does not read "
                 "them (data.apply_chat_template_kwargs)",
-                names,
+                ", ".join(unread),
             )
 
     def __call__(self, text: str) -> list[int]:
