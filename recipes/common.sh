@@ -469,6 +469,26 @@ gigpo_estimator_setup() {
 $ADV_ESTIMATOR tables)" >&2
 }
 
+# --- Thinking: THINKING (unset = the chat template's default) -----------------------------------------------------
+
+# gigpo_thinking_setup: fill GIGPO_THINKING with the chat-template switch of reasoning models such as Qwen3
+# (`enable_thinking`), from THINKING: unset or empty = nothing (the template's own default: Qwen3 thinks);
+# THINKING=0 = data.apply_chat_template_kwargs.enable_thinking=false (Qwen3's template then closes an empty think
+# block after the generation prompt, so the model answers at once); THINKING=1 = true. verl's agent loop passes
+# data.apply_chat_template_kwargs to the chat template (AgentLoopBase reads it; verl_gigpo/agent_loop.py); `++`
+# because verl's default is an empty mapping. A template that does not read the switch renders the same prompt
+# (the agent loop then logs a warning).
+gigpo_thinking_setup() {
+    GIGPO_THINKING=()
+    case "${THINKING:-}" in
+        "") ;;
+        0) GIGPO_THINKING=(++data.apply_chat_template_kwargs.enable_thinking=false) ;;
+        1) GIGPO_THINKING=(++data.apply_chat_template_kwargs.enable_thinking=true) ;;
+        *) gigpo_fail "THINKING=$THINKING: use THINKING=0 (thinking off: the chat template's enable_thinking=false, \
+e.g. for Qwen3) or THINKING=1 (on), or leave it unset for the template's default" ;;
+    esac
+}
+
 # gigpo_verl_overrides: fill the array GIGPO_VERL_OVERRIDES with the settings every recipe shares, one Hydra
 # override per line: the model and its attention backend, LoRA, the actor (lr 1e-6, KL loss low_var_kl; with LoRA lr
 # 3e-6 and no KL loss), the optimizer steps (MINI_BATCH_ROWS step rows each), the rollout (vLLM, or hf on DEVICE=cpu),
@@ -476,7 +496,7 @@ $ADV_ESTIMATOR tables)" >&2
 # each recipe sets the rest). Reads DEVICE, ROLLOUT_NAME, MODEL_PATH, LORA_RANK, LORA_ALPHA,
 # LORA_TARGET_MODULES, LR, USE_KL_LOSS, GROUP_SIZE, N_GPUS, TOTAL_ITERS, TEST_FREQ, MINI_BATCH_ROWS,
 # MICRO_BATCH_PER_GPU, LOG_PROB_MICRO_BATCH_PER_GPU, KL_COEF, ENTROPY_COEF, VAL_TEMPERATURE, VAL_DO_SAMPLE,
-# MAX_CKPTS_TO_KEEP, EXPERIMENT, LOGGER and SEED (each recipe sets its defaults, SEED defaults to 0 here;
+# MAX_CKPTS_TO_KEEP, EXPERIMENT, LOGGER, SEED and THINKING (each recipe sets its defaults, SEED defaults to 0 here;
 # recipes/reference_settings.yaml lists where each value comes from). Recipes put these after their own settings; the
 # user's "$@" comes last and wins.
 gigpo_verl_overrides() {
@@ -499,6 +519,7 @@ clearml, trackio)"
     gigpo_check_mini_batch
     gigpo_attention_setup
     gigpo_lora_setup
+    gigpo_thinking_setup
     local platform=() attn=()
     [[ "${DEVICE:-cuda}" == cpu ]] && platform=(platform=cpu)
     # ++: verl's override_config is an empty dict, so the key is added (or replaced)
@@ -566,5 +587,7 @@ clearml, trackio)"
         # the invalid row's own step return and its own episode score, and the episode statistics run over step rows
         env.invalid_action_penalty_mode=reference
         algorithm.gigpo.episode_stats=step
+        # THINKING=0/1 (gigpo_thinking_setup): the chat template's enable_thinking switch (Qwen3), when set
+        "${GIGPO_THINKING[@]}"
     )
 }

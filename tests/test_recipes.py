@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 
@@ -266,6 +267,27 @@ def test_seed_sets_the_task_order_seed_and_is_checked():
     for bad in ("x", "-1", "1.5"):
         proc = run_recipe("sokoban", DRY_RUN="1", SEED=bad)
         assert proc.returncode != 0 and f"SEED={bad} is not a whole number >= 0" in proc.stderr
+
+
+def test_thinking_sets_the_chat_templates_switch_and_is_checked(monkeypatch):
+    """THINKING unset: no switch (the chat template's default); 0 / 1: data.apply_chat_template_kwargs.enable_thinking
+    false / true (what Qwen3's template reads; tests/test_chat_template.py renders the prompt); else refused."""
+    monkeypatch.delenv("THINKING", raising=False)
+    for env, switch in (
+        ({}, {}),
+        ({"THINKING": "0"}, {"enable_thinking": False}),
+        ({"THINKING": "1"}, {"enable_thinking": True}),
+    ):
+        proc = run_recipe("webshop", DRY_RUN="1", **env)
+        cfg = compose_gigpo(printed_overrides(proc))
+        assert OmegaConf.to_container(cfg.data.apply_chat_template_kwargs) == switch
+    # an override after the recipe's wins
+    proc = run_recipe("webshop", "data.apply_chat_template_kwargs.enable_thinking=true", DRY_RUN="1", THINKING="0")
+    assert compose_gigpo(printed_overrides(proc)).data.apply_chat_template_kwargs.enable_thinking is True
+    for bad in ("yes", "false", "2"):
+        proc = run_recipe("webshop", DRY_RUN="1", THINKING=bad)
+        assert proc.returncode == 1 and f"THINKING={bad}: use THINKING=0" in proc.stderr
+        assert "verl_gigpo.main" not in proc.stdout
 
 
 # ------------------------------------------------------------------------------------------------------------ LoRA

@@ -56,7 +56,15 @@ from verl_gigpo import AGENT_LOOP_NAME
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit import CreditLogOptions, action_text, truncate_text
 from verl_gigpo.evaluate.transcripts import TranscriptWriter, episode_records
-from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, Episode, EpisodeConfig, TaskSpec, run_episode
+from verl_gigpo.rollout import (
+    ChatPromptEncoder,
+    EnvPool,
+    Episode,
+    EpisodeConfig,
+    TaskSpec,
+    chat_template_kwargs_from,
+    run_episode,
+)
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.threads import EnvThreadPool
 
@@ -224,7 +232,11 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
         register_envs(env_cfg.get("registry", None))
         self.default_env_name = env_cfg.get("name", None)
         self.env_kwargs = dict(env_cfg.get("kwargs", None) or {})
-        self.encoder = ChatPromptEncoder(self.tokenizer, chat_template_kwargs=dict(self.apply_chat_template_kwargs))
+        # data.apply_chat_template_kwargs (AgentLoopBase reads it), e.g. enable_thinking=false for Qwen3; the local
+        # engine passes the same key through the same reader
+        self.encoder = ChatPromptEncoder(
+            self.tokenizer, chat_template_kwargs=chat_template_kwargs_from(self.apply_chat_template_kwargs)
+        )
         credit = CreditLogOptions.from_trainer(self.config.get("trainer", None))  # texts for credit records
         self.text_chars = credit.max_chars if credit.enabled else 0
         folder = env_cfg.get("transcript_dir", None)  # env.transcript_dir: every episode, one line per step

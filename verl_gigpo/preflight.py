@@ -17,6 +17,8 @@ key added with ``+`` that nothing reads). :func:`preflight` checks the whole GiG
   reads (``algorithm.gigpo.gamma``, ``env.<typo>``), an ``env.name`` that is neither registered nor in
   ``env.registry``, an ``env.kwargs`` that is not a mapping;
 * ``trainer.credit_log_*`` (per-step credit records) through :meth:`verl_gigpo.credit.CreditLogOptions.from_trainer`;
+* ``data.apply_chat_template_kwargs`` (a mapping; no key the prompt encoder sets itself) through
+  :func:`verl_gigpo.rollout.episode.chat_template_kwargs_from`, the agent loop's reader;
 * the files a run needs (:func:`file_problems`): ``actor_rollout_ref.model.path`` (an existing folder with a
   ``config.json``, or a Hugging Face hub id, which with ``HF_HUB_OFFLINE=1`` must be in the local cache),
   ``data.train_files``/``data.val_files``, and the environment's own data (:meth:`environments.TextEnv.setup_problems`,
@@ -44,6 +46,7 @@ from verl_gigpo import AGENT_LOOP_NAME, STEP_CREDIT_ESTIMATORS, TRAINER_MODE
 from verl_gigpo.agent_loop import episode_config_from
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit import CreditLogOptions
+from verl_gigpo.rollout.episode import chat_template_kwargs_from
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rules import (
     RANGES,
@@ -129,6 +132,10 @@ def config_problems(config: Any) -> list[str]:
     )
     gigpo_problems = _gigpo_problems(config.get("algorithm", None), estimator_env)
     problems += gigpo_problems + env_problems
+    try:  # data.apply_chat_template_kwargs: the reader the agent loop's prompt encoder calls
+        chat_template_kwargs_from(OmegaConf.select(config, "data.apply_chat_template_kwargs", default=None))
+    except ValueError as exc:
+        problems.append(str(exc))
     try:  # trainer.credit_log_*: the reader the trainer mode and the agent loop call
         CreditLogOptions.from_trainer(config.get("trainer", None))
     except ValueError as exc:

@@ -24,6 +24,7 @@ from environments import list_envs
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.advantage.outcome import OUTCOME_ESTIMATORS
 from verl_gigpo.credit import CreditLogOptions
+from verl_gigpo.rollout.episode import chat_template_kwargs_from
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.step_rows import UpdateSettings
 from verl_gigpo.rollout.types import PromptOptions, check_invalid_action
@@ -62,6 +63,8 @@ def load_config(
     OmegaConf.set_struct(base, True)
     OmegaConf.set_struct(base.env.kwargs, False)  # environment arguments are free-form
     OmegaConf.set_struct(base.env.registry, False)  # the user's environments: {name: "package.module:Class"}
+    if isinstance(base.data.get("apply_chat_template_kwargs", None), DictConfig):
+        OmegaConf.set_struct(base.data.apply_chat_template_kwargs, False)  # whatever the chat template reads
     for item in overrides:
         if "=" not in item:
             raise ValueError(f"override {item!r} is not key=value (e.g. trainer.seed=3)")
@@ -93,7 +96,7 @@ def validate_config(cfg: DictConfig) -> None:
     ``algorithm.use_kl_in_reward``, ``algorithm.adv_estimator``, the group-size warning), then what only this
     engine needs (training rollouts that sample, the mini-batch size, the policy loss), then the checks of the
     components: ``trainer.credit_log_*``, ``env.invalid_action``, ``env.name``, the environment deadlines and worker
-    processes, ``env.prompt.*``, ``algorithm.gamma`` and the estimators' sections.
+    processes, ``env.prompt.*``, ``data.apply_chat_template_kwargs``, ``algorithm.gamma`` and the estimators' sections.
     """
     _check_numbers(cfg)
     rollout, actor, algorithm = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.actor, cfg.algorithm
@@ -125,6 +128,7 @@ def validate_config(cfg: DictConfig) -> None:
     UpdateSettings.from_config(cfg)  # trainer.v1.gigpo_sync.*: the validator verl's gigpo_sync mode uses
     EnvExecution.from_config(cfg.env)  # env.step_timeout_s, env.reset_timeout_s, env.num_workers: raises naming the key
     PromptOptions.from_config(cfg.env.get("prompt"))  # env.prompt.*: the reader of EpisodeConfig.from_env
+    chat_template_kwargs_from(cfg.data.get("apply_chat_template_kwargs", None))  # the reader both engines' encoders use
     gigpo_config(cfg)  # validates algorithm.gamma, algorithm.gigpo.* and the successors' sections, whichever estimator
     warning = group_size_warning(
         algorithm.adv_estimator, rollout.n, step_advantage_w=algorithm.gigpo.get("step_advantage_w")

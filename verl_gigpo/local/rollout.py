@@ -22,7 +22,7 @@ from environments import register_envs
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.local.server import LocalGenerationServer
 from verl_gigpo.local.setup import action_token_ids, episode_config, episode_seed, load_model, sampling_params
-from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, Episode, TaskSpec, run_episode
+from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, Episode, TaskSpec, chat_template_kwargs_from, run_episode
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.threads import EnvThreadPool
 
@@ -80,7 +80,9 @@ class LocalRollout:
             default_max_tokens=cfg.actor_rollout_ref.rollout.response_length,
             seed=cfg.trainer.seed,
         )
-        self.encoder = ChatPromptEncoder(self.tokenizer)
+        # data.apply_chat_template_kwargs (e.g. enable_thinking=false): the prompt verl's agent loop renders
+        template_kwargs = chat_template_kwargs_from(cfg.data.get("apply_chat_template_kwargs", None))
+        self.encoder = ChatPromptEncoder(self.tokenizer, chat_template_kwargs=template_kwargs)
         self.episode_config = episode_config(cfg, gigpo)
         self.env_kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
         self.allowed_ids = None

@@ -8,7 +8,13 @@ worker settings), ``threads`` (a thread pool that survives hung calls), ``wire``
 episode metrics) <- ``step_rows`` (one training batch's step rows, :class:`StepBatch`, for both engines).
 """
 
-from verl_gigpo.rollout.episode import ChatPromptEncoder, PromptTooLongError, build_prompt, run_episode
+from verl_gigpo.rollout.episode import (
+    ChatPromptEncoder,
+    PromptTooLongError,
+    build_prompt,
+    chat_template_kwargs_from,
+    run_episode,
+)
 from verl_gigpo.rollout.factory import make_task_env
 from verl_gigpo.rollout.pool import EnvPool
 from verl_gigpo.rollout.step_rows import StepBatch
@@ -35,6 +41,7 @@ __all__ = [
     "StepRecord",
     "TaskSpec",
     "build_prompt",
+    "chat_template_kwargs_from",
     "make_task_env",
     "run_episode",
 ]

@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from environments import TextEnv
@@ -49,8 +49,10 @@ __all__ = [
     "OFFLOAD_PROMPT_CHARS",
     "ChatPromptEncoder",
     "PromptTooLongError",
+    "RESERVED_TEMPLATE_KWARGS",
     "build_prompt",
     "cap_observation",
+    "chat_template_kwargs_from",
     "run_episode",
 ]
 
@@ -66,19 +68,101 @@ OFFLOAD_PROMPT_CHARS = 8_192
 _MAX_SLIDE = 256
 
 
+#: ``apply_chat_template`` arguments the encoder sets itself (or that change what the call returns): refused in
+#: ``data.apply_chat_template_kwargs``
+RESERVED_TEMPLATE_KWARGS = (
+    "conversation",
+    "add_generation_prompt",
+    "continue_final_message",
+    "tokenize",
+    "return_dict",
+    "return_tensors",
+    "return_assistant_tokens_mask",
+)
+
+#: (chat template, kwargs) pairs whose effect :class:`ChatPromptEncoder` has checked in this process: the verl
+#: agent loop builds an encoder per episode, and one warning per process is enough
+_CHECKED_TEMPLATE_KWARGS: set[tuple[str, str]] = set()
+
+
+def chat_template_kwargs_from(value: Any, *, key: str = "data.apply_chat_template_kwargs") -> dict[str, Any]:
+    """The extra ``apply_chat_template`` arguments of a config (verl's ``data.apply_chat_template_kwargs``, read by
+    both engines) as a plain dict, e.g. ``{"enable_thinking": False}`` for Qwen3 without thinking.
+
+    ``None`` is ``{}``; a mapping (a ``DictConfig`` too) is copied with nested mappings and lists made plain.
+
+    Raises:
+        ValueError: ``value`` is not a mapping, a key is not a string, or a key is one the encoder sets itself
+            (:data:`RESERVED_TEMPLATE_KWARGS`); the message names ``key``.
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"{key} must be a mapping of chat-template arguments (e.g. {key}.enable_thinking=false), got {value!r}"
+        )
+    out = {}
+    for name, item in value.items():
+        if not isinstance(name, str):
+            raise ValueError(f"{key} has a key that is not a string: {name!r}")
+        if name in RESERVED_TEMPLATE_KWARGS:
+            raise ValueError(
+                f"{key}.{name} is set by the episode runner itself (it renders one user turn plus the generation "
+                f"prompt, as text); remove it: {key} holds the arguments the chat template reads, e.g. enable_thinking"
+            )
+        out[name] = _plain(item)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with mappings as dicts and sequences (not strings) as lists, recursively (a config node made
+    plain for Jinja)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [_plain(v) for v in value]
+    return value
+
+
 class ChatPromptEncoder:
     """Turn a prompt text into prompt token ids with the tokenizer's chat template (one user message).
 
     Args:
         tokenizer: a Hugging Face tokenizer. Without a chat template the raw text is encoded.
         system_prompt: optional system message placed before the user message.
-        chat_template_kwargs: extra arguments for ``apply_chat_template`` (e.g. ``enable_thinking``).
+        chat_template_kwargs: extra arguments for ``apply_chat_template`` (e.g. ``{"enable_thinking": False}``;
+            both engines pass ``data.apply_chat_template_kwargs`` through :func:`chat_template_kwargs_from`).
+            Arguments the template does not read change nothing: that, and arguments given to a tokenizer without
+            a chat template, is logged as a warning once per process.
     """
 
     def __init__(self, tokenizer: Any, system_prompt: str | None = None, chat_template_kwargs: dict | None = None):
         self.tokenizer = tokenizer
         self.system_prompt = system_prompt
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        if self.chat_template_kwargs:
+            self._check_template_kwargs()
+
+    def _check_template_kwargs(self) -> None:
+        """Warn (once per process, template and arguments) about arguments that cannot change the prompt: given to a
+        tokenizer without a chat template, or named nowhere in the template's text (a Jinja template reads a
+        variable only by its name)."""
+        template = getattr(self.tokenizer, "chat_template", None)
+        probe = (str(template), repr(sorted(self.chat_template_kwargs.items())))
+        if probe in _CHECKED_TEMPLATE_KWARGS:
+            return
+        _CHECKED_TEMPLATE_KWARGS.add(probe)
+        if template is None:
+            names = ", ".join(sorted(self.chat_template_kwargs))
+            logger.warning("chat-template arguments (%s) are ignored: the tokenizer has no chat template", names)
+            return
+        unread = sorted(name for name in self.chat_template_kwargs if name not in str(template))
+        if unread:
+            logger.warning(
+                "chat-template arguments (%s) change nothing in the prompt: this model's chat template does not read "
+                "them (data.apply_chat_template_kwargs)",
+                ", ".join(unread),
+            )
 
     def __call__(self, text: str) -> list[int]:
         """Return the token ids (P,) of ``text`` wrapped as a user turn plus the generation prompt."""
