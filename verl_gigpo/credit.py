@@ -75,6 +75,7 @@ __all__ = [
     "anchor_key_hash",
     "credit_records",
     "read_credit_records",
+    "read_json_lines",
     "select_groups",
     "truncate_text",
     "write_credit_records",
@@ -379,6 +380,18 @@ def read_credit_records(path: str | Path) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no credit records file {path}")
+    return read_json_lines(
+        path, RECORD_FIELDS, what="a credit record", hint="credit files are written by trainer.credit_log_freq > 0"
+    )
+
+
+def read_json_lines(path: Path, fields: Sequence[str], *, what: str, hint: str = "") -> list[dict[str, Any]]:
+    """The JSON objects of the lines of ``path`` (blank lines skipped), each checked to hold ``fields``.
+
+    Raises:
+        ValueError: a line that is not JSON, or an object without one of ``fields``, naming the file, the line and
+            ``what`` it should be (then ``hint``).
+    """
     records = []
     with path.open(encoding="utf-8") as fh:
         for number, line in enumerate(fh, start=1):
@@ -388,12 +401,9 @@ def read_credit_records(path: str | Path) -> list[dict[str, Any]]:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}:{number} is not JSON ({exc.msg}); was the file cut short?") from exc
-            missing = [k for k in RECORD_FIELDS if not isinstance(record, dict) or k not in record]
+            missing = [k for k in fields if not isinstance(record, dict) or k not in record]
             if missing:
-                raise ValueError(
-                    f"{path}:{number} is not a credit record (missing {missing}); credit files are written by "
-                    "trainer.credit_log_freq > 0"
-                )
+                raise ValueError(f"{path}:{number} is not {what} (missing {missing}){'; ' + hint if hint else ''}")
             records.append(record)
     return records
 

@@ -323,7 +323,7 @@ def report_from_transcripts(out: str | Path, *, settings: dict[str, Any], gigpo:
         FileNotFoundError: no transcripts in ``<out>/transcripts``.
     """
     from verl_gigpo.config import GiGPOConfig
-    from verl_gigpo.credit import credit_records, write_credit_records
+    from verl_gigpo.credit import CreditLogger, CreditLogOptions
 
     out = Path(out)
     records = read_transcripts(out / TRANSCRIPTS)
@@ -338,21 +338,10 @@ def report_from_transcripts(out: str | Path, *, settings: dict[str, Any], gigpo:
     )
     steps, context = step_rows(records)
     credit = None
-    if steps.row_mask.any():
-        cfg = gigpo if gigpo is not None else GiGPOConfig(key_mode="state")
-        terms = steps.advantage_terms(cfg)
-        found = credit_records(
-            terms,
-            iteration=0,
-            group_ids=steps.group_ids,
-            traj_ids=steps.traj_ids,
-            step_ids=steps.step_ids,
-            anchor_keys=steps.anchor_keys,
-            step_rewards=steps.step_rewards,
-            context=context,
-            max_chars=400,
-        )
-        credit = write_credit_records(found, out, 0)
+    if steps.row_mask.any():  # every episode group, texts of up to 400 characters
+        terms = steps.advantage_terms(gigpo if gigpo is not None else GiGPOConfig(key_mode="state"))
+        writer = CreditLogger(CreditLogOptions(freq=1, groups=-1, max_chars=400), out)
+        credit = writer.write_steps(0, terms, steps, context)
     summary = out / "summary.json"
     payload = {**settings, "k": k, "rows": [r.as_dict() for r in rows]}
     summary.write_text(json.dumps(payload, indent=2, default=str, allow_nan=True) + "\n")

@@ -11,18 +11,6 @@ from pathlib import Path
 from verl_gigpo.evaluate import EvalOptions, evaluate_local, evaluate_verl
 
 
-def _tasks(value: str) -> int | str:
-    if value == "all":
-        return value
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--tasks {value!r}: a whole number >= 1, or 'all'") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"--tasks {value}: a whole number >= 1, or 'all'")
-    return number
-
-
 def _positive_int(value: str) -> int:
     try:
         number = int(value)
@@ -31,6 +19,15 @@ def _positive_int(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"{value} must be >= 1")
     return number
+
+
+def _tasks(value: str) -> int | str:
+    if value == "all":
+        return value
+    try:
+        return _positive_int(value)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"--tasks {value}: a whole number >= 1, or 'all'") from None
 
 
 def _temperature(value: str) -> float:

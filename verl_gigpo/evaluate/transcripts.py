@@ -48,6 +48,7 @@ from verl_gigpo.credit import (
     _plain,  # the JSON form of an id, as credit records write it
     action_text,
     anchor_key_hash,
+    read_json_lines,
     truncate_text,
 )
 
@@ -171,21 +172,7 @@ def read_transcripts(folder: str | Path) -> list[dict[str, Any]]:
             f"no transcripts_*.jsonl in {folder}: the episodes were not written there (verl: env.transcript_dir; "
             "did the launch run its validation?)"
         )
-    records = []
-    for path in files:
-        with path.open(encoding="utf-8") as fh:
-            for number, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{number} is not JSON ({exc.msg}); was the file cut short?") from exc
-                missing = [k for k in TRANSCRIPT_FIELDS if not isinstance(record, dict) or k not in record]
-                if missing:
-                    raise ValueError(f"{path}:{number} is not a transcript record (missing {missing})")
-                records.append(record)
-    return records
+    return [r for path in files for r in read_json_lines(path, TRANSCRIPT_FIELDS, what="a transcript record")]
 
 
 @dataclass(frozen=True)
