@@ -52,10 +52,10 @@ __all__ = [
     "ModelSource",
     "evaluate_local",
     "evaluate_verl",
-    "verl_eval_overrides",
     "local_eval_config",
     "report_from_transcripts",
     "resolve_model",
+    "verl_eval_overrides",
 ]
 
 logger = logging.getLogger(__name__)
@@ -182,10 +182,11 @@ def evaluate_local(
     settings: str | Path | None = None,
     progress: bool = True,
 ) -> EvalResult:
-    """Evaluate ``model`` on the local engine (see the module docstring); returns what was written.
+    """Evaluate ``model`` on the local engine (see the module docstring); returns what was written. A verl
+    checkpoint is first exported in float32 to ``out/model`` (:func:`verl_gigpo.export.export_checkpoint`).
 
     Raises:
-        ValueError: a verl checkpoint (export it, or use ``--engine verl``), or a bad option.
+        ValueError: a path that is no model, an ``out`` holding an evaluation, or a bad option (naming it).
         FileNotFoundError: no such model.
     """
     from verl_gigpo import STEP_CREDIT_ESTIMATORS
