@@ -113,9 +113,12 @@ def test_a_verl_checkpoint_is_loaded_by_verl_and_its_settings_are_not_compared(t
     assert f"trainer.resume_from_path={ckpt}" in overrides and "trainer.resume_mode=resume_path" in overrides
     with initialize_config_dir(config_dir=str(ROOT / "verl_gigpo" / "config"), version_base=None):
         cfg = compose(config_name="gigpo_trainer", overrides=[*overrides, "trainer.logger=[console]"])
+    cfg.trainer.logger = ["console", "file"]  # the evaluation's fresh folder has no metrics of the run's iterations
     plan = prepare_launch(cfg, environ={}, record=False)
-    assert plan.resume_step == 2
+    assert plan.resume_step == 2 and plan.metrics == (tmp_path / "out" / "verl" / "metrics.jsonl")
     assert any(f"trainer.val_only: validating the checkpoint {ckpt}" in m for m in plan.messages)
+    assert not [m for m in plan.messages if "have no row" in m or "moved" in m], plan.messages
+    cfg.trainer.logger = ["console"]
     cfg.trainer.val_only = False  # resuming training from it: the settings check reads the checkpoint's own folder
     plan = prepare_launch(cfg, environ={}, record=False)
     assert any(f"no launch record in {tmp_path / 'exp' / 'launches'}" in m for m in plan.messages)

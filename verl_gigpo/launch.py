@@ -372,7 +372,10 @@ def prepare_launch(config: Any, *, environ: dict[str, str] | None = None, record
     path = metrics_path(config, environ)
     kept = 0
     if path is not None:
-        report = prepare_metrics_file(path, step)
+        # val_only trains nothing: the file's rows stay as they are (its folder is usually a fresh evaluation's,
+        # where the checkpointed run's training rows are not expected)
+        val_only = bool(config.trainer.get("val_only", False))
+        report = prepare_metrics_file(path, step, keep_all=val_only)
         kept = report.kept
         messages += report.messages(step)
         messages.append(f"metrics: {path} (one JSON line per logged step, kept across launches; docs/runs.md)")

@@ -115,7 +115,7 @@ class MetricsPreparation:
         return lines
 
 
-def prepare_metrics_file(path: Path, resume_step: int) -> MetricsPreparation:
+def prepare_metrics_file(path: Path, resume_step: int, *, keep_all: bool = False) -> MetricsPreparation:
     """Make ``path`` hold exactly the rows of the iterations a launch that resumes after ``resume_step`` keeps.
 
     Rows with ``step <= resume_step`` stay in order; later rows (and every line that is not a JSON object with a
@@ -123,11 +123,17 @@ def prepare_metrics_file(path: Path, resume_step: int) -> MetricsPreparation:
     moves every row, the validation at step 0 included. The file is rewritten through a temporary file and a rename.
     Iterations ``1..resume_step`` without a training row are returned in ``missing``.
 
+    ``keep_all`` (a ``trainer.val_only`` launch, which trains nothing): the file is left as it is, only its folder
+    is made; nothing is moved and nothing reported missing.
+
     Raises:
         OSError: the file or its folder cannot be read or written.
     """
     report = MetricsPreparation(path=path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if keep_all:
+        report.kept = sum(1 for raw in path.read_bytes().splitlines() if raw.strip()) if path.exists() else 0
+        return report
     if not path.exists():
         report.missing = list(range(1, resume_step + 1))
         return report
