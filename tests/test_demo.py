@@ -138,27 +138,34 @@ def test_evaluating_the_start_model_with_the_runs_settings_repeats_its_first_val
 
 
 @pytest.mark.slow
-def test_greedy_decoding_repeats_each_task_and_pass_at_k_counts_tasks(demo_run, tmp_path):
-    """-k 3 --greedy: the three episodes of a task are the same (greedy), so pass@3 equals the success rate; sampled
-    (--temperature 1.5) pass@3 is at least the rate."""
-    from verl_gigpo.evaluate import EvalOptions, evaluate_local
+def test_greedy_decoding_repeats_each_task_and_pass_at_k_counts_tasks(demo_run, tmp_path, caplog):
+    """-k 3 --greedy: the three episodes of a task are the same (greedy), so pass@3 equals the success rate, and the
+    evaluation warns so; sampled (--temperature 1.5) pass@3 is at least the rate. The table names the decoding."""
+    from verl_gigpo.evaluate import EvalOptions, default_out, evaluate_local, resolve_model
 
     run, _ = demo_run
-    greedy = evaluate_local(
-        run, out=tmp_path / "g", options=EvalOptions(episodes=3, greedy=True, tasks=8), progress=False
-    )
+    assert default_out(resolve_model(run), "test") == Path("runs") / "eval" / f"{run.name}-iter_2-test"
+    with caplog.at_level("WARNING", logger="verl_gigpo.evaluate"):
+        greedy = evaluate_local(
+            run, out=tmp_path / "g", options=EvalOptions(episodes=3, greedy=True, tasks=8), progress=False
+        )
+    assert "greedy decoding with 3 episodes per task" in caplog.text and "pass@3 = the success rate" in caplog.text
     assert greedy.k == 3 and greedy.overall.episodes == 24 and greedy.overall.tasks == 8
     assert greedy.overall.pass_k == greedy.overall.rate
+    head = greedy.table.read_text().splitlines()[:3]
+    assert head[2] == "local engine, greedy decoding, restricted to the action words; 3 episode(s) per task; seed 1"
     from verl_gigpo.evaluate.transcripts import read_transcripts
 
     actions: dict = {}
     for r in read_transcripts(greedy.transcripts):
         actions.setdefault((r["group"], r["step"]), set()).add(r["action"])
     assert all(len(a) == 1 for a in actions.values())
+    caplog.clear()
     sampled = evaluate_local(
         run, out=tmp_path / "s", options=EvalOptions(episodes=3, temperature=1.5, tasks=8), progress=False
     )
-    assert sampled.overall.pass_k >= sampled.overall.rate
+    assert sampled.overall.pass_k >= sampled.overall.rate and "greedy decoding" not in caplog.text
+    assert "local engine, sampled (temperature 1.5), restricted" in sampled.table.read_text()
 
 
 def test_evaluate_refuses_bad_input_with_one_line(tmp_path, capsys, tiny_model_dir):
@@ -177,6 +184,11 @@ def test_evaluate_refuses_bad_input_with_one_line(tmp_path, capsys, tiny_model_d
     assert "--tasks all: gridnav split 'test' has no fixed task list" in capsys.readouterr().err
     assert main([str(tiny_model_dir), "env.max_steps=0", "--out", str(tmp_path / "o5")]) == 2
     assert "env.max_steps=0" in capsys.readouterr().err
+    assert main([str(tiny_model_dir), "--settings", str(tmp_path / "nope"), "--out", str(tmp_path / "o6")]) == 2
+    assert f"--settings {tmp_path / 'nope'} does not exist" in capsys.readouterr().err
+    assert main([str(tiny_model_dir), "--settings", str(tmp_path / "empty"), "--out", str(tmp_path / "o7")]) == 2
+    assert "not a local-engine run or checkpoint, nor a verl experiment" in capsys.readouterr().err
+    assert not (tmp_path / "o6").exists() and not (tmp_path / "o7").exists()
     for argv, message in (
         (["--tasks", "0"], "--tasks 0"),
         (["--temperature", "0"], "use --greedy"),

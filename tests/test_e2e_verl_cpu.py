@@ -228,20 +228,22 @@ def test_the_last_checkpoint_exports_with_the_actors_log_probs_and_the_export_pl
     diff = (token_log_probs(exported, ids) - token_log_probs(actor.eval(), ids)).abs().max()
     assert diff <= 1e-6, diff
 
-    # the evaluation command takes the folder: 8 gridnav tasks with the e2e launches' reply length, full vocabulary
-    options = EvalOptions(
-        env="gridnav",
-        tasks=8,
-        overrides=(
-            "env.max_steps=6",
-            "data.max_prompt_length=256",
-            "actor_rollout_ref.rollout.response_length=3",
-            "local.constrain_to_actions=false",
-        ),
-    )
-    result = evaluate_local(out, out=tmp_path / "eval", options=options, progress=False)
-    assert result.overall.episodes == 8 and result.overall.env_errors == 0
-    assert "Hugging Face model" in json.loads(result.summary.read_text())["model"]
+    # the evaluation takes the checkpoint itself: it plays its float32 export (the folder above) with the settings
+    # of the launch that wrote it (its launch record): the registered environment, its step limit, prompt and reply
+    # lengths, the run's validation split, and the whole vocabulary as verl sampled
+    sys.path.insert(0, str(HELPERS))  # the registered faulty environment's module
+    try:
+        result = evaluate_local(ckpt, out=tmp_path / "eval", options=EvalOptions(tasks=8), progress=False)
+    finally:
+        sys.path.remove(str(HELPERS))
+    summary = json.loads(result.summary.read_text())
+    assert summary["model"].startswith(f"verl checkpoint {ckpt / 'global_step_4'} (step 4), played through its")
+    assert summary["settings_from"].startswith(f"verl launch record {ckpt / 'launches'}")
+    config = summary["config"]
+    assert (config["env"]["name"], config["env"]["max_steps"], config["env"]["val_split"]) == (FAULTY, 6, "test")
+    assert config["data"]["max_prompt_length"] == 256 and not config["local"]["constrain_to_actions"]
+    assert config["actor_rollout_ref"]["rollout"]["response_length"] == 3
+    assert result.overall.episodes + result.overall.env_errors == 8 and result.overall.episodes >= 6
     # measured 0.62 and 0.92 valid replies after the run's 4 iterations; a random-weight model almost never replies
     # validly
     assert result.overall.invalid_rate <= 0.75

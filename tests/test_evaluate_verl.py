@@ -139,3 +139,100 @@ def test_options_the_launch_owns_are_refused_with_engine_verl(tiny_model_dir, tm
     )
     assert main([str(tmp_path / "run"), "--engine", "verl", "--out", str(tmp_path / "o2")]) == 2
     assert "is a local-engine checkpoint: evaluate it with the local engine" in capsys.readouterr().err
+
+
+def _recipe_launch(**env: str) -> list[str]:
+    """The overrides `bash recipes/run_sokoban.sh` (CPU settings) passes to python -m verl_gigpo.main."""
+    base = {k: v for k, v in os.environ.items() if k not in ("N_GPUS", "CUDA_VISIBLE_DEVICES", "EVAL_ONLY", "SEED")}
+    proc = subprocess.run(
+        ["bash", str(ROOT / "recipes" / "run_sokoban.sh")],
+        env={**base, "DRY_RUN": "1", "DEVICE": "cpu", **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    argv = printed(proc)
+    return argv[argv.index("verl_gigpo.main") + 1 :]
+
+
+def _verl_experiment(tmp_path: Path, launch: list[str], step: int = 2) -> Path:
+    """An experiment folder as a recipe's launch leaves it: the launch record python -m verl_gigpo.main writes
+    (prepare_launch on the composed config), then checkpoint ``step``'s actor folder (its shards are not read
+    here) and verl's pointer to it."""
+    folder = tmp_path / "exp"
+    with initialize_config_dir(config_dir=str(ROOT / "verl_gigpo" / "config"), version_base=None):
+        cfg = compose(config_name="gigpo_trainer", overrides=[*launch, f"trainer.default_local_dir={folder}"])
+    prepare_launch(cfg, environ={})
+    actor = folder / f"global_step_{step}" / "actor"
+    actor.mkdir(parents=True)
+    (actor / "fsdp_config.json").write_text(json.dumps({"world_size": 1}))
+    (folder / "latest_checkpointed_iteration.txt").write_text(str(step))  # verl writes it after each save
+    return folder / f"global_step_{step}"
+
+
+def test_a_verl_checkpoint_on_the_local_engine_plays_with_its_launchs_settings(tmp_path):
+    """The local engine evaluates a verl checkpoint with the settings its launch record holds: the environment,
+    step limit, history, prompt options, reply length and validation sampling of the recipe, the split and task
+    count of its val_files, and the whole vocabulary (verl constrains nothing)."""
+    from verl_gigpo.data.prepare import write_task_files
+    from verl_gigpo.evaluate import local_eval_config, model_settings
+
+    _, val = write_task_files("sokoban", tmp_path / "data", train_size=4, val_size=6)
+    launch = [
+        *_recipe_launch(MAX_STEPS="7"),
+        "env.history_length=3",
+        f"data.val_files={val}",
+        "actor_rollout_ref.rollout.val_kwargs.temperature=0.3",
+    ]
+    ckpt = _verl_experiment(tmp_path, launch)
+    source = resolve_model(ckpt)
+    settings = model_settings(source)
+    assert settings.origin.startswith(f"verl launch record {ckpt.parent / 'launches' / 'launch_001.json'}")
+    assert "env.transcript_dir" in settings.dropped and "algorithm.use_kl_in_reward" in settings.dropped
+    cfg = local_eval_config(source, EvalOptions(), settings)
+    assert (cfg.env.name, cfg.env.max_steps, cfg.env.history_length) == ("sokoban", 7, 3)
+    assert (cfg.env.invalid_action, cfg.algorithm.gigpo.norm) == ("format", "mean")
+    assert (cfg.env.val_split, cfg.data.val_size) == ("test", 6)
+    assert cfg.actor_rollout_ref.rollout.val_kwargs.temperature == 0.3
+    assert not cfg.local.constrain_to_actions
+    recipe = dict(item.split("=", 1) for item in launch)
+    assert cfg.data.max_prompt_length == int(recipe["data.max_prompt_length"])
+    assert cfg.actor_rollout_ref.rollout.response_length == int(recipe["data.max_response_length"])
+    # the options still win, and --settings reads the same record from the experiment folder
+    cfg = local_eval_config(source, EvalOptions(split="train", tasks=3, greedy=True), ckpt.parent)
+    assert (cfg.env.val_split, cfg.data.val_size, cfg.env.max_steps) == ("train", 3, 7)
+    assert not cfg.actor_rollout_ref.rollout.val_kwargs.do_sample
+
+
+def test_a_verl_checkpoint_without_a_launch_record_or_bad_settings_stops_before_exporting(tmp_path, capsys):
+    """No launch record: the environment and limits are unknown, so the evaluation refuses (naming what to pass)
+    before it exports anything; a --settings path that does not exist is named as such."""
+    actor = tmp_path / "exp" / "global_step_3" / "actor"
+    actor.mkdir(parents=True)
+    (actor / "fsdp_config.json").write_text(json.dumps({"world_size": 1}))
+    out = tmp_path / "o"
+    assert main([str(actor.parent), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'exp' / 'launches'} holds no launch record" in err and "pass --env NAME" in err
+    assert main([str(actor.parent), "--settings", str(tmp_path / "nope"), "--out", str(out)]) == 2
+    assert f"--settings {tmp_path / 'nope'} does not exist" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_another_split_than_the_runs_takes_its_whole_task_list(alfworld_data, tiny_model_dir):
+    """A run validated on 1 task of valid_seen: --split valid_unseen without --tasks plays that split's whole fixed
+    list (the run's count belongs to another split), the run's own split keeps the run's count, and a count the
+    split does not have is refused naming both."""
+    from verl_gigpo.evaluate import local_eval_config
+    from verl_gigpo.evaluate.models import RunSettings
+
+    env = {"name": "alfworld", "val_split": "valid_seen", "kwargs": {"data_path": str(alfworld_data)}}
+    settings = RunSettings(layer={"env": env, "data": {"val_size": 1}}, origin="a run")
+    source = resolve_model(tiny_model_dir)
+    cfg = local_eval_config(source, EvalOptions(split="valid_unseen"), settings)
+    assert (cfg.env.val_split, cfg.data.val_size) == ("valid_unseen", 2)
+    cfg = local_eval_config(source, EvalOptions(split="valid_seen"), settings)
+    assert (cfg.env.val_split, cfg.data.val_size) == ("valid_seen", 1)
+    settings = RunSettings(layer={"env": env, "data": {"val_size": 3}}, origin="a run")
+    with pytest.raises(ValueError, match=r"'valid_seen' has 2 tasks, fewer than the 3 asked .* --tasks all"):
+        local_eval_config(source, EvalOptions(split="valid_seen"), settings)

@@ -10,6 +10,7 @@ config. verl's FSDP checkpoints are exported in ``tests/test_e2e_verl_cpu.py`` (
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -77,6 +78,9 @@ def test_a_local_engine_run_exports_its_trained_weights_and_the_start_models_tok
     config = json.loads((out / "config.json").read_text())
     assert config["dtype"] == "float32" and "attn_implementation" not in config
     assert not list(tmp_path.glob(".hf.partial-*"))  # the staging folder is gone
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o777 & ~umask  # a folder's usual mode, not mkdtemp's private 0700
 
 
 def test_the_default_dtype_is_bfloat16_the_trained_weights_rounded(local_run, tmp_path):
@@ -130,6 +134,12 @@ def test_what_is_not_a_checkpoint_is_refused_naming_the_path_and_what_to_pass(tm
     (experiment / "global_step_4.partial" / "actor").mkdir(parents=True)  # a save that did not finish
     with pytest.raises(ExportError, match=r"global_step_4\.partial is not a checkpoint"):
         resolve_checkpoint(experiment / "global_step_4.partial")
+    assert not (tmp_path / "hf").exists()
+
+
+def test_a_hugging_face_folder_is_named_as_one(tiny_model_dir, tmp_path, capsys):
+    assert main([str(tiny_model_dir), "--out", str(tmp_path / "hf")]) == 2
+    assert f"{tiny_model_dir} is already a Hugging Face model folder" in capsys.readouterr().err
     assert not (tmp_path / "hf").exists()
 
 

@@ -161,6 +161,11 @@ def resolve_checkpoint(ckpt: str | Path) -> Source:
             raise ExportError(f"{checkpoints} holds no complete iter_K/state.pt; {_WHAT_TO_PASS}")
         iteration, state_path = candidates[0]
         return Source("local", state_path, iteration)
+    if (path / "config.json").is_file():
+        raise ExportError(
+            f"{ckpt} is already a Hugging Face model folder (it has config.json): there is nothing to export; "
+            "transformers, vLLM and python -m verl_gigpo.evaluate load it as it is"
+        )
     raise ExportError(f"{ckpt} is not a checkpoint; {_WHAT_TO_PASS}")
 
 
@@ -366,6 +371,9 @@ def export_checkpoint(
         weights, _ = merged_state_dict(state["model"])
         hf_config_dir = local_base_model(source.path, state, base_model)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    umask = os.umask(0)  # mkdtemp makes the folder private (0700); the export gets a new folder's usual mode
+    os.umask(umask)
+    os.chmod(staging, 0o777 & ~umask)
     try:
         num_parameters = _write_folder(weights, hf_config_dir, staging, dtype)
         if out.exists():

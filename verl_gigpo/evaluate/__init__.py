@@ -36,7 +36,16 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from verl_gigpo.evaluate.models import ModelSource, load_local_weights, resolve_model
+from verl_gigpo.evaluate.models import (
+    ModelSource,
+    RunSettings,
+    load_local_weights,
+    local_run_layer,
+    no_launch_record,
+    resolve_model,
+    run_settings,
+    verl_run_settings,
+)
 from verl_gigpo.evaluate.report import SuccessRow, markdown_table, plot_success, success_rows
 from verl_gigpo.evaluate.transcripts import (
     TranscriptWriter,
@@ -51,8 +60,12 @@ __all__ = [
     "EvalResult",
     "ModelSource",
     "evaluate_local",
+    "decoding_text",
+    "default_out",
     "evaluate_verl",
+    "greedy_repeats_warning",
     "local_eval_config",
+    "model_settings",
     "report_from_transcripts",
     "resolve_model",
     "verl_eval_overrides",
@@ -61,9 +74,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 TRANSCRIPTS = "transcripts"
-
-#: keys of a run's saved ``trainer`` section that belong to the run folder, not to what an episode plays
-_RUN_ONLY_KEYS = ("resume", "overwrite", "allow_config_change", "default_local_dir")
 
 
 @dataclass(frozen=True)
@@ -110,26 +120,24 @@ class EvalResult:
         return self.rows[-1]
 
 
-def local_eval_config(source: ModelSource, options: EvalOptions, settings: str | Path | None = None) -> Any:
-    """The local engine's config of an evaluation: its defaults, then the run's settings (``settings``'s saved
-    config, else the checkpoint's own), then ``options``; validated (:func:`verl_gigpo.local.config.load_config`).
+def local_eval_config(
+    source: ModelSource, options: EvalOptions, settings: str | Path | RunSettings | None = None
+) -> Any:
+    """The local engine's config of an evaluation: its defaults, then the run's settings (``settings``: a path as
+    :func:`~.models.run_settings` reads, or what it returned; else the model's own: a local checkpoint's saved
+    config, a verl checkpoint's launch record), then ``options``; validated
+    (:func:`verl_gigpo.local.config.load_config`).
 
     Raises:
-        ValueError: a bad option or override (naming the key), a ``settings`` folder that is no local run, a split
-            of fewer tasks than asked.
+        ValueError: a bad option or override (naming the key), a ``settings`` path that is no run, a verl
+            checkpoint whose settings are unknown while ``options.env`` is not given, a split of fewer tasks than
+            asked.
     """
     from verl_gigpo.local.config import load_config
 
-    run_config = source.run_config
-    if settings is not None:
-        settings_source = resolve_model(settings)
-        if settings_source.run_config is None:
-            raise ValueError(f"--settings {settings}: not a local-engine run or checkpoint (no saved config there)")
-        run_config = settings_source.run_config
-    layers: list[dict[str, Any]] = []
-    if run_config is not None:  # the run's own settings, without its folder and resume flags
-        trainer = {k: v for k, v in run_config.get("trainer", {}).items() if k not in _RUN_ONLY_KEYS}
-        layers.append({**run_config, "trainer": trainer})
+    if settings is None or isinstance(settings, (str, Path)):
+        settings = run_settings(settings) if settings is not None else model_settings(source, options)
+    layers: list[dict[str, Any]] = [settings.layer] if settings is not None else []
     chosen: dict[str, Any] = {
         "actor_rollout_ref.model.path": str(source.hf_dir),
         "env.name": options.env,
@@ -140,8 +148,9 @@ def local_eval_config(source: ModelSource, options: EvalOptions, settings: str |
         "local.progress": False,
         "local.plot": False,
     }
-    if options.greedy:
-        chosen["actor_rollout_ref.rollout.val_kwargs.do_sample"] = False
+    if options.greedy:  # the values greedy decoding uses, so that nothing is reported as ignored
+        for key, value in (("do_sample", False), ("temperature", 0), ("top_p", 1), ("top_k", -1)):
+            chosen[f"actor_rollout_ref.rollout.val_kwargs.{key}"] = value
     if options.temperature is not None:
         chosen["actor_rollout_ref.rollout.val_kwargs.do_sample"] = True
         chosen["actor_rollout_ref.rollout.val_kwargs.temperature"] = options.temperature
@@ -149,13 +158,35 @@ def local_eval_config(source: ModelSource, options: EvalOptions, settings: str |
         chosen["data.val_size"] = options.tasks
     layers.append(_nested({k: v for k, v in chosen.items() if v is not None}))
     cfg = load_config(options.overrides, layers=layers)
+    run_split = settings.layer.get("env", {}).get("val_split") if settings is not None else None
+    other_split = options.split is not None and options.split != run_split  # the run's task count is another split's
     if options.tasks is not None or options.split is not None or options.env is not None:
-        _fit_task_count(cfg, options.tasks)
+        _fit_task_count(cfg, options.tasks, whole_list=other_split and options.tasks is None)
     return cfg
 
 
-def _fit_task_count(cfg: Any, tasks: int | str | None) -> None:
-    """``data.val_size`` for ``tasks="all"`` (the split's fixed list), and a check that the split has that many."""
+def model_settings(source: ModelSource, options: EvalOptions = EvalOptions()) -> RunSettings | None:
+    """The settings a model carries: a local checkpoint's saved config, a verl checkpoint's launch record
+    (:func:`~.models.verl_run_settings`); None for a Hugging Face folder (the local engine's defaults).
+
+    Raises:
+        ValueError: a verl checkpoint without a launch record while ``options.env`` is not given (its environment
+            and limits are unknown: the message says what to pass).
+    """
+    if source.kind == "local":
+        return RunSettings(layer=local_run_layer(source.run_config), origin=f"local run {source.checkpoint}")
+    if source.kind == "verl":
+        found = verl_run_settings(source.checkpoint, source.step)
+        if found is None and options.env is None:
+            raise ValueError(no_launch_record(source.checkpoint))
+        return found
+    return None
+
+
+def _fit_task_count(cfg: Any, tasks: int | str | None, *, whole_list: bool = False) -> None:
+    """``data.val_size`` for ``tasks="all"`` (the split's fixed list; also with ``whole_list`` when the split has
+    one: ``--split`` named another split than the run's and ``--tasks`` was not given), and a check that the split
+    has that many."""
     from environments import make_env
 
     env = make_env(cfg.env.name, **OmegaConf.to_container(cfg.env.kwargs, resolve=True))
@@ -170,24 +201,32 @@ def _fit_task_count(cfg: Any, tasks: int | str | None) -> None:
                 "generated from seeds); give a number, e.g. --tasks 100"
             )
         cfg.data.val_size = int(fixed)
+    elif whole_list and fixed is not None:
+        cfg.data.val_size = int(fixed)
     elif fixed is not None and cfg.data.val_size > fixed:
-        raise ValueError(f"{cfg.env.name} split {cfg.env.val_split!r} has {fixed} tasks; --tasks {cfg.data.val_size}")
+        raise ValueError(
+            f"{cfg.env.name} split {cfg.env.val_split!r} has {fixed} tasks, fewer than the {cfg.data.val_size} asked "
+            f"(--tasks, else the run's data.val_size): pass --tasks N with N <= {fixed}, or --tasks all"
+        )
 
 
 def evaluate_local(
     model: str | Path,
     *,
-    out: str | Path,
+    out: str | Path | None = None,
     options: EvalOptions = EvalOptions(),
     settings: str | Path | None = None,
     progress: bool = True,
 ) -> EvalResult:
     """Evaluate ``model`` on the local engine (see the module docstring); returns what was written. A verl
-    checkpoint is first exported in float32 to ``out/model`` (:func:`verl_gigpo.export.export_checkpoint`).
+    checkpoint is played through its float32 export, written to ``out/model``
+    (:func:`verl_gigpo.export.export_checkpoint`), with the settings of its launch record (``settings`` overrides).
+    ``out`` None: :func:`default_out` of the model and the split.
 
     Raises:
-        ValueError: a path that is no model, an ``out`` holding an evaluation, or a bad option (naming it).
-        FileNotFoundError: no such model.
+        ValueError: a path that is no model, an ``out`` holding an evaluation, a verl checkpoint whose settings are
+            unknown, or a bad option (naming it). All are checked before anything is exported or played.
+        FileNotFoundError: no such model, or no such ``settings`` folder.
     """
     from verl_gigpo import STEP_CREDIT_ESTIMATORS
     from verl_gigpo.local.config import gigpo_config
@@ -195,15 +234,28 @@ def evaluate_local(
     from verl_gigpo.local.setup import load_model
 
     source = resolve_model(model)
-    out = Path(out)
+    found = run_settings(settings) if settings is not None else model_settings(source, options)
+    cfg = local_eval_config(source, options, found)
+    out = Path(out) if out is not None else default_out(source, cfg.env.val_split)
     _fresh_output(out)
+    val_kwargs = cfg.actor_rollout_ref.rollout.val_kwargs
+    repeats = greedy_repeats_warning(bool(val_kwargs.do_sample), int(val_kwargs.n))
+    if repeats:
+        logger.warning(repeats)
+    description = source.describe()
+    if found is not None:
+        logger.info("settings of %s", found.origin)
+        if found.dropped:
+            logger.info("not applied (the local engine has no such key): %s", ", ".join(found.dropped))
     if source.kind == "verl":  # the local engine plays its float32 export (verl's engine loads it itself)
         from verl_gigpo.export import export_checkpoint
 
-        print(f"exporting {source.describe()} to {out / 'model'} (float32) ...", flush=True)
+        print(f"exporting {description} to {out / 'model'} (float32) ...", flush=True)
         export_checkpoint(source.checkpoint, out / "model", dtype="float32")
-        source = resolve_model(out / "model")
-    cfg = local_eval_config(source, options, settings)
+        exported = resolve_model(out / "model")
+        cfg.actor_rollout_ref.model.path = str(exported.hf_dir)
+        description += f", played through its float32 export {exported.hf_dir}"
+        source = exported
     gigpo = gigpo_config(cfg) if cfg.algorithm.adv_estimator in STEP_CREDIT_ESTIMATORS else None
     tokenizer, loaded = load_model(str(source.hf_dir), _device(cfg), seed=cfg.trainer.seed)
     if source.kind == "local":
@@ -220,18 +272,33 @@ def evaluate_local(
         writer.write(episode_records(episode, group=episode.group_id))
     settings_used = {
         "engine": "local",
-        "model": source.describe(),
+        "model": description,
+        "settings_from": found.origin if found is not None else "the local engine's defaults",
         "env": cfg.env.name,
         "split": cfg.env.val_split,
         "tasks": int(cfg.data.val_size),
-        "episodes_per_task": int(cfg.actor_rollout_ref.rollout.val_kwargs.n),
-        "do_sample": bool(cfg.actor_rollout_ref.rollout.val_kwargs.do_sample),
-        "temperature": float(cfg.actor_rollout_ref.rollout.val_kwargs.temperature),
+        "episodes_per_task": int(val_kwargs.n),
+        "do_sample": bool(val_kwargs.do_sample),
+        "temperature": float(val_kwargs.temperature),
+        "top_p": float(val_kwargs.top_p),
+        "top_k": int(val_kwargs.top_k),
+        "constrain_to_actions": bool(cfg.local.constrain_to_actions),
         "seed": int(cfg.trainer.seed),
         "seconds": round(seconds, 2),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     return report_from_transcripts(out, settings=settings_used, gigpo=gigpo)
+
+
+def default_out(source: ModelSource, split: str | None) -> Path:
+    """``runs/eval/<model>-<split>`` (``<model>``: :meth:`~.models.ModelSource.short_name`), numbered ``-2``,
+    ``-3`` ... when it already holds an evaluation."""
+    base = Path("runs") / "eval" / f"{source.short_name()}-{split or 'eval'}"
+    candidate, number = base, 1
+    while (candidate / "summary.json").exists() or (candidate / TRANSCRIPTS).exists():
+        number += 1
+        candidate = base.with_name(f"{base.name}-{number}")
+    return candidate
 
 
 def verl_eval_overrides(source: ModelSource, out: Path, options: EvalOptions) -> list[str]:
@@ -271,7 +338,7 @@ def verl_eval_overrides(source: ModelSource, out: Path, options: EvalOptions) ->
     if options.episodes is not None:
         items.append(f"{rollout}.n={options.episodes}")
     if options.greedy:
-        items.append(f"{rollout}.do_sample=false")
+        items += [f"{rollout}.do_sample=false", f"{rollout}.temperature=0", f"{rollout}.top_p=1", f"{rollout}.top_k=-1"]
     if options.temperature is not None:
         items += [f"{rollout}.do_sample=true", f"{rollout}.temperature={options.temperature}"]
     if options.seed is not None:
@@ -279,10 +346,12 @@ def verl_eval_overrides(source: ModelSource, out: Path, options: EvalOptions) ->
     return [*items, *options.overrides]
 
 
-def evaluate_verl(model: str | Path, *, out: str | Path, options: EvalOptions, launch: Sequence[str]) -> EvalResult:
+def evaluate_verl(
+    model: str | Path, *, out: str | Path | None = None, options: EvalOptions = EvalOptions(), launch: Sequence[str]
+) -> EvalResult:
     """Evaluate ``model`` through verl's own pipeline: ``python -m verl_gigpo.main`` with ``launch`` (a run's
     overrides, e.g. a recipe's) and :func:`verl_eval_overrides`, in a subprocess, then the report of the transcripts
-    its agent loops wrote.
+    its agent loops wrote. ``out`` None: :func:`default_out` (``runs/eval/<model>-eval``).
 
     Raises:
         ValueError: as :func:`verl_eval_overrides`; a folder that already holds an evaluation.
@@ -292,7 +361,7 @@ def evaluate_verl(model: str | Path, *, out: str | Path, options: EvalOptions, l
     import sys
 
     source = resolve_model(model)
-    out = Path(out).resolve()
+    out = Path(out if out is not None else default_out(source, None)).resolve()
     overrides = verl_eval_overrides(source, out, options)
     _fresh_output(out)
     command = [sys.executable, "-m", "verl_gigpo.main", *launch, *overrides]
@@ -310,10 +379,62 @@ def evaluate_verl(model: str | Path, *, out: str | Path, options: EvalOptions, l
         "split": records[0]["split"],
         "tasks": len(counts),
         "episodes_per_task": max(counts),
+        **_launch_sampling(out / "verl"),
         "seconds": round(time.perf_counter() - start, 2),
         "command": command,
     }
+    repeats = greedy_repeats_warning(bool(settings.get("do_sample", True)), int(settings["episodes_per_task"]))
+    if repeats:
+        logger.warning(repeats)
     return report_from_transcripts(out, settings=settings)
+
+
+def _launch_sampling(folder: Path) -> dict[str, Any]:
+    """The validation sampling of the evaluation launch in ``folder``, from its launch record (empty when it wrote
+    none)."""
+    from verl_gigpo.launch import LAUNCHES_DIR
+
+    records = sorted((folder / LAUNCHES_DIR).glob("launch_*.json"))
+    if not records:
+        return {}
+    config = json.loads(records[-1].read_text())["config"]
+    val_kwargs = config["actor_rollout_ref"]["rollout"]["val_kwargs"]
+    return {key: val_kwargs[key] for key in ("do_sample", "temperature", "top_p", "top_k") if key in val_kwargs}
+
+
+def decoding_text(settings: dict[str, Any]) -> str:
+    """``greedy`` or ``sampled (temperature 1.0, top_p 1.0)`` from an evaluation's settings, then ``k`` and the seed:
+    the line under the table's title."""
+    if "do_sample" not in settings:
+        decoding = "decoding as the launch's val_kwargs"
+    elif not settings["do_sample"]:
+        decoding = "greedy decoding"
+    else:
+        parts = [f"temperature {settings.get('temperature')}"]
+        if settings.get("top_p", 1.0) != 1.0:
+            parts.append(f"top_p {settings['top_p']}")
+        if settings.get("top_k", -1) not in (-1, 0, None):
+            parts.append(f"top_k {settings['top_k']}")
+        decoding = f"sampled ({', '.join(parts)})"
+    if settings.get("constrain_to_actions"):
+        decoding += ", restricted to the action words"
+    k = settings.get("episodes_per_task")
+    tail = f"; {k} episode(s) per task" if k else ""
+    seed = f"; seed {settings['seed']}" if settings.get("seed") is not None else ""
+    return f"{settings.get('engine', '')} engine, {decoding}{tail}{seed}".strip()
+
+
+def greedy_repeats_warning(do_sample: bool, k: int) -> str | None:
+    """The warning for greedy decoding with ``k`` > 1 episodes per task (None otherwise): on a deterministic
+    environment the k episodes of a task are the same, so pass@k equals the success rate and the episode rate's
+    interval counts copies as if they were independent."""
+    if do_sample or k <= 1:
+        return None
+    return (
+        f"greedy decoding with {k} episodes per task: on a deterministic environment they are the same episode "
+        f"{k} times (pass@{k} = the success rate, and the episode rate's interval is too narrow). Sample "
+        "(--temperature T, or EVAL_GREEDY=0) for pass@k, or use -k 1"
+    )
 
 
 def report_from_transcripts(out: str | Path, *, settings: dict[str, Any], gigpo: Any = None) -> EvalResult:
@@ -332,10 +453,13 @@ def report_from_transcripts(out: str | Path, *, settings: dict[str, Any], gigpo:
     k = int(settings.get("episodes_per_task") or max(_members(outcomes).values()))
     rows = success_rows(outcomes)
     title = f"{settings.get('env', '')} {settings.get('split', '')}: {settings.get('model', '')}".strip()
+    decoding = decoding_text({**settings, "episodes_per_task": k})
     table = markdown_table(rows, k)
-    (out / "table.md").write_text(f"{title}\n\n{table}")
+    (out / "table.md").write_text(f"{title}\n\n{decoding}\n\n{table}")
     plot = plot_success(
-        rows, out / "success_by_type.png", title=f"{settings.get('env', '')} {settings.get('split', '')}"
+        rows,
+        out / "success_by_type.png",
+        title=f"{settings.get('env', '')} {settings.get('split', '')}\n{decoding}",
     )
     steps, context = step_rows(records)
     credit = None
@@ -356,7 +480,7 @@ def report_from_transcripts(out: str | Path, *, settings: dict[str, Any], gigpo:
         transcripts=out / TRANSCRIPTS,
         credit=credit,
     )
-    _print_result(result, title, table)
+    _print_result(result, f"{title}\n{decoding}", table, settings.get("settings_from"))
     return result
 
 
@@ -367,9 +491,11 @@ def _members(outcomes: Sequence[Any]) -> dict[Any, int]:
     return counts
 
 
-def _print_result(result: EvalResult, title: str, table: str) -> None:
+def _print_result(result: EvalResult, title: str, table: str, settings_from: str | None) -> None:
     overall = result.overall
     print(f"\n{title}\n\n{table}")
+    if settings_from:
+        print(f"settings:    {settings_from}")
     print(
         f"success {overall.wins}/{overall.episodes} = {overall.rate:.3f} (95% CI {overall.low:.3f}-{overall.high:.3f})"
         + (f", pass@{result.k} {overall.pass_k:.3f}" if result.k > 1 else "")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -49,15 +50,25 @@ def build_parser() -> argparse.ArgumentParser:
         "transcripts.",
     )
     parser.add_argument("model", help="Hugging Face folder, runs/NAME[/checkpoints/iter_K], or .../global_step_N")
-    parser.add_argument("--out", help="output folder (default runs/eval/<model>-<split>); must not hold an evaluation")
-    parser.add_argument("--env", help="environment (env.name); default: the run's, else gridnav")
+    parser.add_argument(
+        "--out",
+        help="output folder (default runs/eval/<model>-<split>, numbered -2, -3 ... when taken); must not "
+        "hold an evaluation",
+    )
+    parser.add_argument(
+        "--env", help="environment (env.name); default: the run's (a verl run's launch record), else gridnav"
+    )
     parser.add_argument("--split", help="evaluation split (ALFWorld valid_seen / valid_unseen; others test)")
     parser.add_argument("--tasks", type=_tasks, help="tasks of the split (seeds 0..N-1), or 'all' for its fixed list")
     parser.add_argument("-k", "--episodes", type=_positive_int, help="episodes per task (pass@k); default: the run's")
     decoding = parser.add_mutually_exclusive_group()
     decoding.add_argument("--greedy", action="store_true", help="greedy decoding")
     decoding.add_argument("--temperature", type=_temperature, help="sample at this temperature")
-    parser.add_argument("--settings", help="take the settings (prompt, limits, env) of this local run or checkpoint")
+    parser.add_argument(
+        "--settings",
+        help="take the settings (env, prompt, limits, validation sampling) of this run: a local-engine run or "
+        "checkpoint, or a verl experiment or checkpoint (its launch record)",
+    )
     parser.add_argument("--seed", type=int, help="trainer.seed: the per-episode sampling seeds derive from it")
     parser.add_argument("--device", help="cpu, cuda or cuda:N (trainer.device)")
     parser.add_argument(
@@ -77,17 +88,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def default_out(model: str, split: str | None) -> Path:
-    """``runs/eval/<model folder name>-<split>``, numbered when it already holds an evaluation."""
-    name = Path(model).resolve().name or "model"
-    base = Path("runs") / "eval" / f"{name}-{split or 'val'}"
-    candidate, number = base, 1
-    while (candidate / "summary.json").exists() or (candidate / "transcripts").exists():
-        number += 1
-        candidate = base.with_name(f"{base.name}-{number}")
-    return candidate
-
-
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit status (2 for a bad argument, with one line saying what is wrong)."""
     parser = build_parser()
@@ -103,6 +103,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{bad[0]!r} is not key=value (options start with --; config keys are key=value)")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
+    if args.engine == "local":  # the local engine's output is the episode bar and the table: no loading chatter
+        os.environ.setdefault("VERL_LOGGING_LEVEL", "WARNING")  # the plug-in's load line (verl's own variable)
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.set_verbosity_error()
+        transformers_logging.disable_progress_bar()
     options = EvalOptions(
         env=args.env,
         split=args.split,
@@ -114,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         device=args.device,
         overrides=tuple(args.overrides) if args.engine == "local" else (),
     )
-    out = Path(args.out) if args.out else default_out(args.model, args.split)
+    out = Path(args.out) if args.out else None  # None: runs/eval/<model>-<split>, once the split is known
     try:
         if args.engine == "verl":
             if args.settings:
