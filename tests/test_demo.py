@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -189,6 +190,12 @@ def test_evaluate_refuses_bad_input_with_one_line(tmp_path, capsys, tiny_model_d
     assert main([str(tiny_model_dir), "--settings", str(tmp_path / "empty"), "--out", str(tmp_path / "o7")]) == 2
     assert "not a local-engine run or checkpoint, nor a verl experiment" in capsys.readouterr().err
     assert not (tmp_path / "o6").exists() and not (tmp_path / "o7").exists()
+    assert main([str(tiny_model_dir), "--device", "tpu", "--out", str(tmp_path / "o8")]) == 2
+    assert "trainer.device=tpu (--device): not a device; use cpu, cuda or cuda:N" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main([str(tiny_model_dir), "--device", "cuda", "--out", str(tmp_path / "o9")]) == 2
+        assert "trainer.device=cuda (--device) but torch sees no CUDA device" in capsys.readouterr().err
+    assert not (tmp_path / "o8").exists() and not (tmp_path / "o9").exists()
     for argv, message in (
         (["--tasks", "0"], "--tasks 0"),
         (["--temperature", "0"], "use --greedy"),

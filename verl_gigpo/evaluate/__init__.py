@@ -236,6 +236,7 @@ def evaluate_local(
     source = resolve_model(model)
     found = run_settings(settings) if settings is not None else model_settings(source, options)
     cfg = local_eval_config(source, options, found)
+    device = _device(cfg)
     out = Path(out) if out is not None else default_out(source, cfg.env.val_split)
     _fresh_output(out)
     val_kwargs = cfg.actor_rollout_ref.rollout.val_kwargs
@@ -257,7 +258,7 @@ def evaluate_local(
         description += f", played through its float32 export {exported.hf_dir}"
         source = exported
     gigpo = gigpo_config(cfg) if cfg.algorithm.adv_estimator in STEP_CREDIT_ESTIMATORS else None
-    tokenizer, loaded = load_model(str(source.hf_dir), _device(cfg), seed=cfg.trainer.seed)
+    tokenizer, loaded = load_model(str(source.hf_dir), device, seed=cfg.trainer.seed)
     if source.kind == "local":
         loaded.load_state_dict(load_local_weights(source))
     start = time.perf_counter()

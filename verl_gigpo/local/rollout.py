@@ -37,11 +37,21 @@ def local_device(cfg: DictConfig) -> torch.device:
     """``trainer.device`` as a torch device.
 
     Raises:
-        ValueError: ``trainer.device=cuda`` where torch sees no CUDA device.
+        ValueError: a device name torch does not know, or ``trainer.device=cuda[:N]`` where torch sees no such CUDA
+            device (``--device`` on the command lines).
     """
-    device = torch.device(cfg.trainer.device)
+    name = str(cfg.trainer.device)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"trainer.device={name} (--device): not a device; use cpu, cuda or cuda:N") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("trainer.device=cuda but torch sees no CUDA device; use trainer.device=cpu")
+        raise ValueError(
+            f"trainer.device={name} (--device) but torch sees no CUDA device (torch {torch.__version__}, "
+            f"CUDA build: {torch.version.cuda or 'no'}); use cpu"
+        )
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"trainer.device={name} (--device): torch sees {torch.cuda.device_count()} CUDA device(s)")
     return device
 
 
