@@ -1,14 +1,23 @@
 # shellcheck shell=bash
 # Helpers sourced by the run_*.sh recipes: early checks with messages that say what to set, the data-prep
-# step, and DRY_RUN=1 (print the final command instead of running it; checks and data prep are skipped).
+# step, and DRY_RUN=1: print the data-prep and final commands instead of running them. A dry run still checks the
+# values of the variables (and stops on a bad one before printing anything); it skips the checks of the machine
+# (GPUs, the Python's packages, the model folder, the data) and data prep.
 
 gigpo_fail() {
     echo "error: $*" >&2
     exit 1
 }
 
+# gigpo_dry_run: succeed when DRY_RUN=1, fail when DRY_RUN is 0, empty or unset; any other value stops the recipe
+# naming it (DRY_RUN=false or DRY_RUN=yes would otherwise be taken one way or the other without a word).
 gigpo_dry_run() {
-    [[ "${DRY_RUN:-0}" != "0" ]]
+    case "${DRY_RUN:-0}" in
+        0) return 1 ;;
+        1) return 0 ;;
+        *) gigpo_fail "DRY_RUN=$DRY_RUN: use DRY_RUN=1 (print the data-prep and training commands, run nothing) or \
+DRY_RUN=0 (run; the same as leaving it unset)" ;;
+    esac
 }
 
 # --- Python: the interpreter every step runs (data prep, the attention probe, verl) ------------------------------
@@ -177,6 +186,12 @@ gigpo_default_n_gpus() {
 # gigpo_check_positive_int NAME VALUE HINT: VALUE is a whole number >= 1, else stop naming NAME (also with DRY_RUN).
 gigpo_check_positive_int() {
     [[ "$2" =~ ^[1-9][0-9]*$ ]] || gigpo_fail "$1=$2 is not a whole number >= 1; $3"
+}
+
+# gigpo_check_whole_number NAME VALUE HINT: VALUE is a whole number >= 0 (digits only), else stop naming NAME (also
+# with DRY_RUN).
+gigpo_check_whole_number() {
+    [[ "$2" =~ ^[0-9]+$ ]] || gigpo_fail "$1=$2 is not a whole number >= 0; $3"
 }
 
 # gigpo_check_gpus N: N is a whole number and at least N NVIDIA GPUs are visible (on DEVICE=cpu: N FSDP ranks).
@@ -371,8 +386,8 @@ $MINI_BATCH_ROWS" >&2
 # (verl_gigpo/cpu/hf_rollout.py), so nothing else changes there. Fidelity rows: recipes/reference_settings.yaml (lora).
 gigpo_lora_setup() {
     LORA_RANK=${LORA_RANK:-0}
-    [[ "$LORA_RANK" =~ ^[0-9]+$ ]] || gigpo_fail "LORA_RANK=$LORA_RANK is not a whole number; 0 trains every weight, \
-LORA_RANK=64 trains a rank-64 adapter as the reference's LoRA runs do"
+    gigpo_check_whole_number LORA_RANK "$LORA_RANK" "0 trains every weight, LORA_RANK=64 trains a rank-64 adapter as \
+the reference's LoRA runs do"
     LORA_RANK=$((10#$LORA_RANK))
     GIGPO_LORA=()
     if ((LORA_RANK == 0)); then
@@ -503,8 +518,8 @@ gigpo_verl_overrides() {
     # the seed of the training task order (data.seed: verl shuffles the task rows with it; docs/configuration.md,
     # "Which tasks a run plays"), the reference's env.seed=0
     SEED=${SEED:-0}
-    [[ "$SEED" =~ ^[0-9]+$ ]] || gigpo_fail "SEED=$SEED is not a whole number >= 0; it seeds the order in which \
-training tasks are drawn (data.seed), e.g. SEED=1"
+    gigpo_check_whole_number SEED "$SEED" "it seeds the order in which training tasks are drawn (data.seed), e.g. \
+SEED=1"
     # trainer.logger: the console and verl's file logger (one JSON line per iteration in the experiment folder,
     # checkpoints/verl_gigpo/$EXPERIMENT/metrics.jsonl, kept across resumed launches: docs/runs.md); add a backend
     # with e.g. LOGGER=console,file,tensorboard or LOGGER=console,file,wandb (verl's logger names)
@@ -512,6 +527,8 @@ training tasks are drawn (data.seed), e.g. SEED=1"
     [[ "$LOGGER" =~ ^[a-z_]+(,[a-z_]+)*$ ]] || gigpo_fail "LOGGER=$LOGGER is not a comma-separated list of verl \
 logger names; e.g. LOGGER=console,file,tensorboard (verl knows console, file, tensorboard, wandb, mlflow, swanlab, \
 clearml, trackio)"
+    gigpo_check_positive_int TOTAL_ITERS "$TOTAL_ITERS" "it is the number of training iterations \
+(trainer.total_training_steps), e.g. TOTAL_ITERS=150"
     gigpo_check_positive_int MAX_CKPTS_TO_KEEP "$MAX_CKPTS_TO_KEEP" "it is how many checkpoints verl keeps \
 (trainer.max_actor_ckpt_to_keep); to keep every checkpoint pass trainer.max_actor_ckpt_to_keep=null as an override"
     gigpo_check_positive_int PROMPT_LENGTH "${PROMPT_LENGTH:-}" "it is the most tokens of a prompt \
