@@ -422,13 +422,34 @@ $USE_KL_LOSS (LR and USE_KL_LOSS change them)" >&2
 
 # --- Estimator: HGPO, GraphGPO and G2PO as their authors ran them ---------------------------------------------------
 
+#: the estimators ADV_ESTIMATOR may name: this package's step-credit estimators (verl_gigpo.STEP_CREDIT_ESTIMATORS,
+#: registered into verl by verl_gigpo.plugin) and verl's outcome baselines that the gigpo_sync trainer mode computes
+#: on the same step rows (verl_gigpo.advantage.outcome.OUTCOME_ESTIMATORS)
+GIGPO_RECIPE_ESTIMATORS=(gigpo hgpo graphgpo g2po grpo rloo)
+
+# gigpo_check_estimator: ADV_ESTIMATOR (default gigpo) is one of GIGPO_RECIPE_ESTIMATORS, else stop naming it and
+# them (also with DRY_RUN). Another estimator of verl's registry goes in as the extra override
+# algorithm.adv_estimator=NAME, which verl_gigpo.main checks against the registry.
+gigpo_check_estimator() {
+    ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
+    local name
+    for name in "${GIGPO_RECIPE_ESTIMATORS[@]}"; do
+        [[ "$ADV_ESTIMATOR" == "$name" ]] && return 0
+    done
+    local names="${GIGPO_RECIPE_ESTIMATORS[*]}"
+    gigpo_fail "ADV_ESTIMATOR=$ADV_ESTIMATOR is not an estimator of the recipes; use one of ${names// /, } \
+(docs/estimators.md). Another estimator of verl's registry: pass algorithm.adv_estimator=NAME as an extra override, \
+with its own EXPERIMENT"
+}
+
 # gigpo_estimator_setup ENV_NAME: the settings with which the authors of ADV_ESTIMATOR ran it on ENV_NAME, where they
 # differ from the recipe's GiGPO settings (recipes/reference_settings.yaml, `estimators`; docs/fidelity.md). Call it
 # once ADV_ESTIMATOR is known and before the recipe's own defaults: it sets TOTAL_ITERS, MAX_STEPS, PROMPT_LENGTH,
 # PROMPT_OVERLONG, ADV_NORM and HISTORY_FREE_ABOVE_CHARS only where the user left them unset (DEVICE=cpu's small
 # defaults, set earlier, stay), and fills GIGPO_ESTIMATOR_OVERRIDES with the method's options, which the recipe puts
 # after its own settings and before "$@" (so an override such as algorithm.hgpo.weight_base=depth, the paper's form,
-# still wins). gigpo, grpo, rloo and any other estimator: nothing is set and the array is empty.
+# still wins). It stops on an ADV_ESTIMATOR the recipes do not know (gigpo_check_estimator). gigpo, grpo and rloo:
+# nothing is set and the array is empty.
 #   hgpo      every recipe: (k+1)^alpha depth weights and the population std (the authors' core_hgpo.py). ALFWorld and
 #             WebShop: 160 iterations, prompts over data.max_prompt_length cut from the left (their data.truncation=
 #             left); ALFWorld 4,096 prompt tokens; WebShop 30 steps, no history-free prompt above 13,000 characters.
@@ -439,8 +460,9 @@ $USE_KL_LOSS (LR and USE_KL_LOSS change them)" >&2
 #             WebShop: 100 iterations.
 gigpo_estimator_setup() {
     local env_name=$1 omega=""
+    gigpo_check_estimator
     GIGPO_ESTIMATOR_OVERRIDES=()
-    case "${ADV_ESTIMATOR:-gigpo}" in
+    case "$ADV_ESTIMATOR" in
         hgpo)
             GIGPO_ESTIMATOR_OVERRIDES=(algorithm.hgpo.weight_base=depth_plus_one algorithm.hgpo.std=population)
             case "$env_name" in

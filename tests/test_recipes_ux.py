@@ -1,5 +1,5 @@
-"""CPU tests of what a recipe says before it starts anything (recipes/common.sh): DRY_RUN is checked, bad values
-stop the recipe before the data-prep line is printed, and ALFWORLD_DATA's messages.
+"""CPU tests of what a recipe says before it starts anything (recipes/common.sh): ADV_ESTIMATOR and DRY_RUN are checked,
+bad values stop the recipe before the data-prep line is printed, and ALFWORLD_DATA's messages.
 
 Each test runs the real ``bash recipes/run_<env>.sh``. Runs that are not dry runs see 8 GPUs through a stand-in
 ``nvidia-smi`` and run a stand-in Python (``PYTHON``): its one-line checks (``-c``) run in this interpreter, and a
@@ -18,6 +18,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from verl_gigpo import STEP_CREDIT_ESTIMATORS
+from verl_gigpo.advantage.outcome import OUTCOME_ESTIMATORS
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ["alfworld", "webshop", "sokoban", "search"]
@@ -97,6 +100,25 @@ def printed_overrides(proc: subprocess.CompletedProcess) -> list[str]:
     return argv[3:]
 
 
+# -------------------------------------------------------------------------------------------- 2. ADV_ESTIMATOR
+def test_an_unknown_adv_estimator_stops_the_recipe_naming_the_known_ones():
+    """The list the recipe names is this package's step-credit estimators and the outcome baselines its trainer mode
+    computes, each registered in verl (through the plug-in)."""
+    proc = run("alfworld", DRY_RUN="1", ADV_ESTIMATOR="gipgo")
+    assert proc.returncode == 1 and proc.stdout == ""
+    error = proc.stderr.splitlines()[-1]
+    match = re.search(r"ADV_ESTIMATOR=gipgo is not an estimator of the recipes; use one of ([a-z0-9, ]+) \(", error)
+    assert match, error
+    named = match.group(1).split(", ")
+    assert sorted(named) == sorted([*STEP_CREDIT_ESTIMATORS, *OUTCOME_ESTIMATORS])
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+
+    import verl_gigpo.plugin  # noqa: F401  - registers this package's estimators (core_algos is imported: at once)
+
+    assert set(named) <= set(ADV_ESTIMATOR_REGISTRY)
+    assert "algorithm.adv_estimator=NAME" in error  # how to run another of verl's estimators
+
+
 # ------------------------------------------------------------------------------------------------- 4. messages
 @pytest.mark.parametrize("value", ["yes", "true", "false", "2"])
 def test_dry_run_takes_0_or_1_only(value):
@@ -121,6 +143,7 @@ def test_dry_run_0_or_empty_runs(value, machine):
         ({"MICRO_BATCH_PER_GPU": "0"}, "MICRO_BATCH_PER_GPU=0 is not a whole number >= 1"),
         ({"THINKING": "off"}, "THINKING=off: use THINKING=0"),
         ({"ATTN_IMPLEMENTATION": "flash3"}, "ATTN_IMPLEMENTATION=flash3: use auto"),
+        ({"ADV_ESTIMATOR": "gipgo"}, "ADV_ESTIMATOR=gipgo is not an estimator"),
     ],
 )
 @pytest.mark.parametrize("recipe", ["alfworld", "search"])
