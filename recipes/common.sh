@@ -2,7 +2,8 @@
 # Helpers sourced by the run_*.sh recipes: early checks with messages that say what to set, the data-prep
 # step, and DRY_RUN=1: print the data-prep and final commands instead of running them. A dry run still checks the
 # values of the variables (and stops on a bad one before printing anything); it skips the checks of the machine
-# (GPUs, the Python's packages, the model folder, the data) and data prep.
+# (GPUs, the Python's packages, the model folder, the data) and data prep, and only notes an experiment that has
+# already finished (gigpo_check_resume).
 
 gigpo_fail() {
     echo "error: $*" >&2
@@ -300,6 +301,127 @@ Face model folder"
         0) ;;
         *) gigpo_fail "EVAL_GREEDY=$EVAL_GREEDY: use 1 (greedy decoding) or 0 (the recipe's validation sampling)" ;;
     esac
+}
+
+# --- Resume: what a training launch will resume, before anything starts ------------------------------------------
+
+# gigpo_override_value KEY ARGS...: print the value of the last Hydra override of KEY among ARGS (KEY=V, +KEY=V or
+# ++KEY=V; ~KEY, which deletes the key, prints null) and succeed; fail, printing nothing, when none names KEY.
+gigpo_override_value() {
+    local key=$1 arg value="" found=1
+    shift
+    for arg in "$@"; do
+        arg=${arg#++}
+        arg=${arg#+}
+        if [[ "$arg" == "$key="* ]]; then
+            value=${arg#"$key="}
+            found=0
+        elif [[ "$arg" == "~$key" || "$arg" == "~$key="* ]]; then
+            value=null
+            found=0
+        fi
+    done
+    printf '%s' "$value"
+    return $found
+}
+
+# gigpo_plain_value VALUE: succeed when Hydra reads VALUE, given unquoted in an override, as exactly that string (a
+# letter, _, / or . first, then letters, digits and _ . / @ + : -; not true, false, null, inf or nan), so the shell
+# can use it as verl will; quoted values and interpolations (${...}) fail.
+gigpo_plain_value() {
+    [[ "$1" =~ ^[A-Za-z_/.][A-Za-z0-9_./@+:-]*$ && ! "${1,,}" =~ ^(true|false|null|inf|nan)$ ]]
+}
+
+# gigpo_experiment_folder ARGS...: print the absolute experiment folder a launch with the extra overrides ARGS uses,
+# verl's trainer.default_local_dir: the override's value, else verl's default checkpoints/<trainer.project_name>/
+# <trainer.experiment_name> (the recipes set verl_gigpo and EXPERIMENT; an override of either wins), relative to the
+# recipe's directory, the repository root, as verl takes it from the current directory. Fails when an override's
+# value is not plain (gigpo_plain_value): only Hydra could resolve it.
+gigpo_experiment_folder() {
+    local folder project=verl_gigpo experiment=$EXPERIMENT value
+    if value=$(gigpo_override_value trainer.default_local_dir "$@"); then
+        gigpo_plain_value "$value" || return 1
+        folder=$value
+    else
+        if value=$(gigpo_override_value trainer.project_name "$@"); then
+            gigpo_plain_value "$value" || return 1
+            project=$value
+        fi
+        if value=$(gigpo_override_value trainer.experiment_name "$@"); then
+            gigpo_plain_value "$value" || return 1
+            experiment=$value
+        fi
+        folder=checkpoints/$project/$experiment
+    fi
+    [[ "$folder" == /* ]] || folder=$PWD/$folder
+    printf '%s' "$folder"
+}
+
+# gigpo_check_resume ARGS...: before a training launch (not EVAL_ONLY=1), with the recipe's extra overrides ARGS:
+# 1. CKPT set: one warning line; CKPT is read only by EVAL_ONLY=1. A training launch resumes by itself: verl's
+#    trainer.resume_mode=auto (the recipes keep verl's default) loads the checkpoint named by
+#    latest_checkpointed_iteration.txt in the experiment folder (gigpo_experiment_folder).
+# 2. A finished experiment: when that checkpoint's step N is at least the steps this launch trains, verl would start
+#    Ray and vLLM, load it, validate (trainer.val_before_train) and stop without training a step (verl's
+#    PPOTrainer.fit, verl/trainer/ppo/v1/trainer_base.py: `global_steps += 1`, then `while ... global_steps <=
+#    total_training_steps`). The recipe stops instead, saying what to do; with DRY_RUN=1 it says so in a note and
+#    prints the command (a dry run shows what would run and does not judge the machine's state).
+# The step is read as PPOTrainer._load_checkpoint reads it under resume_mode=auto (find_latest_ckpt_path): the number
+# in <folder>/latest_checkpointed_iteration.txt, when <folder>/global_step_<N> exists; a global_step_N folder without
+# the pointer is not resumed by verl (verl_gigpo.main sets it aside as an unfinished save). The steps this launch
+# trains are trainer.total_training_steps, which the recipes set to TOTAL_ITERS (an override of it wins); verl uses
+# that number as given, so it is exact. Not checked, and left to verl_gigpo.main: trainer.resume_mode=disable or
+# resume_path, trainer.val_only=true, an unreadable pointer, an override the shell cannot read (gigpo_plain_value),
+# trainer.total_training_steps=null (verl then counts steps per epoch x total_epochs from the dataset's size), and a
+# run cut short by a trainer.total_epochs override (its step count depends on the dataset's size too).
+gigpo_check_resume() {
+    [[ "${EVAL_ONLY:-0}" == 1 ]] && return 0
+    local folder mode=auto value
+    folder=$(gigpo_experiment_folder "$@") || folder=""
+    if [[ -n "${CKPT:-}" ]]; then
+        echo "warning: CKPT=$CKPT is ignored: CKPT is read only with EVAL_ONLY=1 (evaluate that checkpoint), and this \
+launch trains. A training launch resumes by itself from the newest checkpoint in its experiment folder \
+(${folder:-trainer.default_local_dir}), so the same EXPERIMENT continues its run; to train on from another verl \
+checkpoint pass trainer.resume_mode=resume_path trainer.resume_from_path=.../global_step_N, from a Hugging Face \
+folder set MODEL_PATH" >&2
+    fi
+    if value=$(gigpo_override_value trainer.resume_mode "$@"); then mode=$value; fi
+    [[ "$mode" == auto && -n "$folder" ]] || return 0
+    if value=$(gigpo_override_value trainer.val_only "$@") && [[ "${value,,}" == true ]]; then return 0; fi
+    local total=$TOTAL_ITERS setting=TOTAL_ITERS
+    if value=$(gigpo_override_value trainer.total_training_steps "$@"); then
+        total=$value
+        setting=trainer.total_training_steps
+    fi
+    [[ "$total" =~ ^[1-9][0-9]{0,17}$ ]] || return 0
+    local pointer="$folder/latest_checkpointed_iteration.txt" text step
+    [[ -f "$pointer" ]] || return 0
+    text=$(<"$pointer")
+    # verl: int(f.read().decode()), which allows surrounding white space
+    [[ "$text" =~ ^[[:space:]]*([0-9]{1,18})[[:space:]]*$ ]] || return 0
+    step=$((10#${BASH_REMATCH[1]}))
+    local ckpt="$folder/global_step_$step"
+    [[ -d "$ckpt" ]] || return 0
+    ((step >= total)) || return 0
+    local name=$EXPERIMENT start_over="set a new EXPERIMENT"
+    if value=$(gigpo_override_value trainer.experiment_name "$@"); then
+        name=$value
+        start_over="pass another trainer.experiment_name"
+    fi
+    if gigpo_override_value trainer.default_local_dir "$@" >/dev/null; then
+        start_over="pass another trainer.default_local_dir"
+    fi
+    local done_text="finished $step/$total steps"
+    if ((step > total)); then done_text="trained $step steps, more than the $total this launch asks for"; fi
+    local message="experiment $name has already $done_text ($setting=$total); its checkpoint: $ckpt. A launch would \
+start Ray and vLLM, load it and stop without training. To train on, raise $setting (e.g. $setting=$((step + 50)): \
+verl resumes from step $step); to start over, $start_over (or delete $folder); to evaluate it: EVAL_ONLY=1 \
+CKPT=$ckpt bash $0"
+    if gigpo_dry_run; then
+        echo "note: DRY_RUN=1 prints the command, but a launch would stop here: $message" >&2
+    else
+        gigpo_fail "$message"
+    fi
 }
 
 # gigpo_launch CMD...: run the recipe's command `PYTHON -m verl_gigpo.main OVERRIDES...` (gigpo_run), or with

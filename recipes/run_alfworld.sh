@@ -83,8 +83,10 @@ to the ALFWorld data folder, which holds json_2.1.1/ (the games) and logic/; $ge
     [[ -d "$ALFWORLD_DATA/json_2.1.1" ]] || gigpo_fail "ALFWORLD_DATA=$ALFWORLD_DATA has no json_2.1.1/ folder: \
 set it to the ALFWorld data folder, which holds json_2.1.1/ (the games) and logic/; $get_games"
 fi
-# the shared settings (their checks run here, before data prep)
+# the shared settings (their checks run here, before data prep), then what this launch resumes: a run that has
+# already trained TOTAL_ITERS iterations stops here (common.sh)
 gigpo_verl_overrides
+gigpo_check_resume "$@"
 gigpo_prepare_data alfworld "$DATA_DIR" "$TRAIN_SIZE" --val-split "$VAL_SPLIT" ${VAL_SIZE:+--val-size "$VAL_SIZE"} \
     --env-kwargs "{\"data_path\": $(gigpo_json_string "$ALFWORLD_DATA")}"
 

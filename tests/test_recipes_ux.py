@@ -1,5 +1,6 @@
-"""CPU tests of what a recipe says before it starts anything (recipes/common.sh): ADV_ESTIMATOR and DRY_RUN are checked,
-bad values stop the recipe before the data-prep line is printed, and ALFWORLD_DATA's messages.
+"""CPU tests of what a recipe says before it starts anything (recipes/common.sh): a finished experiment stops the
+launch, ADV_ESTIMATOR and DRY_RUN are checked, CKPT without EVAL_ONLY=1 is warned about, bad values stop the recipe
+before the data-prep line is printed, and ALFWORLD_DATA's messages.
 
 Each test runs the real ``bash recipes/run_<env>.sh``. Runs that are not dry runs see 8 GPUs through a stand-in
 ``nvidia-smi`` and run a stand-in Python (``PYTHON``): its one-line checks (``-c``) run in this interpreter, and a
@@ -18,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
 
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.advantage.outcome import OUTCOME_ESTIMATORS
@@ -100,6 +102,94 @@ def printed_overrides(proc: subprocess.CompletedProcess) -> list[str]:
     return argv[3:]
 
 
+# ------------------------------------------------------------------------------------ 1. a finished experiment
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_a_finished_experiment_stops_before_anything_runs(recipe, machine, tmp_path):
+    """All TOTAL_ITERS done: one error line with the steps, the checkpoint and what to do; no data prep, no launch."""
+    folder = checkpointed(tmp_path / "exp", 2, 3)
+    proc = run(recipe, f"trainer.default_local_dir={folder}", TOTAL_ITERS="3", EXPERIMENT="exp", **machine)
+    assert proc.returncode == 1, proc.stderr
+    error = proc.stderr.splitlines()[-1]
+    assert error.startswith("error: experiment exp has already finished 3/3 steps (TOTAL_ITERS=3)"), error
+    ckpt = folder / "global_step_3"
+    assert f"its checkpoint: {ckpt}." in error
+    assert "raise TOTAL_ITERS" in error and "set a new EXPERIMENT" not in error  # the folder was given by override
+    assert f"pass another trainer.default_local_dir (or delete {folder})" in error
+    assert f"EVAL_ONLY=1 CKPT={ckpt} bash " in error and f"run_{recipe}.sh" in error
+    assert MODULE_RUN_LINE not in proc.stderr and proc.stdout == ""
+
+
+def test_a_launch_that_has_steps_left_goes_on(machine, tmp_path):
+    """The same folder with TOTAL_ITERS raised: the recipe goes on to data prep (the stand-in's module run)."""
+    folder = checkpointed(tmp_path / "exp", 3)
+    proc = run("sokoban", f"trainer.default_local_dir={folder}", TOTAL_ITERS="4", **machine)
+    assert proc.returncode == MODULE_RUN, proc.stderr
+    assert f"{MODULE_RUN_LINE}verl_gigpo.data.prepare" in proc.stderr and "already" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("steps", "pointer", "args", "env", "expected"),
+    [
+        # the step verl resumes from (its pointer) against trainer.total_training_steps
+        ([3], None, [], {"TOTAL_ITERS": "3"}, "finished 3/3 steps (TOTAL_ITERS=3)"),
+        ([5], None, [], {"TOTAL_ITERS": "3"}, "trained 5 steps, more than the 3 this launch asks for (TOTAL_ITERS=3)"),
+        ([3], " 3 \n", [], {"TOTAL_ITERS": "3"}, "finished 3/3 steps"),  # verl's int() allows the white space
+        ([3], None, [], {"TOTAL_ITERS": "4"}, None),
+        # an override of trainer.total_training_steps wins over TOTAL_ITERS, in the check as in the command
+        ([3], None, ["trainer.total_training_steps=4"], {"TOTAL_ITERS": "3"}, None),
+        (
+            [3],
+            None,
+            ["trainer.total_training_steps=3"],
+            {"TOTAL_ITERS": "9"},
+            "finished 3/3 steps (trainer.total_training_steps=3)",
+        ),
+        # what verl does not resume from: no pointer (an unfinished save), a pointer to a missing folder
+        ([3], "absent", [], {"TOTAL_ITERS": "3"}, None),
+        ([2], "3", [], {"TOTAL_ITERS": "3"}, None),
+        ([], "3", [], {"TOTAL_ITERS": "3"}, None),
+        # launches that do not resume this folder, or do not train
+        ([3], None, ["trainer.resume_mode=disable"], {"TOTAL_ITERS": "3"}, None),
+        ([3], None, ["trainer.val_only=true"], {"TOTAL_ITERS": "3"}, None),
+        ([3], None, [], {"TOTAL_ITERS": "3", "EVAL_ONLY": "1"}, None),
+        # what only Hydra or verl can resolve: left to verl_gigpo.main
+        ([3], None, ["trainer.total_training_steps=null"], {"TOTAL_ITERS": "3"}, None),
+    ],
+)
+def test_when_a_launch_counts_as_finished(steps, pointer, args, env, expected, tmp_path):
+    """Dry runs: the note (a real launch would stop) appears exactly when verl would resume a step >= the steps to
+    train; the command is printed either way (exit 0)."""
+    folder = checkpointed(tmp_path / "exp", *steps, pointer=pointer)
+    proc = run("sokoban", f"trainer.default_local_dir={folder}", *args, DRY_RUN="1", DATA_DIR=str(tmp_path), **env)
+    assert proc.returncode == 0, proc.stderr
+    notes = [line for line in proc.stderr.splitlines() if line.startswith("note: DRY_RUN=1")]
+    if expected is None:
+        assert notes == []
+    else:
+        assert len(notes) == 1 and expected in notes[0], proc.stderr
+    assert " -m verl_gigpo.main" in proc.stdout or " -m verl_gigpo.evaluate" in proc.stdout  # EVAL_ONLY=1
+
+
+def test_the_finished_check_reads_the_folder_verl_resumes_from(tmp_path):
+    """Without an override the folder is verl's trainer.default_local_dir of the printed command (composed by Hydra),
+    relative to the repository root; trainer.project_name and trainer.experiment_name overrides move it with it."""
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "recipes", repo / "recipes")
+    env = {"DRY_RUN": "1", "PYTHON": sys.executable, "DATA_DIR": str(tmp_path), "TOTAL_ITERS": "3"}
+    for args, experiment in [((), "exp1"), (("trainer.project_name=p2", "trainer.experiment_name=exp2"), "exp2")]:
+        proc = run("webshop", *args, root=repo, EXPERIMENT="exp1", **env)
+        with initialize_config_dir(config_dir=str(ROOT / "verl_gigpo" / "config"), version_base=None):
+            cfg = compose(config_name="gigpo_trainer", overrides=printed_overrides(proc))
+        folder = repo / cfg.trainer.default_local_dir  # verl: relative to the current directory, the repository
+        assert "already" not in proc.stderr
+        checkpointed(folder, 3)
+        proc = run("webshop", *args, root=repo, EXPERIMENT="exp1", **env)
+        note = next(line for line in proc.stderr.splitlines() if line.startswith("note: DRY_RUN=1"))
+        assert f"experiment {experiment} has already finished 3/3 steps" in note
+        assert f"its checkpoint: {folder / 'global_step_3'}." in note
+        assert ("set a new EXPERIMENT" in note) == (not args)
+
+
 # -------------------------------------------------------------------------------------------- 2. ADV_ESTIMATOR
 def test_an_unknown_adv_estimator_stops_the_recipe_naming_the_known_ones():
     """The list the recipe names is this package's step-credit estimators and the outcome baselines its trainer mode
@@ -117,6 +207,21 @@ def test_an_unknown_adv_estimator_stops_the_recipe_naming_the_known_ones():
 
     assert set(named) <= set(ADV_ESTIMATOR_REGISTRY)
     assert "algorithm.adv_estimator=NAME" in error  # how to run another of verl's estimators
+
+
+# --------------------------------------------------------------------------------- 3. CKPT without EVAL_ONLY=1
+def test_ckpt_without_eval_only_is_warned_about_and_changes_nothing(tmp_path):
+    env = {"DRY_RUN": "1", "DATA_DIR": str(tmp_path), "EXPERIMENT": "exp"}
+    plain = run("search", **env)
+    proc = run("search", CKPT="/runs/x/global_step_5", **env)
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: CKPT=")]
+    assert len(warnings) == 1, proc.stderr
+    assert "CKPT=/runs/x/global_step_5 is ignored: CKPT is read only with EVAL_ONLY=1" in warnings[0]
+    assert f"{ROOT / 'checkpoints' / 'verl_gigpo' / 'exp'}" in warnings[0]  # where it resumes from instead
+    assert "trainer.resume_from_path=" in warnings[0]
+    assert proc.stdout == plain.stdout  # the training command, unchanged
+    evaluation = run("search", CKPT="/runs/x/global_step_5", EVAL_ONLY="1", **env)
+    assert evaluation.returncode == 0 and "warning: CKPT=" not in evaluation.stderr
 
 
 # ------------------------------------------------------------------------------------------------- 4. messages
