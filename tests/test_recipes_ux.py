@@ -1,6 +1,7 @@
 """CPU tests of what a recipe says before it starts anything (recipes/common.sh): a finished experiment stops the
 launch, ADV_ESTIMATOR and DRY_RUN are checked, CKPT without EVAL_ONLY=1 is warned about, bad values stop the recipe
-before the data-prep line is printed, and ALFWORLD_DATA's messages.
+before the data-prep line is printed, ALFWORLD_DATA's messages, and docs/gpu.md lists every variable the recipes
+read.
 
 Each test runs the real ``bash recipes/run_<env>.sh``. Runs that are not dry runs see 8 GPUs through a stand-in
 ``nvidia-smi`` and run a stand-in Python (``PYTHON``): its one-line checks (``-c``) run in this interpreter, and a
@@ -269,3 +270,14 @@ def test_alfworld_data_that_does_not_exist_is_named_with_how_to_get_it(machine, 
     (tmp_path / "empty").mkdir()
     proc = run("alfworld", **{**machine, "ALFWORLD_DATA": str(tmp_path / "empty")})
     assert f"ALFWORLD_DATA={tmp_path / 'empty'} has no json_2.1.1/ folder" in proc.stderr.splitlines()[-1]
+
+
+# ------------------------------------------------------------------------------------------------ 5. the docs
+def test_docs_gpu_lists_every_variable_the_recipes_read():
+    """docs/gpu.md's "Variables" section names each variable of recipes/*.sh (found by recipe_variables)."""
+    page = (ROOT / "docs" / "gpu.md").read_text()
+    section = page.split("### Variables\n", 1)[1].split("\n### ", 1)[0]
+    documented = set(re.findall(r"`([A-Z][A-Z0-9_]*)`", section))
+    assert {"KL_COEF", "EVAL_ONLY", "TOTAL_ITERS"} <= recipe_variables()  # the scan finds the recipes' variables
+    missing = sorted(recipe_variables() - documented)
+    assert not missing, f"docs/gpu.md, Variables: {missing} not listed"
