@@ -1,14 +1,24 @@
 # shellcheck shell=bash
 # Helpers sourced by the run_*.sh recipes: early checks with messages that say what to set, the data-prep
-# step, and DRY_RUN=1 (print the final command instead of running it; checks and data prep are skipped).
+# step, and DRY_RUN=1: print the data-prep and final commands instead of running them. A dry run still checks the
+# values of the variables (and stops on a bad one before printing anything); it skips the checks of the machine
+# (GPUs, the Python's packages, the model folder, the data) and data prep, and only notes an experiment that has
+# already finished (gigpo_check_resume).
 
 gigpo_fail() {
     echo "error: $*" >&2
     exit 1
 }
 
+# gigpo_dry_run: succeed when DRY_RUN=1, fail when DRY_RUN is 0, empty or unset; any other value stops the recipe
+# naming it (DRY_RUN=false or DRY_RUN=yes would otherwise be taken one way or the other without a word).
 gigpo_dry_run() {
-    [[ "${DRY_RUN:-0}" != "0" ]]
+    case "${DRY_RUN:-0}" in
+        0) return 1 ;;
+        1) return 0 ;;
+        *) gigpo_fail "DRY_RUN=$DRY_RUN: use DRY_RUN=1 (print the data-prep and training commands, run nothing) or \
+DRY_RUN=0 (run; the same as leaving it unset)" ;;
+    esac
 }
 
 # --- Python: the interpreter every step runs (data prep, the attention probe, verl) ------------------------------
@@ -179,6 +189,12 @@ gigpo_check_positive_int() {
     [[ "$2" =~ ^[1-9][0-9]*$ ]] || gigpo_fail "$1=$2 is not a whole number >= 1; $3"
 }
 
+# gigpo_check_whole_number NAME VALUE HINT: VALUE is a whole number >= 0 (digits only), else stop naming NAME (also
+# with DRY_RUN).
+gigpo_check_whole_number() {
+    [[ "$2" =~ ^[0-9]+$ ]] || gigpo_fail "$1=$2 is not a whole number >= 0; $3"
+}
+
 # gigpo_check_gpus N: N is a whole number and at least N NVIDIA GPUs are visible (on DEVICE=cpu: N FSDP ranks).
 gigpo_check_gpus() {
     gigpo_check_positive_int N_GPUS "$1" "set N_GPUS to the number of GPUs to train on, e.g. N_GPUS=2 (the default is \
@@ -287,6 +303,127 @@ Face model folder"
     esac
 }
 
+# --- Resume: what a training launch will resume, before anything starts ------------------------------------------
+
+# gigpo_override_value KEY ARGS...: print the value of the last Hydra override of KEY among ARGS (KEY=V, +KEY=V or
+# ++KEY=V; ~KEY, which deletes the key, prints null) and succeed; fail, printing nothing, when none names KEY.
+gigpo_override_value() {
+    local key=$1 arg value="" found=1
+    shift
+    for arg in "$@"; do
+        arg=${arg#++}
+        arg=${arg#+}
+        if [[ "$arg" == "$key="* ]]; then
+            value=${arg#"$key="}
+            found=0
+        elif [[ "$arg" == "~$key" || "$arg" == "~$key="* ]]; then
+            value=null
+            found=0
+        fi
+    done
+    printf '%s' "$value"
+    return $found
+}
+
+# gigpo_plain_value VALUE: succeed when Hydra reads VALUE, given unquoted in an override, as exactly that string (a
+# letter, _, / or . first, then letters, digits and _ . / @ + : -; not true, false, null, inf or nan), so the shell
+# can use it as verl will; quoted values and interpolations (${...}) fail.
+gigpo_plain_value() {
+    [[ "$1" =~ ^[A-Za-z_/.][A-Za-z0-9_./@+:-]*$ && ! "${1,,}" =~ ^(true|false|null|inf|nan)$ ]]
+}
+
+# gigpo_experiment_folder ARGS...: print the absolute experiment folder a launch with the extra overrides ARGS uses,
+# verl's trainer.default_local_dir: the override's value, else verl's default checkpoints/<trainer.project_name>/
+# <trainer.experiment_name> (the recipes set verl_gigpo and EXPERIMENT; an override of either wins), relative to the
+# recipe's directory, the repository root, as verl takes it from the current directory. Fails when an override's
+# value is not plain (gigpo_plain_value): only Hydra could resolve it.
+gigpo_experiment_folder() {
+    local folder project=verl_gigpo experiment=$EXPERIMENT value
+    if value=$(gigpo_override_value trainer.default_local_dir "$@"); then
+        gigpo_plain_value "$value" || return 1
+        folder=$value
+    else
+        if value=$(gigpo_override_value trainer.project_name "$@"); then
+            gigpo_plain_value "$value" || return 1
+            project=$value
+        fi
+        if value=$(gigpo_override_value trainer.experiment_name "$@"); then
+            gigpo_plain_value "$value" || return 1
+            experiment=$value
+        fi
+        folder=checkpoints/$project/$experiment
+    fi
+    [[ "$folder" == /* ]] || folder=$PWD/$folder
+    printf '%s' "$folder"
+}
+
+# gigpo_check_resume ARGS...: before a training launch (not EVAL_ONLY=1), with the recipe's extra overrides ARGS:
+# 1. CKPT set: one warning line; CKPT is read only by EVAL_ONLY=1. A training launch resumes by itself: verl's
+#    trainer.resume_mode=auto (the recipes keep verl's default) loads the checkpoint named by
+#    latest_checkpointed_iteration.txt in the experiment folder (gigpo_experiment_folder).
+# 2. A finished experiment: when that checkpoint's step N is at least the steps this launch trains, verl would start
+#    Ray and vLLM, load it, validate (trainer.val_before_train) and stop without training a step (verl's
+#    PPOTrainer.fit, verl/trainer/ppo/v1/trainer_base.py: `global_steps += 1`, then `while ... global_steps <=
+#    total_training_steps`). The recipe stops instead, saying what to do; with DRY_RUN=1 it says so in a note and
+#    prints the command (a dry run shows what would run and does not judge the machine's state).
+# The step is read as PPOTrainer._load_checkpoint reads it under resume_mode=auto (find_latest_ckpt_path): the number
+# in <folder>/latest_checkpointed_iteration.txt, when <folder>/global_step_<N> exists; a global_step_N folder without
+# the pointer is not resumed by verl (verl_gigpo.main sets it aside as an unfinished save). The steps this launch
+# trains are trainer.total_training_steps, which the recipes set to TOTAL_ITERS (an override of it wins); verl uses
+# that number as given, so it is exact. Not checked, and left to verl_gigpo.main: trainer.resume_mode=disable or
+# resume_path, trainer.val_only=true, an unreadable pointer, an override the shell cannot read (gigpo_plain_value),
+# trainer.total_training_steps=null (verl then counts steps per epoch x total_epochs from the dataset's size), and a
+# run cut short by a trainer.total_epochs override (its step count depends on the dataset's size too).
+gigpo_check_resume() {
+    [[ "${EVAL_ONLY:-0}" == 1 ]] && return 0
+    local folder mode=auto value
+    folder=$(gigpo_experiment_folder "$@") || folder=""
+    if [[ -n "${CKPT:-}" ]]; then
+        echo "warning: CKPT=$CKPT is ignored: CKPT is read only with EVAL_ONLY=1 (evaluate that checkpoint), and this \
+launch trains. A training launch resumes by itself from the newest checkpoint in its experiment folder \
+(${folder:-trainer.default_local_dir}), so the same EXPERIMENT continues its run; to train on from another verl \
+checkpoint pass trainer.resume_mode=resume_path trainer.resume_from_path=.../global_step_N, from a Hugging Face \
+folder set MODEL_PATH" >&2
+    fi
+    if value=$(gigpo_override_value trainer.resume_mode "$@"); then mode=$value; fi
+    [[ "$mode" == auto && -n "$folder" ]] || return 0
+    if value=$(gigpo_override_value trainer.val_only "$@") && [[ "${value,,}" == true ]]; then return 0; fi
+    local total=$TOTAL_ITERS setting=TOTAL_ITERS
+    if value=$(gigpo_override_value trainer.total_training_steps "$@"); then
+        total=$value
+        setting=trainer.total_training_steps
+    fi
+    [[ "$total" =~ ^[1-9][0-9]{0,17}$ ]] || return 0
+    local pointer="$folder/latest_checkpointed_iteration.txt" text step
+    [[ -f "$pointer" ]] || return 0
+    text=$(<"$pointer")
+    # verl: int(f.read().decode()), which allows surrounding white space
+    [[ "$text" =~ ^[[:space:]]*([0-9]{1,18})[[:space:]]*$ ]] || return 0
+    step=$((10#${BASH_REMATCH[1]}))
+    local ckpt="$folder/global_step_$step"
+    [[ -d "$ckpt" ]] || return 0
+    ((step >= total)) || return 0
+    local name=$EXPERIMENT start_over="set a new EXPERIMENT"
+    if value=$(gigpo_override_value trainer.experiment_name "$@"); then
+        name=$value
+        start_over="pass another trainer.experiment_name"
+    fi
+    if gigpo_override_value trainer.default_local_dir "$@" >/dev/null; then
+        start_over="pass another trainer.default_local_dir"
+    fi
+    local done_text="finished $step/$total steps"
+    if ((step > total)); then done_text="trained $step steps, more than the $total this launch asks for"; fi
+    local message="experiment $name has already $done_text ($setting=$total); its checkpoint: $ckpt. A launch would \
+start Ray and vLLM, load it and stop without training. To train on, raise $setting (e.g. $setting=$((step + 50)): \
+verl resumes from step $step); to start over, $start_over (or delete $folder); to evaluate it: EVAL_ONLY=1 \
+CKPT=$ckpt bash $0"
+    if gigpo_dry_run; then
+        echo "note: DRY_RUN=1 prints the command, but a launch would stop here: $message" >&2
+    else
+        gigpo_fail "$message"
+    fi
+}
+
 # gigpo_launch CMD...: run the recipe's command `PYTHON -m verl_gigpo.main OVERRIDES...` (gigpo_run), or with
 # EVAL_ONLY=1 the evaluation of EVAL_MODEL with those overrides (gigpo_eval_setup).
 gigpo_launch() {
@@ -371,8 +508,8 @@ $MINI_BATCH_ROWS" >&2
 # (verl_gigpo/cpu/hf_rollout.py), so nothing else changes there. Fidelity rows: recipes/reference_settings.yaml (lora).
 gigpo_lora_setup() {
     LORA_RANK=${LORA_RANK:-0}
-    [[ "$LORA_RANK" =~ ^[0-9]+$ ]] || gigpo_fail "LORA_RANK=$LORA_RANK is not a whole number; 0 trains every weight, \
-LORA_RANK=64 trains a rank-64 adapter as the reference's LoRA runs do"
+    gigpo_check_whole_number LORA_RANK "$LORA_RANK" "0 trains every weight, LORA_RANK=64 trains a rank-64 adapter as \
+the reference's LoRA runs do"
     LORA_RANK=$((10#$LORA_RANK))
     GIGPO_LORA=()
     if ((LORA_RANK == 0)); then
@@ -407,13 +544,34 @@ $USE_KL_LOSS (LR and USE_KL_LOSS change them)" >&2
 
 # --- Estimator: HGPO, GraphGPO and G2PO as their authors ran them ---------------------------------------------------
 
+#: the estimators ADV_ESTIMATOR may name: this package's step-credit estimators (verl_gigpo.STEP_CREDIT_ESTIMATORS,
+#: registered into verl by verl_gigpo.plugin) and verl's outcome baselines that the gigpo_sync trainer mode computes
+#: on the same step rows (verl_gigpo.advantage.outcome.OUTCOME_ESTIMATORS)
+GIGPO_RECIPE_ESTIMATORS=(gigpo hgpo graphgpo g2po grpo rloo)
+
+# gigpo_check_estimator: ADV_ESTIMATOR (default gigpo) is one of GIGPO_RECIPE_ESTIMATORS, else stop naming it and
+# them (also with DRY_RUN). Another estimator of verl's registry goes in as the extra override
+# algorithm.adv_estimator=NAME, which verl_gigpo.main checks against the registry.
+gigpo_check_estimator() {
+    ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
+    local name
+    for name in "${GIGPO_RECIPE_ESTIMATORS[@]}"; do
+        [[ "$ADV_ESTIMATOR" == "$name" ]] && return 0
+    done
+    local names="${GIGPO_RECIPE_ESTIMATORS[*]}"
+    gigpo_fail "ADV_ESTIMATOR=$ADV_ESTIMATOR is not an estimator of the recipes; use one of ${names// /, } \
+(docs/estimators.md). Another estimator of verl's registry: pass algorithm.adv_estimator=NAME as an extra override, \
+with its own EXPERIMENT"
+}
+
 # gigpo_estimator_setup ENV_NAME: the settings with which the authors of ADV_ESTIMATOR ran it on ENV_NAME, where they
 # differ from the recipe's GiGPO settings (recipes/reference_settings.yaml, `estimators`; docs/fidelity.md). Call it
 # once ADV_ESTIMATOR is known and before the recipe's own defaults: it sets TOTAL_ITERS, MAX_STEPS, PROMPT_LENGTH,
 # PROMPT_OVERLONG, ADV_NORM and HISTORY_FREE_ABOVE_CHARS only where the user left them unset (DEVICE=cpu's small
 # defaults, set earlier, stay), and fills GIGPO_ESTIMATOR_OVERRIDES with the method's options, which the recipe puts
 # after its own settings and before "$@" (so an override such as algorithm.hgpo.weight_base=depth, the paper's form,
-# still wins). gigpo, grpo, rloo and any other estimator: nothing is set and the array is empty.
+# still wins). It stops on an ADV_ESTIMATOR the recipes do not know (gigpo_check_estimator). gigpo, grpo and rloo:
+# nothing is set and the array is empty.
 #   hgpo      every recipe: (k+1)^alpha depth weights and the population std (the authors' core_hgpo.py). ALFWorld and
 #             WebShop: 160 iterations, prompts over data.max_prompt_length cut from the left (their data.truncation=
 #             left); ALFWorld 4,096 prompt tokens; WebShop 30 steps, no history-free prompt above 13,000 characters.
@@ -424,8 +582,9 @@ $USE_KL_LOSS (LR and USE_KL_LOSS change them)" >&2
 #             WebShop: 100 iterations.
 gigpo_estimator_setup() {
     local env_name=$1 omega=""
+    gigpo_check_estimator
     GIGPO_ESTIMATOR_OVERRIDES=()
-    case "${ADV_ESTIMATOR:-gigpo}" in
+    case "$ADV_ESTIMATOR" in
         hgpo)
             GIGPO_ESTIMATOR_OVERRIDES=(algorithm.hgpo.weight_base=depth_plus_one algorithm.hgpo.std=population)
             case "$env_name" in
@@ -503,8 +662,8 @@ gigpo_verl_overrides() {
     # the seed of the training task order (data.seed: verl shuffles the task rows with it; docs/configuration.md,
     # "Which tasks a run plays"), the reference's env.seed=0
     SEED=${SEED:-0}
-    [[ "$SEED" =~ ^[0-9]+$ ]] || gigpo_fail "SEED=$SEED is not a whole number >= 0; it seeds the order in which \
-training tasks are drawn (data.seed), e.g. SEED=1"
+    gigpo_check_whole_number SEED "$SEED" "it seeds the order in which training tasks are drawn (data.seed), e.g. \
+SEED=1"
     # trainer.logger: the console and verl's file logger (one JSON line per iteration in the experiment folder,
     # checkpoints/verl_gigpo/$EXPERIMENT/metrics.jsonl, kept across resumed launches: docs/runs.md); add a backend
     # with e.g. LOGGER=console,file,tensorboard or LOGGER=console,file,wandb (verl's logger names)
@@ -512,6 +671,8 @@ training tasks are drawn (data.seed), e.g. SEED=1"
     [[ "$LOGGER" =~ ^[a-z_]+(,[a-z_]+)*$ ]] || gigpo_fail "LOGGER=$LOGGER is not a comma-separated list of verl \
 logger names; e.g. LOGGER=console,file,tensorboard (verl knows console, file, tensorboard, wandb, mlflow, swanlab, \
 clearml, trackio)"
+    gigpo_check_positive_int TOTAL_ITERS "$TOTAL_ITERS" "it is the number of training iterations \
+(trainer.total_training_steps), e.g. TOTAL_ITERS=150"
     gigpo_check_positive_int MAX_CKPTS_TO_KEEP "$MAX_CKPTS_TO_KEEP" "it is how many checkpoints verl keeps \
 (trainer.max_actor_ckpt_to_keep); to keep every checkpoint pass trainer.max_actor_ckpt_to_keep=null as an override"
     gigpo_check_positive_int PROMPT_LENGTH "${PROMPT_LENGTH:-}" "it is the most tokens of a prompt \

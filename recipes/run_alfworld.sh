@@ -73,16 +73,23 @@ gigpo_eval_setup
 gigpo_check_gpus "$N_GPUS"
 gigpo_check_model "$MODEL_PATH"
 if ! gigpo_dry_run; then
-    [[ -n "$ALFWORLD_DATA" ]] || gigpo_fail "ALFWORLD_DATA is not set: point it at the ALFWorld data \
-(\`alfworld-download\` fetches it on a machine with GitHub access) or generate synthetic games with \
-\`$PYTHON -m environments.alfworld.synth --out DIR\` and set ALFWORLD_DATA=DIR"
-    [[ -d "$ALFWORLD_DATA/json_2.1.1" ]] || gigpo_fail "ALFWORLD_DATA=$ALFWORLD_DATA has no json_2.1.1/ folder; \
-set it to the folder \`alfworld-download\` (or environments.alfworld.synth) wrote"
+    # the data folder: json_2.1.1/<split>/.../game.tw-pddl (the games) and logic/ (docs/environments.md, "ALFWorld")
+    get_games="\`alfworld-download\` fills ~/.cache/alfworld on a machine with GitHub access (copy that folder to \
+this machine), or \`$PYTHON -m environments.alfworld.synth --out DIR\` writes synthetic games offline"
+    [[ -n "$ALFWORLD_DATA" ]] || gigpo_fail "ALFWORLD_DATA is not set: set it to the ALFWorld data folder, which \
+holds json_2.1.1/ (the games) and logic/; $get_games"
+    [[ -d "$ALFWORLD_DATA" ]] || gigpo_fail "ALFWORLD_DATA=$ALFWORLD_DATA does not exist (or is not a folder): set it \
+to the ALFWorld data folder, which holds json_2.1.1/ (the games) and logic/; $get_games"
+    [[ -d "$ALFWORLD_DATA/json_2.1.1" ]] || gigpo_fail "ALFWORLD_DATA=$ALFWORLD_DATA has no json_2.1.1/ folder: \
+set it to the ALFWorld data folder, which holds json_2.1.1/ (the games) and logic/; $get_games"
 fi
+# the shared settings (their checks run here, before data prep), then what this launch resumes: a run that has
+# already trained TOTAL_ITERS iterations stops here (common.sh)
+gigpo_verl_overrides
+gigpo_check_resume "$@"
 gigpo_prepare_data alfworld "$DATA_DIR" "$TRAIN_SIZE" --val-split "$VAL_SPLIT" ${VAL_SIZE:+--val-size "$VAL_SIZE"} \
     --env-kwargs "{\"data_path\": $(gigpo_json_string "$ALFWORLD_DATA")}"
 
-gigpo_verl_overrides
 cmd=(
     "$PYTHON" -m verl_gigpo.main
     algorithm.adv_estimator="$ADV_ESTIMATOR"

@@ -62,6 +62,10 @@ EXPERIMENT=${EXPERIMENT:-search_${ADV_ESTIMATOR}_$(basename "$MODEL_PATH")}
 gigpo_eval_setup
 gigpo_check_gpus "$N_GPUS"
 gigpo_check_model "$MODEL_PATH"
+# the shared settings (their checks run here, before data prep), then what this launch resumes: a run that has
+# already trained TOTAL_ITERS iterations stops here (common.sh)
+gigpo_verl_overrides
+gigpo_check_resume "$@"
 gigpo_prepare_data search "$DATA_DIR" "$TRAIN_SIZE" --val-size "$VAL_SIZE" --val-split "$VAL_SPLIT"
 
 retriever=()
@@ -69,7 +73,6 @@ if [[ -n "$RETRIEVER_URL" ]]; then
     retriever=(+env.kwargs.retriever_url="$(gigpo_hydra_quote "$RETRIEVER_URL")")
 fi
 
-gigpo_verl_overrides
 cmd=(
     "$PYTHON" -m verl_gigpo.main
     algorithm.adv_estimator="$ADV_ESTIMATOR"

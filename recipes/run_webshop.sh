@@ -72,9 +72,12 @@ EXPERIMENT=${EXPERIMENT:-webshop_${ADV_ESTIMATOR}_$(basename "$MODEL_PATH")}
 gigpo_eval_setup
 gigpo_check_gpus "$N_GPUS"
 gigpo_check_model "$MODEL_PATH"
+# the shared settings (their checks run here, before data prep), then what this launch resumes: a run that has
+# already trained TOTAL_ITERS iterations stops here (common.sh)
+gigpo_verl_overrides
+gigpo_check_resume "$@"
 gigpo_prepare_data "$WEBSHOP_ENV" "$DATA_DIR" "$TRAIN_SIZE" --val-size "$VAL_SIZE" --val-split "$VAL_SPLIT"
 
-gigpo_verl_overrides
 cmd=(
     "$PYTHON" -m verl_gigpo.main
     algorithm.adv_estimator="$ADV_ESTIMATOR"

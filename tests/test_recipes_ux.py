@@ -1,0 +1,283 @@
+"""CPU tests of what a recipe says before it starts anything (recipes/common.sh): a finished experiment stops the
+launch, ADV_ESTIMATOR and DRY_RUN are checked, CKPT without EVAL_ONLY=1 is warned about, bad values stop the recipe
+before the data-prep line is printed, ALFWORLD_DATA's messages, and docs/gpu.md lists every variable the recipes
+read.
+
+Each test runs the real ``bash recipes/run_<env>.sh``. Runs that are not dry runs see 8 GPUs through a stand-in
+``nvidia-smi`` and run a stand-in Python (``PYTHON``): its one-line checks (``-c``) run in this interpreter, and a
+module run (``-m``: data prep, ``verl_gigpo.main``) is reported and exits 97 instead, so a test sees how far the
+recipe got and nothing launches.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from verl_gigpo import STEP_CREDIT_ESTIMATORS
+from verl_gigpo.advantage.outcome import OUTCOME_ESTIMATORS
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ["alfworld", "webshop", "sokoban", "search"]
+NVIDIA_SMI_8 = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-0000000{i})\n" for i in range(8))
+#: the exit status and line of the stand-in Python when a recipe gets as far as running a module
+MODULE_RUN, MODULE_RUN_LINE = 97, "stand-in python: would run -m "
+#: variables the recipes read that are not theirs to document: the shell's and other tools' (Python environments,
+#: CUDA, Hugging Face), and ROLLOUT_NAME, which gigpo_device_setup sets from DEVICE
+NOT_RECIPE_SETTINGS = {"CONDA_PREFIX", "VIRTUAL_ENV", "CUDA_VISIBLE_DEVICES", "HF_HUB_OFFLINE", "HOME", "ROLLOUT_NAME"}
+
+
+def recipe_variables() -> set[str]:
+    """Every variable the recipes read with a default or a test (``${NAME:-...}``, ``${NAME:+...}``, ``${NAME+...}``)
+    in recipes/*.sh, less :data:`NOT_RECIPE_SETTINGS`."""
+    text = "".join(path.read_text() for path in sorted((ROOT / "recipes").glob("*.sh")))
+    return set(re.findall(r"\$\{([A-Z][A-Z0-9_]*):?[-+]", text)) - NOT_RECIPE_SETTINGS
+
+
+def run(recipe: str, *args: str, root: Path = ROOT, **env: str) -> subprocess.CompletedProcess:
+    """``bash <root>/recipes/run_<recipe>.sh args`` with ``env`` and none of the recipe variables of the caller's
+    environment (so that, e.g., an exported TOTAL_ITERS cannot change a test)."""
+    base = {k: v for k, v in os.environ.items() if k not in recipe_variables() | {"CUDA_VISIBLE_DEVICES"}}
+    return subprocess.run(
+        [shutil.which("bash"), str(root / "recipes" / f"run_{recipe}.sh"), *args],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture
+def machine(tmp_path) -> dict[str, str]:
+    """The environment of a run that is not a dry run, on a stand-in 8-GPU machine with the stand-in Python (module
+    docstring), a local model folder and an ALFWorld data folder (empty ``json_2.1.1/``)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\ncat <<'EOF'\n{NVIDIA_SMI_8}EOF\n")
+    python = bin_dir / "python"
+    python.write_text(
+        f'#!/bin/sh\nif [ "$1" = "-c" ]; then exec {shlex.quote(sys.executable)} "$@"; fi\n'
+        f'echo "stand-in python: would run $*" >&2\nexit {MODULE_RUN}\n'
+    )
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "alfworld" / "json_2.1.1").mkdir(parents=True)
+    return {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "PYTHON": str(python),
+        "PYTHONPATH": str(ROOT),
+        "MODEL_PATH": str(tmp_path / "model"),
+        "ALFWORLD_DATA": str(tmp_path / "alfworld"),
+        "DATA_DIR": str(tmp_path / "data"),
+    }
+
+
+def checkpointed(folder: Path, *steps: int, pointer: str | None = None) -> Path:
+    """``folder`` as verl leaves it: ``global_step_K/`` for each step, and ``latest_checkpointed_iteration.txt``
+    holding ``pointer`` (default: the last step as verl writes it; ``"absent"``: no such file)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for step in steps:
+        (folder / f"global_step_{step}" / "actor").mkdir(parents=True)
+    if pointer is None:
+        pointer = str(steps[-1])
+    if pointer != "absent":
+        (folder / "latest_checkpointed_iteration.txt").write_text(pointer)
+    return folder
+
+
+def printed_overrides(proc: subprocess.CompletedProcess) -> list[str]:
+    """The Hydra overrides of the command a dry run printed."""
+    assert proc.returncode == 0, proc.stderr
+    command = "\n".join(line for line in proc.stdout.splitlines() if not line.startswith("#"))
+    argv = shlex.split(command.replace("\\\n", " "))
+    assert argv[1:3] == ["-m", "verl_gigpo.main"], argv[:3]
+    return argv[3:]
+
+
+# ------------------------------------------------------------------------------------ 1. a finished experiment
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_a_finished_experiment_stops_before_anything_runs(recipe, machine, tmp_path):
+    """All TOTAL_ITERS done: one error line with the steps, the checkpoint and what to do; no data prep, no launch."""
+    folder = checkpointed(tmp_path / "exp", 2, 3)
+    proc = run(recipe, f"trainer.default_local_dir={folder}", TOTAL_ITERS="3", EXPERIMENT="exp", **machine)
+    assert proc.returncode == 1, proc.stderr
+    error = proc.stderr.splitlines()[-1]
+    assert error.startswith("error: experiment exp has already finished 3/3 steps (TOTAL_ITERS=3)"), error
+    ckpt = folder / "global_step_3"
+    assert f"its checkpoint: {ckpt}." in error
+    assert "raise TOTAL_ITERS" in error and "set a new EXPERIMENT" not in error  # the folder was given by override
+    assert f"pass another trainer.default_local_dir (or delete {folder})" in error
+    assert f"EVAL_ONLY=1 CKPT={ckpt} bash " in error and f"run_{recipe}.sh" in error
+    assert MODULE_RUN_LINE not in proc.stderr and proc.stdout == ""
+
+
+def test_a_launch_that_has_steps_left_goes_on(machine, tmp_path):
+    """The same folder with TOTAL_ITERS raised: the recipe goes on to data prep (the stand-in's module run)."""
+    folder = checkpointed(tmp_path / "exp", 3)
+    proc = run("sokoban", f"trainer.default_local_dir={folder}", TOTAL_ITERS="4", **machine)
+    assert proc.returncode == MODULE_RUN, proc.stderr
+    assert f"{MODULE_RUN_LINE}verl_gigpo.data.prepare" in proc.stderr and "already" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("steps", "pointer", "args", "env", "expected"),
+    [
+        # the step verl resumes from (its pointer) against trainer.total_training_steps
+        ([3], None, [], {"TOTAL_ITERS": "3"}, "finished 3/3 steps (TOTAL_ITERS=3)"),
+        ([5], None, [], {"TOTAL_ITERS": "3"}, "trained 5 steps, more than the 3 this launch asks for (TOTAL_ITERS=3)"),
+        ([3], " 3 \n", [], {"TOTAL_ITERS": "3"}, "finished 3/3 steps"),  # verl's int() allows the white space
+        ([3], None, [], {"TOTAL_ITERS": "4"}, None),
+        # an override of trainer.total_training_steps wins over TOTAL_ITERS, in the check as in the command
+        ([3], None, ["trainer.total_training_steps=4"], {"TOTAL_ITERS": "3"}, None),
+        (
+            [3],
+            None,
+            ["trainer.total_training_steps=3"],
+            {"TOTAL_ITERS": "9"},
+            "finished 3/3 steps (trainer.total_training_steps=3)",
+        ),
+        # what verl does not resume from: no pointer (an unfinished save), a pointer to a missing folder
+        ([3], "absent", [], {"TOTAL_ITERS": "3"}, None),
+        ([2], "3", [], {"TOTAL_ITERS": "3"}, None),
+        ([], "3", [], {"TOTAL_ITERS": "3"}, None),
+        # launches that do not resume this folder, or do not train
+        ([3], None, ["trainer.resume_mode=disable"], {"TOTAL_ITERS": "3"}, None),
+        ([3], None, ["trainer.val_only=true"], {"TOTAL_ITERS": "3"}, None),
+        ([3], None, [], {"TOTAL_ITERS": "3", "EVAL_ONLY": "1"}, None),
+        # what only Hydra or verl can resolve: left to verl_gigpo.main
+        ([3], None, ["trainer.total_training_steps=null"], {"TOTAL_ITERS": "3"}, None),
+    ],
+)
+def test_when_a_launch_counts_as_finished(steps, pointer, args, env, expected, tmp_path):
+    """Dry runs: the note (a real launch would stop) appears exactly when verl would resume a step >= the steps to
+    train; the command is printed either way (exit 0)."""
+    folder = checkpointed(tmp_path / "exp", *steps, pointer=pointer)
+    proc = run("sokoban", f"trainer.default_local_dir={folder}", *args, DRY_RUN="1", DATA_DIR=str(tmp_path), **env)
+    assert proc.returncode == 0, proc.stderr
+    notes = [line for line in proc.stderr.splitlines() if line.startswith("note: DRY_RUN=1")]
+    if expected is None:
+        assert notes == []
+    else:
+        assert len(notes) == 1 and expected in notes[0], proc.stderr
+    assert " -m verl_gigpo.main" in proc.stdout or " -m verl_gigpo.evaluate" in proc.stdout  # EVAL_ONLY=1
+
+
+def test_the_finished_check_reads_the_folder_verl_resumes_from(tmp_path):
+    """Without an override the folder is verl's trainer.default_local_dir of the printed command (composed by Hydra),
+    relative to the repository root; trainer.project_name and trainer.experiment_name overrides move it with it."""
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "recipes", repo / "recipes")
+    env = {"DRY_RUN": "1", "PYTHON": sys.executable, "DATA_DIR": str(tmp_path), "TOTAL_ITERS": "3"}
+    for args, experiment in [((), "exp1"), (("trainer.project_name=p2", "trainer.experiment_name=exp2"), "exp2")]:
+        proc = run("webshop", *args, root=repo, EXPERIMENT="exp1", **env)
+        with initialize_config_dir(config_dir=str(ROOT / "verl_gigpo" / "config"), version_base=None):
+            cfg = compose(config_name="gigpo_trainer", overrides=printed_overrides(proc))
+        folder = repo / cfg.trainer.default_local_dir  # verl: relative to the current directory, the repository
+        assert "already" not in proc.stderr
+        checkpointed(folder, 3)
+        proc = run("webshop", *args, root=repo, EXPERIMENT="exp1", **env)
+        note = next(line for line in proc.stderr.splitlines() if line.startswith("note: DRY_RUN=1"))
+        assert f"experiment {experiment} has already finished 3/3 steps" in note
+        assert f"its checkpoint: {folder / 'global_step_3'}." in note
+        assert ("set a new EXPERIMENT" in note) == (not args)
+
+
+# -------------------------------------------------------------------------------------------- 2. ADV_ESTIMATOR
+def test_an_unknown_adv_estimator_stops_the_recipe_naming_the_known_ones():
+    """The list the recipe names is this package's step-credit estimators and the outcome baselines its trainer mode
+    computes, each registered in verl (through the plug-in)."""
+    proc = run("alfworld", DRY_RUN="1", ADV_ESTIMATOR="gipgo")
+    assert proc.returncode == 1 and proc.stdout == ""
+    error = proc.stderr.splitlines()[-1]
+    match = re.search(r"ADV_ESTIMATOR=gipgo is not an estimator of the recipes; use one of ([a-z0-9, ]+) \(", error)
+    assert match, error
+    named = match.group(1).split(", ")
+    assert sorted(named) == sorted([*STEP_CREDIT_ESTIMATORS, *OUTCOME_ESTIMATORS])
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+
+    import verl_gigpo.plugin  # noqa: F401  - registers this package's estimators (core_algos is imported: at once)
+
+    assert set(named) <= set(ADV_ESTIMATOR_REGISTRY)
+    assert "algorithm.adv_estimator=NAME" in error  # how to run another of verl's estimators
+
+
+# --------------------------------------------------------------------------------- 3. CKPT without EVAL_ONLY=1
+def test_ckpt_without_eval_only_is_warned_about_and_changes_nothing(tmp_path):
+    env = {"DRY_RUN": "1", "DATA_DIR": str(tmp_path), "EXPERIMENT": "exp"}
+    plain = run("search", **env)
+    proc = run("search", CKPT="/runs/x/global_step_5", **env)
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: CKPT=")]
+    assert len(warnings) == 1, proc.stderr
+    assert "CKPT=/runs/x/global_step_5 is ignored: CKPT is read only with EVAL_ONLY=1" in warnings[0]
+    assert f"{ROOT / 'checkpoints' / 'verl_gigpo' / 'exp'}" in warnings[0]  # where it resumes from instead
+    assert "trainer.resume_from_path=" in warnings[0]
+    assert proc.stdout == plain.stdout  # the training command, unchanged
+    evaluation = run("search", CKPT="/runs/x/global_step_5", EVAL_ONLY="1", **env)
+    assert evaluation.returncode == 0 and "warning: CKPT=" not in evaluation.stderr
+
+
+# ------------------------------------------------------------------------------------------------- 4. messages
+@pytest.mark.parametrize("value", ["yes", "true", "false", "2"])
+def test_dry_run_takes_0_or_1_only(value):
+    proc = run("sokoban", DRY_RUN=value)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert f"DRY_RUN={value}: use DRY_RUN=1" in proc.stderr and "or DRY_RUN=0" in proc.stderr
+
+
+@pytest.mark.parametrize("value", ["0", ""])
+def test_dry_run_0_or_empty_runs(value, machine):
+    proc = run("sokoban", DRY_RUN=value, **machine)
+    assert proc.returncode == MODULE_RUN and f"{MODULE_RUN_LINE}verl_gigpo.data.prepare" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"LORA_RANK": "-1"}, "LORA_RANK=-1 is not a whole number >= 0"),
+        ({"SEED": "x"}, "SEED=x is not a whole number >= 0"),
+        ({"TOTAL_ITERS": "many"}, "TOTAL_ITERS=many is not a whole number >= 1"),
+        ({"LOGGER": "console;file"}, "LOGGER=console;file is not a comma-separated list"),
+        ({"MICRO_BATCH_PER_GPU": "0"}, "MICRO_BATCH_PER_GPU=0 is not a whole number >= 1"),
+        ({"THINKING": "off"}, "THINKING=off: use THINKING=0"),
+        ({"ATTN_IMPLEMENTATION": "flash3"}, "ATTN_IMPLEMENTATION=flash3: use auto"),
+        ({"ADV_ESTIMATOR": "gipgo"}, "ADV_ESTIMATOR=gipgo is not an estimator"),
+    ],
+)
+@pytest.mark.parametrize("recipe", ["alfworld", "search"])
+def test_a_bad_value_stops_a_dry_run_before_the_data_prep_line(recipe, env, message):
+    """The error is the last line of stderr and nothing was printed on stdout (the data-prep line comes later)."""
+    proc = run(recipe, DRY_RUN="1", **env)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert message in proc.stderr.splitlines()[-1]
+
+
+def test_alfworld_data_that_does_not_exist_is_named_with_how_to_get_it(machine, tmp_path):
+    proc = run("alfworld", **{**machine, "ALFWORLD_DATA": "/nope"})
+    assert proc.returncode == 1 and MODULE_RUN_LINE not in proc.stderr
+    error = proc.stderr.splitlines()[-1]
+    assert "ALFWORLD_DATA=/nope does not exist" in error
+    assert "holds json_2.1.1/ (the games) and logic/" in error
+    assert "alfworld-download" in error and "-m environments.alfworld.synth --out DIR" in error
+    (tmp_path / "empty").mkdir()
+    proc = run("alfworld", **{**machine, "ALFWORLD_DATA": str(tmp_path / "empty")})
+    assert f"ALFWORLD_DATA={tmp_path / 'empty'} has no json_2.1.1/ folder" in proc.stderr.splitlines()[-1]
+
+
+# ------------------------------------------------------------------------------------------------ 5. the docs
+def test_docs_gpu_lists_every_variable_the_recipes_read():
+    """docs/gpu.md's "Variables" section names each variable of recipes/*.sh (found by recipe_variables)."""
+    page = (ROOT / "docs" / "gpu.md").read_text()
+    section = page.split("### Variables\n", 1)[1].split("\n### ", 1)[0]
+    documented = set(re.findall(r"`([A-Z][A-Z0-9_]*)`", section))
+    assert {"KL_COEF", "EVAL_ONLY", "TOTAL_ITERS"} <= recipe_variables()  # the scan finds the recipes' variables
+    missing = sorted(recipe_variables() - documented)
+    assert not missing, f"docs/gpu.md, Variables: {missing} not listed"
