@@ -153,8 +153,9 @@ def verl_run_settings(checkpoint: Path, step: int) -> RunSettings | None:
     """The settings of the verl launch that wrote ``checkpoint`` (``<experiment>/global_step_<step>``), read from
     its launch record (``<experiment>/launches/launch_NNN.json``, written by ``python -m verl_gigpo.main``; the
     newest record when none can be matched to the checkpoint), as local-engine keys: the parts in
-    :data:`_VERL_SHARED` the local engine has, the validation split and size of the launch's ``data.val_files``
-    (its rows' ``split`` column and row count; the environment's default evaluation split when the file is gone),
+    :data:`_VERL_SHARED` the local engine has, the environment, split and size of the launch's ``data.val_files``
+    (its rows' ``env_name`` and ``split`` and their count; the environment's default evaluation split when the file
+    is gone),
     and ``local.constrain_to_actions=false`` (verl samples from the whole vocabulary). None when the experiment
     folder holds no launch record.
     """
@@ -180,7 +181,9 @@ def verl_run_settings(checkpoint: Path, step: int) -> RunSettings | None:
             continue
         kept = _common(value, _get(defaults, key), key, dropped)
         _put(layer, key, kept)
-    split, size = _val_split(config)
+    env_name, split, size = _val_tasks(config)
+    if env_name is not None:
+        _put(layer, "env.name", env_name)
     if split is not None:
         _put(layer, "env.val_split", split)
     if size is not None:
@@ -240,9 +243,10 @@ def no_launch_record(checkpoint: Path) -> str:
     )
 
 
-def _val_split(config: dict[str, Any]) -> tuple[str | None, int | None]:
-    """The evaluation split and task count of a verl launch: its ``data.val_files`` rows' one ``split`` and their
-    number, else the environment's default evaluation split (size unknown), else ``(None, None)``."""
+def _val_tasks(config: dict[str, Any]) -> tuple[str | None, str | None, int | None]:
+    """``(environment, split, task count)`` of a verl launch's validation: its ``data.val_files`` rows' one
+    ``env_name`` and one ``split`` (the agent loop plays a row's ``env_name``, which may differ from ``env.name``)
+    and their number; else ``(None, the environment's default evaluation split, None)``."""
     from verl_gigpo.data.prepare import DEFAULT_VAL_SPLIT
 
     files = _get(config, "data.val_files")
@@ -250,11 +254,12 @@ def _val_split(config: dict[str, Any]) -> tuple[str | None, int | None]:
     if len(files) == 1 and Path(files[0]).is_file():
         import pandas as pd
 
-        frame = pd.read_parquet(files[0], columns=["split"])
-        splits = sorted(set(frame["split"]))
+        frame = pd.read_parquet(files[0])
+        envs = sorted(set(frame["env_name"])) if "env_name" in frame else []
+        splits = sorted(set(frame["split"])) if "split" in frame else []
         if len(splits) == 1:
-            return str(splits[0]), len(frame)
-    return DEFAULT_VAL_SPLIT.get(_get(config, "env.name")), None
+            return (str(envs[0]) if len(envs) == 1 else None), str(splits[0]), len(frame)
+    return None, DEFAULT_VAL_SPLIT.get(_get(config, "env.name")), None
 
 
 def _local_defaults() -> dict[str, Any]:
