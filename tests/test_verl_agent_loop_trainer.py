@@ -426,42 +426,52 @@ def _validation_replies(cfg, trainer, worker, dataset) -> dict[tuple[int, int, i
     return replies
 
 
-@pytest.mark.parametrize("do_sample", [False, True])
-def test_validation_with_do_sample_false_is_greedy(ray_tq, action_model_dir, tmp_path, caplog, do_sample):
+def test_validation_with_do_sample_false_is_greedy(ray_tq, action_model_dir, tmp_path, caplog):
     """val_kwargs.do_sample=false at val temperature 0.7: the trainer mode's construction writes greedy settings into
     the config that verl then gives its agent-loop workers (verl's TaskRunnerV1 builds both from one config object),
     so two validations of the same tasks through verl's AgentLoopWorkerTQ and the hf server give identical replies.
-    do_sample=true at the same temperature samples: the two validations differ."""
+    do_sample=true at the same temperature samples: the two validations differ. One server serves both workers, as
+    verl's serves training and validation requests: the sampling settings travel with each request."""
     write_task_files("gridnav", tmp_path, train_size=N_TASKS, val_size=VAL_TASKS)
-    val = [f"actor_rollout_ref.rollout.val_kwargs.do_sample={str(do_sample).lower()}"]
-    cfg = _config(action_model_dir, tmp_path, "gigpo", *val, "actor_rollout_ref.rollout.val_kwargs.temperature=0.7")
-    with caplog.at_level("INFO", logger="verl_gigpo.trainer"):
-        trainer = GiGPOTrainerSync(cfg)
-    val_kwargs = cfg.actor_rollout_ref.rollout.val_kwargs
-    if do_sample:
-        assert (val_kwargs.temperature, trainer.validation_sampling.greedy) == (0.7, False)
-        assert "greedily" not in caplog.text
-    else:
-        assert (val_kwargs.temperature, val_kwargs.top_p, val_kwargs.top_k) == (0.0, 1.0, -1)
-        assert "temperature=0.7 ignored" in caplog.text
+    configs = {}
+    for do_sample in (False, True):
+        val = [f"actor_rollout_ref.rollout.val_kwargs.do_sample={str(do_sample).lower()}"]
+        cfg = _config(action_model_dir, tmp_path, "gigpo", *val, "actor_rollout_ref.rollout.val_kwargs.temperature=0.7")
+        caplog.clear()
+        with caplog.at_level("INFO", logger="verl_gigpo.trainer"):
+            trainer = GiGPOTrainerSync(cfg)
+        val_kwargs = cfg.actor_rollout_ref.rollout.val_kwargs
+        if do_sample:
+            assert (val_kwargs.temperature, trainer.validation_sampling.greedy) == (0.7, False)
+            assert "greedily" not in caplog.text
+        else:
+            assert (val_kwargs.temperature, val_kwargs.top_p, val_kwargs.top_k) == (0.0, 1.0, -1)
+            assert "temperature=0.7 ignored" in caplog.text
+        configs[do_sample] = cfg, trainer
     tokenizer = AutoTokenizer.from_pretrained(action_model_dir)
-    dataset = create_rl_dataset([str(tmp_path / "val.parquet")], cfg.data, tokenizer, None, is_train=False)
+    greedy_cfg = configs[False][0]
+    dataset = create_rl_dataset([str(tmp_path / "val.parquet")], greedy_cfg.data, tokenizer, None, is_train=False)
     server = (
         ray.remote(HFGenerationServer)
         .options(max_concurrency=64)
         .remote(
-            config=omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout),
+            config=omega_conf_to_dataclass(greedy_cfg.actor_rollout_ref.rollout),
             model_path=str(action_model_dir),
             replica_rank=0,
         )
     )
-    client = LLMServerClient(cfg, load_balancer_handle=get_router_handle(servers={"hf://val-server": server}))
-    worker = AgentLoopWorkerTQ.remote(cfg, client)
+    agree = {}
     try:
-        first = _validation_replies(cfg, trainer, worker, dataset)
-        second = _validation_replies(cfg, trainer, worker, dataset)
+        for do_sample, (cfg, trainer) in configs.items():
+            client = LLMServerClient(cfg, load_balancer_handle=get_router_handle(servers={"hf://val-server": server}))
+            worker = AgentLoopWorkerTQ.remote(cfg, client)
+            try:
+                first = _validation_replies(cfg, trainer, worker, dataset)
+                second = _validation_replies(cfg, trainer, worker, dataset)
+            finally:
+                ray.kill(worker)
+            agree[do_sample] = first == second
     finally:
-        ray.kill(worker)
         ray.kill(server)
-    # the same server and worker, the same tasks: only the sampling decides whether the two validations agree
-    assert (first == second) is (not do_sample)
+    # the same server, worker and tasks: only the sampling decides whether the two validations agree
+    assert agree == {False: True, True: False}
