@@ -122,6 +122,15 @@ def test_evaluating_the_demo_checkpoint_repeats_its_final_validation(demo_run, t
     assert len(episode_outcomes(records)) == 16 and {r["split"] for r in records} == {"test"}
     credit = read_credit_records(out / "credit" / "iter_0.jsonl")
     assert len(credit) == len(records) and {r["method"] for r in credit} == {"gigpo"}
+    # its float32 export carries the run's settings, so the folder evaluates to the same figure
+    from verl_gigpo.evaluate import evaluate_local
+    from verl_gigpo.export import RUN_SETTINGS, export_checkpoint
+
+    exported = export_checkpoint(run, tmp_path / "exported", dtype="float32")
+    assert exported.settings.startswith("local run") and (tmp_path / "exported" / RUN_SETTINGS).is_file()
+    again = evaluate_local(tmp_path / "exported", out=tmp_path / "exported-eval", progress=False)
+    assert again.overall.rate == overall["rate"]
+    assert "saved with the export" in json.loads(again.summary.read_text())["settings_from"]
 
 
 @pytest.mark.slow
@@ -190,6 +199,21 @@ def test_evaluate_refuses_bad_input_with_one_line(tmp_path, capsys, tiny_model_d
     assert main([str(tiny_model_dir), "--settings", str(tmp_path / "empty"), "--out", str(tmp_path / "o7")]) == 2
     assert "not a local-engine run or checkpoint, nor a verl experiment" in capsys.readouterr().err
     assert not (tmp_path / "o6").exists() and not (tmp_path / "o7").exists()
+    assert (
+        main([str(tiny_model_dir), "--tasks", "2", "env.max_steps=3", "--out", str(tmp_path / "o10"), "--quiet"]) == 0
+    )
+    assert json.loads((tmp_path / "o10" / "summary.json").read_text())["config"]["env"]["max_steps"] == 3
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["env.max_steps=3", str(tiny_model_dir)])
+    assert "the model comes first" in capsys.readouterr().err
+    assert main([str(tiny_model_dir), "--out", str(REPO / "README.md" / "x")]) == 2
+    assert "cannot make the output folder" in capsys.readouterr().err
+    weightless = tmp_path / "weightless"
+    weightless.mkdir()
+    (weightless / "config.json").write_text("{}")
+    assert main([str(weightless), "--out", str(tmp_path / "o11")]) == 2
+    assert "has config.json but no weights" in capsys.readouterr().err
     assert main([str(tiny_model_dir), "--device", "tpu", "--out", str(tmp_path / "o8")]) == 2
     assert "trainer.device=tpu (--device): not a device; use cpu, cuda or cuda:N" in capsys.readouterr().err
     if not torch.cuda.is_available():

@@ -12,12 +12,13 @@ import json
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 
-from verl_gigpo.evaluate import EvalOptions, resolve_model, verl_eval_overrides
+from verl_gigpo.evaluate import EvalOptions, recorded_launch, resolve_model, verl_eval_overrides
 from verl_gigpo.evaluate.__main__ import main
 from verl_gigpo.launch import prepare_launch
 from verl_gigpo.preflight import config_problems
@@ -160,9 +161,15 @@ def _verl_experiment(tmp_path: Path, launch: list[str], step: int = 2) -> Path:
     (prepare_launch on the composed config), then checkpoint ``step``'s actor folder (its shards are not read
     here) and verl's pointer to it."""
     folder = tmp_path / "exp"
+    overrides = [*launch, f"trainer.default_local_dir={folder}"]
     with initialize_config_dir(config_dir=str(ROOT / "verl_gigpo" / "config"), version_base=None):
-        cfg = compose(config_name="gigpo_trainer", overrides=[*launch, f"trainer.default_local_dir={folder}"])
-    prepare_launch(cfg, environ={})
+        cfg = compose(config_name="gigpo_trainer", overrides=overrides)
+    argv = sys.argv
+    sys.argv = [str(ROOT / "verl_gigpo" / "main.py"), *overrides]  # as `python -m verl_gigpo.main ...` has it
+    try:
+        prepare_launch(cfg, environ={})
+    finally:
+        sys.argv = argv
     actor = folder / f"global_step_{step}" / "actor"
     actor.mkdir(parents=True)
     (actor / "fsdp_config.json").write_text(json.dumps({"world_size": 1}))
@@ -198,6 +205,8 @@ def test_a_verl_checkpoint_on_the_local_engine_plays_with_its_launchs_settings(t
     recipe = dict(item.split("=", 1) for item in launch)
     assert cfg.data.max_prompt_length == int(recipe["data.max_prompt_length"])
     assert cfg.actor_rollout_ref.rollout.response_length == int(recipe["data.max_response_length"])
+    # --engine verl without overrides: the launch's own, from the same record (the evaluation's come after them)
+    assert recorded_launch(source) == [*launch, f"trainer.default_local_dir={ckpt.parent}"]
     # the options still win, and --settings reads the same record from the experiment folder
     cfg = local_eval_config(source, EvalOptions(split="train", tasks=3, greedy=True), ckpt.parent)
     assert (cfg.env.val_split, cfg.data.val_size, cfg.env.max_steps) == ("train", 3, 7)
@@ -216,7 +225,13 @@ def test_a_verl_checkpoint_without_a_launch_record_or_bad_settings_stops_before_
     assert f"{tmp_path / 'exp' / 'launches'} holds no launch record" in err and "pass --env NAME" in err
     assert main([str(actor.parent), "--settings", str(tmp_path / "nope"), "--out", str(out)]) == 2
     assert f"--settings {tmp_path / 'nope'} does not exist" in capsys.readouterr().err
+    assert main([str(actor.parent), "--engine", "verl", "--out", str(out)]) == 2
+    assert "--engine verl needs the launch's overrides after --" in capsys.readouterr().err
     assert not out.exists()
+    # the config and tokenizer verl saves beside the shards stand for their checkpoint, not for a model
+    (actor / "huggingface").mkdir()
+    (actor / "huggingface" / "config.json").write_text("{}")
+    assert resolve_model(actor / "huggingface").checkpoint == actor.parent
 
 
 def test_another_split_than_the_runs_takes_its_whole_task_list(alfworld_data, tiny_model_dir):

@@ -31,6 +31,10 @@ The folder written loads offline with ``AutoTokenizer.from_pretrained(HF_DIR)`` 
    ``config.json`` then records that dtype (verl's writer records bfloat16 whatever the tensors hold, and
    ``transformers`` loads a folder in the dtype its config names).
 
+4. **The run's settings.** ``gigpo_run_settings.json`` (:data:`RUN_SETTINGS`) records the settings of the run that
+   wrote the checkpoint (a local run's saved config; a verl launch's record, ``<experiment>/launches/``), so that
+   ``python -m verl_gigpo.evaluate HF_DIR`` plays the folder with the run's environment, prompt and limits.
+
 The folder is built next to ``HF_DIR`` and renamed into place when complete: a failed export leaves nothing behind.
 An existing non-empty ``HF_DIR`` is refused unless ``--overwrite`` is given.
 """
@@ -57,6 +61,7 @@ import torch
 
 __all__ = [
     "DTYPES",
+    "RUN_SETTINGS",
     "ExportError",
     "ExportResult",
     "Source",
@@ -73,6 +78,9 @@ logger = logging.getLogger(__name__)
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
 _FSDP_CONFIG = "fsdp_config.json"
+#: the file of an exported folder that holds the settings of the run it came from (environment, prompt, limits,
+#: validation sampling), which ``python -m verl_gigpo.evaluate`` plays the folder with
+RUN_SETTINGS = "gigpo_run_settings.json"
 _LORA_META = "lora_train_meta.json"
 _POINTER = "latest_checkpointed_iteration.txt"
 #: verl's checkpoint folder (not ``global_step_N.partial``: a save that did not finish, set aside by verl_gigpo.main)
@@ -100,14 +108,16 @@ class Source:
 
 @dataclass(frozen=True)
 class ExportResult:
-    """What :func:`export_checkpoint` wrote: the folder, the source, the dtype, the number of parameters, and the
-    LoRA adapter merged (``{"r": ..., "lora_alpha": ..., "layers": ...}``, None without one)."""
+    """What :func:`export_checkpoint` wrote: the folder, the source, the dtype, the number of parameters, the
+    LoRA adapter merged (``{"r": ..., "lora_alpha": ..., "layers": ...}``, None without one), and where the run
+    settings saved with it came from (:data:`RUN_SETTINGS`; None when the run's settings are unknown)."""
 
     out: Path
     source: Source
     dtype: str
     num_parameters: int
     lora: dict[str, Any] | None
+    settings: str | None = None
 
 
 # ------------------------------------------------------------------ finding the checkpoint
@@ -134,6 +144,8 @@ def resolve_checkpoint(ckpt: str | Path) -> Source:
         if path.name == "state.pt":
             return Source("local", path, _local_iteration(path.parent))
         raise ExportError(f"{ckpt} is a file but not a local-engine state.pt; {_WHAT_TO_PASS}")
+    if path.name == "huggingface" and (path.parent / _FSDP_CONFIG).is_file():
+        path = path.parent  # the config and tokenizer verl saves beside the shards: the checkpoint they belong to
     if (path / _FSDP_CONFIG).is_file():
         if not _STEP_DIR.fullmatch(path.parent.name):
             raise ExportError(f"{path} holds verl shards but is not inside a global_step_N folder; {_WHAT_TO_PASS}")
@@ -370,12 +382,15 @@ def export_checkpoint(
         state = _load_quietly(source.path)
         weights, _ = merged_state_dict(state["model"])
         hf_config_dir = local_base_model(source.path, state, base_model)
+    settings = _run_settings(source, state if source.kind == "local" else None)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     umask = os.umask(0)  # mkdtemp makes the folder private (0700); the export gets a new folder's usual mode
     os.umask(umask)
     os.chmod(staging, 0o777 & ~umask)
     try:
         num_parameters = _write_folder(weights, hf_config_dir, staging, dtype)
+        if settings is not None:
+            (staging / RUN_SETTINGS).write_text(json.dumps(settings, indent=1, default=str) + "\n")
         if out.exists():
             shutil.rmtree(out)
         os.replace(staging, out)
@@ -383,7 +398,21 @@ def export_checkpoint(
         if staging.exists():
             shutil.rmtree(staging)
     logger.info("exported %s (step %d) to %s", source.path, source.step, out)
-    return ExportResult(out, source, dtype, num_parameters, lora)
+    return ExportResult(out, source, dtype, num_parameters, lora, settings["origin"] if settings else None)
+
+
+def _run_settings(source: Source, state: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The settings of the run that wrote ``source``, as :data:`RUN_SETTINGS` holds them (``origin``, ``layer``:
+    local-engine config keys, ``dropped``): a local checkpoint's saved config, a verl checkpoint's launch record
+    (:func:`verl_gigpo.evaluate.models.verl_run_settings`); None when unknown."""
+    from verl_gigpo.evaluate.models import local_run_layer, verl_run_settings
+
+    if source.kind == "local":
+        return {"origin": f"local run {source.path}", "layer": local_run_layer(state["config"]), "dropped": []}
+    found = verl_run_settings(source.path.parent, source.step)
+    if found is None:
+        return None
+    return {"origin": found.origin, "layer": found.layer, "dropped": list(found.dropped)}
 
 
 def local_base_model(state_path: Path, state: Mapping[str, Any], base_model: str | Path | None) -> Path:
@@ -443,6 +472,9 @@ def main(argv: list[str] | None = None) -> int:
     except ExportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # --out cannot be made or written (a file on its path, no permission, a full disk)
+        print(f"error: cannot write --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     kind = "verl FSDP checkpoint" if result.source.kind == "verl" else "local-engine checkpoint"
     lora = (
         f"; LoRA adapter merged (rank {result.lora['r']}, alpha {result.lora['lora_alpha']}, "
@@ -454,6 +486,16 @@ def main(argv: list[str] | None = None) -> int:
         f"exported {result.source.path} ({kind}, step {result.source.step}{lora}) to {result.out}: "
         f"{result.num_parameters:,} parameters in {result.dtype}, tokenizer included"
     )
+    if result.settings:
+        print(
+            f"run settings ({result.settings}) saved in {result.out / RUN_SETTINGS}: python -m verl_gigpo.evaluate "
+            f"plays the folder with them"
+        )
+    else:
+        print(
+            f"no run settings found (no launch record): python -m verl_gigpo.evaluate {result.out} needs --env "
+            "and the run's settings as key=value, or --settings RUN"
+        )
     return 0
 
 

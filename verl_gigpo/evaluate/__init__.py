@@ -26,10 +26,11 @@ Writes into ``--out`` (default ``runs/eval/<model>-<split>``) and prints where:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from omegaconf import OmegaConf
 from verl_gigpo.evaluate.models import (
     ModelSource,
     RunSettings,
+    exported_run_settings,
     load_local_weights,
     local_run_layer,
     no_launch_record,
@@ -64,6 +66,7 @@ __all__ = [
     "default_out",
     "evaluate_verl",
     "greedy_repeats_warning",
+    "recorded_launch",
     "local_eval_config",
     "model_settings",
     "report_from_transcripts",
@@ -167,7 +170,8 @@ def local_eval_config(
 
 def model_settings(source: ModelSource, options: EvalOptions = EvalOptions()) -> RunSettings | None:
     """The settings a model carries: a local checkpoint's saved config, a verl checkpoint's launch record
-    (:func:`~.models.verl_run_settings`); None for a Hugging Face folder (the local engine's defaults).
+    (:func:`~.models.verl_run_settings`), the run settings an exported folder holds
+    (:func:`~.models.exported_run_settings`); None for another Hugging Face folder (the local engine's defaults).
 
     Raises:
         ValueError: a verl checkpoint without a launch record while ``options.env`` is not given (its environment
@@ -180,7 +184,7 @@ def model_settings(source: ModelSource, options: EvalOptions = EvalOptions()) ->
         if found is None and options.env is None:
             raise ValueError(no_launch_record(source.checkpoint))
         return found
-    return None
+    return exported_run_settings(source.hf_dir)
 
 
 def _fit_task_count(cfg: Any, tasks: int | str | None, *, whole_list: bool = False) -> None:
@@ -237,58 +241,73 @@ def evaluate_local(
     found = run_settings(settings) if settings is not None else model_settings(source, options)
     cfg = local_eval_config(source, options, found)
     device = _device(cfg)
+    if found is None:
+        logger.warning(_defaults_warning(source, cfg))
     out = Path(out) if out is not None else default_out(source, cfg.env.val_split)
     _fresh_output(out)
-    val_kwargs = cfg.actor_rollout_ref.rollout.val_kwargs
-    repeats = greedy_repeats_warning(bool(val_kwargs.do_sample), int(val_kwargs.n))
-    if repeats:
-        logger.warning(repeats)
-    description = source.describe()
-    if found is not None:
-        logger.info("settings of %s", found.origin)
-        if found.dropped:
-            logger.info("not applied (the local engine has no such key): %s", ", ".join(found.dropped))
-    if source.kind == "verl":  # the local engine plays its float32 export (verl's engine loads it itself)
-        from verl_gigpo.export import export_checkpoint
+    with _cleanup_on_failure(out):
+        val_kwargs = cfg.actor_rollout_ref.rollout.val_kwargs
+        repeats = greedy_repeats_warning(bool(val_kwargs.do_sample), int(val_kwargs.n))
+        if repeats:
+            logger.warning(repeats)
+        description = source.describe()
+        if found is not None:
+            logger.info("settings of %s", found.origin)
+            if found.dropped:
+                logger.info("not applied (the local engine has no such key): %s", ", ".join(found.dropped))
+        if source.kind == "verl":  # the local engine plays its float32 export (verl's engine loads it itself)
+            from verl_gigpo.export import export_checkpoint
 
-        print(f"exporting {description} to {out / 'model'} (float32) ...", flush=True)
-        export_checkpoint(source.checkpoint, out / "model", dtype="float32")
-        exported = resolve_model(out / "model")
-        cfg.actor_rollout_ref.model.path = str(exported.hf_dir)
-        description += f", played through its float32 export {exported.hf_dir}"
-        source = exported
-    gigpo = gigpo_config(cfg) if cfg.algorithm.adv_estimator in STEP_CREDIT_ESTIMATORS else None
-    tokenizer, loaded = load_model(str(source.hf_dir), device, seed=cfg.trainer.seed)
-    if source.kind == "local":
-        loaded.load_state_dict(load_local_weights(source))
-    start = time.perf_counter()
-    rollout = LocalRollout(cfg, gigpo, model=loaded, tokenizer=tokenizer)
-    try:
-        episodes = rollout.validation_episodes(progress=progress)
-    finally:
-        rollout.close()
-    seconds = time.perf_counter() - start
-    writer = TranscriptWriter(out / TRANSCRIPTS)
-    for episode in episodes:
-        writer.write(episode_records(episode, group=episode.group_id))
-    settings_used = {
-        "engine": "local",
-        "model": description,
-        "settings_from": found.origin if found is not None else "the local engine's defaults",
-        "env": cfg.env.name,
-        "split": cfg.env.val_split,
-        "tasks": int(cfg.data.val_size),
-        "episodes_per_task": int(val_kwargs.n),
-        "do_sample": bool(val_kwargs.do_sample),
-        "temperature": float(val_kwargs.temperature),
-        "top_p": float(val_kwargs.top_p),
-        "top_k": int(val_kwargs.top_k),
-        "constrain_to_actions": bool(cfg.local.constrain_to_actions),
-        "seed": int(cfg.trainer.seed),
-        "seconds": round(seconds, 2),
-        "config": OmegaConf.to_container(cfg, resolve=True),
-    }
-    return report_from_transcripts(out, settings=settings_used, gigpo=gigpo)
+            print(f"exporting {description} to {out / 'model'} (float32) ...", flush=True)
+            export_checkpoint(source.checkpoint, out / "model", dtype="float32")
+            exported = resolve_model(out / "model")
+            cfg.actor_rollout_ref.model.path = str(exported.hf_dir)
+            description += f", played through its float32 export {exported.hf_dir}"
+            source = exported
+        gigpo = gigpo_config(cfg) if cfg.algorithm.adv_estimator in STEP_CREDIT_ESTIMATORS else None
+        tokenizer, loaded = load_model(str(source.hf_dir), device, seed=cfg.trainer.seed)
+        if source.kind == "local":
+            loaded.load_state_dict(load_local_weights(source))
+        start = time.perf_counter()
+        rollout = LocalRollout(cfg, gigpo, model=loaded, tokenizer=tokenizer)
+        try:
+            episodes = rollout.validation_episodes(progress=progress)
+        finally:
+            rollout.close()
+        seconds = time.perf_counter() - start
+        writer = TranscriptWriter(out / TRANSCRIPTS)
+        for episode in episodes:
+            writer.write(episode_records(episode, group=episode.group_id))
+        settings_used = {
+            "engine": "local",
+            "model": description,
+            "settings_from": found.origin if found is not None else "the local engine's defaults",
+            "env": cfg.env.name,
+            "split": cfg.env.val_split,
+            "tasks": int(cfg.data.val_size),
+            "episodes_per_task": int(val_kwargs.n),
+            "do_sample": bool(val_kwargs.do_sample),
+            "temperature": float(val_kwargs.temperature),
+            "top_p": float(val_kwargs.top_p),
+            "top_k": int(val_kwargs.top_k),
+            "constrain_to_actions": bool(cfg.local.constrain_to_actions),
+            "seed": int(cfg.trainer.seed),
+            "seconds": round(seconds, 2),
+            "config": OmegaConf.to_container(cfg, resolve=True),
+        }
+        return report_from_transcripts(out, settings=settings_used, gigpo=gigpo)
+
+
+def _defaults_warning(source: ModelSource, cfg: Any) -> str:
+    """The warning for a model that carries no run settings: what the local engine's defaults play."""
+    return (
+        f"{source.given} carries no run settings (a folder python -m verl_gigpo.export wrote holds them): playing "
+        f"{cfg.env.name} with the local engine's defaults and the options, e.g. {cfg.env.max_steps} steps, "
+        f"{cfg.actor_rollout_ref.rollout.response_length}-token replies, prompts of {cfg.data.max_prompt_length} "
+        f"tokens, decoding {'restricted to the action words' if cfg.local.constrain_to_actions else 'unrestricted'}. "
+        "For a run's settings pass --settings RUN (a local run, a verl experiment or checkpoint), or key=value "
+        "overrides"
+    )
 
 
 def default_out(source: ModelSource, split: str | None) -> Path:
@@ -352,7 +371,8 @@ def evaluate_verl(
 ) -> EvalResult:
     """Evaluate ``model`` through verl's own pipeline: ``python -m verl_gigpo.main`` with ``launch`` (a run's
     overrides, e.g. a recipe's) and :func:`verl_eval_overrides`, in a subprocess, then the report of the transcripts
-    its agent loops wrote. ``out`` None: :func:`default_out` (``runs/eval/<model>-eval``).
+    its agent loops wrote. ``out`` None: :func:`default_out` (``runs/eval/<model>-eval``). ``launch`` empty: the
+    overrides of the launch that wrote a verl checkpoint (:func:`recorded_launch`).
 
     Raises:
         ValueError: as :func:`verl_eval_overrides`; a folder that already holds an evaluation.
@@ -364,30 +384,60 @@ def evaluate_verl(
     source = resolve_model(model)
     out = Path(out if out is not None else default_out(source, None)).resolve()
     overrides = verl_eval_overrides(source, out, options)
+    if not launch:
+        launch = recorded_launch(source)
     _fresh_output(out)
-    command = [sys.executable, "-m", "verl_gigpo.main", *launch, *overrides]
-    print(f"evaluating {source.describe()} through verl's pipeline (trainer.val_only) ...", flush=True)
-    start = time.perf_counter()
-    status = subprocess.run(command).returncode
-    if status != 0:
-        raise RuntimeError(f"the verl launch exited with status {status} (its output is above); nothing was scored")
-    records = read_transcripts(out / TRANSCRIPTS)
-    counts = _members(episode_outcomes(records)).values()
-    settings = {
-        "engine": "verl",
-        "model": source.describe(),
-        "env": records[0]["env_name"],
-        "split": records[0]["split"],
-        "tasks": len(counts),
-        "episodes_per_task": max(counts),
-        **_launch_sampling(out / "verl"),
-        "seconds": round(time.perf_counter() - start, 2),
-        "command": command,
-    }
-    repeats = greedy_repeats_warning(bool(settings.get("do_sample", True)), int(settings["episodes_per_task"]))
-    if repeats:
-        logger.warning(repeats)
-    return report_from_transcripts(out, settings=settings)
+    with _cleanup_on_failure(out):
+        command = [sys.executable, "-m", "verl_gigpo.main", *launch, *overrides]
+        print(f"evaluating {source.describe()} through verl's pipeline (trainer.val_only) ...", flush=True)
+        start = time.perf_counter()
+        status = subprocess.run(command).returncode
+        if status != 0:
+            raise RuntimeError(f"the verl launch exited with status {status} (its output is above); nothing was scored")
+        records = read_transcripts(out / TRANSCRIPTS)
+        counts = _members(episode_outcomes(records)).values()
+        settings = {
+            "engine": "verl",
+            "model": source.describe(),
+            "env": records[0]["env_name"],
+            "split": records[0]["split"],
+            "tasks": len(counts),
+            "episodes_per_task": max(counts),
+            **_launch_sampling(out / "verl"),
+            "seconds": round(time.perf_counter() - start, 2),
+            "command": command,
+        }
+        repeats = greedy_repeats_warning(bool(settings.get("do_sample", True)), int(settings["episodes_per_task"]))
+        if repeats:
+            logger.warning(repeats)
+        return report_from_transcripts(out, settings=settings)
+
+
+def recorded_launch(source: ModelSource) -> list[str]:
+    """The overrides of the ``python -m verl_gigpo.main`` launch that wrote a verl checkpoint, from its launch record
+    (``command``: the interpreter, the module's file, then the overrides).
+
+    Raises:
+        ValueError: ``source`` is not a verl checkpoint, or its experiment folder holds no launch record (the
+            message says what to pass instead).
+    """
+    from verl_gigpo.launch import LAUNCHES_DIR, saved_launch_config
+
+    if source.kind == "verl":
+        folder = source.checkpoint.parent
+        found = saved_launch_config(folder, source.step)
+        records = sorted((folder / LAUNCHES_DIR).glob("launch_*.json"))
+        if found is None and records:
+            found = records[-1], json.loads(records[-1].read_text())
+        if found is not None:
+            path, record = found
+            print(f"the launch's overrides: those of {path}", flush=True)
+            return list(record["command"][2:])
+    raise ValueError(
+        f"--engine verl needs the launch's overrides after -- (python -m verl_gigpo.main's: the environment, data "
+        f"files, lengths), or a verl checkpoint whose experiment holds a launch record; {source.given} has neither. A "
+        "recipe passes its own: EVAL_ONLY=1 CKPT=... bash recipes/run_<env>.sh"
+    )
 
 
 def _launch_sampling(folder: Path) -> dict[str, Any]:
@@ -510,10 +560,28 @@ def _print_result(result: EvalResult, title: str, table: str, settings_from: str
 
 
 def _fresh_output(out: Path) -> None:
-    """Refuse a folder that already holds an evaluation (its transcripts would mix with the new ones)."""
+    """Refuse a folder that already holds an evaluation (its transcripts would mix with the new ones).
+
+    Raises:
+        ValueError: ``out`` holds an evaluation, or cannot be made (a file on its path, no permission).
+    """
     if (out / TRANSCRIPTS).exists() or (out / "summary.json").exists():
         raise ValueError(f"{out} already holds an evaluation; choose another --out, or remove it first")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"cannot make the output folder {out}: {exc.strerror or exc}; choose another --out") from None
+
+
+@contextlib.contextmanager
+def _cleanup_on_failure(out: Path) -> Iterator[None]:
+    """On an exception inside the block: remove ``out`` when nothing was written into it, then re-raise."""
+    try:
+        yield
+    except BaseException:
+        if out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        raise
 
 
 def _device(cfg: Any):

@@ -45,9 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line of ``python -m verl_gigpo.evaluate``."""
     parser = argparse.ArgumentParser(
         prog="python -m verl_gigpo.evaluate",
-        description="Evaluate a model (Hugging Face folder, local-engine run or checkpoint, verl checkpoint with "
-        "--engine verl) on an environment's evaluation split: success per task type with 95%% intervals, pass@k, "
-        "transcripts.",
+        description="Evaluate a model (a Hugging Face folder, a local-engine run or checkpoint, a verl checkpoint) on "
+        "an environment's evaluation split, with the settings of the run that made it: success per task type with "
+        "95 percent intervals, pass@k, transcripts.",
     )
     parser.add_argument("model", help="Hugging Face folder, runs/NAME[/checkpoints/iter_K], or .../global_step_N")
     parser.add_argument(
@@ -96,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     if "--" in argv:  # everything after -- is the launch's (or the local config's) overrides, verbatim
         cut = argv.index("--")
         argv, launch = argv[:cut], argv[cut + 1 :]
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # key=value overrides may follow the options
+    if "=" in args.model and not Path(args.model).exists():
+        parser.error(f"the model comes first, then options and key=value overrides; got {args.model!r} as the model")
     args.overrides = [*args.overrides, *launch]
     bad = [o for o in args.overrides if "=" not in o]
     if bad:
@@ -128,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             evaluate_verl(args.model, out=out, options=options, launch=args.overrides)
         else:
             evaluate_local(args.model, out=out, options=options, settings=args.settings, progress=not args.quiet)
-    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+    except (ValueError, OSError, RuntimeError) as exc:  # OSError: FileNotFoundError, a folder that cannot be made
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -18,6 +18,7 @@ from typing import Any
 __all__ = [
     "ModelSource",
     "RunSettings",
+    "exported_run_settings",
     "load_local_weights",
     "local_run_layer",
     "no_launch_record",
@@ -25,6 +26,10 @@ __all__ = [
     "run_settings",
     "verl_run_settings",
 ]
+
+
+#: the files a Hugging Face folder holds its weights in
+_WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin")
 
 
 @dataclass(frozen=True)
@@ -81,7 +86,13 @@ def resolve_model(path: str | Path) -> ModelSource:
     given = Path(path)
     if not given.exists():
         raise FileNotFoundError(f"model {given} does not exist")
-    if (given / "config.json").is_file():
+    verl_side_folder = given.name == "huggingface" and (given.parent / "fsdp_config.json").is_file()
+    if (given / "config.json").is_file() and not verl_side_folder:
+        if not any(next(given.glob(pattern), None) for pattern in _WEIGHT_FILES):
+            raise ValueError(
+                f"{given} has config.json but no weights ({', '.join(_WEIGHT_FILES)}): pass a complete Hugging Face "
+                "folder or a checkpoint"
+            )
         return ModelSource(given=given, kind="hf", hf_dir=given)
     try:
         source = resolve_checkpoint(given)
@@ -193,7 +204,8 @@ def verl_run_settings(checkpoint: Path, step: int) -> RunSettings | None:
 
 
 def run_settings(path: str | Path) -> RunSettings:
-    """The settings of a local-engine run or checkpoint, or of a verl experiment or checkpoint (``--settings``).
+    """The settings of a local-engine run or checkpoint, a verl experiment or checkpoint, or a folder
+    ``python -m verl_gigpo.export`` wrote (``--settings``).
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -209,6 +221,8 @@ def run_settings(path: str | Path) -> RunSettings:
         source = resolve_model(given)
     except ValueError:
         source = None
+    if source is not None and source.kind == "hf" and exported_run_settings(source.hf_dir) is not None:
+        return exported_run_settings(source.hf_dir)
     if source is not None and source.kind == "local":
         return RunSettings(layer=local_run_layer(source.run_config), origin=f"local run {source.checkpoint}")
     if source is not None and source.kind == "verl":
@@ -224,6 +238,24 @@ def run_settings(path: str | Path) -> RunSettings:
 
 #: keys of a local run's saved ``trainer`` section that belong to the run folder, not to what an episode plays
 _RUN_ONLY_KEYS = ("resume", "overwrite", "allow_config_change", "default_local_dir")
+
+
+def exported_run_settings(hf_dir: Path) -> RunSettings | None:
+    """The run settings ``python -m verl_gigpo.export`` saved in a folder it wrote
+    (:data:`verl_gigpo.export.RUN_SETTINGS`), None when the folder has none."""
+    import json
+
+    from verl_gigpo.export import RUN_SETTINGS
+
+    path = Path(hf_dir) / RUN_SETTINGS
+    if not path.is_file():
+        return None
+    saved = json.loads(path.read_text())
+    return RunSettings(
+        layer=saved["layer"],
+        origin=f"{saved['origin']}, saved with the export in {path}",
+        dropped=tuple(saved.get("dropped", ())),
+    )
 
 
 def local_run_layer(run_config: dict[str, Any]) -> dict[str, Any]:
