@@ -22,10 +22,11 @@ The recommendation (:func:`recommend`):
    ``state``, ``observation``, ``history:K`` (smaller K first), ``similarity:T`` (higher T first): exact keys before
    similarity, which can merge different states and so credit actions against the wrong peers, and the true state
    before texts that may alias states.
-2. Say instead that step credit will help little when the chosen mode leaves at least :data:`FRAGMENTED` (0.9) of
-   the rows alone in their anchor group (a key that holds the step index or other per-episode detail never
-   repeats), or when no mode gives any row a step signal (anchor groups form, but their step returns are all equal:
-   typically no episode of a group earned a different reward).
+2. Say instead that step credit will help little when the chosen mode, or every mode, leaves at least
+   :data:`FRAGMENTED` (0.9) of the rows alone in their anchor group (verdict ``fragmented``: a key that holds the
+   step index or other per-episode detail never repeats), or when no mode gives any row a step signal (verdict
+   ``no_signal``: anchor groups form, but their step returns are all equal, typically because no episode of a group
+   earned a different reward).
 """
 
 from __future__ import annotations
@@ -170,8 +171,17 @@ def recommend(stats: Sequence[KeyModeStats], specs: Sequence[KeySpec]) -> Recomm
     close = [spec for spec in specs if by_name[spec.name].signal_rows >= best.signal_rows - CLOSE]
     pick_spec = min(close, key=_preference)
     pick = by_name[pick_spec.name]
+    least = min(stats, key=lambda s: s.singleton_rows)
+    if least.singleton_rows >= FRAGMENTED or pick.singleton_rows >= FRAGMENTED:
+        about = least if best.signal_rows == 0.0 else pick
+        return Recommendation(
+            about.key,
+            "fragmented",
+            f"anchor groups hardly form: even with {about.key}, {percent(about.singleton_rows)} of rows are alone in "
+            f"their anchor group and only {percent(about.signal_rows)} carry a step signal, so step credit will add "
+            "little over the episode term (does the key hold the step index or other per-episode detail?)",
+        )
     if best.signal_rows == 0.0:
-        least = min(stats, key=lambda s: s.singleton_rows)
         return Recommendation(
             least.key,
             "no_signal",
@@ -179,14 +189,6 @@ def recommend(stats: Sequence[KeyModeStats], specs: Sequence[KeySpec]) -> Recomm
             f"{percent(least.singleton_rows)} of rows are alone in theirs) but their step returns are all equal, and "
             f"{percent(least.flat_groups)} of episode groups have equal episode returns; step credit needs episodes "
             "that earn different rewards (a policy that sometimes succeeds, longer episodes, or more of them)",
-        )
-    if pick.singleton_rows >= FRAGMENTED:
-        return Recommendation(
-            pick.key,
-            "fragmented",
-            f"anchor groups hardly form: even with {pick.key}, {percent(pick.singleton_rows)} of rows are alone in "
-            f"their anchor group and only {percent(pick.signal_rows)} carry a step signal, so step credit will add "
-            "little over the episode term (does the key hold the step index or other per-episode detail?)",
         )
     if pick is best:
         reason = f"the most rows with a step signal ({percent(pick.signal_rows)})"
