@@ -11,11 +11,12 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from environments import make_env
+from environments import make_env, resolve_env
 from environments.gridnav.env import GridNavEnv
 from verl_gigpo.probe import (
     CLOSE,
     FRAGMENTED,
+    MERGED_MAX,
     KeyModeStats,
     ProbeError,
     ProbeOptions,
@@ -109,6 +110,29 @@ def test_a_key_with_the_step_index_leaves_almost_every_row_alone_and_the_probe_s
     assert line in printed
 
 
+def test_merged_rows_count_rows_grouped_with_another_state():
+    """Under the step-index environment the observation key (no step index) puts a cell's visits at different steps
+    in one anchor group: rows grouped with another state, counted against a plain loop."""
+    env = resolve_env(STEP_INDEX_ENV)
+    result = run_probe(ProbeOptions(env=env, groups=3, n=4, keys="state,observation"))
+    by_key = {s.key: s for s in result.stats}
+    assert by_key["state"].merged_rows == 0.0
+    played = play_random(env, groups=3, n=4, modes=["state", "observation"], seed=0)
+    states = defaultdict(set)
+    rows = []
+    offset = 0
+    for episode in played.episodes:
+        for t in range(episode.length):
+            key = (episode.group_id, played.keys["observation"][offset + t])
+            states[key].add(played.keys["state"][offset + t])
+            rows.append(key)
+        offset += episode.length
+    merged = sum(len(states[key]) > 1 for key in rows) / len(rows)
+    assert merged > 0.1
+    assert by_key["observation"].merged_rows == pytest.approx(merged)
+    assert result.recommendation.key == "state"  # the observation key's extra groups are bought with wrong peers
+
+
 def test_every_mode_is_read_from_one_play_and_similarity_reads_the_observation_keys():
     played = play_random("sokoban", groups=2, n=3, modes=["state", "observation", "history:1"], seed=4)
     env = make_env("sokoban", key_mode="state")
@@ -142,8 +166,10 @@ def test_model_episodes_are_replayed_for_every_key_and_a_replay_that_differs_is_
     assert list(played.keys["state"]) == recorded  # the replay met every recorded key (the rollout's key mode)
     assert len(played.keys["history:1"]) == len(played.steps) == len(recorded)
     assert all(s.response_ids for ep in played.episodes for s in ep.steps)  # the model answered every step
-    stats = key_mode_stats(played.steps, played.keys["state"], parse_keys("state")[0])
-    assert stats.rows == len(recorded) and stats.episode_groups == 2
+    history = key_mode_stats(
+        played.steps, played.keys["history:1"], parse_keys("history:1")[0], state_keys=played.keys["state"]
+    )
+    assert (history.rows, history.episode_groups, history.merged_rows) == (len(recorded), 2, 0.0)
     episode = played.episodes[0]
     episode.steps[0].env_reward += 1.0
     config = EpisodeConfig(max_steps=played.max_steps, key_mode="state")
@@ -168,8 +194,8 @@ def test_report_files_and_the_page_embeds_the_chart(tmp_path):
         write_report(result, tmp_path / "out")
 
 
-def _stats(key: str, signal: float, singleton: float = 0.1) -> KeyModeStats:
-    return KeyModeStats(key, 100, 10, 5.0, 3.0, singleton, signal, 0.5, 0.1)
+def _stats(key: str, signal: float, singleton: float = 0.1, merged: float = 0.0) -> KeyModeStats:
+    return KeyModeStats(key, 100, 10, 5.0, 3.0, singleton, signal, merged, 0.5, 0.1)
 
 
 def test_the_recommendation_rule():
@@ -187,6 +213,12 @@ def test_the_recommendation_rule():
     # a clear winner beyond CLOSE is taken whatever its kind
     clear = [_stats("similarity:0.8", 0.40), _stats("observation", 0.30), _stats("state", 0.30), _stats("history:1", 0)]
     assert recommend(clear, specs).key == "similarity:0.8"
+    # a mode that compares actions across different states is left out, and the line says why
+    merging = [_stats("similarity:0.8", 0.60, merged=0.3), _stats("observation", 0.30, merged=MERGED_MAX)]
+    merging += [_stats("state", 0.25), _stats("history:1", 0.1)]
+    verdict = recommend(merging, specs)
+    assert verdict.key == "observation"  # MERGED_MAX itself still counts as keeping states apart
+    assert "similarity:0.8 reaches 60% but puts 30% of its rows in a group with another state" in verdict.line
     # no step signal anywhere
     flat = [_stats(s.name, 0.0) for s in specs]
     assert recommend(flat, specs).verdict == "no_signal"

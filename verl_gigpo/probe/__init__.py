@@ -22,12 +22,21 @@ from verl_gigpo.probe.keys import DEFAULT_KEYS, KeySpec, parse_keys
 from verl_gigpo.probe.play import PROBE_SEED_PART, PlayedEpisodes, ProbeError, play_model, play_random, replay_keys
 from verl_gigpo.probe.report import ProbeReport, headline, markdown_table, plot_probe, write_report
 from verl_gigpo.probe.run import ProbeOptions, ProbeResult, run_probe
-from verl_gigpo.probe.stats import CLOSE, FRAGMENTED, KeyModeStats, Recommendation, key_mode_stats, recommend
+from verl_gigpo.probe.stats import (
+    CLOSE,
+    FRAGMENTED,
+    MERGED_MAX,
+    KeyModeStats,
+    Recommendation,
+    key_mode_stats,
+    recommend,
+)
 
 __all__ = [
     "CLOSE",
     "DEFAULT_KEYS",
     "FRAGMENTED",
+    "MERGED_MAX",
     "PROBE_SEED_PART",
     "KeyModeStats",
     "KeySpec",

@@ -25,6 +25,7 @@ COLUMNS = (
     "shared groups (>= 2 rows) / episode group",
     "rows alone in their anchor group",
     "rows with a step signal",
+    "rows grouped with another state",
     "episode groups with step signal only",
 )
 
@@ -70,6 +71,7 @@ def markdown_table(result: ProbeResult) -> str:
             f"{s.shared_groups_per_group:.1f}",
             percent(s.singleton_rows),
             percent(s.signal_rows),
+            percent(s.merged_rows),
             percent(s.signal_only_groups),
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -83,14 +85,15 @@ def plot_probe(result: ProbeResult, path: str | Path) -> Path:
     series = (
         ("rows alone in their anchor group", [s.singleton_rows for s in stats], "#c44e52"),
         ("rows with a step signal", [s.signal_rows for s in stats], "#4c72b0"),
+        ("rows grouped with another state", [s.merged_rows for s in stats], "#dd8452"),
         ("episode groups with step signal only", [s.signal_only_groups for s in stats], "#55a868"),
     )
     fig = Figure(figsize=(9, 1.2 + 0.75 * len(stats)), dpi=100)
     ax = fig.subplots()
     y = np.arange(len(stats))  # (K,)
-    height = 0.26
+    height = 0.2
     for i, (label, values, colour) in enumerate(series):
-        ax.barh(y + (i - 1) * height, values, height=height, label=label, color=colour)
+        ax.barh(y + (i - 1.5) * height, values, height=height, label=label, color=colour)
     ax.set_yticks(y, [s.key for s in stats])
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
@@ -151,6 +154,7 @@ def _html(result: ProbeResult, head: str, line: str, command: str | None, plot: 
                 f"{s.shared_groups_per_group:.1f}",
                 percent(s.singleton_rows),
                 percent(s.signal_rows),
+                percent(s.merged_rows),
                 percent(s.signal_only_groups),
             )
         )

@@ -93,8 +93,9 @@ class ProbeOptions:
 
     @property
     def env_modes(self) -> list[str]:
-        """The environment key modes whose keys are read (each once; similarity modes read ``observation``)."""
-        return list(dict.fromkeys(spec.env_mode for spec in self.key_specs))
+        """The environment key modes whose keys are read, each once: ``state`` (the reference of merged rows), then
+        those of the key modes (similarity modes read ``observation``)."""
+        return list(dict.fromkeys(["state", *(spec.env_mode for spec in self.key_specs)]))
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,14 @@ def run_probe(options: ProbeOptions, *, progress: bool = False) -> ProbeResult:
     played = _play(options, progress)
     steps = played.steps
     stats = [
-        key_mode_stats(steps, played.keys[spec.env_mode], spec, method=options.method, gamma=options.gamma)
+        key_mode_stats(
+            steps,
+            played.keys[spec.env_mode],
+            spec,
+            state_keys=played.keys["state"],
+            method=options.method,
+            gamma=options.gamma,
+        )
         for spec in options.key_specs
     ]
     episodes = played.episodes

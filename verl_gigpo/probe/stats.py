@@ -8,21 +8,26 @@ train with)::
     shared groups per episode group  = S_2 / G               S_2 = anchor groups of 2 rows or more
     singleton rows                   = #{rows whose anchor group has 1 row} / M
     signal rows                      = #{rows with |A_S| > ZERO} / M            A_S = the method's step term
+    merged rows                      = #{rows whose anchor group holds more than one state key} / M
     flat groups                      = #{groups whose episode returns R(tau) are all equal} / G
     signal-only groups               = #{flat groups with |A_S| > ZERO on some row} / G
 
 A flat group is one an episode filter drops (DAPO's and verl-agent's "GiGPO (dynamic)": all returns equal, compared
 exactly, as the estimator's own zero-variance rule ``hi == lo`` does); a signal-only group is one it drops although
 the step term still says something there. ``ZERO`` (1e-9, :data:`verl_gigpo.inspect.stats.ZERO`, the credit
-report's) only absorbs rounding: the estimator gives a flat anchor group exactly 0.
+report's) only absorbs rounding: the estimator gives a flat anchor group exactly 0. Merged rows compare their action
+with actions taken from another true state (the environment's ``state`` key of the same step, taken as the truth):
+0 for ``state`` and ``history:K`` by construction; what ``observation`` texts alias (ALFWorld's "You arrive at
+cabinet 1" whatever the agent holds) and what a similarity threshold merges.
 
 The recommendation (:func:`recommend`):
 
-1. Take the modes whose signal rows are within :data:`CLOSE` (0.02) of the most; among them prefer, in this order,
-   ``state``, ``observation``, ``history:K`` (smaller K first), ``similarity:T`` (higher T first): exact keys before
-   similarity, which can merge different states and so credit actions against the wrong peers, and the true state
-   before texts that may alias states.
-2. Say instead that step credit will help little when the chosen mode, or every mode, leaves at least
+1. Candidates are the modes whose merged rows are at most :data:`MERGED_MAX` (0.05): a mode that reaches more rows
+   by comparing actions across different states buys its signal with wrong peers (all modes, when none qualifies).
+2. Take the candidates whose signal rows are within :data:`CLOSE` (0.02) of the most; among them prefer, in this
+   order, ``state``, ``observation``, ``history:K`` (smaller K first), ``similarity:T`` (higher T first): exact keys
+   before similarity, and the true state before texts that may alias states.
+3. Say instead that step credit will help little when the chosen mode, or every mode, leaves at least
    :data:`FRAGMENTED` (0.9) of the rows alone in their anchor group (verdict ``fragmented``: a key that holds the
    step index or other per-episode detail never repeats), or when no mode gives any row a step signal (verdict
    ``no_signal``: anchor groups form, but their step returns are all equal, typically because no episode of a group
@@ -42,12 +47,23 @@ from verl_gigpo.inspect.stats import ZERO
 from verl_gigpo.probe.keys import KeySpec
 from verl_gigpo.rollout.step_rows import StepBatch
 
-__all__ = ["CLOSE", "FRAGMENTED", "KeyModeStats", "Recommendation", "key_mode_stats", "percent", "recommend"]
+__all__ = [
+    "CLOSE",
+    "FRAGMENTED",
+    "MERGED_MAX",
+    "KeyModeStats",
+    "Recommendation",
+    "key_mode_stats",
+    "percent",
+    "recommend",
+]
 
 #: signal-row fractions this close to the most count as a tie (then exact keys are preferred)
 CLOSE = 0.02
 #: singleton-row fraction at or above which the probe says that anchor groups do not form
 FRAGMENTED = 0.9
+#: merged-row fraction above which a mode is not recommended (it compares actions across different states)
+MERGED_MAX = 0.05
 
 
 @dataclass(frozen=True)
@@ -58,7 +74,7 @@ class KeyModeStats:
         key: the mode's name (``KeySpec.name``).
         rows: M, valid step rows; episode_groups: G, episode groups with a valid row.
         anchor_groups_per_group, shared_groups_per_group: S / G and S_2 / G.
-        singleton_rows, signal_rows: fractions of the M rows.
+        singleton_rows, signal_rows, merged_rows: fractions of the M rows.
         flat_groups, signal_only_groups: fractions of the G groups.
     """
 
@@ -69,6 +85,7 @@ class KeyModeStats:
     shared_groups_per_group: float
     singleton_rows: float
     signal_rows: float
+    merged_rows: float
     flat_groups: float
     signal_only_groups: float
 
@@ -78,7 +95,13 @@ class KeyModeStats:
 
 
 def key_mode_stats(
-    steps: StepBatch, anchor_keys: np.ndarray, spec: KeySpec, *, method: str = "gigpo", gamma: float = 0.95
+    steps: StepBatch,
+    anchor_keys: np.ndarray,
+    spec: KeySpec,
+    *,
+    state_keys: np.ndarray,
+    method: str = "gigpo",
+    gamma: float = 0.95,
 ) -> KeyModeStats:
     """The numbers of one key mode: the estimator's terms on ``steps`` with ``anchor_keys`` as the rows' keys.
 
@@ -86,21 +109,23 @@ def key_mode_stats(
         steps: the N step rows of the probe's episodes (:meth:`StepBatch.from_episodes`).
         anchor_keys: ``(N,)`` str, each row's key under ``spec.env_mode`` (masked rows: any str).
         spec: the mode (exact, or similarity with its threshold).
+        state_keys: ``(N,)`` str, each row's ``state`` key (the reference of merged rows).
         method, gamma: the estimator and the discount (``GiGPOConfig``).
 
     Returns:
         the :class:`KeyModeStats`; all zeros when no row is valid.
 
     Raises:
-        ValueError: ``anchor_keys`` of another length than ``steps``; a bad method or gamma.
+        ValueError: ``anchor_keys`` or ``state_keys`` of another length than ``steps``; a bad method or gamma.
     """
-    if len(anchor_keys) != len(steps):
-        raise ValueError(f"anchor_keys has {len(anchor_keys)} rows, the step batch {len(steps)}")
+    for name, column in (("anchor_keys", anchor_keys), ("state_keys", state_keys)):
+        if len(column) != len(steps):
+            raise ValueError(f"{name} has {len(column)} rows, the step batch {len(steps)}")
     batch = dataclasses.replace(steps, anchor_keys=np.asarray(anchor_keys, dtype=object))
     terms = batch.advantage_terms(spec.gigpo_config(method=method, gamma=gamma))
     valid = np.flatnonzero(terms.row_mask)  # (M,)
     if valid.size == 0:
-        return KeyModeStats(spec.name, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        return KeyModeStats(spec.name, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     group, _ = pd.factorize(batch.group_ids[valid])  # (M,) episode group of each valid row, 0..G-1
     num_groups = int(group.max()) + 1
     anchor = terms.anchor_group[valid]  # (M,)
@@ -114,6 +139,9 @@ def key_mode_stats(
     flat = hi == lo  # (G,) every episode return of the group equal
     group_signal = np.bincount(group, weights=signal, minlength=num_groups) > 0  # (G,)
     distinct = np.unique(anchor)
+    state, _ = pd.factorize(np.asarray(state_keys, dtype=object)[valid])  # (M,) state of each valid row
+    pairs = np.unique(np.stack([anchor, state], axis=1), axis=0)  # (P, 2) distinct (anchor group, state)
+    states_in = np.bincount(pairs[:, 0], minlength=int(anchor.max()) + 1)  # (S,) states per anchor group
     shared = np.unique(anchor[size >= 2])
     return KeyModeStats(
         key=spec.name,
@@ -123,6 +151,7 @@ def key_mode_stats(
         shared_groups_per_group=shared.size / num_groups,
         singleton_rows=float(np.mean(size == 1)),
         signal_rows=float(np.mean(signal)),
+        merged_rows=float(np.mean(states_in[anchor] > 1)),
         flat_groups=float(np.mean(flat)),
         signal_only_groups=float(np.mean(flat & group_signal)),
     )
@@ -167,13 +196,15 @@ def recommend(stats: Sequence[KeyModeStats], specs: Sequence[KeySpec]) -> Recomm
     if not stats or [s.key for s in stats] != [s.name for s in specs]:
         raise ValueError("recommend needs one KeyModeStats per KeySpec, in the same order")
     by_name = dict(zip([s.name for s in specs], stats, strict=True))
-    best = max(stats, key=lambda s: s.signal_rows)
-    close = [spec for spec in specs if by_name[spec.name].signal_rows >= best.signal_rows - CLOSE]
+    candidates = [spec for spec in specs if by_name[spec.name].merged_rows <= MERGED_MAX] or list(specs)
+    best = max((by_name[spec.name] for spec in candidates), key=lambda s: s.signal_rows)
+    close = [spec for spec in candidates if by_name[spec.name].signal_rows >= best.signal_rows - CLOSE]
     pick_spec = min(close, key=_preference)
     pick = by_name[pick_spec.name]
     least = min(stats, key=lambda s: s.singleton_rows)
+    top = max(stats, key=lambda s: s.signal_rows)
     if least.singleton_rows >= FRAGMENTED or pick.singleton_rows >= FRAGMENTED:
-        about = least if best.signal_rows == 0.0 else pick
+        about = least if top.signal_rows == 0.0 else pick
         return Recommendation(
             about.key,
             "fragmented",
@@ -181,7 +212,7 @@ def recommend(stats: Sequence[KeyModeStats], specs: Sequence[KeySpec]) -> Recomm
             f"their anchor group and only {percent(about.signal_rows)} carry a step signal, so step credit will add "
             "little over the episode term (does the key hold the step index or other per-episode detail?)",
         )
-    if best.signal_rows == 0.0:
+    if top.signal_rows == 0.0:
         return Recommendation(
             least.key,
             "no_signal",
@@ -196,6 +227,11 @@ def recommend(stats: Sequence[KeyModeStats], specs: Sequence[KeySpec]) -> Recomm
         reason = (
             f"{percent(pick.signal_rows, 1)} of rows with a step signal, within {CLOSE:.2f} of the most ({best.key}: "
             f"{percent(best.signal_rows, 1)}), and {_why_preferred(pick_spec, by_name[best.key], specs)}"
+        )
+    if top.signal_rows > best.signal_rows and top.merged_rows > MERGED_MAX:  # rule 1 left it out
+        reason += (
+            f" of the modes that keep states apart ({top.key} reaches {percent(top.signal_rows)} but puts "
+            f"{percent(top.merged_rows)} of its rows in a group with another state)"
         )
     return Recommendation(
         pick.key,
