@@ -146,8 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run_probe(options, progress=not args.quiet)
         report = write_report(result, out, command=_command(argv))
-    except (ValueError, RuntimeError) as exc:  # RuntimeError: ProbeError, EnvError
-        kind = "error" if isinstance(exc, ValueError | ProbeError) else type(exc).__name__
+    except (ValueError, ImportError, RuntimeError) as exc:  # RuntimeError: ProbeError, EnvError
+        kind = "error" if isinstance(exc, ValueError | ImportError | ProbeError) else type(exc).__name__
         print(f"{kind}: {exc}", file=sys.stderr)
         return 2
     print(f"\n{headline(result)}\n\n{markdown_table(result)}\n\n{result.recommendation.line}\n")

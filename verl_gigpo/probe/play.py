@@ -92,6 +92,34 @@ def split_max_steps(env_kwargs: Mapping[str, Any]) -> tuple[int | None, dict[str
     return kwargs.pop("max_steps", None), kwargs
 
 
+def build_env(env_name: str, kwargs: Mapping[str, Any], max_steps: int | None) -> TextEnv:
+    """The environment ``env_name`` built with ``kwargs`` (and ``max_steps`` when given; else its own default).
+
+    Raises:
+        ValueError: an unknown environment, or a constructor argument it refuses (naming the arguments given).
+        ImportError: its optional dependency is missing.
+    """
+    limit = {"max_steps": max_steps} if max_steps is not None else {}
+    try:
+        return make_env(env_name, key_mode="state", **limit, **kwargs)
+    except (TypeError, ValueError) as exc:
+        given = " ".join(f"{k}={v!r}" for k, v in {**kwargs, **limit}.items()) or "no arguments"
+        raise ValueError(f"{env_name} with {given}: {exc}") from exc
+
+
+def checked_split(env: TextEnv, split: str | None) -> str:
+    """``split``, or the environment's first split when None.
+
+    Raises:
+        ValueError: a split the environment does not have (naming ``--split`` and the known ones).
+    """
+    if split is None:
+        return env.splits[0]
+    if split not in env.splits:
+        raise ValueError(f"--split {split!r}: {env.name} has the splits {', '.join(env.splits)}")
+    return split
+
+
 def play_random(
     env_name: str,
     *,
@@ -120,8 +148,8 @@ def play_random(
         EnvError: the environment failed (it names the task and the step).
     """
     max_steps, kwargs = split_max_steps(env_kwargs or {})
-    env = make_env(env_name, key_mode="state", **({"max_steps": max_steps} if max_steps is not None else {}), **kwargs)
-    split = env.splits[0] if split is None else split
+    env = build_env(env_name, kwargs, max_steps)
+    split = checked_split(env, split)
     tasks = probe_tasks(env_name, groups, split, kwargs)
     penalty = EpisodeConfig().invalid_action_penalty  # the runner's rule; valid actions never pay it
     keys: dict[str, list[str]] = {mode: [] for mode in modes}
@@ -232,9 +260,8 @@ def play_model(
     from verl_gigpo.local.rollout import LocalRollout
 
     max_steps, kwargs = split_max_steps(env_kwargs or {})
-    with contextlib.closing(make_env(env_name, key_mode="state", **kwargs)) as probe_env:  # its limit and split
-        default_steps, split = probe_env.max_steps, probe_env.splits[0] if split is None else split
-        probe_env.num_tasks(split)  # an unknown split is a ValueError naming the known ones
+    with contextlib.closing(build_env(env_name, kwargs, max_steps)) as probe_env:  # its default limit and split
+        default_steps, split = probe_env.max_steps, checked_split(probe_env, split)
     env_layer: dict[str, Any] = {"name": env_name, "kwargs": kwargs, "max_steps": max_steps or default_steps}
     if registry:
         env_layer["registry"] = dict(registry)
