@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -14,8 +15,11 @@ from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.probe.keys import DEFAULT_KEYS, KeySpec, parse_keys
 from verl_gigpo.probe.play import PlayedEpisodes, play_model, play_random, split_max_steps
 from verl_gigpo.probe.stats import KeyModeStats, Recommendation, key_mode_stats, recommend
+from verl_gigpo.rules import group_size_warning
 
 __all__ = ["ProbeOptions", "ProbeResult", "run_probe"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,9 @@ def run_probe(options: ProbeOptions, *, progress: bool = False) -> ProbeResult:
         ProbeError: see :mod:`verl_gigpo.probe.play`.
         EnvError: the environment failed while playing randomly.
     """
+    warning = group_size_warning(options.method, options.n)
+    if warning:
+        logger.warning("%s", warning.replace("actor_rollout_ref.rollout.n=1", "-n 1"))
     played = _play(options, progress)
     steps = played.steps
     stats = [
