@@ -260,9 +260,9 @@ def play_model(
     from verl_gigpo.local.rollout import LocalRollout
 
     max_steps, kwargs = split_max_steps(env_kwargs or {})
-    with contextlib.closing(build_env(env_name, kwargs, max_steps)) as probe_env:  # its default limit and split
-        default_steps, split = probe_env.max_steps, checked_split(probe_env, split)
-    env_layer: dict[str, Any] = {"name": env_name, "kwargs": kwargs, "max_steps": max_steps or default_steps}
+    with contextlib.closing(build_env(env_name, kwargs, max_steps)) as probe_env:  # the limit (its own default)
+        limit, split = probe_env.max_steps, checked_split(probe_env, split)
+    env_layer: dict[str, Any] = {"name": env_name, "kwargs": kwargs, "max_steps": limit}
     if registry:
         env_layer["registry"] = dict(registry)
     layer = {

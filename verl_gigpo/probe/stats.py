@@ -228,7 +228,7 @@ def recommend(stats: Sequence[KeyModeStats], specs: Sequence[KeySpec]) -> Recomm
             f"{percent(pick.signal_rows, 1)} of rows with a step signal, within {CLOSE:.2f} of the most ({best.key}: "
             f"{percent(best.signal_rows, 1)}), and {_why_preferred(pick_spec, by_name[best.key], specs)}"
         )
-    if top.signal_rows > best.signal_rows and top.merged_rows > MERGED_MAX:  # rule 1 left it out
+    if top.signal_rows > best.signal_rows + CLOSE and top.merged_rows > MERGED_MAX:  # rule 1 left out a clear gain
         reason += (
             f" of the modes that keep states apart ({top.key} reaches {percent(top.signal_rows)} but puts "
             f"{percent(top.merged_rows)} of its rows in a group with another state)"
