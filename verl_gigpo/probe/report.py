@@ -88,7 +88,7 @@ def plot_probe(result: ProbeResult, path: str | Path) -> Path:
         ("rows grouped with another state", [s.merged_rows for s in stats], "#dd8452"),
         ("episode groups with step signal only", [s.signal_only_groups for s in stats], "#55a868"),
     )
-    fig = Figure(figsize=(9, 1.2 + 0.75 * len(stats)), dpi=100)
+    fig = Figure(figsize=(9, 2.2 + 0.75 * len(stats)), dpi=100, layout="constrained")
     ax = fig.subplots()
     y = np.arange(len(stats))  # (K,)
     height = 0.2
@@ -99,7 +99,7 @@ def plot_probe(result: ProbeResult, path: str | Path) -> Path:
     ax.set_xlim(0, 1)
     ax.set_xlabel("fraction")
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    fig.legend(fontsize=8, loc="outside lower center", ncol=2)
     opts = result.options
     verdict = {
         "recommend": f"recommended key mode: {result.recommendation.key}",
@@ -107,7 +107,6 @@ def plot_probe(result: ProbeResult, path: str | Path) -> Path:
         "no_signal": "no key mode gives a step signal",
     }[result.recommendation.verdict]
     ax.set_title(f"{opts.env}: {opts.groups} groups x {opts.n} episodes, {result.policy}\n{verdict}", fontsize=9)
-    fig.tight_layout()
     path = Path(path)
     fig.savefig(path)
     return path
