@@ -1,0 +1,359 @@
+"""Playing the probe's episodes, and reading every key mode's anchor keys from their states.
+
+Two policies, the same records (:class:`~verl_gigpo.rollout.types.Episode` with one
+:class:`~verl_gigpo.rollout.types.StepRecord` per step, the records both engines train from):
+
+* :func:`play_random`: the environment's own valid actions, drawn uniformly from
+  :meth:`TextEnv.example_actions <environments.base.TextEnv.example_actions>` (the admissible actions; a few
+  representative ones where the action space is unbounded: search queries, WebShop's search page), episode ``k`` of
+  task ``g`` from ``np.random.default_rng([seed, g, k])``: reproducible, and independent of the order of play. The
+  keys of every mode are read from the environment before each step.
+* :func:`play_model`: a Hugging Face model on the local engine (:class:`~verl_gigpo.local.rollout.LocalRollout`, as
+  ``python -m verl_gigpo.evaluate`` plays), with the training rollout's sampling; episode ``k`` of task ``g`` samples
+  with the seed ``episode_seed(trainer.seed, PROBE_SEED_PART, g, k)``. The episode runner records one key mode, so
+  :func:`replay_keys` then replays each episode's commands in a fresh reset of the same task and reads every mode's
+  keys there, checking on the way that the replay meets the recorded key and reward of every step (environments are
+  deterministic given the task seed and the commands: ``python -m environments.checker`` checks it).
+
+Tasks are seeds ``0 .. groups - 1`` of the split; each is played ``n`` times, one episode group per task (group id
+``task<g>``, as :meth:`LocalRollout.play <verl_gigpo.local.rollout.LocalRollout.play>` names them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from environments import TextEnv, make_env
+from verl_gigpo.rollout.factory import make_task_env
+from verl_gigpo.rollout.step_rows import StepBatch
+from verl_gigpo.rollout.types import Episode, EpisodeConfig, StepRecord, TaskSpec
+
+__all__ = ["PROBE_SEED_PART", "PlayedEpisodes", "ProbeError", "play_model", "play_random", "replay_keys"]
+
+logger = logging.getLogger(__name__)
+
+#: the seed part of the probe's model episodes (validation uses 0, training 1 and the iteration)
+PROBE_SEED_PART = 2
+
+
+class ProbeError(RuntimeError):
+    """The probe cannot go on: an environment that offers no action, or a replay that does not meet the episode."""
+
+
+@dataclass
+class PlayedEpisodes:
+    """The probe's episodes and the anchor keys of their step rows under every key mode asked.
+
+    Attributes:
+        episodes: ``groups * n`` episodes in (task, member) order.
+        keys: ``{env key mode: (N,) object array of str}``, row ``i`` the key of row ``i`` of :attr:`steps` (rows of
+            failed episodes, which the estimator leaves out, hold ``""``).
+        steps: :meth:`StepBatch.from_episodes` of the episodes (N rows).
+        policy: what chose the actions, in words.
+        max_steps: the step limit the episodes were played with.
+    """
+
+    episodes: list[Episode]
+    keys: dict[str, np.ndarray]
+    steps: StepBatch
+    policy: str
+    max_steps: int
+
+    def __post_init__(self) -> None:
+        for mode, column in self.keys.items():
+            if len(column) != len(self.steps):
+                raise ValueError(f"keys[{mode!r}] has {len(column)} rows, the episodes {len(self.steps)}")
+
+
+def probe_tasks(env_name: str, groups: int, split: str, env_kwargs: Mapping[str, Any]) -> list[TaskSpec]:
+    """The probe's tasks: seeds ``0 .. groups - 1`` of ``split`` (``env_kwargs`` without ``max_steps``)."""
+    return [TaskSpec(env_name, g, split, dict(env_kwargs)) for g in range(groups)]
+
+
+def split_max_steps(env_kwargs: Mapping[str, Any]) -> tuple[int | None, dict[str, Any]]:
+    """``(max_steps or None, the other kwargs)``: the episode config holds the step limit, the task the rest.
+
+    Raises:
+        ValueError: ``key_mode`` among the kwargs (the probe reads every mode asked with ``--keys``).
+    """
+    kwargs = dict(env_kwargs)
+    if "key_mode" in kwargs:
+        raise ValueError(
+            "key_mode=...: the probe reads every key mode from the same episodes; choose them with --keys "
+            "(e.g. --keys state,history:1,similarity:0.9)"
+        )
+    return kwargs.pop("max_steps", None), kwargs
+
+
+def build_env(env_name: str, kwargs: Mapping[str, Any], max_steps: int | None) -> TextEnv:
+    """The environment ``env_name`` built with ``kwargs`` (and ``max_steps`` when given; else its own default).
+
+    Raises:
+        ValueError: an unknown environment, or a constructor argument it refuses (naming the arguments given).
+        ImportError: its optional dependency is missing.
+    """
+    limit = {"max_steps": max_steps} if max_steps is not None else {}
+    try:
+        return make_env(env_name, key_mode="state", **limit, **kwargs)
+    except (TypeError, ValueError) as exc:
+        given = " ".join(f"{k}={v!r}" for k, v in {**kwargs, **limit}.items()) or "no arguments"
+        raise ValueError(f"{env_name} with {given}: {exc}") from exc
+
+
+def checked_split(env: TextEnv, split: str | None) -> str:
+    """``split``, or the environment's first split when None.
+
+    Raises:
+        ValueError: a split the environment does not have (naming ``--split`` and the known ones).
+    """
+    if split is None:
+        return env.splits[0]
+    if split not in env.splits:
+        raise ValueError(f"--split {split!r}: {env.name} has the splits {', '.join(env.splits)}")
+    return split
+
+
+def play_random(
+    env_name: str,
+    *,
+    groups: int,
+    n: int,
+    modes: Sequence[str],
+    split: str | None = None,
+    seed: int = 0,
+    env_kwargs: Mapping[str, Any] | None = None,
+    progress: bool = False,
+) -> PlayedEpisodes:
+    """Play ``groups`` tasks ``n`` times each with uniformly drawn valid actions (see the module docstring).
+
+    Args:
+        env_name: a registered environment.
+        groups, n: tasks (seeds ``0 .. groups - 1``) and episodes per task.
+        modes: the environment key modes to read (``observation``, ``state``, ``history:K``).
+        split: the task split (default: the environment's first).
+        seed: seeds the action draws.
+        env_kwargs: constructor arguments (``max_steps`` among them sets the step limit).
+        progress: a progress bar over the episodes.
+
+    Raises:
+        ValueError: an unknown environment, split or constructor argument.
+        ProbeError: the environment offers no action in some state.
+        EnvError: the environment failed (it names the task and the step).
+    """
+    max_steps, kwargs = split_max_steps(env_kwargs or {})
+    env = build_env(env_name, kwargs, max_steps)
+    split = checked_split(env, split)
+    tasks = probe_tasks(env_name, groups, split, kwargs)
+    penalty = EpisodeConfig().invalid_action_penalty  # the runner's rule; valid actions never pay it
+    keys: dict[str, list[str]] = {mode: [] for mode in modes}
+    episodes: list[Episode] = []
+    bar = _bar(len(tasks) * n, f"{env_name} episodes (random valid actions)", progress)
+    try:
+        for g, task in enumerate(tasks):
+            for k in range(n):
+                rng = np.random.default_rng([seed, g, k])
+                episodes.append(_random_episode(env, task, rng, f"random-{g}-{k}", f"task{g}", keys, penalty))
+                if bar is not None:
+                    bar.update(1)
+        limit = env.max_steps
+    finally:
+        if bar is not None:
+            bar.close()
+        env.close()
+    invalid = sum(ep.num_invalid for ep in episodes)
+    if invalid:
+        logger.warning("%d random example actions were not valid actions (penalised as the runner does)", invalid)
+    policy = f"random valid actions (seed {seed})"
+    return _played(episodes, keys, policy, limit)
+
+
+def _random_episode(
+    env: TextEnv, task: TaskSpec, rng: np.random.Generator, traj_id: str, group_id: str, keys: dict, penalty: float
+) -> Episode:
+    """One episode of uniformly drawn example actions; appends each step's key of every mode to ``keys``."""
+    observation, info = env.reset(seed=task.seed, options={"split": task.split})
+    episode = Episode(
+        traj_id=traj_id, task=task, task_id=info["task_id"], task_type=info["task_type"], group_id=group_id
+    )
+    step_id = 0
+    while True:
+        choices = env.example_actions()
+        if not choices:
+            raise ProbeError(
+                f"{env.name} task {task.seed} ({info['task_id']}) offers no action at step {step_id} "
+                "(example_actions() is empty), so the random policy cannot play it; probe it with --model"
+            )
+        action = choices[int(rng.integers(len(choices)))]
+        for mode, column in keys.items():
+            column.append(env.anchor_key(mode))
+        next_observation, reward, terminated, truncated, next_info = env.step(action)
+        valid = bool(next_info["action_valid"])
+        step_reward = float(reward) - (0.0 if valid else penalty)
+        episode.steps.append(
+            StepRecord(
+                step_id=step_id,
+                observation=observation,
+                anchor_key=info["anchor_key"],
+                prompt_text="",
+                prompt_ids=[],
+                response_ids=[],
+                response_logprobs=None,
+                response_text=action,
+                action=action,
+                action_valid=valid,
+                env_reward=float(reward),
+                step_reward=step_reward,
+                terminated=terminated,
+                truncated=truncated,
+                won=bool(next_info["won"]),
+            )
+        )
+        episode.episode_return += step_reward
+        observation, info = next_observation, next_info
+        step_id += 1
+        if terminated or truncated:
+            break
+    episode.won = episode.steps[-1].won
+    return episode
+
+
+def play_model(
+    model: str | Path,
+    env_name: str,
+    *,
+    groups: int,
+    n: int,
+    modes: Sequence[str],
+    split: str | None = None,
+    seed: int = 0,
+    env_kwargs: Mapping[str, Any] | None = None,
+    overrides: Sequence[str] = (),
+    registry: Mapping[str, str] | None = None,
+    device: str | None = None,
+    progress: bool = False,
+) -> PlayedEpisodes:
+    """Play ``groups`` tasks ``n`` times each with ``model`` on the local engine, then :func:`replay_keys`.
+
+    Args:
+        model: a Hugging Face causal LM folder.
+        env_name, groups, n, modes, split, env_kwargs, progress: as :func:`play_random`.
+        seed: ``trainer.seed`` (the episodes' sampling seeds derive from it).
+        overrides: ``key=value`` items of the local engine's config (``verl_gigpo/config/local_trainer.yaml``:
+            prompt, response length, sampling), applied last.
+        registry: ``env.registry`` entries for an environment given as ``package.module:Class``.
+        device: ``trainer.device`` (default the config's: cpu).
+
+    Raises:
+        ValueError: a bad override or setting (naming the key); an unknown environment or split.
+        ProbeError: a replay that does not meet its episode.
+    """
+    from omegaconf import OmegaConf
+
+    from verl_gigpo.local.config import load_config
+    from verl_gigpo.local.rollout import LocalRollout
+
+    max_steps, kwargs = split_max_steps(env_kwargs or {})
+    with contextlib.closing(build_env(env_name, kwargs, max_steps)) as probe_env:  # the limit (its own default)
+        limit, split = probe_env.max_steps, checked_split(probe_env, split)
+    env_layer: dict[str, Any] = {"name": env_name, "kwargs": kwargs, "max_steps": limit}
+    if registry:
+        env_layer["registry"] = dict(registry)
+    layer = {
+        "actor_rollout_ref": {"model": {"path": str(model)}, "rollout": {"n": n}},
+        "env": env_layer,
+        "trainer": {"seed": seed, **({"device": device} if device is not None else {})},
+        "local": {"progress": False, "plot": False},
+    }
+    cfg = load_config(overrides, layers=[layer])
+    tasks = probe_tasks(env_name, groups, split, OmegaConf.to_container(cfg.env.kwargs, resolve=True))
+    rollout = LocalRollout(cfg)
+    try:
+        episodes = rollout.play(
+            tasks, n, validation=False, seed_parts=(int(cfg.trainer.seed), PROBE_SEED_PART), progress=progress
+        )
+        config = rollout.episode_config
+    finally:
+        rollout.close()
+    failed = sum(ep.env_error is not None for ep in episodes)
+    if failed:
+        logger.warning("%d of %d episodes failed in the environment; their rows are left out", failed, len(episodes))
+    keys = replay_keys(episodes, modes, config, progress=progress)
+    temperature = cfg.actor_rollout_ref.rollout.temperature
+    policy = f"model {model} (sampled at temperature {temperature}, seed {cfg.trainer.seed})"
+    return _played(episodes, keys, policy, config.max_steps)
+
+
+def replay_keys(
+    episodes: Sequence[Episode], modes: Sequence[str], config: EpisodeConfig, *, progress: bool = False
+) -> dict[str, list[str]]:
+    """Every mode's anchor key of every step row of ``episodes``: each episode's commands replayed in a fresh reset
+    of its task (one environment built as the episodes' were, ``config``), keys read before each step.
+
+    Returns:
+        ``{mode: N keys}`` in the row order of :meth:`StepBatch.from_episodes` (a failed episode's rows, or its one
+        placeholder row, hold ``""``).
+
+    Raises:
+        ProbeError: a replayed step whose key (under ``config.key_mode``) or reward differs from the record: the
+            environment is not deterministic given the task seed and the commands.
+    """
+    keys: dict[str, list[str]] = {mode: [] for mode in modes}
+    played = [ep for ep in episodes if ep.env_error is None and ep.steps]
+    if not played:
+        for ep in episodes:
+            for column in keys.values():
+                column.extend([""] * max(1, len(ep.steps)))
+        return keys
+    env = make_task_env(played[0].task, config)
+    bar = _bar(len(episodes), "replaying for the keys", progress)
+    try:
+        for ep in episodes:
+            if ep.env_error is not None or not ep.steps:
+                for column in keys.values():
+                    column.extend([""] * max(1, len(ep.steps)))
+            else:
+                _replay(env, ep, keys, config.key_mode)
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+        env.close()
+    return keys
+
+
+def _replay(env: TextEnv, episode: Episode, keys: dict[str, list[str]], key_mode: str) -> None:
+    task = episode.task
+    env.reset(seed=task.seed, options={"split": task.split})
+    for step in episode.steps:
+        where = f"replaying episode {episode.traj_id} ({task.env_name} task {task.seed}) at step {step.step_id}"
+        if env.anchor_key(key_mode) != step.anchor_key:
+            raise ProbeError(
+                f"{where}: the {key_mode} key differs from the one recorded while playing; the environment is not "
+                "deterministic given the task seed and the commands (python -m environments.checker checks it)"
+            )
+        for mode, column in keys.items():
+            column.append(env.anchor_key(mode))
+        _, reward, _, _, _ = env.step(step.action)
+        if float(reward) != step.env_reward:
+            raise ProbeError(f"{where}: reward {reward} where the episode got {step.env_reward}")
+
+
+def _played(episodes: list[Episode], keys: dict[str, list[str]], policy: str, max_steps: int) -> PlayedEpisodes:
+    columns = {mode: np.asarray(column, dtype=object) for mode, column in keys.items()}
+    return PlayedEpisodes(episodes, columns, StepBatch.from_episodes(episodes), policy, int(max_steps))
+
+
+def _bar(total: int, desc: str, progress: bool) -> Any:
+    if not progress:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="ep")
