@@ -249,7 +249,7 @@ class LocalTrainer:
         rounds = DynamicRounds(self.dynamic, target=size)
         played: list[Episode] = []
         while not rounds.done:
-            first = len(rounds.rounds) * size
+            first = rounds.num_rounds * size
             episodes = self.rollout(
                 self._draw_tasks(size), n, validation=False, seed_parts=seed_parts, first_task=first
             )
@@ -267,7 +267,7 @@ class LocalTrainer:
                 rounds.kept_count,
                 size,
                 self.dynamic.filter,
-                len(rounds.rounds),
+                rounds.num_rounds,
                 int(metrics["dynamic/short_groups"]),
             )
         order = {group: i for i, group in enumerate(selected)}

@@ -51,7 +51,10 @@ __all__ = [
     "STEP_ATOL",
     "DynamicRounds",
     "DynamicSampling",
+    "GroupRecord",
     "GroupSignal",
+    "dynamic_metrics",
+    "group_records",
     "group_signal",
 ]
 
@@ -240,19 +243,113 @@ def group_signal(steps: StepBatch, filter: str, gigpo: Any = None, *, penalty_mo
     )
 
 
-@dataclass
-class _Round:
-    """One round's decisions and what it played."""
+@dataclass(frozen=True)
+class GroupRecord:
+    """What dynamic sampling knows of one played episode group: its round, the filter's decision and its episodes.
 
-    signal: GroupSignal
+    Attributes:
+        group_id: the episode group (task draw) id.
+        round: the round that played it (1, 2, ...).
+        keep, episode, step: as :class:`GroupSignal` (the filter kept it; its episode scores differ; its step
+            term is nonzero).
+        episodes: trajectories played; finished: those whose environment did not fail; won: finished and won.
+    """
+
+    group_id: str
+    round: int
+    keep: bool
+    episode: bool
+    step: bool
     episodes: int
-    finished: int  # episodes whose environment did not fail
+    finished: int
     won: int
+
+
+def group_records(steps: StepBatch, signal: GroupSignal, round: int) -> list[GroupRecord]:
+    """One :class:`GroupRecord` per group of ``signal`` (decided on ``steps``), in its order, for round ``round``."""
+    real = np.flatnonzero(~steps.padding)  # (M,)
+    t_codes, _ = pd.factorize(steps.traj_ids[real])  # (M,) trajectory of each real row
+    num = int(t_codes.max()) + 1 if t_codes.size else 0
+    first = np.full(num, real.size, dtype=np.int64)
+    np.minimum.at(first, t_codes, np.arange(real.size))
+    first = real[first]  # (T,) batch position of each trajectory's first real row
+    failed = np.zeros(num, dtype=bool)
+    won = np.zeros(num, dtype=bool)
+    np.logical_or.at(failed, t_codes, steps.env_error[real].astype(bool))
+    np.logical_or.at(won, t_codes, steps.won[real].astype(bool))
+    index = {str(g): i for i, g in enumerate(signal.group_ids)}
+    owner = np.array([index.get(str(g), -1) for g in steps.group_ids[first]], dtype=np.int64)  # (T,) its group
+    ours = owner >= 0  # (T,) trajectories of the groups of signal
+
+    def per_group(flags: np.ndarray) -> np.ndarray:
+        return np.bincount(owner[ours & flags], minlength=len(index))  # (G,)
+
+    episodes, finished, wins = per_group(np.ones(num, bool)), per_group(~failed), per_group(~failed & won)
+    records = [
+        GroupRecord(
+            group_id=str(group),
+            round=round,
+            keep=bool(signal.keep[i]),
+            episode=bool(signal.episode[i]),
+            step=bool(signal.step[i]),
+            episodes=int(episodes[i]),
+            finished=int(finished[i]),
+            won=int(wins[i]),
+        )
+        for i, group in enumerate(signal.group_ids)
+    ]
+    return records
+
+
+def dynamic_metrics(records: list[GroupRecord], selected: list[str] | set[str], target: int) -> dict[str, float]:
+    """The ``dynamic/*`` metrics of one iteration (docs/metrics.md), the same definition on both engines.
+
+    Args:
+        records: every group played this iteration (:func:`group_records`).
+        selected: the ids of the groups trained on.
+        target: the groups an iteration trains on (``data.train_batch_size``).
+
+    Returns:
+        ``rounds``; ``kept_fraction_round_<k>`` (groups the filter kept / groups played in round k, each round played)
+        and ``kept_fraction`` (over all rounds); ``kept_groups`` (groups of the batch the filter kept);
+        ``kept_by_step_signal_only`` (groups of the batch kept for their step term alone); ``dropped_with_step_signal``
+        (groups the filter dropped whose step term was nonzero); ``short_groups`` (``target - kept_groups``: slots of
+        the batch holding a group the filter dropped); ``surplus_groups`` (kept groups not trained on);
+        ``episodes_played``; ``episodes_per_kept_group`` (episodes played / ``kept_groups``; the episodes played when
+        none was kept); ``played_success_rate`` (won / finished over every episode played), each under ``dynamic/``.
+    """
+    chosen = set(selected)
+    rounds = max((r.round for r in records), default=0)
+    kept = sum(r.keep for r in records)
+    kept_in_batch = sum(r.keep and r.group_id in chosen for r in records)
+    episodes = sum(r.episodes for r in records)
+    finished = sum(r.finished for r in records)
+    out = {"dynamic/rounds": float(rounds)}
+    for k in range(1, rounds + 1):
+        played = [r.keep for r in records if r.round == k]
+        out[f"dynamic/kept_fraction_round_{k}"] = sum(played) / len(played) if played else 0.0
+    out.update(
+        {
+            "dynamic/kept_fraction": kept / len(records) if records else 0.0,
+            "dynamic/kept_groups": float(kept_in_batch),
+            "dynamic/kept_by_step_signal_only": float(
+                sum(r.keep and not r.episode and r.group_id in chosen for r in records)
+            ),
+            "dynamic/dropped_with_step_signal": float(sum(r.step and not r.keep for r in records)),
+            "dynamic/short_groups": float(max(0, target - kept_in_batch)),
+            "dynamic/surplus_groups": float(kept - kept_in_batch),
+            "dynamic/episodes_played": float(episodes),
+            "dynamic/episodes_per_kept_group": episodes / max(kept_in_batch, 1),
+            "dynamic/played_success_rate": sum(r.won for r in records) / finished if finished else 0.0,
+        }
+    )
+    return out
 
 
 @dataclass
 class DynamicRounds:
-    """The rounds of one iteration: what each round's filter kept, when to stop, which groups to train on, metrics.
+    """The rounds of one iteration on the local engine: what each round's filter kept, when to stop, which groups
+    to train on, and the metrics (:func:`dynamic_metrics`).
 
     Args:
         options: the dynamic-sampling options (enabled).
@@ -264,83 +361,42 @@ class DynamicRounds:
 
     options: DynamicSampling
     target: int
-    rounds: list[_Round] = field(default_factory=list)
+    records: list[GroupRecord] = field(default_factory=list)
+    num_rounds: int = 0
 
     def add(self, steps: StepBatch, signal: GroupSignal) -> None:
-        """Record a round: its step rows (for the episodes played) and the filter's decisions on them.
+        """Record a round: the filter's decisions on its step rows.
 
         Raises:
             RuntimeError: a round after the last (``done``).
             ValueError: a group id already seen in an earlier round (each round's tasks need their own ids).
         """
         if self.done:
-            raise RuntimeError(f"no round after the last: {len(self.rounds)} round(s), {self.kept_count} kept")
-        seen = {str(g) for r in self.rounds for g in r.signal.group_ids}
-        repeated = sorted(seen & {str(g) for g in signal.group_ids})
+            raise RuntimeError(f"no round after the last: {self.num_rounds} round(s), {self.kept_count} kept")
+        repeated = sorted({r.group_id for r in self.records} & {str(g) for g in signal.group_ids})
         if repeated:
             raise ValueError(f"group ids {repeated[:5]} were played in an earlier round: each round needs fresh ids")
-        summaries = steps.trajectory_summaries()
-        finished = [s for s in summaries if not s.env_error]
-        self.rounds.append(_Round(signal, len(summaries), len(finished), sum(s.won for s in finished)))
+        self.num_rounds += 1
+        self.records += group_records(steps, signal, self.num_rounds)
 
     @property
     def kept_count(self) -> int:
         """Groups the filter kept so far (all rounds, before trimming)."""
-        return sum(int(r.signal.keep.sum()) for r in self.rounds)
+        return sum(r.keep for r in self.records)
 
     @property
     def done(self) -> bool:
         """The kept groups fill the batch, or ``max_rounds`` rounds were played."""
-        return self.kept_count >= self.target or len(self.rounds) >= self.options.max_rounds
+        return self.kept_count >= self.target or self.num_rounds >= self.options.max_rounds
 
     def selected(self) -> list[str]:
         """The ids of the groups to train on, in play order: the kept groups, the first ``target`` of them; when
         fewer were kept after the last round, that round's dropped groups fill the rest (in play order), as the
         reference's last try keeps every group."""
-        kept = [g for r in self.rounds for g in r.signal.kept()][: self.target]
-        missing = self.target - len(kept)
-        if missing > 0 and self.rounds:
-            last = self.rounds[-1].signal
-            kept += [str(g) for g in last.group_ids[~last.keep]][:missing]
-        return kept
+        kept = [r.group_id for r in self.records if r.keep][: self.target]
+        fill = [r.group_id for r in self.records if r.round == self.num_rounds and not r.keep]
+        return kept + fill[: max(0, self.target - len(kept))]
 
     def metrics(self) -> dict[str, float]:
-        """``dynamic/*`` metrics of the iteration (docs/metrics.md):
-
-        ``rounds``; ``kept_fraction_round_<k>`` (groups the filter kept / groups played in round k) and
-        ``kept_fraction`` (over all rounds); ``kept_groups`` (groups of the batch the filter kept);
-        ``kept_by_step_signal_only`` (groups of the batch kept for their step term alone); ``dropped_with_step_signal``
-        (groups the filter dropped whose step term was nonzero, all rounds); ``short_groups`` (slots of the batch
-        filled with dropped groups of the last round); ``surplus_groups`` (kept groups trimmed away);
-        ``episodes_played``; ``episodes_per_kept_group`` (episodes played / ``kept_groups``; the episodes played
-        when none was kept); ``played_success_rate`` (won / finished episodes over every episode played).
-        """
-        selected = set(self.selected())
-        played = sum(int(r.signal.group_ids.size) for r in self.rounds)
-        in_batch_kept = in_batch_step_only = 0
-        for r in self.rounds:
-            chosen = np.array([str(g) in selected for g in r.signal.group_ids], dtype=bool)
-            in_batch_kept += int((chosen & r.signal.keep).sum())
-            in_batch_step_only += int((chosen & r.signal.step_only).sum())
-        episodes = sum(r.episodes for r in self.rounds)
-        finished = sum(r.finished for r in self.rounds)
-        out = {"dynamic/rounds": float(len(self.rounds))}
-        for k, r in enumerate(self.rounds, start=1):
-            size = r.signal.group_ids.size
-            out[f"dynamic/kept_fraction_round_{k}"] = float(r.signal.keep.sum() / size) if size else 0.0
-        out.update(
-            {
-                "dynamic/kept_fraction": self.kept_count / played if played else 0.0,
-                "dynamic/kept_groups": float(in_batch_kept),
-                "dynamic/kept_by_step_signal_only": float(in_batch_step_only),
-                "dynamic/dropped_with_step_signal": float(
-                    sum(int(r.signal.dropped_with_step_signal.sum()) for r in self.rounds)
-                ),
-                "dynamic/short_groups": float(max(0, self.target - self.kept_count)),
-                "dynamic/surplus_groups": float(max(0, self.kept_count - self.target)),
-                "dynamic/episodes_played": float(episodes),
-                "dynamic/episodes_per_kept_group": episodes / max(in_batch_kept, 1),
-                "dynamic/played_success_rate": sum(r.won for r in self.rounds) / finished if finished else 0.0,
-            }
-        )
-        return out
+        """``dynamic/*`` of the iteration: :func:`dynamic_metrics` of its groups and :meth:`selected`."""
+        return dynamic_metrics(self.records, self.selected(), self.target)
