@@ -169,6 +169,8 @@ class GroupSignal:
             without a step-credit estimator).
         keep: ``(G,)`` bool, the filter's decision.
         filter: the filter that decided (:data:`FILTERS`).
+        score: ``(G,)`` float64, the highest episode score of the group's unmasked trajectories (0 when it has none):
+            for a group whose scores are all equal, the score they share.
     """
 
     group_ids: np.ndarray
@@ -176,6 +178,7 @@ class GroupSignal:
     step: np.ndarray
     keep: np.ndarray
     filter: str
+    score: np.ndarray
 
     @property
     def step_only(self) -> np.ndarray:
@@ -239,7 +242,12 @@ def group_signal(steps: StepBatch, filter: str, gigpo: Any = None, *, penalty_mo
         step = np.bincount(codes, weights=moving.astype(np.float64), minlength=num) > 0
     keep = episode if filter == "episode" else episode | step
     return GroupSignal(
-        group_ids=np.asarray(uniques, dtype=object), episode=episode, step=step, keep=keep.copy(), filter=filter
+        group_ids=np.asarray(uniques, dtype=object),
+        episode=episode,
+        step=step,
+        keep=keep.copy(),
+        filter=filter,
+        score=np.where(count > 0, hi, 0.0),
     )
 
 
