@@ -10,6 +10,7 @@ it writes what the worker writes to TransferQueue (the prompt's status tag, one 
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -38,27 +39,51 @@ KINDS = {
 
 
 class Rollouts:
-    """Dispatches prompts as the trainer + agent-loop worker would, each finished at once with the next kind of
-    group from ``kinds``; ``self.uids`` lists them in dispatch order."""
+    """Dispatches prompts as the trainer + agent-loop worker would, each with the next kind of group from ``kinds``;
+    ``self.uids`` lists them in dispatch order. The groups finish at once, or with ``gradual`` one at a time, each
+    when :meth:`finish_one` is called (by a thread of the test), in dispatch order."""
 
-    def __init__(self, kinds: list[str]):
-        self.kinds, self.uids = list(kinds), []
+    def __init__(self, kinds: list[str], *, gradual: bool = False):
+        self.kinds, self.uids, self.gradual = list(kinds), [], gradual
+        self.waiting: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
 
     def __call__(self, num_prompts: int) -> int:
         for _ in range(num_prompts):
             uid = f"g{len(self.uids):03d}"
             self.uids.append(uid)
-            keys, fields = [], []
-            for session, (rewards, anchors, won) in enumerate(KINDS[self.kinds.pop(0)]):
-                for step, (reward, anchor) in enumerate(zip(rewards, anchors, strict=True)):
-                    keys.append(f"{uid}_{session}_{step}")
-                    extra = {"traj_id": f"{uid}_{session}", "step_id": step, "anchor_key": anchor}
-                    extra.update(step_reward=reward, env_reward=reward, action_valid=True, won=won, env_error=False)
-                    fields.append({"uid": uid, "extra_fields": extra, "responses": torch.tensor([1, 2])})
-            tags = [{"status": "success", "global_steps": 1} for _ in keys]
-            tq.kv_batch_put(keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(fields), tags=tags)
-            tq.kv_put(key=uid, partition_id="train", tag={"is_prompt": True, "status": "finished", "global_steps": 1})
+            kind = self.kinds.pop(0)
+            if self.gradual:
+                tq.kv_put(
+                    key=uid, partition_id="train", tag={"is_prompt": True, "status": "running", "global_steps": 1}
+                )
+                with self.lock:
+                    self.waiting.append((uid, kind))
+            else:
+                self._finish(uid, kind)
         return num_prompts
+
+    def finish_one(self) -> bool:
+        """Finish the oldest running group; False when none is running."""
+        with self.lock:
+            if not self.waiting:
+                return False
+            uid, kind = self.waiting.pop(0)
+        self._finish(uid, kind)
+        return True
+
+    def _finish(self, uid: str, kind: str) -> None:
+        """Write the group's rows and mark its prompt finished, as the agent-loop worker does."""
+        keys, fields = [], []
+        for session, (rewards, anchors, won) in enumerate(KINDS[kind]):
+            for step, (reward, anchor) in enumerate(zip(rewards, anchors, strict=True)):
+                keys.append(f"{uid}_{session}_{step}")
+                extra = {"traj_id": f"{uid}_{session}", "step_id": step, "anchor_key": anchor}
+                extra.update(step_reward=reward, env_reward=reward, action_valid=True, won=won, env_error=False)
+                fields.append({"uid": uid, "extra_fields": extra, "responses": torch.tensor([1, 2])})
+        tags = [{"status": "success", "global_steps": 1} for _ in keys]
+        tq.kv_batch_put(keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(fields), tags=tags)
+        tq.kv_put(key=uid, partition_id="train", tag={"is_prompt": True, "status": "finished", "global_steps": 1})
 
 
 def _buffer(rollouts: Rollouts, dynamic: DynamicSampling, batch_size: int) -> DynamicReplayBuffer:
@@ -127,6 +152,32 @@ def test_the_budget_ends_the_iteration_with_a_full_batch_cpu(clean):
     assert sorted({key.split("_")[0] for key in batch.keys}) == ["g002", "g003"]
     assert metrics["dynamic/rounds"] == 2 and metrics["dynamic/kept_fraction"] == 0
     assert metrics["dynamic/short_groups"] == 2 and metrics["dynamic/kept_groups"] == 0
+
+
+def test_groups_finishing_one_at_a_time_still_give_a_full_batch_cpu(clean):
+    """Groups finish one by one while others run, every one flat, budget 2 x 3 prompts: evictions stop where the
+    groups present plus the prompts the budget allows no longer exceed the batch, so verl's loop ends with 3 groups
+    instead of waiting for refills the budget cannot give."""
+    rollouts = Rollouts(["flat"] * 20, gradual=True)
+    buffer = _buffer(rollouts, DynamicSampling(enable=True, filter="episode", max_rounds=2), 3)
+    rollouts(3)
+    stop = threading.Event()
+
+    def finish() -> None:
+        while not stop.is_set():
+            rollouts.finish_one()
+            stop.wait(0.02)
+
+    worker = threading.Thread(target=finish, daemon=True)
+    worker.start()
+    try:
+        batch, metrics = buffer.sample(global_steps=1, partition_id="train", batch_size=3)
+    finally:
+        stop.set()
+        worker.join()
+    assert len(rollouts.uids) == 6  # the budget, all dispatched
+    assert len({key.split("_")[0] for key in batch.keys}) == 3
+    assert metrics["dynamic/short_groups"] == 3 and metrics["training/filter_groups/evicted_samples"] == 3
 
 
 def test_the_trainer_mode_builds_the_dynamic_buffer_cpu(ray_tq, tmp_path):

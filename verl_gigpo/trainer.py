@@ -40,7 +40,10 @@ is private to verl and may change in another release, hence the version guard (:
    ``:902``, ``:912``, ``:1004``, ``:1499``) and so reads verl's ``trainer.v1.sync.*`` settings (``:130``,
    ``:157``); the registered name is kept in ``registered_mode``.
 3. ``_build_replay_buffer`` (``trainer_base.py:139``) — wrapped: sets ``ReplayBuffer.poll_interval``
-   (``replay_buffer.py:144``, 2 s by default, no config key) from ``trainer.v1.sampler.poll_interval``.
+   (``replay_buffer.py:144``, 2 s by default, no config key) from ``trainer.v1.sampler.poll_interval``; with
+   ``algorithm.filter_groups.enable`` (dynamic sampling) it builds :class:`verl_gigpo.replay_buffer.
+   DynamicReplayBuffer` instead of verl's ``ReplayBuffer``, with the arguments verl gives its sync buffer when
+   ``filter_groups`` is enabled (``:153-185``); that module lists the buffer members it relies on.
 4. ``_balance_batch`` (``trainer_base.py:1608``) — wrapped: records the number of rows before verl pads them to
    ``_get_required_batch_multiple`` (called at ``:1620``).
 5. ``_get_required_batch_multiple`` (``trainer_base.py:1589``) — replaced when ``mini_batch_rows`` is set (the
