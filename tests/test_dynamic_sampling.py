@@ -375,3 +375,36 @@ def test_the_signal_filter_keeps_groups_the_episode_filter_drops_cpu(tiny_model_
     kept, dropped = group_signal(rows, "signal", cfg), group_signal(rows, "episode", cfg)
     assert set(kept.kept()) <= {ep.group_id for ep in chosen} and len(kept.kept()) >= 1
     assert kept.kept() == [str(g) for g in dropped.group_ids[dropped.dropped_with_step_signal]]
+
+
+def test_a_resumed_dynamic_run_plays_what_an_uninterrupted_one_does_cpu(tiny_model_dir, tmp_path):
+    """The task RNG and the count of episodes played are in the checkpoint: 2 iterations straight and 1 + 1 resumed
+    give the same metrics lines (rounds, kept fractions, episodes played, losses)."""
+    common = [*DYNAMIC, "trainer.save_freq=1", "trainer.test_freq=1"]  # each run validates every iteration
+    straight = _trainer(tiny_model_dir, tmp_path / "a", *common, "trainer.total_training_steps=2")
+    try:
+        history_a = straight.fit()
+    finally:
+        straight.close()
+    first = _trainer(tiny_model_dir, tmp_path / "b", *common, "trainer.total_training_steps=1")
+    try:
+        first.fit()
+    finally:
+        first.close()
+    resumed = _trainer(tiny_model_dir, tmp_path / "b", *common, "trainer.total_training_steps=2", "trainer.resume=true")
+    try:
+        history_b = resumed.fit()
+    finally:
+        resumed.close()
+
+    def comparable(history):
+        return [
+            {k: v for k, v in m.items() if not (k.startswith("timing_s/") or k.endswith("_seconds_mean"))}
+            for m in history
+        ]
+
+    assert comparable(history_a) == comparable(history_b)
+    train = [m for m in history_b if "dynamic/rounds" in m]
+    assert len(train) == 2 and train[1]["rollout/episodes_played_total"] == sum(
+        m["rollout/episodes_played"] for m in train
+    )

@@ -247,6 +247,7 @@ class LocalTrainer:
             episodes = self.rollout(self._draw_tasks(size), n, validation=False, seed_parts=seed_parts)
             return episodes, episodes, {}
         rounds = DynamicRounds(self.dynamic, target=size)
+        mode = penalty_mode(cfg.env)  # the episode score of grpo / rloo (a step-credit estimator's config has its own)
         played: list[Episode] = []
         while not rounds.done:
             first = rounds.num_rounds * size
@@ -254,7 +255,6 @@ class LocalTrainer:
                 self._draw_tasks(size), n, validation=False, seed_parts=seed_parts, first_task=first
             )
             steps = StepBatch.from_episodes(episodes)
-            mode = penalty_mode(cfg.env)
             rounds.add(steps, group_signal(steps, self.dynamic.filter, self.gigpo, penalty_mode=mode))
             played += episodes
         selected = rounds.selected()
