@@ -648,6 +648,43 @@ e.g. for Qwen3) or THINKING=1 (on), or leave it unset for the template's default
     esac
 }
 
+# --- Dynamic sampling: DYNAMIC (unset = off) ---------------------------------------------------------------------
+
+# gigpo_dynamic_setup: fill GIGPO_DYNAMIC with the dynamic-sampling settings (docs/dynamic-sampling.md), from
+# DYNAMIC: unset or empty = off (nothing); DYNAMIC=episode = the reference's dynamic GiGPO
+# (examples/gigpo_dynamic_trainer/run_*.sh): a group whose episode returns are all equal is dropped and replaced by
+# fresh tasks, at most MAX_GEN_BATCHES (default 10) generation batches an iteration, with its clip range 0.2 / 0.28
+# (CLIP_RATIO_LOW, CLIP_RATIO_HIGH); DYNAMIC=signal = the same, but a group is also kept when the estimator's step
+# term has signal (needs a step-credit ADV_ESTIMATOR: gigpo, hgpo, graphgpo, g2po). Anything else stops the recipe.
+gigpo_dynamic_setup() {
+    GIGPO_DYNAMIC=()
+    case "${DYNAMIC:-}" in
+        "") return 0 ;;
+        episode | signal) ;;
+        *) gigpo_fail "DYNAMIC=$DYNAMIC: use DYNAMIC=episode (drop groups whose episode returns are all equal and \
+play fresh tasks instead, the reference's dynamic GiGPO) or DYNAMIC=signal (keep a group whose step term has signal \
+too), or leave it unset (no dynamic sampling)" ;;
+    esac
+    if [[ "$DYNAMIC" == signal && ! " gigpo hgpo graphgpo g2po " =~ " ${ADV_ESTIMATOR:-gigpo} " ]]; then
+        gigpo_fail "DYNAMIC=signal needs a step-credit estimator (ADV_ESTIMATOR=gigpo, hgpo, graphgpo or g2po); \
+ADV_ESTIMATOR=$ADV_ESTIMATOR has no step term: use DYNAMIC=episode"
+    fi
+    MAX_GEN_BATCHES=${MAX_GEN_BATCHES:-10}
+    gigpo_check_positive_int MAX_GEN_BATCHES "$MAX_GEN_BATCHES" "it is the most generation batches (rounds of \
+data.train_batch_size tasks) an iteration plays with dynamic sampling (algorithm.filter_groups.max_num_gen_batches), \
+e.g. MAX_GEN_BATCHES=10 as the reference"
+    CLIP_RATIO_LOW=${CLIP_RATIO_LOW:-0.2}
+    CLIP_RATIO_HIGH=${CLIP_RATIO_HIGH:-0.28}
+    GIGPO_DYNAMIC=(
+        algorithm.filter_groups.enable=true
+        algorithm.filter_groups.filter="$DYNAMIC"
+        algorithm.filter_groups.max_num_gen_batches="$MAX_GEN_BATCHES"
+        # the reference's dynamic GiGPO scripts also raise the upper clip range (DAPO's clip-higher)
+        actor_rollout_ref.actor.clip_ratio_low="$CLIP_RATIO_LOW"
+        actor_rollout_ref.actor.clip_ratio_high="$CLIP_RATIO_HIGH"
+    )
+}
+
 # gigpo_verl_overrides: fill the array GIGPO_VERL_OVERRIDES with the settings every recipe shares, one Hydra
 # override per line: the model and its attention backend, LoRA, the actor (lr 1e-6, KL loss low_var_kl; with LoRA lr
 # 3e-6 and no KL loss), the optimizer steps (MINI_BATCH_ROWS step rows each), the rollout (vLLM, or hf on DEVICE=cpu),
@@ -655,8 +692,9 @@ e.g. for Qwen3) or THINKING=1 (on), or leave it unset for the template's default
 # each recipe sets the rest). Reads DEVICE, ROLLOUT_NAME, MODEL_PATH, LORA_RANK, LORA_ALPHA,
 # LORA_TARGET_MODULES, LR, USE_KL_LOSS, GROUP_SIZE, N_GPUS, TOTAL_ITERS, TEST_FREQ, MINI_BATCH_ROWS,
 # MICRO_BATCH_PER_GPU, LOG_PROB_MICRO_BATCH_PER_GPU, KL_COEF, ENTROPY_COEF, VAL_TEMPERATURE, VAL_DO_SAMPLE,
-# MAX_CKPTS_TO_KEEP, EXPERIMENT, LOGGER, SEED and THINKING (each recipe sets its defaults, SEED defaults to 0 here;
-# recipes/reference_settings.yaml lists where each value comes from). Recipes put these after their own settings; the
+# MAX_CKPTS_TO_KEEP, EXPERIMENT, LOGGER, SEED, THINKING and DYNAMIC (with MAX_GEN_BATCHES, CLIP_RATIO_LOW,
+# CLIP_RATIO_HIGH) (each recipe sets its defaults, SEED defaults to 0 here; recipes/reference_settings.yaml lists
+# where each value comes from). Recipes put these after their own settings; the
 # user's "$@" comes last and wins.
 gigpo_verl_overrides() {
     # the seed of the training task order (data.seed: verl shuffles the task rows with it; docs/configuration.md,
@@ -681,6 +719,7 @@ clearml, trackio)"
     gigpo_attention_setup
     gigpo_lora_setup
     gigpo_thinking_setup
+    gigpo_dynamic_setup
     local platform=() attn=()
     [[ "${DEVICE:-cuda}" == cpu ]] && platform=(platform=cpu)
     # ++: verl's override_config is an empty dict, so the key is added (or replaced)
@@ -750,5 +789,7 @@ clearml, trackio)"
         algorithm.gigpo.episode_stats=step
         # THINKING=0/1 (gigpo_thinking_setup): the chat template's enable_thinking switch (Qwen3), when set
         "${GIGPO_THINKING[@]}"
+        # DYNAMIC=episode|signal (gigpo_dynamic_setup): dynamic sampling, when set
+        "${GIGPO_DYNAMIC[@]}"
     )
 }

@@ -10,9 +10,9 @@ project differs (``deviation``) or that nobody has decided yet (``open``). The r
 :func:`table_problems` and :func:`fidelity_problems` (``tests/test_fidelity.py`` runs both on every recipe):
 
 1. ``ours`` is what ``DRY_RUN=1 bash recipes/run_<recipe>.sh`` composes at ``key`` (a dotted Hydra key), or puts
-   after ``prep:--option`` in its data-prep command (``all`` when the option is absent); the LoRA rows and each
-   successor's rows (``lora``, ``estimators``) hold when the recipe runs with their ``env`` (e.g. ``LORA_RANK=64``,
-   ``ADV_ESTIMATOR=hgpo``);
+   after ``prep:--option`` in its data-prep command (``all`` when the option is absent); the LoRA rows, the
+   dynamic-sampling rows and each successor's rows (``lora``, ``dynamic``, ``estimators``) hold when the recipe runs
+   with their ``env`` (e.g. ``LORA_RANK=64``, ``DYNAMIC=episode``, ``ADV_ESTIMATOR=hgpo``);
 2. ``ours`` differs from ``reference`` only with a ``deviation`` (or ``open: true`` and a text saying what is known).
 """
 
@@ -43,7 +43,8 @@ def load_table(path: Path = TABLE) -> dict[str, Any]:
     reference_script, rows), ``lora`` (``env``: the variables that turn LoRA on; ``common`` rows; ``recipes``: name
     -> reference_script, rows; the rows that hold with LoRA, :func:`recipe_rows`) and ``estimators`` (method ->
     ``name``, ``env``: ``ADV_ESTIMATOR=<method>``, ``intro``, ``common`` rows, ``recipes``: name -> reference_script,
-    rows; the rows that hold when a recipe runs that method with its authors' settings)."""
+    rows; the rows that hold when a recipe runs that method with its authors' settings) and ``dynamic`` (``env``: the
+    variables that turn dynamic sampling on; ``common`` rows, which hold with them)."""
     with open(path, encoding="utf-8") as f:
         return yaml.safe_load(f)
 
@@ -54,11 +55,12 @@ def _section_layers(section: dict[str, Any], recipe: str) -> list[list[dict[str,
 
 
 def recipe_rows(
-    table: dict[str, Any], recipe: str, *, lora: bool = False, estimator: str | None = None
+    table: dict[str, Any], recipe: str, *, lora: bool = False, estimator: str | None = None, dynamic: bool = False
 ) -> list[dict[str, Any]]:
     """The rows that hold for ``recipe``: its own, then the common rows it does not replace (same ``setting``). With
     ``lora`` (the recipe run with ``table["lora"]["env"]``), the recipe's LoRA rows and the LoRA common rows come first
-    and replace the rows of the same setting. With ``estimator`` (the recipe run with
+    and replace the rows of the same setting; with ``dynamic`` (the recipe run with ``table["dynamic"]["env"]``), the
+    dynamic-sampling rows likewise. With ``estimator`` (the recipe run with
     ``table["estimators"][estimator]["env"]``), that method's rows for the recipe and its common rows come before all
     of them.
 
@@ -70,6 +72,8 @@ def recipe_rows(
     layers = [table["recipes"][recipe]["rows"], table["common"]]
     if lora:
         layers[:0] = _section_layers(table["lora"], recipe)
+    if dynamic:
+        layers[:0] = _section_layers(table["dynamic"], recipe)
     if estimator is not None:
         methods = table.get("estimators") or {}
         if estimator not in methods:
@@ -142,6 +146,11 @@ def table_problems(table: dict[str, Any]) -> list[str]:
             if "reference_script" not in spec:
                 problems.append(f"lora recipe {recipe}: missing 'reference_script'")
             problems += _rows_problems(f"lora {recipe}", spec.get("rows") or [])
+    dynamic = table.get("dynamic")
+    if dynamic is not None:
+        if not isinstance(dynamic.get("env"), dict) or not dynamic["env"]:
+            problems.append("dynamic: missing 'env' (the variables that turn it on, e.g. DYNAMIC: episode)")
+        problems += _rows_problems("dynamic common", dynamic.get("common") or [])
     for method, section in (table.get("estimators") or {}).items():
         problems += _estimator_problems(table, method, section)
     return problems
@@ -209,14 +218,17 @@ def fidelity_problems(
     *,
     lora: bool = False,
     estimator: str | None = None,
+    dynamic: bool = False,
 ) -> list[str]:
     """Where ``recipe``'s composed config (``cfg``) and data-prep command (``prep_argv``) differ from the table's
     ``ours`` column, plus the table's own problems for that recipe's rows. Empty when the recipe is as listed. With
     ``lora``, ``cfg`` is the recipe run with ``table["lora"]["env"]`` and the LoRA rows hold; with ``estimator``, the
-    recipe run with ``table["estimators"][estimator]["env"]`` and that method's rows hold (:func:`recipe_rows`)."""
+    recipe run with ``table["estimators"][estimator]["env"]`` and that method's rows hold; with ``dynamic``, the recipe
+    run with ``table["dynamic"]["env"]`` and the dynamic-sampling rows hold (:func:`recipe_rows`)."""
     problems = []
-    label = "".join(f" ({part})" for part in ("LoRA" if lora else None, estimator) if part)
-    for row in recipe_rows(table, recipe, lora=lora, estimator=estimator):
+    parts = ("LoRA" if lora else None, estimator, "dynamic" if dynamic else None)
+    label = "".join(f" ({part})" for part in parts if part)
+    for row in recipe_rows(table, recipe, lora=lora, estimator=estimator, dynamic=dynamic):
         where = f"{recipe}{label}: {row['setting']!r}"
         problems += _row_problems(where, row)
         if row["key"] is None:
@@ -320,6 +332,20 @@ of the same setting above, and every other row above still holds. The reference 
 """
 
 
+_DYNAMIC_INTRO = """\
+## Dynamic sampling (`{env}`)
+
+With `DYNAMIC=episode` a recipe runs the reference's "GiGPO (dynamic)" settings (`recipes/common.sh`,
+`gigpo_dynamic_setup`): a finished group whose episode returns are all equal is dropped and fresh tasks are played
+instead ([docs/dynamic-sampling.md](dynamic-sampling.md)). The rows below then hold, checked by composing every
+recipe with `{env}`; they replace the rows of the same setting above, and every other row above still holds
+(the reference's `examples/gigpo_dynamic_trainer/run_{{alfworld,webshop,sokoban}}.sh` differ from its GiGPO
+scripts only in these keys and the experiment name; it has none for search, where `DYNAMIC` applies the same
+values). A source `dyn/run_X.sh:N` is `examples/gigpo_dynamic_trainer/run_X.sh`. `DYNAMIC=signal` composes the
+same, with `algorithm.filter_groups.filter=signal`.
+"""
+
+
 _ESTIMATORS_INTRO = """\
 ## HGPO, GraphGPO and G2PO as their authors ran them
 
@@ -362,7 +388,8 @@ def _render_estimators(table: dict[str, Any]) -> list[str]:
 
 def render_markdown(table: dict[str, Any]) -> str:
     """``docs/fidelity.md``: what the table is and how it is checked, its sources, the rows every recipe shares,
-    then one table per recipe, then the LoRA rows (every recipe's, and each reference LoRA script's), then one
+    then one table per recipe, then the LoRA rows (every recipe's, and each reference LoRA script's), then the
+    dynamic-sampling rows, then one
     section per successor (its rows for every recipe, and each of its authors' scripts')."""
     src = table["sources"]
     intro = _INTRO.format(
@@ -388,6 +415,10 @@ def render_markdown(table: dict[str, Any]) -> str:
                 f"`{script}` against the reference's `{spec['reference_script']}`.",
             ]
             out += ["", *_table(spec["rows"])]
+    dynamic = table.get("dynamic")
+    if dynamic:
+        env = " ".join(f"{k}={v}" for k, v in dynamic["env"].items())
+        out += ["", _DYNAMIC_INTRO.format(env=env).rstrip(), "", *_table(dynamic["common"])]
     out += _render_estimators(table)
     return "\n".join(out) + "\n"
 

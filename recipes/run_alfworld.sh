@@ -8,6 +8,7 @@
 #   ALFWORLD_DATA=~/.cache/alfworld bash recipes/run_alfworld.sh
 #   ADV_ESTIMATOR=grpo bash recipes/run_alfworld.sh        # the paper's GRPO baseline on the same settings
 #   ADV_ESTIMATOR=hgpo bash recipes/run_alfworld.sh        # HGPO as its authors ran it (also graphgpo, g2po)
+#   DYNAMIC=episode bash recipes/run_alfworld.sh   # the reference's dynamic GiGPO (DYNAMIC=signal: step credit too)
 #   MODEL_PATH=artifacts/tiny-model DEVICE=cpu bash recipes/run_alfworld.sh   # verl's pipeline on this CPU, tiny model
 #   LORA_RANK=64 MODEL_PATH=Qwen/Qwen2.5-7B-Instruct bash recipes/run_alfworld.sh   # the reference's LoRA run (7B)
 #   DRY_RUN=1 bash recipes/run_alfworld.sh                 # print the final command only
@@ -66,7 +67,7 @@ VAL_TEMPERATURE=${VAL_TEMPERATURE:-0.4}
 VAL_DO_SAMPLE=${VAL_DO_SAMPLE:-true}
 # checkpoints (every 50 iterations) kept on disk; trainer.max_actor_ckpt_to_keep=null as an override keeps all
 MAX_CKPTS_TO_KEEP=${MAX_CKPTS_TO_KEEP:-2}
-EXPERIMENT=${EXPERIMENT:-alfworld_${ADV_ESTIMATOR}_$(basename "$MODEL_PATH")}
+EXPERIMENT=${EXPERIMENT:-alfworld_${ADV_ESTIMATOR}${DYNAMIC:+_dynamic_$DYNAMIC}_$(basename "$MODEL_PATH")}
 
 # EVAL_ONLY=1: evaluate CKPT (a verl checkpoint or a Hugging Face folder) on VAL_SPLIT instead of training
 gigpo_eval_setup

@@ -9,6 +9,7 @@
 #   bash recipes/run_search.sh                                    # embedded BM25 over the generated corpus
 #   RETRIEVER_URL=http://127.0.0.1:8000 bash recipes/run_search.sh   # a Search-R1-style retrieval server
 #   ADV_ESTIMATOR=grpo bash recipes/run_search.sh
+#   DYNAMIC=episode bash recipes/run_search.sh   # the reference's dynamic GiGPO (DYNAMIC=signal: step credit too)
 #   MODEL_PATH=artifacts/tiny-model DEVICE=cpu bash recipes/run_search.sh   # verl's pipeline on this CPU, tiny model
 #   DRY_RUN=1 bash recipes/run_search.sh
 #   LOGGER=console,file,wandb bash recipes/run_search.sh   # also log to wandb (or tensorboard)
@@ -56,7 +57,7 @@ VAL_DO_SAMPLE=${VAL_DO_SAMPLE:-false}
 MAX_CKPTS_TO_KEEP=${MAX_CKPTS_TO_KEEP:-2}
 # the evaluation split (every validation task comes from it): test
 VAL_SPLIT=${VAL_SPLIT:-test}
-EXPERIMENT=${EXPERIMENT:-search_${ADV_ESTIMATOR}_$(basename "$MODEL_PATH")}
+EXPERIMENT=${EXPERIMENT:-search_${ADV_ESTIMATOR}${DYNAMIC:+_dynamic_$DYNAMIC}_$(basename "$MODEL_PATH")}
 
 # EVAL_ONLY=1: evaluate CKPT (a verl checkpoint or a Hugging Face folder) on VAL_SPLIT instead of training
 gigpo_eval_setup

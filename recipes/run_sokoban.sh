@@ -7,6 +7,7 @@
 #
 #   bash recipes/run_sokoban.sh
 #   ADV_ESTIMATOR=grpo bash recipes/run_sokoban.sh
+#   DYNAMIC=episode bash recipes/run_sokoban.sh   # the reference's dynamic GiGPO (DYNAMIC=signal: step credit too)
 #   MODEL_PATH=Qwen/Qwen2.5-0.5B-Instruct N_GPUS=1 TOTAL_ITERS=3 bash recipes/run_sokoban.sh   # quick GPU check
 #   MODEL_PATH=artifacts/tiny-model DEVICE=cpu bash recipes/run_sokoban.sh   # verl's pipeline on this CPU, tiny model
 #   DRY_RUN=1 bash recipes/run_sokoban.sh
@@ -57,7 +58,7 @@ VAL_SIZE=${VAL_SIZE:-128}
 MAX_CKPTS_TO_KEEP=${MAX_CKPTS_TO_KEEP:-2}
 # the evaluation split (every validation task comes from it): test
 VAL_SPLIT=${VAL_SPLIT:-test}
-EXPERIMENT=${EXPERIMENT:-sokoban_${ADV_ESTIMATOR}_$(basename "$MODEL_PATH")}
+EXPERIMENT=${EXPERIMENT:-sokoban_${ADV_ESTIMATOR}${DYNAMIC:+_dynamic_$DYNAMIC}_$(basename "$MODEL_PATH")}
 
 # EVAL_ONLY=1: evaluate CKPT (a verl checkpoint or a Hugging Face folder) on VAL_SPLIT instead of training
 gigpo_eval_setup

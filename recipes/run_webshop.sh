@@ -9,6 +9,7 @@
 #   WEBSHOP_ENV=webshop_real bash recipes/run_webshop.sh  # a real WebShop installation (web_agent_site importable)
 #   ADV_ESTIMATOR=grpo bash recipes/run_webshop.sh       # the GRPO baseline on the same settings
 #   ADV_ESTIMATOR=hgpo bash recipes/run_webshop.sh       # HGPO as its authors ran it (also graphgpo, g2po)
+#   DYNAMIC=episode bash recipes/run_webshop.sh   # the reference's dynamic GiGPO (DYNAMIC=signal: step credit too)
 #   MODEL_PATH=artifacts/tiny-model DEVICE=cpu bash recipes/run_webshop.sh   # verl's pipeline on this CPU, tiny model
 #   LORA_RANK=64 MODEL_PATH=Qwen/Qwen2.5-7B-Instruct bash recipes/run_webshop.sh   # the reference's LoRA run (7B)
 #   DRY_RUN=1 bash recipes/run_webshop.sh                # print the final command only
@@ -66,7 +67,7 @@ VAL_DO_SAMPLE=${VAL_DO_SAMPLE:-true}
 MAX_CKPTS_TO_KEEP=${MAX_CKPTS_TO_KEEP:-2}
 # the evaluation split (every validation task comes from it): test
 VAL_SPLIT=${VAL_SPLIT:-test}
-EXPERIMENT=${EXPERIMENT:-webshop_${ADV_ESTIMATOR}_$(basename "$MODEL_PATH")}
+EXPERIMENT=${EXPERIMENT:-webshop_${ADV_ESTIMATOR}${DYNAMIC:+_dynamic_$DYNAMIC}_$(basename "$MODEL_PATH")}
 
 # EVAL_ONLY=1: evaluate CKPT (a verl checkpoint or a Hugging Face folder) on VAL_SPLIT instead of training
 gigpo_eval_setup

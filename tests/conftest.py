@@ -25,7 +25,12 @@ RUN_LAST = ("test_e2e_verl_cpu.py", "test_e2e_verl_cpu_lora.py")
 
 #: the test files that use ``ray_tq``: under pytest-xdist they run on one worker, so one Ray cluster and one
 #: TransferQueue serve them all (each costs ~10-30 s to start); a test using ``ray_tq`` elsewhere is an error
-RAY_FILES = ("test_verl_agent_loop_trainer.py", "test_verl_env_deadlines.py", "test_verl_plugin.py")
+RAY_FILES = (
+    "test_verl_agent_loop_trainer.py",
+    "test_verl_dynamic_sampling.py",
+    "test_verl_env_deadlines.py",
+    "test_verl_plugin.py",
+)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -332,3 +332,67 @@ def test_the_reference_penalty_placement_is_the_same_on_both_engines(both):
         from_verl = outcome_advantages(verl, estimator, **kwargs)
         np.testing.assert_array_equal(from_verl[:-1], outcome_advantages(local, estimator, **kwargs))
         assert from_verl[-1] == 0.0
+
+
+#: a third group (task 1's layout): both episodes win, in 5 and 6 steps from the same start (one first bumps into the
+#: north wall), so their returns are equal and their step returns from the shared states differ
+ALL_WIN_SCRIPTS = [["right", "down", "right"], ["up", "right", "down", "right"]]
+
+
+@pytest.fixture(scope="module")
+def with_all_win(episodes):
+    """The module's episodes plus the all-win group ``task2``, as verl's rows and as the local engine's."""
+    tokenizer, played = episodes
+    encoder = ChatPromptEncoder(tokenizer)
+    extra = [
+        asyncio.run(
+            run_episode(
+                TaskSpec("gridnav", seed=1),
+                generator=_Scripted(tokenizer, script),
+                encoder=encoder,
+                tokenizer=tokenizer,
+                config=CONFIG,
+                traj_id=f"t2-{member}",
+                sampling_params={},
+                group_id="task2",
+            )
+        )
+        for member, script in enumerate(ALL_WIN_SCRIPTS)
+    ]
+    assert [ep.won for ep in extra] == [True, True] and [ep.length for ep in extra] == [5, 6]
+    data, is_padding = _verl_rows(tokenizer, [*played, *extra])
+    verl = StepBatch.from_rows(list(data["uid"]), list(data["extra_fields"]), is_padding)
+    return verl, StepBatch.from_episodes([*played, *extra])
+
+
+@pytest.mark.parametrize(
+    ("estimator", "overrides"),
+    [
+        ("gigpo", []),
+        ("gigpo", ["env.invalid_action_penalty_mode=reference", "algorithm.gigpo.episode_stats=step"]),
+        ("hgpo", []),
+        ("graphgpo", []),
+        ("g2po", []),
+        ("grpo", []),
+    ],
+)
+def test_dynamic_sampling_keeps_the_same_groups_on_both_engines(with_all_win, estimator, overrides):
+    """The keep test of dynamic sampling (group_signal) on verl's rows and on the local engine's gives the same
+    decisions. Task 0: every finished episode lost with reward 0 (no signal at all: dropped by both filters); task 1:
+    returns differ, and the one failed episode counts in neither test (kept by both); task 2: both win, in 5 and 6
+    steps (equal returns: the episode filter drops it; GiGPO's step term keeps it under the signal filter)."""
+    from verl_gigpo.rollout.dynamic import group_signal
+
+    verl, local = with_all_win
+    cfg = load_config([f"algorithm.adv_estimator={estimator}", "algorithm.gigpo.key_mode=state", *overrides])
+    gigpo = gigpo_config(cfg) if estimator != "grpo" else None
+    filters = ("episode", "signal") if gigpo is not None else ("episode",)
+    for name in filters:
+        decisions = [group_signal(rows, name, gigpo, penalty_mode="reward") for rows in (verl, local)]
+        for column in ("group_ids", "episode", "step", "keep", "score"):
+            assert getattr(decisions[0], column).tolist() == getattr(decisions[1], column).tolist(), (name, column)
+        assert decisions[1].group_ids.tolist() == ["task0", "task1", "task2"]
+        assert decisions[1].episode.tolist() == [False, True, False]
+        if estimator == "gigpo":
+            assert decisions[1].keep.tolist() == [False, True, name == "signal"], name
+            assert decisions[1].step.tolist()[::2] == [False, True]

@@ -105,3 +105,16 @@ def test_num_turns_points_to_the_episode_length():
     """verl's num_turns is 2 on every row of this agent loop; docs/metrics.md says so and names the metric to read."""
     _, meaning = metrics_table()["num_turns/*"]
     assert "always 2" in meaning and "`env/episode_length`" in meaning
+
+
+def test_every_dynamic_sampling_metric_is_documented():
+    """The dynamic/* metrics (one definition for both engines) and the local engine's episode counts."""
+    from verl_gigpo.rollout.dynamic import GroupRecord, dynamic_metrics
+
+    records = [GroupRecord("a", 1, True, True, True, 2, 2, 1), GroupRecord("b", 2, False, False, True, 2, 1, 0)]
+    metrics = dynamic_metrics(records, {"a", "b"}, target=2)
+    assert metrics["dynamic/kept_fraction_round_2"] == 0.0 and metrics["dynamic/short_groups"] == 1
+    table = metrics_table()
+    for name in [*metrics, "rollout/episodes_played", "rollout/episodes_played_total"]:
+        documented(name, table)
+    assert documented("dynamic/kept_fraction_round_7", table) == "episode group"

@@ -198,6 +198,20 @@ def test_a_changed_lora_value_fails_the_lora_check(table):
     assert any("'LoRA rank'" in p and "lora_rank=0" in p for p in problems)
 
 
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_a_dynamic_recipe_composes_what_the_dynamic_rows_list(table, recipe):
+    """``DYNAMIC=episode``: the reference's dynamic GiGPO rows replace the rows of the same setting; every other row
+    still holds; without it the recipe composes no dynamic sampling and verl's clip range."""
+    cfg, prep = compose_recipe(recipe, **table["dynamic"]["env"])
+    assert fidelity.fidelity_problems(table, recipe, cfg, prep, dynamic=True) == []
+    names = [row["setting"] for row in fidelity.recipe_rows(table, recipe, dynamic=True)]
+    assert REQUIRED_SETTINGS <= set(names) and len(names) == len(set(names))
+    plain, prep = compose_recipe(recipe)
+    assert plain.algorithm.filter_groups.enable is False and plain.actor_rollout_ref.actor.clip_ratio_high == 0.2
+    problems = fidelity.fidelity_problems(table, recipe, plain, prep, dynamic=True)
+    assert any("'dynamic sampling'" in p and "enable=False" in p for p in problems)
+
+
 # ------------------------------------------------------------------ HGPO, GraphGPO, G2PO as their authors ran them
 
 

@@ -9,6 +9,7 @@ the paths themselves are in ``tests/test_runs.py``).
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -384,3 +385,31 @@ def test_greedy_validation_outside_gigpo_sync_warns_that_verl_samples():
     [warning] = config_warnings(compose_gigpo([*greedy, *verls]))
     assert "temperature=0.4" in warning and "trainer mode sync" in warning
     assert config_warnings(compose_gigpo([*greedy[:2], *verls])) == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        (["algorithm.filter_groups.max_num_gen_batches=0"], r"max_num_gen_batches=0 must be"),
+        (["algorithm.filter_groups.filter=step"], r"filter='step' must be"),
+        (["algorithm.adv_estimator=grpo", "algorithm.filter_groups.filter=signal"], r"filter=signal needs"),
+        (["algorithm.filter_groups.metric=acc"], r"metric='acc'"),
+        (["algorithm.adv_estimator=grpo", "trainer.v1.trainer_mode=sync"], r"needs trainer.v1.trainer_mode=gigpo_sync"),
+        (["trainer.v1.sampler.custom_sampler.path=my.py"], r"custom_sampler"),
+        (["+trainer.v1.sync.parameter_sync_step=2"], r"parameter_sync_step=2 must be 1"),
+    ],
+)
+def test_dynamic_sampling_options_are_checked_before_ray(overrides, match):
+    cfg = compose_gigpo(["algorithm.filter_groups.enable=true", *overrides])
+    [problem] = config_problems(cfg)
+    assert re.search(match, problem), problem
+
+
+def test_dynamic_sampling_passes_with_the_reference_values():
+    assert config_problems(compose_gigpo(["algorithm.filter_groups.enable=true"])) == []
+    assert (
+        config_problems(compose_gigpo(["algorithm.filter_groups.enable=true", "algorithm.filter_groups.filter=signal"]))
+        == []
+    )
+    # off: verl's own default max_num_gen_batches (0, no limit) is not in the way
+    assert config_problems(compose_gigpo(["algorithm.filter_groups.max_num_gen_batches=0"])) == []

@@ -290,6 +290,31 @@ def test_thinking_sets_the_chat_templates_switch_and_is_checked(monkeypatch):
         assert "verl_gigpo.main" not in proc.stdout
 
 
+def test_dynamic_sets_dynamic_sampling_and_is_checked(monkeypatch):
+    """DYNAMIC unset: off (verl's clip range); episode / signal: algorithm.filter_groups with the reference's 10
+    generation batches and clip range 0.2 / 0.28, the experiment named after it; signal without a step-credit
+    estimator, another value or a bad MAX_GEN_BATCHES: refused before anything is printed."""
+    for name in ("DYNAMIC", "MAX_GEN_BATCHES", "CLIP_RATIO_LOW", "CLIP_RATIO_HIGH"):
+        monkeypatch.delenv(name, raising=False)
+    plain = compose_gigpo(printed_overrides(run_recipe("sokoban", DRY_RUN="1")))
+    assert plain.algorithm.filter_groups.enable is False and plain.actor_rollout_ref.actor.clip_ratio_high == 0.2
+    for kind in ("episode", "signal"):
+        cfg = compose_gigpo(printed_overrides(run_recipe("sokoban", DRY_RUN="1", DYNAMIC=kind)))
+        groups = cfg.algorithm.filter_groups
+        assert (groups.enable, groups.filter, groups.max_num_gen_batches) == (True, kind, 10)
+        assert (cfg.actor_rollout_ref.actor.clip_ratio_low, cfg.actor_rollout_ref.actor.clip_ratio_high) == (0.2, 0.28)
+        assert cfg.trainer.experiment_name.startswith(f"sokoban_gigpo_dynamic_{kind}_")
+    cfg = compose_gigpo(printed_overrides(run_recipe("search", DRY_RUN="1", DYNAMIC="episode", MAX_GEN_BATCHES="3")))
+    assert cfg.algorithm.filter_groups.max_num_gen_batches == 3
+    for env, message in (
+        ({"DYNAMIC": "yes"}, "DYNAMIC=yes: use DYNAMIC=episode"),
+        ({"DYNAMIC": "signal", "ADV_ESTIMATOR": "grpo"}, "DYNAMIC=signal needs a step-credit estimator"),
+        ({"DYNAMIC": "episode", "MAX_GEN_BATCHES": "0"}, "MAX_GEN_BATCHES=0 is not a whole number >= 1"),
+    ):
+        proc = run_recipe("sokoban", DRY_RUN="1", **env)
+        assert proc.returncode == 1 and message in proc.stderr and "verl_gigpo.main" not in proc.stdout
+
+
 # ------------------------------------------------------------------------------------------------------------ LoRA
 # what LORA_RANK changes in a composed command (target_modules=all-linear is verl's default as well)
 LORA_KEYS = {

@@ -17,6 +17,9 @@ key added with ``+`` that nothing reads). :func:`preflight` checks the whole GiG
   reads (``algorithm.gigpo.gamma``, ``env.<typo>``), an ``env.name`` that is neither registered nor in
   ``env.registry``, an ``env.kwargs`` that is not a mapping;
 * ``trainer.credit_log_*`` (per-step credit records) through :meth:`verl_gigpo.credit.CreditLogOptions.from_trainer`;
+* ``algorithm.filter_groups`` (dynamic sampling) through
+  :meth:`verl_gigpo.rollout.dynamic.DynamicSampling.from_algorithm` and, when enabled, what verl's path needs (the
+  ``gigpo_sync`` trainer mode, no custom sampler);
 * ``data.apply_chat_template_kwargs`` (a mapping; no key the prompt encoder sets itself) through
   :func:`verl_gigpo.rollout.episode.chat_template_kwargs_from`, the agent loop's reader;
 * the files a run needs (:func:`file_problems`): ``actor_rollout_ref.model.path`` (an existing folder with a
@@ -158,6 +161,7 @@ def config_problems(config: Any) -> list[str]:
         UpdateSettings.from_config(config)
     except ValueError as exc:
         problems.append(str(exc))
+    problems += _dynamic_sampling_problems(config)
     if not gigpo_problems and env_readable:
         # the agent loop's own reader: env section present, prompt/response lengths (the env.* ranges are checked
         # above by the same rules, verl_gigpo.rules, which EpisodeConfig applies)
@@ -165,6 +169,41 @@ def config_problems(config: Any) -> list[str]:
             episode_config_from(config)
         except (ValueError, TypeError) as exc:
             problems.append(str(exc))
+    return problems
+
+
+def _dynamic_sampling_problems(config: DictConfig) -> list[str]:
+    """``algorithm.filter_groups`` through :meth:`~verl_gigpo.rollout.dynamic.DynamicSampling.from_algorithm` (the
+    reader of the trainer mode and the local engine) and, when enabled, what verl's path needs: the ``gigpo_sync``
+    trainer mode (whose replay buffer runs the keep test), no custom sampler, whole iterations per sample."""
+    from verl_gigpo.rollout.dynamic import DynamicSampling
+
+    try:
+        dynamic = DynamicSampling.from_algorithm(config.get("algorithm", None))
+    except ValueError as exc:
+        return [str(exc)]
+    if not dynamic.enable:
+        return []
+    problems = []
+    mode = OmegaConf.select(config, "trainer.v1.trainer_mode", default=None)
+    if mode != TRAINER_MODE:
+        problems.append(
+            f"algorithm.filter_groups.enable=true needs trainer.v1.trainer_mode={TRAINER_MODE} (got {mode}): its "
+            "replay buffer runs the keep test on whole groups of step rows; verl's own DAPO filter compares one "
+            "reward per row and ignores max_num_gen_batches"
+        )
+    custom = OmegaConf.select(config, "trainer.v1.sampler.custom_sampler", default=None) or {}
+    if custom.get("path") or custom.get("name"):
+        problems.append(
+            "algorithm.filter_groups.enable=true runs this package's replay buffer; unset "
+            "trainer.v1.sampler.custom_sampler.path/name"
+        )
+    sync_step = OmegaConf.select(config, "trainer.v1.sync.parameter_sync_step", default=1)
+    if sync_step != 1:
+        problems.append(
+            f"algorithm.filter_groups.enable=true samples whole iterations: trainer.v1.sync.parameter_sync_step="
+            f"{sync_step} must be 1"
+        )
     return problems
 
 

@@ -40,7 +40,10 @@ is private to verl and may change in another release, hence the version guard (:
    ``:902``, ``:912``, ``:1004``, ``:1499``) and so reads verl's ``trainer.v1.sync.*`` settings (``:130``,
    ``:157``); the registered name is kept in ``registered_mode``.
 3. ``_build_replay_buffer`` (``trainer_base.py:139``) — wrapped: sets ``ReplayBuffer.poll_interval``
-   (``replay_buffer.py:144``, 2 s by default, no config key) from ``trainer.v1.sampler.poll_interval``.
+   (``replay_buffer.py:144``, 2 s by default, no config key) from ``trainer.v1.sampler.poll_interval``; with
+   ``algorithm.filter_groups.enable`` (dynamic sampling) it builds :class:`verl_gigpo.replay_buffer.
+   DynamicReplayBuffer` instead of verl's ``ReplayBuffer``, with the arguments verl gives its sync buffer when
+   ``filter_groups`` is enabled (``:153-185``); that module lists the buffer members it relies on.
 4. ``_balance_batch`` (``trainer_base.py:1608``) — wrapped: records the number of rows before verl pads them to
    ``_get_required_batch_multiple`` (called at ``:1620``).
 5. ``_get_required_batch_multiple`` (``trainer_base.py:1589``) — replaced when ``mini_batch_rows`` is set (the
@@ -86,6 +89,7 @@ from verl_gigpo.advantage.outcome import OUTCOME_ESTIMATORS, outcome_advantages
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
 from verl_gigpo.rollout import metrics as rollout_metrics
+from verl_gigpo.rollout.dynamic import DynamicSampling
 from verl_gigpo.rollout.step_rows import StepBatch, UpdateSettings
 from verl_gigpo.rules import (
     ValidationSampling,
@@ -296,13 +300,15 @@ class GiGPOTrainerSync(PPOTrainerSync):
     # constructor's default, 2 s (verl/trainer/ppo/v1/replay_buffer.py:144), is used by _build_replay_buffer
     # (trainer_base.py:139), so an iteration's rollout phase lasts a multiple of 2 s however fast the rollout is.
     def _build_replay_buffer(self):
-        """verl's replay buffer, polling every ``trainer.v1.sampler.poll_interval`` seconds when that is set
-        (null: verl's 2 s).
+        """verl's replay buffer, or with ``algorithm.filter_groups.enable`` the :class:`~verl_gigpo.replay_buffer.
+        DynamicReplayBuffer` (:meth:`_dynamic_replay_buffer`); polling every ``trainer.v1.sampler.poll_interval``
+        seconds when that is set (null: verl's 2 s).
 
         Raises:
-            ValueError: ``poll_interval`` is not a number > 0.
+            ValueError: ``poll_interval`` is not a number > 0; bad ``algorithm.filter_groups`` options.
         """
-        buffer = super()._build_replay_buffer()
+        dynamic = DynamicSampling.from_algorithm(self.config.algorithm)
+        buffer = self._dynamic_replay_buffer(dynamic) if dynamic.enable else super()._build_replay_buffer()
         interval = (self.config.trainer.v1.get("sampler") or {}).get("poll_interval")
         if interval is not None:
             if isinstance(interval, bool) or not isinstance(interval, int | float) or not interval > 0:
@@ -312,6 +318,44 @@ class GiGPOTrainerSync(PPOTrainerSync):
                 )
             buffer.poll_interval = float(interval)
         return buffer
+
+    def _dynamic_replay_buffer(self, dynamic: DynamicSampling) -> Any:
+        """The replay buffer of dynamic sampling, built with the arguments verl's ``_build_replay_buffer``
+        (``trainer_base.py:139-185``) gives its sync ``ReplayBuffer`` when ``algorithm.filter_groups`` is enabled
+        (``gen_batch_size=1``: verl's ``_init_dataloader`` fetches one prompt at a time then, ``:726-740``), plus the
+        keep test's settings: the step-credit estimator's (``algorithm.adv_estimator`` gigpo, hgpo, graphgpo, g2po)
+        or, for another estimator, the penalty mode.
+
+        Raises:
+            ValueError: a custom sampler (``trainer.v1.sampler.custom_sampler``) with dynamic sampling.
+        """
+        # imported here: importing verl's replay_buffer module first imports verl.trainer.ppo.v1, whose import hook
+        # (verl_gigpo.plugin) imports this module
+        from verl_gigpo.replay_buffer import DynamicReplayBuffer
+
+        sampler = self.config.trainer.v1.sampler
+        custom = sampler.get("custom_sampler", None) or {}
+        if custom.get("path") or custom.get("name"):
+            raise ValueError(
+                "algorithm.filter_groups.enable=true runs this package's replay buffer (verl_gigpo.replay_buffer); "
+                f"it cannot be combined with trainer.v1.sampler.custom_sampler={dict(custom)}"
+            )
+        filter_groups = self.config.algorithm.filter_groups
+        return DynamicReplayBuffer(
+            trainer_mode=self.trainer_mode,
+            trainer_config=self.config.trainer.v1.get(self.trainer_mode, {}),
+            max_off_policy_threshold=sampler.max_off_policy_threshold,
+            max_off_policy_strategy=sampler.max_off_policy_strategy,
+            sampler_kwargs=sampler.sampler_kwargs,
+            refill_fn=self._add_prompts_to_generate,
+            sync_refill_failed_groups=bool(sampler.get("sync_refill_failed_groups", False)),
+            train_batch_size=self.config.data.train_batch_size,
+            gen_batch_size=1,
+            max_inflight_gen_batches=filter_groups.get("max_inflight_gen_batches", 1),
+            dynamic=dynamic,
+            gigpo=getattr(self, "gigpo_config", None),
+            penalty_mode=penalty_mode(self.config.get("env", None) or {}),
+        )
 
     # ------------------------------------------------------------------ mini-batches counted in rows
     # verl 0.9.1 has no setting for this: it pads the batch to a multiple of _get_required_batch_multiple() in

@@ -8,7 +8,8 @@ boolean key is type- and range-checked (:func:`validate_config`) by the rules of
 verl's preflight applies to the keys both engines have), so a typo fails at once rather than after the first
 iteration; ``algorithm.gigpo.*`` and the successors' sections (``algorithm.hgpo``, ``algorithm.graphgpo``,
 ``algorithm.g2po``) are checked by :class:`verl_gigpo.config.GiGPOConfig`, ``trainer.credit_log_*`` by
-:class:`verl_gigpo.credit.CreditLogOptions`, the environment deadlines and worker processes by
+:class:`verl_gigpo.credit.CreditLogOptions`, ``algorithm.filter_groups`` (dynamic sampling) by
+:class:`verl_gigpo.rollout.dynamic.DynamicSampling`, the environment deadlines and worker processes by
 :class:`verl_gigpo.rollout.execution.EnvExecution` (the validator verl's agent loop uses).
 """
 
@@ -24,6 +25,7 @@ from environments import list_envs
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.advantage.outcome import OUTCOME_ESTIMATORS
 from verl_gigpo.credit import CreditLogOptions
+from verl_gigpo.rollout.dynamic import DynamicSampling
 from verl_gigpo.rollout.episode import chat_template_kwargs_from
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.step_rows import UpdateSettings
@@ -96,7 +98,8 @@ def validate_config(cfg: DictConfig) -> None:
     ``algorithm.use_kl_in_reward``, ``algorithm.adv_estimator``, the group-size warning), then what only this
     engine needs (training rollouts that sample, the mini-batch size, the policy loss), then the checks of the
     components: ``trainer.credit_log_*``, ``env.invalid_action``, ``env.name``, the environment deadlines and worker
-    processes, ``env.prompt.*``, ``data.apply_chat_template_kwargs``, ``algorithm.gamma`` and the estimators' sections.
+    processes, ``env.prompt.*``, ``data.apply_chat_template_kwargs``, ``algorithm.gamma``, the estimators' sections
+    and ``algorithm.filter_groups``.
     """
     _check_numbers(cfg)
     rollout, actor, algorithm = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.actor, cfg.algorithm
@@ -130,6 +133,7 @@ def validate_config(cfg: DictConfig) -> None:
     PromptOptions.from_config(cfg.env.get("prompt"))  # env.prompt.*: the reader of EpisodeConfig.from_env
     chat_template_kwargs_from(cfg.data.get("apply_chat_template_kwargs", None))  # the reader both engines' encoders use
     gigpo_config(cfg)  # validates algorithm.gamma, algorithm.gigpo.* and the successors' sections, whichever estimator
+    DynamicSampling.from_algorithm(algorithm)  # algorithm.filter_groups: the reader verl's path uses
     warning = group_size_warning(
         algorithm.adv_estimator, rollout.n, step_advantage_w=algorithm.gigpo.get("step_advantage_w")
     )

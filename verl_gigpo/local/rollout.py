@@ -106,7 +106,13 @@ class LocalRollout:
         self.loop = asyncio.new_event_loop()
 
     async def _play(
-        self, tasks: list[TaskSpec], n: int, params: dict[str, Any], seed_parts: tuple, bar: Any = None
+        self,
+        tasks: list[TaskSpec],
+        n: int,
+        params: dict[str, Any],
+        seed_parts: tuple,
+        bar: Any = None,
+        first_task: int = 0,
     ) -> list[Episode]:
         async def counted(coro: Any) -> Episode:
             episode = await coro
@@ -114,7 +120,7 @@ class LocalRollout:
             return episode
 
         coros = []
-        for g, task in enumerate(tasks):
+        for g, task in enumerate(tasks, start=first_task):
             for k in range(n):
                 gen = torch.Generator().manual_seed(episode_seed(*seed_parts, g, k))
                 coros.append(
@@ -137,13 +143,21 @@ class LocalRollout:
         return list(await asyncio.gather(*coros))
 
     def play(
-        self, tasks: list[TaskSpec], n: int, *, validation: bool, seed_parts: tuple, progress: bool = False
+        self,
+        tasks: list[TaskSpec],
+        n: int,
+        *,
+        validation: bool,
+        seed_parts: tuple,
+        progress: bool = False,
+        first_task: int = 0,
     ) -> list[Episode]:
         """Play each task ``n`` times concurrently; episodes come back in (task, member) order (``len(tasks) * n``).
 
-        Episode ``k`` of task ``g`` samples from its own generator seeded by ``episode_seed(*seed_parts, g, k)``
-        with the training rollout's sampling parameters, or validation's (``val_kwargs``: greedy when
-        ``do_sample`` is false). ``progress`` shows a bar over the finished episodes."""
+        Task ``g`` (numbered from ``first_task``: a later round of dynamic sampling numbers its tasks after the
+        earlier rounds') is the episode group ``task<g>``; its episode ``k`` samples from its own generator seeded
+        by ``episode_seed(*seed_parts, g, k)`` with the training rollout's sampling parameters, or validation's
+        (``val_kwargs``: greedy when ``do_sample`` is false). ``progress`` shows a bar over the finished episodes."""
         params = sampling_params(self.cfg, self.allowed_ids, validation=validation)
         bar = None
         if progress:
@@ -151,7 +165,7 @@ class LocalRollout:
 
             bar = tqdm(total=len(tasks) * n, desc=f"{self.cfg.env.name} episodes", unit="ep")
         try:
-            return self.loop.run_until_complete(self._play(tasks, n, params, seed_parts, bar))
+            return self.loop.run_until_complete(self._play(tasks, n, params, seed_parts, bar, first_task))
         finally:
             if bar is not None:
                 bar.close()

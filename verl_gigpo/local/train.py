@@ -17,7 +17,11 @@ One iteration:
    :class:`~verl_gigpo.local.server.LocalGenerationServer`, which batches their generation requests while
    environment steps run inline, in threads (``local.env_workers``) or in worker processes (``env.num_workers``),
    each under ``env.step_timeout_s`` / ``env.reset_timeout_s``. Each episode samples from its own
-   ``torch.Generator`` seeded by (trainer.seed, iteration, episode), so runs are reproducible.
+   ``torch.Generator`` seeded by (trainer.seed, iteration, episode), so runs are reproducible. With dynamic
+   sampling (``algorithm.filter_groups.enable``, docs/dynamic-sampling.md) the iteration plays rounds of
+   ``data.train_batch_size`` fresh tasks (the next draws of the same RNG) until that many groups pass the filter
+   (:func:`verl_gigpo.rollout.dynamic.group_signal`, the keep test verl's path uses) or
+   ``max_num_gen_batches`` rounds were played (:meth:`LocalTrainer.play_iteration`).
 2. step rows: :meth:`StepBatch.from_episodes <verl_gigpo.rollout.step_rows.StepBatch.from_episodes>`: episode group =
    the drawn task's id; rows of an episode whose environment failed are kept, masked (no statistic, advantage 0, no
    loss), as on verl's engine.
@@ -40,8 +44,11 @@ validation), ``learning_curve.png``, ``checkpoints/iter_K/`` and, with ``trainer
 ``credit/iter_K.jsonl`` (:mod:`verl_gigpo.credit`). ``--resume`` continues from the last checkpoint and gives the same
 parameters and metrics as an uninterrupted run (CPU); :mod:`verl_gigpo.local.run_folder` says what may change.
 
-Metrics: ``env/*`` and ``episode/*`` (:func:`verl_gigpo.rollout.metrics.episode_metrics` over the step rows, as on
-verl's engine), ``gigpo/*``, ``adv/abs_mean``, ``actor/*``, ``rollout/*``, ``update/*`` (with ``mini_batch_rows``),
+Metrics: ``env/*`` and ``episode/*`` (:func:`verl_gigpo.rollout.metrics.episode_metrics` over the step rows trained
+on, as on verl's engine), ``gigpo/*``, ``adv/abs_mean``, ``actor/*``, ``rollout/*`` (``rollout/episodes_played`` and
+``rollout/episodes_played_total``: training episodes played, this iteration and in the run, to compare runs at equal
+episode budgets), ``dynamic/*`` with dynamic sampling (:meth:`verl_gigpo.rollout.dynamic.DynamicRounds.metrics`),
+``update/*`` (with ``mini_batch_rows``),
 ``timing_s/{rollout,generate,env,adv,update}``, ``val/*`` on validation lines, and the run-level keys under verl's
 names (:func:`verl_gigpo.rollout.metrics.run_names`, :func:`~verl_gigpo.rollout.metrics.val_names`): ``step``,
 ``training/global_step``, ``timing_s/step`` (the iteration without validation), ``timing_s/testing``,
@@ -87,6 +94,7 @@ from verl_gigpo.local.setup import (
 )
 from verl_gigpo.local.update import PPOActor
 from verl_gigpo.rollout import Episode, TaskSpec
+from verl_gigpo.rollout.dynamic import DynamicRounds, DynamicSampling, group_signal
 from verl_gigpo.rollout.metrics import episode_metrics, run_names, summaries_from_episodes, val_names
 from verl_gigpo.rollout.step_rows import StepBatch
 from verl_gigpo.rules import penalty_mode
@@ -135,6 +143,8 @@ class LocalTrainer:
         )
         self.ref_model, self.optimizer = self.actor.ref_model, self.actor.optimizer
         self.task_rng = np.random.default_rng(cfg.trainer.seed)
+        self.dynamic = DynamicSampling.from_algorithm(cfg.algorithm)  # algorithm.filter_groups
+        self.episodes_played_total = 0  # training episodes played so far (rollout/episodes_played_total)
         self.iteration = 0
         self.history: list[dict[str, float]] = []
         # credit records (trainer.credit_log_*, verl_gigpo.credit): the estimator's terms of the last gigpo batch
@@ -143,10 +153,12 @@ class LocalTrainer:
         self.gigpo_terms = None
 
     # ------------------------------------------------------------------ rollout
-    def rollout(self, tasks: list[TaskSpec], n: int, *, validation: bool, seed_parts: tuple) -> list[Episode]:
-        """Play each task ``n`` times concurrently; episodes come back in (task, member) order
-        (:meth:`verl_gigpo.local.rollout.LocalRollout.play`)."""
-        return self.rollouts.play(tasks, n, validation=validation, seed_parts=seed_parts)
+    def rollout(
+        self, tasks: list[TaskSpec], n: int, *, validation: bool, seed_parts: tuple, first_task: int = 0
+    ) -> list[Episode]:
+        """Play each task ``n`` times concurrently; episodes come back in (task, member) order, task ``g`` the group
+        ``task<first_task + g>`` (:meth:`verl_gigpo.local.rollout.LocalRollout.play`)."""
+        return self.rollouts.play(tasks, n, validation=validation, seed_parts=seed_parts, first_task=first_task)
 
     # ------------------------------------------------------------------ advantages
     def compute_advantages(self, batch: StepBatch) -> tuple[np.ndarray, dict[str, float]]:
@@ -184,15 +196,12 @@ class LocalTrainer:
     # ------------------------------------------------------------------ iteration, validation
     def train_step(self) -> dict[str, float]:
         """One iteration (rollout, advantages, update); returns its metrics (validation not included)."""
-        cfg = self.cfg
         self.iteration += 1
         t0 = time.perf_counter()
-        seeds = self.task_rng.integers(0, 2**31 - 1, size=cfg.data.train_batch_size)
-        tasks = [TaskSpec(cfg.env.name, int(s), cfg.env.train_split, self.env_kwargs) for s in seeds]
-        n = cfg.actor_rollout_ref.rollout.n
         stats = self.server.stats
         busy0, batches0, requests0 = stats["busy_s"], stats["batches"], stats["requests"]
-        episodes = self.rollout(tasks, n, validation=False, seed_parts=(cfg.trainer.seed, 1, self.iteration))
+        episodes, played, dynamic_metrics = self.play_iteration()
+        self.episodes_played_total += len(played)
         t1 = time.perf_counter()
         batch = StepBatch.from_episodes(episodes)  # groups from the task draws; failed episodes masked
         advantages, adv_metrics = self.compute_advantages(batch)
@@ -208,14 +217,69 @@ class LocalTrainer:
             **adv_metrics,
             "adv/abs_mean": float(np.abs(advantages[batch.row_mask]).mean()) if batch.row_mask.any() else 0.0,
             **actor_metrics,
+            **dynamic_metrics,
             "rollout/batch_size_mean": (self.server.stats["requests"] - requests0) / batches if batches else 0.0,
+            "rollout/episodes_played": float(len(played)),
+            "rollout/episodes_played_total": float(self.episodes_played_total),
             "timing_s/rollout": t1 - t0,
             "timing_s/generate": self.server.stats["busy_s"] - busy0,
-            "timing_s/env": sum(episode.timing["env"] for episode in episodes),
+            "timing_s/env": sum(episode.timing["env"] for episode in played),
             "timing_s/adv": t2 - t1,
             "timing_s/update": t3 - t2,
         }
         return metrics
+
+    def play_iteration(self) -> tuple[list[Episode], list[Episode], dict[str, float]]:
+        """The training episodes of one iteration: ``(episodes to train on, every episode played, dynamic/*
+        metrics)``.
+
+        Without dynamic sampling: ``data.train_batch_size`` tasks drawn from the run's task stream, each played
+        ``rollout.n`` times (both lists the same). With ``algorithm.filter_groups.enable``: rounds of
+        ``data.train_batch_size`` fresh tasks each (the next draws of the same stream, numbered on across rounds),
+        each group kept or dropped by :func:`verl_gigpo.rollout.dynamic.group_signal`, until the kept groups fill the
+        batch or ``max_num_gen_batches`` rounds were played (:class:`~verl_gigpo.rollout.dynamic.DynamicRounds`
+        picks the groups: a surplus trimmed in play order, a shortfall filled with the last round's dropped groups,
+        with a warning)."""
+        cfg = self.cfg
+        size, n = cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.n
+        seed_parts = (cfg.trainer.seed, 1, self.iteration)
+        if not self.dynamic.enable:
+            episodes = self.rollout(self._draw_tasks(size), n, validation=False, seed_parts=seed_parts)
+            return episodes, episodes, {}
+        rounds = DynamicRounds(self.dynamic, target=size)
+        mode = penalty_mode(cfg.env)  # the episode score of grpo / rloo (a step-credit estimator's config has its own)
+        played: list[Episode] = []
+        while not rounds.done:
+            first = rounds.num_rounds * size
+            episodes = self.rollout(
+                self._draw_tasks(size), n, validation=False, seed_parts=seed_parts, first_task=first
+            )
+            steps = StepBatch.from_episodes(episodes)
+            rounds.add(steps, group_signal(steps, self.dynamic.filter, self.gigpo, penalty_mode=mode))
+            played += episodes
+        selected = rounds.selected()
+        metrics = rounds.metrics()
+        if metrics["dynamic/short_groups"] > 0:
+            logger.warning(
+                "iteration %d: %d of %d groups passed algorithm.filter_groups.filter=%s in %d round(s) "
+                "(algorithm.filter_groups.max_num_gen_batches); %d dropped group(s) of the last round fill the batch",
+                self.iteration,
+                rounds.kept_count,
+                size,
+                self.dynamic.filter,
+                rounds.num_rounds,
+                int(metrics["dynamic/short_groups"]),
+            )
+        order = {group: i for i, group in enumerate(selected)}
+        chosen = sorted((ep for ep in played if ep.group_id in order), key=lambda ep: order[ep.group_id])
+        return chosen, played, metrics
+
+    def _draw_tasks(self, count: int) -> list[TaskSpec]:
+        """The next ``count`` training tasks of the run's task stream: seeds of ``env.train_split`` drawn from the
+        task RNG (``trainer.seed``; saved in checkpoints, so a resumed run draws what an uninterrupted one does)."""
+        cfg = self.cfg
+        seeds = self.task_rng.integers(0, 2**31 - 1, size=count)
+        return [TaskSpec(cfg.env.name, int(s), cfg.env.train_split, self.env_kwargs) for s in seeds]
 
     def validate(self) -> dict[str, float]:
         """Play the fixed validation tasks (:meth:`verl_gigpo.local.rollout.LocalRollout.validation_episodes`);
@@ -280,6 +344,7 @@ class LocalTrainer:
         """Write ``checkpoints/iter_K/state.pt`` (model, optimizer, RNG states, iteration, metrics so far)."""
         state = {
             "iteration": self.iteration,
+            "episodes_played_total": self.episodes_played_total,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             **rng_states(self.task_rng, self.server.generator),
@@ -307,6 +372,9 @@ class LocalTrainer:
         restore_rng_states(state, self.task_rng, self.server.generator)
         self.iteration = int(state["iteration"])
         self.history = list(state["history"])
+        n, size = self.cfg.actor_rollout_ref.rollout.n, self.cfg.data.train_batch_size
+        # a checkpoint without the count comes from a run of data.train_batch_size x rollout.n episodes an iteration
+        self.episodes_played_total = int(state.get("episodes_played_total", self.iteration * size * n))
         logger.info("resumed from %s (iteration %d)", path, self.iteration)
         return self.iteration
 

@@ -1,0 +1,410 @@
+"""Dynamic sampling: which episode groups carry a learning signal, and how rounds of fresh tasks fill a batch.
+
+    options = DynamicSampling.from_algorithm(cfg.algorithm)       # algorithm.filter_groups, checked
+    signal = group_signal(steps, options.filter, gigpo)            # per episode group: keep or drop, and why
+    rounds = DynamicRounds(options, target=data.train_batch_size)  # one iteration's rounds
+    rounds.add(steps, signal); ...; rounds.selected(); rounds.metrics()
+
+The one keep test both engines use (:func:`group_signal`), on the step rows of either engine
+(:class:`~verl_gigpo.rollout.step_rows.StepBatch`: ``from_episodes`` on the local engine, ``from_rows`` on verl's).
+For episode group g, with C_g its trajectories whose environment did not fail (rows with ``row_mask`` True)::
+
+    episode(g) = |C_g| >= 2 and max_{tau in C_g} S(tau) - min_{tau in C_g} S(tau) > RETURN_RTOL * max(1, max |S|)
+    step(g)    = exists an unmasked row i of g with |A_step(i)| > STEP_ATOL
+    keep(g)    = episode(g)                     (filter "episode": the reference's and DAPO's rule)
+               = episode(g) or step(g)          (filter "signal")
+
+* S(tau), the episode score, is the return the configured estimator's episode term compares: ``sum_t r_t`` of the
+  step rewards (invalid-action penalty included) with ``env.invalid_action_penalty_mode=reward``; the environment's
+  rewards alone with ``reference``, which is also exactly what the reference implementation's filter compares (its
+  ``episode_rewards``, summed before its trainer subtracts the penalty). Equal within :data:`RETURN_RTOL`, so the
+  rounding of a sum taken in another order never keeps a group.
+* A_step is the step term of the configured estimator itself (:meth:`StepBatch.advantage_terms
+  <verl_gigpo.rollout.step_rows.StepBatch.advantage_terms>`, ``AdvantageTerms.step_adv``): GiGPO's A_S (nonzero
+  where an anchor group of >= 2 rows has differing step returns), HGPO's mix over history depths, GraphGPO's A_G, G2PO's
+  A_1 + A_2. So each successor is judged by its own step term. |A_step| <= :data:`STEP_ATOL` counts as zero: a group
+  whose step returns are equal up to float rounding leaves ~1e-10 after normalising by (std + epsilon).
+* Rows of failed episodes and verl's padding rows count in neither test; a group with no unmasked row is dropped.
+
+Rounds (:class:`DynamicRounds`, the local engine's loop; docs/dynamic-sampling.md): each round plays
+``data.train_batch_size`` fresh tasks, the filter keeps or drops each group, and rounds go on until the kept groups
+fill the batch or ``max_rounds`` rounds were played. A surplus is trimmed in play order; on the last round the groups
+the filter dropped fill what is missing, in play order, as the reference's last try keeps everything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from verl_gigpo import STEP_CREDIT_ESTIMATORS
+from verl_gigpo.rollout.step_rows import StepBatch
+
+__all__ = [
+    "FILTERS",
+    "RETURN_RTOL",
+    "SECTION",
+    "STEP_ATOL",
+    "DynamicRounds",
+    "DynamicSampling",
+    "GroupRecord",
+    "GroupSignal",
+    "dynamic_metrics",
+    "group_records",
+    "group_signal",
+]
+
+#: the config section of the options, verl's own (``algorithm.filter_groups``, DAPO's), plus the key ``filter``
+SECTION = "algorithm.filter_groups"
+
+FILTERS = ("episode", "signal")
+"""Values of ``algorithm.filter_groups.filter``: ``episode`` keeps a group whose episode scores are not all equal
+(the reference's dynamic GiGPO, DAPO); ``signal`` also keeps one whose estimator's step term is nonzero somewhere."""
+
+RETURN_RTOL = 1e-9
+"""Episode scores of one group count as all equal when ``max - min <= RETURN_RTOL * max(1, max |S|)``."""
+
+STEP_ATOL = 1e-6
+"""A row's step term counts as nonzero when ``|A_step| > STEP_ATOL``."""
+
+#: the keys of verl's ``algorithm.filter_groups`` (ppo_trainer.yaml, ``FilterGroupsConfig``) that are not ours:
+#: ``metric`` must be ``reward`` (or null) when enabled; ``max_inflight_gen_batches`` is read by verl's pipeline only
+_VERL_KEYS = ("_target_", "metric", "max_inflight_gen_batches")
+_KEYS = ("enable", "filter", "max_num_gen_batches")
+
+
+@dataclass(frozen=True)
+class DynamicSampling:
+    """The options of dynamic sampling (``algorithm.filter_groups``, verl's DAPO section, with the reference's keys).
+
+    Attributes:
+        enable: ``algorithm.filter_groups.enable``: replace the groups the filter drops by groups of fresh tasks.
+        filter: ``algorithm.filter_groups.filter``: ``"episode"`` (the reference's dynamic GiGPO and DAPO: keep a
+            group whose episode scores are not all equal) or ``"signal"`` (also keep one whose estimator's step
+            term is nonzero somewhere; needs a step-credit estimator). See :func:`group_signal`.
+        max_rounds: ``algorithm.filter_groups.max_num_gen_batches``: most rounds (generation batches of
+            ``data.train_batch_size`` tasks) per iteration, the first included; >= 1. The reference's dynamic GiGPO
+            scripts: 10. (verl's own default, 0 = no limit, is not accepted: a policy whose groups all fail the
+            filter would roll out forever.)
+
+    Raises:
+        ValueError: a value of the wrong type or out of range, naming the key.
+    """
+
+    enable: bool = False
+    filter: str = "episode"
+    max_rounds: int = 10
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enable, bool):
+            raise ValueError(f"{SECTION}.enable={self.enable!r} must be true or false")
+        if self.filter not in FILTERS:
+            raise ValueError(
+                f"{SECTION}.filter={self.filter!r} must be 'episode' (keep a group whose episode returns are not all "
+                "equal, the reference's dynamic GiGPO) or 'signal' (also keep one whose step term is nonzero)"
+            )
+        rounds = self.max_rounds
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or (self.enable and rounds < 1):
+            raise ValueError(
+                f"{SECTION}.max_num_gen_batches={rounds!r} must be a whole number >= 1 (most rounds of "
+                "data.train_batch_size tasks per iteration, the first included; the reference's dynamic GiGPO: 10)"
+            )
+
+    @classmethod
+    def from_algorithm(cls, algorithm: Any) -> DynamicSampling:
+        """Read ``algorithm.filter_groups`` of an ``algorithm`` section (a mapping or ``DictConfig``; a missing
+        section is off) and check it against ``algorithm.adv_estimator``.
+
+        Raises:
+            ValueError: an unknown key (listing the known ones), a bad value, ``metric`` other than ``reward`` or
+                null when enabled, or ``filter=signal`` with an estimator that has no step term (not one of
+                :data:`verl_gigpo.STEP_CREDIT_ESTIMATORS`); each message names the key.
+        """
+        algorithm = {} if algorithm is None else algorithm
+        section = algorithm.get("filter_groups", None)
+        if section is None:
+            return cls()
+        if not isinstance(section, Mapping) and not hasattr(section, "items"):
+            raise ValueError(f"{SECTION} must be a mapping of {list(_KEYS)}, got {section!r}")
+        section = dict(section.items())
+        unknown = sorted(str(k) for k in section if k not in (*_KEYS, *_VERL_KEYS))
+        if unknown:
+            raise ValueError(f"unknown {SECTION} key(s) {unknown}; known keys: {[*_KEYS, *_VERL_KEYS[1:]]}")
+        values = {
+            "enable": section.get("enable", cls.enable),
+            "filter": section.get("filter", None) or cls.filter,
+            "max_rounds": section.get("max_num_gen_batches", cls.max_rounds),
+        }
+        options = cls(**values)
+        if not options.enable:
+            return options
+        metric = section.get("metric", None)
+        if metric not in (None, "reward"):
+            raise ValueError(
+                f"{SECTION}.metric={metric!r}: dynamic sampling here compares each group's episode returns "
+                f"(metric=reward, verl's default); choose what keeps a group with {SECTION}.filter=episode|signal"
+            )
+        estimator = algorithm.get("adv_estimator", None)
+        if options.filter == "signal" and estimator not in STEP_CREDIT_ESTIMATORS:
+            raise ValueError(
+                f"{SECTION}.filter=signal needs a step-credit estimator (algorithm.adv_estimator one of "
+                f"{list(STEP_CREDIT_ESTIMATORS)}), got algorithm.adv_estimator={estimator!r}, which has no step term; "
+                f"use {SECTION}.filter=episode"
+            )
+        return options
+
+
+@dataclass(frozen=True)
+class GroupSignal:
+    """The keep decision of every episode group of one batch of step rows (:func:`group_signal`).
+
+    Attributes:
+        group_ids: ``(G,)`` object, the episode groups in order of first appearance among the non-padding rows.
+        episode: ``(G,)`` bool, the group's episode scores are not all equal (what the ``episode`` filter keeps).
+        step: ``(G,)`` bool, the configured estimator's step term is nonzero on one of its unmasked rows (all False
+            without a step-credit estimator).
+        keep: ``(G,)`` bool, the filter's decision.
+        filter: the filter that decided (:data:`FILTERS`).
+        score: ``(G,)`` float64, the highest episode score of the group's unmasked trajectories (0 when it has none):
+            for a group whose scores are all equal, the score they share.
+    """
+
+    group_ids: np.ndarray
+    episode: np.ndarray
+    step: np.ndarray
+    keep: np.ndarray
+    filter: str
+    score: np.ndarray
+
+    @property
+    def step_only(self) -> np.ndarray:
+        """``(G,)`` bool: kept although the episode filter drops it (kept for its step term alone)."""
+        return self.keep & ~self.episode
+
+    @property
+    def dropped_with_step_signal(self) -> np.ndarray:
+        """``(G,)`` bool: dropped although its step term is nonzero (the ``episode`` filter's loss of step credit)."""
+        return ~self.keep & self.step
+
+    def kept(self) -> list[str]:
+        """The ids of the kept groups, in order."""
+        return [str(g) for g in self.group_ids[self.keep]]
+
+
+def group_signal(steps: StepBatch, filter: str, gigpo: Any = None, *, penalty_mode: str = "reward") -> GroupSignal:
+    """Keep or drop each episode group of ``steps`` by ``filter`` (the rule in the module docstring).
+
+    Args:
+        steps: the step rows (N rows, any number of groups; padding and failed episodes masked).
+        filter: ``"episode"`` or ``"signal"`` (:data:`FILTERS`).
+        gigpo: the configured step-credit estimator (a :class:`verl_gigpo.config.GiGPOConfig`), or None for an
+            estimator without a step term (grpo, rloo). With it, the step test runs under either filter (the
+            ``episode`` filter reports the groups it drops that had step signal) and the episode score follows its
+            ``penalty_mode``.
+        penalty_mode: ``env.invalid_action_penalty_mode`` when ``gigpo`` is None: which score the episode test
+            compares (``reward``: the step rewards' sum; ``reference``: the environment rewards' sum).
+
+    Returns:
+        :class:`GroupSignal` over the groups of the non-padding rows.
+
+    Raises:
+        ValueError: an unknown ``filter``, or ``"signal"`` without ``gigpo``.
+    """
+    if filter not in FILTERS:
+        raise ValueError(f"{SECTION}.filter={filter!r} must be one of {list(FILTERS)}")
+    if filter == "signal" and gigpo is None:
+        raise ValueError(f"{SECTION}.filter=signal needs a step-credit estimator's settings (gigpo=GiGPOConfig)")
+    mode = gigpo.penalty_mode if gigpo is not None else penalty_mode
+    real = np.flatnonzero(~steps.padding)  # (M,)
+    codes, uniques = pd.factorize(steps.group_ids[real])  # (M,) group of each real row, 0..G-1
+    num = len(uniques)
+    group_of = {g: i for i, g in enumerate(uniques)}
+
+    _, returns, traj_groups = steps.trajectory_scores(env_rewards=mode == "reference")  # (T,), (T,)
+    t_codes = np.array([group_of[g] for g in traj_groups], dtype=np.int64)  # (T,)
+    count = np.bincount(t_codes, minlength=num)  # (G,) unmasked trajectories
+    hi = np.full(num, -np.inf)
+    lo = np.full(num, np.inf)
+    np.maximum.at(hi, t_codes, returns)
+    np.minimum.at(lo, t_codes, returns)
+    with np.errstate(invalid="ignore"):  # groups without a trajectory: inf - inf, decided by count below
+        scale = np.maximum(1.0, np.maximum(np.abs(hi), np.abs(lo)))  # (G,)
+        episode = (count >= 2) & (hi - lo > RETURN_RTOL * scale)  # (G,)
+
+    step = np.zeros(num, dtype=bool)
+    if gigpo is not None and steps.row_mask.any():
+        terms = steps.advantage_terms(gigpo)  # masked rows get 0
+        moving = steps.row_mask[real] & (np.abs(terms.step_adv[real]) > STEP_ATOL)  # (M,)
+        step = np.bincount(codes, weights=moving.astype(np.float64), minlength=num) > 0
+    keep = episode if filter == "episode" else episode | step
+    return GroupSignal(
+        group_ids=np.asarray(uniques, dtype=object),
+        episode=episode,
+        step=step,
+        keep=keep.copy(),
+        filter=filter,
+        score=np.where(count > 0, hi, 0.0),
+    )
+
+
+@dataclass(frozen=True)
+class GroupRecord:
+    """What dynamic sampling knows of one played episode group: its round, the filter's decision and its episodes.
+
+    Attributes:
+        group_id: the episode group (task draw) id.
+        round: the round that played it (1, 2, ...).
+        keep, episode, step: as :class:`GroupSignal` (the filter kept it; its episode scores differ; its step
+            term is nonzero).
+        episodes: trajectories played; finished: those whose environment did not fail; won: finished and won.
+    """
+
+    group_id: str
+    round: int
+    keep: bool
+    episode: bool
+    step: bool
+    episodes: int
+    finished: int
+    won: int
+
+
+def group_records(steps: StepBatch, signal: GroupSignal, round: int) -> list[GroupRecord]:
+    """One :class:`GroupRecord` per group of ``signal`` (decided on ``steps``), in its order, for round ``round``."""
+    real = np.flatnonzero(~steps.padding)  # (M,)
+    t_codes, _ = pd.factorize(steps.traj_ids[real])  # (M,) trajectory of each real row
+    num = int(t_codes.max()) + 1 if t_codes.size else 0
+    first = np.full(num, real.size, dtype=np.int64)
+    np.minimum.at(first, t_codes, np.arange(real.size))
+    first = real[first]  # (T,) batch position of each trajectory's first real row
+    failed = np.zeros(num, dtype=bool)
+    won = np.zeros(num, dtype=bool)
+    np.logical_or.at(failed, t_codes, steps.env_error[real].astype(bool))
+    np.logical_or.at(won, t_codes, steps.won[real].astype(bool))
+    index = {str(g): i for i, g in enumerate(signal.group_ids)}
+    owner = np.array([index.get(str(g), -1) for g in steps.group_ids[first]], dtype=np.int64)  # (T,) its group
+    ours = owner >= 0  # (T,) trajectories of the groups of signal
+
+    def per_group(flags: np.ndarray) -> np.ndarray:
+        return np.bincount(owner[ours & flags], minlength=len(index))  # (G,)
+
+    episodes, finished, wins = per_group(np.ones(num, bool)), per_group(~failed), per_group(~failed & won)
+    records = [
+        GroupRecord(
+            group_id=str(group),
+            round=round,
+            keep=bool(signal.keep[i]),
+            episode=bool(signal.episode[i]),
+            step=bool(signal.step[i]),
+            episodes=int(episodes[i]),
+            finished=int(finished[i]),
+            won=int(wins[i]),
+        )
+        for i, group in enumerate(signal.group_ids)
+    ]
+    return records
+
+
+def dynamic_metrics(records: list[GroupRecord], selected: list[str] | set[str], target: int) -> dict[str, float]:
+    """The ``dynamic/*`` metrics of one iteration (docs/metrics.md), the same definition on both engines.
+
+    Args:
+        records: every group played this iteration (:func:`group_records`).
+        selected: the ids of the groups trained on.
+        target: the groups an iteration trains on (``data.train_batch_size``).
+
+    Returns:
+        ``rounds``; ``kept_fraction_round_<k>`` (groups the filter kept / groups played in round k, each round played)
+        and ``kept_fraction`` (over all rounds); ``kept_groups`` (groups of the batch the filter kept);
+        ``kept_by_step_signal_only`` (groups of the batch kept for their step term alone); ``dropped_with_step_signal``
+        (groups the filter dropped whose step term was nonzero); ``short_groups`` (``target - kept_groups``: slots of
+        the batch holding a group the filter dropped); ``surplus_groups`` (kept groups not trained on);
+        ``episodes_played``; ``episodes_per_kept_group`` (episodes played / ``kept_groups``; the episodes played when
+        none was kept); ``played_success_rate`` (won / finished over every episode played), each under ``dynamic/``.
+    """
+    chosen = set(selected)
+    rounds = max((r.round for r in records), default=0)
+    kept = sum(r.keep for r in records)
+    kept_in_batch = sum(r.keep and r.group_id in chosen for r in records)
+    episodes = sum(r.episodes for r in records)
+    finished = sum(r.finished for r in records)
+    out = {"dynamic/rounds": float(rounds)}
+    for k in range(1, rounds + 1):
+        played = [r.keep for r in records if r.round == k]
+        out[f"dynamic/kept_fraction_round_{k}"] = sum(played) / len(played) if played else 0.0
+    out.update(
+        {
+            "dynamic/kept_fraction": kept / len(records) if records else 0.0,
+            "dynamic/kept_groups": float(kept_in_batch),
+            "dynamic/kept_by_step_signal_only": float(
+                sum(r.keep and not r.episode and r.group_id in chosen for r in records)
+            ),
+            "dynamic/dropped_with_step_signal": float(sum(r.step and not r.keep for r in records)),
+            "dynamic/short_groups": float(max(0, target - kept_in_batch)),
+            "dynamic/surplus_groups": float(kept - kept_in_batch),
+            "dynamic/episodes_played": float(episodes),
+            "dynamic/episodes_per_kept_group": episodes / max(kept_in_batch, 1),
+            "dynamic/played_success_rate": sum(r.won for r in records) / finished if finished else 0.0,
+        }
+    )
+    return out
+
+
+@dataclass
+class DynamicRounds:
+    """The rounds of one iteration on the local engine: what each round's filter kept, when to stop, which groups
+    to train on, and the metrics (:func:`dynamic_metrics`).
+
+    Args:
+        options: the dynamic-sampling options (enabled).
+        target: the groups an iteration trains on (``data.train_batch_size``).
+
+    Use: ``while not rounds.done: rounds.add(steps_of_a_round_of_fresh_tasks, group_signal(...))``, then
+    :meth:`selected` (the groups to train on) and :meth:`metrics`.
+    """
+
+    options: DynamicSampling
+    target: int
+    records: list[GroupRecord] = field(default_factory=list)
+    num_rounds: int = 0
+
+    def add(self, steps: StepBatch, signal: GroupSignal) -> None:
+        """Record a round: the filter's decisions on its step rows.
+
+        Raises:
+            RuntimeError: a round after the last (``done``).
+            ValueError: a group id already seen in an earlier round (each round's tasks need their own ids).
+        """
+        if self.done:
+            raise RuntimeError(f"no round after the last: {self.num_rounds} round(s), {self.kept_count} kept")
+        repeated = sorted({r.group_id for r in self.records} & {str(g) for g in signal.group_ids})
+        if repeated:
+            raise ValueError(f"group ids {repeated[:5]} were played in an earlier round: each round needs fresh ids")
+        self.num_rounds += 1
+        self.records += group_records(steps, signal, self.num_rounds)
+
+    @property
+    def kept_count(self) -> int:
+        """Groups the filter kept so far (all rounds, before trimming)."""
+        return sum(r.keep for r in self.records)
+
+    @property
+    def done(self) -> bool:
+        """The kept groups fill the batch, or ``max_rounds`` rounds were played."""
+        return self.kept_count >= self.target or self.num_rounds >= self.options.max_rounds
+
+    def selected(self) -> list[str]:
+        """The ids of the groups to train on, in play order: the kept groups, the first ``target`` of them; when
+        fewer were kept after the last round, that round's dropped groups fill the rest (in play order), as the
+        reference's last try keeps every group."""
+        kept = [r.group_id for r in self.records if r.keep][: self.target]
+        fill = [r.group_id for r in self.records if r.round == self.num_rounds and not r.keep]
+        return kept + fill[: max(0, self.target - len(kept))]
+
+    def metrics(self) -> dict[str, float]:
+        """``dynamic/*`` of the iteration: :func:`dynamic_metrics` of its groups and :meth:`selected`."""
+        return dynamic_metrics(self.records, self.selected(), self.target)
