@@ -76,7 +76,7 @@ MIXED = (
 )
 
 
-def test_an_all_fail_group_with_differing_step_returns_is_kept_by_signal_only_cpu():
+def test_an_all_fail_group_with_differing_step_returns_is_kept_by_signal_only():
     steps = _batch(*ALL_FAIL_SHARED, *ALL_FAIL_DISJOINT, *ALL_WIN, *MIXED)
     by_episode = group_signal(steps, "episode", GIGPO)
     by_signal = group_signal(steps, "signal", GIGPO)
@@ -101,7 +101,7 @@ def test_an_all_fail_group_with_differing_step_returns_is_kept_by_signal_only_cp
     assert moving == ["s0"]
 
 
-def test_each_successor_is_judged_by_its_own_step_term_cpu():
+def test_each_successor_is_judged_by_its_own_step_term():
     """GraphGPO's step term is 0 in a group without a win (A_G needs a path to SUCCESS): the all-fail group that
     GiGPO's anchor groups keep is dropped under graphgpo; the all-success group is kept by both."""
     steps = _batch(*ALL_FAIL_SHARED, *ALL_WIN)
@@ -114,7 +114,7 @@ def test_each_successor_is_judged_by_its_own_step_term_cpu():
     assert _decisions(group_signal(steps, "signal", hgpo))["fail"] == (False, True, True)
 
 
-def test_the_episode_score_follows_the_penalty_mode_cpu():
+def test_the_episode_score_follows_the_penalty_mode():
     """One invalid reply: with penalty_mode=reward the returns differ (-0.1 vs 0), so the episode filter keeps the
     group; with reference the environment's returns are compared (0 and 0, the reference's episode_rewards), so it
     drops it, while the step term (R_t minus the row's own penalty) still has signal."""
@@ -137,7 +137,7 @@ def test_the_episode_score_follows_the_penalty_mode_cpu():
         group_signal(steps, "both", GIGPO)
 
 
-def test_returns_equal_up_to_rounding_count_as_equal_cpu():
+def test_returns_equal_up_to_rounding_count_as_equal():
     """0.1 + 0.2 + 0.3 and 0.3 + 0.2 + 0.1 differ by one ulp in float64: not a signal; 1e-6 apart is one."""
     steps = _batch(
         _traj("round", "r0", [0.1, 0.2, 0.3], ["x0", "x1", "x2"]),
@@ -153,7 +153,7 @@ def test_returns_equal_up_to_rounding_count_as_equal_cpu():
     }
 
 
-def test_failed_episodes_and_padding_count_in_neither_test_cpu():
+def test_failed_episodes_and_padding_count_in_neither_test():
     steps = _batch(
         # the only differing return (and the only differing R_t at s0) is a failed episode's
         _traj("g", "a", [0.0, 1.0], ["s0", "s1"], won=True),
@@ -194,12 +194,12 @@ def test_failed_episodes_and_padding_count_in_neither_test_cpu():
         ({"enable": True, "rounds": 3}, "gigpo", r"unknown algorithm.filter_groups key\(s\) \['rounds'\]"),
     ],
 )
-def test_bad_options_are_refused_naming_the_key_cpu(section, estimator, match):
+def test_bad_options_are_refused_naming_the_key(section, estimator, match):
     with pytest.raises(ValueError, match=match):
         DynamicSampling.from_algorithm({"adv_estimator": estimator, "filter_groups": section})
 
 
-def test_options_read_verls_section_cpu():
+def test_options_read_verls_section():
     verl_defaults = {"_target_": "x", "enable": False, "metric": "reward", "max_num_gen_batches": 0}
     assert DynamicSampling.from_algorithm({"filter_groups": verl_defaults}) == DynamicSampling(max_rounds=0)
     section = {**verl_defaults, "enable": True, "max_num_gen_batches": 10, "filter": "signal"}
@@ -230,7 +230,7 @@ def _round(prefix, outcomes):
     return _batch(*trajectories)
 
 
-def test_rounds_trim_a_surplus_and_fill_a_shortfall_from_the_last_round_cpu():
+def test_rounds_trim_a_surplus_and_fill_a_shortfall_from_the_last_round():
     options = DynamicSampling(enable=True, filter="signal", max_rounds=3)
     rounds = DynamicRounds(options, target=3)
     first = _round("a", ["flat", "mixed", "flat"])
@@ -299,7 +299,7 @@ def _played(episodes):
 DYNAMIC = ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.max_num_gen_batches=4"]
 
 
-def test_local_engine_plays_rounds_of_fresh_tasks_and_fills_the_batch_cpu(tiny_model_dir, tmp_path):
+def test_local_engine_plays_rounds_of_fresh_tasks_and_fills_the_batch(tiny_model_dir, tmp_path):
     runs = [_trainer(tiny_model_dir, tmp_path / name, *DYNAMIC) for name in ("a", "b")]
     plain = _trainer(tiny_model_dir, tmp_path / "plain")
     try:
@@ -343,7 +343,7 @@ def test_local_engine_plays_rounds_of_fresh_tasks_and_fills_the_batch_cpu(tiny_m
     assert totals[1] - totals[0] == lines[0][1]["rollout/episodes_played"]
 
 
-def test_the_signal_filter_keeps_groups_the_episode_filter_drops_cpu(tiny_model_dir, tmp_path):
+def test_the_signal_filter_keeps_groups_the_episode_filter_drops(tiny_model_dir, tmp_path):
     """Unconstrained decoding: the tiny model's replies are mostly invalid, every episode fails, and with the
     reference's penalty placement the environment's returns are all 0. The episode filter drops every group; the
     signal filter keeps those whose penalties came at different steps from a shared state (step term nonzero). Both
@@ -377,7 +377,7 @@ def test_the_signal_filter_keeps_groups_the_episode_filter_drops_cpu(tiny_model_
     assert kept.kept() == [str(g) for g in dropped.group_ids[dropped.dropped_with_step_signal]]
 
 
-def test_a_resumed_dynamic_run_plays_what_an_uninterrupted_one_does_cpu(tiny_model_dir, tmp_path):
+def test_a_resumed_dynamic_run_plays_what_an_uninterrupted_one_does(tiny_model_dir, tmp_path):
     """The task RNG and the count of episodes played are in the checkpoint: 2 iterations straight and 1 + 1 resumed
     give the same metrics lines (rounds, kept fractions, episodes played, losses)."""
     common = [*DYNAMIC, "trainer.save_freq=1", "trainer.test_freq=1"]  # each run validates every iteration
@@ -408,3 +408,28 @@ def test_a_resumed_dynamic_run_plays_what_an_uninterrupted_one_does_cpu(tiny_mod
     assert len(train) == 2 and train[1]["rollout/episodes_played_total"] == sum(
         m["rollout/episodes_played"] for m in train
     )
+
+
+def test_an_episode_budget_stops_a_dynamic_run_with_a_final_validation_and_checkpoint(tiny_model_dir, tmp_path):
+    """trainer.total_training_episodes: the run stops after the iteration that reaches the budget (dynamic sampling
+    plays more than one round's 12 episodes an iteration, so before total_training_steps), validates and saves."""
+    trainer = _trainer(
+        tiny_model_dir,
+        tmp_path / "run",
+        *DYNAMIC,
+        "trainer.total_training_steps=50",
+        "trainer.total_training_episodes=30",
+        "trainer.test_freq=0",
+        "trainer.save_freq=0",
+    )
+    try:
+        history = trainer.fit()
+    finally:
+        trainer.close()
+    training = [m for m in history if "rollout/episodes_played_total" in m]
+    totals = [m["rollout/episodes_played_total"] for m in training]
+    assert totals[-1] >= 30 and all(t < 30 for t in totals[:-1])
+    assert len(training) < 50 and "val/success_rate" in history[-1]
+    assert (tmp_path / "run" / "checkpoints" / f"iter_{len(training)}" / "state.pt").is_file()
+    with pytest.raises(ValueError, match="trainer.total_training_episodes"):
+        load_config(["trainer.total_training_episodes=0"])

@@ -171,6 +171,13 @@ _RULES = (
     Range("data.val_size", "int", "validation tasks, 0 = no validation", low=0),
     Range("algorithm.norm_adv_by_std_in_grpo", "bool", "GRPO: divide by the group std"),
     Range("trainer.total_training_steps", "int", "iterations", low=1),
+    Range(
+        "trainer.total_training_episodes",
+        "int",
+        "training episodes to stop after, null = iterations only",
+        low=1,
+        nullable=True,
+    ),
     Range("trainer.test_freq", "int", "validate every N iterations; <= 0: start and end only"),
     Range("trainer.save_freq", "int", "checkpoint every N iterations; <= 0: after the last only"),
     Range("trainer.seed", "int", "seed of the run", low=0),

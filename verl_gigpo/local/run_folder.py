@@ -57,6 +57,7 @@ LR_KEY = "actor_rollout_ref.actor.optim.lr"
 RESUMABLE_KEYS = frozenset(
     {
         "trainer.total_training_steps",
+        "trainer.total_training_episodes",
         "trainer.test_freq",
         "trainer.save_freq",
         "trainer.resume",

@@ -293,10 +293,16 @@ class LocalTrainer:
         return {**val, **val_names(cfg.env.name, val, seconds=time.perf_counter() - start)}
 
     def fit(self) -> list[dict[str, float]]:
-        """Train until ``trainer.total_training_steps`` (resuming first when ``trainer.resume``); returns all
-        metrics lines (also in ``metrics.jsonl``), writes the plot and the final checkpoint."""
+        """Train until ``trainer.total_training_steps``, or until the training episodes played reach
+        ``trainer.total_training_episodes`` when set (resuming first when ``trainer.resume``); returns all metrics
+        lines (also in ``metrics.jsonl``), writes the plot and the final checkpoint."""
         cfg = self.cfg
         total = cfg.trainer.total_training_steps
+        budget = cfg.trainer.get("total_training_episodes", None)
+
+        def budget_spent() -> bool:
+            return budget is not None and self.episodes_played_total >= budget
+
         if cfg.trainer.resume:
             self.load_checkpoint()
         metrics_path = self.out_dir / "metrics.jsonl"
@@ -306,11 +312,11 @@ class LocalTrainer:
             self._record(first, metrics_path)
             logger.info("validation before training: %s", _fmt(first))
         bar = _progress(cfg, initial=self.iteration, total=total)
-        while self.iteration < total:
+        while self.iteration < total and not budget_spent():
             start = time.perf_counter()
             metrics = self.train_step()
             metrics["timing_s/step"] = time.perf_counter() - start  # verl's name: the iteration without validation
-            last = self.iteration == total
+            last = self.iteration == total or budget_spent()
             if last or (cfg.trainer.test_freq > 0 and self.iteration % cfg.trainer.test_freq == 0):
                 metrics.update(self.validate())
             metrics["timing_s/iteration"] = time.perf_counter() - start
