@@ -23,6 +23,13 @@ configuration the final success (mean ± std over seeds, and per seed), the epis
 reached 0.5, the wall time, and where the kept groups came from (``dynamic/*``: groups kept by the step signal only,
 rounds per iteration, kept fraction of the first round).
 
+What to expect from the filters on this task: its only reward is the win (no per-step reward, and decoding is
+restricted to the action words, so no invalid-action penalty). A group whose episodes all fail then has R_t = 0 on
+every row, so GiGPO's step term is zero there and ``signal`` drops it as ``episode`` does; the two filters differ
+only on groups whose episodes all win (their step returns differ by the discount). On tasks with rewards inside
+failed episodes (invalid-action penalties, Sokoban's per-move cost, WebShop's partial scores) ``signal`` keeps
+all-fail groups too (a two-iteration CPU launch of the Sokoban recipe kept every group for its step term alone).
+
 Outputs: ``benchmarks/dynamic_sampling.png`` and the section "## Dynamic sampling: does keeping step signal pay?" of
 ``benchmarks/RESULTS.md`` (replaced in place), with the exact command. Runs go to ``--runs`` (default
 ``runs/dynamic``), one folder per (configuration, seed).
@@ -32,8 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -44,7 +49,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learning_report import load_line, machine_load  # noqa: E402
-from learning_run import val_success  # noqa: E402
+from learning_run import _run_local, val_success  # noqa: E402
 from learning_settings import CONFIGS, REPO, TASK, TASK_TITLES  # noqa: E402
 
 SECTION = "## Dynamic sampling: does keeping step signal pay?"
@@ -117,15 +122,8 @@ def finished(run: Path, args: argparse.Namespace) -> bool:
 def run_one(name: str, seed: int, args: argparse.Namespace) -> None:
     """Train one (configuration, seed), one torch thread, unless finished."""
     out = Path(args.runs) / f"{name}_s{seed}"
-    if finished(out, args):
-        return
-    cmd = [sys.executable, "-m", "verl_gigpo.local.train", *overrides(name, seed, args, out)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"{name} seed {seed} failed:\n{done.stderr[-4000:]}")
-    print(f"  {name} seed {seed}: {time.perf_counter() - start:.0f} s", flush=True)
+    if not finished(out, args):
+        _run_local(overrides(name, seed, args, out), f"{name} seed {seed}")
 
 
 # ---------------------------------------------------------------------------------------------- report
