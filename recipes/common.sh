@@ -2,8 +2,8 @@
 # Helpers sourced by the run_*.sh recipes: early checks with messages that say what to set, the data-prep
 # step, and DRY_RUN=1: print the data-prep and final commands instead of running them. A dry run still checks the
 # values of the variables (and stops on a bad one before printing anything); it skips the checks of the machine
-# (GPUs, the Python's packages, the model folder, the data) and data prep, and only notes an experiment that has
-# already finished (gigpo_check_resume).
+# (GPUs, the Python's packages, the model folder, the data) and data prep (it says whether data prep would run:
+# gigpo_prepare_data), and only notes an experiment that has already finished (gigpo_check_resume).
 
 gigpo_fail() {
     echo "error: $*" >&2
@@ -228,19 +228,102 @@ folder or a Hugging Face id such as Qwen/Qwen2.5-1.5B-Instruct"
     fi
 }
 
-# gigpo_prepare_data ENV OUT_DIR TRAIN_SIZE [extra prepare args...]: write OUT_DIR/{train,val}.parquet unless present.
+#: the stamp gigpo_prepare_data writes beside train.parquet and val.parquet after a successful data prep: the data-prep
+#: arguments that wrote them, one "--flag value" a line
+GIGPO_PREP_STAMP=prepared_with.txt
+
+# gigpo_prep_setting FLAG ENV_NAME: print the recipe variable behind the data-prep argument FLAG (a message about a
+# changed setting names it).
+gigpo_prep_setting() {
+    local eval_only=0
+    [[ "${EVAL_ONLY:-0}" == 1 ]] && eval_only=1
+    case "$1" in
+        --train-size) echo TRAIN_SIZE ;;
+        --val-size) ((eval_only)) && echo EVAL_TASKS || echo VAL_SIZE ;;
+        --val-split) ((eval_only)) && echo EVAL_SPLIT || echo VAL_SPLIT ;;
+        --env) [[ "$2" == webshop* ]] && echo WEBSHOP_ENV || echo "the environment" ;;
+        --env-kwargs) [[ "$2" == alfworld ]] && echo ALFWORLD_DATA || echo "the environment's arguments" ;;
+        *) echo "$1" ;;
+    esac
+}
+
+# gigpo_prep_stamp FLAG VALUE ...: print the stamp of these data-prep arguments (pairs of flag and value): a comment
+# line, then "FLAG VALUE" a line (a newline inside a value written as \n).
+gigpo_prep_stamp() {
+    echo "# the arguments of python -m verl_gigpo.data.prepare that wrote the task files here (recipes/common.sh)"
+    while (($# >= 2)); do
+        printf '%s %s\n' "$1" "${2//$'\n'/\\n}"
+        shift 2
+    done
+}
+
+# gigpo_prep_reason OUT ENV_NAME FLAG VALUE ...: print why the task files in OUT must be written for these data-prep
+# arguments, or nothing when OUT/$GIGPO_PREP_STAMP says they were written with exactly these. Reasons: a file is
+# missing; the files have no stamp (an older recipe, a hand or an unfinished prep wrote them: their settings are
+# unknown); settings differ (each named by its recipe variable, gigpo_prep_setting, with the argument's old and new
+# value).
+gigpo_prep_reason() {
+    local out=$1 env_name=$2
+    shift 2
+    if [[ ! -f "$out/train.parquet" || ! -f "$out/val.parquet" ]]; then
+        printf '%s' "$out has no train.parquet or val.parquet"
+        return 0
+    fi
+    if [[ ! -f "$out/$GIGPO_PREP_STAMP" ]]; then
+        printf '%s' "the task files in $out have no $GIGPO_PREP_STAMP (prepared by an older recipe or by hand, or by a \
+data prep that did not finish), so the settings they hold are unknown"
+        return 0
+    fi
+    local -A old=() new=()
+    local line flag flags=() changes=""
+    while IFS= read -r line; do
+        [[ "$line" == --* ]] && old[${line%% *}]=${line#* }
+    done <"$out/$GIGPO_PREP_STAMP"
+    while IFS= read -r line; do
+        [[ "$line" == --* ]] || continue
+        new[${line%% *}]=${line#* }
+        flags+=("${line%% *}")
+    done < <(gigpo_prep_stamp "$@")
+    for flag in "${!old[@]}"; do
+        [[ -n "${new[$flag]+set}" ]] || flags+=("$flag")
+    done
+    for flag in "${flags[@]}"; do
+        [[ "${old[$flag]-(not given)}" == "${new[$flag]-(not given)}" ]] && continue
+        changes+="${changes:+; }$(gigpo_prep_setting "$flag" "$env_name"): $flag ${old[$flag]-(not given)} -> \
+${new[$flag]-(not given)}"
+    done
+    [[ -z "$changes" ]] || printf '%s' "the task files in $out were prepared with other settings ($changes)"
+}
+
+# gigpo_prepare_data ENV OUT_DIR TRAIN_SIZE [FLAG VALUE ...]: write OUT_DIR/{train,val}.parquet with `python -m
+# verl_gigpo.data.prepare --env ENV --train-size TRAIN_SIZE --out OUT_DIR FLAG VALUE ...`, unless the files there
+# were written with these same arguments (gigpo_prep_reason). A run says in one line why it prepares them again
+# (files present but without the stamp, or a changed setting), removes the old stamp first and writes the new one
+# only after the prep succeeded (an interrupted prep is redone next time). DRY_RUN=1 prints the command as a comment,
+# headed by whether and why it would run.
 gigpo_prepare_data() {
     local env_name=$1 out=$2 train_size=$3
     shift 3
+    local args=(--env "$env_name" --train-size "$train_size" "$@")
     local cmd=("$PYTHON" -m verl_gigpo.data.prepare --env "$env_name" --train-size "$train_size" --out "$out" "$@")
+    local reason
+    reason=$(gigpo_prep_reason "$out" "$env_name" "${args[@]}")
     if gigpo_dry_run; then
-        printf '# data prep (runs when %s/train.parquet or val.parquet is missing):\n# ' "$out"
+        if [[ -n "$reason" ]]; then
+            printf '# data prep (runs: %s):\n# ' "$reason"
+        else
+            printf '# data prep (skipped: the task files in %s were written with these arguments):\n# ' "$out"
+        fi
         printf '%q ' "${cmd[@]}"
         printf '\n'
-    elif [[ -f "$out/train.parquet" && -f "$out/val.parquet" ]]; then
-        echo "using task files in $out" >&2
+    elif [[ -z "$reason" ]]; then
+        echo "using task files in $out (written with this recipe's data-prep settings: $out/$GIGPO_PREP_STAMP)" >&2
     else
+        [[ -f "$out/train.parquet" && -f "$out/val.parquet" ]] && echo "$reason: preparing them again" >&2
+        rm -f "$out/$GIGPO_PREP_STAMP"
         "${cmd[@]}"
+        gigpo_prep_stamp "${args[@]}" >"$out/$GIGPO_PREP_STAMP.tmp"
+        mv -f "$out/$GIGPO_PREP_STAMP.tmp" "$out/$GIGPO_PREP_STAMP"
     fi
 }
 

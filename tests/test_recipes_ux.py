@@ -6,11 +6,13 @@ read.
 Each test runs the real ``bash recipes/run_<env>.sh``. Runs that are not dry runs see 8 GPUs through a stand-in
 ``nvidia-smi`` and run a stand-in Python (``PYTHON``): its one-line checks (``-c``) run in this interpreter, and a
 module run (``-m``: data prep, ``verl_gigpo.main``) is reported and exits 97 instead, so a test sees how far the
-recipe got and nothing launches.
+recipe got and nothing launches. With the ``prep_machine`` fixture data prep really runs (in this interpreter), and
+only the launch is stood in for.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -55,6 +57,22 @@ def run(recipe: str, *args: str, root: Path = ROOT, **env: str) -> subprocess.Co
     )
 
 
+def stand_in_python(path: Path, *real_modules: str) -> Path:
+    """Write the stand-in Python (module docstring) to ``path``: ``-c`` and ``-m`` of ``real_modules`` run in this
+    interpreter; any other ``-m`` prints :data:`MODULE_RUN_LINE` and the rest of its command line and exits
+    :data:`MODULE_RUN`."""
+    real = "".join(
+        f'if [ "$1" = "-m" ] && [ "$2" = "{module}" ]; then exec {shlex.quote(sys.executable)} "$@"; fi\n'
+        for module in real_modules
+    )
+    path.write_text(
+        f'#!/bin/sh\nif [ "$1" = "-c" ]; then exec {shlex.quote(sys.executable)} "$@"; fi\n{real}'
+        f'echo "stand-in python: would run $*" >&2\nexit {MODULE_RUN}\n'
+    )
+    path.chmod(0o755)
+    return path
+
+
 @pytest.fixture
 def machine(tmp_path) -> dict[str, str]:
     """The environment of a run that is not a dry run, on a stand-in 8-GPU machine with the stand-in Python (module
@@ -62,13 +80,8 @@ def machine(tmp_path) -> dict[str, str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\ncat <<'EOF'\n{NVIDIA_SMI_8}EOF\n")
-    python = bin_dir / "python"
-    python.write_text(
-        f'#!/bin/sh\nif [ "$1" = "-c" ]; then exec {shlex.quote(sys.executable)} "$@"; fi\n'
-        f'echo "stand-in python: would run $*" >&2\nexit {MODULE_RUN}\n'
-    )
-    for tool in bin_dir.iterdir():
-        tool.chmod(0o755)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    python = stand_in_python(bin_dir / "python")
     (tmp_path / "model").mkdir()
     (tmp_path / "alfworld" / "json_2.1.1").mkdir(parents=True)
     return {
@@ -79,6 +92,13 @@ def machine(tmp_path) -> dict[str, str]:
         "ALFWORLD_DATA": str(tmp_path / "alfworld"),
         "DATA_DIR": str(tmp_path / "data"),
     }
+
+
+@pytest.fixture
+def prep_machine(machine, tmp_path) -> dict[str, str]:
+    """:func:`machine` whose stand-in Python runs data prep (``-m verl_gigpo.data.prepare``) for real."""
+    python = stand_in_python(tmp_path / "bin" / "python-prep", "verl_gigpo.data.prepare")
+    return {**machine, "PYTHON": str(python)}
 
 
 def checkpointed(folder: Path, *steps: int, pointer: str | None = None) -> Path:
@@ -272,7 +292,83 @@ def test_alfworld_data_that_does_not_exist_is_named_with_how_to_get_it(machine, 
     assert f"ALFWORLD_DATA={tmp_path / 'empty'} has no json_2.1.1/ folder" in proc.stderr.splitlines()[-1]
 
 
-# ------------------------------------------------------------------------------------------------ 5. the docs
+# ------------------------------------------------------------------------------------------------ 5. task files
+def val_tasks(folder: Path) -> int:
+    """How many validation tasks data prep wrote into ``folder`` (its task_types.json)."""
+    return json.loads((folder / "task_types.json").read_text())["val"]["tasks"]
+
+
+def prep_lines(proc: subprocess.CompletedProcess) -> list[str]:
+    """The lines a run printed about preparing existing task files again."""
+    return [line for line in proc.stderr.splitlines() if line.endswith(": preparing them again")]
+
+
+def test_task_files_are_prepared_again_when_their_settings_change(prep_machine):
+    """The stamp beside the task files holds the data-prep arguments that wrote them: the same settings reuse the
+    files, a changed VAL_SIZE or TRAIN_SIZE prepares them again with one line naming what changed; a dry run says
+    whether data prep would run and runs nothing."""
+    env = {**prep_machine, "TRAIN_SIZE": "16", "VAL_SIZE": "8"}
+    data = Path(env["DATA_DIR"])
+    first = run("sokoban", **env)
+    assert first.returncode == MODULE_RUN and f"{MODULE_RUN_LINE}verl_gigpo.main" in first.stderr, first.stderr
+    assert val_tasks(data) == 8 and prep_lines(first) == []
+    stamp = (data / "prepared_with.txt").read_text().splitlines()
+    assert {"--env sokoban", "--train-size 16", "--val-size 8", "--val-split test"} == set(stamp[1:])
+    again = run("sokoban", **env)
+    assert f"using task files in {data} " in again.stderr and "train:" not in again.stdout and prep_lines(again) == []
+    dry = run("sokoban", DRY_RUN="1", **{**env, "VAL_SIZE": "3"})
+    assert dry.returncode == 0 and "# data prep (runs: " in dry.stdout and "VAL_SIZE: --val-size 8 -> 3" in dry.stdout
+    assert val_tasks(data) == 8  # the dry run ran nothing
+    changed = run("sokoban", **{**env, "VAL_SIZE": "3"})
+    assert prep_lines(changed) == [
+        f"the task files in {data} were prepared with other settings (VAL_SIZE: --val-size 8 -> 3): preparing them "
+        "again"
+    ]
+    assert changed.returncode == MODULE_RUN and val_tasks(data) == 3
+    assert "# data prep (skipped: " in run("sokoban", DRY_RUN="1", **{**env, "VAL_SIZE": "3"}).stdout
+    [line] = prep_lines(run("sokoban", **{**env, "VAL_SIZE": "3", "TRAIN_SIZE": "12", "VAL_SPLIT": "train"}))
+    assert "TRAIN_SIZE: --train-size 16 -> 12; VAL_SPLIT: --val-split test -> train" in line
+
+
+def test_task_files_without_a_stamp_or_after_a_failed_prep_are_prepared_again(prep_machine):
+    """Files an older recipe (or a hand) left have no stamp: their settings are unknown, so they are written again.
+    A data prep that fails leaves no stamp either (the old one is removed before it runs)."""
+    from verl_gigpo.data.prepare import write_task_files
+
+    data = Path(prep_machine["DATA_DIR"])
+    write_task_files("sokoban", data, train_size=4, val_size=2)
+    env = {**prep_machine, "TRAIN_SIZE": "16", "VAL_SIZE": "8"}
+    proc = run("sokoban", **env)
+    assert prep_lines(proc) == [
+        f"the task files in {data} have no prepared_with.txt (prepared by an older recipe or by hand, or by a data "
+        "prep that did not finish), so the settings they hold are unknown: preparing them again"
+    ]
+    assert proc.returncode == MODULE_RUN and val_tasks(data) == 8
+    failed = run("sokoban", **{**env, "VAL_SPLIT": "train"})  # data prep refuses the training split for validation
+    assert failed.returncode == 2 and "VAL_SPLIT: --val-split test -> train" in failed.stderr
+    assert MODULE_RUN_LINE not in failed.stderr and not (data / "prepared_with.txt").exists()
+    assert "have no prepared_with.txt" in prep_lines(run("sokoban", **env))[0]
+
+
+def test_alfworld_task_files_follow_alfworld_data_in_training_and_evaluation(prep_machine, alfworld_data, tmp_path):
+    """The same games in another folder are another ALFWORLD_DATA: the training task files and EVAL_ONLY's own task
+    folder (DATA_DIR/eval-<split>-<tasks>) are prepared again for it."""
+    copy = tmp_path / "games-copy"
+    shutil.copytree(alfworld_data, copy)
+    env = {**prep_machine, "ALFWORLD_DATA": str(alfworld_data), "TRAIN_SIZE": "6"}
+    data = Path(env["DATA_DIR"])
+    for mode, folder, launch in (({}, data, "main"), ({"EVAL_ONLY": "1"}, data / "eval-valid_seen-all", "evaluate")):
+        first = run("alfworld", **env, **mode)
+        assert first.returncode == MODULE_RUN and f"{MODULE_RUN_LINE}verl_gigpo.{launch}" in first.stderr
+        assert (folder / "prepared_with.txt").is_file() and prep_lines(first) == []
+        moved = run("alfworld", **{**env, "ALFWORLD_DATA": str(copy)}, **mode)
+        [line] = prep_lines(moved)
+        assert line.startswith(f"the task files in {folder} were prepared with other settings (ALFWORLD_DATA: ")
+        assert f'--env-kwargs {{"data_path": "{alfworld_data}"}} -> {{"data_path": "{copy}"}})' in line
+        assert moved.returncode == MODULE_RUN
+
+
+# ------------------------------------------------------------------------------------------------ 6. the docs
 def test_docs_gpu_lists_every_variable_the_recipes_read():
     """docs/gpu.md's "Variables" section names each variable of recipes/*.sh (found by recipe_variables)."""
     page = (ROOT / "docs" / "gpu.md").read_text()
