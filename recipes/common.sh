@@ -21,6 +21,21 @@ DRY_RUN=0 (run; the same as leaving it unset)" ;;
     esac
 }
 
+# --- Experiment: the default EXPERIMENT ----------------------------------------------------------------------------
+
+# gigpo_experiment_setup ENV_NAME: set EXPERIMENT, unless the user set it, to
+# <ENV_NAME>_<ADV_ESTIMATOR>_<model folder name>[_lora<R>][_think<0|1>]: a setting that changes what a checkpoint is
+# gets its own experiment folder, so that a launch never resumes (or refuses to resume) a run of another kind. The
+# suffixes: _lora<R> with LORA_RANK=R > 0 (the checkpoint holds a rank-R adapter; gigpo_lora_rank checks LORA_RANK),
+# _think0 / _think1 with THINKING=0 / 1 (the prompts differ). Reads ADV_ESTIMATOR, MODEL_PATH, LORA_RANK, THINKING.
+gigpo_experiment_setup() {
+    [[ -n "${EXPERIMENT:-}" ]] && return 0
+    gigpo_lora_rank
+    EXPERIMENT="$1_${ADV_ESTIMATOR}_$(basename "$MODEL_PATH")"
+    if ((LORA_RANK > 0)); then EXPERIMENT+="_lora$LORA_RANK"; fi
+    if [[ "${THINKING:-}" == [01] ]]; then EXPERIMENT+="_think$THINKING"; fi
+}
+
 # --- Python: the interpreter every step runs (data prep, the attention probe, verl) ------------------------------
 
 # gigpo_python_setup: set PYTHON, the one place the recipes and tests/gpu/check_gpu.sh choose their Python:
@@ -579,6 +594,15 @@ $MINI_BATCH_ROWS" >&2
 
 # --- LoRA: LORA_RANK (0 = off) ------------------------------------------------------------------------------------
 
+# gigpo_lora_rank: LORA_RANK (default 0) checked as a whole number (else stop naming it, also with DRY_RUN) and
+# written in decimal (064 -> 64).
+gigpo_lora_rank() {
+    LORA_RANK=${LORA_RANK:-0}
+    gigpo_check_whole_number LORA_RANK "$LORA_RANK" "0 trains every weight, LORA_RANK=64 trains a rank-64 adapter as \
+the reference's LoRA runs do"
+    LORA_RANK=$((10#$LORA_RANK))
+}
+
 # gigpo_lora_setup: LoRA from LORA_RANK, and the learning rate and KL loss that go with it. Fills GIGPO_LORA (verl's
 # LoRA keys, empty when off) and sets LR and USE_KL_LOSS unless the user set them.
 # LORA_RANK=0 (default): every weight trains; LR=1e-6, USE_KL_LOSS=true (the reference's full fine-tuning runs).
@@ -590,10 +614,7 @@ $MINI_BATCH_ROWS" >&2
 # verl does by default: vLLM serves it as a LoRA adapter; on DEVICE=cpu the hf backend merges it in float32 itself
 # (verl_gigpo/cpu/hf_rollout.py), so nothing else changes there. Fidelity rows: recipes/reference_settings.yaml (lora).
 gigpo_lora_setup() {
-    LORA_RANK=${LORA_RANK:-0}
-    gigpo_check_whole_number LORA_RANK "$LORA_RANK" "0 trains every weight, LORA_RANK=64 trains a rank-64 adapter as \
-the reference's LoRA runs do"
-    LORA_RANK=$((10#$LORA_RANK))
+    gigpo_lora_rank
     GIGPO_LORA=()
     if ((LORA_RANK == 0)); then
         [[ -z "${LORA_ALPHA:-}${LORA_TARGET_MODULES:-}" ]] || gigpo_fail "LORA_ALPHA or LORA_TARGET_MODULES is set but \

@@ -292,6 +292,28 @@ def test_alfworld_data_that_does_not_exist_is_named_with_how_to_get_it(machine, 
     assert f"ALFWORLD_DATA={tmp_path / 'empty'} has no json_2.1.1/ folder" in proc.stderr.splitlines()[-1]
 
 
+# ---------------------------------------------------------------------------------------------- 3b. EXPERIMENT
+@pytest.mark.parametrize(
+    ("env", "suffix"),
+    [
+        ({}, ""),
+        ({"LORA_RANK": "0"}, ""),
+        ({"LORA_RANK": "64"}, "_lora64"),
+        ({"LORA_RANK": "064"}, "_lora64"),  # the rank as verl gets it
+        ({"THINKING": "0"}, "_think0"),
+        ({"THINKING": "1", "LORA_RANK": "8"}, "_lora8_think1"),
+    ],
+)
+def test_the_default_experiment_names_lora_and_thinking(env, suffix, tmp_path):
+    """A LoRA run and a run with THINKING set get their own experiment folder (a full run's checkpoints are not
+    resumed by a LoRA launch); ADV_ESTIMATOR and the model were in the name already; EXPERIMENT wins."""
+    base = {"DRY_RUN": "1", "DATA_DIR": str(tmp_path), "MODEL_PATH": "/models/Qwen3-4B"}
+    for estimator in ("gigpo", "grpo"):
+        args = printed_overrides(run("alfworld", ADV_ESTIMATOR=estimator, **base, **env))
+        assert f"trainer.experiment_name=alfworld_{estimator}_Qwen3-4B{suffix}" in args
+    assert "trainer.experiment_name=mine" in printed_overrides(run("search", EXPERIMENT="mine", **base, **env))
+
+
 # ------------------------------------------------------------------------------------------------ 5. task files
 def val_tasks(folder: Path) -> int:
     """How many validation tasks data prep wrote into ``folder`` (its task_types.json)."""
