@@ -13,6 +13,7 @@ only the launch is stood in for.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shlex
@@ -312,6 +313,95 @@ def test_the_default_experiment_names_lora_and_thinking(env, suffix, tmp_path):
         args = printed_overrides(run("alfworld", ADV_ESTIMATOR=estimator, **base, **env))
         assert f"trainer.experiment_name=alfworld_{estimator}_Qwen3-4B{suffix}" in args
     assert "trainer.experiment_name=mine" in printed_overrides(run("search", EXPERIMENT="mine", **base, **env))
+
+
+# ---------------------------------------------------------------------------- 3c. a resume verl_gigpo.main refuses
+@pytest.fixture
+def launch_files(tmp_path) -> list[str]:
+    """Overrides naming a model folder (config.json) and task files that exist: what preflight's path checks need."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    for split in ("train", "val"):
+        (tmp_path / f"{split}.parquet").write_bytes(b"")
+    return [
+        f"actor_rollout_ref.model.path={tmp_path / 'model'}",
+        f"data.train_files={tmp_path / 'train.parquet'}",
+        f"data.val_files={tmp_path / 'val.parquet'}",
+    ]
+
+
+def compose_launch(overrides: list[str]):
+    """verl_gigpo/config/gigpo_trainer.yaml composed with ``overrides``, as python -m verl_gigpo.main composes it."""
+    with initialize_config_dir(config_dir=str(ROOT / "verl_gigpo" / "config"), version_base=None):
+        return compose(config_name="gigpo_trainer", overrides=overrides)
+
+
+def test_a_refused_resume_is_one_error_line_from_verl_gigpo_main(launch_files, tmp_path, monkeypatch, capsys):
+    """A checkpointed run (its launch record, then checkpoint 2), relaunched with another group size: the entry point
+    of ``python -m verl_gigpo.main`` (its Hydra main, given the command line) stops before Ray with one line and exit
+    status 1, no traceback and no Hydra hint (what Hydra prints for an exception it reports)."""
+    from verl_gigpo.launch import prepare_launch
+    from verl_gigpo.main import main
+
+    folder = tmp_path / "exp"
+    run_args = [*launch_files, f"trainer.default_local_dir={folder}"]
+    prepare_launch(compose_launch(run_args), environ={})
+    checkpointed(folder, 2)
+    monkeypatch.chdir(tmp_path)
+    # Hydra's own settings: leave this process's logging as it is and write no outputs/ folder
+    hydra_args = ["hydra/job_logging=none", "hydra/hydra_logging=none", "hydra.output_subdir=null", "hydra.run.dir=."]
+    argv = ["verl_gigpo.main", *run_args, "actor_rollout_ref.rollout.n=4", *hydra_args]
+    monkeypatch.setattr(sys, "argv", argv)
+    handlers = list(logging.getLogger().handlers)
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    stderr = capsys.readouterr().err
+    assert logging.getLogger().handlers == handlers and sorted(p.name for p in tmp_path.iterdir()) == [
+        "exp",
+        "model",
+        "train.parquet",
+        "val.parquet",
+    ]
+    assert exit_info.value.code == 1, stderr[-3000:]
+    [error] = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert error == stderr.splitlines()[-1]
+    assert error.startswith(f"error: cannot resume {folder} from step 2: ")
+    assert "actor_rollout_ref.rollout.n: 1 -> 4" in error
+    assert "choose another trainer.experiment_name (EXPERIMENT=... in the recipes)" in error
+    assert "Traceback" not in stderr and "HYDRA_FULL_ERROR" not in stderr
+
+
+@pytest.mark.parametrize(
+    ("saved", "current", "listed"),
+    [
+        # no adapter before: its alpha and target modules were unused; the rank's change is what counts
+        ([], ["actor_rollout_ref.model.lora_alpha=64"], {}),
+        (
+            [],
+            ["actor_rollout_ref.model.lora_rank=64", "actor_rollout_ref.model.lora_alpha=64"],
+            {"actor_rollout_ref.model.lora_rank": (0, 64)},
+        ),
+        # an adapter before: its alpha counts
+        (
+            ["actor_rollout_ref.model.lora_rank=64", "actor_rollout_ref.model.lora_alpha=64"],
+            ["actor_rollout_ref.model.lora_rank=64", "actor_rollout_ref.model.lora_alpha=32"],
+            {"actor_rollout_ref.model.lora_alpha": (64, 32)},
+        ),
+        (
+            ["actor_rollout_ref.model.lora_rank=64", "actor_rollout_ref.model.lora_alpha=64"],
+            [],
+            {"actor_rollout_ref.model.lora_rank": (64, 0), "actor_rollout_ref.model.lora_alpha": (64, 16)},
+        ),
+    ],
+)
+def test_lora_alpha_counts_as_a_change_only_when_the_run_had_an_adapter(saved, current, listed):
+    """launch.training_changes on two composed configs (verl's default lora_alpha is 16)."""
+    from omegaconf import OmegaConf
+
+    from verl_gigpo.launch import training_changes
+
+    before, after = (OmegaConf.to_container(compose_launch(args), resolve=True) for args in (saved, current))
+    assert training_changes(before, after) == listed
 
 
 # ------------------------------------------------------------------------------------------------ 5. task files
