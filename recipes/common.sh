@@ -364,13 +364,30 @@ gigpo_run() {
 
 # --- Evaluation: EVAL_ONLY=1 evaluates a checkpoint with the recipe's settings ----------------------------------
 
-# gigpo_eval_setup: with EVAL_ONLY=1 the recipe evaluates instead of training: `python -m verl_gigpo.evaluate
+# gigpo_check_eval_split ENV_NAME: EVAL_SPLIT is one of ENV_NAME's evaluation splits (the `splits` of its environment
+# class but train, which data prep keeps for training tasks; one `$PYTHON -c`, ~0.4 s), else stop naming EVAL_SPLIT
+# and the splits (also with DRY_RUN). When $PYTHON cannot tell (no environments package there, e.g. a dry run with
+# another Python), data prep checks the split instead.
+gigpo_check_eval_split() {
+    local splits
+    splits=$("$PYTHON" -c 'import sys
+from environments import env_class
+print(" ".join(split for split in env_class(sys.argv[1]).splits if split != "train"))' "$1" 2>/dev/null) || return 0
+    [[ " $splits " == *" $EVAL_SPLIT "* ]] && return 0
+    local names=${splits// /, }
+    gigpo_fail "EVAL_SPLIT=$EVAL_SPLIT is not an evaluation split of $1; use ${names/%, ${splits##* }/ or ${splits##* }}\
+$([[ "$EVAL_SPLIT" == train ]] && echo " (train holds the training tasks)")"
+}
+
+# gigpo_eval_setup ENV_NAME: with EVAL_ONLY=1 the recipe evaluates instead of training: `python -m verl_gigpo.evaluate
 # --engine verl` runs the recipe's launch as verl's trainer.val_only (validation, then stop) on CKPT (a verl
 # checkpoint, .../global_step_N, loaded by verl itself; or a Hugging Face folder; default MODEL_PATH) and writes the
 # table of success per task type, its plot, the transcripts and summary.json into EVAL_OUT (default
-# runs/eval/<experiment>-<checkpoint>-<split>). EVAL_SPLIT (default VAL_SPLIT) and EVAL_TASKS (default VAL_SIZE) choose
-# the tasks (their own task files under DATA_DIR/eval-<split>-<tasks>), EVAL_EPISODES the episodes per task (pass@k),
-# EVAL_GREEDY=1 greedy decoding. Reads MODEL_PATH, DATA_DIR, VAL_SPLIT, VAL_SIZE, EXPERIMENT; sets EVAL_MODEL, EVAL_ARGS.
+# runs/eval/<experiment>-<checkpoint>-<split>). EVAL_SPLIT (default VAL_SPLIT; one of ENV_NAME's evaluation splits,
+# gigpo_check_eval_split) and EVAL_TASKS (default VAL_SIZE; a whole number >= 1) choose the tasks (their own task files
+# under DATA_DIR/eval-<split>-<tasks>), EVAL_EPISODES the episodes per task (pass@k), EVAL_GREEDY=1 greedy decoding;
+# each is checked, also with DRY_RUN. Reads MODEL_PATH, DATA_DIR, VAL_SPLIT, VAL_SIZE, EXPERIMENT; sets EVAL_MODEL,
+# EVAL_ARGS.
 gigpo_eval_setup() {
     EVAL_ONLY=${EVAL_ONLY:-0}
     case "$EVAL_ONLY" in
@@ -385,6 +402,11 @@ gigpo_eval_setup() {
         gigpo_fail "CKPT=$CKPT does not exist; set it to a verl checkpoint (<experiment>/global_step_N) or a Hugging \
 Face model folder"
     fi
+    if [[ -n "${EVAL_TASKS:-}" ]]; then
+        gigpo_check_positive_int EVAL_TASKS "$EVAL_TASKS" "it is how many tasks of the split are evaluated, the first \
+N (unset: VAL_SIZE; ALFWorld: every game of the split)"
+    fi
+    [[ -z "${EVAL_SPLIT:-}" ]] || gigpo_check_eval_split "$1"
     VAL_SPLIT=${EVAL_SPLIT:-$VAL_SPLIT}
     VAL_SIZE=${EVAL_TASKS:-$VAL_SIZE}
     DATA_DIR="$DATA_DIR/eval-$VAL_SPLIT-${VAL_SIZE:-all}"

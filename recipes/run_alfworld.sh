@@ -70,7 +70,7 @@ MAX_CKPTS_TO_KEEP=${MAX_CKPTS_TO_KEEP:-2}
 gigpo_experiment_setup alfworld
 
 # EVAL_ONLY=1: evaluate CKPT (a verl checkpoint or a Hugging Face folder) on VAL_SPLIT instead of training
-gigpo_eval_setup
+gigpo_eval_setup alfworld
 gigpo_check_gpus "$N_GPUS"
 gigpo_check_model "$MODEL_PATH"
 if ! gigpo_dry_run; then

@@ -70,7 +70,7 @@ VAL_SPLIT=${VAL_SPLIT:-test}
 gigpo_experiment_setup webshop
 
 # EVAL_ONLY=1: evaluate CKPT (a verl checkpoint or a Hugging Face folder) on VAL_SPLIT instead of training
-gigpo_eval_setup
+gigpo_eval_setup "$WEBSHOP_ENV"
 gigpo_check_gpus "$N_GPUS"
 gigpo_check_model "$MODEL_PATH"
 # the shared settings (their checks run here, before data prep), then what this launch resumes: a run that has

@@ -281,6 +281,33 @@ def test_a_bad_value_stops_a_dry_run_before_the_data_prep_line(recipe, env, mess
     assert message in proc.stderr.splitlines()[-1]
 
 
+@pytest.mark.parametrize("value", ["-1", "abc", "0", "2.5", "all"])
+def test_eval_tasks_is_a_whole_number_checked_before_anything_is_printed(value):
+    proc = run("sokoban", DRY_RUN="1", EVAL_ONLY="1", EVAL_TASKS=value)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert f"EVAL_TASKS={value} is not a whole number >= 1" in proc.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("recipe", "value", "allowed"),
+    [
+        ("alfworld", "valid_unsen", "use valid_seen or valid_unseen"),
+        ("alfworld", "train", "use valid_seen or valid_unseen (train holds the training tasks)"),
+        ("sokoban", "dev", "use test"),
+        ("webshop", "valid", "use test"),
+    ],
+)
+def test_eval_split_is_one_of_the_environments_evaluation_splits(recipe, value, allowed, tmp_path):
+    """The splits come from the environment's class (environments.env_class(name).splits, less train)."""
+    env = {"DRY_RUN": "1", "EVAL_ONLY": "1", "PYTHON": sys.executable, "DATA_DIR": str(tmp_path)}
+    proc = run(recipe, EVAL_SPLIT=value, **env)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert f"EVAL_SPLIT={value} is not an evaluation split of {recipe}; {allowed}" in proc.stderr.splitlines()[-1]
+    good = {"alfworld": "valid_unseen"}.get(recipe, "test")
+    proc = run(recipe, EVAL_SPLIT=good, **env)
+    assert proc.returncode == 0 and f"{tmp_path}/eval-{good}-" in proc.stdout
+
+
 def test_alfworld_data_that_does_not_exist_is_named_with_how_to_get_it(machine, tmp_path):
     proc = run("alfworld", **{**machine, "ALFWORLD_DATA": "/nope"})
     assert proc.returncode == 1 and MODULE_RUN_LINE not in proc.stderr
