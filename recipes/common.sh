@@ -379,15 +379,48 @@ print(" ".join(split for split in env_class(sys.argv[1]).splits if split != "tra
 $([[ "$EVAL_SPLIT" == train ]] && echo " (train holds the training tasks)")"
 }
 
+# gigpo_holds_evaluation FOLDER: succeed when FOLDER holds an evaluation (summary.json or transcripts/), which
+# `python -m verl_gigpo.evaluate` refuses to write into (the transcripts would mix).
+gigpo_holds_evaluation() {
+    [[ -e "$1/summary.json" || -e "$1/transcripts" ]]
+}
+
+# gigpo_eval_out DEFAULT: set EVAL_OUT, the evaluation's folder. Unset: DEFAULT, numbered DEFAULT-2, DEFAULT-3 ... when
+# it holds an evaluation (gigpo_holds_evaluation), as the evaluation's own default is, with one line naming the
+# folder taken. Set by the user to a folder that holds an evaluation: the recipe stops naming EVAL_OUT (with DRY_RUN,
+# a note, and the command is printed).
+gigpo_eval_out() {
+    local base=$1 number=1
+    if [[ -n "${EVAL_OUT:-}" ]]; then
+        gigpo_holds_evaluation "$EVAL_OUT" || return 0
+        local message="EVAL_OUT=$EVAL_OUT already holds an evaluation (summary.json or transcripts/): set EVAL_OUT to \
+another folder, or remove that one; unset, EVAL_OUT is a new folder under runs/eval/"
+        if gigpo_dry_run; then
+            echo "note: DRY_RUN=1 prints the command, but a launch would stop here: $message" >&2
+            return 0
+        fi
+        gigpo_fail "$message"
+    fi
+    EVAL_OUT=$base
+    while gigpo_holds_evaluation "$EVAL_OUT"; do
+        number=$((number + 1))
+        EVAL_OUT=$base-$number
+    done
+    if ((number > 1)); then
+        echo "$base already holds an evaluation: this one goes to $EVAL_OUT (EVAL_OUT sets the folder)" >&2
+    fi
+    return 0
+}
+
 # gigpo_eval_setup ENV_NAME: with EVAL_ONLY=1 the recipe evaluates instead of training: `python -m verl_gigpo.evaluate
 # --engine verl` runs the recipe's launch as verl's trainer.val_only (validation, then stop) on CKPT (a verl
 # checkpoint, .../global_step_N, loaded by verl itself; or a Hugging Face folder; default MODEL_PATH) and writes the
 # table of success per task type, its plot, the transcripts and summary.json into EVAL_OUT (default
-# runs/eval/<experiment>-<checkpoint>-<split>). EVAL_SPLIT (default VAL_SPLIT; one of ENV_NAME's evaluation splits,
-# gigpo_check_eval_split) and EVAL_TASKS (default VAL_SIZE; a whole number >= 1) choose the tasks (their own task files
-# under DATA_DIR/eval-<split>-<tasks>), EVAL_EPISODES the episodes per task (pass@k), EVAL_GREEDY=1 greedy decoding;
-# each is checked, also with DRY_RUN. Reads MODEL_PATH, DATA_DIR, VAL_SPLIT, VAL_SIZE, EXPERIMENT; sets EVAL_MODEL,
-# EVAL_ARGS.
+# runs/eval/<experiment>-<checkpoint>-<split>, numbered when taken: gigpo_eval_out). EVAL_SPLIT (default VAL_SPLIT; one
+# of ENV_NAME's evaluation splits, gigpo_check_eval_split) and EVAL_TASKS (default VAL_SIZE; a whole number >= 1)
+# choose the tasks (their own task files under DATA_DIR/eval-<split>-<tasks>), EVAL_EPISODES the episodes per task
+# (pass@k), EVAL_GREEDY=1 greedy decoding; each is checked, also with DRY_RUN. Reads MODEL_PATH, DATA_DIR, VAL_SPLIT,
+# VAL_SIZE, EXPERIMENT; sets EVAL_MODEL, EVAL_OUT, EVAL_ARGS.
 gigpo_eval_setup() {
     EVAL_ONLY=${EVAL_ONLY:-0}
     case "$EVAL_ONLY" in
@@ -410,7 +443,7 @@ N (unset: VAL_SIZE; ALFWorld: every game of the split)"
     VAL_SPLIT=${EVAL_SPLIT:-$VAL_SPLIT}
     VAL_SIZE=${EVAL_TASKS:-$VAL_SIZE}
     DATA_DIR="$DATA_DIR/eval-$VAL_SPLIT-${VAL_SIZE:-all}"
-    EVAL_OUT=${EVAL_OUT:-runs/eval/$EXPERIMENT-$(basename "$EVAL_MODEL")-$VAL_SPLIT}
+    gigpo_eval_out "runs/eval/$EXPERIMENT-$(basename "$EVAL_MODEL")-$VAL_SPLIT"
     EVAL_ARGS=(--engine verl --out "$EVAL_OUT")
     if [[ -n "${EVAL_EPISODES:-}" ]]; then
         gigpo_check_positive_int EVAL_EPISODES "$EVAL_EPISODES" "it is the episodes per task (pass@k)"

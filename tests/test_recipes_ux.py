@@ -308,6 +308,49 @@ def test_eval_split_is_one_of_the_environments_evaluation_splits(recipe, value, 
     assert proc.returncode == 0 and f"{tmp_path}/eval-{good}-" in proc.stdout
 
 
+def printed_eval_out(proc: subprocess.CompletedProcess) -> str:
+    """The --out of the evaluation command a dry run printed."""
+    assert proc.returncode == 0, proc.stderr
+    command = "\n".join(line for line in proc.stdout.splitlines() if not line.startswith("#"))
+    argv = shlex.split(command.replace("\\\n", " "))
+    assert argv[1:3] == ["-m", "verl_gigpo.evaluate"], argv[:3]
+    return argv[argv.index("--out") + 1]
+
+
+def test_a_default_eval_out_that_holds_an_evaluation_is_numbered(tmp_path):
+    """runs/eval/<experiment>-<checkpoint>-<split> (from the repository root), then -2, -3 ... as long as the folder
+    holds summary.json or transcripts/ (what the evaluation refuses to write into); an empty folder is used."""
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "recipes", repo / "recipes")
+    env = {"DRY_RUN": "1", "EVAL_ONLY": "1", "PYTHON": sys.executable, "DATA_DIR": str(tmp_path / "data")}
+    env |= {"EXPERIMENT": "exp", "CKPT": "/ckpts/exp/global_step_5"}
+    base = "runs/eval/exp-global_step_5-test"
+    assert printed_eval_out(run("sokoban", root=repo, **env)) == base
+    (repo / base).mkdir(parents=True)
+    assert printed_eval_out(run("sokoban", root=repo, **env)) == base
+    (repo / base / "summary.json").write_text("{}")
+    (repo / f"{base}-2" / "transcripts").mkdir(parents=True)
+    proc = run("sokoban", root=repo, **env)
+    assert printed_eval_out(proc) == f"{base}-3"
+    assert f"{base} already holds an evaluation: this one goes to {base}-3 (EVAL_OUT sets the folder)" in proc.stderr
+
+
+def test_a_given_eval_out_that_holds_an_evaluation_stops_the_recipe(machine, tmp_path):
+    """Before data prep and the launch, naming EVAL_OUT; a dry run notes it and prints the command."""
+    out = tmp_path / "eval"
+    (out / "transcripts").mkdir(parents=True)
+    proc = run("sokoban", EVAL_ONLY="1", EVAL_OUT=str(out), **machine)
+    assert proc.returncode == 1 and MODULE_RUN_LINE not in proc.stderr and proc.stdout == ""
+    assert proc.stderr.splitlines()[-1].startswith(f"error: EVAL_OUT={out} already holds an evaluation")
+    assert "--out" not in proc.stderr
+    dry = run("sokoban", EVAL_ONLY="1", EVAL_OUT=str(out), DRY_RUN="1", DATA_DIR=str(tmp_path))
+    assert printed_eval_out(dry) == str(out)
+    assert f"note: DRY_RUN=1 prints the command, but a launch would stop here: EVAL_OUT={out} already" in dry.stderr
+    (out / "transcripts").rmdir()  # an empty folder is fine
+    proc = run("sokoban", EVAL_ONLY="1", EVAL_OUT=str(out), **machine)
+    assert proc.returncode == MODULE_RUN and f"{MODULE_RUN_LINE}verl_gigpo.data.prepare" in proc.stderr
+
+
 def test_alfworld_data_that_does_not_exist_is_named_with_how_to_get_it(machine, tmp_path):
     proc = run("alfworld", **{**machine, "ALFWORLD_DATA": "/nope"})
     assert proc.returncode == 1 and MODULE_RUN_LINE not in proc.stderr
