@@ -140,6 +140,7 @@ gigpo_json_string() {
 # verl's real pipeline (platform=cpu: verl_gigpo/config/platform/cpu.yaml), not a way to train a real model.
 gigpo_device_setup() {
     local env_name=$1
+    GIGPO_ENV=$env_name # the recipe's environment, for the messages that name its variables (gigpo_eval_command)
     if [[ -z "${DEVICE:-}" ]]; then
         if [[ "$(gigpo_visible_gpus)" =~ ^[1-9] ]] || gigpo_dry_run; then
             DEVICE=cuda
@@ -458,6 +459,45 @@ N (unset: VAL_SIZE; ALFWorld: every game of the split)"
 
 # --- Resume: what a training launch will resume, before anything starts ------------------------------------------
 
+#: the variables the suggested evaluation of a finished run (gigpo_eval_command) repeats when the user set them: what
+#: the evaluation needs to run where the training ran and to load the checkpoint as it was trained (DEVICE, PYTHON,
+#: MODEL_PATH, the LoRA settings), its prompts (THINKING, the estimator's settings) and its names (EXPERIMENT); ENV:NAME
+#: only in ENV's recipe
+GIGPO_EVAL_REPEATS=(DEVICE PYTHON MODEL_PATH EXPERIMENT ADV_ESTIMATOR LORA_RANK LORA_ALPHA LORA_TARGET_MODULES THINKING
+    alfworld:ALFWORLD_DATA webshop:WEBSHOP_ENV search:RETRIEVER_URL)
+#: NAME -> the value the user set, read here, when a recipe sources this file (before any default of the recipe's)
+declare -A GIGPO_GIVEN=()
+for _gigpo_name in "${GIGPO_EVAL_REPEATS[@]}"; do
+    _gigpo_name=${_gigpo_name#*:}
+    if [[ -n "${!_gigpo_name:-}" ]]; then GIGPO_GIVEN[$_gigpo_name]=${!_gigpo_name}; fi
+done
+unset _gigpo_name
+
+# gigpo_eval_command CKPT: print the command that evaluates CKPT with this recipe: EVAL_ONLY=1 CKPT=CKPT, then each
+# variable of GIGPO_EVAL_REPEATS the user set, as set (shell-quoted), then `bash $0`.
+gigpo_eval_command() {
+    local words=(EVAL_ONLY=1 "CKPT=$(printf '%q' "$1")") entry name
+    for entry in "${GIGPO_EVAL_REPEATS[@]}"; do
+        name=${entry#*:}
+        [[ "$entry" == *:* && "${entry%%:*}" != "$GIGPO_ENV" ]] && continue
+        [[ -n "${GIGPO_GIVEN[$name]+set}" ]] && words+=("$name=$(printf '%q' "${GIGPO_GIVEN[$name]}")")
+    done
+    printf '%s bash %s' "${words[*]}" "$0"
+}
+
+# gigpo_rollout_servers ARGS...: print what serves the rollouts of a launch with the extra overrides ARGS, for
+# messages: vLLM, SGLang, or "the <name> rollout servers" (DEVICE=cpu: hf), from actor_rollout_ref.rollout.name (the
+# override's value, else ROLLOUT_NAME, gigpo_device_setup).
+gigpo_rollout_servers() {
+    local name=${ROLLOUT_NAME:-vllm} value
+    if value=$(gigpo_override_value actor_rollout_ref.rollout.name "$@"); then name=$value; fi
+    case "$name" in
+        vllm) printf 'vLLM' ;;
+        sglang) printf 'SGLang' ;;
+        *) printf 'the %s rollout servers' "$name" ;;
+    esac
+}
+
 # gigpo_override_value KEY ARGS...: print the value of the last Hydra override of KEY among ARGS (KEY=V, +KEY=V or
 # ++KEY=V; ~KEY, which deletes the key, prints null) and succeed; fail, printing nothing, when none names KEY.
 gigpo_override_value() {
@@ -515,10 +555,11 @@ gigpo_experiment_folder() {
 #    trainer.resume_mode=auto (the recipes keep verl's default) loads the checkpoint named by
 #    latest_checkpointed_iteration.txt in the experiment folder (gigpo_experiment_folder).
 # 2. A finished experiment: when that checkpoint's step N is at least the steps this launch trains, verl would start
-#    Ray and vLLM, load it, validate (trainer.val_before_train) and stop without training a step (verl's
-#    PPOTrainer.fit, verl/trainer/ppo/v1/trainer_base.py: `global_steps += 1`, then `while ... global_steps <=
-#    total_training_steps`). The recipe stops instead, saying what to do; with DRY_RUN=1 it says so in a note and
-#    prints the command (a dry run shows what would run and does not judge the machine's state).
+#    Ray and the rollout servers (gigpo_rollout_servers), load it, validate (trainer.val_before_train) and stop
+#    without training a step (verl's PPOTrainer.fit, verl/trainer/ppo/v1/trainer_base.py: `global_steps += 1`, then
+#    `while ... global_steps <= total_training_steps`). The recipe stops instead, saying what to do (to evaluate it:
+#    gigpo_eval_command); with DRY_RUN=1 it says so in a note and prints the command (a dry run shows what would run
+#    and does not judge the machine's state).
 # The step is read as PPOTrainer._load_checkpoint reads it under resume_mode=auto (find_latest_ckpt_path): the number
 # in <folder>/latest_checkpointed_iteration.txt, when <folder>/global_step_<N> exists; a global_step_N folder without
 # the pointer is not resumed by verl (verl_gigpo.main sets it aside as an unfinished save). The steps this launch
@@ -567,9 +608,9 @@ folder set MODEL_PATH" >&2
     local done_text="finished $step/$total steps"
     if ((step > total)); then done_text="trained $step steps, more than the $total this launch asks for"; fi
     local message="experiment $name has already $done_text ($setting=$total); its checkpoint: $ckpt. A launch would \
-start Ray and vLLM, load it and stop without training. To train on, raise $setting (e.g. $setting=$((step + 50)): \
-verl resumes from step $step); to start over, $start_over (or delete $folder); to evaluate it: EVAL_ONLY=1 \
-CKPT=$ckpt bash $0"
+start Ray and $(gigpo_rollout_servers "$@"), load it and stop without training. To train on, raise $setting (e.g. \
+$setting=$((step + 50)): verl resumes from step $step); to start over, $start_over (or delete $folder); to evaluate \
+it: $(gigpo_eval_command "$ckpt")"
     if gigpo_dry_run; then
         echo "note: DRY_RUN=1 prints the command, but a launch would stop here: $message" >&2
     else

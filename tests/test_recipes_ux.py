@@ -137,8 +137,34 @@ def test_a_finished_experiment_stops_before_anything_runs(recipe, machine, tmp_p
     assert f"its checkpoint: {ckpt}." in error
     assert "raise TOTAL_ITERS" in error and "set a new EXPERIMENT" not in error  # the folder was given by override
     assert f"pass another trainer.default_local_dir (or delete {folder})" in error
-    assert f"EVAL_ONLY=1 CKPT={ckpt} bash " in error and f"run_{recipe}.sh" in error
+    # the evaluation: the variables the user set that it needs (the model, the Python, the experiment, ALFWorld's data)
+    given = f"PYTHON={machine['PYTHON']} MODEL_PATH={machine['MODEL_PATH']} EXPERIMENT=exp"
+    if recipe == "alfworld":
+        given += f" ALFWORLD_DATA={machine['ALFWORLD_DATA']}"
+    assert error.endswith(f"to evaluate it: EVAL_ONLY=1 CKPT={ckpt} {given} bash {ROOT}/recipes/run_{recipe}.sh")
+    assert "start Ray and vLLM" in error
     assert MODULE_RUN_LINE not in proc.stderr and proc.stdout == ""
+
+
+def test_the_finished_message_on_device_cpu_names_its_rollout_and_repeats_device_cpu(tmp_path):
+    """DEVICE=cpu runs the hf rollout servers, not vLLM; the evaluation it suggests runs on the CPU too, with the
+    LoRA rank and THINKING of the run (shell-quoted values), and without variables the user left unset."""
+    folder = checkpointed(tmp_path / "exp", 2)
+    env = {"DRY_RUN": "1", "DEVICE": "cpu", "TOTAL_ITERS": "2", "DATA_DIR": str(tmp_path), "LORA_RANK": "8"}
+    proc = run("sokoban", f"trainer.default_local_dir={folder}", THINKING="0", MODEL_PATH="/my models/tiny", **env)
+    note = next(line for line in proc.stderr.splitlines() if line.startswith("note: DRY_RUN=1"))
+    assert "A launch would start Ray and the hf rollout servers, load it" in note and "vLLM" not in note
+    command = note.split("to evaluate it: ", 1)[1]
+    assert shlex.split(command)[:-2] == [
+        "EVAL_ONLY=1",
+        f"CKPT={folder / 'global_step_2'}",
+        "DEVICE=cpu",
+        "MODEL_PATH=/my models/tiny",
+        "LORA_RANK=8",
+        "THINKING=0",
+    ]
+    proc = run("sokoban", f"trainer.default_local_dir={folder}", "actor_rollout_ref.rollout.name=sglang", **env)
+    assert "A launch would start Ray and SGLang, load it" in proc.stderr
 
 
 def test_a_launch_that_has_steps_left_goes_on(machine, tmp_path):
