@@ -466,7 +466,7 @@ N (unset: VAL_SIZE; ALFWorld: every game of the split)"
 GIGPO_EVAL_REPEATS=(DEVICE PYTHON MODEL_PATH EXPERIMENT ADV_ESTIMATOR LORA_RANK LORA_ALPHA LORA_TARGET_MODULES THINKING
     alfworld:ALFWORLD_DATA webshop:WEBSHOP_ENV search:RETRIEVER_URL)
 #: NAME -> the value the user set, read here, when a recipe sources this file (before any default of the recipe's)
-declare -A GIGPO_GIVEN=()
+declare -gA GIGPO_GIVEN=()
 for _gigpo_name in "${GIGPO_EVAL_REPEATS[@]}"; do
     _gigpo_name=${_gigpo_name#*:}
     if [[ -n "${!_gigpo_name:-}" ]]; then GIGPO_GIVEN[$_gigpo_name]=${!_gigpo_name}; fi

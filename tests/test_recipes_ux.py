@@ -1,7 +1,9 @@
 """CPU tests of what a recipe says before it starts anything (recipes/common.sh): a finished experiment stops the
-launch, ADV_ESTIMATOR and DRY_RUN are checked, CKPT without EVAL_ONLY=1 is warned about, bad values stop the recipe
-before the data-prep line is printed, ALFWORLD_DATA's messages, and docs/gpu.md lists every variable the recipes
-read.
+launch (with the evaluation command to run instead), ADV_ESTIMATOR and DRY_RUN are checked, CKPT without EVAL_ONLY=1
+is warned about, the default EXPERIMENT names LoRA and THINKING, a resume that ``python -m verl_gigpo.main`` refuses
+is one error line, bad values (EVAL_TASKS and EVAL_SPLIT among them) stop the recipe before the data-prep line is
+printed, EVAL_OUT is numbered or refused, ALFWORLD_DATA's messages, task files are prepared again when their settings
+change, and docs/gpu.md lists every variable the recipes read.
 
 Each test runs the real ``bash recipes/run_<env>.sh``. Runs that are not dry runs see 8 GPUs through a stand-in
 ``nvidia-smi`` and run a stand-in Python (``PYTHON``): its one-line checks (``-c``) run in this interpreter, and a
@@ -124,7 +126,7 @@ def printed_overrides(proc: subprocess.CompletedProcess) -> list[str]:
     return argv[3:]
 
 
-# ------------------------------------------------------------------------------------ 1. a finished experiment
+# ---------------------------------------------------------------------------------------- 1. a finished experiment
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_a_finished_experiment_stops_before_anything_runs(recipe, machine, tmp_path):
     """All TOTAL_ITERS done: one error line with the steps, the checkpoint and what to do; no data prep, no launch."""
@@ -238,7 +240,7 @@ def test_the_finished_check_reads_the_folder_verl_resumes_from(tmp_path):
         assert ("set a new EXPERIMENT" in note) == (not args)
 
 
-# -------------------------------------------------------------------------------------------- 2. ADV_ESTIMATOR
+# ------------------------------------------------------------------------------------------------ 2. ADV_ESTIMATOR
 def test_an_unknown_adv_estimator_stops_the_recipe_naming_the_known_ones():
     """The list the recipe names is this package's step-credit estimators and the outcome baselines its trainer mode
     computes, each registered in verl (through the plug-in)."""
@@ -257,7 +259,7 @@ def test_an_unknown_adv_estimator_stops_the_recipe_naming_the_known_ones():
     assert "algorithm.adv_estimator=NAME" in error  # how to run another of verl's estimators
 
 
-# --------------------------------------------------------------------------------- 3. CKPT without EVAL_ONLY=1
+# ------------------------------------------------------------------------------------- 3. CKPT without EVAL_ONLY=1
 def test_ckpt_without_eval_only_is_warned_about_and_changes_nothing(tmp_path):
     env = {"DRY_RUN": "1", "DATA_DIR": str(tmp_path), "EXPERIMENT": "exp"}
     plain = run("search", **env)
@@ -272,7 +274,7 @@ def test_ckpt_without_eval_only_is_warned_about_and_changes_nothing(tmp_path):
     assert evaluation.returncode == 0 and "warning: CKPT=" not in evaluation.stderr
 
 
-# ------------------------------------------------------------------------------------------------- 4. messages
+# ----------------------------------------------------------------------------------------------------- 4. messages
 @pytest.mark.parametrize("value", ["yes", "true", "false", "2"])
 def test_dry_run_takes_0_or_1_only(value):
     proc = run("sokoban", DRY_RUN=value)
@@ -389,7 +391,7 @@ def test_alfworld_data_that_does_not_exist_is_named_with_how_to_get_it(machine, 
     assert f"ALFWORLD_DATA={tmp_path / 'empty'} has no json_2.1.1/ folder" in proc.stderr.splitlines()[-1]
 
 
-# ---------------------------------------------------------------------------------------------- 3b. EXPERIMENT
+# --------------------------------------------------------------------------------------------------- 5. EXPERIMENT
 @pytest.mark.parametrize(
     ("env", "suffix"),
     [
@@ -411,7 +413,7 @@ def test_the_default_experiment_names_lora_and_thinking(env, suffix, tmp_path):
     assert "trainer.experiment_name=mine" in printed_overrides(run("search", EXPERIMENT="mine", **base, **env))
 
 
-# ---------------------------------------------------------------------------- 3c. a resume verl_gigpo.main refuses
+# ----------------------------------------------------------------------------- 6. a resume verl_gigpo.main refuses
 @pytest.fixture
 def launch_files(tmp_path) -> list[str]:
     """Overrides naming a model folder (config.json) and task files that exist: what preflight's path checks need."""
@@ -500,7 +502,7 @@ def test_lora_alpha_counts_as_a_change_only_when_the_run_had_an_adapter(saved, c
     assert training_changes(before, after) == listed
 
 
-# ------------------------------------------------------------------------------------------------ 5. task files
+# --------------------------------------------------------------------------------------------------- 7. task files
 def val_tasks(folder: Path) -> int:
     """How many validation tasks data prep wrote into ``folder`` (its task_types.json)."""
     return json.loads((folder / "task_types.json").read_text())["val"]["tasks"]
@@ -576,7 +578,7 @@ def test_alfworld_task_files_follow_alfworld_data_in_training_and_evaluation(pre
         assert moved.returncode == MODULE_RUN
 
 
-# ------------------------------------------------------------------------------------------------ 6. the docs
+# ----------------------------------------------------------------------------------------------------- 8. the docs
 def test_docs_gpu_lists_every_variable_the_recipes_read():
     """docs/gpu.md's "Variables" section names each variable of recipes/*.sh (found by recipe_variables)."""
     page = (ROOT / "docs" / "gpu.md").read_text()
