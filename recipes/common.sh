@@ -2,8 +2,8 @@
 # Helpers sourced by the run_*.sh recipes: early checks with messages that say what to set, the data-prep
 # step, and DRY_RUN=1: print the data-prep and final commands instead of running them. A dry run still checks the
 # values of the variables (and stops on a bad one before printing anything); it skips the checks of the machine
-# (GPUs, the Python's packages, the model folder, the data) and data prep, and only notes an experiment that has
-# already finished (gigpo_check_resume).
+# (GPUs, the Python's packages, the model folder, the data) and data prep (it says whether data prep would run:
+# gigpo_prepare_data), and only notes an experiment that has already finished (gigpo_check_resume).
 
 gigpo_fail() {
     echo "error: $*" >&2
@@ -19,6 +19,21 @@ gigpo_dry_run() {
         *) gigpo_fail "DRY_RUN=$DRY_RUN: use DRY_RUN=1 (print the data-prep and training commands, run nothing) or \
 DRY_RUN=0 (run; the same as leaving it unset)" ;;
     esac
+}
+
+# --- Experiment: the default EXPERIMENT ----------------------------------------------------------------------------
+
+# gigpo_experiment_setup ENV_NAME: set EXPERIMENT, unless the user set it, to
+# <ENV_NAME>_<ADV_ESTIMATOR>_<model folder name>[_lora<R>][_think<0|1>]: a setting that changes what a checkpoint is
+# gets its own experiment folder, so that a launch never resumes (or refuses to resume) a run of another kind. The
+# suffixes: _lora<R> with LORA_RANK=R > 0 (the checkpoint holds a rank-R adapter; gigpo_lora_rank checks LORA_RANK),
+# _think0 / _think1 with THINKING=0 / 1 (the prompts differ). Reads ADV_ESTIMATOR, MODEL_PATH, LORA_RANK, THINKING.
+gigpo_experiment_setup() {
+    [[ -n "${EXPERIMENT:-}" ]] && return 0
+    gigpo_lora_rank
+    EXPERIMENT="$1_${ADV_ESTIMATOR}${DYNAMIC:+_dynamic_$DYNAMIC}_$(basename "$MODEL_PATH")"
+    if ((LORA_RANK > 0)); then EXPERIMENT+="_lora$LORA_RANK"; fi
+    if [[ "${THINKING:-}" == [01] ]]; then EXPERIMENT+="_think$THINKING"; fi
 }
 
 # --- Python: the interpreter every step runs (data prep, the attention probe, verl) ------------------------------
@@ -125,6 +140,7 @@ gigpo_json_string() {
 # verl's real pipeline (platform=cpu: verl_gigpo/config/platform/cpu.yaml), not a way to train a real model.
 gigpo_device_setup() {
     local env_name=$1
+    GIGPO_ENV=$env_name # the recipe's environment, for the messages that name its variables (gigpo_eval_command)
     if [[ -z "${DEVICE:-}" ]]; then
         if [[ "$(gigpo_visible_gpus)" =~ ^[1-9] ]] || gigpo_dry_run; then
             DEVICE=cuda
@@ -228,19 +244,102 @@ folder or a Hugging Face id such as Qwen/Qwen2.5-1.5B-Instruct"
     fi
 }
 
-# gigpo_prepare_data ENV OUT_DIR TRAIN_SIZE [extra prepare args...]: write OUT_DIR/{train,val}.parquet unless present.
+#: the stamp gigpo_prepare_data writes beside train.parquet and val.parquet after a successful data prep: the data-prep
+#: arguments that wrote them, one "--flag value" a line
+GIGPO_PREP_STAMP=prepared_with.txt
+
+# gigpo_prep_setting FLAG ENV_NAME: print the recipe variable behind the data-prep argument FLAG (a message about a
+# changed setting names it).
+gigpo_prep_setting() {
+    local eval_only=0
+    [[ "${EVAL_ONLY:-0}" == 1 ]] && eval_only=1
+    case "$1" in
+        --train-size) echo TRAIN_SIZE ;;
+        --val-size) ((eval_only)) && echo EVAL_TASKS || echo VAL_SIZE ;;
+        --val-split) ((eval_only)) && echo EVAL_SPLIT || echo VAL_SPLIT ;;
+        --env) [[ "$2" == webshop* ]] && echo WEBSHOP_ENV || echo "the environment" ;;
+        --env-kwargs) [[ "$2" == alfworld ]] && echo ALFWORLD_DATA || echo "the environment's arguments" ;;
+        *) echo "$1" ;;
+    esac
+}
+
+# gigpo_prep_stamp FLAG VALUE ...: print the stamp of these data-prep arguments (pairs of flag and value): a comment
+# line, then "FLAG VALUE" a line (a newline inside a value written as \n).
+gigpo_prep_stamp() {
+    echo "# the arguments of python -m verl_gigpo.data.prepare that wrote the task files here (recipes/common.sh)"
+    while (($# >= 2)); do
+        printf '%s %s\n' "$1" "${2//$'\n'/\\n}"
+        shift 2
+    done
+}
+
+# gigpo_prep_reason OUT ENV_NAME FLAG VALUE ...: print why the task files in OUT must be written for these data-prep
+# arguments, or nothing when OUT/$GIGPO_PREP_STAMP says they were written with exactly these. Reasons: a file is
+# missing; the files have no stamp (an older recipe, a hand or an unfinished prep wrote them: their settings are
+# unknown); settings differ (each named by its recipe variable, gigpo_prep_setting, with the argument's old and new
+# value).
+gigpo_prep_reason() {
+    local out=$1 env_name=$2
+    shift 2
+    if [[ ! -f "$out/train.parquet" || ! -f "$out/val.parquet" ]]; then
+        printf '%s' "$out has no train.parquet or val.parquet"
+        return 0
+    fi
+    if [[ ! -f "$out/$GIGPO_PREP_STAMP" ]]; then
+        printf '%s' "the task files in $out have no $GIGPO_PREP_STAMP (prepared by an older recipe or by hand, or by a \
+data prep that did not finish), so the settings they hold are unknown"
+        return 0
+    fi
+    local -A old=() new=()
+    local line flag flags=() changes=""
+    while IFS= read -r line; do
+        [[ "$line" == --* ]] && old[${line%% *}]=${line#* }
+    done <"$out/$GIGPO_PREP_STAMP"
+    while IFS= read -r line; do
+        [[ "$line" == --* ]] || continue
+        new[${line%% *}]=${line#* }
+        flags+=("${line%% *}")
+    done < <(gigpo_prep_stamp "$@")
+    for flag in "${!old[@]}"; do
+        [[ -n "${new[$flag]+set}" ]] || flags+=("$flag")
+    done
+    for flag in "${flags[@]}"; do
+        [[ "${old[$flag]-(not given)}" == "${new[$flag]-(not given)}" ]] && continue
+        changes+="${changes:+; }$(gigpo_prep_setting "$flag" "$env_name"): $flag ${old[$flag]-(not given)} -> \
+${new[$flag]-(not given)}"
+    done
+    [[ -z "$changes" ]] || printf '%s' "the task files in $out were prepared with other settings ($changes)"
+}
+
+# gigpo_prepare_data ENV OUT_DIR TRAIN_SIZE [FLAG VALUE ...]: write OUT_DIR/{train,val}.parquet with `python -m
+# verl_gigpo.data.prepare --env ENV --train-size TRAIN_SIZE --out OUT_DIR FLAG VALUE ...`, unless the files there
+# were written with these same arguments (gigpo_prep_reason). A run says in one line why it prepares them again
+# (files present but without the stamp, or a changed setting), removes the old stamp first and writes the new one
+# only after the prep succeeded (an interrupted prep is redone next time). DRY_RUN=1 prints the command as a comment,
+# headed by whether and why it would run.
 gigpo_prepare_data() {
     local env_name=$1 out=$2 train_size=$3
     shift 3
+    local args=(--env "$env_name" --train-size "$train_size" "$@")
     local cmd=("$PYTHON" -m verl_gigpo.data.prepare --env "$env_name" --train-size "$train_size" --out "$out" "$@")
+    local reason
+    reason=$(gigpo_prep_reason "$out" "$env_name" "${args[@]}")
     if gigpo_dry_run; then
-        printf '# data prep (runs when %s/train.parquet or val.parquet is missing):\n# ' "$out"
+        if [[ -n "$reason" ]]; then
+            printf '# data prep (runs: %s):\n# ' "$reason"
+        else
+            printf '# data prep (skipped: the task files in %s were written with these arguments):\n# ' "$out"
+        fi
         printf '%q ' "${cmd[@]}"
         printf '\n'
-    elif [[ -f "$out/train.parquet" && -f "$out/val.parquet" ]]; then
-        echo "using task files in $out" >&2
+    elif [[ -z "$reason" ]]; then
+        echo "using task files in $out (written with this recipe's data-prep settings: $out/$GIGPO_PREP_STAMP)" >&2
     else
+        [[ -f "$out/train.parquet" && -f "$out/val.parquet" ]] && echo "$reason: preparing them again" >&2
+        rm -f "$out/$GIGPO_PREP_STAMP"
         "${cmd[@]}"
+        gigpo_prep_stamp "${args[@]}" >"$out/$GIGPO_PREP_STAMP.tmp"
+        mv -f "$out/$GIGPO_PREP_STAMP.tmp" "$out/$GIGPO_PREP_STAMP"
     fi
 }
 
@@ -266,13 +365,63 @@ gigpo_run() {
 
 # --- Evaluation: EVAL_ONLY=1 evaluates a checkpoint with the recipe's settings ----------------------------------
 
-# gigpo_eval_setup: with EVAL_ONLY=1 the recipe evaluates instead of training: `python -m verl_gigpo.evaluate
+# gigpo_check_eval_split ENV_NAME: EVAL_SPLIT is one of ENV_NAME's evaluation splits (the `splits` of its environment
+# class but train, which data prep keeps for training tasks; one `$PYTHON -c`, ~0.4 s), else stop naming EVAL_SPLIT
+# and the splits (also with DRY_RUN). When $PYTHON cannot tell (no environments package there, e.g. a dry run with
+# another Python), data prep checks the split instead.
+gigpo_check_eval_split() {
+    local splits
+    splits=$("$PYTHON" -c 'import sys
+from environments import env_class
+print(" ".join(split for split in env_class(sys.argv[1]).splits if split != "train"))' "$1" 2>/dev/null) || return 0
+    [[ " $splits " == *" $EVAL_SPLIT "* ]] && return 0
+    local names=${splits// /, }
+    gigpo_fail "EVAL_SPLIT=$EVAL_SPLIT is not an evaluation split of $1; use ${names/%, ${splits##* }/ or ${splits##* }}\
+$([[ "$EVAL_SPLIT" == train ]] && echo " (train holds the training tasks)")"
+}
+
+# gigpo_holds_evaluation FOLDER: succeed when FOLDER holds an evaluation (summary.json or transcripts/), which
+# `python -m verl_gigpo.evaluate` refuses to write into (the transcripts would mix).
+gigpo_holds_evaluation() {
+    [[ -e "$1/summary.json" || -e "$1/transcripts" ]]
+}
+
+# gigpo_eval_out DEFAULT: set EVAL_OUT, the evaluation's folder. Unset: DEFAULT, numbered DEFAULT-2, DEFAULT-3 ... when
+# it holds an evaluation (gigpo_holds_evaluation), as the evaluation's own default is, with one line naming the
+# folder taken. Set by the user to a folder that holds an evaluation: the recipe stops naming EVAL_OUT (with DRY_RUN,
+# a note, and the command is printed).
+gigpo_eval_out() {
+    local base=$1 number=1
+    if [[ -n "${EVAL_OUT:-}" ]]; then
+        gigpo_holds_evaluation "$EVAL_OUT" || return 0
+        local message="EVAL_OUT=$EVAL_OUT already holds an evaluation (summary.json or transcripts/): set EVAL_OUT to \
+another folder, or remove that one; unset, EVAL_OUT is a new folder under runs/eval/"
+        if gigpo_dry_run; then
+            echo "note: DRY_RUN=1 prints the command, but a launch would stop here: $message" >&2
+            return 0
+        fi
+        gigpo_fail "$message"
+    fi
+    EVAL_OUT=$base
+    while gigpo_holds_evaluation "$EVAL_OUT"; do
+        number=$((number + 1))
+        EVAL_OUT=$base-$number
+    done
+    if ((number > 1)); then
+        echo "$base already holds an evaluation: this one goes to $EVAL_OUT (EVAL_OUT sets the folder)" >&2
+    fi
+    return 0
+}
+
+# gigpo_eval_setup ENV_NAME: with EVAL_ONLY=1 the recipe evaluates instead of training: `python -m verl_gigpo.evaluate
 # --engine verl` runs the recipe's launch as verl's trainer.val_only (validation, then stop) on CKPT (a verl
 # checkpoint, .../global_step_N, loaded by verl itself; or a Hugging Face folder; default MODEL_PATH) and writes the
 # table of success per task type, its plot, the transcripts and summary.json into EVAL_OUT (default
-# runs/eval/<experiment>-<checkpoint>-<split>). EVAL_SPLIT (default VAL_SPLIT) and EVAL_TASKS (default VAL_SIZE) choose
-# the tasks (their own task files under DATA_DIR/eval-<split>-<tasks>), EVAL_EPISODES the episodes per task (pass@k),
-# EVAL_GREEDY=1 greedy decoding. Reads MODEL_PATH, DATA_DIR, VAL_SPLIT, VAL_SIZE, EXPERIMENT; sets EVAL_MODEL, EVAL_ARGS.
+# runs/eval/<experiment>-<checkpoint>-<split>, numbered when taken: gigpo_eval_out). EVAL_SPLIT (default VAL_SPLIT; one
+# of ENV_NAME's evaluation splits, gigpo_check_eval_split) and EVAL_TASKS (default VAL_SIZE; a whole number >= 1)
+# choose the tasks (their own task files under DATA_DIR/eval-<split>-<tasks>), EVAL_EPISODES the episodes per task
+# (pass@k), EVAL_GREEDY=1 greedy decoding; each is checked, also with DRY_RUN. Reads MODEL_PATH, DATA_DIR, VAL_SPLIT,
+# VAL_SIZE, EXPERIMENT; sets EVAL_MODEL, EVAL_OUT, EVAL_ARGS.
 gigpo_eval_setup() {
     EVAL_ONLY=${EVAL_ONLY:-0}
     case "$EVAL_ONLY" in
@@ -287,10 +436,15 @@ gigpo_eval_setup() {
         gigpo_fail "CKPT=$CKPT does not exist; set it to a verl checkpoint (<experiment>/global_step_N) or a Hugging \
 Face model folder"
     fi
+    if [[ -n "${EVAL_TASKS:-}" ]]; then
+        gigpo_check_positive_int EVAL_TASKS "$EVAL_TASKS" "it is how many tasks of the split are evaluated, the first \
+N (unset: VAL_SIZE; ALFWorld: every game of the split)"
+    fi
+    [[ -z "${EVAL_SPLIT:-}" ]] || gigpo_check_eval_split "$1"
     VAL_SPLIT=${EVAL_SPLIT:-$VAL_SPLIT}
     VAL_SIZE=${EVAL_TASKS:-$VAL_SIZE}
     DATA_DIR="$DATA_DIR/eval-$VAL_SPLIT-${VAL_SIZE:-all}"
-    EVAL_OUT=${EVAL_OUT:-runs/eval/$EXPERIMENT-$(basename "$EVAL_MODEL")-$VAL_SPLIT}
+    gigpo_eval_out "runs/eval/$EXPERIMENT-$(basename "$EVAL_MODEL")-$VAL_SPLIT"
     EVAL_ARGS=(--engine verl --out "$EVAL_OUT")
     if [[ -n "${EVAL_EPISODES:-}" ]]; then
         gigpo_check_positive_int EVAL_EPISODES "$EVAL_EPISODES" "it is the episodes per task (pass@k)"
@@ -304,6 +458,45 @@ Face model folder"
 }
 
 # --- Resume: what a training launch will resume, before anything starts ------------------------------------------
+
+#: the variables the suggested evaluation of a finished run (gigpo_eval_command) repeats when the user set them: what
+#: the evaluation needs to run where the training ran and to load the checkpoint as it was trained (DEVICE, PYTHON,
+#: MODEL_PATH, the LoRA settings), its prompts (THINKING, the estimator's settings) and its names (EXPERIMENT); ENV:NAME
+#: only in ENV's recipe
+GIGPO_EVAL_REPEATS=(DEVICE PYTHON MODEL_PATH EXPERIMENT ADV_ESTIMATOR LORA_RANK LORA_ALPHA LORA_TARGET_MODULES THINKING
+    alfworld:ALFWORLD_DATA webshop:WEBSHOP_ENV search:RETRIEVER_URL)
+#: NAME -> the value the user set, read here, when a recipe sources this file (before any default of the recipe's)
+declare -gA GIGPO_GIVEN=()
+for _gigpo_name in "${GIGPO_EVAL_REPEATS[@]}"; do
+    _gigpo_name=${_gigpo_name#*:}
+    if [[ -n "${!_gigpo_name:-}" ]]; then GIGPO_GIVEN[$_gigpo_name]=${!_gigpo_name}; fi
+done
+unset _gigpo_name
+
+# gigpo_eval_command CKPT: print the command that evaluates CKPT with this recipe: EVAL_ONLY=1 CKPT=CKPT, then each
+# variable of GIGPO_EVAL_REPEATS the user set, as set (shell-quoted), then `bash $0`.
+gigpo_eval_command() {
+    local words=(EVAL_ONLY=1 "CKPT=$(printf '%q' "$1")") entry name
+    for entry in "${GIGPO_EVAL_REPEATS[@]}"; do
+        name=${entry#*:}
+        [[ "$entry" == *:* && "${entry%%:*}" != "$GIGPO_ENV" ]] && continue
+        [[ -n "${GIGPO_GIVEN[$name]+set}" ]] && words+=("$name=$(printf '%q' "${GIGPO_GIVEN[$name]}")")
+    done
+    printf '%s bash %s' "${words[*]}" "$0"
+}
+
+# gigpo_rollout_servers ARGS...: print what serves the rollouts of a launch with the extra overrides ARGS, for
+# messages: vLLM, SGLang, or "the <name> rollout servers" (DEVICE=cpu: hf), from actor_rollout_ref.rollout.name (the
+# override's value, else ROLLOUT_NAME, gigpo_device_setup).
+gigpo_rollout_servers() {
+    local name=${ROLLOUT_NAME:-vllm} value
+    if value=$(gigpo_override_value actor_rollout_ref.rollout.name "$@"); then name=$value; fi
+    case "$name" in
+        vllm) printf 'vLLM' ;;
+        sglang) printf 'SGLang' ;;
+        *) printf 'the %s rollout servers' "$name" ;;
+    esac
+}
 
 # gigpo_override_value KEY ARGS...: print the value of the last Hydra override of KEY among ARGS (KEY=V, +KEY=V or
 # ++KEY=V; ~KEY, which deletes the key, prints null) and succeed; fail, printing nothing, when none names KEY.
@@ -362,10 +555,11 @@ gigpo_experiment_folder() {
 #    trainer.resume_mode=auto (the recipes keep verl's default) loads the checkpoint named by
 #    latest_checkpointed_iteration.txt in the experiment folder (gigpo_experiment_folder).
 # 2. A finished experiment: when that checkpoint's step N is at least the steps this launch trains, verl would start
-#    Ray and vLLM, load it, validate (trainer.val_before_train) and stop without training a step (verl's
-#    PPOTrainer.fit, verl/trainer/ppo/v1/trainer_base.py: `global_steps += 1`, then `while ... global_steps <=
-#    total_training_steps`). The recipe stops instead, saying what to do; with DRY_RUN=1 it says so in a note and
-#    prints the command (a dry run shows what would run and does not judge the machine's state).
+#    Ray and the rollout servers (gigpo_rollout_servers), load it, validate (trainer.val_before_train) and stop
+#    without training a step (verl's PPOTrainer.fit, verl/trainer/ppo/v1/trainer_base.py: `global_steps += 1`, then
+#    `while ... global_steps <= total_training_steps`). The recipe stops instead, saying what to do (to evaluate it:
+#    gigpo_eval_command); with DRY_RUN=1 it says so in a note and prints the command (a dry run shows what would run
+#    and does not judge the machine's state).
 # The step is read as PPOTrainer._load_checkpoint reads it under resume_mode=auto (find_latest_ckpt_path): the number
 # in <folder>/latest_checkpointed_iteration.txt, when <folder>/global_step_<N> exists; a global_step_N folder without
 # the pointer is not resumed by verl (verl_gigpo.main sets it aside as an unfinished save). The steps this launch
@@ -414,9 +608,9 @@ folder set MODEL_PATH" >&2
     local done_text="finished $step/$total steps"
     if ((step > total)); then done_text="trained $step steps, more than the $total this launch asks for"; fi
     local message="experiment $name has already $done_text ($setting=$total); its checkpoint: $ckpt. A launch would \
-start Ray and vLLM, load it and stop without training. To train on, raise $setting (e.g. $setting=$((step + 50)): \
-verl resumes from step $step); to start over, $start_over (or delete $folder); to evaluate it: EVAL_ONLY=1 \
-CKPT=$ckpt bash $0"
+start Ray and $(gigpo_rollout_servers "$@"), load it and stop without training. To train on, raise $setting (e.g. \
+$setting=$((step + 50)): verl resumes from step $step); to start over, $start_over (or delete $folder); to evaluate \
+it: $(gigpo_eval_command "$ckpt")"
     if gigpo_dry_run; then
         echo "note: DRY_RUN=1 prints the command, but a launch would stop here: $message" >&2
     else
@@ -496,6 +690,15 @@ $MINI_BATCH_ROWS" >&2
 
 # --- LoRA: LORA_RANK (0 = off) ------------------------------------------------------------------------------------
 
+# gigpo_lora_rank: LORA_RANK (default 0) checked as a whole number (else stop naming it, also with DRY_RUN) and
+# written in decimal (064 -> 64).
+gigpo_lora_rank() {
+    LORA_RANK=${LORA_RANK:-0}
+    gigpo_check_whole_number LORA_RANK "$LORA_RANK" "0 trains every weight, LORA_RANK=64 trains a rank-64 adapter as \
+the reference's LoRA runs do"
+    LORA_RANK=$((10#$LORA_RANK))
+}
+
 # gigpo_lora_setup: LoRA from LORA_RANK, and the learning rate and KL loss that go with it. Fills GIGPO_LORA (verl's
 # LoRA keys, empty when off) and sets LR and USE_KL_LOSS unless the user set them.
 # LORA_RANK=0 (default): every weight trains; LR=1e-6, USE_KL_LOSS=true (the reference's full fine-tuning runs).
@@ -507,10 +710,7 @@ $MINI_BATCH_ROWS" >&2
 # verl does by default: vLLM serves it as a LoRA adapter; on DEVICE=cpu the hf backend merges it in float32 itself
 # (verl_gigpo/cpu/hf_rollout.py), so nothing else changes there. Fidelity rows: recipes/reference_settings.yaml (lora).
 gigpo_lora_setup() {
-    LORA_RANK=${LORA_RANK:-0}
-    gigpo_check_whole_number LORA_RANK "$LORA_RANK" "0 trains every weight, LORA_RANK=64 trains a rank-64 adapter as \
-the reference's LoRA runs do"
-    LORA_RANK=$((10#$LORA_RANK))
+    gigpo_lora_rank
     GIGPO_LORA=()
     if ((LORA_RANK == 0)); then
         [[ -z "${LORA_ALPHA:-}${LORA_TARGET_MODULES:-}" ]] || gigpo_fail "LORA_ALPHA or LORA_TARGET_MODULES is set but \

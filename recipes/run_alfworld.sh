@@ -67,10 +67,11 @@ VAL_TEMPERATURE=${VAL_TEMPERATURE:-0.4}
 VAL_DO_SAMPLE=${VAL_DO_SAMPLE:-true}
 # checkpoints (every 50 iterations) kept on disk; trainer.max_actor_ckpt_to_keep=null as an override keeps all
 MAX_CKPTS_TO_KEEP=${MAX_CKPTS_TO_KEEP:-2}
-EXPERIMENT=${EXPERIMENT:-alfworld_${ADV_ESTIMATOR}${DYNAMIC:+_dynamic_$DYNAMIC}_$(basename "$MODEL_PATH")}
+# EXPERIMENT (the experiment folder): alfworld_<estimator>_<model folder>[_lora<R>][_think<0|1>] (common.sh)
+gigpo_experiment_setup alfworld
 
 # EVAL_ONLY=1: evaluate CKPT (a verl checkpoint or a Hugging Face folder) on VAL_SPLIT instead of training
-gigpo_eval_setup
+gigpo_eval_setup alfworld
 gigpo_check_gpus "$N_GPUS"
 gigpo_check_model "$MODEL_PATH"
 if ! gigpo_dry_run; then

@@ -58,10 +58,11 @@ VAL_SIZE=${VAL_SIZE:-128}
 MAX_CKPTS_TO_KEEP=${MAX_CKPTS_TO_KEEP:-2}
 # the evaluation split (every validation task comes from it): test
 VAL_SPLIT=${VAL_SPLIT:-test}
-EXPERIMENT=${EXPERIMENT:-sokoban_${ADV_ESTIMATOR}${DYNAMIC:+_dynamic_$DYNAMIC}_$(basename "$MODEL_PATH")}
+# EXPERIMENT (the experiment folder): sokoban_<estimator>_<model folder>[_lora<R>][_think<0|1>] (common.sh)
+gigpo_experiment_setup sokoban
 
 # EVAL_ONLY=1: evaluate CKPT (a verl checkpoint or a Hugging Face folder) on VAL_SPLIT instead of training
-gigpo_eval_setup
+gigpo_eval_setup sokoban
 gigpo_check_gpus "$N_GPUS"
 gigpo_check_model "$MODEL_PATH"
 # the shared settings (their checks run here, before data prep), then what this launch resumes: a run that has

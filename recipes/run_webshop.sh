@@ -67,10 +67,11 @@ VAL_DO_SAMPLE=${VAL_DO_SAMPLE:-true}
 MAX_CKPTS_TO_KEEP=${MAX_CKPTS_TO_KEEP:-2}
 # the evaluation split (every validation task comes from it): test
 VAL_SPLIT=${VAL_SPLIT:-test}
-EXPERIMENT=${EXPERIMENT:-webshop_${ADV_ESTIMATOR}${DYNAMIC:+_dynamic_$DYNAMIC}_$(basename "$MODEL_PATH")}
+# EXPERIMENT (the experiment folder): webshop_<estimator>_<model folder>[_lora<R>][_think<0|1>] (common.sh)
+gigpo_experiment_setup webshop
 
 # EVAL_ONLY=1: evaluate CKPT (a verl checkpoint or a Hugging Face folder) on VAL_SPLIT instead of training
-gigpo_eval_setup
+gigpo_eval_setup "$WEBSHOP_ENV"
 gigpo_check_gpus "$N_GPUS"
 gigpo_check_model "$MODEL_PATH"
 # the shared settings (their checks run here, before data prep), then what this launch resumes: a run that has

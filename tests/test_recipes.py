@@ -360,13 +360,15 @@ def test_lora_rank_sets_verls_lora_keys_and_the_reference_lora_runs_lr_and_kl(gp
 
 def test_lora_on_device_cpu_changes_only_the_lora_keys(tmp_path):
     """``DEVICE=cpu LORA_RANK=8``: the hf backend serves verl's unmerged adapter itself, so LoRA adds verl's LoRA keys
-    and the LoRA runs' lr and KL loss to the CPU command, nothing else (no lora.merge). Every recipe takes them from
-    the same function (common.sh gigpo_verl_overrides); tests/test_fidelity.py composes each one with LoRA."""
+    and the LoRA runs' lr and KL loss to the CPU command, and its own experiment name, nothing else (no lora.merge).
+    Every recipe takes them from the same functions (common.sh gigpo_verl_overrides, gigpo_experiment_setup);
+    tests/test_fidelity.py composes each one with LoRA."""
     recipe, env = "sokoban", {"DEVICE": "cpu", "DRY_RUN": "1", "DATA_DIR": str(tmp_path)}
     plain = _flat(compose_gigpo(printed_overrides(run_recipe(recipe, **env))))
     lora_cfg = compose_gigpo(printed_overrides(run_recipe(recipe, LORA_RANK="8", **env)))
     lora = _flat(lora_cfg)
-    assert {k for k in plain if plain[k] != lora[k]} == LORA_KEYS
+    assert {k for k in plain if plain[k] != lora[k]} == LORA_KEYS | {"trainer.experiment_name"}
+    assert lora["trainer.experiment_name"] == f"{plain['trainer.experiment_name']}_lora8"  # a LoRA run's own folder
     model = lora_cfg.actor_rollout_ref.model
     assert (model.lora_rank, model.lora_alpha, model.target_modules, model.lora.merge) == (8, 8, "all-linear", False)
     assert lora_cfg.actor_rollout_ref.rollout.name == "hf"

@@ -43,6 +43,7 @@ __all__ = [
     "POINTER",
     "TRAINING_KEYS",
     "EXECUTION_KEYS",
+    "LORA_ADAPTER_KEYS",
     "CheckpointFolder",
     "LaunchError",
     "LaunchPlan",
@@ -201,13 +202,22 @@ def is_training_key(key: str) -> bool:
 
 _ABSENT = "(absent)"
 
+#: The LoRA adapter's settings, which a run without an adapter (``lora_rank`` 0) does not use: a change of them from
+#: such a run is not a change of training (a change of ``lora_rank`` itself is).
+LORA_ADAPTER_KEYS = ("actor_rollout_ref.model.lora_alpha", "actor_rollout_ref.model.target_modules")
+
 
 def training_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
     """``{key: (saved value, current value)}`` for every training key (:func:`is_training_key`) whose value differs
-    between two resolved configs (nested mappings); a key present in only one of them shows ``"(absent)"``."""
+    between two resolved configs (nested mappings); a key present in only one of them shows ``"(absent)"``. When the
+    saved run had no LoRA adapter (``actor_rollout_ref.model.lora_rank`` 0 or absent), :data:`LORA_ADAPTER_KEYS` are
+    left out."""
     old, new = flatten_config(saved), flatten_config(current)
+    unused = set(LORA_ADAPTER_KEYS) if not old.get("actor_rollout_ref.model.lora_rank") else set()
     changes = {}
     for key in sorted(set(old) | set(new)):
+        if key in unused:
+            continue
         if is_training_key(key) and old.get(key, _ABSENT) != new.get(key, _ABSENT):
             changes[key] = (old.get(key, _ABSENT), new.get(key, _ABSENT))
     return changes
@@ -404,7 +414,7 @@ def _check_settings(config: Any, folder: Path, step: int) -> list[str]:
         raise LaunchError(
             f"cannot resume {folder} from step {step}: this launch differs from the run that wrote the checkpoint "
             f"({path}) in key(s) that change training: {listing}. Keep the run's values, start over (delete the "
-            "folder or choose another trainer.experiment_name), or pass trainer.allow_config_change=true to resume "
-            "anyway (docs/runs.md lists the keys)"
+            "folder or choose another trainer.experiment_name (EXPERIMENT=... in the recipes)), or pass "
+            "trainer.allow_config_change=true to resume anyway (docs/runs.md lists the keys)"
         )
     return [f"resuming with changed training settings (trainer.allow_config_change=true): {listing}"]

@@ -18,7 +18,8 @@ TransferQueue have started. Before Ray, this entry point
    paths), naming each bad key;
 3. prepares the experiment folder (:func:`verl_gigpo.launch.prepare_launch`): sets partial checkpoints aside, says
    whether and from where it resumes, stops when a key that changes training differs from the checkpointed run's
-   (``trainer.allow_config_change=true`` overrides), and keeps the metrics file across launches.
+   (``trainer.allow_config_change=true`` overrides), and keeps the metrics file across launches. A launch it refuses
+   (:class:`verl_gigpo.launch.LaunchError`) ends with one line, ``error: <what to do>``, and exit status 1.
 
 See ``recipes/`` for complete commands and ``docs/runs.md`` for resuming, checkpoints and metrics.
 """
@@ -46,13 +47,18 @@ def main(config: DictConfig) -> None:
         activate_cpu_platform(config)  # before main_ppo: verl reads the platform at import time
     from verl.trainer import main_ppo
 
-    from verl_gigpo.launch import prepare_launch
+    from verl_gigpo.launch import LaunchError, prepare_launch
     from verl_gigpo.plugin import ensure_registered
     from verl_gigpo.preflight import preflight
 
     ensure_registered()
     preflight(config)  # algorithm.gigpo.*, env.*, paths and the V1 path, checked here rather than inside Ray
-    plan = prepare_launch(config)  # partial checkpoints, resume announcement and check, the metrics file
+    try:
+        plan = prepare_launch(config)  # partial checkpoints, resume announcement and check, the metrics file
+    except LaunchError as error:
+        # a refusal that says what to do: one line, not a traceback (Hydra reports only Exceptions, not SystemExit)
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
     for line in plan.messages:
         print(f"[verl_gigpo] {line}", flush=True)
     main_ppo.main(config)  # hydra passes an explicit config straight to the task function
