@@ -139,7 +139,7 @@ def test_validation_before_and_after_training(runs):
 def test_a_changed_training_key_stops_the_resume_before_ray(runs):
     changed = runs["gigpo_changed"]
     assert "ray init kwargs" not in changed.output  # verl's run_ppo prints this just before ray.init
-    assert "LaunchError: cannot resume " in changed.output
+    assert "error: cannot resume " in changed.output and "Traceback" not in changed.output  # one line
     assert f"in key(s) that change training: {CHANGED_KEY}: 1.0 -> 0.5." in changed.output
 
 
