@@ -110,6 +110,31 @@ def test_a_key_with_the_step_index_leaves_almost_every_row_alone_and_the_probe_s
     assert line in printed
 
 
+def test_flat_and_signal_only_groups_follow_a_plain_loop_and_dynamic_samplings_keep_test():
+    """Sokoban charges every move, so groups that all fail still differ in their step returns: the episode filter
+    drops them (flat) while the step term has signal there (signal-only). Counted by plain loops over the episodes,
+    and the same groups ``algorithm.filter_groups.filter=signal`` keeps beyond ``filter=episode``."""
+    options = ProbeOptions(env="sokoban", groups=6, n=4, keys="state", seed=3)
+    stats = run_probe(options).stats[0]
+    played = play_random("sokoban", groups=6, n=4, modes=["state"], seed=3)
+    scores, members, rows = defaultdict(list), defaultdict(list), []
+    offset = 0
+    for episode in played.episodes:
+        rewards = [s.step_reward for s in episode.steps]
+        scores[episode.group_id].append(sum(rewards))
+        for t in range(len(rewards)):
+            r_t = sum(GAMMA**k * r for k, r in enumerate(rewards[t:]))
+            key = (episode.group_id, played.keys["state"][offset + t])
+            members[key].append(r_t)
+            rows.append((key, r_t))
+        offset += len(rewards)
+    flat = {g for g, s in scores.items() if max(s) - min(s) <= 1e-9 * max(1.0, *map(abs, s))}
+    signal = {key[0] for key, r_t in rows if abs(r_t - np.mean(members[key])) > 1e-9}
+    assert flat and flat & signal  # the case the probe exists for: nothing for the episode filter, step signal left
+    assert stats.flat_groups == pytest.approx(len(flat) / len(scores))
+    assert stats.signal_only_groups == pytest.approx(len(flat & signal) / len(scores))
+
+
 def test_merged_rows_count_rows_grouped_with_another_state():
     """Under the step-index environment the observation key (no step index) puts a cell's visits at different steps
     in one anchor group: rows grouped with another state, counted against a plain loop."""

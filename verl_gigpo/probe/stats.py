@@ -9,13 +9,16 @@ train with)::
     singleton rows                   = #{rows whose anchor group has 1 row} / M
     signal rows                      = #{rows with |A_S| > ZERO} / M            A_S = the method's step term
     merged rows                      = #{rows whose anchor group holds more than one state key} / M
-    flat groups                      = #{groups whose episode returns R(tau) are all equal} / G
-    signal-only groups               = #{flat groups with |A_S| > ZERO on some row} / G
+    flat groups                      = #{groups the episode filter drops} / G'
+    signal-only groups               = #{flat groups whose step term is nonzero on some row} / G'
 
-A flat group is one an episode filter drops (DAPO's and verl-agent's "GiGPO (dynamic)": all returns equal, compared
-exactly, as the estimator's own zero-variance rule ``hi == lo`` does); a signal-only group is one it drops although
-the step term still says something there. ``ZERO`` (1e-9, :data:`verl_gigpo.inspect.stats.ZERO`, the credit
-report's) only absorbs rounding: the estimator gives a flat anchor group exactly 0. Merged rows compare their action
+A flat group is one an episode filter drops (DAPO's and verl-agent's "GiGPO (dynamic)": its episode scores all equal);
+a signal-only group is one it drops although the step term still says something there. Both come from the keep test
+that dynamic sampling runs on both engines (:func:`verl_gigpo.rollout.dynamic.group_signal` with ``filter=episode``,
+its ``RETURN_RTOL`` and ``STEP_ATOL``), so the probe's figure is the share of groups ``algorithm.filter_groups``
+would keep with ``filter=signal`` and drop with ``filter=episode``; G' counts the groups with an unmasked row.
+``ZERO`` (1e-9, :data:`verl_gigpo.inspect.stats.ZERO`, the credit report's) only absorbs rounding in the signal
+rows: the estimator gives a flat anchor group exactly 0. Merged rows compare their action
 with actions taken from another true state (the environment's ``state`` key of the same step, taken as the truth):
 0 for ``state`` and ``history:K`` by construction; what ``observation`` texts alias (ALFWorld's "You arrive at
 cabinet 1" whatever the agent holds) and what a similarity threshold merges.
@@ -45,6 +48,7 @@ import pandas as pd
 
 from verl_gigpo.inspect.stats import ZERO
 from verl_gigpo.probe.keys import KeySpec
+from verl_gigpo.rollout.dynamic import group_signal
 from verl_gigpo.rollout.step_rows import StepBatch
 
 __all__ = [
@@ -122,7 +126,8 @@ def key_mode_stats(
         if len(column) != len(steps):
             raise ValueError(f"{name} has {len(column)} rows, the step batch {len(steps)}")
     batch = dataclasses.replace(steps, anchor_keys=np.asarray(anchor_keys, dtype=object))
-    terms = batch.advantage_terms(spec.gigpo_config(method=method, gamma=gamma))
+    config = spec.gigpo_config(method=method, gamma=gamma)
+    terms = batch.advantage_terms(config)
     valid = np.flatnonzero(terms.row_mask)  # (M,)
     if valid.size == 0:
         return KeyModeStats(spec.name, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
@@ -131,13 +136,10 @@ def key_mode_stats(
     anchor = terms.anchor_group[valid]  # (M,)
     size = terms.anchor_group_size[valid]  # (M,)
     signal = np.abs(terms.step_adv[valid]) > ZERO  # (M,)
-    returns = terms.episode_return[valid]  # (M,) R(tau) of each row's trajectory
-    hi = np.full(num_groups, -np.inf)
-    lo = np.full(num_groups, np.inf)
-    np.maximum.at(hi, group, returns)
-    np.minimum.at(lo, group, returns)
-    flat = hi == lo  # (G,) every episode return of the group equal
-    group_signal = np.bincount(group, weights=signal, minlength=num_groups) > 0  # (G,)
+    keep = group_signal(batch, "episode", config)  # the dynamic-sampling keep test, over the groups of batch
+    decided = np.isin(keep.group_ids, batch.group_ids[valid])  # (G',) groups with an unmasked row
+    flat = ~keep.episode[decided]  # (G',) dropped by the episode filter
+    step_only = keep.dropped_with_step_signal[decided]  # (G',) dropped although the step term is nonzero
     distinct = np.unique(anchor)
     state, _ = pd.factorize(np.asarray(state_keys, dtype=object)[valid])  # (M,) state of each valid row
     pairs = np.unique(np.stack([anchor, state], axis=1), axis=0)  # (P, 2) distinct (anchor group, state)
@@ -152,8 +154,8 @@ def key_mode_stats(
         singleton_rows=float(np.mean(size == 1)),
         signal_rows=float(np.mean(signal)),
         merged_rows=float(np.mean(states_in[anchor] > 1)),
-        flat_groups=float(np.mean(flat)),
-        signal_only_groups=float(np.mean(flat & group_signal)),
+        flat_groups=float(np.mean(flat)) if flat.size else 0.0,
+        signal_only_groups=float(np.mean(step_only)) if step_only.size else 0.0,
     )
 
 
