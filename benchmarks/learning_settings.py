@@ -50,6 +50,17 @@ CONFIGS: dict[str, tuple[str, ...]] = {
     "hgpo": ("algorithm.adv_estimator=hgpo", "algorithm.hgpo.history_length=2"),
     "graphgpo": ("algorithm.adv_estimator=graphgpo",),
     "g2po": ("algorithm.adv_estimator=g2po",),
+    # dynamic sampling (docs/dynamic-sampling.md; benchmarks/dynamic_sampling.py runs them on the local engine)
+    "gigpo_signal": (
+        "algorithm.adv_estimator=gigpo",
+        "algorithm.filter_groups.enable=true",
+        "algorithm.filter_groups.filter=signal",
+    ),
+    "gigpo_episode": (
+        "algorithm.adv_estimator=gigpo",
+        "algorithm.filter_groups.enable=true",
+        "algorithm.filter_groups.filter=episode",
+    ),
 }
 
 #: --suite: which configurations the local benchmark runs by default, its section, plot and run folder
