@@ -24,7 +24,6 @@ from verl_gigpo.credit import (
 from verl_gigpo.preflight import config_problems
 from verl_gigpo.rollout import Episode, StepRecord, TaskSpec
 from verl_gigpo.rollout.step_rows import StepBatch
-from verl_gigpo.trainer import step_advantage_terms
 
 # the per-row arrays of GiGPOTerms and the record field holding each
 TERM_FIELDS = {
@@ -74,7 +73,7 @@ def _row(traj, step, key, reward, *, valid=True, won=False, error=False, obs="",
 
 
 def test_records_equal_the_estimator_terms_of_verl_step_rows(tmp_path):
-    """The trainer mode's path without Ray: StepBatch from extra_fields -> step_advantage_terms -> CreditLogger."""
+    """The trainer mode's path without Ray: StepBatch from extra_fields -> StepBatch.advantage_terms -> CreditLogger."""
     rows = [
         ("g0", _row("a", 0, "s0", 0.0, won=True, action="right")),
         ("g0", _row("a", 1, "s1", 1.0, won=True, action="down")),
@@ -88,7 +87,7 @@ def test_records_equal_the_estimator_terms_of_verl_step_rows(tmp_path):
     uids = [g for g, _ in rows] + ["pad0"]  # verl's padding row: a copy of the first row
     extra = [r for _, r in rows] + [dict(rows[0][1])]
     steps = StepBatch.from_rows(uids, extra, [False] * len(rows) + [True])
-    terms = step_advantage_terms(steps, torch.ones(len(uids), 2), GiGPOConfig())
+    terms = steps.advantage_terms(GiGPOConfig(), torch.ones(len(uids), 2))
     logger = CreditLogger(CreditLogOptions(freq=5, groups=-1), tmp_path)
     path = logger.write_steps(10, terms, steps, StepContext.from_extra_fields(extra))
     assert path == tmp_path / "credit" / "iter_10.jsonl"
