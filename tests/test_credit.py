@@ -278,7 +278,7 @@ def local_runs(tiny_model_dir, tmp_path_factory):
     return root, off, on
 
 
-def test_records_off_write_nothing_and_train_exactly_as_on_cpu(local_runs):
+def test_records_off_write_nothing_and_train_exactly_as_on(local_runs):
     root, (_, history_off, params_off), (_, history_on, params_on) = local_runs
     assert not (root / "off" / "credit").exists()
     assert sorted(p.name for p in (root / "on" / "credit").iterdir()) == ["iter_1.jsonl", "iter_2.jsonl"]
@@ -294,7 +294,7 @@ def test_records_off_write_nothing_and_train_exactly_as_on_cpu(local_runs):
     assert history_on[1]["actor/grad_norm"] > 0  # it did train
 
 
-def test_local_records_are_the_terms_the_update_used_cpu(local_runs):
+def test_local_records_are_the_terms_the_update_used(local_runs):
     root, _, (trainer, history, _) = local_runs
     records = read_credit_records(root / "on" / "credit" / "iter_2.jsonl")
     terms = trainer.gigpo_terms  # what the estimator returned in iteration 2, whose advantages the update used

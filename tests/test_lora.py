@@ -31,7 +31,7 @@ def _peft_model(model_dir, **config):
 
 
 @pytest.mark.parametrize("config", [{"r": 4, "lora_alpha": 8}, {"r": 4, "lora_alpha": 8, "use_rslora": True}])
-def test_merge_equals_peft_merge_and_unload_cpu(tiny_model_dir, config):
+def test_merge_equals_peft_merge_and_unload(tiny_model_dir, config):
     model, lora = _peft_model(tiny_model_dir, **config)
     state = model.state_dict()  # peft names: base_model.model.<layer>.base_layer.weight, <layer>.lora_A.default.weight
     base = {k.replace("base_model.model.", "").replace(".base_layer.", "."): v.clone() for k, v in state.items()}
