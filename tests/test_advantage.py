@@ -381,44 +381,44 @@ def _call(**overrides):
 @pytest.mark.parametrize(
     ("overrides", "match"),
     [
-        ({"group_ids": np.zeros(5)}, r"length mismatch: group_ids has 5 entries but step_rewards has 6"),
-        ({"traj_ids": np.zeros(7)}, r"traj_ids has 7 entries but step_rewards has 6"),
-        ({"step_ids": np.zeros(2, int)}, r"step_ids has 2 entries but step_rewards has 6"),
-        ({"anchor_keys": np.zeros(1)}, r"anchor_keys has 1 entries but step_rewards has 6"),
-        ({"response_mask": torch.ones(5, 4)}, r"response_mask has 5 rows but step_rewards has 6"),
-        ({"response_mask": torch.ones(6)}, r"response_mask must be 2-D \(N, L\); got shape \(6,\)"),
+        ({"group_ids": np.zeros(5)}, r"group_ids has 5 .*step_rewards has 6"),
+        ({"traj_ids": np.zeros(7)}, r"traj_ids has 7 .*step_rewards has 6"),
+        ({"step_ids": np.zeros(2, int)}, r"step_ids has 2 .*step_rewards has 6"),
+        ({"anchor_keys": np.zeros(1)}, r"anchor_keys has 1 .*step_rewards has 6"),
+        ({"response_mask": torch.ones(5, 4)}, r"response_mask has 5 .*step_rewards has 6"),
+        ({"response_mask": torch.ones(6)}, r"response_mask .*2-D.*shape \(6,\)"),
         ({"step_rewards": torch.ones(6, 1)}, r"step_rewards must be 1-D"),
         (
             {"step_rewards": torch.tensor([0.0, 1.0, float("nan"), 0.0, float("inf"), 0.0])},
-            r"step_rewards\[2\] = nan is not finite \(2 non-finite .*first bad row 2",
+            r"step_rewards\[2\] = nan .*\b2 non-finite",
         ),
         ({"step_rewards": torch.tensor([0.0, 0.0, 0.0, 0.0, float("-inf"), 0.0])}, r"step_rewards\[4\] = -inf"),
-        ({"norm": "mean_norm"}, r"norm='mean_norm' is not a norm \(the reference .*; use 'mean_std' .* or 'mean'"),
-        ({"episode_stats": "episode"}, r"episode_stats='episode' is not valid; use 'trajectory' .* or 'step'"),
-        ({"gamma": 1.5}, r"gamma=1.5 must be a number in \[0, 1\]"),
+        ({"norm": "mean_norm"}, r"norm='mean_norm'.*'mean_std'.*'mean'"),
+        ({"episode_stats": "episode"}, r"episode_stats='episode'.*'trajectory'.*'step'"),
+        ({"gamma": 1.5}, r"gamma=1\.5 .*\[0, 1\]"),
         ({"gamma": -0.1}, r"gamma=-0.1 must be"),
-        ({"step_advantage_w": -1.0}, r"step_advantage_w=-1.0 must be a finite number >= 0"),
-        ({"epsilon": 0.0}, r"epsilon=0.0 must be a finite number > 0"),
+        ({"step_advantage_w": -1.0}, r"step_advantage_w=-1\.0 .*>= 0"),
+        ({"epsilon": 0.0}, r"epsilon=0\.0 .*> 0"),
         ({"epsilon": -1e-6}, r"epsilon=-1e-06 must be"),
-        ({"step_advantage_w": float("nan")}, r"step_advantage_w=nan must be a finite number"),
-        ({"step_ids": np.array([2, 0, 0, 0, 1, 1.5])}, r"step_ids\[5\] = 1.5 is not a whole number"),
-        ({"step_ids": np.array(["2", "0", "0", "0", "1", "1"])}, r"step_ids must be integers, got dtype <U1"),
-        ({"step_ids": np.array([2, 0, 0, 0, 0, 1])}, r"duplicate \(traj id, step id\) among valid rows: rows 1 and 4"),
+        ({"step_advantage_w": float("nan")}, r"step_advantage_w=nan .*finite"),
+        ({"step_ids": np.array([2, 0, 0, 0, 1, 1.5])}, r"step_ids\[5\] = 1\.5 .*whole number"),
+        ({"step_ids": np.array(["2", "0", "0", "0", "1", "1"])}, r"step_ids .*integers.*<U1"),
+        ({"step_ids": np.array([2, 0, 0, 0, 0, 1])}, r"duplicate \(traj id, step id\).*rows 1 and 4"),
         (
             {"group_ids": np.array(["g", "g", "g", "g", "h", "g"], dtype=object)},
-            r"trajectory traj_ids\[\d\] = 'tau1' appears in two episode groups: '(g|h)' \(row \d\) and '(g|h)'",
+            r"traj_ids\[\d\] = 'tau1' .*two episode groups: '(g|h)' .*'(g|h)'",
         ),
-        ({"row_mask": np.ones(6, dtype=int)}, r"row_mask must be a bool array, got dtype int64"),
-        ({"row_mask": torch.ones(6)}, r"row_mask must be a bool tensor/array, got dtype torch.float32"),
-        ({"row_mask": np.ones(5, dtype=bool)}, r"row_mask must have shape \(6,\) like step_rewards; got shape \(5,\)"),
-        ({"row_mask": [True] * 6}, r"row_mask must be a bool np.ndarray or torch.Tensor"),
+        ({"row_mask": np.ones(6, dtype=int)}, r"row_mask .*bool.*int64"),
+        ({"row_mask": torch.ones(6)}, r"row_mask .*bool.*torch\.float32"),
+        ({"row_mask": np.ones(5, dtype=bool)}, r"row_mask .*shape \(6,\).*\(5,\)"),
+        ({"row_mask": [True] * 6}, r"row_mask .*bool np\.ndarray or torch\.Tensor"),
         ({"anchor_keys": np.array(["a", None, "a", "a", "a", "a"], dtype=object)}, r"anchor_keys\[1\] is missing"),
         ({"traj_ids": np.array([1.0, np.nan, 1, 1, 1, 1])}, r"traj_ids\[1\] is missing"),
         (
             {"anchor_keys": np.array(["a", "b", ["x"], "a", "a", "a"], dtype=object)},
             r"anchor_keys\[2\] = \['x'\] is not",
         ),
-        ({"anchor_keys": np.zeros((6, 2))}, r"anchor_keys must be 1-D with one entry per row; got shape \(6, 2\)"),
+        ({"anchor_keys": np.zeros((6, 2))}, r"anchor_keys .*1-D.*shape \(6, 2\)"),
     ],
 )
 def test_bad_input_raises(overrides, match):
@@ -444,13 +444,13 @@ def _one_group(rewards, steps=None, traj=None):
 
 def test_finite_rewards_that_overflow_raise():
     # Each reward is finite, but the group mean sums 1e308 + 1e308: inf - inf = NaN advantages before this check.
-    with pytest.raises(ValueError, match=r"the advantage of row 0 overflows float64 \(nan\) although every reward"):
+    with pytest.raises(ValueError, match=r"advantage of row 0 .*float64 \(nan\)"):
         compute_gigpo_advantage(*_one_group([1e308, 1e308, -1e308, 0.0]))
     # One trajectory of two 1e308 steps: its episode return is inf.
-    with pytest.raises(ValueError, match=r"the episode return of row 0 overflows float64 \(inf\).*scale the rewards"):
+    with pytest.raises(ValueError, match=r"episode return of row 0 .*float64 \(inf\)"):
         compute_gigpo_advantage(*_one_group([1e308, 1e308], steps=np.arange(2), traj=[0, 0]))
     # Fits float64 but not the float32 output tensors.
-    with pytest.raises(ValueError, match=r"the step return R_t of row 0 \(1e\+200\) does not fit the float32"):
+    with pytest.raises(ValueError, match=r"R_t of row 0 \(1e\+200\).*float32"):
         compute_gigpo_advantage(*_one_group([1e200, 0.0]))
 
 
@@ -463,7 +463,7 @@ def test_finite_rewards_that_overflow_raise():
     ],
 )
 def test_step_ids_beyond_int64_raise(steps):
-    with pytest.raises(ValueError, match=r"step_ids\[\d\] = \S+ is outside the int64 range \[-2\^63, 2\^63\)"):
+    with pytest.raises(ValueError, match=r"step_ids\[\d\] = \S+ .*int64 range"):
         compute_gigpo_advantage(*_one_group([1.0, 0.0], steps=steps, traj=[0, 0]))
 
 
@@ -478,13 +478,11 @@ def test_non_finite_response_mask_raises():
     inputs = list(_golden_inputs())
     inputs[1] = inputs[1].clone()
     inputs[1][1, 0] = float("nan")
-    with pytest.raises(
-        ValueError, match=r"response_mask\[1, 0\] = nan is not finite \(as float32\); the mask must hold 1"
-    ):
+    with pytest.raises(ValueError, match=r"response_mask\[1, 0\] = nan .*float32"):
         compute_gigpo_advantage(*inputs)
     inputs[1] = torch.ones(6, 4, dtype=torch.float64)
     inputs[1][2, 3] = 1e39  # finite in float64, inf in the float32 output
-    with pytest.raises(ValueError, match=r"response_mask\[2, 3\] = 1e\+39 is not finite \(as float32\)"):
+    with pytest.raises(ValueError, match=r"response_mask\[2, 3\] = 1e\+39 .*float32"):
         compute_gigpo_advantage(*inputs)
 
 
@@ -599,9 +597,7 @@ def test_similarity_threshold_one_is_exact_keys_and_other_texts_stay_apart():
 def test_similarity_keys_must_be_texts():
     inputs = list(_golden_inputs())
     inputs[5] = np.array(["s0", "s1", 3, "s0", "s1", "s2"], dtype=object)
-    with pytest.raises(
-        ValueError, match=r"anchor_keys\[2\] = 3 is a int; similarity grouping .*key_mode='observation'"
-    ):
+    with pytest.raises(ValueError, match=r"anchor_keys\[2\] = 3 .*int.*key_mode='observation'"):
         gigpo_advantage_terms(*inputs, similarity_threshold=0.9)
     mask = np.array([True, True, False, True, True, True])  # a masked row is not looked at
     gigpo_advantage_terms(*inputs, row_mask=mask, similarity_threshold=0.9)

@@ -194,17 +194,17 @@ def test_empty_input():
 
 @pytest.mark.parametrize("threshold", [0.0, -0.5, 1.5, float("nan"), True, "0.9", None])
 def test_similarity_threshold_validation(threshold):
-    with pytest.raises(ValueError, match=r"similarity_threshold=.* must be a number in \(0, 1\]: 1.0 = exact match"):
+    with pytest.raises(ValueError, match=r"similarity_threshold=.* \(0, 1\]"):
         similarity_groups(["a", "b"], threshold)
 
 
 def test_candidates_option_validation():
-    with pytest.raises(ValueError, match=r"candidates='minhash' is not valid; use 'auto', 'exact' or 'lsh'"):
+    with pytest.raises(ValueError, match=r"candidates='minhash'.*'auto', 'exact' or 'lsh'"):
         similarity_groups(["a", "b"], 0.9, candidates="minhash")
 
 
 def test_non_text_input_is_rejected():
-    with pytest.raises(ValueError, match=r"texts\[1\] is a int \(3\); similarity grouping needs str"):
+    with pytest.raises(ValueError, match=r"texts\[1\] is a int \(3\).*str"):
         similarity_groups(["a", 3], 0.9)
     with pytest.raises(ValueError, match=r"texts must be 1-D"):
         similarity_groups(np.array([["a", "b"]]), 0.9)
@@ -266,25 +266,25 @@ def test_anchor_group_ids_row_mask():
     ids = anchor_group_ids(keys, groups, 0.5, row_mask=mask)
     assert ids[2] == -1 and ids[0] == ids[1] == ids[3] >= 0
     np.testing.assert_array_equal(anchor_group_ids(keys, groups, row_mask=mask)[[0, 3]], [0, 0])
-    with pytest.raises(ValueError, match=r"row_mask must be a bool array of shape \(4,\)"):
+    with pytest.raises(ValueError, match=r"row_mask .*bool.*shape \(4,\)"):
         anchor_group_ids(keys, groups, row_mask=np.ones(4, dtype=int))
 
 
 def test_anchor_group_ids_validation():
-    with pytest.raises(ValueError, match=r"length mismatch: anchor_keys has 2 entries but group_ids has 3"):
+    with pytest.raises(ValueError, match=r"anchor_keys has 2 .*group_ids has 3"):
         anchor_group_ids(["a", "b"], ["g", "g", "g"])
     with pytest.raises(ValueError, match=r"anchor_keys\[1\] is missing"):
         anchor_group_ids(np.array(["a", None], dtype=object), ["g", "g"])
     # the message of every id check (verl_gigpo._ids, shared with the estimators): the row, the value, the fix
-    with pytest.raises(ValueError, match=r"anchor_keys\[0\] = \['a'\] is not hashable .*; use str, int or tuple keys"):
+    with pytest.raises(ValueError, match=r"anchor_keys\[0\] = \['a'\] .*hashable.*str, int or tuple"):
         keys = np.empty(2, dtype=object)
         keys[0], keys[1] = ["a"], ["b"]  # lists are not hashable
         anchor_group_ids(keys, ["g", "g"])
-    with pytest.raises(ValueError, match=r"similarity_threshold=2.0 must be a number in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"similarity_threshold=2\.0 .*\(0, 1\]"):
         anchor_group_ids(["a", "b"], ["g", "g"], 2.0)
     # The threshold is checked before anything else: True (== 1.0 in Python) was taken for exact keys, and an
     # empty batch skipped the check.
-    with pytest.raises(ValueError, match=r"similarity_threshold=True must be a number in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"similarity_threshold=True .*\(0, 1\]"):
         anchor_group_ids(["a", "b"], ["g", "g"], True)
     with pytest.raises(ValueError, match=r"similarity_threshold=2.0 must be"):
         anchor_group_ids([], [], 2.0)

@@ -49,27 +49,26 @@ def test_key_modes(key_mode, env_key_mode, threshold):
 @pytest.mark.parametrize(
     ("field", "value", "match"),
     [
-        ("gamma", -0.1, r"gamma=-0.1 must be a number in \[0, 1\] \(the paper uses 0.95"),
-        ("gamma", 1.01, r"gamma=1.01 must be a number in \[0, 1\]"),
+        ("gamma", -0.1, r"gamma=-0\.1 .*\[0, 1\].*0\.95"),
+        ("gamma", 1.01, r"gamma=1\.01 .*\[0, 1\]"),
         ("gamma", "0.95", r"gamma='0.95' must be a number"),
         ("gamma", float("nan"), r"gamma=nan must be a number"),
-        ("step_advantage_w", -1.0, r"step_advantage_w=-1.0 must be a finite number >= 0 \(the paper uses 1.0"),
-        ("step_advantage_w", float("inf"), r"step_advantage_w=inf must be a finite number"),
-        ("step_advantage_w", True, r"step_advantage_w=True must be a finite number"),
+        ("step_advantage_w", -1.0, r"step_advantage_w=-1\.0 .*>= 0.*1\.0"),
+        ("step_advantage_w", float("inf"), r"step_advantage_w=inf .*finite"),
+        ("step_advantage_w", True, r"step_advantage_w=True .*number"),
         (
             "norm",
             "mean_norm",
-            r"norm='mean_norm' is not a norm \(the reference code's mode='mean_norm' meant 'mean'\); "
-            r"use 'mean_std' \(subtract the group mean, divide by std \+ epsilon\) or 'mean' \(only subtract",
+            r"norm='mean_norm'.*mode='mean_norm' meant 'mean'.*'mean_std'.*'mean'",
         ),
         ("norm", "mean_std_norm", r"'mean_std_norm' is 'mean_std'"),
-        ("norm", "std", r"norm='std' is not a norm; use 'mean_std'"),
-        ("epsilon", 0.0, r"epsilon=0.0 must be a finite number > 0"),
-        ("episode_stats", "steps", r"episode_stats='steps' is not valid; use 'trajectory' .* or 'step'"),
-        ("key_mode", "history", r"key_mode='history' is not valid; use 'observation' .*'history:K'"),
+        ("norm", "std", r"norm='std'.*'mean_std'"),
+        ("epsilon", 0.0, r"epsilon=0\.0 .*> 0"),
+        ("episode_stats", "steps", r"episode_stats='steps'.*'trajectory'.*'step'"),
+        ("key_mode", "history", r"key_mode='history'.*'observation'.*'history:K'"),
         ("key_mode", "history:x", r"key_mode='history:x' is not valid"),
-        ("similarity_threshold", 0.0, r"similarity_threshold=0.0 must be a number in \(0, 1\]: 1.0 = exact match"),
-        ("similarity_threshold", 1.5, r"similarity_threshold=1.5 must be a number in \(0, 1\]"),
+        ("similarity_threshold", 0.0, r"similarity_threshold=0\.0 .*\(0, 1\]"),
+        ("similarity_threshold", 1.5, r"similarity_threshold=1\.5 .*\(0, 1\]"),
         ("similarity_threshold", None, r"similarity_threshold=None must be a number"),
     ],
 )
@@ -122,11 +121,11 @@ def test_algorithm_gamma_is_checked_as_every_gamma(gamma):
 
 
 def test_from_mapping_rejects_unknown_keys_and_non_mappings():
-    with pytest.raises(ValueError, match=r"unknown GiGPO config key\(s\) \['mode'\]; known keys: \['gamma', "):
+    with pytest.raises(ValueError, match=r"unknown .*key\(s\) \['mode'\].*\['gamma', "):
         GiGPOConfig.from_mapping(OmegaConf.create({"gamma": 0.9, "mode": "mean_norm"}))
-    with pytest.raises(ValueError, match=r"needs a dict or DictConfig, got list"):
+    with pytest.raises(ValueError, match=r"dict or DictConfig.*list"):
         GiGPOConfig.from_mapping([("gamma", 0.9)])
-    with pytest.raises(ValueError, match=r"gamma=2.0 must be a number in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"gamma=2\.0 .*\[0, 1\]"):
         GiGPOConfig.from_mapping({"gamma": 2.0})
 
 
@@ -156,19 +155,19 @@ def test_method_and_sections_from_algorithm():
 @pytest.mark.parametrize(
     ("algorithm", "env", "match"),
     [
-        ({"hgpo": {"alpha": -1}}, None, r"algorithm\.hgpo\.alpha=-1 must be a finite number >= 0"),
+        ({"hgpo": {"alpha": -1}}, None, r"algorithm\.hgpo\.alpha=-1 .*>= 0"),
         ({"hgpo": {"weight_base": "L"}}, None, r"algorithm\.hgpo\.weight_base='L' is not valid"),
-        ({"graphgpo": {"omega": 0}}, None, r"algorithm\.graphgpo\.omega=0 must be a number in \(0, 1\]"),
-        ({"g2po": {"success_reward": "10"}}, None, r"algorithm\.g2po\.success_reward='10' must be a finite number"),
+        ({"graphgpo": {"omega": 0}}, None, r"algorithm\.graphgpo\.omega=0 .*\(0, 1\]"),
+        ({"g2po": {"success_reward": "10"}}, None, r"algorithm\.g2po\.success_reward='10' .*number"),
         (
             {"graphgpo": {"gamma": 0.1}},
             None,
             r"unknown algorithm\.graphgpo key\(s\) \['gamma'\]; known keys: \['omega'",
         ),
         # an inherited env value is named as the env key, by the rule both engines check (verl_gigpo.rules)
-        ({"hgpo": {}}, {"history_length": -2}, r"^env\.history_length=-2 must be a whole number >= 0 \(past steps"),
-        ({}, {"invalid_action_penalty": -0.5}, r"^env\.invalid_action_penalty=-0.5 must be a finite number >= 0"),
-        ({"hgpo": [1]}, None, r"algorithm\.hgpo needs a dict or DictConfig, got list"),
+        ({"hgpo": {}}, {"history_length": -2}, r"^env\.history_length=-2 .*>= 0"),
+        ({}, {"invalid_action_penalty": -0.5}, r"^env\.invalid_action_penalty=-0\.5 .*>= 0"),
+        ({"hgpo": [1]}, None, r"algorithm\.hgpo .*dict or DictConfig.*list"),
     ],
 )
 def test_successor_sections_are_checked_naming_the_key(algorithm, env, match):
@@ -177,7 +176,7 @@ def test_successor_sections_are_checked_naming_the_key(algorithm, env, match):
 
 
 def test_unknown_method_is_refused():
-    with pytest.raises(ValueError, match=r"method='ppo' is not a step-credit estimator; use one of \['gigpo', 'hgpo'"):
+    with pytest.raises(ValueError, match=r"method='ppo'.*\['gigpo', 'hgpo'"):
         GiGPOConfig(method="ppo")
 
 

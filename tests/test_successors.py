@@ -437,18 +437,18 @@ def test_stats_and_method(method, own):
 
 def test_outcome_is_required_and_checked():
     inputs, kw = _golden()
-    with pytest.raises(ValueError, match=r"graphgpo needs won: one bool per step row"):
+    with pytest.raises(ValueError, match=r"graphgpo needs won"):
         graphgpo_advantage_terms(*inputs)
     with pytest.raises(ValueError, match=r"g2po with invalid_penalty > 0 needs action_valid"):
         g2po_advantage_terms(*inputs, won=kw["won"])
     g2po_advantage_terms(*inputs, won=kw["won"], invalid_penalty=0.0)  # nothing to penalise: not needed
     mixed = kw["won"].copy()
     mixed[0] = True  # row 0 is t3's last step; t3's other rows say lost
-    with pytest.raises(ValueError, match=r"won differs within trajectory traj_ids = 't3': True at row 0, False"):
+    with pytest.raises(ValueError, match=r"won differs .*'t3': True at row 0, False"):
         g2po_advantage_terms(*inputs, won=mixed, action_valid=kw["action_valid"])
     with pytest.raises(ValueError, match=r"won\[1\] = 2 is not a bool"):
         graphgpo_advantage_terms(*inputs, won=np.array([0, 2, 0, 0, 1, 0, 0]))
-    with pytest.raises(ValueError, match=r"length mismatch: won has 3 entries but step_rewards has 7"):
+    with pytest.raises(ValueError, match=r"won has 3 .*step_rewards has 7"):
         graphgpo_advantage_terms(*inputs, won=[True, False, True])
     # a masked row may say anything: it takes part in nothing
     terms = graphgpo_advantage_terms(*inputs, won=mixed, row_mask=np.arange(7) != 0)
@@ -458,20 +458,20 @@ def test_outcome_is_required_and_checked():
 @pytest.mark.parametrize(
     ("fn", "options", "match"),
     [
-        (hgpo_advantage_terms, {"history_length": -1}, r"history_length=-1 must be a whole number >= 0"),
-        (hgpo_advantage_terms, {"history_length": 1.5}, r"history_length=1.5 must be a whole number"),
-        (hgpo_advantage_terms, {"alpha": -1.0}, r"alpha=-1.0 must be a finite number >= 0"),
-        (hgpo_advantage_terms, {"weight_base": "k"}, r"weight_base='k' is not valid; use 'depth' .*'depth_plus_one'"),
-        (hgpo_advantage_terms, {"std": "biased"}, r"std='biased' is not valid; use 'unbiased'"),
-        (hgpo_advantage_terms, {"episode_term": 1}, r"episode_term=1 must be true or false"),
+        (hgpo_advantage_terms, {"history_length": -1}, r"history_length=-1 .*>= 0"),
+        (hgpo_advantage_terms, {"history_length": 1.5}, r"history_length=1\.5 .*whole number"),
+        (hgpo_advantage_terms, {"alpha": -1.0}, r"alpha=-1\.0 .*>= 0"),
+        (hgpo_advantage_terms, {"weight_base": "k"}, r"weight_base='k'.*'depth'.*'depth_plus_one'"),
+        (hgpo_advantage_terms, {"std": "biased"}, r"std='biased'.*'unbiased'"),
+        (hgpo_advantage_terms, {"episode_term": 1}, r"episode_term=1 .*true or false"),
         (hgpo_advantage_terms, {"norm": "mean_norm"}, r"norm='mean_norm' is not a norm"),
-        (graphgpo_advantage_terms, {"omega": 0.0}, r"omega=0.0 must be a number in \(0, 1\]"),
-        (graphgpo_advantage_terms, {"omega": 1.5}, r"omega=1.5 must be a number in \(0, 1\]"),
-        (graphgpo_advantage_terms, {"success_reward": 0}, r"success_reward=0 must be a finite number > 0"),
+        (graphgpo_advantage_terms, {"omega": 0.0}, r"omega=0\.0 .*\(0, 1\]"),
+        (graphgpo_advantage_terms, {"omega": 1.5}, r"omega=1\.5 .*\(0, 1\]"),
+        (graphgpo_advantage_terms, {"success_reward": 0}, r"success_reward=0 .*> 0"),
         (graphgpo_advantage_terms, {"step_advantage_w": float("inf")}, r"step_advantage_w=inf must be a finite"),
-        (graphgpo_advantage_terms, {"progress": "yes"}, r"progress='yes' must be true or false"),
-        (g2po_advantage_terms, {"invalid_penalty": -0.1}, r"invalid_penalty=-0.1 must be a finite number >= 0"),
-        (g2po_advantage_terms, {"gamma": 2.0}, r"gamma=2.0 must be a number in \[0, 1\]"),
+        (graphgpo_advantage_terms, {"progress": "yes"}, r"progress='yes' .*true or false"),
+        (g2po_advantage_terms, {"invalid_penalty": -0.1}, r"invalid_penalty=-0\.1 .*>= 0"),
+        (g2po_advantage_terms, {"gamma": 2.0}, r"gamma=2\.0 .*\[0, 1\]"),
     ],
 )
 def test_bad_options_raise(fn, options, match):
