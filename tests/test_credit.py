@@ -5,6 +5,7 @@ one with them on, the options fail clearly, and the agent loop adds texts only w
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -141,7 +142,7 @@ def test_groups_are_sampled_without_touching_other_generators(tmp_path):
 def test_a_context_from_other_rows_is_refused(tmp_path):
     terms = gigpo_advantage_terms(torch.zeros(2), torch.ones(2, 1), ["g", "g"], ["a", "b"], [0, 0], ["s", "s"])
     context = StepContext(["o", "o"], ["x", "x"], [True, True], [False, False], [None, None], [None, None], [0, 3])
-    with pytest.raises(ValueError, match="not aligned with the batch"):
+    with pytest.raises(ValueError, match=r"step context .*row 1: step id"):
         CreditLogger(CreditLogOptions(freq=1), tmp_path).write(
             1,
             terms,
@@ -159,18 +160,18 @@ def test_a_context_from_other_rows_is_refused(tmp_path):
 @pytest.mark.parametrize(
     ("trainer", "message"),
     [
-        ({"credit_log_freq": -1}, r"trainer.credit_log_freq=-1 must be a whole number >= 0"),
+        ({"credit_log_freq": -1}, r"trainer\.credit_log_freq=-1 .*>= 0"),
         ({"credit_log_freq": 1.5}, r"trainer.credit_log_freq=1.5"),
         ({"credit_log_freq": True}, r"trainer.credit_log_freq=True"),
-        ({"credit_log_groups": 0}, r"trainer.credit_log_groups=0 must be .* or -1"),
-        ({"credit_log_max_chars": 0}, r"trainer.credit_log_max_chars=0 must be a whole number >= 1"),
+        ({"credit_log_groups": 0}, r"trainer\.credit_log_groups=0 .* or -1"),
+        ({"credit_log_max_chars": 0}, r"trainer\.credit_log_max_chars=0 .*>= 1"),
     ],
 )
 def test_bad_options_name_the_key(trainer, message):
     with pytest.raises(ValueError, match=message):
         CreditLogOptions.from_trainer(trainer)
     problems = config_problems({"trainer": trainer})  # the verl driver's preflight reports the same message
-    assert any(p.startswith(message.split(" must")[0].replace("\\", "")) for p in problems), problems
+    assert any(re.match(message, p) for p in problems), problems
 
 
 def test_defaults_and_due_iterations():

@@ -142,7 +142,7 @@ def test_mini_batches_of_rows(tiny_model_dir, tmp_path):
     assert rows > 5 and metrics["update/rows"] == rows
     assert metrics["update/num_mini_batches"] == plan_mini_batches(rows, 5, 1).num_mini_batches == math.ceil(rows / 5)
     assert metrics["update/mini_batch_rows"] <= 5 and math.isfinite(metrics["actor/pg_loss"])
-    with pytest.raises(ValueError, match=r"trainer\.v1\.gigpo_sync\.mini_batch_rows=0 must be an int >= 1"):
+    with pytest.raises(ValueError, match=r"trainer\.v1\.gigpo_sync\.mini_batch_rows=0 .*>= 1"):
         load_config(["trainer.v1.gigpo_sync.mini_batch_rows=0"])
 
 
@@ -376,7 +376,7 @@ def test_a_run_is_never_overwritten_by_accident(tiny_model_dir, tmp_path, capsys
     # Starting again without --resume used to truncate metrics.jsonl and move the checkpoint pointer back.
     with pytest.raises(
         ValueError,
-        match=r"already holds a run .*3 metrics line\(s\), checkpoints of iterations \[1, 2\].*--resume.*--overwrite",
+        match=r"already holds a run .*3 metrics line\(s\).*\[1, 2\].*--resume.*--overwrite",
     ):  # noqa: E501
         LocalTrainer(_cfg(tiny_model_dir, out, "trainer.total_training_steps=1", "data.val_size=0"))
     args = [
@@ -438,14 +438,14 @@ def test_resume_falls_back_to_the_newest_complete_checkpoint(tiny_model_dir, tmp
 @pytest.mark.parametrize(
     ("override", "match"),
     [
-        ("trainer.save_freq=abc", r"trainer.save_freq='abc' must be a whole number \(checkpoint every N iterations"),
-        ("trainer.test_freq=abc", r"trainer.test_freq='abc' must be a whole number \(validate every N iterations"),
-        ("trainer.seed=1.5", r"trainer.seed=1.5 must be a whole number >= 0"),
-        ("actor_rollout_ref.actor.grad_clip=x", r"actor_rollout_ref.actor.grad_clip='x' must be a finite number"),
-        ("env.invalid_action_penalty=.nan", r"env.invalid_action_penalty=nan must be a finite number"),
-        ("env.invalid_action=strict", r"env.invalid_action must be one of \['admissible', 'format'\]"),
-        ("local.plot=2", r"local.plot=2 must be true or false"),
-        ("actor_rollout_ref.rollout.top_p=1.5", r"top_p=1.5 must be a number in \(0, 1\]"),
+        ("trainer.save_freq=abc", r"trainer\.save_freq='abc' .*whole number.*checkpoint every N"),
+        ("trainer.test_freq=abc", r"trainer\.test_freq='abc' .*whole number.*validate every N"),
+        ("trainer.seed=1.5", r"trainer\.seed=1\.5 .*>= 0"),
+        ("actor_rollout_ref.actor.grad_clip=x", r"actor_rollout_ref\.actor\.grad_clip='x' .*number"),
+        ("env.invalid_action_penalty=.nan", r"env\.invalid_action_penalty=nan .*finite"),
+        ("env.invalid_action=strict", r"env\.invalid_action\b.*\['admissible', 'format'\].*'strict'"),
+        ("local.plot=2", r"local\.plot=2 .*true or false"),
+        ("actor_rollout_ref.rollout.top_p=1.5", r"top_p=1\.5 .*\(0, 1\]"),
     ],
 )
 def test_numeric_keys_are_checked_before_the_run(override, match):

@@ -61,12 +61,12 @@ def test_settings_defaults_match_the_reference_implementation():
 @pytest.mark.parametrize(
     ("node", "message"),
     [
-        ({"mini_batch_rows": 0}, "mini_batch_rows=0 must be an int >= 1"),
-        ({"mini_batch_rows": "2048"}, "mini_batch_rows='2048' must be an int >= 1"),
-        ({"mini_batch_rows": True}, "mini_batch_rows=True must be an int >= 1"),
-        ({"shuffle_rows": "yes"}, "shuffle_rows='yes' must be true or false"),
-        ({"logprob_check_freq": -1}, "logprob_check_freq=-1 must be an int >= 0"),
-        ({"logprob_check_freq": 2.5}, "logprob_check_freq=2.5 must be an int >= 0"),
+        ({"mini_batch_rows": 0}, r"mini_batch_rows=0 .*>= 1"),
+        ({"mini_batch_rows": "2048"}, r"mini_batch_rows='2048' .*>= 1"),
+        ({"mini_batch_rows": True}, r"mini_batch_rows=True .*>= 1"),
+        ({"shuffle_rows": "yes"}, r"shuffle_rows='yes' .*true or false"),
+        ({"logprob_check_freq": -1}, r"logprob_check_freq=-1 .*>= 0"),
+        ({"logprob_check_freq": 2.5}, r"logprob_check_freq=2\.5 .*>= 0"),
         ({"mini_batch_size": 64}, r"unknown key\(s\) \['mini_batch_size'\] in trainer.v1.gigpo_sync"),
     ],
 )
