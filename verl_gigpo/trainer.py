@@ -93,6 +93,7 @@ from verl_gigpo.rollout import metrics as rollout_metrics
 from verl_gigpo.rollout.dynamic import DynamicSampling
 from verl_gigpo.rollout.step_rows import StepBatch, UpdateSettings
 from verl_gigpo.rules import (
+    Range,
     ValidationSampling,
     group_size_warning,
     kl_in_reward_problem,
@@ -283,11 +284,13 @@ class GiGPOTrainerSync(PPOTrainerSync):
         buffer = self._dynamic_replay_buffer(dynamic) if dynamic.enable else super()._build_replay_buffer()
         interval = (self.config.trainer.v1.get("sampler") or {}).get("poll_interval")
         if interval is not None:
-            if isinstance(interval, bool) or not isinstance(interval, int | float) or not interval > 0:
-                raise ValueError(
-                    f"trainer.v1.sampler.poll_interval={interval!r} must be a number of seconds > 0 (how often "
-                    "verl's ReplayBuffer checks TransferQueue for finished rollouts) or null (verl's 2 s)"
-                )
+            Range(
+                "trainer.v1.sampler.poll_interval",
+                "float",
+                "seconds between verl's ReplayBuffer's checks of TransferQueue for finished rollouts; null = verl's 2",
+                low=0,
+                low_open=True,
+            ).check(interval)
             buffer.poll_interval = float(interval)
         return buffer
 
