@@ -85,7 +85,7 @@ def _golden_inputs():
 
 @pytest.mark.parametrize("norm", ["mean_std", "mean"])
 @pytest.mark.parametrize("episode_stats", ["trajectory", "step"])
-def test_golden_case_cpu(norm, episode_stats):
+def test_golden_case(norm, episode_stats):
     inputs = _golden_inputs()
     kwargs = {"gamma": 0.5, "norm": norm, "episode_stats": episode_stats, "step_advantage_w": 2.0, "epsilon": 1e-9}
     terms = gigpo_advantage_terms(*inputs, **kwargs)
@@ -103,7 +103,7 @@ def test_golden_case_cpu(norm, episode_stats):
     torch.testing.assert_close(ret, torch.tensor(GOLDEN_R_T)[:, None].expand(6, 4))
 
 
-def test_golden_stats_cpu():
+def test_golden_stats():
     stats = gigpo_advantage_terms(*_golden_inputs(), gamma=0.5).stats
     assert set(stats) == set(STAT_NAMES)
     assert all(type(v) is float for v in stats.values())
@@ -119,7 +119,7 @@ def test_golden_stats_cpu():
     assert stats["gigpo/num_masked_rows"] == 0.0
 
 
-def test_singleton_and_constant_groups_get_zero_cpu():
+def test_singleton_and_constant_groups_get_zero():
     # Group "a": one trajectory (return 3) -> its episode term is 0 (the reference would give it 3).
     # Group "b": two trajectories with equal returns (2 and 2) -> 0, and the group counts as zero-std.
     # Group "c": returns 1 and 0 -> mean_std gives +-0.7071 (deviation 0.5 over unbiased std 0.7071).
@@ -136,7 +136,7 @@ def test_singleton_and_constant_groups_get_zero_cpu():
     assert terms.stats["gigpo/frac_singleton_step_groups"] == pytest.approx(2 / 4)
 
 
-def test_step_id_gaps_are_consecutive_steps_cpu():
+def test_step_id_gaps_are_consecutive_steps():
     # Rows with step ids 10, 0, 3 and rewards 1, 2, 4. In step order the rewards are 2 (id 0), 4 (id 3), 1 (id 10),
     # three consecutive steps whatever the gaps: R(id 10) = 1, R(id 3) = 4 + 0.5 * 1, R(id 0) = 2 + 0.5 * 4 + 0.25 * 1.
     rewards = torch.tensor([1.0, 2.0, 4.0])
@@ -191,7 +191,7 @@ def _random_batch(rng, *, n_groups=None, max_trajs=6, max_len=8, n_anchor_values
     return inputs, np.array(valid)
 
 
-def test_w_zero_gives_episode_term_alone_cpu():
+def test_w_zero_gives_episode_term_alone():
     rng = np.random.default_rng(0)
     for _ in range(20):
         inputs, valid = _random_batch(rng)
@@ -204,7 +204,7 @@ def test_w_zero_gives_episode_term_alone_cpu():
         np.testing.assert_allclose(terms.episode_adv, oracle["episode_adv"], atol=ATOL, rtol=RTOL)
 
 
-def test_all_distinct_anchors_give_zero_step_term_cpu():
+def test_all_distinct_anchors_give_zero_step_term():
     rng = np.random.default_rng(1)
     for _ in range(20):
         inputs, valid = _random_batch(rng, pad=False)
@@ -215,7 +215,7 @@ def test_all_distinct_anchors_give_zero_step_term_cpu():
         assert terms.stats["gigpo/frac_rows_in_singleton_step_groups"] == 1.0
 
 
-def test_episode_stats_variants_on_equal_length_trajectories_cpu():
+def test_episode_stats_variants_on_equal_length_trajectories():
     # k trajectories of equal length L per group: both variants have the same mean, so norm="mean" agrees
     # exactly. With norm="mean_std" the unbiased std over k trajectories and over k*L rows differ, so the
     # advantages differ by the fixed factor std_traj / std_rows = sqrt((k*L - 1) / ((k - 1) * L)).
@@ -233,7 +233,7 @@ def test_episode_stats_variants_on_equal_length_trajectories_cpu():
     np.testing.assert_allclose(per_step, per_traj * math.sqrt((n - 1) / ((k - 1) * length)), atol=1e-9)
 
 
-def test_norm_mean_is_exact_difference_cpu():
+def test_norm_mean_is_exact_difference():
     # norm="mean" is exactly x - mean: the anchor group {R = 0.5, 0.25, 0} of the golden case gives 0.25, 0, -0.25
     # whatever epsilon is.
     for eps in (1e-6, 0.5):
@@ -246,7 +246,7 @@ def test_norm_mean_is_exact_difference_cpu():
 
 
 @pytest.mark.parametrize("id_kind", ["int", "str", "tuple"])
-def test_matches_loop_oracle_on_random_batches_cpu(id_kind):
+def test_matches_loop_oracle_on_random_batches(id_kind):
     rng = np.random.default_rng({"int": 10, "str": 11, "tuple": 12}[id_kind])
     for trial in range(120):  # 360 batches over the three id kinds
         inputs, valid = _random_batch(rng, n_anchor_values=int(rng.integers(1, 6)), id_kind=id_kind)
@@ -265,7 +265,7 @@ def test_matches_loop_oracle_on_random_batches_cpu(id_kind):
         assert torch.all(adv[~torch.from_numpy(valid)] == 0) and torch.all(ret[~torch.from_numpy(valid)] == 0)
 
 
-def test_long_trajectory_matches_loop_cpu():
+def test_long_trajectory_matches_loop():
     rng = np.random.default_rng(3)
     n = 2000
     rewards = rng.normal(size=n)
@@ -279,7 +279,7 @@ def test_long_trajectory_matches_loop_cpu():
         np.testing.assert_allclose(terms.step_adv, oracle["step_adv"], atol=ATOL, rtol=RTOL)
 
 
-def test_discounted_returns_very_long_segment_cpu():
+def test_discounted_returns_very_long_segment():
     # 200,000 steps with gamma = 1: R_t is the reversed cumulative sum; no overflow or drift from gamma^-t tricks.
     rng = np.random.default_rng(4)
     r = rng.random(200_000)
@@ -291,7 +291,7 @@ def test_discounted_returns_very_long_segment_cpu():
 
 
 @pytest.mark.parametrize("id_kind", ["int", "str"])
-def test_permutation_invariance_cpu(id_kind):
+def test_permutation_invariance(id_kind):
     rng = np.random.default_rng(5)
     for _ in range(30):
         inputs, valid = _random_batch(rng, id_kind=id_kind)
@@ -306,7 +306,7 @@ def test_permutation_invariance_cpu(id_kind):
         assert stats_p == pytest.approx(stats, abs=1e-9)
 
 
-def test_padding_rows_change_nothing_and_get_zero_cpu():
+def test_padding_rows_change_nothing_and_get_zero():
     rng = np.random.default_rng(6)
     for _ in range(20):
         inputs, _ = _random_batch(rng, pad=False)
@@ -328,7 +328,7 @@ def test_padding_rows_change_nothing_and_get_zero_cpu():
         assert np.all(terms.anchor_group_size[n:] == 0) and np.all(terms.episode_return[n:] == 0)
 
 
-def test_output_dtype_device_and_mask_kinds_cpu():
+def test_output_dtype_device_and_mask_kinds():
     inputs = _golden_inputs()
     expected, _ = compute_gigpo_advantage(*inputs, gamma=0.5)
     masks = [torch.ones(6, 4, dtype=dtype) for dtype in (torch.bool, torch.int64, torch.float64, torch.bfloat16)]
@@ -342,7 +342,7 @@ def test_output_dtype_device_and_mask_kinds_cpu():
     assert torch.all(adv[0, 2:] == 0) and torch.all(ret[0, 2:] == 0) and ret[0, 0] == 1.0
 
 
-def test_tuple_and_string_keys_give_same_partition_cpu():
+def test_tuple_and_string_keys_give_same_partition():
     inputs = _golden_inputs()
     as_tuples = np.fromiter(((k, len(k)) for k in inputs[5]), dtype=object, count=6)
     as_ints = np.array([int(k[1:]) for k in inputs[5]])
@@ -353,7 +353,7 @@ def test_tuple_and_string_keys_give_same_partition_cpu():
     np.testing.assert_array_equal(gigpo_advantage_terms(*inputs[:5], as_list, gamma=0.5).advantage, base)
 
 
-def test_empty_and_all_masked_batches_cpu():
+def test_empty_and_all_masked_batches():
     adv, ret = compute_gigpo_advantage(torch.zeros(0), torch.zeros(0, 3), np.zeros(0), np.zeros(0), np.zeros(0), [])
     assert adv.shape == ret.shape == (0, 3)
     inputs = _golden_inputs()
@@ -381,47 +381,47 @@ def _call(**overrides):
 @pytest.mark.parametrize(
     ("overrides", "match"),
     [
-        ({"group_ids": np.zeros(5)}, r"length mismatch: group_ids has 5 entries but step_rewards has 6"),
-        ({"traj_ids": np.zeros(7)}, r"traj_ids has 7 entries but step_rewards has 6"),
-        ({"step_ids": np.zeros(2, int)}, r"step_ids has 2 entries but step_rewards has 6"),
-        ({"anchor_keys": np.zeros(1)}, r"anchor_keys has 1 entries but step_rewards has 6"),
-        ({"response_mask": torch.ones(5, 4)}, r"response_mask has 5 rows but step_rewards has 6"),
-        ({"response_mask": torch.ones(6)}, r"response_mask must be 2-D \(N, L\); got shape \(6,\)"),
+        ({"group_ids": np.zeros(5)}, r"group_ids has 5 .*step_rewards has 6"),
+        ({"traj_ids": np.zeros(7)}, r"traj_ids has 7 .*step_rewards has 6"),
+        ({"step_ids": np.zeros(2, int)}, r"step_ids has 2 .*step_rewards has 6"),
+        ({"anchor_keys": np.zeros(1)}, r"anchor_keys has 1 .*step_rewards has 6"),
+        ({"response_mask": torch.ones(5, 4)}, r"response_mask has 5 .*step_rewards has 6"),
+        ({"response_mask": torch.ones(6)}, r"response_mask .*2-D.*shape \(6,\)"),
         ({"step_rewards": torch.ones(6, 1)}, r"step_rewards must be 1-D"),
         (
             {"step_rewards": torch.tensor([0.0, 1.0, float("nan"), 0.0, float("inf"), 0.0])},
-            r"step_rewards\[2\] = nan is not finite \(2 non-finite .*first bad row 2",
+            r"step_rewards\[2\] = nan .*\b2 non-finite",
         ),
         ({"step_rewards": torch.tensor([0.0, 0.0, 0.0, 0.0, float("-inf"), 0.0])}, r"step_rewards\[4\] = -inf"),
-        ({"norm": "mean_norm"}, r"norm='mean_norm' is not a norm \(the reference .*; use 'mean_std' .* or 'mean'"),
-        ({"episode_stats": "episode"}, r"episode_stats='episode' is not valid; use 'trajectory' .* or 'step'"),
-        ({"gamma": 1.5}, r"gamma=1.5 must be a number in \[0, 1\]"),
+        ({"norm": "mean_norm"}, r"norm='mean_norm'.*'mean_std'.*'mean'"),
+        ({"episode_stats": "episode"}, r"episode_stats='episode'.*'trajectory'.*'step'"),
+        ({"gamma": 1.5}, r"gamma=1\.5 .*\[0, 1\]"),
         ({"gamma": -0.1}, r"gamma=-0.1 must be"),
-        ({"step_advantage_w": -1.0}, r"step_advantage_w=-1.0 must be a finite number >= 0"),
-        ({"epsilon": 0.0}, r"epsilon=0.0 must be a finite number > 0"),
+        ({"step_advantage_w": -1.0}, r"step_advantage_w=-1\.0 .*>= 0"),
+        ({"epsilon": 0.0}, r"epsilon=0\.0 .*> 0"),
         ({"epsilon": -1e-6}, r"epsilon=-1e-06 must be"),
-        ({"step_advantage_w": float("nan")}, r"step_advantage_w=nan must be a finite number"),
-        ({"step_ids": np.array([2, 0, 0, 0, 1, 1.5])}, r"step_ids\[5\] = 1.5 is not a whole number"),
-        ({"step_ids": np.array(["2", "0", "0", "0", "1", "1"])}, r"step_ids must be integers, got dtype <U1"),
-        ({"step_ids": np.array([2, 0, 0, 0, 0, 1])}, r"duplicate \(traj id, step id\) among valid rows: rows 1 and 4"),
+        ({"step_advantage_w": float("nan")}, r"step_advantage_w=nan .*finite"),
+        ({"step_ids": np.array([2, 0, 0, 0, 1, 1.5])}, r"step_ids\[5\] = 1\.5 .*whole number"),
+        ({"step_ids": np.array(["2", "0", "0", "0", "1", "1"])}, r"step_ids .*integers.*<U1"),
+        ({"step_ids": np.array([2, 0, 0, 0, 0, 1])}, r"duplicate \(traj id, step id\).*rows 1 and 4"),
         (
             {"group_ids": np.array(["g", "g", "g", "g", "h", "g"], dtype=object)},
-            r"trajectory traj_ids\[\d\] = 'tau1' appears in two episode groups: '(g|h)' \(row \d\) and '(g|h)'",
+            r"traj_ids\[\d\] = 'tau1' .*two episode groups: '(g|h)' .*'(g|h)'",
         ),
-        ({"row_mask": np.ones(6, dtype=int)}, r"row_mask must be a bool array, got dtype int64"),
-        ({"row_mask": torch.ones(6)}, r"row_mask must be a bool tensor/array, got dtype torch.float32"),
-        ({"row_mask": np.ones(5, dtype=bool)}, r"row_mask must have shape \(6,\) like step_rewards; got shape \(5,\)"),
-        ({"row_mask": [True] * 6}, r"row_mask must be a bool np.ndarray or torch.Tensor"),
+        ({"row_mask": np.ones(6, dtype=int)}, r"row_mask .*bool.*int64"),
+        ({"row_mask": torch.ones(6)}, r"row_mask .*bool.*torch\.float32"),
+        ({"row_mask": np.ones(5, dtype=bool)}, r"row_mask .*shape \(6,\).*\(5,\)"),
+        ({"row_mask": [True] * 6}, r"row_mask .*bool np\.ndarray or torch\.Tensor"),
         ({"anchor_keys": np.array(["a", None, "a", "a", "a", "a"], dtype=object)}, r"anchor_keys\[1\] is missing"),
         ({"traj_ids": np.array([1.0, np.nan, 1, 1, 1, 1])}, r"traj_ids\[1\] is missing"),
         (
             {"anchor_keys": np.array(["a", "b", ["x"], "a", "a", "a"], dtype=object)},
             r"anchor_keys\[2\] = \['x'\] is not",
         ),
-        ({"anchor_keys": np.zeros((6, 2))}, r"anchor_keys must be 1-D with one entry per row; got shape \(6, 2\)"),
+        ({"anchor_keys": np.zeros((6, 2))}, r"anchor_keys .*1-D.*shape \(6, 2\)"),
     ],
 )
-def test_bad_input_raises_cpu(overrides, match):
+def test_bad_input_raises(overrides, match):
     with pytest.raises(ValueError, match=match):
         _call(**overrides)
 
@@ -442,15 +442,15 @@ def _one_group(rewards, steps=None, traj=None):
     )
 
 
-def test_finite_rewards_that_overflow_raise_cpu():
+def test_finite_rewards_that_overflow_raise():
     # Each reward is finite, but the group mean sums 1e308 + 1e308: inf - inf = NaN advantages before this check.
-    with pytest.raises(ValueError, match=r"the advantage of row 0 overflows float64 \(nan\) although every reward"):
+    with pytest.raises(ValueError, match=r"advantage of row 0 .*float64 \(nan\)"):
         compute_gigpo_advantage(*_one_group([1e308, 1e308, -1e308, 0.0]))
     # One trajectory of two 1e308 steps: its episode return is inf.
-    with pytest.raises(ValueError, match=r"the episode return of row 0 overflows float64 \(inf\).*scale the rewards"):
+    with pytest.raises(ValueError, match=r"episode return of row 0 .*float64 \(inf\)"):
         compute_gigpo_advantage(*_one_group([1e308, 1e308], steps=np.arange(2), traj=[0, 0]))
     # Fits float64 but not the float32 output tensors.
-    with pytest.raises(ValueError, match=r"the step return R_t of row 0 \(1e\+200\) does not fit the float32"):
+    with pytest.raises(ValueError, match=r"R_t of row 0 \(1e\+200\).*float32"):
         compute_gigpo_advantage(*_one_group([1e200, 0.0]))
 
 
@@ -462,33 +462,31 @@ def test_finite_rewards_that_overflow_raise_cpu():
         np.array([2**64, 0], dtype=object),
     ],
 )
-def test_step_ids_beyond_int64_raise_cpu(steps):
-    with pytest.raises(ValueError, match=r"step_ids\[\d\] = \S+ is outside the int64 range \[-2\^63, 2\^63\)"):
+def test_step_ids_beyond_int64_raise(steps):
+    with pytest.raises(ValueError, match=r"step_ids\[\d\] = \S+ .*int64 range"):
         compute_gigpo_advantage(*_one_group([1.0, 0.0], steps=steps, traj=[0, 0]))
 
 
-def test_large_integer_step_ids_keep_their_order_cpu():
+def test_large_integer_step_ids_keep_their_order():
     # 2^60 and 2^60 + 1 are the same float64: they must not go through float (a false duplicate before).
     steps = np.array([2**60 + 1, 2**60], dtype=object)
     terms = gigpo_advantage_terms(*_one_group([1.0, 2.0], steps=steps, traj=[0, 0]), gamma=0.5)
     np.testing.assert_allclose(terms.step_return, [1.0, 2.0 + 0.5 * 1.0])  # row 1 (2^60) is the first step
 
 
-def test_non_finite_response_mask_raises_cpu():
+def test_non_finite_response_mask_raises():
     inputs = list(_golden_inputs())
     inputs[1] = inputs[1].clone()
     inputs[1][1, 0] = float("nan")
-    with pytest.raises(
-        ValueError, match=r"response_mask\[1, 0\] = nan is not finite \(as float32\); the mask must hold 1"
-    ):
+    with pytest.raises(ValueError, match=r"response_mask\[1, 0\] = nan .*float32"):
         compute_gigpo_advantage(*inputs)
     inputs[1] = torch.ones(6, 4, dtype=torch.float64)
     inputs[1][2, 3] = 1e39  # finite in float64, inf in the float32 output
-    with pytest.raises(ValueError, match=r"response_mask\[2, 3\] = 1e\+39 is not finite \(as float32\)"):
+    with pytest.raises(ValueError, match=r"response_mask\[2, 3\] = 1e\+39 .*float32"):
         compute_gigpo_advantage(*inputs)
 
 
-def test_gamma_zero_gives_the_step_reward_cpu():
+def test_gamma_zero_gives_the_step_reward():
     # gamma = 0 is a valid discount: R_t = r_t (accepted by the estimator and by GiGPOConfig alike).
     inputs = _golden_inputs()
     terms = gigpo_advantage_terms(*inputs, gamma=0)
@@ -518,7 +516,7 @@ def test_gamma_zero_gives_the_step_reward_cpu():
         {"similarity_threshold": "0.9"},
     ],
 )
-def test_config_and_estimator_share_one_option_check_cpu(options):
+def test_config_and_estimator_share_one_option_check(options):
     # One validator: the same value is rejected by both, with the same message.
     defaults = {
         "gamma": 0.95,
@@ -569,7 +567,7 @@ def _similarity_batch(rng, n_groups=3, members=4, max_len=4):
     return torch.tensor(r.astype(float)), torch.ones(len(rows), 2), g, tr, st.astype(int), key
 
 
-def test_similarity_keys_match_the_loop_oracle_cpu():
+def test_similarity_keys_match_the_loop_oracle():
     rng = np.random.default_rng(7)
     merged = 0
     for _ in range(20):
@@ -587,7 +585,7 @@ def test_similarity_keys_match_the_loop_oracle_cpu():
     assert merged == 40  # the variants of the room merged every time: the test compares two real partitions
 
 
-def test_similarity_threshold_one_is_exact_keys_and_other_texts_stay_apart_cpu():
+def test_similarity_threshold_one_is_exact_keys_and_other_texts_stay_apart():
     inputs = _similarity_batch(np.random.default_rng(1))
     exact = gigpo_advantage_terms(*inputs)
     np.testing.assert_array_equal(gigpo_advantage_terms(*inputs, similarity_threshold=1.0).advantage, exact.advantage)
@@ -596,18 +594,16 @@ def test_similarity_threshold_one_is_exact_keys_and_other_texts_stay_apart_cpu()
     assert gigpo_advantage_terms(*rows, similarity_threshold=0.9).stats["gigpo/num_step_groups"] == 2.0
 
 
-def test_similarity_keys_must_be_texts_cpu():
+def test_similarity_keys_must_be_texts():
     inputs = list(_golden_inputs())
     inputs[5] = np.array(["s0", "s1", 3, "s0", "s1", "s2"], dtype=object)
-    with pytest.raises(
-        ValueError, match=r"anchor_keys\[2\] = 3 is a int; similarity grouping .*key_mode='observation'"
-    ):
+    with pytest.raises(ValueError, match=r"anchor_keys\[2\] = 3 .*int.*key_mode='observation'"):
         gigpo_advantage_terms(*inputs, similarity_threshold=0.9)
     mask = np.array([True, True, False, True, True, True])  # a masked row is not looked at
     gigpo_advantage_terms(*inputs, row_mask=mask, similarity_threshold=0.9)
 
 
-def test_config_advantage_terms_is_the_estimator_with_its_settings_cpu():
+def test_config_advantage_terms_is_the_estimator_with_its_settings():
     inputs = _similarity_batch(np.random.default_rng(3))
     for cfg, threshold in [
         (GiGPOConfig(gamma=0.5, norm="mean", key_mode="observation"), None),
@@ -619,7 +615,7 @@ def test_config_advantage_terms_is_the_estimator_with_its_settings_cpu():
         assert got.stats == want.stats
 
 
-def test_duplicates_allowed_when_masked_cpu():
+def test_duplicates_allowed_when_masked():
     inputs = _golden_inputs()
     padded = (torch.cat([inputs[0], inputs[0][:1]]), torch.ones(7, 4)) + tuple(np.r_[x, x[:1]] for x in inputs[2:])
     with pytest.raises(ValueError, match=r"duplicate \(traj id, step id\).*rows 0 and 6"):
@@ -628,7 +624,7 @@ def test_duplicates_allowed_when_masked_cpu():
     torch.testing.assert_close(adv[:6], compute_gigpo_advantage(*inputs, gamma=0.5)[0])
 
 
-def test_constant_groups_are_exactly_zero_cpu():
+def test_constant_groups_are_exactly_zero():
     # Three trajectories with return 0.1 each: the float mean is 0.10000000000000002, so a plain (x - mean) / (std
     # + eps) would give about -1e-11 instead of 0. Groups whose members are all equal get exactly 0.
     n = 3

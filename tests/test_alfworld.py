@@ -265,7 +265,7 @@ def test_splits_indexing_and_errors(env):
     assert ids == [g.rel_path for g in env.games("valid_seen")] and ids == sorted(ids)
     assert [env.reset(seed=i, options={"split": "valid_unseen"})[1]["task_type"] for i in range(2)] == ["look", "heat"]
     assert (env.num_tasks("valid_seen"), env.num_tasks("valid_unseen"), env.num_tasks("train")) == (2, 2, None)
-    with pytest.raises(ValueError, match=r"seed 2 is out of range .*valid_seen.* 2 games"):
+    with pytest.raises(ValueError, match=r"seed 2 .*'valid_seen'.* 2 games"):
         env.reset(seed=2, options={"split": "valid_seen"})
     with pytest.raises(ValueError, match="unknown reset options"):
         env.reset(seed=0, options={"split": "train", "game": 3})
@@ -283,7 +283,7 @@ def test_missing_data_errors(tmp_path, monkeypatch):
     (tmp_path / "json_2.1.1" / "valid_seen").mkdir(parents=True)
     monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))
     env = AlfWorldEnv()
-    with pytest.raises(ValueError, match="no playable games in split 'valid_seen'"):
+    with pytest.raises(ValueError, match=r"no playable games .*'valid_seen'"):
         env.reset(seed=0, options={"split": "valid_seen"})
     env.close()
 

@@ -31,7 +31,7 @@ def _same_partition(a, b):
     return len(set(zip(a.tolist(), b.tolist(), strict=True))) == len(set(a.tolist())) == len(set(b.tolist()))
 
 
-def test_shingle_similarity_definition_cpu():
+def test_shingle_similarity_definition():
     assert shingle_set("abcdef") == {b"abcde", b"bcdef"}
     assert shingle_set("abc") == {b"abc"}  # shorter than a shingle: the whole text
     assert shingle_similarity("abcdef", "abcdef") == 1.0
@@ -43,7 +43,7 @@ def test_shingle_similarity_definition_cpu():
     assert shingle_similarity("é日本語", "é日本語!") > 0.5  # UTF-8 bytes, multi-byte characters are fine
 
 
-def test_identical_strings_share_a_group_cpu():
+def test_identical_strings_share_a_group():
     texts = [OTHER, ROOM, OTHER, "", "", "x", ROOM]
     for threshold in (1.0, 0.9, 0.5, 1e-9):
         labels = similarity_groups(texts, threshold)
@@ -51,7 +51,7 @@ def test_identical_strings_share_a_group_cpu():
         assert labels[0] == labels[2] and labels[1] == labels[6] and labels[3] == labels[4]
 
 
-def test_near_duplicates_merge_and_unrelated_stay_apart_at_0_9_cpu():
+def test_near_duplicates_merge_and_unrelated_stay_apart_at_0_9():
     variants = [
         ROOM,
         ROOM.replace("apple 1", "apple 2"),
@@ -66,7 +66,7 @@ def test_near_duplicates_merge_and_unrelated_stay_apart_at_0_9_cpu():
     assert len(set(exact.tolist())) == 7  # threshold 1.0: exact match only
 
 
-def test_threshold_one_is_exact_match_cpu():
+def test_threshold_one_is_exact_match():
     # "aaaaaa" and "aaaaaaa" have the same shingle set {"aaaaa"} (similarity 1.0) but are different strings:
     # threshold 1.0 means string equality, so they stay apart; any threshold below 1 merges them.
     assert shingle_similarity("aaaaaa", "aaaaaaa") == 1.0
@@ -79,7 +79,7 @@ def test_threshold_one_is_exact_match_cpu():
     assert merged[0] == merged[1]
 
 
-def test_grouping_is_transitive_chaining_cpu():
+def test_grouping_is_transitive_chaining():
     # a ~ b and b ~ c but not a ~ c: connected components put all three together, whatever the order.
     a = "the quick brown fox jumps over the lazy dog near the river bank today"
     b = a.replace("lazy dog", "lazy cat")
@@ -90,7 +90,7 @@ def test_grouping_is_transitive_chaining_cpu():
         assert len(set(similarity_groups(order, t).tolist())) == 1
 
 
-def test_matches_brute_force_and_is_order_independent_cpu():
+def test_matches_brute_force_and_is_order_independent():
     # Random corpora of near-duplicate word sequences: the fast grouping (prefix-filtered candidates, exact
     # verification) must give exactly the all-pairs partition, and canonical labels under any permutation.
     rng = np.random.default_rng(1)
@@ -112,7 +112,7 @@ def test_matches_brute_force_and_is_order_independent_cpu():
 
 @pytest.mark.parametrize("candidates", ["lsh", "exact"])
 @pytest.mark.parametrize("bitsets", [True, False])
-def test_candidate_paths_match_brute_force_cpu(candidates, bitsets, monkeypatch):
+def test_candidate_paths_match_brute_force(candidates, bitsets, monkeypatch):
     # Low-entropy observations (one template, few object words): the case where "auto" switches to
     # MinHash-LSH. Both candidate generators and both verifiers must give the all-pairs partition here.
     if not bitsets:
@@ -133,7 +133,7 @@ def test_candidate_paths_match_brute_force_cpu(candidates, bitsets, monkeypatch)
             np.testing.assert_array_equal(labels, similarity_groups(texts, threshold))  # "auto" agrees
 
 
-def test_lsh_bands_meet_the_miss_target_cpu():
+def test_lsh_bands_meet_the_miss_target():
     for threshold in (0.5, 0.8, 0.9, 0.95):
         r, b = anchors.lsh_bands(threshold)
         jaccard = threshold / (2 - threshold)
@@ -148,7 +148,7 @@ def _dense_room_texts(n, fmt="{i}"):
 
 
 @pytest.mark.parametrize(("fmt", "threshold"), [("{i}", 0.9), ("{i:04d}", 0.95), ("{i}", 0.97)])
-def test_dense_near_duplicate_buckets_are_split_and_match_brute_force_cpu(fmt, threshold, caplog):
+def test_dense_near_duplicate_buckets_are_split_and_match_brute_force(fmt, threshold, caplog):
     # 600 texts that share all but their last few shingles: their LSH buckets hold hundreds of texts, more than
     # LSH_BUCKET_MAX, so the bucket-splitting path runs; the partition must still be the all-pairs one
     # ({i}, 0.9: one group through chains; {i:04d}, 0.95: one group per shared 3-digit prefix; {i}, 0.97: one
@@ -163,7 +163,7 @@ def test_dense_near_duplicate_buckets_are_split_and_match_brute_force_cpu(fmt, t
     np.testing.assert_array_equal(similarity_groups([texts[i] for i in perm], threshold), labels[perm])
 
 
-def test_dense_near_duplicates_take_memory_linear_in_the_input_cpu():
+def test_dense_near_duplicates_take_memory_linear_in_the_input():
     # Before bucket splitting, every pair of a dense LSH bucket was built at once: 3,000 of these texts took a
     # 1.6 GB tracemalloc peak (10,000 did not fit in memory). Now the peak is the per-band pairs (at most
     # LSH_BUCKET_MAX / 2 per text) and the shingle bitsets: a few KB per text.
@@ -180,31 +180,31 @@ def test_dense_near_duplicates_take_memory_linear_in_the_input_cpu():
     assert labels.max() == 0  # all linked: "step 199" ~ "step 200" ~ "step 2000" ...
 
 
-def test_labels_are_canonical_cpu():
+def test_labels_are_canonical():
     texts = ["zeta", "alpha", "zeta", "mid"]
     np.testing.assert_array_equal(similarity_groups(texts, 0.9), [2, 0, 2, 1])  # numbered by smallest text
     np.testing.assert_array_equal(similarity_groups(np.array(texts), 0.9), [2, 0, 2, 1])  # a numpy str array
 
 
-def test_empty_input_cpu():
+def test_empty_input():
     out = similarity_groups([], 0.9)
     assert out.dtype == np.int64 and out.shape == (0,)
     assert anchor_group_ids([], [], 0.9).shape == (0,)
 
 
 @pytest.mark.parametrize("threshold", [0.0, -0.5, 1.5, float("nan"), True, "0.9", None])
-def test_similarity_threshold_validation_cpu(threshold):
-    with pytest.raises(ValueError, match=r"similarity_threshold=.* must be a number in \(0, 1\]: 1.0 = exact match"):
+def test_similarity_threshold_validation(threshold):
+    with pytest.raises(ValueError, match=r"similarity_threshold=.* \(0, 1\]"):
         similarity_groups(["a", "b"], threshold)
 
 
-def test_candidates_option_validation_cpu():
-    with pytest.raises(ValueError, match=r"candidates='minhash' is not valid; use 'auto', 'exact' or 'lsh'"):
+def test_candidates_option_validation():
+    with pytest.raises(ValueError, match=r"candidates='minhash'.*'auto', 'exact' or 'lsh'"):
         similarity_groups(["a", "b"], 0.9, candidates="minhash")
 
 
-def test_non_text_input_is_rejected_cpu():
-    with pytest.raises(ValueError, match=r"texts\[1\] is a int \(3\); similarity grouping needs str"):
+def test_non_text_input_is_rejected():
+    with pytest.raises(ValueError, match=r"texts\[1\] is a int \(3\).*str"):
         similarity_groups(["a", 3], 0.9)
     with pytest.raises(ValueError, match=r"texts must be 1-D"):
         similarity_groups(np.array([["a", "b"]]), 0.9)
@@ -212,7 +212,7 @@ def test_non_text_input_is_rejected_cpu():
         anchor_group_ids([(1, 2), (1, 2)], ["g", "g"], 0.9)
 
 
-def test_anchor_group_ids_exact_mode_cpu():
+def test_anchor_group_ids_exact_mode():
     keys = np.fromiter([(0, "a"), (0, "a"), (1, "a"), (0, "a"), "s"], dtype=object, count=5)
     groups = np.array(["g1", "g1", "g1", "g2", "g2"], dtype=object)
     for threshold in (None, 1.0):
@@ -222,7 +222,7 @@ def test_anchor_group_ids_exact_mode_cpu():
         assert ids[0] == ids[1] and len(set(ids.tolist())) == 4
 
 
-def test_anchor_group_ids_similarity_stays_within_episode_groups_cpu():
+def test_anchor_group_ids_similarity_stays_within_episode_groups():
     a = "the quick brown fox jumps over the lazy dog near the river bank today"
     b = a.replace("lazy dog", "lazy cat")
     c = b.replace("river bank", "river side")  # a ~ b ~ c, a !~ c at 0.85
@@ -240,7 +240,7 @@ def test_anchor_group_ids_similarity_stays_within_episode_groups_cpu():
         assert _same_partition(permuted, anchor_group_ids(keys, groups, 0.85)[perm])
 
 
-def test_anchor_group_ids_feed_the_estimator_cpu():
+def test_anchor_group_ids_feed_the_estimator():
     # Ids from anchor_group_ids(exact) as anchor_keys give the same advantages as the raw keys.
     rng = np.random.default_rng(3)
     n = 40
@@ -258,7 +258,7 @@ def test_anchor_group_ids_feed_the_estimator_cpu():
     np.testing.assert_array_equal(via_ids.anchor_group_size, direct.anchor_group_size)
 
 
-def test_anchor_group_ids_row_mask_cpu():
+def test_anchor_group_ids_row_mask():
     # Masked rows (padding, failed episodes) are skipped, even with keys that would be invalid, and get -1.
     keys = np.array(["room a", "room a!", None, "room a"], dtype=object)
     groups = ["g", "g", "g", "g"]
@@ -266,25 +266,25 @@ def test_anchor_group_ids_row_mask_cpu():
     ids = anchor_group_ids(keys, groups, 0.5, row_mask=mask)
     assert ids[2] == -1 and ids[0] == ids[1] == ids[3] >= 0
     np.testing.assert_array_equal(anchor_group_ids(keys, groups, row_mask=mask)[[0, 3]], [0, 0])
-    with pytest.raises(ValueError, match=r"row_mask must be a bool array of shape \(4,\)"):
+    with pytest.raises(ValueError, match=r"row_mask .*bool.*shape \(4,\)"):
         anchor_group_ids(keys, groups, row_mask=np.ones(4, dtype=int))
 
 
-def test_anchor_group_ids_validation_cpu():
-    with pytest.raises(ValueError, match=r"length mismatch: anchor_keys has 2 entries but group_ids has 3"):
+def test_anchor_group_ids_validation():
+    with pytest.raises(ValueError, match=r"anchor_keys has 2 .*group_ids has 3"):
         anchor_group_ids(["a", "b"], ["g", "g", "g"])
     with pytest.raises(ValueError, match=r"anchor_keys\[1\] is missing"):
         anchor_group_ids(np.array(["a", None], dtype=object), ["g", "g"])
     # the message of every id check (verl_gigpo._ids, shared with the estimators): the row, the value, the fix
-    with pytest.raises(ValueError, match=r"anchor_keys\[0\] = \['a'\] is not hashable .*; use str, int or tuple keys"):
+    with pytest.raises(ValueError, match=r"anchor_keys\[0\] = \['a'\] .*hashable.*str, int or tuple"):
         keys = np.empty(2, dtype=object)
         keys[0], keys[1] = ["a"], ["b"]  # lists are not hashable
         anchor_group_ids(keys, ["g", "g"])
-    with pytest.raises(ValueError, match=r"similarity_threshold=2.0 must be a number in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"similarity_threshold=2\.0 .*\(0, 1\]"):
         anchor_group_ids(["a", "b"], ["g", "g"], 2.0)
     # The threshold is checked before anything else: True (== 1.0 in Python) was taken for exact keys, and an
     # empty batch skipped the check.
-    with pytest.raises(ValueError, match=r"similarity_threshold=True must be a number in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"similarity_threshold=True .*\(0, 1\]"):
         anchor_group_ids(["a", "b"], ["g", "g"], True)
     with pytest.raises(ValueError, match=r"similarity_threshold=2.0 must be"):
         anchor_group_ids([], [], 2.0)

@@ -16,6 +16,7 @@ code paths:
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 from pathlib import Path
 
@@ -144,8 +145,8 @@ def test_the_local_engine_renders_the_prompt_verls_agent_loop_renders(
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("3", "data.apply_chat_template_kwargs must be a mapping of chat-template arguments"),
-        ("{tokenize: true}", "data.apply_chat_template_kwargs.tokenize is set by the episode runner itself"),
+        ("3", r"data\.apply_chat_template_kwargs\b.*mapping"),
+        ("{tokenize: true}", r"data\.apply_chat_template_kwargs\.tokenize\b.*episode runner"),
         ("{add_generation_prompt: false}", "data.apply_chat_template_kwargs.add_generation_prompt is set by"),
     ],
 )
@@ -154,7 +155,7 @@ def test_bad_chat_template_kwargs_are_refused_by_both_engines_naming_the_key(val
         load_config([f"actor_rollout_ref.model.path={qwen3_style_dir}", f"data.apply_chat_template_kwargs={value}"])
     cfg = compose_verl("env.name=gridnav", f"actor_rollout_ref.model.path={qwen3_style_dir}")
     OmegaConf.update(cfg, "data.apply_chat_template_kwargs", OmegaConf.from_dotlist([f"v={value}"]).v, merge=False)
-    assert [p for p in config_problems(cfg) if p.startswith(message)], config_problems(cfg)
+    assert [p for p in config_problems(cfg) if re.match(message, p)], config_problems(cfg)
 
 
 def test_kwargs_become_plain_containers_and_nested_values_survive():

@@ -12,14 +12,14 @@ from verl_gigpo.advantage import compute_gigpo_advantage
 from verl_gigpo.config import GiGPOConfig
 
 
-def test_defaults_follow_the_paper_cpu():
+def test_defaults_follow_the_paper():
     cfg = GiGPOConfig()
     assert (cfg.gamma, cfg.step_advantage_w, cfg.norm, cfg.epsilon) == (0.95, 1.0, "mean_std", 1e-6)
     assert (cfg.episode_stats, cfg.key_mode, cfg.similarity_threshold) == ("trajectory", "observation", 0.9)
     assert cfg.env_key_mode == "observation" and cfg.anchor_similarity_threshold is None
 
 
-def test_estimator_kwargs_drive_the_estimator_cpu():
+def test_estimator_kwargs_drive_the_estimator():
     cfg = GiGPOConfig(gamma=0.5, norm="mean", step_advantage_w=0.0, episode_stats="step")
     kwargs = cfg.estimator_kwargs()
     assert kwargs == {"gamma": 0.5, "step_advantage_w": 0.0, "norm": "mean", "epsilon": 1e-6, "episode_stats": "step"}
@@ -40,7 +40,7 @@ def test_estimator_kwargs_drive_the_estimator_cpu():
         ("similarity", "observation", 0.8),
     ],
 )
-def test_key_modes_cpu(key_mode, env_key_mode, threshold):
+def test_key_modes(key_mode, env_key_mode, threshold):
     cfg = GiGPOConfig(key_mode=key_mode, similarity_threshold=0.8)
     assert cfg.env_key_mode == env_key_mode
     assert cfg.anchor_similarity_threshold == threshold
@@ -49,43 +49,42 @@ def test_key_modes_cpu(key_mode, env_key_mode, threshold):
 @pytest.mark.parametrize(
     ("field", "value", "match"),
     [
-        ("gamma", -0.1, r"gamma=-0.1 must be a number in \[0, 1\] \(the paper uses 0.95"),
-        ("gamma", 1.01, r"gamma=1.01 must be a number in \[0, 1\]"),
+        ("gamma", -0.1, r"gamma=-0\.1 .*\[0, 1\].*0\.95"),
+        ("gamma", 1.01, r"gamma=1\.01 .*\[0, 1\]"),
         ("gamma", "0.95", r"gamma='0.95' must be a number"),
         ("gamma", float("nan"), r"gamma=nan must be a number"),
-        ("step_advantage_w", -1.0, r"step_advantage_w=-1.0 must be a finite number >= 0 \(the paper uses 1.0"),
-        ("step_advantage_w", float("inf"), r"step_advantage_w=inf must be a finite number"),
-        ("step_advantage_w", True, r"step_advantage_w=True must be a finite number"),
+        ("step_advantage_w", -1.0, r"step_advantage_w=-1\.0 .*>= 0.*1\.0"),
+        ("step_advantage_w", float("inf"), r"step_advantage_w=inf .*finite"),
+        ("step_advantage_w", True, r"step_advantage_w=True .*number"),
         (
             "norm",
             "mean_norm",
-            r"norm='mean_norm' is not a norm \(the reference code's mode='mean_norm' meant 'mean'\); "
-            r"use 'mean_std' \(subtract the group mean, divide by std \+ epsilon\) or 'mean' \(only subtract",
+            r"norm='mean_norm'.*mode='mean_norm' meant 'mean'.*'mean_std'.*'mean'",
         ),
         ("norm", "mean_std_norm", r"'mean_std_norm' is 'mean_std'"),
-        ("norm", "std", r"norm='std' is not a norm; use 'mean_std'"),
-        ("epsilon", 0.0, r"epsilon=0.0 must be a finite number > 0"),
-        ("episode_stats", "steps", r"episode_stats='steps' is not valid; use 'trajectory' .* or 'step'"),
-        ("key_mode", "history", r"key_mode='history' is not valid; use 'observation' .*'history:K'"),
+        ("norm", "std", r"norm='std'.*'mean_std'"),
+        ("epsilon", 0.0, r"epsilon=0\.0 .*> 0"),
+        ("episode_stats", "steps", r"episode_stats='steps'.*'trajectory'.*'step'"),
+        ("key_mode", "history", r"key_mode='history'.*'observation'.*'history:K'"),
         ("key_mode", "history:x", r"key_mode='history:x' is not valid"),
-        ("similarity_threshold", 0.0, r"similarity_threshold=0.0 must be a number in \(0, 1\]: 1.0 = exact match"),
-        ("similarity_threshold", 1.5, r"similarity_threshold=1.5 must be a number in \(0, 1\]"),
+        ("similarity_threshold", 0.0, r"similarity_threshold=0\.0 .*\(0, 1\]"),
+        ("similarity_threshold", 1.5, r"similarity_threshold=1\.5 .*\(0, 1\]"),
         ("similarity_threshold", None, r"similarity_threshold=None must be a number"),
     ],
 )
-def test_validation_messages_cpu(field, value, match):
+def test_validation_messages(field, value, match):
     with pytest.raises(ValueError, match=match):
         GiGPOConfig(**{field: value})
 
 
-def test_numbers_are_normalised_to_float_cpu():
+def test_numbers_are_normalised_to_float():
     cfg = GiGPOConfig(gamma=1, step_advantage_w=np.float32(0.5), similarity_threshold=np.int64(1))
     assert type(cfg.gamma) is float and cfg.gamma == 1.0
     assert type(cfg.step_advantage_w) is float and cfg.step_advantage_w == 0.5
     assert type(cfg.similarity_threshold) is float
 
 
-def test_from_mapping_dict_and_dictconfig_cpu():
+def test_from_mapping_dict_and_dictconfig():
     assert GiGPOConfig.from_mapping({"gamma": 0.9, "norm": "mean"}) == GiGPOConfig(gamma=0.9, norm="mean")
     assert GiGPOConfig.from_mapping(None) == GiGPOConfig()
     # A Hydra-style node with an interpolation and a null (= default).
@@ -109,7 +108,7 @@ def test_from_mapping_dict_and_dictconfig_cpu():
 
 
 @pytest.mark.parametrize("gamma", [True, "0.9", -0.5])
-def test_algorithm_gamma_is_checked_as_every_gamma_cpu(gamma):
+def test_algorithm_gamma_is_checked_as_every_gamma(gamma):
     # verl's algorithm.gamma went through float() first: True became 1.0 and "0.9" became 0.9, values that
     # algorithm.gigpo.gamma and the estimator reject. One rule now, with one message.
     with pytest.raises(ValueError) as from_algorithm:
@@ -121,19 +120,19 @@ def test_algorithm_gamma_is_checked_as_every_gamma_cpu(gamma):
     assert GiGPOConfig.from_algorithm({"gamma": 1}).gamma == 1.0  # an int is a number
 
 
-def test_from_mapping_rejects_unknown_keys_and_non_mappings_cpu():
-    with pytest.raises(ValueError, match=r"unknown GiGPO config key\(s\) \['mode'\]; known keys: \['gamma', "):
+def test_from_mapping_rejects_unknown_keys_and_non_mappings():
+    with pytest.raises(ValueError, match=r"unknown .*key\(s\) \['mode'\].*\['gamma', "):
         GiGPOConfig.from_mapping(OmegaConf.create({"gamma": 0.9, "mode": "mean_norm"}))
-    with pytest.raises(ValueError, match=r"needs a dict or DictConfig, got list"):
+    with pytest.raises(ValueError, match=r"dict or DictConfig.*list"):
         GiGPOConfig.from_mapping([("gamma", 0.9)])
-    with pytest.raises(ValueError, match=r"gamma=2.0 must be a number in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"gamma=2\.0 .*\[0, 1\]"):
         GiGPOConfig.from_mapping({"gamma": 2.0})
 
 
 # ---------------------------------------------------------------------------------------------- the successors
 
 
-def test_method_and_sections_from_algorithm_cpu():
+def test_method_and_sections_from_algorithm():
     algorithm = {
         "adv_estimator": "graphgpo",
         "gamma": 0.9,
@@ -156,33 +155,33 @@ def test_method_and_sections_from_algorithm_cpu():
 @pytest.mark.parametrize(
     ("algorithm", "env", "match"),
     [
-        ({"hgpo": {"alpha": -1}}, None, r"algorithm\.hgpo\.alpha=-1 must be a finite number >= 0"),
+        ({"hgpo": {"alpha": -1}}, None, r"algorithm\.hgpo\.alpha=-1 .*>= 0"),
         ({"hgpo": {"weight_base": "L"}}, None, r"algorithm\.hgpo\.weight_base='L' is not valid"),
-        ({"graphgpo": {"omega": 0}}, None, r"algorithm\.graphgpo\.omega=0 must be a number in \(0, 1\]"),
-        ({"g2po": {"success_reward": "10"}}, None, r"algorithm\.g2po\.success_reward='10' must be a finite number"),
+        ({"graphgpo": {"omega": 0}}, None, r"algorithm\.graphgpo\.omega=0 .*\(0, 1\]"),
+        ({"g2po": {"success_reward": "10"}}, None, r"algorithm\.g2po\.success_reward='10' .*number"),
         (
             {"graphgpo": {"gamma": 0.1}},
             None,
             r"unknown algorithm\.graphgpo key\(s\) \['gamma'\]; known keys: \['omega'",
         ),
         # an inherited env value is named as the env key, by the rule both engines check (verl_gigpo.rules)
-        ({"hgpo": {}}, {"history_length": -2}, r"^env\.history_length=-2 must be a whole number >= 0 \(past steps"),
-        ({}, {"invalid_action_penalty": -0.5}, r"^env\.invalid_action_penalty=-0.5 must be a finite number >= 0"),
-        ({"hgpo": [1]}, None, r"algorithm\.hgpo needs a dict or DictConfig, got list"),
+        ({"hgpo": {}}, {"history_length": -2}, r"^env\.history_length=-2 .*>= 0"),
+        ({}, {"invalid_action_penalty": -0.5}, r"^env\.invalid_action_penalty=-0\.5 .*>= 0"),
+        ({"hgpo": [1]}, None, r"algorithm\.hgpo .*dict or DictConfig.*list"),
     ],
 )
-def test_successor_sections_are_checked_naming_the_key_cpu(algorithm, env, match):
+def test_successor_sections_are_checked_naming_the_key(algorithm, env, match):
     with pytest.raises(ValueError, match=match):
         GiGPOConfig.from_algorithm(algorithm, env=env)
 
 
-def test_unknown_method_is_refused_cpu():
-    with pytest.raises(ValueError, match=r"method='ppo' is not a step-credit estimator; use one of \['gigpo', 'hgpo'"):
+def test_unknown_method_is_refused():
+    with pytest.raises(ValueError, match=r"method='ppo'.*\['gigpo', 'hgpo'"):
         GiGPOConfig(method="ppo")
 
 
 @pytest.mark.parametrize("method", ["gigpo", "hgpo", "graphgpo", "g2po"])
-def test_advantage_terms_dispatch_to_the_method_cpu(method):
+def test_advantage_terms_dispatch_to_the_method(method):
     from verl_gigpo.advantage import ESTIMATOR_TERMS
 
     # one group, two trajectories over states a, b; t0 wins

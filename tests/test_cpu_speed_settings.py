@@ -39,7 +39,7 @@ def test_replay_buffer_polls_at_the_configured_interval(action_model_dir):
 
 @pytest.mark.parametrize("value", ["0", "-1", "fast", "true"])
 def test_a_bad_poll_interval_names_the_key(action_model_dir, value):
-    with pytest.raises(ValueError, match=r"trainer\.v1\.sampler\.poll_interval=.* must be a number of seconds > 0"):
+    with pytest.raises(ValueError, match=r"trainer\.v1\.sampler\.poll_interval=.*> 0"):
         _trainer(action_model_dir, f"trainer.v1.sampler.poll_interval={value}")
 
 

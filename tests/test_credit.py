@@ -5,6 +5,7 @@ one with them on, the options fail clearly, and the agent loop adds texts only w
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -24,7 +25,6 @@ from verl_gigpo.credit import (
 from verl_gigpo.preflight import config_problems
 from verl_gigpo.rollout import Episode, StepRecord, TaskSpec
 from verl_gigpo.rollout.step_rows import StepBatch
-from verl_gigpo.trainer import step_advantage_terms
 
 # the per-row arrays of GiGPOTerms and the record field holding each
 TERM_FIELDS = {
@@ -74,7 +74,7 @@ def _row(traj, step, key, reward, *, valid=True, won=False, error=False, obs="",
 
 
 def test_records_equal_the_estimator_terms_of_verl_step_rows(tmp_path):
-    """The trainer mode's path without Ray: StepBatch from extra_fields -> step_advantage_terms -> CreditLogger."""
+    """The trainer mode's path without Ray: StepBatch from extra_fields -> StepBatch.advantage_terms -> CreditLogger."""
     rows = [
         ("g0", _row("a", 0, "s0", 0.0, won=True, action="right")),
         ("g0", _row("a", 1, "s1", 1.0, won=True, action="down")),
@@ -88,7 +88,7 @@ def test_records_equal_the_estimator_terms_of_verl_step_rows(tmp_path):
     uids = [g for g, _ in rows] + ["pad0"]  # verl's padding row: a copy of the first row
     extra = [r for _, r in rows] + [dict(rows[0][1])]
     steps = StepBatch.from_rows(uids, extra, [False] * len(rows) + [True])
-    terms = step_advantage_terms(steps, torch.ones(len(uids), 2), GiGPOConfig())
+    terms = steps.advantage_terms(GiGPOConfig(), torch.ones(len(uids), 2))
     logger = CreditLogger(CreditLogOptions(freq=5, groups=-1), tmp_path)
     path = logger.write_steps(10, terms, steps, StepContext.from_extra_fields(extra))
     assert path == tmp_path / "credit" / "iter_10.jsonl"
@@ -142,7 +142,7 @@ def test_groups_are_sampled_without_touching_other_generators(tmp_path):
 def test_a_context_from_other_rows_is_refused(tmp_path):
     terms = gigpo_advantage_terms(torch.zeros(2), torch.ones(2, 1), ["g", "g"], ["a", "b"], [0, 0], ["s", "s"])
     context = StepContext(["o", "o"], ["x", "x"], [True, True], [False, False], [None, None], [None, None], [0, 3])
-    with pytest.raises(ValueError, match="not aligned with the batch"):
+    with pytest.raises(ValueError, match=r"step context .*row 1: step id"):
         CreditLogger(CreditLogOptions(freq=1), tmp_path).write(
             1,
             terms,
@@ -160,18 +160,18 @@ def test_a_context_from_other_rows_is_refused(tmp_path):
 @pytest.mark.parametrize(
     ("trainer", "message"),
     [
-        ({"credit_log_freq": -1}, r"trainer.credit_log_freq=-1 must be a whole number >= 0"),
+        ({"credit_log_freq": -1}, r"trainer\.credit_log_freq=-1 .*>= 0"),
         ({"credit_log_freq": 1.5}, r"trainer.credit_log_freq=1.5"),
         ({"credit_log_freq": True}, r"trainer.credit_log_freq=True"),
-        ({"credit_log_groups": 0}, r"trainer.credit_log_groups=0 must be .* or -1"),
-        ({"credit_log_max_chars": 0}, r"trainer.credit_log_max_chars=0 must be a whole number >= 1"),
+        ({"credit_log_groups": 0}, r"trainer\.credit_log_groups=0 .* or -1"),
+        ({"credit_log_max_chars": 0}, r"trainer\.credit_log_max_chars=0 .*>= 1"),
     ],
 )
 def test_bad_options_name_the_key(trainer, message):
     with pytest.raises(ValueError, match=message):
         CreditLogOptions.from_trainer(trainer)
     problems = config_problems({"trainer": trainer})  # the verl driver's preflight reports the same message
-    assert any(p.startswith(message.split(" must")[0].replace("\\", "")) for p in problems), problems
+    assert any(re.match(message, p) for p in problems), problems
 
 
 def test_defaults_and_due_iterations():
@@ -279,7 +279,7 @@ def local_runs(tiny_model_dir, tmp_path_factory):
     return root, off, on
 
 
-def test_records_off_write_nothing_and_train_exactly_as_on_cpu(local_runs):
+def test_records_off_write_nothing_and_train_exactly_as_on(local_runs):
     root, (_, history_off, params_off), (_, history_on, params_on) = local_runs
     assert not (root / "off" / "credit").exists()
     assert sorted(p.name for p in (root / "on" / "credit").iterdir()) == ["iter_1.jsonl", "iter_2.jsonl"]
@@ -295,7 +295,7 @@ def test_records_off_write_nothing_and_train_exactly_as_on_cpu(local_runs):
     assert history_on[1]["actor/grad_norm"] > 0  # it did train
 
 
-def test_local_records_are_the_terms_the_update_used_cpu(local_runs):
+def test_local_records_are_the_terms_the_update_used(local_runs):
     root, _, (trainer, history, _) = local_runs
     records = read_credit_records(root / "on" / "credit" / "iter_2.jsonl")
     terms = trainer.gigpo_terms  # what the estimator returned in iteration 2, whose advantages the update used

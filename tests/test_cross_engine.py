@@ -8,7 +8,7 @@ step). They go through:
   worker stores them (``AgentLoopOutput.as_dict`` plus ``uid``, :func:`verl.utils.tensordict_utils.
   list_of_dict_to_tensordict`), one verl padding row (``construct_minimal_padding_template``, tagged ``is_padding``),
   then what the ``gigpo_sync`` trainer mode does with them (:meth:`StepBatch.from_rows`,
-  :func:`verl_gigpo.trainer.compute_step_advantages`, :func:`verl_gigpo.trainer.episode_metrics`);
+  :meth:`StepBatch.advantage_terms`, :func:`verl_gigpo.trainer.episode_metrics`);
 * the local engine's path: :meth:`StepBatch.from_episodes`, :meth:`StepBatch.advantage_terms` with the local config's
   estimator settings, the episode metrics of its rows, its run-level metric names and its row split;
 * GRPO and RLOO: :func:`verl_gigpo.advantage.outcome.outcome_advantages`, which both engines call, on either path's
@@ -41,8 +41,8 @@ from verl_gigpo.rollout import ChatPromptEncoder, EpisodeConfig, GenerationOutpu
 from verl_gigpo.rollout.factory import make_task_env
 from verl_gigpo.rollout.metrics import episode_metrics, run_names, val_names
 from verl_gigpo.rollout.step_rows import StepBatch
-from verl_gigpo.trainer import compute_step_advantages, plan_mini_batches
 from verl_gigpo.trainer import episode_metrics as trainer_episode_metrics
+from verl_gigpo.trainer import plan_mini_batches
 
 #: per task seed, one action script per episode (replayed in order, the last action repeated)
 SCRIPTS = {  # task 0: the goal is 3 steps right (north wall); task 1: 1 down, then 4 right
@@ -180,7 +180,8 @@ def test_advantages_are_the_same(both):
     played, data, verl, local = both
     cfg = gigpo_config(load_config(["algorithm.gigpo.key_mode=state", "algorithm.gamma=0.9"]))
     response_mask = data["response_mask"].to_padded_tensor(0)  # (N + 1, L)
-    verl_adv, _, verl_stats = compute_step_advantages(verl, response_mask, cfg)
+    verl_terms = verl.advantage_terms(cfg, response_mask)
+    verl_adv, verl_stats = verl_terms.token_level(response_mask)[0], dict(verl_terms.stats)
     terms = local.advantage_terms(cfg)
     n = len(local)
     first_token = verl_adv[:n, 0].double().numpy()  # (N,) verl's per-row advantage (on every response token)
@@ -323,7 +324,7 @@ def test_the_reference_penalty_placement_is_the_same_on_both_engines(both):
     overrides = ["algorithm.gigpo.key_mode=state", "algorithm.gigpo.episode_stats=step"]
     cfg = gigpo_config(load_config([*overrides, "env.invalid_action_penalty_mode=reference"]))
     response_mask = data["response_mask"].to_padded_tensor(0)  # (N + 1, L)
-    verl_adv, _, _ = compute_step_advantages(verl, response_mask, cfg)
+    verl_adv, _ = verl.advantage_terms(cfg, response_mask).token_level(response_mask)
     terms = local.advantage_terms(cfg)
     np.testing.assert_allclose(verl_adv[: len(local), 0].double().numpy(), terms.advantage, rtol=0, atol=1e-6)
     assert np.abs(terms.advantage).max() > 0

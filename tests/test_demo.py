@@ -14,7 +14,7 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_make_demo_target_runs_the_demo_module_cpu():
+def test_make_demo_target_runs_the_demo_module():
     out = subprocess.run(["make", "-n", "demo"], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert "-m verl_gigpo.local.demo" in out
 
@@ -39,7 +39,7 @@ def demo_run(tiny_model_dir, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_demo_shortened_mode_cpu(demo_run):
+def test_demo_shortened_mode(demo_run):
     run, text = demo_run
     tmp_path = run.parent
     assert "validation success before training:" in text and "validation success after training:" in text
@@ -63,7 +63,7 @@ def test_demo_shortened_mode_cpu(demo_run):
     assert (credit / "report" / "credit_report.html").read_text().count("data:image/png;base64,") == 2
 
 
-def test_demo_start_is_checked_before_anything_is_built_cpu(tmp_path, capsys):
+def test_demo_start_is_checked_before_anything_is_built(tmp_path, capsys):
     """DEMO_START names one of the two starts (random weights + action constraint, or the imitation model)."""
     from verl_gigpo.local.demo import START_OVERRIDES, main
 
@@ -77,7 +77,7 @@ def test_demo_start_is_checked_before_anything_is_built_cpu(tmp_path, capsys):
     assert not (tmp_path / "model").exists() and not (tmp_path / "run").exists()
 
 
-def test_the_imitation_start_plays_the_task_its_model_imitates_cpu():
+def test_the_imitation_start_plays_the_task_its_model_imitates():
     """The imitation start's overrides are the task its model is built on (gridnav with a key, no history)."""
     from verl_gigpo.local.config import load_config
     from verl_gigpo.local.demo import DEMO_OVERRIDES, IMITATE_TASK, START_ITERS, START_OVERRIDES

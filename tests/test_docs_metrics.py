@@ -14,7 +14,7 @@ import torch
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.rollout.metrics import TrajectorySummary
 from verl_gigpo.rollout.metrics import episode_metrics as episode_metrics_of
-from verl_gigpo.trainer import StepBatch, compute_step_advantages, episode_metrics
+from verl_gigpo.trainer import StepBatch, episode_metrics
 
 METRICS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
 UNITS = {"trajectory", "step row", "token", "anchor group", "episode group", "batch"}
@@ -60,7 +60,7 @@ def test_every_metric_the_trainer_mode_logs_is_documented():
     steps = StepBatch.from_rows(uids, [*rows, dict(rows[0])], [False, False, False, False, True])
     env = episode_metrics(steps)
     assert env["env/success_rate"] == 0.5 and env["episode/num_trajectories"] == 2.0  # really counted per trajectory
-    _, _, stats = compute_step_advantages(steps, torch.ones(5, 3), GiGPOConfig())
+    stats = steps.advantage_terms(GiGPOConfig(), torch.ones(5, 3)).stats
     table = metrics_table()
     for name in [*env, *stats]:
         documented(name, table)

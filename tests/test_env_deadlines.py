@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 
@@ -296,9 +297,9 @@ def test_the_local_engine_checks_the_execution_keys():
     from verl_gigpo.local.train import load_config
 
     assert load_config(["env.step_timeout_s=null"]).env.step_timeout_s is None
-    with pytest.raises(ValueError, match="env.step_timeout_s must be a number of seconds > 0"):
+    with pytest.raises(ValueError, match=r"env\.step_timeout_s=-1 .*> 0.*null"):
         load_config(["env.step_timeout_s=-1"])
-    with pytest.raises(ValueError, match="env.num_workers must be 'auto'"):
+    with pytest.raises(ValueError, match=r"env\.num_workers='many' .*>= 0.*'auto'"):
         load_config(["env.num_workers=many"])
 
 
@@ -313,4 +314,4 @@ def test_preflight_checks_the_execution_keys():
         bad = compose(config_name="gigpo_trainer", overrides=["env.reset_timeout_s=0", "env.num_workers=-2"])
     assert config_problems(good) == []
     problems = config_problems(bad)
-    assert len(problems) == 1 and problems[0].startswith("env.reset_timeout_s must be a number of seconds > 0")
+    assert len(problems) == 1 and re.match(r"env\.reset_timeout_s=0 .*> 0", problems[0])

@@ -102,9 +102,9 @@ def test_checker_cli_rejects_no_seeds_and_negative_steps(capsys):
             main(["gridnav", *args])
         assert exit_info.value.code == 2
         assert match in capsys.readouterr().err
-    with pytest.raises(ValueError, match="at least one seed"):
+    with pytest.raises(ValueError, match=r"one seed.*seeds="):
         check_env(make_env("gridnav"), seeds=())
-    with pytest.raises(ValueError, match=r"n_steps must be an int >= 1"):
+    with pytest.raises(ValueError, match=r"n_steps .*>= 1"):
         check_env(make_env("gridnav"), n_steps=-5)
 
 
@@ -115,9 +115,7 @@ def test_reset_options_that_are_not_a_dict_are_a_clear_error(name, options, requ
         env = make_env(name, **_kwargs(name, request))
     except ImportError:
         pytest.skip(f"{name}: optional dependency not installed")
-    with pytest.raises(
-        ValueError, match=rf"{name}: reset options must be a dict or None, got {type(options).__name__}"
-    ):
+    with pytest.raises(ValueError, match=rf"{name}: reset options .*dict or None.*\b{type(options).__name__}\b"):
         env.reset(seed=0, options=options)
     env.close()
 
@@ -125,16 +123,16 @@ def test_reset_options_that_are_not_a_dict_are_a_clear_error(name, options, requ
 @pytest.mark.parametrize(
     ("name", "kwargs", "match"),
     [
-        ("gridnav", {"size": 100_000}, r"gridnav: size must be an int in \[3, 64\], got 100000"),
-        ("gridnav", {"size": 5, "min_path": 10**9}, r"min_path must be an int in \[1, size\^2 - 1\] = \[1, 24\]"),
-        ("gridnav", {"max_steps": 10**9}, r"max_steps must be an int in \[1, 10000\]"),
-        ("sokoban", {"dim_room": (1000, 1000)}, r"dim_room=\(1000, 1000\) is too large: each side must be <= 32"),
-        ("sokoban", {"num_gen_steps": 10**6}, r"num_gen_steps must be an int in \[1, 1000\]"),
-        ("sokoban", {"max_gen_states": 10**9}, r"max_gen_states must be an int in \[1, 2000000\]"),
-        ("webshop", {"num_products": 10**7}, r"num_products must be an int in \[50, 50000\]"),
-        ("webshop", {"num_train_goals": 10**8}, r"num_train_goals must be an int in \[1, 200000\]"),
-        ("search", {"top_k": 10**6}, r"top_k must be an int in \[1, 100\]"),
-        ("search", {"corpus_config": {"n_people": 10**7}}, r"CorpusConfig.n_people must be an int in \[0, 10000\]"),
+        ("gridnav", {"size": 100_000}, r"gridnav: size .*\[3, 64\].*100000"),
+        ("gridnav", {"size": 5, "min_path": 10**9}, r"min_path .*\[1, 24\]"),
+        ("gridnav", {"max_steps": 10**9}, r"max_steps .*\[1, 10000\]"),
+        ("sokoban", {"dim_room": (1000, 1000)}, r"dim_room=\(1000, 1000\) .*<= 32"),
+        ("sokoban", {"num_gen_steps": 10**6}, r"num_gen_steps .*\[1, 1000\]"),
+        ("sokoban", {"max_gen_states": 10**9}, r"max_gen_states .*\[1, 2000000\]"),
+        ("webshop", {"num_products": 10**7}, r"num_products .*\[50, 50000\]"),
+        ("webshop", {"num_train_goals": 10**8}, r"num_train_goals .*\[1, 200000\]"),
+        ("search", {"top_k": 10**6}, r"top_k .*\[1, 100\]"),
+        ("search", {"corpus_config": {"n_people": 10**7}}, r"CorpusConfig\.n_people .*\[0, 10000\]"),
     ],
 )
 def test_unbounded_constructor_arguments_are_rejected(name, kwargs, match):
@@ -223,7 +221,7 @@ def test_reset_hands_only_the_accepted_options_to_the_subclass():
     env = WithLevel()
     env.reset(seed=0, options={"split": "test", "level": 3})
     assert env.seen == {"level": 3} and env.split == "test"
-    with pytest.raises(ValueError, match=r"unknown reset options \['x'\]; accepted: 'split', 'level'"):
+    with pytest.raises(ValueError, match=r"reset options \['x'\].*'split', 'level'"):
         env.reset(options={"x": 1})
 
 
@@ -250,5 +248,5 @@ def test_anchor_key_by_mode_is_the_key_an_env_built_with_that_mode_reports(name)
 def test_num_tasks_is_none_for_procedural_tasks_and_checks_the_split():
     env = make_env("gridnav")
     assert [env.num_tasks(split) for split in env.splits] == [None, None]
-    with pytest.raises(ValueError, match=r"gridnav: unknown split 'valid'; known splits: \['train', 'test'\]"):
+    with pytest.raises(ValueError, match=r"gridnav: .*split 'valid'.*\['train', 'test'\]"):
         env.num_tasks("valid")

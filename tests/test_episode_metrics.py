@@ -56,7 +56,7 @@ def _verl_rows(episodes: list[Episode]) -> StepBatch:
     return StepBatch.from_rows(uids, extra, [False] * (len(uids) - 1) + [True])
 
 
-def test_both_engines_give_the_same_metrics_with_failed_environments_cpu():
+def test_both_engines_give_the_same_metrics_with_failed_environments():
     episodes = _episodes()
     verl = trainer_episode_metrics(_verl_rows(episodes))
     local = episode_metrics(summaries_from_episodes(episodes))
@@ -80,7 +80,7 @@ def test_both_engines_give_the_same_metrics_with_failed_environments_cpu():
         assert verl[name] == pytest.approx(local[name], abs=1e-12), name
 
 
-def test_summaries_from_rows_equal_summaries_from_episodes_cpu():
+def test_summaries_from_rows_equal_summaries_from_episodes():
     episodes = _episodes()
     from_rows = _verl_rows(episodes).trajectory_summaries()
     from_episodes = summaries_from_episodes(episodes)
@@ -95,7 +95,7 @@ def test_summaries_from_rows_equal_summaries_from_episodes_cpu():
     assert [t.batch_rows for t in from_episodes] == [2, 3, 1, 1, 1, 1]
 
 
-def test_prefixes_name_the_validation_metrics_cpu():
+def test_prefixes_name_the_validation_metrics():
     summaries = summaries_from_episodes(_episodes())
     train = episode_metrics(summaries)
     val = episode_metrics(summaries, prefix="val", episode_prefix="val")
@@ -105,7 +105,7 @@ def test_prefixes_name_the_validation_metrics_cpu():
     assert {"val/success_rate", "val/episode_length", "val/return_mean"} <= set(val)  # the local engine's names
 
 
-def test_empty_batch_and_means_over_no_trajectory_cpu():
+def test_empty_batch_and_means_over_no_trajectory():
     assert episode_metrics([]) == {}
     failed = [TrajectorySummary(won=True, length=3, episode_return=1.0, env_error=True, batch_rows=3)]
     m = episode_metrics(failed)

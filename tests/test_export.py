@@ -127,9 +127,9 @@ def test_what_is_not_a_checkpoint_is_refused_naming_the_path_and_what_to_pass(tm
     experiment = tmp_path / "experiment"
     (experiment / "global_step_3" / "actor").mkdir(parents=True)
     (experiment / "latest_checkpointed_iteration.txt").write_text("5")
-    with pytest.raises(ExportError, match=r"latest_checkpointed_iteration\.txt names none of them"):
+    with pytest.raises(ExportError, match=r"latest_checkpointed_iteration\.txt .*global_step_N"):
         resolve_checkpoint(experiment)
-    with pytest.raises(ExportError, match=r"global_step_3 has no actor checkpoint .*fsdp_config\.json is missing"):
+    with pytest.raises(ExportError, match=r"global_step_3 .*actor.*fsdp_config\.json"):
         resolve_checkpoint(experiment / "global_step_3")
     (experiment / "global_step_4.partial" / "actor").mkdir(parents=True)  # a save that did not finish
     with pytest.raises(ExportError, match=r"global_step_4\.partial is not a checkpoint"):
@@ -151,7 +151,7 @@ def test_a_moved_start_model_is_named_and_base_model_replaces_it(local_run, tiny
     state = torch.load(state_path, weights_only=False)
     state["config"]["actor_rollout_ref"]["model"]["path"] = str(tmp_path / "gone")
     torch.save(state, state_path)
-    with pytest.raises(ExportError, match=r"model\.path \(.*gone\) is not a model folder .* pass --base-model"):
+    with pytest.raises(ExportError, match=r"model\.path \(.*gone\).*--base-model"):
         export_checkpoint(moved, tmp_path / "hf")
     export_checkpoint(moved, tmp_path / "hf", dtype="float32", base_model=tiny_model_dir)
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").state_dict()

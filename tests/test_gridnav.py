@@ -21,12 +21,12 @@ VARIANTS = [
 
 
 @pytest.mark.parametrize("kwargs", VARIANTS)
-def test_gridnav_passes_the_contract_checker_cpu(kwargs):
+def test_gridnav_passes_the_contract_checker(kwargs):
     counts = check_env(make_env("gridnav", **kwargs), seeds=(0, 1, 2, 3))
     assert counts["transitions"] > 0 and counts["path_pairs"] >= 4
 
 
-def test_golden_observations_on_a_hand_built_layout_cpu():
+def test_golden_observations_on_a_hand_built_layout():
     env = make_env("gridnav")
     env.reset(seed=0)
     # replace the drawn layout by a known one: agent at (0, 0), a wall at (0, 2), the goal at (2, 2)
@@ -59,7 +59,7 @@ def test_golden_observations_on_a_hand_built_layout_cpu():
     assert key_env.anchor_key("observation") == "walls: south, east. goal: up 2, left 1."
 
 
-def test_prompt_is_history_and_observation_only_cpu():
+def test_prompt_is_history_and_observation_only():
     env = make_env("gridnav", show_blocked=False)
     obs, info = env.reset(seed=0)
     assert env.render_prompt(obs, info) == obs == "goal: right 3."
@@ -76,7 +76,7 @@ def test_prompt_is_history_and_observation_only_cpu():
         {"key": True, "size": 6, "min_path": 6, "max_steps": 20},
     ],
 )
-def test_oracle_playthrough_reaches_the_goal_cpu(kwargs):
+def test_oracle_playthrough_reaches_the_goal(kwargs):
     env = make_env("gridnav", **kwargs)
     lengths = []
     for seed in range(40):
@@ -95,7 +95,7 @@ def test_oracle_playthrough_reaches_the_goal_cpu(kwargs):
     assert max(lengths) <= env.max_steps
 
 
-def test_group_property_same_seed_same_task_cpu():
+def test_group_property_same_seed_same_task():
     a, b = make_env("gridnav", key=True), make_env("gridnav", key=True)
     obs_a, info_a = a.reset(seed=17, options={"split": "train"})
     b.reset(seed=3)
@@ -109,7 +109,7 @@ def test_group_property_same_seed_same_task_cpu():
     assert len(layouts) >= 45
 
 
-def test_actions_parse_bare_and_tagged_cpu():
+def test_actions_parse_bare_and_tagged():
     env = make_env("gridnav")
     env.reset(seed=0)
     assert env.parse_action("up") == ("up", True)
@@ -119,7 +119,7 @@ def test_actions_parse_bare_and_tagged_cpu():
     assert env.parse_action("<action>up</action><action>down</action>") == (None, False)
 
 
-def test_format_rule_sends_unknown_words_which_change_nothing_cpu():
+def test_format_rule_sends_unknown_words_which_change_nothing():
     """Under the format rule (the default one: an action block and think tags), a well-formed reply naming no move
     is valid, costs a step and changes nothing; a reply without the format is invalid."""
     env = make_env("gridnav", max_steps=5)
@@ -136,7 +136,7 @@ def test_format_rule_sends_unknown_words_which_change_nothing_cpu():
     assert info["action_valid"] is True
 
 
-def test_shortest_path_and_bad_arguments_cpu():
+def test_shortest_path_and_bad_arguments():
     task = GridTask(size=3, walls=frozenset({(1, 0), (1, 1)}), start=(0, 0), goal=(2, 0))
     assert shortest_path(task, task.start, task.goal, has_key=False) == [
         "right",

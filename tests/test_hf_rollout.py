@@ -67,11 +67,11 @@ def test_update_weights_loads_every_tensor_and_refuses_partial_or_foreign_ones(s
     for name, tensor in server.get_weights().items():
         torch.testing.assert_close(tensor, weights.get(name, weights["model.embed_tokens.weight"]), rtol=0, atol=0)
     before = server.get_weights()
-    with pytest.raises(ValueError, match="names unknown to the served model"):
+    with pytest.raises(ValueError, match=r"1 names unknown.*\['model\.extra\.weight'\]"):
         server.update_weights({**weights, "model.extra.weight": torch.zeros(1)})
     missing = dict(weights)
     del missing["model.norm.weight"]
-    with pytest.raises(ValueError, match=r"1 parameters were not sent, e\.g\. \['model\.norm\.weight'\]"):
+    with pytest.raises(ValueError, match=r"1 parameters .*not sent.*\['model\.norm\.weight'\]"):
         server.update_weights(missing)
     wrong = {**weights, "model.norm.weight": torch.zeros(3)}
     with pytest.raises(ValueError, match="wrong shape"):
@@ -112,7 +112,7 @@ def test_no_generation_between_sleep_and_the_kv_cache_wake_up(server):
     [
         ({"repetition_penalty": 1.2}, "cannot apply repetition_penalty=1.2"),
         ({"ignore_eos": True}, "cannot apply ignore_eos=True"),
-        ({"presence_penalty": 0.5}, "does not know the sampling parameter 'presence_penalty'"),
+        ({"presence_penalty": 0.5}, "sampling parameter 'presence_penalty'"),
     ],
 )
 def test_parameters_it_cannot_honour_are_errors(server, params, message):

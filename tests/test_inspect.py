@@ -133,7 +133,7 @@ def test_graph_wants_one_group_of_one_iteration():
         anchor_graph([])
     with pytest.raises(ValueError, match="ONE episode group"):
         anchor_graph(_records(group="g0") + _records(group="g1"))
-    with pytest.raises(ValueError, match=r"one method; the records hold \['gigpo', 'graphgpo'\]"):
+    with pytest.raises(ValueError, match=r"one method.*\['gigpo', 'graphgpo'\]"):
         anchor_graph(_records() + _records(method="graphgpo"))
 
 
@@ -276,7 +276,7 @@ def test_report_puts_two_runs_credit_for_the_same_group_side_by_side(tmp_path, c
     assert f"side by side: {tmp_path / 'rep2' / 'credit_compare_iter1_groupg0.png'}" in out
     assert "What graphgpo credited" in (tmp_path / "rep2" / "credit_report.html").read_text()
     write_credit_records(_records(iteration=1, group="g9"), tmp_path / "c", 1)
-    with pytest.raises(CreditReportError, match=r"episode group 'g0' is not in the credit records of iteration 1"):
+    with pytest.raises(CreditReportError, match=r"episode group 'g0' .*iteration 1"):
         make_report(tmp_path / "a", compare=tmp_path / "c", out_dir=tmp_path / "rep3")
 
 

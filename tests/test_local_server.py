@@ -41,7 +41,7 @@ def _no_eos(tok, srv):
     return [i for i in range(len(tok)) if i not in stops]
 
 
-async def test_concurrent_greedy_equals_one_at_a_time_cpu(server, model_and_tokenizer):
+async def test_concurrent_greedy_equals_one_at_a_time(server, model_and_tokenizer):
     _, tok = model_and_tokenizer
     prompts = _prompts(tok, 6)  # three different lengths -> left padding in the batch
     params = {"temperature": 0, "max_tokens": 5, "allowed_token_ids": _no_eos(tok, server)}
@@ -57,7 +57,7 @@ async def test_concurrent_greedy_equals_one_at_a_time_cpu(server, model_and_toke
         assert a.log_probs == pytest.approx(b.log_probs, abs=1e-4)
 
 
-async def test_identical_prompts_are_prefilled_once_cpu(server, model_and_tokenizer):
+async def test_identical_prompts_are_prefilled_once(server, model_and_tokenizer):
     _, tok = model_and_tokenizer
     prompts = _prompts(tok, 2)
     requests = [prompts[i % 2] for i in range(8)]  # 2 distinct prompts, 4 requests each
@@ -79,7 +79,7 @@ async def test_identical_prompts_are_prefilled_once_cpu(server, model_and_tokeni
         assert a.log_probs == pytest.approx(b.log_probs, abs=1e-4)
 
 
-async def test_batches_are_capped_by_max_batch_size_cpu(server, model_and_tokenizer):
+async def test_batches_are_capped_by_max_batch_size(server, model_and_tokenizer):
     _, tok = model_and_tokenizer
     outs = await asyncio.gather(
         *[
@@ -94,7 +94,7 @@ async def test_batches_are_capped_by_max_batch_size_cpu(server, model_and_tokeni
 
 
 @pytest.mark.parametrize("params", [{"temperature": 0.7}, {"temperature": 1.3, "top_k": 5, "top_p": 0.8}])
-async def test_logprobs_match_a_direct_forward_pass_cpu(server, model_and_tokenizer, params):
+async def test_logprobs_match_a_direct_forward_pass(server, model_and_tokenizer, params):
     model, tok = model_and_tokenizer
     prompts = _prompts(tok, 5)
     full = {**params, "max_tokens": 6, "allowed_token_ids": _no_eos(tok, server), "seed": 3}
@@ -115,7 +115,7 @@ async def test_logprobs_match_a_direct_forward_pass_cpu(server, model_and_tokeni
             assert bool((ranks < params["top_k"]).all())
 
 
-async def test_max_tokens_eos_and_stop_ids_cpu(server, model_and_tokenizer):
+async def test_max_tokens_eos_and_stop_ids(server, model_and_tokenizer):
     _, tok = model_and_tokenizer
     prompt = _prompts(tok, 1)[0]
     no_eos = _no_eos(tok, server)
@@ -142,7 +142,7 @@ async def test_max_tokens_eos_and_stop_ids_cpu(server, model_and_tokenizer):
     assert (b.token_ids, b.stop_reason) == ([down] * 4, "length")
 
 
-async def test_seeded_sampling_is_reproducible_and_batch_independent_cpu(server, model_and_tokenizer):
+async def test_seeded_sampling_is_reproducible_and_batch_independent(server, model_and_tokenizer):
     _, tok = model_and_tokenizer
     prompts = _prompts(tok, 8)
     params = {"temperature": 1.0, "max_tokens": 6, "seed": 11}
@@ -169,7 +169,7 @@ async def test_seeded_sampling_is_reproducible_and_batch_independent_cpu(server,
     assert first == second and first[0] != first[1]
 
 
-async def test_sampling_follows_the_model_distribution_cpu(server, model_and_tokenizer):
+async def test_sampling_follows_the_model_distribution(server, model_and_tokenizer):
     _, tok = model_and_tokenizer
     prompt = _prompts(tok, 1)[0]
     ids = [tok.convert_tokens_to_ids(a) for a in ACTIONS]
@@ -205,13 +205,13 @@ async def test_sampling_follows_the_model_distribution_cpu(server, model_and_tok
         ({"generator": 3}, "torch.Generator"),
     ],
 )
-async def test_bad_params_raise_value_error_cpu(server, model_and_tokenizer, params, message):
+async def test_bad_params_raise_value_error(server, model_and_tokenizer, params, message):
     _, tok = model_and_tokenizer
     with pytest.raises(ValueError, match=message):
         await server.generate("bad", prompt_ids=_prompts(tok, 1)[0], sampling_params=params)
 
 
-async def test_bad_prompts_and_closed_server_cpu(model_and_tokenizer):
+async def test_bad_prompts_and_closed_server(model_and_tokenizer):
     model, tok = model_and_tokenizer
     srv = LocalGenerationServer(model, tok)
     with pytest.raises(ValueError, match="non-empty"):
@@ -226,7 +226,7 @@ async def test_bad_prompts_and_closed_server_cpu(model_and_tokenizer):
 
 
 # ------------------------------------------------------------------------------------------------ left padding
-def test_left_pad_by_hand_cpu():
+def test_left_pad_by_hand():
     ids, attention, positions = left_pad([[5, 6, 7], [8], (9, 4)], pad_id=0)
     assert ids.tolist() == [[5, 6, 7], [0, 0, 8], [0, 9, 4]]
     assert attention.tolist() == [[1, 1, 1], [0, 0, 1], [0, 1, 1]]
@@ -236,7 +236,7 @@ def test_left_pad_by_hand_cpu():
         left_pad([], pad_id=0)
 
 
-def test_left_padded_rows_score_like_single_rows_cpu(model_and_tokenizer):
+def test_left_padded_rows_score_like_single_rows(model_and_tokenizer):
     """The property both callers rely on: a row's last logits do not depend on the padding left of it."""
     model, tok = model_and_tokenizer
     prompts = _prompts(tok, 3)  # three lengths

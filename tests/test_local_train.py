@@ -46,7 +46,7 @@ def _params(model):
 
 
 @pytest.mark.parametrize("estimator", ["gigpo", "gigpo-similarity", "grpo", "rloo"])
-def test_one_iteration_updates_the_model_cpu(tiny_model_dir, tmp_path, estimator):
+def test_one_iteration_updates_the_model(tiny_model_dir, tmp_path, estimator):
     extra = [f"algorithm.adv_estimator={estimator.split('-')[0]}"]
     if estimator == "gigpo-similarity":  # observation texts grouped by similarity (verl_gigpo.anchors)
         extra += ["algorithm.gigpo.key_mode=similarity", "algorithm.gigpo.similarity_threshold=0.95"]
@@ -81,7 +81,7 @@ def test_one_iteration_updates_the_model_cpu(tiny_model_dir, tmp_path, estimator
     assert metrics["timing_s/rollout"] + metrics["timing_s/adv"] + metrics["timing_s/update"] <= elapsed
 
 
-def test_micro_batching_and_epochs_with_kl_and_entropy_cpu(tiny_model_dir, tmp_path):
+def test_micro_batching_and_epochs_with_kl_and_entropy(tiny_model_dir, tmp_path):
     """Micro-batch size 1 and 256 give the same update (losses are normalised by the whole mini-batch);
     two epochs over two mini-batches with a KL term and an entropy bonus run and stay finite."""
     results = []
@@ -122,7 +122,7 @@ def test_micro_batching_and_epochs_with_kl_and_entropy_cpu(tiny_model_dir, tmp_p
     assert all(math.isfinite(metrics[k]) for k in ("actor/pg_loss", "actor/kl_loss", "actor/ppo_kl"))
 
 
-def test_mini_batches_of_rows_cpu(tiny_model_dir, tmp_path):
+def test_mini_batches_of_rows(tiny_model_dir, tmp_path):
     """trainer.v1.gigpo_sync.mini_batch_rows (verl's gigpo_sync key) splits the update into ceil(rows / M) shuffled
     mini-batches of step rows, the count verl's plan gives; ppo_epochs passes reshuffle."""
     from verl_gigpo.trainer import plan_mini_batches
@@ -142,11 +142,11 @@ def test_mini_batches_of_rows_cpu(tiny_model_dir, tmp_path):
     assert rows > 5 and metrics["update/rows"] == rows
     assert metrics["update/num_mini_batches"] == plan_mini_batches(rows, 5, 1).num_mini_batches == math.ceil(rows / 5)
     assert metrics["update/mini_batch_rows"] <= 5 and math.isfinite(metrics["actor/pg_loss"])
-    with pytest.raises(ValueError, match=r"trainer\.v1\.gigpo_sync\.mini_batch_rows=0 must be an int >= 1"):
+    with pytest.raises(ValueError, match=r"trainer\.v1\.gigpo_sync\.mini_batch_rows=0 .*>= 1"):
         load_config(["trainer.v1.gigpo_sync.mini_batch_rows=0"])
 
 
-def test_failed_episodes_are_masked_not_dropped_cpu(tiny_model_dir, tmp_path):
+def test_failed_episodes_are_masked_not_dropped(tiny_model_dir, tmp_path):
     """Episodes whose environment raises (tasks with an even seed fail at their second step) keep their row in the
     batch, masked as on verl's engine: counted by episode/num_step_rows and gigpo/num_masked_rows, left out of the
     update's rows and of every statistic."""
@@ -180,7 +180,7 @@ def test_failed_episodes_are_masked_not_dropped_cpu(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.parametrize("constrained", [False, True])
-def test_shared_forwards_give_each_row_its_plain_forward_logprobs_cpu(tiny_model_dir, constrained):
+def test_shared_forwards_give_each_row_its_plain_forward_logprobs(tiny_model_dir, constrained):
     """The update's log-probs (de-duplicated inputs, micro-batches of 2, left padding) equal one plain forward per
     row: the rows' rollout log-probs are set to the plain forward's, so ``rollout/logprob_diff_max`` measures the
     gap. Rows 0/1/5 share one input (same prompt, one-token responses), rows 2/3 another (same first token)."""
@@ -236,7 +236,7 @@ def test_shared_forwards_give_each_row_its_plain_forward_logprobs_cpu(tiny_model
     assert again["rollout/rows"] == 1 and again["rollout/forward_rows"] == 1
 
 
-def test_resume_gives_the_same_run_cpu(tiny_model_dir, tmp_path):
+def test_resume_gives_the_same_run(tiny_model_dir, tmp_path):
     common = ["trainer.test_freq=1", "trainer.save_freq=1"]
     straight = LocalTrainer(_cfg(tiny_model_dir, tmp_path / "a", "trainer.total_training_steps=2", *common))
     try:
@@ -275,7 +275,7 @@ def test_resume_gives_the_same_run_cpu(tiny_model_dir, tmp_path):
     assert comparable(lines) == comparable(history_b)
 
 
-def test_config_errors_are_clear_cpu(tiny_model_dir, tmp_path):
+def test_config_errors_are_clear(tiny_model_dir, tmp_path):
     with pytest.raises(ValueError, match="sections"):
         load_config(["trainer.no_such_key=1"])
     with pytest.raises(ValueError, match="key=value"):
@@ -292,7 +292,7 @@ def test_config_errors_are_clear_cpu(tiny_model_dir, tmp_path):
         LocalTrainer(load_config([f"actor_rollout_ref.model.path={tmp_path / 'missing'}"]))
 
 
-def test_cli_writes_metrics_plot_and_checkpoint_cpu(tiny_model_dir, tmp_path, capsys):
+def test_cli_writes_metrics_plot_and_checkpoint(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
     args = [f"actor_rollout_ref.model.path={tiny_model_dir}", f"trainer.default_local_dir={out}",
             "trainer.total_training_steps=1", "data.train_batch_size=2", "actor_rollout_ref.rollout.n=2",
@@ -324,7 +324,7 @@ def _run(cfg):
         trainer.close()
 
 
-def test_resume_checks_the_config_and_sets_a_changed_lr_cpu(tiny_model_dir, tmp_path, caplog):
+def test_resume_checks_the_config_and_sets_a_changed_lr(tiny_model_dir, tmp_path, caplog):
     out = tmp_path / "run"
     _run(_cfg(tiny_model_dir, out, "trainer.total_training_steps=1", "data.val_size=0"))
     lines = (out / "metrics.jsonl").read_text()
@@ -368,7 +368,7 @@ def test_resume_checks_the_config_and_sets_a_changed_lr_cpu(tiny_model_dir, tmp_
     assert [g["lr"] for g in saved["optimizer"]["param_groups"]] == [0.5]
 
 
-def test_a_run_is_never_overwritten_by_accident_cpu(tiny_model_dir, tmp_path, capsys):
+def test_a_run_is_never_overwritten_by_accident(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
     _run(_cfg(tiny_model_dir, out, "trainer.total_training_steps=2", "trainer.save_freq=1", "data.val_size=0"))
     lines = (out / "metrics.jsonl").read_text()
@@ -376,7 +376,7 @@ def test_a_run_is_never_overwritten_by_accident_cpu(tiny_model_dir, tmp_path, ca
     # Starting again without --resume used to truncate metrics.jsonl and move the checkpoint pointer back.
     with pytest.raises(
         ValueError,
-        match=r"already holds a run .*3 metrics line\(s\), checkpoints of iterations \[1, 2\].*--resume.*--overwrite",
+        match=r"already holds a run .*3 metrics line\(s\).*\[1, 2\].*--resume.*--overwrite",
     ):  # noqa: E501
         LocalTrainer(_cfg(tiny_model_dir, out, "trainer.total_training_steps=1", "data.val_size=0"))
     args = [
@@ -401,7 +401,7 @@ def test_a_run_is_never_overwritten_by_accident_cpu(tiny_model_dir, tmp_path, ca
         LocalTrainer(_cfg(tiny_model_dir, out, "trainer.resume=true", "trainer.overwrite=true"))
 
 
-def test_resume_falls_back_to_the_newest_complete_checkpoint_cpu(tiny_model_dir, tmp_path, caplog, monkeypatch):
+def test_resume_falls_back_to_the_newest_complete_checkpoint(tiny_model_dir, tmp_path, caplog, monkeypatch):
     out = tmp_path / "run"
     _run(_cfg(tiny_model_dir, out, "trainer.total_training_steps=3", "trainer.save_freq=1", "data.val_size=0"))
     ckpts = out / "checkpoints"
@@ -438,23 +438,23 @@ def test_resume_falls_back_to_the_newest_complete_checkpoint_cpu(tiny_model_dir,
 @pytest.mark.parametrize(
     ("override", "match"),
     [
-        ("trainer.save_freq=abc", r"trainer.save_freq='abc' must be a whole number \(checkpoint every N iterations"),
-        ("trainer.test_freq=abc", r"trainer.test_freq='abc' must be a whole number \(validate every N iterations"),
-        ("trainer.seed=1.5", r"trainer.seed=1.5 must be a whole number >= 0"),
-        ("actor_rollout_ref.actor.grad_clip=x", r"actor_rollout_ref.actor.grad_clip='x' must be a finite number"),
-        ("env.invalid_action_penalty=.nan", r"env.invalid_action_penalty=nan must be a finite number"),
-        ("env.invalid_action=strict", r"env.invalid_action must be one of \['admissible', 'format'\]"),
-        ("local.plot=2", r"local.plot=2 must be true or false"),
-        ("actor_rollout_ref.rollout.top_p=1.5", r"top_p=1.5 must be a number in \(0, 1\]"),
+        ("trainer.save_freq=abc", r"trainer\.save_freq='abc' .*whole number.*checkpoint every N"),
+        ("trainer.test_freq=abc", r"trainer\.test_freq='abc' .*whole number.*validate every N"),
+        ("trainer.seed=1.5", r"trainer\.seed=1\.5 .*>= 0"),
+        ("actor_rollout_ref.actor.grad_clip=x", r"actor_rollout_ref\.actor\.grad_clip='x' .*number"),
+        ("env.invalid_action_penalty=.nan", r"env\.invalid_action_penalty=nan .*finite"),
+        ("env.invalid_action=strict", r"env\.invalid_action\b.*\['admissible', 'format'\].*'strict'"),
+        ("local.plot=2", r"local\.plot=2 .*true or false"),
+        ("actor_rollout_ref.rollout.top_p=1.5", r"top_p=1\.5 .*\(0, 1\]"),
     ],
 )
-def test_numeric_keys_are_checked_before_the_run_cpu(override, match):
+def test_numeric_keys_are_checked_before_the_run(override, match):
     # trainer.save_freq=abc used to pass and crash after the first iteration (at `iteration % save_freq`).
     with pytest.raises(ValueError, match=match):
         load_config([override])
 
 
-def test_validation_sampling_follows_the_rule_verls_path_writes_cpu(caplog):
+def test_validation_sampling_follows_the_rule_verls_path_writes(caplog):
     """val_kwargs.do_sample=false: the local engine's validation requests are greedy (temperature 0, top_p 1,
     top_k -1) whatever val_kwargs.temperature says, as verl's path after apply_validation_sampling; the config check
     says once that the temperature is ignored. do_sample=true: val_kwargs' own settings."""

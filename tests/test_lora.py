@@ -31,7 +31,7 @@ def _peft_model(model_dir, **config):
 
 
 @pytest.mark.parametrize("config", [{"r": 4, "lora_alpha": 8}, {"r": 4, "lora_alpha": 8, "use_rslora": True}])
-def test_merge_equals_peft_merge_and_unload_cpu(tiny_model_dir, config):
+def test_merge_equals_peft_merge_and_unload(tiny_model_dir, config):
     model, lora = _peft_model(tiny_model_dir, **config)
     state = model.state_dict()  # peft names: base_model.model.<layer>.base_layer.weight, <layer>.lora_A.default.weight
     base = {k.replace("base_model.model.", "").replace(".base_layer.", "."): v.clone() for k, v in state.items()}
@@ -86,11 +86,11 @@ def test_incomplete_or_misshapen_adapters_are_refused():
     config = {"r": 2, "lora_alpha": 2}
     with pytest.raises(ValueError, match="has lora_A only"):
         merge_lora(base, {"model.layers.0.self_attn.q_proj.lora_A.weight": a}, config)
-    with pytest.raises(ValueError, match="the model has no weight of that name"):
+    with pytest.raises(ValueError, match=r"adapter of model\.x\.weight: .*no weight"):
         merge_lora(base, {"model.x.lora_A.weight": a, "model.x.lora_B.weight": b}, config)
     with pytest.raises(ValueError, match=r"A \(2, 5\), B \(5, 2\) do not fit W \(6, 5\)"):
         merge_lora(base, {Q.replace("weight", "lora_A.weight"): a, Q.replace("weight", "lora_B.weight"): b[:5]}, config)
-    with pytest.raises(ValueError, match="is not a LoRA weight"):
+    with pytest.raises(ValueError, match=rf"{Q!r} .*lora_A/lora_B"):
         merge_lora(base, {Q: a}, config)
     merged = merge_lora(
         base, {Q.replace("weight", "lora_A.weight"): a, Q.replace("weight", "lora_B.weight"): b}, config

@@ -432,7 +432,7 @@ def test_an_estimator_changes_only_its_authors_settings(method, recipe, tmp_path
     assert f"{method} on {recipe}: its authors' settings" in proc.stderr
 
 
-def test_an_estimators_settings_yield_to_the_users_and_to_device_cpu(tmp_path):
+def test_an_estimators_settings_yield_to_the_users_and_to_device(tmp_path):
     """The authors' values are defaults: a variable the user sets, and DEVICE=cpu's small run, win over them."""
     env = {"DRY_RUN": "1", "DATA_DIR": str(tmp_path), "ADV_ESTIMATOR": "hgpo"}
     cfg = compose_gigpo(printed_overrides(run_recipe("webshop", MAX_STEPS="12", PROMPT_LENGTH="3000", **env)))

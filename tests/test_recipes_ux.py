@@ -148,7 +148,7 @@ def test_a_finished_experiment_stops_before_anything_runs(recipe, machine, tmp_p
     assert MODULE_RUN_LINE not in proc.stderr and proc.stdout == ""
 
 
-def test_the_finished_message_on_device_cpu_names_its_rollout_and_repeats_device_cpu(tmp_path):
+def test_the_finished_message_on_device_cpu_names_its_rollout_and_repeats_device(tmp_path):
     """DEVICE=cpu runs the hf rollout servers, not vLLM; the evaluation it suggests runs on the CPU too, with the
     LoRA rank and THINKING of the run (shell-quoted values), and without variables the user left unset."""
     folder = checkpointed(tmp_path / "exp", 2)

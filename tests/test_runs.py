@@ -352,6 +352,32 @@ def test_docs_list_every_training_key():
         assert shown in text, key
 
 
+def test_an_empty_mapping_holds_no_setting_on_both_engines_resume_checks(files):
+    """``env.kwargs: {}`` (the default of both configs) then ``+env.kwargs.dim_room=[7,7]`` is a change of
+    ``env.kwargs.dim_room`` alone on verl's path and the local engine's: one flattening, where an empty mapping adds
+    no key (so no ``env.kwargs: {} -> None`` beside the real change)."""
+    from omegaconf import OmegaConf
+
+    from verl_gigpo.launch import flatten_config, training_changes
+    from verl_gigpo.local.config import DEFAULT_CONFIG, load_config
+    from verl_gigpo.local.run_folder import resume_config_changes
+
+    assert flatten_config({"a": {"b": 1, "c": {}}, "d": [1, {}], "e": {}}) == {"a.b": 1, "d": [1, {}]}
+    assert training_changes(
+        OmegaConf.to_container(compose_gigpo([], files)),
+        OmegaConf.to_container(compose_gigpo(["+env.kwargs.dim_room=[7,7]"], files)),
+    ) == {"env.kwargs.dim_room": ("(absent)", [7, 7])}
+    defaults = OmegaConf.to_container(OmegaConf.load(DEFAULT_CONFIG), resolve=True)
+    assert defaults["env"]["kwargs"] == {}
+    current = OmegaConf.to_container(load_config(["env.kwargs.dim_room=[7,7]"]), resolve=True)
+    with pytest.raises(ValueError, match=r"env\.kwargs\.dim_room: None -> \[7, 7\]") as info:
+        resume_config_changes(defaults, current, defaults=defaults, allow=False)
+    assert "env.kwargs:" not in str(info.value)
+    assert resume_config_changes(defaults, current, defaults=defaults, allow=True) == {
+        "env.kwargs.dim_room": (None, [7, 7])
+    }
+
+
 # ---------------------------------------------------------------------------------------- preflight: paths (21.5)
 def _problems(overrides: list[str], files: dict[str, str] | None = None) -> list[str]:
     """Every problem preflight reports: the keys' and the paths'."""
@@ -444,7 +470,7 @@ def test_the_agent_loops_reader_names_the_keys_too(files):
     """Launched past preflight (verl's own entry point), the agent loop's reader gives the same key names."""
     from verl_gigpo.agent_loop import episode_config_from
 
-    with pytest.raises(ValueError, match=r"^env\.max_steps=0 must be a whole number >= 1 \(steps per episode\)"):
+    with pytest.raises(ValueError, match=r"^env\.max_steps=0 .*>= 1"):
         episode_config_from(compose_gigpo(["env.max_steps=0"], files))
 
 

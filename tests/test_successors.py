@@ -66,7 +66,7 @@ def _golden(**kw):
     return inputs, {**extra, "gamma": 0.5, **kw}
 
 
-def test_hgpo_golden_cpu():
+def test_hgpo_golden():
     # K = 1: depths 1 (same anchor) and 2 (same previous and current anchor).
     # depth 1: A = {t1 0.5, t2 0, t3 0}: mean 1/6, deviations 1/3, -1/6, -1/6, var (1/9 + 1/36 + 1/36) / 2 = 1/12,
     #            std 0.2886751 -> 1.1547005, -0.5773503, -0.5773503
@@ -91,7 +91,7 @@ def test_hgpo_golden_cpu():
     np.testing.assert_allclose(mixed.episode_adv, A_E_GOLDEN, atol=1e-5)
 
 
-def test_hgpo_weight_base_and_population_std_cpu():
+def test_hgpo_weight_base_and_population_std():
     # Two depths that disagree: t1 step 1 sits in B = {t1 1, t3 0, t4 1} (depth 1) and (A, B) = {t1 1, t3 0}.
     # Here depth 1: mean 2/3, deviations 1/3, -2/3, 1/3, unbiased var 1/3 -> a_1 = 0.5773503 for t1;
     # depth 2: a_2 = 0.7071068. weight_base "depth": (1 a_1 + 2 a_2) / 3 = 0.6638546;
@@ -122,7 +122,7 @@ def _rows(rewards, traj, anchors):
     return np.array(rewards), torch.ones(n, 1), ["u"] * n, traj, step, anchors
 
 
-def test_hgpo_depths_by_the_exact_rule_cpu():
+def test_hgpo_depths_by_the_exact_rule():
     # t2 sits at its groups' mean, which floats miss by a remainder. gamma 1, K = 1;
     # R_t = 0.1, 0.1 (t1), 0.2, 0.2 (t2), 0.3, 0.3 (t3), 1, 1 (t4).
     # depth 1: B (step 0 of t1-t3) = {0.1, 0.2, 0.3}: mean 0.2, unbiased std 0.1; C (t4 step 0) alone;
@@ -148,7 +148,7 @@ def test_hgpo_depths_by_the_exact_rule_cpu():
         assert terms.advantage[2] == 0.0  # no depth: exactly 0, not a remainder
 
 
-def test_hgpo_returns_equal_up_to_rounding_keep_no_depth_cpu():
+def test_hgpo_returns_equal_up_to_rounding_keep_no_depth():
     # One anchor A at step 0 of two trajectories, gamma 1: R_0 = 0.1 + 0.2 = 0.30000000000000004 (t1) and
     # 0.3 + 0 = 0.3 (t2), equal in exact arithmetic. Both norms: no depth, advantage exactly 0 (a_k != 0 kept
     # t2's depth 1: its float mean is t1's R_0, and 0.3 - 0.30000000000000004 = -5.6e-17 is not 0).
@@ -167,7 +167,7 @@ def test_hgpo_returns_equal_up_to_rounding_keep_no_depth_cpu():
         np.testing.assert_allclose(apart.advantage, [-a, 0, a, 0], rtol=1e-5, atol=0, err_msg=norm)
 
 
-def test_hgpo_episode_item_by_the_exact_rule_cpu():
+def test_hgpo_episode_item_by_the_exact_rule():
     # episode_term: A_E joins when the episode return is off its group's mean. gamma 0.5; t1 rewards 0.1, 0.2
     # (anchors A, B), t2 0.3, 0 (A, C): episode returns 0.30000000000000004 and 0.3, equal exactly, so A_E is no
     # item (a_k != 0 on A_E made it one, halving the depth item). R_0 = 0.1 + 0.5 * 0.2 = 0.2 (t1), 0.3 (t2):
@@ -181,7 +181,7 @@ def test_hgpo_episode_item_by_the_exact_rule_cpu():
             np.testing.assert_allclose(np.abs(terms.episode_adv), 0.0, atol=1e-10)  # a remainder, not an item
 
 
-def test_graphgpo_golden_cpu():
+def test_graphgpo_golden():
     # Graph (omega 0.5, r_succ 10): A -> B (t1, t3), B -> SUCCESS (t1 won), A -> C (t2), B -> C (t3); C is where
     # t2 and t3 end without a win: a dead end. BFS from SUCCESS on reversed edges: d(B) = 1, d(A) = 2; C cannot
     # reach SUCCESS: d_max = 2, so d(C) = d(dead end) = 3.
@@ -211,7 +211,7 @@ def test_graphgpo_golden_cpu():
     assert penalised.extras["graph_return"][5] == pytest.approx(1.15)
 
 
-def test_graphgpo_group_without_win_gets_no_graph_term_cpu():
+def test_graphgpo_group_without_win_gets_no_graph_term():
     inputs, kw = _golden(won=np.zeros(len(GOLDEN), dtype=bool))
     terms = graphgpo_advantage_terms(*inputs, **kw, invalid_penalty=0.5)  # the penalty alone would differ
     assert np.all(terms.step_adv == 0)
@@ -219,7 +219,7 @@ def test_graphgpo_group_without_win_gets_no_graph_term_cpu():
     assert np.all(terms.extras["next_distance"] == 1) and terms.stats["graphgpo/frac_groups_with_win"] == 0.0
 
 
-def test_g2po_golden_cpu():
+def test_g2po_golden():
     # gamma 0.5, r_succ 10, c 0.1. Visits gamma^(T - t) R_tau: t1 (won, T = 2): A 0.5^2 * 10 = 2.5, B 0.5 * 10 = 5;
     # t2, t3 lost: 0. Node values: V(A) = (2.5 + 0 + 0) / 3 = 0.8333333, V(B) = (5 + 0) / 2 = 2.5, V(C) = 0.
     # V'(t): t1: V(B) 2.5, then won 10; t2: V(C) 0, then lost 0; t3: V(B) 2.5, V(C) 0, then 0.
@@ -242,7 +242,7 @@ def test_g2po_golden_cpu():
 # reduces to
 
 
-def test_reductions_to_gigpo_cpu():
+def test_reductions_to_gigpo():
     rng = np.random.default_rng(7)
     for _ in range(20):
         b = random_batch(rng)
@@ -324,7 +324,7 @@ HGPO_OPTIONS = [
 
 
 @pytest.mark.parametrize("options", HGPO_OPTIONS)
-def test_hgpo_matches_loop_oracle_cpu(options):
+def test_hgpo_matches_loop_oracle(options):
     rng = np.random.default_rng(len(str(options)))
     for _ in range(40):
         b = random_batch(rng)
@@ -334,7 +334,7 @@ def test_hgpo_matches_loop_oracle_cpu(options):
 
 
 @pytest.mark.parametrize("options", [{}, {"norm": "mean", "episode_term": True}, {"episode_term": True}])
-def test_hgpo_matches_loop_oracle_with_rounding_ties_cpu(options):
+def test_hgpo_matches_loop_oracle_with_rounding_ties(options):
     # Decimal rewards at gamma 1: returns that are equal in exact arithmetic (0.1 + 0.2 and 0.3) differ in floats,
     # and a row at its group's mean leaves a float remainder. Both implementations decide V by the exact rule, on
     # their own float means, so they agree on every depth; the batches must hold such ties (rounding_ties).
@@ -363,7 +363,7 @@ GRAPHGPO_OPTIONS = [
 
 
 @pytest.mark.parametrize("options", GRAPHGPO_OPTIONS)
-def test_graphgpo_matches_loop_oracle_cpu(options):
+def test_graphgpo_matches_loop_oracle(options):
     rng = np.random.default_rng(100 + len(str(options)))
     for _ in range(40):
         b = random_batch(rng)
@@ -384,7 +384,7 @@ G2PO_OPTIONS = [{}, {"norm": "mean", "invalid_penalty": 0.0}, {"step_advantage_w
 
 
 @pytest.mark.parametrize("options", G2PO_OPTIONS)
-def test_g2po_matches_loop_oracle_cpu(options):
+def test_g2po_matches_loop_oracle(options):
     rng = np.random.default_rng(200 + len(str(options)))
     for gamma in (0.5, 0.95):
         for _ in range(20):
@@ -402,7 +402,7 @@ def test_g2po_matches_loop_oracle_cpu(options):
 
 
 @pytest.mark.parametrize("method", ["hgpo", "graphgpo", "g2po"])
-def test_permuting_the_batch_permutes_the_terms_cpu(method):
+def test_permuting_the_batch_permutes_the_terms(method):
     rng = np.random.default_rng(3)
     fn = ESTIMATOR_TERMS[method]
     for _ in range(10):
@@ -419,7 +419,7 @@ def test_permuting_the_batch_permutes_the_terms_cpu(method):
 @pytest.mark.parametrize(
     ("method", "own"), [("hgpo", HGPO_STAT_NAMES), ("graphgpo", GRAPHGPO_STAT_NAMES), ("g2po", G2PO_STAT_NAMES)]
 )
-def test_stats_and_method_cpu(method, own):
+def test_stats_and_method(method, own):
     b = random_batch(np.random.default_rng(11))
     terms = ESTIMATOR_TERMS[method](*b.inputs, **({} if method == "hgpo" else b.outcome), row_mask=b.row_mask)
     assert terms.method == method
@@ -435,20 +435,20 @@ def test_stats_and_method_cpu(method, own):
 # validation
 
 
-def test_outcome_is_required_and_checked_cpu():
+def test_outcome_is_required_and_checked():
     inputs, kw = _golden()
-    with pytest.raises(ValueError, match=r"graphgpo needs won: one bool per step row"):
+    with pytest.raises(ValueError, match=r"graphgpo needs won"):
         graphgpo_advantage_terms(*inputs)
     with pytest.raises(ValueError, match=r"g2po with invalid_penalty > 0 needs action_valid"):
         g2po_advantage_terms(*inputs, won=kw["won"])
     g2po_advantage_terms(*inputs, won=kw["won"], invalid_penalty=0.0)  # nothing to penalise: not needed
     mixed = kw["won"].copy()
     mixed[0] = True  # row 0 is t3's last step; t3's other rows say lost
-    with pytest.raises(ValueError, match=r"won differs within trajectory traj_ids = 't3': True at row 0, False"):
+    with pytest.raises(ValueError, match=r"won differs .*'t3': True at row 0, False"):
         g2po_advantage_terms(*inputs, won=mixed, action_valid=kw["action_valid"])
     with pytest.raises(ValueError, match=r"won\[1\] = 2 is not a bool"):
         graphgpo_advantage_terms(*inputs, won=np.array([0, 2, 0, 0, 1, 0, 0]))
-    with pytest.raises(ValueError, match=r"length mismatch: won has 3 entries but step_rewards has 7"):
+    with pytest.raises(ValueError, match=r"won has 3 .*step_rewards has 7"):
         graphgpo_advantage_terms(*inputs, won=[True, False, True])
     # a masked row may say anything: it takes part in nothing
     terms = graphgpo_advantage_terms(*inputs, won=mixed, row_mask=np.arange(7) != 0)
@@ -458,23 +458,23 @@ def test_outcome_is_required_and_checked_cpu():
 @pytest.mark.parametrize(
     ("fn", "options", "match"),
     [
-        (hgpo_advantage_terms, {"history_length": -1}, r"history_length=-1 must be a whole number >= 0"),
-        (hgpo_advantage_terms, {"history_length": 1.5}, r"history_length=1.5 must be a whole number"),
-        (hgpo_advantage_terms, {"alpha": -1.0}, r"alpha=-1.0 must be a finite number >= 0"),
-        (hgpo_advantage_terms, {"weight_base": "k"}, r"weight_base='k' is not valid; use 'depth' .*'depth_plus_one'"),
-        (hgpo_advantage_terms, {"std": "biased"}, r"std='biased' is not valid; use 'unbiased'"),
-        (hgpo_advantage_terms, {"episode_term": 1}, r"episode_term=1 must be true or false"),
+        (hgpo_advantage_terms, {"history_length": -1}, r"history_length=-1 .*>= 0"),
+        (hgpo_advantage_terms, {"history_length": 1.5}, r"history_length=1\.5 .*whole number"),
+        (hgpo_advantage_terms, {"alpha": -1.0}, r"alpha=-1\.0 .*>= 0"),
+        (hgpo_advantage_terms, {"weight_base": "k"}, r"weight_base='k'.*'depth'.*'depth_plus_one'"),
+        (hgpo_advantage_terms, {"std": "biased"}, r"std='biased'.*'unbiased'"),
+        (hgpo_advantage_terms, {"episode_term": 1}, r"episode_term=1 .*true or false"),
         (hgpo_advantage_terms, {"norm": "mean_norm"}, r"norm='mean_norm' is not a norm"),
-        (graphgpo_advantage_terms, {"omega": 0.0}, r"omega=0.0 must be a number in \(0, 1\]"),
-        (graphgpo_advantage_terms, {"omega": 1.5}, r"omega=1.5 must be a number in \(0, 1\]"),
-        (graphgpo_advantage_terms, {"success_reward": 0}, r"success_reward=0 must be a finite number > 0"),
+        (graphgpo_advantage_terms, {"omega": 0.0}, r"omega=0\.0 .*\(0, 1\]"),
+        (graphgpo_advantage_terms, {"omega": 1.5}, r"omega=1\.5 .*\(0, 1\]"),
+        (graphgpo_advantage_terms, {"success_reward": 0}, r"success_reward=0 .*> 0"),
         (graphgpo_advantage_terms, {"step_advantage_w": float("inf")}, r"step_advantage_w=inf must be a finite"),
-        (graphgpo_advantage_terms, {"progress": "yes"}, r"progress='yes' must be true or false"),
-        (g2po_advantage_terms, {"invalid_penalty": -0.1}, r"invalid_penalty=-0.1 must be a finite number >= 0"),
-        (g2po_advantage_terms, {"gamma": 2.0}, r"gamma=2.0 must be a number in \[0, 1\]"),
+        (graphgpo_advantage_terms, {"progress": "yes"}, r"progress='yes' .*true or false"),
+        (g2po_advantage_terms, {"invalid_penalty": -0.1}, r"invalid_penalty=-0\.1 .*>= 0"),
+        (g2po_advantage_terms, {"gamma": 2.0}, r"gamma=2\.0 .*\[0, 1\]"),
     ],
 )
-def test_bad_options_raise_cpu(fn, options, match):
+def test_bad_options_raise(fn, options, match):
     inputs, kw = _golden()
     extra = {} if fn is hgpo_advantage_terms else {"won": kw["won"], "action_valid": kw["action_valid"]}
     with pytest.raises(ValueError, match=match):

@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from verl_gigpo.local.tiny_model import EOS_TOKEN, build_tiny_model, main
 
 
-def test_tiny_model_loads_renders_and_generates_cpu(tiny_model_dir):
+def test_tiny_model_loads_renders_and_generates(tiny_model_dir):
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     assert type(model).__name__ == "Qwen2ForCausalLM"
@@ -41,7 +41,7 @@ def test_tiny_model_loads_renders_and_generates_cpu(tiny_model_dir):
     assert out.shape[0] == 1 and 1 <= out.shape[1] - prompt.shape[1] <= 5
 
 
-def test_tiny_model_build_is_deterministic_and_seeded_cpu(tmp_path, tiny_model_dir):
+def test_tiny_model_build_is_deterministic_and_seeded(tmp_path, tiny_model_dir):
     sizes = dict(hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128, envs=("gridnav",))
     again = build_tiny_model(tmp_path / "again", seed=0, **sizes)
     other = build_tiny_model(tmp_path / "other", seed=1, **sizes)
@@ -53,7 +53,7 @@ def test_tiny_model_build_is_deterministic_and_seeded_cpu(tmp_path, tiny_model_d
     assert not all(torch.equal(a[k], c[k]) for k in a)
 
 
-def test_tiny_model_cli_sizes_and_bad_sizes_cpu(tmp_path, capsys):
+def test_tiny_model_cli_sizes_and_bad_sizes(tmp_path, capsys):
     assert (
         main(
             [
@@ -101,7 +101,7 @@ def _replay_expert(seeds, *, max_steps=15):
     return actions
 
 
-def test_imitation_labels_are_the_experts_at_p1_cpu(tiny_model_dir):
+def test_imitation_labels_are_the_experts_at_p1(tiny_model_dir):
     """p_expert = 1 and follow = 1: the walk is the expert's own, every label is its action, every walk wins."""
     import numpy as np
 
@@ -120,7 +120,7 @@ def test_imitation_labels_are_the_experts_at_p1_cpu(tiny_model_dir):
     assert first.startswith("<|im_start|>user\nwalls: ") and first.endswith("<|im_start|>assistant\n")
 
 
-def test_imitation_respects_p_within_tolerance_cpu(tiny_model_dir):
+def test_imitation_respects_p_within_tolerance(tiny_model_dir):
     """The share of expert labels is P (binomial: 3 standard deviations over ~2,000 labels); the others are drawn
     uniformly from the four actions."""
     import numpy as np
@@ -138,7 +138,7 @@ def test_imitation_respects_p_within_tolerance_cpu(tiny_model_dir):
         assert counts.sum() == len(random_labels) and counts.min() > 0.2 * len(random_labels)
 
 
-def test_imitation_build_is_deterministic_and_conditions_on_the_observation_cpu(tmp_path, tiny_model_dir):
+def test_imitation_build_is_deterministic_and_conditions_on_the_observation(tmp_path, tiny_model_dir):
     """Two builds with the same options give byte-identical weights; the fine-tuned model's action distribution
     differs between observations."""
     import shutil
@@ -171,7 +171,7 @@ def test_imitation_build_is_deterministic_and_conditions_on_the_observation_cpu(
         (["--imitate", "gridnav", "--imitate-steps", "0"], "--imitate-steps must be >= 1"),
     ],
 )
-def test_imitation_cli_refuses_bad_options_cpu(tmp_path, capsys, argv, message):
+def test_imitation_cli_refuses_bad_options(tmp_path, capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:
         main(["--out", str(tmp_path / "m"), *argv])
     assert exit_info.value.code == 2

@@ -7,11 +7,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from verl_gigpo.advantage import compute_gigpo_advantage
 from verl_gigpo.anchors import anchor_group_ids
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.rollout.step_rows import StepBatch
-from verl_gigpo.trainer import compute_step_advantages, episode_metrics
+from verl_gigpo.trainer import episode_metrics
 
 
 def _row(traj, step, key, reward, *, valid=True, won=False, error=False, task_type="pick", dropped=0):
@@ -90,33 +89,13 @@ def test_rows_without_step_fields_name_the_agent_loop():
         StepBatch.from_rows(["u", "v"], [{}], [False])
 
 
-def test_step_advantages_equal_the_estimator_on_the_real_rows():
-    steps = _batch()
-    mask = torch.ones(len(steps.group_ids), 3)
-    cfg = GiGPOConfig(key_mode="state")
-    adv, ret, stats = compute_step_advantages(steps, mask, cfg)
-    want_adv, want_ret = compute_gigpo_advantage(
-        torch.tensor(steps.step_rewards, dtype=torch.float32),
-        mask,
-        steps.group_ids,
-        steps.traj_ids,
-        steps.step_ids,
-        steps.anchor_keys,
-        row_mask=steps.row_mask,
-    )
-    torch.testing.assert_close(adv, want_adv, rtol=0, atol=0)
-    torch.testing.assert_close(ret, want_ret, rtol=0, atol=0)
-    assert adv[5].abs().sum() == 0 and adv[7].abs().sum() == 0  # failed episode and padding rows
-    assert stats["gigpo/num_masked_rows"] == 2
-
-
 def test_similarity_key_mode_merges_near_identical_observations():
     obs = "You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a countertop 1."
     rows = [_row("a", 0, obs, 1.0), _row("b", 0, obs + " ", 0.0), _row("c", 0, obs.replace("1.", "2."), 0.5)]
     steps = StepBatch.from_rows(["g"] * 3, rows, [False] * 3)
     mask = torch.ones(3, 2)
-    exact = compute_step_advantages(steps, mask, GiGPOConfig(key_mode="observation"))[2]
-    similar = compute_step_advantages(steps, mask, GiGPOConfig(key_mode="similarity", similarity_threshold=0.9))[2]
+    exact = steps.advantage_terms(GiGPOConfig(key_mode="observation"), mask).stats
+    similar = steps.advantage_terms(GiGPOConfig(key_mode="similarity", similarity_threshold=0.9), mask).stats
     assert exact["gigpo/num_step_groups"] == 3 and similar["gigpo/num_step_groups"] < 3
     ids = anchor_group_ids(steps.anchor_keys, steps.group_ids, similarity_threshold=0.9)
     assert ids[0] == ids[1]
@@ -132,18 +111,19 @@ def test_config_from_verl_algorithm_section():
     assert GiGPOConfig.from_algorithm(None) == GiGPOConfig() == GiGPOConfig.from_algorithm({"gigpo": None})
 
 
-@pytest.mark.parametrize("method", ["hgpo", "graphgpo", "g2po"])
-def test_successors_read_outcome_and_validity_from_the_rows(method):
-    """The trainer mode hands the rows' won and action_valid to the estimator (GraphGPO and G2PO need them); padding
-    and the failed episode stay out."""
+@pytest.mark.parametrize("method", ["gigpo", "hgpo", "graphgpo", "g2po"])
+def test_the_estimator_gets_the_rows_fields_and_masks_padding_and_failed_episodes(method):
+    """The trainer mode's advantage step (:meth:`StepBatch.advantage_terms` on the rows read from ``extra_fields``)
+    is the method's estimator on the rows' rewards, ids, keys, outcome and validity (GraphGPO and G2PO read won and
+    action_valid), with the failed episode's row and verl's padding row masked: they get 0 on every token."""
     from verl_gigpo.advantage import ESTIMATOR_TERMS
-    from verl_gigpo.trainer import step_advantage_terms
 
     steps = _batch()
     mask = torch.ones(len(steps.group_ids), 2)
     cfg = GiGPOConfig(method=method)
-    terms = step_advantage_terms(steps, mask, cfg)
-    extra = {"won": steps.won, "action_valid": steps.action_valid} if method != "hgpo" else {}
+    terms = steps.advantage_terms(cfg, mask)
+    outcome = method in ("graphgpo", "g2po")
+    extra = {"won": steps.won, "action_valid": steps.action_valid} if outcome else {}
     want = ESTIMATOR_TERMS[method](
         torch.as_tensor(steps.step_rewards, dtype=torch.float32),
         mask,
@@ -156,4 +136,7 @@ def test_successors_read_outcome_and_validity_from_the_rows(method):
         **extra,
     )
     np.testing.assert_array_equal(terms.advantage, want.advantage)
-    assert terms.method == method and np.all(terms.advantage[~steps.row_mask] == 0)
+    np.testing.assert_array_equal(terms.step_return, want.step_return)
+    assert terms.method == method and terms.stats == want.stats
+    advantages, _ = terms.token_level(mask)  # (N, 2)
+    assert advantages[[5, 7]].abs().sum() == 0 and advantages.abs().sum() > 0  # failed episode and padding rows

@@ -1,6 +1,7 @@
 """The ``gigpo_sync`` trainer mode's split of an iteration's step rows into optimizer steps (``trainer.v1.gigpo_sync``).
 
-Hand-computed cases of :func:`verl_gigpo.trainer.plan_mini_batches` and the settings reader. That verl's actor really
+Hand-computed cases of :func:`verl_gigpo.trainer.plan_mini_batches` and the settings reader; the plan reaching the
+workers through verl's own ``_update_actor`` on the trainer mode built by its constructor. That verl's actor really
 takes this many optimizer steps is checked on the real pipeline in ``tests/test_e2e_verl_cpu.py`` (optimizer state of
 the checkpoints).
 """
@@ -8,11 +9,15 @@ the checkpoints).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from verl_gigpo.trainer import MiniBatchPlan, UpdateSettings, plan_mini_batches
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
@@ -56,12 +61,12 @@ def test_settings_defaults_match_the_reference_implementation():
 @pytest.mark.parametrize(
     ("node", "message"),
     [
-        ({"mini_batch_rows": 0}, "mini_batch_rows=0 must be an int >= 1"),
-        ({"mini_batch_rows": "2048"}, "mini_batch_rows='2048' must be an int >= 1"),
-        ({"mini_batch_rows": True}, "mini_batch_rows=True must be an int >= 1"),
-        ({"shuffle_rows": "yes"}, "shuffle_rows='yes' must be true or false"),
-        ({"logprob_check_freq": -1}, "logprob_check_freq=-1 must be an int >= 0"),
-        ({"logprob_check_freq": 2.5}, "logprob_check_freq=2.5 must be an int >= 0"),
+        ({"mini_batch_rows": 0}, r"mini_batch_rows=0 .*>= 1"),
+        ({"mini_batch_rows": "2048"}, r"mini_batch_rows='2048' .*>= 1"),
+        ({"mini_batch_rows": True}, r"mini_batch_rows=True .*>= 1"),
+        ({"shuffle_rows": "yes"}, r"shuffle_rows='yes' .*true or false"),
+        ({"logprob_check_freq": -1}, r"logprob_check_freq=-1 .*>= 0"),
+        ({"logprob_check_freq": 2.5}, r"logprob_check_freq=2\.5 .*>= 0"),
         ({"mini_batch_size": 64}, r"unknown key\(s\) \['mini_batch_size'\] in trainer.v1.gigpo_sync"),
     ],
 )
@@ -85,40 +90,38 @@ class _WorkerGroup:
         self.update_actor = update_actor
 
 
-def _trainer_without_workers(plan: MiniBatchPlan | None, *, shuffle: bool = True):
-    """A GiGPOTrainerSync with only what verl's ``_update_actor`` reads (no Ray, no model): the config, the worker
-    group and the plan."""
+def _trainer_without_workers(tmp_path: Path, plan: MiniBatchPlan | None, *, shuffle: bool = True):
+    """The real GiGPOTrainerSync, built by its constructor from ``verl_gigpo/config/gigpo_trainer.yaml`` (no Ray, no
+    model: verl builds its workers later, in ``init_workers``), with two tasks of n = 4 per iteration; a
+    :class:`_WorkerGroup` stands in for the remote workers ``init_workers`` would give it, and ``plan`` is the split
+    ``_balance_batch`` would have planned for the iteration."""
     from verl_gigpo.trainer import GiGPOTrainerSync
 
-    trainer = object.__new__(GiGPOTrainerSync)
-    trainer.config = OmegaConf.create(
-        {
-            "actor_rollout_ref": {
-                "actor": {
-                    "ppo_mini_batch_size": 2,
-                    "calculate_entropy": False,
-                    "entropy_coeff": 0.0,
-                    "ppo_epochs": 1,
-                    "data_loader_seed": 1,
-                    "shuffle": False,
-                },
-                "rollout": {"n": 4, "temperature": 1.0},
-            }
-        }
-    )
+    overrides = [
+        f"actor_rollout_ref.model.path={tmp_path}",
+        f"trainer.default_local_dir={tmp_path}",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_epochs=1",
+        "actor_rollout_ref.actor.shuffle=false",
+        "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.rollout.temperature=1.0",
+        f"trainer.v1.gigpo_sync.mini_batch_rows={'null' if plan is None else 256}",
+        f"trainer.v1.gigpo_sync.shuffle_rows={str(shuffle).lower()}",
+    ]
+    with initialize_config_dir(config_dir=str(ROOT / "verl_gigpo" / "config"), version_base=None):
+        trainer = GiGPOTrainerSync(compose(config_name="gigpo_trainer", overrides=overrides))
     trainer.actor_rollout_wg = _WorkerGroup()
     trainer.mini_batch_plan = plan
-    trainer.update_settings = UpdateSettings(mini_batch_rows=None if plan is None else 256, shuffle_rows=shuffle)
     return trainer
 
 
-def test_planned_rows_reach_update_actor_through_verls_update_actor():
-    """verl's _update_actor (trainer_base.py:1847-1860) writes ppo_mini_batch_size * rollout.n = 8 rows; the plan's
+def test_planned_rows_reach_update_actor_through_verls_update_actor(tmp_path):
+    """verl's PPOTrainer._update_actor writes ppo_mini_batch_size * rollout.n = 8 rows; the plan's
     size and shuffle flag are what update_actor receives, and verl's own method is back afterwards."""
     from transfer_queue import KVBatchMeta
 
     plan = plan_mini_batches(rows=100, max_rows=30, multiple=1)
-    trainer = _trainer_without_workers(plan, shuffle=True)
+    trainer = _trainer_without_workers(tmp_path, plan, shuffle=True)
     original = trainer.actor_rollout_wg.update_actor
     metrics: dict = {}
     trainer._update_actor(KVBatchMeta(), metrics)
@@ -130,10 +133,10 @@ def test_planned_rows_reach_update_actor_through_verls_update_actor():
     assert trainer.actor_rollout_wg.update_actor is original
 
 
-def test_without_a_plan_verl_splits_by_tasks():
+def test_without_a_plan_verl_splits_by_tasks(tmp_path):
     from transfer_queue import KVBatchMeta
 
-    trainer = _trainer_without_workers(None)
+    trainer = _trainer_without_workers(tmp_path, None)
     trainer._update_actor(KVBatchMeta(), {})
     [info] = trainer.actor_rollout_wg.calls
     assert info["mini_batch_size"] == 8 and info["dataloader_kwargs"] == {"shuffle": False}  # 2 tasks * n=4

@@ -121,7 +121,7 @@ def clean(ray_tq):
     _clear_train()
 
 
-def test_dropped_groups_are_replaced_by_fresh_prompts_cpu(clean):
+def test_dropped_groups_are_replaced_by_fresh_prompts(clean):
     # round 1: flat, mixed, win; the refills: mixed, flat, then more than the buffer will ask for
     rollouts = Rollouts(["flat", "mixed", "win", "mixed", "flat", "mixed", "mixed", "mixed"])
     buffer = _buffer(rollouts, DynamicSampling(enable=True, filter="signal", max_rounds=3), 3)
@@ -141,7 +141,7 @@ def test_dropped_groups_are_replaced_by_fresh_prompts_cpu(clean):
     assert metrics["dynamic/short_groups"] == 0 and metrics["dynamic/episodes_played"] == 10
 
 
-def test_the_budget_ends_the_iteration_with_a_full_batch_cpu(clean):
+def test_the_budget_ends_the_iteration_with_a_full_batch(clean):
     """max_num_gen_batches=2, every group flat: round 1 is evicted and replaced once; the replacements, also flat,
     are kept to fill the batch (the budget is spent), as the reference's last try keeps everything."""
     rollouts = Rollouts(["flat"] * 10)
@@ -154,7 +154,7 @@ def test_the_budget_ends_the_iteration_with_a_full_batch_cpu(clean):
     assert metrics["dynamic/short_groups"] == 2 and metrics["dynamic/kept_groups"] == 0
 
 
-def test_groups_finishing_one_at_a_time_still_give_a_full_batch_cpu(clean):
+def test_groups_finishing_one_at_a_time_still_give_a_full_batch(clean):
     """Groups finish one by one while others run, every one flat, budget 2 x 3 prompts: evictions stop where the
     groups present plus the prompts the budget allows no longer exceed the batch, so verl's loop ends with 3 groups
     instead of waiting for refills the budget cannot give."""
@@ -180,7 +180,7 @@ def test_groups_finishing_one_at_a_time_still_give_a_full_batch_cpu(clean):
     assert metrics["dynamic/short_groups"] == 3 and metrics["training/filter_groups/evicted_samples"] == 3
 
 
-def test_the_trainer_mode_builds_the_dynamic_buffer_cpu(ray_tq, tmp_path):
+def test_the_trainer_mode_builds_the_dynamic_buffer(ray_tq, tmp_path):
     overrides = [
         "algorithm.filter_groups.enable=true",
         "algorithm.filter_groups.filter=signal",

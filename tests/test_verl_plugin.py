@@ -113,7 +113,7 @@ def test_registered_function_honours_similarity_keys_as_the_trainer_mode_does():
     from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
     from verl_gigpo.config import GiGPOConfig
-    from verl_gigpo.trainer import StepBatch, step_advantage_terms
+    from verl_gigpo.rollout.step_rows import StepBatch
 
     # One task, three trajectories of two steps; the first observations differ in one object only.
     first = [ROOM, ROOM.replace("apple 1", "apple 2"), ROOM.replace("lettuce", "tomato")]
@@ -138,7 +138,7 @@ def test_registered_function_honours_similarity_keys_as_the_trainer_mode_does():
         anchor_keys=steps.anchor_keys,
     )
     cfg = GiGPOConfig.from_algorithm(config)
-    want_adv, want_ret = step_advantage_terms(steps, mask, cfg).token_level(mask)
+    want_adv, want_ret = steps.advantage_terms(cfg, mask).token_level(mask)  # the trainer mode's advantage step
     torch.testing.assert_close(adv, want_adv, rtol=0, atol=0)
     torch.testing.assert_close(ret, want_ret, rtol=0, atol=0)
     # The three first steps form one anchor group (not three singletons with A_S = 0): R_t = 0.9, -0.1, 0.45. The

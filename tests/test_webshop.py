@@ -610,7 +610,7 @@ def test_real_adapter_num_tasks_are_the_goal_splits(fake_webshop, monkeypatch):
     monkeypatch.setattr(_FakeWebAgentTextEnv, "n_goals", 300)
     small = fake_webshop(share_server=False)
     assert small.num_tasks("test") == 300
-    with pytest.raises(ValueError, match="only 300 goals, so there is no train split"):
+    with pytest.raises(ValueError, match=r"only 300 goals.*no train split"):
         small.num_tasks("train")
 
 

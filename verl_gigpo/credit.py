@@ -64,6 +64,7 @@ import numpy as np
 
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.advantage import AdvantageTerms
+from verl_gigpo.rules import Range
 
 __all__ = [
     "CREDIT_DIR",
@@ -127,15 +128,20 @@ class CreditLogOptions:
     max_chars: int = 200
 
     def __post_init__(self) -> None:
-        checks = (
-            ("freq", lambda v: v >= 0, "a whole number >= 0 (0 turns credit records off)"),
-            ("groups", lambda v: v >= 1 or v == -1, "a whole number >= 1, or -1 for every episode group"),
-            ("max_chars", lambda v: v >= 1, "a whole number >= 1 (e.g. 200)"),
+        Range("trainer.credit_log_freq", "int", "log every N iterations; 0 turns credit records off", low=0).check(
+            self.freq
         )
-        for name, ok, valid in checks:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | np.integer) or not ok(value):
-                raise ValueError(f"trainer.credit_log_{name}={value!r} must be {valid}")
+        groups = Range(
+            "trainer.credit_log_groups",
+            "int",
+            "episode groups per logged iteration, or -1 for every episode group",
+            low=1,
+        )
+        if self.groups != -1:  # -1: every episode group
+            groups.check(self.groups)
+        Range("trainer.credit_log_max_chars", "int", "characters kept of each text, e.g. 200", low=1).check(
+            self.max_chars
+        )
 
     @classmethod
     def from_trainer(cls, trainer: Mapping[str, Any] | None, *, estimator: str | None = None) -> CreditLogOptions:

@@ -82,7 +82,6 @@ _FSDP_CONFIG = "fsdp_config.json"
 #: validation sampling), which ``python -m verl_gigpo.evaluate`` plays the folder with
 RUN_SETTINGS = "gigpo_run_settings.json"
 _LORA_META = "lora_train_meta.json"
-_POINTER = "latest_checkpointed_iteration.txt"
 #: verl's checkpoint folder (not ``global_step_N.partial``: a save that did not finish, set aside by verl_gigpo.main)
 _STEP_DIR = re.compile(r"global_step_(\d+)")
 _WHAT_TO_PASS = (
@@ -155,12 +154,12 @@ def resolve_checkpoint(ckpt: str | Path) -> Source:
     if (path / "state.pt").is_file():
         return Source("local", path / "state.pt", _local_iteration(path))
     if any(path.glob("global_step_*")):
-        from verl_gigpo.launch import read_checkpoint_folder
+        from verl_gigpo.launch import POINTER, read_checkpoint_folder
 
         state = read_checkpoint_folder(path)
         if not state.latest:
             raise ExportError(
-                f"{path} holds global_step_* folders but {path / _POINTER} names none of them "
+                f"{path} holds global_step_* folders but {path / POINTER} names none of them "
                 f"({state.pointer_problem or 'missing or pointing elsewhere'}); pass <experiment>/global_step_N"
             )
         return _verl_actor(path / f"global_step_{state.latest}")

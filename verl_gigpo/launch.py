@@ -58,7 +58,8 @@ __all__ = [
     "write_launch_record",
 ]
 
-#: verl's pointer to the last complete checkpoint (verl/trainer/ppo/v1/trainer_base.py:1022)
+#: verl's pointer to the last complete checkpoint (written by ``PPOTrainer._save_checkpoint``); the local engine's
+#: ``checkpoints/`` folder uses the same name (:func:`verl_gigpo.local.run_folder.write_latest`)
 POINTER = "latest_checkpointed_iteration.txt"
 #: where each launch's resolved config is saved, inside the experiment folder
 LAUNCHES_DIR = "launches"
@@ -171,8 +172,11 @@ def set_aside_partial_checkpoints(state: CheckpointFolder) -> list[tuple[Path, P
 
 
 def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}, "c": {}}`` -> ``{"a.b": 1}`` (lists and other values are leaves; an empty mapping adds
-    nothing, so ``env.kwargs={}`` and ``env.kwargs.x=1`` differ in ``env.kwargs.x`` alone)."""
+    """``{"a": {"b": 1}, "c": {}}`` -> ``{"a.b": 1}``: the dotted key of every leaf (lists and other non-mapping
+    values are leaves). An empty mapping holds no setting and adds nothing, so ``env.kwargs={}`` and
+    ``env.kwargs.x=1`` differ in ``env.kwargs.x`` alone, and a mapping left empty equals one that is absent. Both
+    engines compare configs on resume with it (:func:`training_changes`,
+    :func:`verl_gigpo.local.run_folder.resume_config_changes`)."""
     out: dict[str, Any] = {}
     for key, value in config.items():
         name = f"{prefix}{key}"

@@ -12,7 +12,10 @@ the same on both engines: it names the key (``env.invalid_action_penalty``), the
 the key means or what to do instead.
 
 * :data:`RANGES` — type and range of every numeric and boolean key (:class:`Range`); :data:`SHARED_KEYS` — those
-  that exist with the same meaning in verl's config and the local engine's, and so are checked by both;
+  that exist with the same meaning in verl's config and the local engine's, and so are checked by both.
+  :class:`Range` is also the check of every other number and flag the package takes (the estimators' options, the
+  sections of ``trainer.v1.gigpo_sync``, ``trainer.credit_log_*`` and ``env.prompt``, the local engine's sampling
+  parameters, the command lines' numbers): one message, ``<key>=<value> must be <allowed> (<meaning>)``;
 * :func:`kl_in_reward_problem` — ``algorithm.use_kl_in_reward`` and the estimator;
 * :func:`estimator_problem` — ``algorithm.adv_estimator`` against the estimators an engine runs;
 * :func:`group_size_warning` — the warning for ``actor_rollout_ref.rollout.n=1``;
@@ -31,6 +34,7 @@ processes import that.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -70,7 +74,8 @@ class Range:
     Attributes:
         key: the config key as the user types it (``env.invalid_action_penalty``).
         kind: ``"bool"`` (true or false), ``"int"`` (a whole number, not a bool) or ``"float"`` (a finite real
-            number, not a bool; an int is accepted).
+            number, not a bool; an int is accepted). Numpy's integer and floating scalars count as ints and
+            numbers (``numbers.Integral`` / ``numbers.Real``); numpy's bool is neither.
         meaning: what the key means, shown in the message.
         low, high: the bounds (None: unbounded on that side); ``low_open`` makes the lower bound strict.
         nullable: null (None) is allowed too.
@@ -97,7 +102,8 @@ class Range:
             noun = "a whole number" if self.kind == "int" else "a finite number"
             lower = None if self.low is None else f"{'>' if self.low_open else '>='} {self.low:g}"
             if self.high is not None and self.low is not None:
-                text = f"a number in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
+                span = f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
+                text = f"a whole number in {span}" if self.kind == "int" else f"a number in {span}"
             elif self.high is not None:
                 text = f"{noun} <= {self.high:g}"
             else:
@@ -111,7 +117,7 @@ class Range:
             return None
         if self._ok(value):
             return None
-        return f"{key or self.key}={value!r} must be {self.allowed} ({self.meaning})"
+        return f"{key or self.key}={_show(value)} must be {self.allowed} ({self.meaning})"
 
     def check(self, value: Any, *, key: str | None = None) -> Any:
         """``value`` unchanged when it obeys the rule; else ``ValueError`` with :meth:`problem`'s message."""
@@ -121,16 +127,22 @@ class Range:
         return value
 
     def _ok(self, value: Any) -> bool:
-        is_bool = isinstance(value, bool)
         if self.kind == "bool":
-            return is_bool
-        if is_bool or not isinstance(value, int | float) or (self.kind == "int" and not isinstance(value, int)):
+            return isinstance(value, bool)
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral if self.kind == "int" else numbers.Real):
             return False
         if not math.isfinite(value):
             return False
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return False
         return self.high is None or value <= self.high
+
+
+def _show(value: Any) -> str:
+    """repr of a value for a message, numpy scalars as the plain Python value (``0.5``, not ``np.float64(0.5)``)."""
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
+        value = value.item()
+    return repr(value)
 
 
 _RULES = (

@@ -6,7 +6,8 @@ Select it with ``trainer.v1.trainer_mode=gigpo_sync`` (``verl_gigpo/config/gigpo
   TransferQueue and turned into ``env/*`` and ``episode/*`` metrics;
 * ``algorithm.adv_estimator=gigpo`` (or a successor: ``hgpo``, ``graphgpo``, ``g2po``): per-step rewards, trajectory
   ids, step ids, anchor keys, episode outcomes and action validity go to the configured estimator,
-  :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms`; verl's padding rows (tag ``is_padding``, deep
+  :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms`, through :meth:`StepBatch.advantage_terms` (as on the local
+  engine); verl's padding rows (tag ``is_padding``, deep
   copies of a real row) and rows of episodes whose environment failed are excluded from every statistic and get 0;
   advantages/returns are written back to TransferQueue; ``gigpo/*`` metrics come from the estimator;
 * ``grpo`` and ``rloo``: verl's own ``core_algos`` functions on one score per trajectory (its return), the rows of
@@ -92,6 +93,7 @@ from verl_gigpo.rollout import metrics as rollout_metrics
 from verl_gigpo.rollout.dynamic import DynamicSampling
 from verl_gigpo.rollout.step_rows import StepBatch, UpdateSettings
 from verl_gigpo.rules import (
+    Range,
     ValidationSampling,
     group_size_warning,
     kl_in_reward_problem,
@@ -107,11 +109,9 @@ __all__ = [
     "StepBatch",
     "UpdateSettings",
     "apply_validation_sampling",
-    "compute_step_advantages",
     "episode_metrics",
     "plan_mini_batches",
     "planned_update_actor",
-    "step_advantage_terms",
 ]
 
 logger = logging.getLogger(__name__)
@@ -147,33 +147,6 @@ def plan_mini_batches(rows: int, max_rows: int, multiple: int) -> MiniBatchPlan:
     k = math.ceil(rows / max_rows)
     m = math.ceil(math.ceil(rows / k) / multiple) * multiple
     return MiniBatchPlan(rows=rows, mini_batch_rows=m, num_mini_batches=math.ceil(rows / m))
-
-
-def compute_step_advantages(
-    steps: StepBatch, response_mask: torch.Tensor, cfg: GiGPOConfig
-) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
-    """GiGPO advantages for a batch of step rows.
-
-    Args:
-        steps: the rows' step data (length N).
-        response_mask: (N, L) right-padded response mask.
-        cfg: estimator settings; with ``key_mode="similarity"`` observation keys are merged at
-            ``cfg.similarity_threshold`` (see :meth:`GiGPOConfig.advantage_terms`).
-
-    Returns:
-        advantages (N, L), returns (N, L) (what :func:`~verl_gigpo.advantage.compute_gigpo_advantage` returns for
-        these rows) and the estimator's ``gigpo/*`` stats.
-    """
-    terms = step_advantage_terms(steps, response_mask, cfg)
-    advantages, returns = terms.token_level(response_mask)  # (N, L), (N, L): exactly compute_gigpo_advantage's
-    return advantages, returns, dict(terms.stats)
-
-
-def step_advantage_terms(steps: StepBatch, response_mask: torch.Tensor, cfg: GiGPOConfig) -> GiGPOTerms:
-    """The estimator's per-row terms (:class:`~verl_gigpo.advantage.GiGPOTerms`, arrays (N,)) for a batch of step
-    rows, arguments as :func:`compute_step_advantages`, which broadcasts them over the response tokens: the
-    configured estimator (:meth:`StepBatch.advantage_terms`, the entry both engines use) on the real rows."""
-    return steps.advantage_terms(cfg, response_mask)
 
 
 def episode_metrics(steps: StepBatch) -> dict[str, float]:
@@ -311,11 +284,13 @@ class GiGPOTrainerSync(PPOTrainerSync):
         buffer = self._dynamic_replay_buffer(dynamic) if dynamic.enable else super()._build_replay_buffer()
         interval = (self.config.trainer.v1.get("sampler") or {}).get("poll_interval")
         if interval is not None:
-            if isinstance(interval, bool) or not isinstance(interval, int | float) or not interval > 0:
-                raise ValueError(
-                    f"trainer.v1.sampler.poll_interval={interval!r} must be a number of seconds > 0 (how often "
-                    "verl's ReplayBuffer checks TransferQueue for finished rollouts) or null (verl's 2 s)"
-                )
+            Range(
+                "trainer.v1.sampler.poll_interval",
+                "float",
+                "seconds between verl's ReplayBuffer's checks of TransferQueue for finished rollouts; null = verl's 2",
+                low=0,
+                low_open=True,
+            ).check(interval)
             buffer.poll_interval = float(interval)
         return buffer
 
@@ -474,8 +449,8 @@ class GiGPOTrainerSync(PPOTrainerSync):
             advantages = torch.as_tensor(per_row, dtype=torch.float32)[:, None] * response_mask  # (N, L)
             fields.update(advantages=advantages, returns=advantages)
         else:
-            terms = step_advantage_terms(steps, response_mask, self.gigpo_config)
-            advantages, returns = terms.token_level(response_mask)  # (N, L), (N, L): as compute_step_advantages
+            terms = steps.advantage_terms(self.gigpo_config, response_mask)  # the entry both engines use
+            advantages, returns = terms.token_level(response_mask)  # (N, L), (N, L)
             self._write_credit(terms, steps, list(data["extra_fields"]))  # trainer.credit_log_freq
             metrics.update(terms.stats)
             fields.update(advantages=advantages, returns=returns)

@@ -87,7 +87,7 @@ HGPO
     item whose float32 advantage is nonzero (``advs != 0``, line 196; the episode item too, 278-280), so a row at
     its group's mean counts or not by rounding, and when it counts its remainder takes full weight and pulls the mix
     toward 0 (R_t = 0.2, 0.3, 0.4 in one group: the recipe's 0.3 gets a_k = 3.6e-7; in float64, a_k != 0 gives
-    -0.1633 instead of -0.4899 on the case of ``test_hgpo_depths_by_the_exact_rule_cpu``).
+    -0.1633 instead of -0.4899 on the case of ``test_hgpo_depths_by_the_exact_rule``).
 
 GraphGPO
 

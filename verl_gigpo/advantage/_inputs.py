@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from verl_gigpo._ids import as_id_array, show
+from verl_gigpo.rules import Range
 
 __all__ = [
     "EPISODE_STATS",
@@ -64,14 +65,10 @@ def check_common_options(*, gamma: Any, norm: Any, epsilon: Any, episode_stats: 
             f"episode_stats={episode_stats!r} is not valid; use 'trajectory' (each trajectory counts once, paper "
             "Eq. 3) or 'step' (every step row counts, as the reference code does)"
         )
-    if not is_real(gamma) or not 0.0 <= gamma <= 1.0:
-        raise ValueError(
-            f"gamma={show(gamma)} must be a number in [0, 1] (the paper uses 0.95; 1.0 = no discount, 0 = each "
-            "step's own reward)"
-        )
-    if not is_real(epsilon) or not 0.0 < epsilon < math.inf:
-        raise ValueError(f"epsilon={show(epsilon)} must be a finite number > 0 (e.g. 1e-6)")
-    return {"gamma": float(gamma), "norm": norm, "epsilon": float(epsilon), "episode_stats": episode_stats}
+    why = "the paper uses 0.95; 1.0 = no discount, 0 = each step's own reward"
+    gamma = check_number("gamma", gamma, low=0.0, high=1.0, why=why)
+    epsilon = check_number("epsilon", epsilon, low=0.0, low_open=True, why="e.g. 1e-6")
+    return {"gamma": gamma, "norm": norm, "epsilon": epsilon, "episode_stats": episode_stats}
 
 
 def check_number(
@@ -79,15 +76,7 @@ def check_number(
 ) -> float:
     """``value`` as a float when it is a real number in ``[low, high]`` (``(low, high]`` with ``low_open``); else
     ``ValueError("<key>=<value> must be ... (<why>)")``. Infinity and NaN are never valid."""
-    ok = is_real(value) and math.isfinite(value) and (value > low if low_open else value >= low) and value <= high
-    if not ok:
-        lower = f"> {low:g}" if low_open else f">= {low:g}"
-        span = (
-            f"a finite number {lower}"
-            if high == math.inf
-            else f"a number in {'(' if low_open else '['}{low:g}, {high:g}]"
-        )
-        raise ValueError(f"{key}={show(value)} must be {span} ({why})")
+    Range(key, "float", why, low=low, high=None if high == math.inf else high, low_open=low_open).check(value)
     return float(value)
 
 

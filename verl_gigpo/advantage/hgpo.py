@@ -36,6 +36,7 @@ from verl_gigpo.advantage._inputs import MethodOptions, check_common_options, ch
 from verl_gigpo.advantage._rows import Basis, at_group_mean, basis, episode_at_mean, normalise_in_groups
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 from verl_gigpo.anchors import check_similarity_threshold
+from verl_gigpo.rules import Range
 
 __all__ = ["HGPO_STAT_NAMES", "HGPOOptions", "check_hgpo_options", "hgpo_advantage_terms"]
 
@@ -58,11 +59,13 @@ def check_hgpo_options(
     Raises:
         ValueError: ``"<option>=<value> must be ..."`` naming the valid values.
     """
-    if isinstance(history_length, bool) or not isinstance(history_length, int | np.integer) or history_length < 0:
-        raise ValueError(
-            f"history_length={show(history_length)} must be a whole number >= 0: the deepest group keys the last "
-            "history_length + 1 anchor states (the paper uses the prompt's history, env.history_length = 2)"
-        )
+    Range(
+        "history_length",
+        "int",
+        "the deepest group keys the last history_length + 1 anchor states; the paper uses the prompt's history, "
+        "env.history_length = 2",
+        low=0,
+    ).check(history_length)
     if weight_base not in WEIGHT_BASES:
         raise ValueError(
             f"weight_base={weight_base!r} is not valid; use 'depth' (depth k weighs k^alpha, the paper) or "

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from verl_gigpo.launch import POINTER
 from verl_gigpo.metrics_file import METRICS_NAME, iteration_gaps, read_metrics, training_steps
 
 __all__ = [
@@ -253,7 +254,7 @@ def run_pipeline(
 def checkpointed_and_logged(run_dir: Path, step: int) -> Callable[[], bool]:
     """A ``stop_when`` for :func:`run_pipeline`: true once verl's pointer names ``step`` (its checkpoint is
     complete) and the metrics file holds iteration ``step``."""
-    pointer = run_dir / "ckpt" / "latest_checkpointed_iteration.txt"
+    pointer = run_dir / "ckpt" / POINTER
 
     def done() -> bool:
         if not pointer.exists() or pointer.read_text().strip() != str(step):

@@ -32,6 +32,7 @@ import pandas as pd
 
 from environments import TextEnv, list_envs, make_env, resolve_env
 from verl_gigpo import AGENT_LOOP_NAME
+from verl_gigpo.rules import Range
 
 __all__ = ["DEFAULT_VAL_SPLIT", "REPORT_NAME", "main", "task_rows", "task_type_counts", "write_task_files"]
 
@@ -121,8 +122,7 @@ def write_task_files(
     """
     if env_name not in list_envs():
         raise ValueError(f"unknown environment {env_name!r}; known environments: {', '.join(list_envs())}")
-    if isinstance(train_size, bool) or not isinstance(train_size, int) or train_size < 1:
-        raise ValueError(f"train_size must be an int >= 1, got {train_size!r}")
+    Range("train_size", "int", "training tasks", low=1).check(train_size)
     if not str(out_dir).strip():
         raise ValueError("out_dir is empty; name the folder for train.parquet and val.parquet, e.g. ~/data/gigpo/x")
     if env_kwargs is not None and not isinstance(env_kwargs, dict):

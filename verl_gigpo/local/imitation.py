@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from verl_gigpo.rules import Range
+
 __all__ = ["IMITATE_P", "action_probabilities", "expert_examples", "imitate_expert", "sft_action_format"]
 
 logger = logging.getLogger(__name__)
@@ -142,13 +144,10 @@ def imitate_expert(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     for name, value in (("p_expert", p_expert), ("follow", follow)):
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
-            raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
+        Range(name, "float", "a probability", low=0, high=1).check(value)
     for name, value in (("steps", steps), ("tasks", tasks), ("batch_size", batch_size), ("max_steps", max_steps)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    if isinstance(history_length, bool) or not isinstance(history_length, int) or history_length < 0:
-        raise ValueError(f"history_length must be an int >= 0, got {history_length!r}")
+        Range(name, "int", "a count", low=1).check(value)
+    Range("history_length", "int", "past steps shown in the prompt", low=0).check(history_length)
     model_dir = Path(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)

@@ -30,23 +30,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from verl_gigpo.launch import POINTER, flatten_config
+
 __all__ = [
-    "LATEST",
     "LR_KEY",
     "RESUMABLE_KEYS",
     "RUN_OUTPUTS",
     "check_writable",
     "checkpoint_candidates",
-    "flatten_config",
     "prepare_run_folder",
     "resume_config_changes",
     "write_latest",
 ]
 
 logger = logging.getLogger(__name__)
-
-LATEST = "latest_checkpointed_iteration.txt"
-"""File in ``checkpoints/`` naming the iteration of the last checkpoint written."""
 
 RUN_OUTPUTS = ("metrics.jsonl", "learning_curve.png", "checkpoints", "credit")
 """What a run writes in its folder (and all that ``--overwrite`` removes)."""
@@ -165,14 +162,15 @@ def check_writable(out_dir: str | Path) -> None:
 
 
 def write_latest(checkpoints: str | Path, iteration: int) -> None:
-    """Point ``checkpoints/LATEST`` at ``iteration``, atomically: a temporary file, flushed to disk, renamed."""
+    """Point ``checkpoints/latest_checkpointed_iteration.txt`` (verl's name, :data:`verl_gigpo.launch.POINTER`) at
+    ``iteration``, atomically: a temporary file, flushed to disk, renamed."""
     checkpoints = Path(checkpoints)
-    tmp = checkpoints / (LATEST + ".tmp")
+    tmp = checkpoints / (POINTER + ".tmp")
     with tmp.open("w") as fh:
         fh.write(f"{iteration}\n")
         fh.flush()
         os.fsync(fh.fileno())
-    os.replace(tmp, checkpoints / LATEST)
+    os.replace(tmp, checkpoints / POINTER)
 
 
 def checkpoint_candidates(checkpoints: str | Path) -> list[tuple[int, Path]]:
@@ -188,7 +186,7 @@ def checkpoint_candidates(checkpoints: str | Path) -> list[tuple[int, Path]]:
         ),
         reverse=True,
     )
-    pointer = checkpoints / LATEST
+    pointer = checkpoints / POINTER
     named: int | None = None
     problem = ""
     try:
@@ -204,18 +202,6 @@ def checkpoint_candidates(checkpoints: str | Path) -> list[tuple[int, Path]]:
         logger.warning("%s; resuming from the newest complete checkpoint, iteration %d", problem, complete[0][0])
     first = [c for c in complete if c[0] == named]
     return first + [c for c in complete if c[0] != named]
-
-
-def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists and other values are leaves)."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(flatten_config(value, name + "."))
-        else:
-            out[name] = value
-    return out
 
 
 def resume_config_changes(

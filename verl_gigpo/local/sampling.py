@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from verl_gigpo.rules import Range
+
 __all__ = ["DecodeControls", "DecodeOutputs", "SamplingParams", "parse_sampling_params", "sample_tokens"]
 
 _KNOWN_PARAMS = {
@@ -71,29 +73,24 @@ def parse_sampling_params(params: dict[str, Any] | None, *, vocab_size: int, def
     out = SamplingParams(max_tokens=default_max_tokens)
 
     temperature = params.get("temperature", 1.0)
-    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not temperature >= 0:
-        raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {temperature!r}")
+    Range("temperature", "float", "0 = greedy", low=0).check(temperature)
     out.temperature = float(temperature)
     top_p = params.get("top_p", 1.0)
-    if isinstance(top_p, bool) or not isinstance(top_p, int | float) or not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+    Range("top_p", "float", "nucleus sampling mass", low=0, high=1, low_open=True).check(top_p)
     out.top_p = float(top_p)
     top_k = params.get("top_k", 0)
     if top_k is None:
         top_k = 0
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < -1:
-        raise ValueError(f"top_k must be an int >= 1, or -1/0 for no top-k, got {top_k!r}")
+    Range("top_k", "int", "-1 or 0 = no top-k", low=-1).check(top_k)
     out.top_k = max(int(top_k), 0)
     max_tokens = params.get("max_tokens", params.get("max_new_tokens", default_max_tokens))
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ValueError(f"max_tokens (max_new_tokens) must be an int >= 1, got {max_tokens!r}")
+    Range("max_tokens", "int", "generated tokens, also called max_new_tokens", low=1).check(max_tokens)
     out.max_tokens = int(max_tokens)
     for name in ("stop_token_ids", "allowed_token_ids"):
         if params.get(name) is not None:
             setattr(out, name, _token_ids(name, params[name], vocab_size))
     seed = params.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ValueError(f"seed must be an int or None, got {seed!r}")
+    Range("seed", "int", "seed of the sampling generator", nullable=True).check(seed)
     out.seed = seed
     generator = params.get("generator")
     if generator is not None and not isinstance(generator, torch.Generator):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +14,7 @@ from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.probe.keys import DEFAULT_KEYS, KeySpec, parse_keys
 from verl_gigpo.probe.play import PlayedEpisodes, play_model, play_random, split_max_steps
 from verl_gigpo.probe.stats import KeyModeStats, Recommendation, key_mode_stats, recommend
-from verl_gigpo.rules import group_size_warning
+from verl_gigpo.rules import Range, group_size_warning
 
 __all__ = ["ProbeOptions", "ProbeResult", "run_probe"]
 
@@ -62,20 +61,16 @@ class ProbeOptions:
     registry: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
-        for name, value in (("--groups", self.groups), ("-n", self.n)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} {value!r}: must be a whole number >= 1")
+        Range("--groups", "int", "episode groups (tasks) to play", low=1).check(self.groups)
+        Range("-n", "int", "episodes per group", low=1).check(self.n)
         if isinstance(self.keys, str):
             object.__setattr__(self, "keys", tuple(parse_keys(self.keys)))
         elif not self.keys or not all(isinstance(k, KeySpec) for k in self.keys):
             raise ValueError(f"--keys: give key modes, e.g. {DEFAULT_KEYS}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"--seed {self.seed!r}: must be a whole number >= 0")
+        Range("--seed", "int", "seed of the task draw and the rollout", low=0).check(self.seed)
         if self.method not in STEP_CREDIT_ESTIMATORS:
             raise ValueError(f"--method {self.method!r}: use one of {', '.join(STEP_CREDIT_ESTIMATORS)}")
-        gamma = self.gamma
-        if isinstance(gamma, bool) or not isinstance(gamma, int | float) or math.isnan(gamma) or not 0 <= gamma <= 1:
-            raise ValueError(f"--gamma {gamma!r}: the discount must be in [0, 1]")
+        Range("--gamma", "float", "the discount", low=0, high=1).check(self.gamma)
         split_max_steps(self.env_kwargs)  # refuses key_mode
         if self.model is None:
             if self.overrides or self.device is not None:

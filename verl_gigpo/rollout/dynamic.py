@@ -43,6 +43,7 @@ import pandas as pd
 
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.rollout.step_rows import StepBatch
+from verl_gigpo.rules import Range
 
 __all__ = [
     "FILTERS",
@@ -100,19 +101,19 @@ class DynamicSampling:
     max_rounds: int = 10
 
     def __post_init__(self) -> None:
-        if not isinstance(self.enable, bool):
-            raise ValueError(f"{SECTION}.enable={self.enable!r} must be true or false")
+        Range(f"{SECTION}.enable", "bool", "dynamic sampling of episode groups").check(self.enable)
         if self.filter not in FILTERS:
             raise ValueError(
                 f"{SECTION}.filter={self.filter!r} must be 'episode' (keep a group whose episode returns are not all "
                 "equal, the reference's dynamic GiGPO) or 'signal' (also keep one whose step term is nonzero)"
             )
-        rounds = self.max_rounds
-        if isinstance(rounds, bool) or not isinstance(rounds, int) or (self.enable and rounds < 1):
-            raise ValueError(
-                f"{SECTION}.max_num_gen_batches={rounds!r} must be a whole number >= 1 (most rounds of "
-                "data.train_batch_size tasks per iteration, the first included; the reference's dynamic GiGPO: 10)"
-            )
+        Range(
+            f"{SECTION}.max_num_gen_batches",
+            "int",
+            "most rounds of data.train_batch_size tasks per iteration, the first included; the reference's dynamic "
+            "GiGPO: 10",
+            low=1 if self.enable else None,
+        ).check(self.max_rounds)
 
     @classmethod
     def from_algorithm(cls, algorithm: Any) -> DynamicSampling:

@@ -17,13 +17,13 @@ held by the other episodes' calls in the same process), so the defaults leave ro
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from environments import EnvError
+from verl_gigpo.rules import Range
 
 __all__ = [
     "DEFAULT_RESET_TIMEOUT_S",
@@ -71,11 +71,8 @@ def usable_cpus() -> int:
 
 def _seconds(value: Any, key: str) -> float | None:
     """A deadline in seconds: a finite number > 0, or None (null) for no deadline; ``ValueError`` names ``key``."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{key} must be a number of seconds > 0, or null for no deadline; got {value!r}")
-    return float(value)
+    Range(key, "float", "a deadline in seconds; null = no deadline", low=0, low_open=True, nullable=True).check(value)
+    return None if value is None else float(value)
 
 
 @dataclass(frozen=True)
@@ -97,11 +94,9 @@ class EnvExecution:
         _seconds(self.step_timeout_s, "env.step_timeout_s")
         _seconds(self.reset_timeout_s, "env.reset_timeout_s")
         workers = self.num_workers
-        if workers != "auto" and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
-            raise ValueError(
-                f"env.num_workers must be 'auto', 0 (environments in threads) or a positive number of worker "
-                f"processes; got {workers!r}"
-            )
+        if workers != "auto":
+            meaning = "or 'auto'; 0 = environments in threads, N = that many worker processes"
+            Range("env.num_workers", "int", meaning, low=0).check(workers)
 
     @classmethod
     def from_config(cls, env: Mapping[str, Any] | None) -> EnvExecution:

@@ -48,6 +48,7 @@ from environments.base import PromptStyle
 from verl_gigpo.rollout.execution import EnvDeadlineError, EnvExecution
 from verl_gigpo.rollout.types import EpisodeConfig, TaskSpec
 from verl_gigpo.rollout.wire import Wire, rebuild_error
+from verl_gigpo.rules import Range
 
 __all__ = ["ProcessEnvHost", "RemoteEnv", "view_class"]
 
@@ -388,8 +389,7 @@ class ProcessEnvHost:
     """
 
     def __init__(self, num_workers: int, execution: EnvExecution | None = None, *, max_idle: int = 64):
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-            raise ValueError(f"num_workers must be a positive int, got {num_workers!r}")
+        Range("num_workers", "int", "worker processes", low=1).check(num_workers)
         self.num_workers, self.max_idle = num_workers, max_idle
         self.execution = execution if execution is not None else EnvExecution()
         self.lock = threading.Lock()

@@ -30,6 +30,7 @@ import pandas as pd
 from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, TRAINER_MODE
 from verl_gigpo.rollout.metrics import TrajectorySummary
 from verl_gigpo.rollout.types import Episode
+from verl_gigpo.rules import Range
 
 __all__ = ["REQUIRED_FIELDS", "StepBatch", "UpdateSettings", "episode_group_id"]
 
@@ -364,21 +365,24 @@ class UpdateSettings:
         if unknown:
             raise ValueError(f"unknown key(s) {unknown} in trainer.v1.{TRAINER_MODE}; known: {', '.join(known)}")
         rows = node.get("mini_batch_rows", cls.mini_batch_rows)
-        if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
-            raise ValueError(
-                f"trainer.v1.{TRAINER_MODE}.mini_batch_rows={rows!r} must be an int >= 1 (most step rows per "
-                "optimizer step, e.g. 256 as the reference's ALFWorld run) or null (verl's own split by tasks)"
-            )
+        Range(
+            f"trainer.v1.{TRAINER_MODE}.mini_batch_rows",
+            "int",
+            "most step rows per optimizer step, e.g. 256 as the reference's ALFWorld run; null = verl's own split "
+            "by tasks",
+            low=1,
+            nullable=True,
+        ).check(rows)
         shuffle = node.get("shuffle_rows", cls.shuffle_rows)
-        if not isinstance(shuffle, bool):
-            raise ValueError(f"trainer.v1.{TRAINER_MODE}.shuffle_rows={shuffle!r} must be true or false")
+        Range(f"trainer.v1.{TRAINER_MODE}.shuffle_rows", "bool", "shuffle the rows across groups").check(shuffle)
         check = node.get("logprob_check_freq", cls.logprob_check_freq)
-        if isinstance(check, bool) or not isinstance(check, int) or check < 0:
-            raise ValueError(
-                f"trainer.v1.{TRAINER_MODE}.logprob_check_freq={check!r} must be an int >= 0 (in bypass mode, "
-                "recompute the old log-probs with the actor every N iterations to log the rollout-vs-actor gap; "
-                "0 = never)"
-            )
+        Range(
+            f"trainer.v1.{TRAINER_MODE}.logprob_check_freq",
+            "int",
+            "in bypass mode, recompute the old log-probs with the actor every N iterations to log the "
+            "rollout-vs-actor gap; 0 = never",
+            low=0,
+        ).check(check)
         return cls(mini_batch_rows=rows, shuffle_rows=shuffle, logprob_check_freq=check)
 
 

@@ -34,6 +34,8 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any
 
+from verl_gigpo.rules import Range
+
 __all__ = ["CallAbandoned", "EnvCallFuture", "EnvThreadPool", "TurnLock"]
 
 
@@ -99,8 +101,7 @@ class EnvThreadPool(Executor):
     """
 
     def __init__(self, threads: int, *, name: str = "gigpo-env") -> None:
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
-            raise ValueError(f"threads must be an int >= 0 (0 = inline), got {threads!r}")
+        Range("threads", "int", "0 = calls run inline", low=0).check(threads)
         self.threads, self.name = threads, name
         self._queue: queue.SimpleQueue[EnvCallFuture | None] = queue.SimpleQueue()
         self._lock = threading.Lock()

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from environments.base import INVALID_ACTION_RULES, PromptStyle
-from verl_gigpo.rules import RANGES
+from verl_gigpo.rules import RANGES, Range
 
 __all__ = [
     "INVALID_IN_HISTORY",
@@ -117,21 +117,26 @@ class PromptOptions:
         if not isinstance(self.style, PromptStyle):
             raise ValueError(f"PromptOptions.style must be an environments.base.PromptStyle, got {self.style!r}")
         tail = self.invalid_reply_tail
-        if tail is not None and (isinstance(tail, bool) or not isinstance(tail, int) or tail < 0):
-            raise ValueError(
-                f"env.prompt.invalid_reply_tail={tail!r} must be null or a whole number >= 0 (null: the history shows "
-                f"{INVALID_IN_HISTORY!r} for a reply that sent no command; N: its last N characters, as the "
-                "reference: ALFWorld 30, WebShop 20, search 0)"
-            )
+        Range(
+            "env.prompt.invalid_reply_tail",
+            "int",
+            f"null: the history shows {INVALID_IN_HISTORY!r} for a reply that sent no command; N: its last N "
+            "characters, as the reference: ALFWorld 30, WebShop 20, search 0",
+            low=0,
+            nullable=True,
+        ).check(tail)
         if self.overlong not in OVERLONG_RULES:
             rules = "; ".join(f"{rule}: {meaning}" for rule, meaning in OVERLONG_RULES.items())
             raise ValueError(f"env.prompt.overlong={self.overlong!r} must be one of {list(OVERLONG_RULES)} ({rules})")
         above = self.history_free_above_chars
-        if above is not None and (isinstance(above, bool) or not isinstance(above, int) or above < 1):
-            raise ValueError(
-                f"env.prompt.history_free_above_chars={above!r} must be null or a whole number >= 1 (a prompt longer "
-                "than that many characters with history is shown without it; the reference's WebShop: 13000)"
-            )
+        Range(
+            "env.prompt.history_free_above_chars",
+            "int",
+            "a prompt longer than that many characters with history is shown without it; the reference's "
+            "WebShop: 13000; null = never",
+            low=1,
+            nullable=True,
+        ).check(above)
 
     @classmethod
     def from_config(cls, prompt: Mapping[str, Any] | None) -> PromptOptions:
