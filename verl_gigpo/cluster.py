@@ -178,10 +178,18 @@ def check_cluster(config: Any, address: str) -> ClusterReport:
         if not connected_before:
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         nodes = [dict(n) for n in ray.nodes() if n.get("Alive")]
-    except (ConnectionError, RuntimeError, ValueError) as error:
+    except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as error:
+        auth = isinstance(error, ray.exceptions.AuthenticationError)
+        remedy = (
+            "The cluster uses Ray's token authentication (`ray start --head` turns it on unless RAY_AUTH_MODE is "
+            "set): set RAY_AUTH_MODE=token here and give this machine the cluster's token (~/.ray/auth_token, "
+            "RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN; docs/multi-node.md)"
+            if auth
+            else "Start it first (`ray start --head`, docs/multi-node.md) or unset RAY_ADDRESS to train on this machine"
+        )
         raise ClusterError(
-            f"cannot connect to the Ray cluster at {address} (ray_kwargs.ray_init.address or RAY_ADDRESS): {error}. "
-            "Start it first (`ray start --head`, docs/multi-node.md) or unset RAY_ADDRESS to train on this machine"
+            f"cannot connect to the Ray cluster at {address} (ray_kwargs.ray_init.address or RAY_ADDRESS): "
+            f"{str(error).splitlines()[0] if str(error) else type(error).__name__}. {remedy}"
         ) from error
     finally:
         if not connected_before and ray.is_initialized():
@@ -193,6 +201,6 @@ def check_cluster(config: Any, address: str) -> ClusterReport:
         nnodes=int(config.trainer.nnodes),
         resource=resource,
     )
-    if problems:
-        raise ClusterError(f"{report.summary()}. " + " ".join(problems))
+    if problems:  # each problem lists the nodes
+        raise ClusterError(f"Ray cluster at {address}, {len(nodes)} live node(s): " + " ".join(problems))
     return report
