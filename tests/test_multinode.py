@@ -61,7 +61,7 @@ class RayNode:
         with open(log, "w") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
-    def wait_started(self, timeout: float = 180) -> None:
+    def wait_started(self, timeout: float = 420) -> None:
         """Return once the node says "Ray runtime started."; fail naming the log when it exits or takes too long."""
         deadline = time.monotonic() + timeout
         while "Ray runtime started." not in self.log.read_text():
@@ -105,6 +105,8 @@ def cluster(tmp_path_factory):
         # Ray 2.60's `ray start --head` turns token authentication on unless this is set, and a node or driver
         # given an explicit address then needs the token (docs/multi-node.md); a cluster on one machine needs none
         "RAY_AUTH_MODE": "disabled",
+        # the dashboard (the state API the tests read) may take over Ray's 60 s to start on a busy 2-core machine
+        "RAY_DASHBOARD_STARTUP_TIMEOUT_S": "300",
     }
     import ray
 
