@@ -218,7 +218,8 @@ def two_node_run(cluster, action_model_dir, tmp_path_factory):
         timeout=600,
     )
     query = [sys.executable, str(HELPERS / "ray_actor_table.py"), address]
-    found = json.loads(subprocess.run(query, capture_output=True, text=True, check=True, timeout=300).stdout)
+    printed = subprocess.run(query, capture_output=True, text=True, check=True, timeout=300).stdout
+    found = json.loads(printed.strip().splitlines()[-1])  # the table is the last line, whatever Ray printed before
     nodes = [SimpleNamespace(**n) for n in found["nodes"]]
     actors = [SimpleNamespace(**a) for a in found["actors"]]
     return run, actors, nodes, recorded_pids(records), refused
