@@ -211,12 +211,23 @@ gigpo_check_whole_number() {
     [[ "$2" =~ ^[0-9]+$ ]] || gigpo_fail "$1=$2 is not a whole number >= 0; $3"
 }
 
-# gigpo_check_gpus N: N is a whole number and at least N NVIDIA GPUs are visible (on DEVICE=cpu: N FSDP ranks).
+# gigpo_check_gpus N: N (N_GPUS, GPUs per node) and NNODES are whole numbers >= 1 (also with DRY_RUN); NNODES > 1 needs
+# RAY_ADDRESS, the running Ray cluster to join (docs/multi-node.md). On one machine (no RAY_ADDRESS) at least N NVIDIA
+# GPUs must be visible (on DEVICE=cpu: N FSDP ranks on logical GPUs). With RAY_ADDRESS the cluster's nodes hold the
+# GPUs, not necessarily this one: `python -m verl_gigpo.main` checks that NNODES x N_GPUS ranks fit on them.
 gigpo_check_gpus() {
-    gigpo_check_positive_int N_GPUS "$1" "set N_GPUS to the number of GPUs to train on, e.g. N_GPUS=2 (the default is \
-the number of visible GPUs: nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)"
+    gigpo_check_positive_int N_GPUS "$1" "set N_GPUS to the number of GPUs to train on (per node), e.g. N_GPUS=2 (the \
+default is the number of visible GPUs: nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)"
+    gigpo_check_positive_int NNODES "$NNODES" "it is the number of Ray nodes to train on (trainer.nnodes), each with \
+N_GPUS GPUs, e.g. NNODES=2 RAY_ADDRESS=<head>:6379 (docs/multi-node.md)"
+    if ((NNODES > 1)) && [[ -z "${RAY_ADDRESS:-}" ]]; then
+        gigpo_fail "NNODES=$NNODES trains on $NNODES Ray nodes, but RAY_ADDRESS is not set: start a Ray cluster (\
+\`ray start --head\` here, \`ray start --address=<head>:6379\` on each other node; docs/multi-node.md) and set \
+RAY_ADDRESS=<head>:6379, or set NNODES=1"
+    fi
     gigpo_dry_run && return 0
     [[ "${DEVICE:-cuda}" == cpu ]] && return 0
+    [[ -n "${RAY_ADDRESS:-}" ]] && return 0
     command -v nvidia-smi >/dev/null 2>&1 || gigpo_fail "no NVIDIA GPU found (nvidia-smi is missing). These recipes \
 train with verl on GPUs (vLLM + FSDP, see requirements-gpu.txt). On a CPU or to try things out use \`make demo\` or \
 \`$PYTHON -m verl_gigpo.local.train\`. To only print the command, set DRY_RUN=1."
@@ -663,7 +674,7 @@ ATTN_IMPLEMENTATION=sdpa to choose it" >&2
 # --- Optimizer steps: step rows per mini-batch ----------------------------------------------------------------------
 
 # gigpo_check_mini_batch: MINI_BATCH_ROWS, MICRO_BATCH_PER_GPU and LOG_PROB_MICRO_BATCH_PER_GPU are whole numbers, and
-# warn when N_GPUS x lcm(micro-batch sizes) exceeds MINI_BATCH_ROWS: the gigpo_sync trainer mode rounds every
+# warn when NNODES x N_GPUS x lcm(micro-batch sizes) exceeds MINI_BATCH_ROWS: the gigpo_sync trainer mode rounds every
 # mini-batch up to that multiple (verl_gigpo/trainer.py plan_mini_batches), so an optimizer step would take more rows
 # than MINI_BATCH_ROWS and an iteration fewer optimizer steps than the reference.
 gigpo_check_mini_batch() {
@@ -679,10 +690,12 @@ GPU of the log-prob passes (actor_rollout_ref.{rollout,ref}.log_prob_micro_batch
         a=$b
         b=$t
     done
-    local multiple=$((N_GPUS * MICRO_BATCH_PER_GPU / a * LOG_PROB_MICRO_BATCH_PER_GPU))
+    local ranks=$((${NNODES:-1} * N_GPUS)) nodes=""
+    ((${NNODES:-1} > 1)) && nodes="NNODES x "
+    local multiple=$((ranks * MICRO_BATCH_PER_GPU / a * LOG_PROB_MICRO_BATCH_PER_GPU))
     if ((multiple > MINI_BATCH_ROWS)); then
-        echo "warning: MINI_BATCH_ROWS=$MINI_BATCH_ROWS is below the rows one update step needs on $N_GPUS GPU(s) \
-($multiple = N_GPUS x lcm(MICRO_BATCH_PER_GPU=$MICRO_BATCH_PER_GPU, LOG_PROB_MICRO_BATCH_PER_GPU=\
+        echo "warning: MINI_BATCH_ROWS=$MINI_BATCH_ROWS is below the rows one update step needs on $ranks GPU(s) \
+($multiple = ${nodes}N_GPUS x lcm(MICRO_BATCH_PER_GPU=$MICRO_BATCH_PER_GPU, LOG_PROB_MICRO_BATCH_PER_GPU=\
 $LOG_PROB_MICRO_BATCH_PER_GPU)): each optimizer step takes $multiple rows; lower the micro-batch sizes to keep \
 $MINI_BATCH_ROWS" >&2
     fi
@@ -890,7 +903,7 @@ e.g. MAX_GEN_BATCHES=10 as the reference"
 # 3e-6 and no KL loss), the optimizer steps (MINI_BATCH_ROWS step rows each), the rollout (vLLM, or hf on DEVICE=cpu),
 # the reference policy, the trainer, and the prompt structure the reference uses in every environment (env.prompt.*;
 # each recipe sets the rest). Reads DEVICE, ROLLOUT_NAME, MODEL_PATH, LORA_RANK, LORA_ALPHA,
-# LORA_TARGET_MODULES, LR, USE_KL_LOSS, GROUP_SIZE, N_GPUS, TOTAL_ITERS, TEST_FREQ, MINI_BATCH_ROWS,
+# LORA_TARGET_MODULES, LR, USE_KL_LOSS, GROUP_SIZE, N_GPUS, NNODES, RAY_ADDRESS, TOTAL_ITERS, TEST_FREQ, MINI_BATCH_ROWS,
 # MICRO_BATCH_PER_GPU, LOG_PROB_MICRO_BATCH_PER_GPU, KL_COEF, ENTROPY_COEF, VAL_TEMPERATURE, VAL_DO_SAMPLE,
 # MAX_CKPTS_TO_KEEP, EXPERIMENT, LOGGER, SEED, THINKING and DYNAMIC (with MAX_GEN_BATCHES, CLIP_RATIO_LOW,
 # CLIP_RATIO_HIGH) (each recipe sets its defaults, SEED defaults to 0 here; recipes/reference_settings.yaml lists
@@ -920,8 +933,10 @@ clearml, trackio)"
     gigpo_lora_setup
     gigpo_thinking_setup
     gigpo_dynamic_setup
-    local platform=() attn=()
+    local platform=() attn=() ray_address=()
     [[ "${DEVICE:-cuda}" == cpu ]] && platform=(platform=cpu)
+    # the address in the command too, so that DRY_RUN shows it and the launch record keeps it
+    [[ -n "${RAY_ADDRESS:-}" ]] && ray_address=("ray_kwargs.ray_init.address=$(gigpo_hydra_quote "$RAY_ADDRESS")")
     # ++: verl's override_config is an empty dict, so the key is added (or replaced)
     [[ -n "$GIGPO_ATTN" ]] && attn=("++actor_rollout_ref.model.override_config.attn_implementation=$GIGPO_ATTN")
     GIGPO_VERL_OVERRIDES=(
@@ -966,8 +981,10 @@ clearml, trackio)"
         actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu="$LOG_PROB_MICRO_BATCH_PER_GPU"
         # the reference model waits in host memory between uses (on DEVICE=cpu it is there anyway)
         actor_rollout_ref.ref.fsdp_config.param_offload="$([[ "${DEVICE:-cuda}" == cpu ]] && echo false || echo true)"
+        # NNODES Ray nodes of N_GPUS GPUs each (gigpo_check_gpus); RAY_ADDRESS: the running Ray cluster to join
         trainer.n_gpus_per_node="$N_GPUS"
-        trainer.nnodes=1
+        trainer.nnodes="$NNODES"
+        "${ray_address[@]}"
         trainer.total_training_steps="$TOTAL_ITERS"
         trainer.total_epochs=1000
         trainer.test_freq="$TEST_FREQ"

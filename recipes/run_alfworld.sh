@@ -33,8 +33,11 @@ MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-1.5B-Instruct}
 ALFWORLD_DATA=${ALFWORLD_DATA:-}
 if gigpo_dry_run; then ALFWORLD_DATA=${ALFWORLD_DATA:-/path/to/alfworld_data}; fi
 DATA_DIR=${DATA_DIR:-$HOME/data/verl-gigpo/alfworld}
-# default: the GPUs this machine shows (nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)
+# GPUs per node; default: the GPUs this machine shows (nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)
 N_GPUS=${N_GPUS:-$(gigpo_default_n_gpus)}
+# Ray nodes to train on, N_GPUS GPUs each; NNODES > 1 joins the running Ray cluster at RAY_ADDRESS
+# (docs/multi-node.md)
+NNODES=${NNODES:-1}
 ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
 # hgpo, graphgpo, g2po: their authors' settings for alfworld wherever a variable is not set (common.sh)
 gigpo_estimator_setup alfworld

@@ -27,8 +27,11 @@ gigpo_device_setup search
 gigpo_python_setup
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-3B-Instruct}
 DATA_DIR=${DATA_DIR:-$HOME/data/verl-gigpo/search}
-# default: the GPUs this machine shows (nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)
+# GPUs per node; default: the GPUs this machine shows (nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)
 N_GPUS=${N_GPUS:-$(gigpo_default_n_gpus)}
+# Ray nodes to train on, N_GPUS GPUs each; NNODES > 1 joins the running Ray cluster at RAY_ADDRESS
+# (docs/multi-node.md)
+NNODES=${NNODES:-1}
 ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
 # hgpo, graphgpo, g2po: their authors' settings for search wherever a variable is not set (common.sh)
 gigpo_estimator_setup search

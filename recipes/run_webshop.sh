@@ -28,8 +28,11 @@ gigpo_device_setup webshop
 gigpo_python_setup
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-1.5B-Instruct}
 DATA_DIR=${DATA_DIR:-$HOME/data/verl-gigpo/webshop}
-# default: the GPUs this machine shows (nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)
+# GPUs per node; default: the GPUs this machine shows (nvidia-smi -L, limited by CUDA_VISIBLE_DEVICES)
 N_GPUS=${N_GPUS:-$(gigpo_default_n_gpus)}
+# Ray nodes to train on, N_GPUS GPUs each; NNODES > 1 joins the running Ray cluster at RAY_ADDRESS
+# (docs/multi-node.md)
+NNODES=${NNODES:-1}
 ADV_ESTIMATOR=${ADV_ESTIMATOR:-gigpo}
 # hgpo, graphgpo, g2po: their authors' settings for webshop wherever a variable is not set (common.sh)
 gigpo_estimator_setup webshop

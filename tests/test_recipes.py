@@ -36,7 +36,8 @@ def compose_gigpo(overrides: list[str]):
 
 def run_recipe(recipe: str, *args: str, path: str | None = None, **env: str) -> subprocess.CompletedProcess:
     """Run ``bash recipes/run_<recipe>.sh args`` with extra environment variables (``DRY_RUN`` only if given)."""
-    base = {k: v for k, v in os.environ.items() if k not in ("DRY_RUN", "N_GPUS", "CUDA_VISIBLE_DEVICES", "SEED")}
+    ignored = ("DRY_RUN", "N_GPUS", "NNODES", "RAY_ADDRESS", "CUDA_VISIBLE_DEVICES", "SEED")
+    base = {k: v for k, v in os.environ.items() if k not in ignored}
     if path is not None:
         base["PATH"] = path
     return subprocess.run(

@@ -3,7 +3,8 @@ launch (with the evaluation command to run instead), ADV_ESTIMATOR and DRY_RUN a
 is warned about, the default EXPERIMENT names LoRA and THINKING, a resume that ``python -m verl_gigpo.main`` refuses
 is one error line, bad values (EVAL_TASKS and EVAL_SPLIT among them) stop the recipe before the data-prep line is
 printed, EVAL_OUT is numbered or refused, ALFWORLD_DATA's messages, task files are prepared again when their settings
-change, and docs/gpu.md lists every variable the recipes read.
+change, a launch that joins a Ray cluster (RAY_ADDRESS) leaves the GPU count to the cluster, and docs/gpu.md lists
+every variable the recipes read.
 
 Each test runs the real ``bash recipes/run_<env>.sh``. Runs that are not dry runs see 8 GPUs through a stand-in
 ``nvidia-smi`` and run a stand-in Python (``PYTHON``): its one-line checks (``-c``) run in this interpreter, and a
@@ -299,6 +300,9 @@ def test_dry_run_0_or_empty_runs(value, machine):
         ({"THINKING": "off"}, "THINKING=off: use THINKING=0"),
         ({"ATTN_IMPLEMENTATION": "flash3"}, "ATTN_IMPLEMENTATION=flash3: use auto"),
         ({"ADV_ESTIMATOR": "gipgo"}, "ADV_ESTIMATOR=gipgo is not an estimator"),
+        ({"NNODES": "0"}, "NNODES=0 is not a whole number >= 1; it is the number of Ray nodes"),
+        ({"NNODES": "two", "RAY_ADDRESS": "head:6379"}, "NNODES=two is not a whole number >= 1"),
+        ({"NNODES": "2"}, "NNODES=2 trains on 2 Ray nodes, but RAY_ADDRESS is not set"),
     ],
 )
 @pytest.mark.parametrize("recipe", ["alfworld", "search"])
@@ -578,7 +582,20 @@ def test_alfworld_task_files_follow_alfworld_data_in_training_and_evaluation(pre
         assert moved.returncode == MODULE_RUN
 
 
-# ----------------------------------------------------------------------------------------------------- 8. the docs
+# --------------------------------------------------------------------------------------------------- 8. multi-node
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_joining_a_cluster_leaves_the_gpu_count_to_the_cluster(recipe, machine):
+    """Without RAY_ADDRESS the recipe stops when this machine shows fewer GPUs than N_GPUS; with it, this machine (the
+    driver) need not hold the GPUs: the recipe goes on to data prep (its first module run). The cluster check is
+    python -m verl_gigpo.main's (tests/test_cluster.py); the command is checked in tests/test_verl_config.py."""
+    local = run(recipe, N_GPUS="16", **machine)
+    assert local.returncode == 1 and "N_GPUS=16 but 8 GPU(s) are visible" in local.stderr.splitlines()[-1]
+    joined = run(recipe, N_GPUS="16", NNODES="2", RAY_ADDRESS="10.0.0.1:6379", **machine)
+    assert joined.returncode == MODULE_RUN, joined.stderr
+    assert joined.stderr.splitlines()[-1].startswith(f"{MODULE_RUN_LINE}verl_gigpo.data.prepare --env {recipe} ")
+
+
+# ----------------------------------------------------------------------------------------------------- 9. the docs
 def test_docs_gpu_lists_every_variable_the_recipes_read():
     """docs/gpu.md's "Variables" section names each variable of recipes/*.sh (found by recipe_variables)."""
     page = (ROOT / "docs" / "gpu.md").read_text()

@@ -66,7 +66,8 @@ def train_line(step: int) -> str:
 def checkpoint(folder: Path, step: int, *, pointer: bool = True) -> None:
     """A checkpoint of ``step`` in verl's layout; ``pointer`` then points latest_checkpointed_iteration.txt at it."""
     (folder / f"global_step_{step}" / "actor").mkdir(parents=True)
-    (folder / f"global_step_{step}" / "actor" / "model_world_size_1_rank_0.pt").write_bytes(b"weights")
+    # the composed config's ranks: trainer.nnodes 1 x trainer.n_gpus_per_node 8 (verl's default)
+    (folder / f"global_step_{step}" / "actor" / "model_world_size_8_rank_0.pt").write_bytes(b"weights")
     (folder / f"global_step_{step}" / "data.pt").write_bytes(b"dataloader")
     if pointer:
         (folder / "latest_checkpointed_iteration.txt").write_text(str(step))
@@ -618,3 +619,25 @@ def test_recipes_log_to_the_console_and_verls_file_logger_by_default():
     assert (
         proc.returncode == 1 and "LOGGER=console;rm is not a comma-separated list of verl logger names" in proc.stderr
     )
+
+
+def test_a_checkpoint_of_another_number_of_ranks_stops_the_resume_with_the_ranks_to_use(tmp_path, files):
+    """verl loads only FSDP shards of its own world size: 2 nodes x 1 GPU wrote the checkpoint, so one node needs 2
+    GPUs (a node that left the cluster, docs/multi-node.md); the refusal leaves no launch record."""
+    from verl_gigpo.launch import LaunchError, prepare_launch
+
+    folder = tmp_path / "exp"
+    two_nodes = ("trainer.nnodes=2", "trainer.n_gpus_per_node=1")
+    prepare_launch(run_config(folder, files, *two_nodes), environ={})
+    actor = folder / "global_step_3" / "actor"
+    actor.mkdir(parents=True)
+    for rank in (0, 1):
+        (actor / f"model_world_size_2_rank_{rank}.pt").write_bytes(b"weights")
+    (folder / "latest_checkpointed_iteration.txt").write_text("3")
+    with pytest.raises(LaunchError, match=r"cannot resume: .*global_step_3 was written by 2 rank\(s\)") as info:
+        prepare_launch(run_config(folder, files, "trainer.nnodes=1", "trainer.n_gpus_per_node=1"), environ={})
+    assert "trainer.nnodes x trainer.n_gpus_per_node = 1 x 1 = 1" in str(info.value)
+    assert "NNODES=1 N_GPUS=2" in str(info.value)
+    assert len(list((folder / "launches").iterdir())) == 1
+    plan = prepare_launch(run_config(folder, files, "trainer.nnodes=1", "trainer.n_gpus_per_node=2"), environ={})
+    assert plan.resume_step == 3  # the same 2 ranks on one node: nnodes is not a training key

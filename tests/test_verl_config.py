@@ -18,6 +18,7 @@ from subprocs import Started
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 
+from verl_gigpo.cluster import prepare_ray_init
 from verl_gigpo.cpu import check_cpu_config
 from verl_gigpo.preflight import config_problems
 
@@ -36,7 +37,7 @@ def dry_run(recipe: str, *args: str, **env: str) -> tuple[list[str], str]:
     """Run ``DRY_RUN=1 bash recipes/run_<recipe>.sh`` and return (argv of the printed command, full stdout)."""
     proc = subprocess.run(
         ["bash", str(ROOT / "recipes" / f"run_{recipe}.sh"), *args],
-        env={**os.environ, "DRY_RUN": "1", **env},
+        env={**{k: v for k, v in os.environ.items() if k not in ("NNODES", "RAY_ADDRESS")}, "DRY_RUN": "1", **env},
         capture_output=True,
         text=True,
         timeout=300,
@@ -235,3 +236,27 @@ def test_successor_option_errors_are_found_before_ray_starts(override, message):
     """python -m verl_gigpo.main's preflight reports a bad successor option by its key, whichever estimator runs."""
     problems = config_problems(compose_gigpo(["algorithm.adv_estimator=graphgpo", override]))
     assert len(problems) == 1 and problems[0].startswith(message), problems
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_recipes_train_on_nnodes_ray_nodes_of_the_cluster_at_ray_address(recipe, device):
+    """NNODES and N_GPUS set verl's node layout, RAY_ADDRESS the cluster joined; the command composes, passes verl's
+    validation and, joining, leaves num_cpus/num_gpus to the cluster's nodes (DEVICE=cpu sets them for one machine)."""
+    argv, _ = dry_run(recipe, DEVICE=device, N_GPUS="4", NNODES="2", RAY_ADDRESS="10.0.0.1:6379")
+    cfg = compose_gigpo(argv[3:])
+    assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node) == (2, 4)
+    assert cfg.ray_kwargs.ray_init.address == "10.0.0.1:6379"
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    assert prepare_ray_init(cfg, environ={}) == "10.0.0.1:6379"
+    assert cfg.ray_kwargs.ray_init.get("num_cpus") is None and cfg.ray_kwargs.ray_init.get("num_gpus") is None
+    if device == "cpu":
+        check_cpu_config(cfg)  # the logical GPUs are the cluster's: no num_gpus needed
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_recipes_default_to_one_node_and_a_local_ray(recipe):
+    argv, _ = dry_run(recipe, DEVICE="cpu")
+    cfg = compose_gigpo(argv[3:])
+    assert (cfg.trainer.nnodes, cfg.ray_kwargs.ray_init.address) == (1, None)
+    assert not any(arg.startswith("ray_kwargs.") for arg in argv)

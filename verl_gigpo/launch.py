@@ -333,6 +333,34 @@ def _resume_step(config: Any, state: CheckpointFolder, messages: list[str]) -> i
     return state.latest
 
 
+_SHARD = re.compile(r"model_world_size_(\d+)_rank_\d+\.pt")
+
+
+def world_size_problem(config: Any, checkpoint: Path) -> str | None:
+    """Why verl cannot load the actor checkpoint in ``checkpoint`` (``.../global_step_K``) with this launch's ranks,
+    or None.
+
+    verl's FSDP checkpoint holds one shard per rank, ``actor/model_world_size_<W>_rank_<r>.pt``, and loads only the
+    shards of its own world size (``FSDPCheckpointManager.load_checkpoint``): a launch with another
+    ``trainer.nnodes`` x ``trainer.n_gpus_per_node`` would fail inside Ray (a missing shard file). A checkpoint
+    without shard files (not verl's layout) is not judged.
+    """
+    shards = {
+        int(m.group(1)) for p in (checkpoint / "actor").glob("model_world_size_*") if (m := _SHARD.fullmatch(p.name))
+    }
+    ranks = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
+    if not shards or ranks in shards:
+        return None
+    written = sorted(shards)[0]
+    return (
+        f"{checkpoint} was written by {written} rank(s) (verl's FSDP shards model_world_size_{written}_rank_*.pt), "
+        f"but this launch has trainer.nnodes x trainer.n_gpus_per_node = {config.trainer.nnodes} x "
+        f"{config.trainer.n_gpus_per_node} = {ranks}, and verl loads only shards of its own world size. Resume with "
+        f"{written} rank(s) in all (e.g. NNODES=1 N_GPUS={written}: on the CPU platform any number of logical GPUs), "
+        "or export the checkpoint (python -m verl_gigpo.export) and start a new run from it"
+    )
+
+
 def _steps_text(steps: list[int]) -> str:
     return ", ".join(f"global_step_{k}" for k in steps) or "none"
 
@@ -355,7 +383,8 @@ def prepare_launch(config: Any, *, environ: dict[str, str] | None = None, record
 
     Raises:
         LaunchError: a training key differs from the checkpointed run's without ``trainer.allow_config_change``,
-            or verl could not resume (unreadable pointer, missing ``resume_from_path``).
+            or verl could not resume (unreadable pointer, missing ``resume_from_path``, a checkpoint of another
+            number of ranks: :func:`world_size_problem`).
     """
     environ = os.environ if environ is None else environ
     folder = Path(str(config.trainer.default_local_dir)).absolute()
@@ -371,6 +400,8 @@ def prepare_launch(config: Any, *, environ: dict[str, str] | None = None, record
     mode = config.trainer.get("resume_mode", "auto")
     # the folder holding the checkpoint the launch loads: resume_path may name another experiment's
     source = Path(str(config.trainer.resume_from_path)).absolute().parent if mode == "resume_path" else folder
+    if step and (problem := world_size_problem(config, source / f"global_step_{step}")):
+        raise LaunchError(f"cannot resume: {problem}")
     if step and config.trainer.get("val_only", False):
         messages.append(
             f"trainer.val_only: validating the checkpoint {source / f'global_step_{step}'} (nothing is trained, so "

@@ -16,10 +16,15 @@ TransferQueue have started. Before Ray, this entry point
 1. checks that the plug-in really registered itself into verl (verl hides plug-in import errors);
 2. checks the config (:func:`verl_gigpo.preflight.preflight`: the GiGPO keys, the model, data and environment
    paths), naming each bad key;
-3. prepares the experiment folder (:func:`verl_gigpo.launch.prepare_launch`): sets partial checkpoints aside, says
+3. when it joins a running Ray cluster (``ray_kwargs.ray_init.address`` or ``RAY_ADDRESS``), leaves the node
+   settings (``ray_init.num_cpus``/``num_gpus``) to the cluster and checks that ``trainer.nnodes`` x
+   ``trainer.n_gpus_per_node`` ranks fit on its nodes (:mod:`verl_gigpo.cluster`; docs/multi-node.md);
+4. prepares the experiment folder (:func:`verl_gigpo.launch.prepare_launch`): sets partial checkpoints aside, says
    whether and from where it resumes, stops when a key that changes training differs from the checkpointed run's
-   (``trainer.allow_config_change=true`` overrides), and keeps the metrics file across launches. A launch it refuses
-   (:class:`verl_gigpo.launch.LaunchError`) ends with one line, ``error: <what to do>``, and exit status 1.
+   (``trainer.allow_config_change=true`` overrides), and keeps the metrics file across launches.
+
+A launch refused in 3 or 4 (:class:`verl_gigpo.cluster.ClusterError`, :class:`verl_gigpo.launch.LaunchError`) ends
+with one line, ``error: <what to do>``, and exit status 1.
 
 See ``recipes/`` for complete commands and ``docs/runs.md`` for resuming, checkpoints and metrics.
 """
@@ -47,15 +52,20 @@ def main(config: DictConfig) -> None:
         activate_cpu_platform(config)  # before main_ppo: verl reads the platform at import time
     from verl.trainer import main_ppo
 
+    from verl_gigpo.cluster import ClusterError, check_cluster, prepare_ray_init
     from verl_gigpo.launch import LaunchError, prepare_launch
     from verl_gigpo.plugin import ensure_registered
     from verl_gigpo.preflight import preflight
 
     ensure_registered()
     preflight(config)  # algorithm.gigpo.*, env.*, paths and the V1 path, checked here rather than inside Ray
+    # joining a running Ray cluster (ray_kwargs.ray_init.address or RAY_ADDRESS): no num_cpus/num_gpus for Ray
+    address = prepare_ray_init(config)
     try:
+        if address is not None:  # verl's ranks must fit on the cluster's nodes, or its placement groups wait forever
+            print(f"[verl_gigpo] {check_cluster(config, address).summary()}", flush=True)
         plan = prepare_launch(config)  # partial checkpoints, resume announcement and check, the metrics file
-    except LaunchError as error:
+    except (LaunchError, ClusterError) as error:
         # a refusal that says what to do: one line, not a traceback (Hydra reports only Exceptions, not SystemExit)
         print(f"error: {error}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None

@@ -174,12 +174,17 @@ def check_cpu_config(config: Any) -> None:
                 f"reward.num_workers=0 with default_agent_loop={agent} or a reward model (only the {AGENT_LOOP_NAME} "
                 "agent loop scores its own episodes; set reward.num_workers=1)"
             )
+    from verl_gigpo.cluster import ray_address
+
+    # joining a running cluster, its nodes declared their logical GPUs (verl_gigpo.cluster checks them once
+    # connected); starting a local Ray, ray_init.num_gpus declares them
     num_gpus = config.ray_kwargs.ray_init.get("num_gpus")
     needed = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
-    if num_gpus is None or int(num_gpus) < needed:
+    if ray_address(config.ray_kwargs.ray_init) is None and (num_gpus is None or int(num_gpus) < needed):
         problems.append(
             f"ray_kwargs.ray_init.num_gpus={num_gpus} (needs >= trainer.n_gpus_per_node * nnodes = {needed} logical "
-            "GPUs: verl places one worker per GPU)"
+            "GPUs: verl places one worker per GPU; to train on several nodes, start a Ray cluster and give its "
+            "address: RAY_ADDRESS or ray_kwargs.ray_init.address, docs/multi-node.md)"
         )
     if problems:
         raise ValueError(

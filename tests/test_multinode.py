@@ -1,0 +1,302 @@
+"""verl's pipeline on two Ray nodes: a Ray head and a second node started on this machine as separate ``ray start``
+processes, each with its own logical CPUs and one logical GPU, and ``python -m verl_gigpo.main platform=cpu
+trainer.nnodes=2 trainer.n_gpus_per_node=1`` joining them (``RAY_ADDRESS``) for 2 GiGPO iterations with the ``hf``
+rollout, two agent-loop workers and environments in environment worker processes.
+
+Where the work ran is read from Ray's own state (the cluster's GCS node and actor tables, dead actors included,
+queried while the cluster lives: ``tests/helpers/ray_actor_table.py``), not from our logs: the FSDP ranks, the
+rollout servers (one replica per rank) and the agent-loop workers each ran on both nodes, and the environment worker
+processes (children of the agent-loop workers, which record their parent's pid: ``tests/helpers/gigpo_pid_env.py``)
+ran under agent-loop workers of both nodes. The metrics file holds both iterations with the ``gigpo/*``, ``env/*``
+and ``episode/*`` keys, and the rollout-vs-actor gap is within :data:`verl_gigpo.cpu.smoke.ROLLOUT_GAP_LIMIT`.
+A launch asking for a third node stops before verl starts, naming the cluster's nodes and what to do
+(:func:`verl_gigpo.cluster.check_cluster`).
+
+The nodes run in their own process groups (``ray start --block``) and are stopped by signalling those groups, never
+with ``ray stop``, which stops every Ray on the machine. One training launch, about 3 minutes on 2 cores. A Ray node
+needs its dashboard agent up within Ray's own ~15-30 s start-up waits (not configurable): on a machine whose cores
+are taken by other work (load 7-10 on 2 cores, this test at ``nice 10``) the nodes fail to start and the test errors
+in its fixture with the node's log.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from environments import register_env
+from verl_gigpo.cpu.smoke import ROLLOUT_GAP_LIMIT, pipeline_overrides, run_pipeline
+from verl_gigpo.metrics_file import training_steps
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+HELPERS = Path(__file__).resolve().parent / "helpers"
+ENV_NAME = "gridnav_pid"
+#: logical CPUs per node: verl's rank bundle takes 3, TransferQueue, the task runner and the workers one each
+NODE_CPUS = 16
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+class RayNode:
+    """One ``ray start --block`` process (a Ray node) in its own process group, with its output in ``log``."""
+
+    def __init__(self, name: str, args: list[str], log: Path, env: dict[str, str]):
+        ray = Path(sys.executable).with_name("ray")
+        self.name, self.log = name, log
+        cmd = [str(ray if ray.exists() else shutil.which("ray")), "start", "--block", *args]
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def wait_started(self, timeout: float = 420) -> None:
+        """Return once the node says "Ray runtime started."; fail naming the log when it exits or takes too long."""
+        deadline = time.monotonic() + timeout
+        while "Ray runtime started." not in self.log.read_text():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"Ray node {self.name} did not start; its log:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        """SIGTERM to the node's process group (``ray start --block`` stops the processes it started), then SIGKILL to
+        whatever of the group is left."""
+        for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                continue
+            if sig == signal.SIGTERM:  # the leader is gone; its children may not be
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            return
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A Ray head and one more node on this machine, 1 logical GPU and :data:`NODE_CPUS` CPUs each. Every node gets
+    the project and the test helpers on ``PYTHONPATH``: Ray's workers start from their node's environment, so what a
+    launch imports must be installed (or on the path) on every node. No dashboard (the tests read the GCS tables
+    directly): ~10 processes fewer to start. Yields the head's address."""
+    root = tmp_path_factory.mktemp("ray")
+    pythonpath = os.pathsep.join(p for p in (str(ROOT), str(HELPERS), os.environ.get("PYTHONPATH", "")) if p)
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "VERL_PLATFORM")},
+        "PYTHONPATH": pythonpath,
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        # Ray 2.60's `ray start --head` turns token authentication on unless this is set, and a node or driver
+        # given an explicit address then needs the token (docs/multi-node.md); a cluster on one machine needs none
+        "RAY_AUTH_MODE": "disabled",
+    }
+    import ray
+
+    # the machine's address, as Ray picks it for the nodes and the launch's driver alike (a driver attaches to the
+    # node of its own address)
+    ip = ray.util.get_node_ip_address()
+    port = _free_port()
+    address = f"{ip}:{port}"
+    common = [f"--num-cpus={NODE_CPUS}", "--num-gpus=1", "--object-store-memory=300000000", "--disable-usage-stats"]
+    nodes = []
+    try:
+        head = RayNode(
+            "head",
+            [
+                "--head",
+                f"--port={port}",
+                f"--temp-dir={root / 'head'}",
+                "--include-dashboard=false",
+                f"--ray-client-server-port={_free_port()}",
+                f"--dashboard-agent-listen-port={_free_port()}",
+                *common,
+            ],
+            root / "head.log",
+            env,
+        )
+        nodes.append(head)
+        head.wait_started()
+        second = RayNode(
+            "second",
+            [
+                f"--address={address}",
+                f"--temp-dir={root / 'second'}",
+                f"--dashboard-agent-listen-port={_free_port()}",
+                *common,
+            ],
+            root / "second.log",
+            env,
+        )
+        nodes.append(second)
+        second.wait_started()
+        yield address
+    finally:
+        for node in reversed(nodes):
+            node.stop()
+
+
+@pytest.fixture(scope="module")
+def two_node_run(cluster, action_model_dir, tmp_path_factory):
+    """One launch of 2 GiGPO iterations on the two nodes, and Ray's record of its actors and the nodes, read while the
+    cluster lives: ``(run, actors, node_ids, env_pids, refused)``; ``refused`` is a launch asking for 3 nodes."""
+    from gigpo_pid_env import recorded_pids
+
+    from verl_gigpo.data.prepare import write_task_files
+
+    address = cluster
+    out = tmp_path_factory.mktemp("multinode")
+    records = out / "env_pids"
+    records.mkdir()
+    sys.path.insert(0, str(HELPERS))
+    try:
+        register_env(ENV_NAME, "gigpo_pid_env:PidGridNav")
+        write_task_files(ENV_NAME, out / "data", train_size=16, val_size=4)
+    finally:
+        sys.path.remove(str(HELPERS))
+    extra = [
+        f"+env.registry.{ENV_NAME}=gigpo_pid_env:PidGridNav",
+        f"+env.kwargs.record_dir={records}",
+        "env.num_workers=1",  # one environment worker process per agent-loop worker
+        "actor_rollout_ref.rollout.agent.num_workers=2",  # verl places them round-robin over the nodes
+        "trainer.test_freq=-1",
+    ]
+    common = {"model_dir": action_model_dir, "data_dir": out / "data", "estimator": "gigpo", "ranks": 1}
+    env = {
+        "RAY_ADDRESS": address,
+        "RAY_AUTH_MODE": "disabled",
+        "PYTHONPATH": os.pathsep.join((str(ROOT), str(HELPERS))),
+    }
+    # a third node does not exist: refused on the driver, before verl or Ray's placement groups start
+    refused = run_pipeline(
+        "refused",
+        out / "refused",
+        pipeline_overrides(
+            run_dir=out / "refused",
+            total_steps=2,
+            save_freq=-1,
+            val_before_train=False,
+            extra=[*extra, "trainer.nnodes=3"],  # 3 x 1 logical GPU: one more than the cluster holds
+            **common,
+        ),
+        env=env,
+        timeout=300,
+    )
+    run = run_pipeline(
+        "two_nodes",
+        out / "two_nodes",
+        pipeline_overrides(
+            run_dir=out / "two_nodes",
+            total_steps=2,
+            save_freq=-1,
+            val_before_train=False,
+            extra=[*extra, "trainer.nnodes=2"],
+            **common,
+        ),
+        env=env,
+        timeout=600,
+    )
+    query = [sys.executable, str(HELPERS / "ray_actor_table.py"), address]
+    printed = subprocess.run(query, capture_output=True, text=True, check=True, timeout=300).stdout
+    found = json.loads(printed.strip().splitlines()[-1])  # the table is the last line, whatever Ray printed before
+    nodes = [SimpleNamespace(**n) for n in found["nodes"]]
+    actors = [SimpleNamespace(**a) for a in found["actors"]]
+    return run, actors, nodes, recorded_pids(records), refused
+
+
+def _nodes_of(actors, predicate) -> dict[str, set[str]]:
+    found = defaultdict(set)
+    for actor in actors:
+        if predicate(actor):
+            found[actor.class_name].add(actor.node_id)
+    return dict(found)
+
+
+def test_the_launch_trains_two_iterations_on_the_two_node_cluster(two_node_run):
+    run, _, nodes, _, _ = two_node_run
+    assert run.returncode == 0, "\n".join(run.output.splitlines()[-60:])
+    assert len([n for n in nodes if n.alive]) == 2
+    assert re.search(r"\[verl_gigpo\] Ray cluster at [\d.]+:\d+: 2 live node\(s\)", run.output)
+    # joining, the CPU platform's node settings are not passed to Ray (it refuses them), the nodes' own count
+    [kwargs] = [line for line in run.output.splitlines() if line.startswith("ray init kwargs:")]
+    assert "'num_cpus': None" in kwargs and "'num_gpus': None" in kwargs
+
+
+def test_fsdp_ranks_rollout_servers_and_agent_loop_workers_ran_on_both_nodes(two_node_run):
+    run, actors, nodes, _, _ = two_node_run
+    both = {n.node_id for n in nodes if n.alive}
+    job = {a.job_id for a in actors if a.class_name == "HFGenerationServer"}
+    assert len(job) == 1, job  # one launch on this cluster
+    ours = [a for a in actors if a.job_id in job]
+    by_class = defaultdict(list)
+    for actor in ours:
+        by_class[actor.class_name].append(actor)
+    head = next(n.node_id for n in nodes if n.is_head)
+    summary = {
+        cls: sorted((a.name, a.node_id[:8] + (" (head)" if a.node_id == head else "")) for a in group)
+        for cls, group in by_class.items()
+    }
+    print(json.dumps(summary, indent=1))  # the closing note's node ids (pytest -s)
+    # verl names each rank's actor <prefix><class>_<placement group>:<local rank>; one group per node
+    ranks = [a for a in ours if re.search(r"_(\d+):(\d+)$", a.name or "")]
+    assert len(ranks) == 2 and {a.node_id for a in ranks} == both, summary
+    assert {re.search(r"_(\d+):\d+$", a.name).group(1) for a in ranks} == {"0", "1"}
+    servers = by_class["HFGenerationServer"]
+    assert len(servers) == 2 and {a.node_id for a in servers} == both, summary
+    loops = by_class["AgentLoopWorkerTQ"]
+    assert len(loops) == 2 and {a.node_id for a in loops} == both, summary
+
+
+def test_environment_worker_processes_ran_under_agent_loop_workers_of_both_nodes(two_node_run):
+    _, actors, nodes, env_pids, _ = two_node_run
+    both = {n.node_id for n in nodes if n.alive}
+    loop_node = {a.pid: a.node_id for a in actors if a.class_name == "AgentLoopWorkerTQ"}
+    hosted = {pid: loop_node[parent] for pid, parent in env_pids if parent in loop_node}
+    assert hosted, f"no environment worker process under an agent-loop worker: {env_pids} vs {loop_node}"
+    assert set(hosted.values()) == both
+    assert all(pid not in loop_node for pid in hosted)  # processes of their own, not the agent-loop workers
+
+
+def test_metrics_hold_both_iterations_with_gigpo_and_env_keys_and_a_small_rollout_gap(two_node_run):
+    run = two_node_run[0]
+    rows = [m for m in run.metrics if "actor/pg_loss" in m]
+    assert training_steps(rows) == [1, 2]
+    for row in rows:
+        for key in ("gigpo/step_group_size_mean", "gigpo/num_masked_rows", "env/success_rate", "env/env_error_rate"):
+            assert isinstance(row.get(key), int | float) and math.isfinite(row[key]), (row["step"], key)
+        assert row["episode/num_step_rows"] > 0 and row["env/env_error_rate"] == 0
+        assert row["actor/grad_norm"] > 0
+    gap = rows[0]["training/rollout_probs_diff_max"]  # the launch's first iteration: the actor pass on both ranks
+    assert gap <= ROLLOUT_GAP_LIMIT, gap
+
+
+def test_a_launch_asking_for_more_nodes_than_the_cluster_has_stops_before_verl_starts(two_node_run):
+    refused = two_node_run[4]
+    assert refused.returncode == 1 and "Traceback" not in refused.output
+    [error] = [line for line in refused.output.splitlines() if line.startswith("error: ")]
+    assert (
+        error.startswith("error: Ray cluster at ") and ", 2 live node(s): the Ray cluster has 2 GPU(s) in all" in error
+    )
+    assert "trainer.nnodes=3 x trainer.n_gpus_per_node=1" in error and "needs 3" in error
+    assert "ray init kwargs" not in refused.output  # verl's run_ppo never started
