@@ -30,6 +30,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -75,9 +76,9 @@ class RayNode:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        """SIGTERM to the node's process group (``ray start --block`` stops the processes it started), then SIGKILL to
+        """SIGTERM to the node's process group (``ray start --block`` stops the processes it started), after 5 s SIGKILL to
         whatever of the group is left."""
-        for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 10)):
             try:
                 os.killpg(self.proc.pid, sig)
             except ProcessLookupError:
@@ -99,8 +100,11 @@ def cluster(tmp_path_factory):
     """A Ray head and one more node on this machine, 1 logical GPU and :data:`NODE_CPUS` CPUs each. Every node gets
     the project and the test helpers on ``PYTHONPATH``: Ray's workers start from their node's environment, so what a
     launch imports must be installed (or on the path) on every node. No dashboard (the tests read the GCS tables
-    directly): ~10 processes fewer to start. Yields the head's address."""
-    root = tmp_path_factory.mktemp("ray")
+    directly): ~10 processes fewer to start. Yields the head's address.
+
+    The nodes' temp folders are short paths under /tmp: Ray puts its sockets there, a Unix socket path holds at most
+    107 bytes, and pytest's own temp paths (``/tmp/pytest-of-USER/pytest-N/popen-gwK/...``) leave too little room."""
+    root = Path(tempfile.mkdtemp(prefix="gigpo-ray-"))
     pythonpath = os.pathsep.join(p for p in (str(ROOT), str(HELPERS), os.environ.get("PYTHONPATH", "")) if p)
     env = {
         **{k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "VERL_PLATFORM")},
@@ -155,6 +159,7 @@ def cluster(tmp_path_factory):
     finally:
         for node in reversed(nodes):
             node.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
