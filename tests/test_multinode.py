@@ -76,8 +76,8 @@ class RayNode:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        """SIGTERM to the node's process group (``ray start --block`` stops the processes it started), after 5 s SIGKILL to
-        whatever of the group is left."""
+        """SIGTERM to the node's process group (``ray start --block`` stops the processes it started), after 5 s
+        SIGKILL to whatever of the group is left."""
         for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 10)):
             try:
                 os.killpg(self.proc.pid, sig)
