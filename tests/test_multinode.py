@@ -25,141 +25,25 @@ import json
 import math
 import os
 import re
-import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 from collections import defaultdict
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from ray_nodes import HELPERS, ROOT, prepare_launch, two_ray_nodes  # tests/helpers (pytest's pythonpath)
 
-from environments import register_env
 from verl_gigpo.cpu.smoke import ROLLOUT_GAP_LIMIT, pipeline_overrides, run_pipeline
 from verl_gigpo.metrics_file import training_steps
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
-HELPERS = Path(__file__).resolve().parent / "helpers"
-ENV_NAME = "gridnav_pid"
-#: logical CPUs per node: verl's rank bundle takes 3, TransferQueue, the task runner and the workers one each
-NODE_CPUS = 16
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]
-
-
-class RayNode:
-    """One ``ray start --block`` process (a Ray node) in its own process group, with its output in ``log``."""
-
-    def __init__(self, name: str, args: list[str], log: Path, env: dict[str, str]):
-        ray = Path(sys.executable).with_name("ray")
-        self.name, self.log = name, log
-        cmd = [str(ray if ray.exists() else shutil.which("ray")), "start", "--block", *args]
-        with open(log, "w") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-
-    def wait_started(self, timeout: float = 420) -> None:
-        """Return once the node says "Ray runtime started."; fail naming the log when it exits or takes too long."""
-        deadline = time.monotonic() + timeout
-        while "Ray runtime started." not in self.log.read_text():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"Ray node {self.name} did not start; its log:\n{self.log.read_text()[-3000:]}")
-            time.sleep(0.2)
-
-    def stop(self) -> None:
-        """SIGTERM to the node's process group (``ray start --block`` stops the processes it started), after 5 s
-        SIGKILL to whatever of the group is left."""
-        for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 10)):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                self.proc.wait(timeout=wait)
-            except subprocess.TimeoutExpired:
-                continue
-            if sig == signal.SIGTERM:  # the leader is gone; its children may not be
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            return
-
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """A Ray head and one more node on this machine, 1 logical GPU and :data:`NODE_CPUS` CPUs each. Every node gets
-    the project and the test helpers on ``PYTHONPATH``: Ray's workers start from their node's environment, so what a
-    launch imports must be installed (or on the path) on every node. No dashboard (the tests read the GCS tables
-    directly): ~10 processes fewer to start. Yields the head's address.
-
-    The nodes' temp folders are short paths under /tmp: Ray puts its sockets there, a Unix socket path holds at most
-    107 bytes, and pytest's own temp paths (``/tmp/pytest-of-USER/pytest-N/popen-gwK/...``) leave too little room."""
-    root = Path(tempfile.mkdtemp(prefix="gigpo-ray-"))
-    pythonpath = os.pathsep.join(p for p in (str(ROOT), str(HELPERS), os.environ.get("PYTHONPATH", "")) if p)
-    env = {
-        **{k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "VERL_PLATFORM")},
-        "PYTHONPATH": pythonpath,
-        "HF_HUB_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "RAY_USAGE_STATS_ENABLED": "0",
-        # Ray 2.60's `ray start --head` turns token authentication on unless this is set, and a node or driver
-        # given an explicit address then needs the token (docs/multi-node.md); a cluster on one machine needs none
-        "RAY_AUTH_MODE": "disabled",
-    }
-    import ray
-
-    # the machine's address, as Ray picks it for the nodes and the launch's driver alike (a driver attaches to the
-    # node of its own address)
-    ip = ray.util.get_node_ip_address()
-    port = _free_port()
-    address = f"{ip}:{port}"
-    common = [f"--num-cpus={NODE_CPUS}", "--num-gpus=1", "--object-store-memory=300000000", "--disable-usage-stats"]
-    nodes = []
-    try:
-        head = RayNode(
-            "head",
-            [
-                "--head",
-                f"--port={port}",
-                f"--temp-dir={root / 'head'}",
-                "--include-dashboard=false",
-                f"--ray-client-server-port={_free_port()}",
-                f"--dashboard-agent-listen-port={_free_port()}",
-                *common,
-            ],
-            root / "head.log",
-            env,
-        )
-        nodes.append(head)
-        head.wait_started()
-        second = RayNode(
-            "second",
-            [
-                f"--address={address}",
-                f"--temp-dir={root / 'second'}",
-                f"--dashboard-agent-listen-port={_free_port()}",
-                *common,
-            ],
-            root / "second.log",
-            env,
-        )
-        nodes.append(second)
-        second.wait_started()
+def cluster():
+    """A Ray head and one more node on this machine (:func:`ray_nodes.two_ray_nodes`); yields the head's address."""
+    with two_ray_nodes() as address:
         yield address
-    finally:
-        for node in reversed(nodes):
-            node.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -168,25 +52,9 @@ def two_node_run(cluster, action_model_dir, tmp_path_factory):
     cluster lives: ``(run, actors, node_ids, env_pids, refused)``; ``refused`` is a launch asking for 3 nodes."""
     from gigpo_pid_env import recorded_pids
 
-    from verl_gigpo.data.prepare import write_task_files
-
     address = cluster
     out = tmp_path_factory.mktemp("multinode")
-    records = out / "env_pids"
-    records.mkdir()
-    sys.path.insert(0, str(HELPERS))
-    try:
-        register_env(ENV_NAME, "gigpo_pid_env:PidGridNav")
-        write_task_files(ENV_NAME, out / "data", train_size=16, val_size=4)
-    finally:
-        sys.path.remove(str(HELPERS))
-    extra = [
-        f"+env.registry.{ENV_NAME}=gigpo_pid_env:PidGridNav",
-        f"+env.kwargs.record_dir={records}",
-        "env.num_workers=1",  # one environment worker process per agent-loop worker
-        "actor_rollout_ref.rollout.agent.num_workers=2",  # verl places them round-robin over the nodes
-        "trainer.test_freq=-1",
-    ]
+    records, extra = prepare_launch(out)
     common = {"model_dir": action_model_dir, "data_dir": out / "data", "estimator": "gigpo", "ranks": 1}
     env = {
         "RAY_ADDRESS": address,

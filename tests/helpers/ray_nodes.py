@@ -1,0 +1,169 @@
+"""Two Ray nodes on one machine, and the launch settings of the two-node test: shared by tests/test_multinode.py and
+benchmarks/multinode_compare.py (the same launch on one node and on two, side by side).
+
+Each node is a ``ray start --block`` process in its own process group, stopped by signalling that group (never
+``ray stop``, which stops every Ray on the machine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HELPERS = Path(__file__).resolve().parent
+#: the environment the launches play: gridnav in environment worker processes that record their pids
+ENV_NAME = "gridnav_pid"
+#: logical CPUs per node: verl's rank bundle takes 3, TransferQueue, the task runner and the workers one each
+NODE_CPUS = 16
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+class RayNode:
+    """One ``ray start --block`` process (a Ray node) in its own process group, with its output in ``log``."""
+
+    def __init__(self, name: str, args: list[str], log: Path, env: dict[str, str]):
+        ray = Path(sys.executable).with_name("ray")
+        self.name, self.log = name, log
+        cmd = [str(ray if ray.exists() else shutil.which("ray")), "start", "--block", *args]
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def wait_started(self, timeout: float = 420) -> None:
+        """Return once the node says "Ray runtime started."; fail naming the log when it exits or takes too long."""
+        deadline = time.monotonic() + timeout
+        while "Ray runtime started." not in self.log.read_text():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"Ray node {self.name} did not start; its log:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        """SIGTERM to the node's process group (``ray start --block`` stops the processes it started), after 5 s
+        SIGKILL to whatever of the group is left."""
+        for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                continue
+            if sig == signal.SIGTERM:  # the leader is gone; its children may not be
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            return
+
+
+@contextlib.contextmanager
+def two_ray_nodes() -> Iterator[str]:
+    """A Ray head and one more node on this machine, 1 logical GPU and :data:`NODE_CPUS` CPUs each; yields the head's
+    address (``IP:PORT``) and stops both nodes on exit.
+
+    Every node gets the project and these helpers on ``PYTHONPATH``: Ray's workers start from their node's
+    environment, so what a launch imports must be installed (or on the path) on every node. No dashboard (the tests
+    read the GCS tables directly): ~10 processes fewer to start. The nodes' temp folders are short paths under /tmp:
+    Ray puts its sockets there, a Unix socket path holds at most 107 bytes, and pytest's own temp paths
+    (``/tmp/pytest-of-USER/pytest-N/popen-gwK/...``) leave too little room.
+
+    Raises:
+        RuntimeError: a node did not start (with the end of its log).
+    """
+    import ray
+
+    root = Path(tempfile.mkdtemp(prefix="gigpo-ray-"))
+    pythonpath = os.pathsep.join(p for p in (str(ROOT), str(HELPERS), os.environ.get("PYTHONPATH", "")) if p)
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "VERL_PLATFORM")},
+        "PYTHONPATH": pythonpath,
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        # Ray 2.60's `ray start --head` turns token authentication on unless this is set, and a node or driver
+        # given an explicit address then needs the token (docs/multi-node.md); a cluster on one machine needs none
+        "RAY_AUTH_MODE": "disabled",
+    }
+    # the machine's address, as Ray picks it for the nodes and the launch's driver alike (a driver attaches to the
+    # node of its own address)
+    ip = ray.util.get_node_ip_address()
+    port = _free_port()
+    address = f"{ip}:{port}"
+    common = [f"--num-cpus={NODE_CPUS}", "--num-gpus=1", "--object-store-memory=300000000", "--disable-usage-stats"]
+    nodes = []
+    try:
+        head = RayNode(
+            "head",
+            [
+                "--head",
+                f"--port={port}",
+                f"--temp-dir={root / 'head'}",
+                "--include-dashboard=false",
+                f"--ray-client-server-port={_free_port()}",
+                f"--dashboard-agent-listen-port={_free_port()}",
+                *common,
+            ],
+            root / "head.log",
+            env,
+        )
+        nodes.append(head)
+        head.wait_started()
+        second = RayNode(
+            "second",
+            [
+                f"--address={address}",
+                f"--temp-dir={root / 'second'}",
+                f"--dashboard-agent-listen-port={_free_port()}",
+                *common,
+            ],
+            root / "second.log",
+            env,
+        )
+        nodes.append(second)
+        second.wait_started()
+        yield address
+    finally:
+        for node in reversed(nodes):
+            node.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def prepare_launch(out: Path) -> tuple[Path, list[str]]:
+    """Register :data:`ENV_NAME` on this driver, write its task files under ``out/data`` (16 train, 4 validation
+    tasks) and return ``(records, extra)``: the folder the environment worker processes record their pids in, and
+    the launch's extra Hydra overrides (the environment registered in every worker, one environment worker process
+    per agent-loop worker, two agent-loop workers, no validation)."""
+    from environments import register_env
+    from verl_gigpo.data.prepare import write_task_files
+
+    records = out / "env_pids"
+    records.mkdir(parents=True, exist_ok=True)
+    sys.path.insert(0, str(HELPERS))
+    try:
+        register_env(ENV_NAME, "gigpo_pid_env:PidGridNav")
+        write_task_files(ENV_NAME, out / "data", train_size=16, val_size=4)
+    finally:
+        sys.path.remove(str(HELPERS))
+    extra = [
+        f"+env.registry.{ENV_NAME}=gigpo_pid_env:PidGridNav",
+        f"+env.kwargs.record_dir={records}",
+        "env.num_workers=1",  # one environment worker process per agent-loop worker
+        "actor_rollout_ref.rollout.agent.num_workers=2",  # verl places them round-robin over the nodes
+        "trainer.test_freq=-1",
+    ]
+    return records, extra
