@@ -1,23 +1,38 @@
 """A process of a verl run that died (a Ray actor: SIGKILL, the OOM killer, a segfault): one line saying which and what
 to do, instead of Ray's nested tracebacks.
 
-verl does not replace a dead actor. Its driver waits on the actors with ``ray.get`` (the agent-loop manager on its
-workers, ``AgentLoopManagerTQ.generate_sequences``; the agent loops await the rollout server,
-``LLMServerClient.generate``; the trainer on its worker groups), and Ray raises ``ActorDiedError`` there as soon as
-the actor's process is gone. The error travels up as a ``RayTaskError`` through every actor that waited on it
-(agent-loop worker, TaskRunner) to ``main_ppo.run_ppo`` in the driver. :func:`find_dead_actor` reads the innermost
-dead actor from that error (Ray writes ``class_name``, ``pid``, ``name``, ``ip`` into its message);
-``python -m verl_gigpo.main`` then stops with :func:`stop_message` and exit status 1, and a relaunch with
+verl does not replace a dead actor. Where it awaits one (the trainer's calls on its worker groups, the rollout
+server's weight sync), Ray raises ``ActorDiedError`` there as soon as the actor's process is gone, and the error
+travels up as a ``RayTaskError`` through every actor that waited on it (TaskRunner) to ``main_ppo.run_ppo`` in the
+driver. Where it does not (verl's synchronous V1 trainer starts the episodes on the agent-loop workers and then polls
+TransferQueue for their rows, ``ReplayBuffer.sample``, with no deadline), a dead agent-loop worker would leave the
+run waiting forever: :class:`ActorWatch`, checked by the ``gigpo_sync`` trainer mode on every poll and after every
+sample, raises :class:`DeadActorError` instead, which reaches the driver the same way. :func:`find_dead_actor`
+reads the innermost dead actor from that error (Ray writes ``class_name``, ``pid``, ``name``, ``ip`` into its
+message); ``python -m verl_gigpo.main`` then stops with :func:`stop_message` and exit status 1, and a relaunch with
 ``trainer.resume_mode=auto`` resumes from the last checkpoint (docs/runs.md, "A process dies").
 """
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-__all__ = ["ROLES", "DeadActor", "find_dead_actor", "stop_message"]
+__all__ = [
+    "ROLES",
+    "ActorWatch",
+    "DeadActor",
+    "DeadActorError",
+    "find_dead_actor",
+    "guard_replay_buffer",
+    "stop_message",
+]
+
+logger = logging.getLogger(__name__)
 
 #: what each actor class of a verl run is, in the message
 ROLES = {
@@ -47,18 +62,85 @@ class DeadActor:
     detail: str = ""
 
     @property
-    def role(self) -> str:
-        """What the actor was in the run (``agent-loop worker``, ``hf rollout server``, ...), else its class."""
-        return ROLES.get(self.class_name, f"Ray actor {self.class_name}")
+    def role(self) -> str | None:
+        """What the actor was in the run (``agent-loop worker``, ``hf rollout server``, ...), None for another class."""
+        return ROLES.get(self.class_name)
 
     def describe(self) -> str:
-        """``agent-loop worker (Ray actor AgentLoopWorkerTQ agent_loop_worker_0_1a2b, pid 123, node 10.0.0.2)``."""
-        parts = [f"Ray actor {self.class_name}{f' {self.name}' if self.name else ''}"]
-        if self.pid is not None:
-            parts.append(f"pid {self.pid}")
-        if self.ip:
-            parts.append(f"node {self.ip}")
-        return f"{self.role} ({', '.join(parts)})"
+        """``agent-loop worker (Ray actor AgentLoopWorkerTQ agent_loop_worker_0_1a2b, pid 123, node 10.0.0.2)``;
+        ``Ray actor Foo foo_1 (pid 123)`` for a class not in :data:`ROLES`."""
+        actor = f"Ray actor {self.class_name}{f' {self.name}' if self.name else ''}"
+        where = [f"pid {self.pid}"] if self.pid is not None else []
+        where += [f"node {self.ip}"] if self.ip else []
+        if self.role is None:
+            return f"{actor} ({', '.join(where)})" if where else actor
+        return f"{self.role} ({', '.join([actor, *where])})"
+
+    def ray_text(self) -> str:
+        """The actor in the layout of Ray's ``ActorDiedError`` message (what :func:`find_dead_actor` reads)."""
+        lines = [_DIED, f"\tclass_name: {self.class_name}"]
+        lines += [f"\tpid: {self.pid}"] if self.pid is not None else []
+        lines += [f"\tname: {self.name}"] if self.name else []
+        lines += [f"\tip: {self.ip}"] if self.ip else []
+        return "\n".join([*lines, self.detail or "The actor is dead."])
+
+
+class DeadActorError(RuntimeError):
+    """A Ray actor of the run was found dead by :class:`ActorWatch`; the message holds it in Ray's layout
+    (:meth:`DeadActor.ray_text`), so it reaches the driver through Ray's task errors and is named there."""
+
+
+#: the reason in the ``DeathCause`` text of Ray's actor table (``actor_died_error_context { error_message: "..." }``)
+_CAUSE = re.compile(r'error_message: "((?:[^"\\]|\\.)*)"')
+
+
+def _detail(cause: str) -> str:
+    found = _CAUSE.search(cause or "")
+    text = found.group(1) if found else ""
+    text = text.split(" Some common causes include", 1)[0]  # Ray's generic advice: not about this process
+    return text if len(text) <= 240 else text[:239] + "…"
+
+
+class ActorWatch:
+    """Whether the Ray actors of ``handles()`` (agent-loop workers, rollout servers) are alive, read from Ray's
+    actor table (``ray._private.state.actors``, the GCS table verl reads too; Ray marks an actor DEAD within
+    milliseconds of its process exiting).
+
+    verl's synchronous trainer waits for rollouts by polling TransferQueue (``ReplayBuffer.sample``) with no
+    deadline, and nothing there awaits the agent-loop workers (``AgentLoopWorkerTQ.generate_sequences`` only
+    starts the episodes): a dead one leaves its prompts running forever. :meth:`check` on every poll turns that
+    hang into :class:`DeadActorError`.
+    """
+
+    def __init__(self, handles: Callable[[], Iterable[Any]]):
+        self.handles = handles
+
+    def dead(self) -> DeadActor | None:
+        """The first watched actor that Ray's actor table says is DEAD, or None."""
+        from ray._private import state
+
+        for handle in self.handles():
+            info = state.actors(actor_id=handle._actor_id.hex())
+            if not info or info.get("State") != "DEAD":
+                continue
+            return DeadActor(
+                class_name=str(info.get("ActorClassName") or "?"),
+                pid=int(info["Pid"]) if info.get("Pid") else None,
+                name=info.get("Name") or None,
+                ip=(info.get("Address") or {}).get("IPAddress") or None,
+                detail=_detail(str(info.get("DeathCause") or "")),
+            )
+        return None
+
+    def check(self) -> None:
+        """Raise :class:`DeadActorError` when a watched actor is dead."""
+        dead = self.dead()
+        if dead is not None:
+            logger.error("a process of the run died: the %s", dead.describe())
+            raise DeadActorError(
+                "a process of the run died while the trainer waited for rollouts (verl_gigpo.dead_actor.ActorWatch)"
+                f"\n{dead.ray_text()}"
+            )
 
 
 def _parse(text: str) -> DeadActor | None:
@@ -109,7 +191,7 @@ def find_dead_actor(error: BaseException) -> DeadActor | None:
         todo.extend([exc.__context__, exc.__cause__, getattr(exc, "cause", None)])
     found = None
     for exc in chain:  # outermost first: a later (deeper) description replaces an earlier one
-        if isinstance(exc, RayActorError) or _DIED in str(exc):
+        if isinstance(exc, RayActorError | DeadActorError) or _DIED in str(exc):
             found = _parse(str(exc)) or found
     return found
 
@@ -130,3 +212,23 @@ def stop_message(dead: DeadActor, experiment_dir: str | Path) -> str:
         f"run stopped. Relaunch the same command with trainer.resume_mode=auto (the default): it {resume} the "
         "metrics history kept (docs/runs.md, 'A process dies')"
     )
+
+
+def guard_replay_buffer(buffer: Any, watch: ActorWatch) -> Any:
+    """Make verl's replay buffer ``buffer`` call ``watch.check()`` before each of its polls of TransferQueue
+    (``ReplayBuffer._wait_for_next_poll``) and after each ``sample``: a dead watched actor then stops the iteration
+    (:class:`DeadActorError`) instead of leaving ``sample`` waiting, and no batch generated while one died is trained
+    on. Both are wrapped on the instance; returns ``buffer``."""
+    wait, sample = buffer._wait_for_next_poll, buffer.sample
+
+    def checked_wait(*args: Any, **kwargs: Any) -> Any:
+        watch.check()
+        return wait(*args, **kwargs)
+
+    def checked_sample(*args: Any, **kwargs: Any) -> Any:
+        result = sample(*args, **kwargs)
+        watch.check()
+        return result
+
+    buffer._wait_for_next_poll, buffer.sample = checked_wait, checked_sample
+    return buffer
