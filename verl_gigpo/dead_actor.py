@@ -16,7 +16,9 @@ message); ``python -m verl_gigpo.main`` then stops with :func:`stop_message` and
 from __future__ import annotations
 
 import logging
+import math
 import re
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,8 +114,9 @@ class ActorWatch:
     hang into :class:`DeadActorError`.
     """
 
-    def __init__(self, handles: Callable[[], Iterable[Any]]):
-        self.handles = handles
+    def __init__(self, handles: Callable[[], Iterable[Any]], *, every_s: float = 1.0):
+        self.handles, self.every_s = handles, every_s
+        self._last = -math.inf
 
     def dead(self) -> DeadActor | None:
         """The first watched actor that Ray's actor table says is DEAD, or None."""
@@ -132,8 +135,13 @@ class ActorWatch:
             )
         return None
 
-    def check(self) -> None:
-        """Raise :class:`DeadActorError` when a watched actor is dead."""
+    def check(self, *, force: bool = True) -> None:
+        """Raise :class:`DeadActorError` when a watched actor is dead. Without ``force``, at most one look at Ray's
+        table per ``every_s`` seconds (verl's buffer may poll every 0.1 s); the other calls return at once."""
+        now = time.monotonic()
+        if not force and now - self._last < self.every_s:
+            return
+        self._last = now
         dead = self.dead()
         if dead is not None:
             logger.error("a process of the run died: the %s", dead.describe())
@@ -217,12 +225,13 @@ def stop_message(dead: DeadActor, experiment_dir: str | Path) -> str:
 def guard_replay_buffer(buffer: Any, watch: ActorWatch) -> Any:
     """Make verl's replay buffer ``buffer`` call ``watch.check()`` before each of its polls of TransferQueue
     (``ReplayBuffer._wait_for_next_poll``) and after each ``sample``: a dead watched actor then stops the iteration
-    (:class:`DeadActorError`) instead of leaving ``sample`` waiting, and no batch generated while one died is trained
-    on. Both are wrapped on the instance; returns ``buffer``."""
+    (:class:`DeadActorError`) instead of leaving ``sample`` waiting (polls look at Ray's table at most once per
+    ``watch.every_s``), and no batch generated while one died is trained on. Both are wrapped on the instance;
+    returns ``buffer``."""
     wait, sample = buffer._wait_for_next_poll, buffer.sample
 
     def checked_wait(*args: Any, **kwargs: Any) -> Any:
-        watch.check()
+        watch.check(force=False)
         return wait(*args, **kwargs)
 
     def checked_sample(*args: Any, **kwargs: Any) -> Any:
