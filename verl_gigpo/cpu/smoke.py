@@ -327,6 +327,7 @@ def run_pipeline(
     for kill, record in done:
         if kill.fatal and not hung:
             record.stopped_after_s = seconds - record.at_s
+            print(f"[{name}] ended by itself {record.stopped_after_s:.1f} s after the SIGKILL of its {kill.label}")
     print(f"[{name}] {'killed on purpose' if killed else f'exit {returncode}'} after {seconds:.0f} s", flush=True)
     result = RunResult(name, run_dir, returncode, seconds, killed=killed, started=started, timeline=timeline_path)
     result.kills, result.hung = [record for _, record in done], hung
