@@ -4,7 +4,7 @@
 #                  (the quick subset without Ray, TransferQueue, verl's pipeline or the demo:
 #                  .venv/bin/python -m pytest -m "not slow" tests)
 #   make bench     estimator speed benchmark (benchmarks/RESULTS.md)
-#   make e2e       verl's own pipeline end to end on this CPU (GiGPO, crash + resume, GRPO; ~5 min on 2 cores)
+#   make e2e       verl's own pipeline end to end on this CPU (GiGPO, killed processes + resume, GRPO; ~5 min on 2 cores)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv

@@ -12,8 +12,9 @@ Two configurations, each launched with ``python -m verl_gigpo.main platform=cpu`
 * ``learning``: the launch of ``python benchmarks/learning.py --engine verl`` (its ``verl_overrides`` and default
   settings: gridnav without a key, 4 tasks x 8 episodes = ~310 step rows, 3-token replies, KL off, 4 optimizer
   steps), GiGPO, ``--iters`` iterations, validation before and after;
-* ``smoke``: the launches of ``make e2e`` (GiGPO killed after its step-2 checkpoint, a launch refused before Ray,
-  the resume, GRPO; :func:`verl_gigpo.cpu.smoke.run_smoke`; KL loss on, so the reference pass runs).
+* ``smoke``: the launches of ``make e2e`` (GiGPO stopped by a killed agent-loop worker mid-iteration 3, a launch
+  refused before Ray, the resume, GRPO stopped by a killed rollout server mid-iteration 2;
+  :func:`verl_gigpo.cpu.smoke.run_smoke`; KL loss on, so the reference pass runs).
 
 Two settings: ``after`` is ``platform=cpu`` as it is; ``before`` adds :data:`BEFORE`, verl's own values of the
 settings the platform sets for speed. They run back to back (before first), so both see the same machine load.
@@ -449,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs = list(run_smoke(out / f"smoke-{setting}", model, extra=overrides, timeline=True).values())
             if config == "learning":
                 problems = [f"{r.name}: exit {r.returncode}" for r in runs if r.returncode != 0]
-            else:  # the smoke kills one launch and refuses another on purpose: its own checks say what went wrong
+            else:  # the smoke kills processes and refuses a launch on purpose: its own checks say what went wrong
                 problems = check_runs({r.name: r for r in runs}, model)
             if problems:
                 print(f"{name}: " + "; ".join(problems) + " (see the launches' train.log)")

@@ -137,10 +137,11 @@ def test_the_smoke_check_requires_the_rollout_vs_actor_gap_at_a_launchs_first_it
     from verl_gigpo.cpu.smoke import ROLLOUT_GAP_LIMIT, RunResult, check_runs
 
     def problems(first_row: dict) -> list[str]:
-        run = RunResult("grpo", Path("unused"), 0, 1.0)
+        # a launch that ends normally (the smoke's grpo launch is stopped on purpose by a kill: its own checks)
+        run = RunResult("grpo_resume", Path("unused"), 0, 1.0)
         base = {"env/success_rate": 0.5, "episode/num_step_rows": 10, "actor/pg_loss": 0.1, "actor/grad_norm": 1.0}
         run.metrics = [{"step": 1, **base, **first_row}, {"step": 2, **base}]  # iteration 2 bypassed: no gap
-        return check_runs({"grpo": run}, Path("unused"))
+        return check_runs({"grpo_resume": run}, Path("unused"))
 
     assert problems({"training/rollout_probs_diff_max": 7e-7}) == []
     [missing] = problems({})

@@ -3,13 +3,16 @@
 One module-scoped fixture runs the launches of :func:`verl_gigpo.cpu.smoke.run_smoke` (what ``make e2e`` runs): verl's
 ``main_ppo`` -> ``TaskRunnerV1`` -> the ``gigpo_sync`` trainer mode -> FSDP actor and reference workers (gloo) ->
 the ``gigpo_env_agent`` agent loop on the ``hf`` rollout backend -> TransferQueue. GiGPO trains with a checkpoint
-after every iteration and is killed (SIGKILL to every process of the launch) once its step-2 checkpoint and step 2's
-metrics are written; a launch in the same folder with ``algorithm.gigpo.step_advantage_w`` changed must stop before
-Ray naming the key; a launch with the run's settings resumes from ``global_step_2`` and trains iterations 3-4; GRPO
-trains 2 iterations, beside the GiGPO launches (in a folder and a Ray cluster of its own). Nothing of verl is
-replaced. The tasks are played by ``gridnav_faulty`` (``tests/helpers``), a gridnav whose every 5th reset raises,
-registered in the workers through ``env.registry``: failed episodes in every iteration must leave the run alive with
-their rows masked (verl's old-log-prob step must not fail with ``KeyError('rollout_log_probs')``).
+after every iteration; in iteration 1 one of its environment worker processes gets SIGKILL (the run goes on), and
+once its step-2 checkpoint and step 2's metrics are written its agent-loop worker gets SIGKILL mid-iteration 3 (the
+launch must stop by itself with one line naming the process); a launch in the same folder with
+``algorithm.gigpo.step_advantage_w`` changed must stop before Ray naming the key; a launch with the run's settings
+resumes from ``global_step_2`` and trains iterations 3-4; GRPO trains iteration 1 and then its rollout server gets
+SIGKILL mid-iteration 2 (a stop as above), beside the GiGPO launches (in a folder and a Ray cluster of its own).
+Nothing of verl is replaced. The tasks are played by ``gridnav_faulty`` (``tests/helpers``), a gridnav in
+environment worker processes whose every 5th reset in a process raises, registered in the workers through
+``env.registry``: failed episodes in every iteration must leave the run alive with their rows masked (verl's
+old-log-prob step must not fail with ``KeyError('rollout_log_probs')``).
 
 The checkpoints are then exported (``python -m verl_gigpo.export``): the latest one in float32 gives the actor's
 log-probs and plays gridnav; the default bfloat16 export holds what verl's own model merger writes.
@@ -25,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -61,20 +65,32 @@ MINI_BATCH_KEY, MINI_BATCH_ROWS = "trainer.v1.gigpo_sync.mini_batch_rows", 48
 def runs(action_model_dir, tmp_path_factory):
     sys.path.insert(0, str(HELPERS))  # the task files are written here, for the registered faulty environment
     try:
-        register_env(FAULTY, "gigpo_faulty_env:FaultyGridNav")
+        register_env(FAULTY, "gigpo_faulty_env:FaultyGridNavProc")  # in worker processes: one gets killed
         out = tmp_path_factory.mktemp("e2e")
         pythonpath = os.pathsep.join(p for p in (str(HELPERS), os.environ.get("PYTHONPATH", "")) if p)
         settings = {
             "env_name": FAULTY,
             # 48 step rows per optimizer step: ~2 per iteration (verl's own split would take ~6: 16 rows each)
-            "extra": [f"+env.registry.{FAULTY}=gigpo_faulty_env:FaultyGridNav", f"{MINI_BATCH_KEY}={MINI_BATCH_ROWS}"],
+            "extra": [
+                f"+env.registry.{FAULTY}=gigpo_faulty_env:FaultyGridNavProc",
+                f"{MINI_BATCH_KEY}={MINI_BATCH_ROWS}",
+                # 2 environment worker processes: each gets >= 8 of an iteration's 16 resets, so >= 1 fails
+                "env.num_workers=2",
+            ],
             "env": {"PYTHONPATH": pythonpath, "GIGPO_FAULTY_EVERY": "5"},
         }
         # the GiGPO sequence (crash, refused change, resume) and the GRPO run side by side, each with its own task
         # files, Ray cluster and folder: a launch keeps about one core busy, mostly starting processes one by one
         with ThreadPoolExecutor(max_workers=2) as pool:
             sequences = [
-                pool.submit(run_smoke, out / estimator, action_model_dir, estimators=(estimator,), **settings)
+                pool.submit(
+                    run_smoke,
+                    out / estimator,
+                    action_model_dir,
+                    estimators=(estimator,),
+                    kill_env_worker=estimator == "gigpo",
+                    **settings,
+                )
                 for estimator in ("gigpo", "grpo")
             ]
             return {name: run for sequence in sequences for name, run in sequence.result().items()}
@@ -88,11 +104,11 @@ def _training_rows(run):
 
 def test_every_launch_ends_as_planned_and_the_smoke_checks_pass(runs, action_model_dir):
     assert set(runs) == {"gigpo", "gigpo_changed", "gigpo_resume", "grpo"}
-    assert runs["gigpo"].killed, runs["gigpo"].output[-3000:]
+    for name in ("gigpo", "grpo"):  # a Ray actor of theirs was killed: each stopped by itself, exit status 1
+        assert runs[name].returncode == 1 and not runs[name].hung, runs[name].output[-3000:]
     assert runs["gigpo_changed"].returncode == 1
-    for name in ("gigpo_resume", "grpo"):
-        run = runs[name]
-        assert run.returncode == 0, f"{name} failed; last lines:\n" + "\n".join(run.output.splitlines()[-40:])
+    run = runs["gigpo_resume"]
+    assert run.returncode == 0, "gigpo_resume failed; last lines:\n" + "\n".join(run.output.splitlines()[-40:])
     assert check_runs(runs, action_model_dir) == []  # what `make e2e` reports, on the same runs
 
 
@@ -130,7 +146,7 @@ def test_validation_before_and_after_training(runs):
         return [m["step"] for m in rows if val_metric(m)]
 
     assert validated_steps(runs["gigpo"].metrics)[0] == 0 and validated_steps(runs["gigpo_resume"].metrics) == [4]
-    assert validated_steps(runs["grpo"].metrics) == [0, 2]
+    assert validated_steps(runs["grpo"].metrics) == [0]  # stopped in iteration 2 (its rollout server killed)
     assert validated_steps(read_metrics(runs["gigpo_resume"].metrics_file)) == [0, 4]  # the history keeps step 0
     last = next(m for m in runs["gigpo_resume"].metrics if val_metric(m))
     assert val_metric(last) == f"val-core/{FAULTY}/acc/mean@1" and 0.0 <= last[val_metric(last)] <= 1.0
@@ -141,6 +157,49 @@ def test_a_changed_training_key_stops_the_resume_before_ray(runs):
     assert "ray init kwargs" not in changed.output  # verl's run_ppo prints this just before ray.init
     assert "error: cannot resume " in changed.output and "Traceback" not in changed.output  # one line
     assert f"in key(s) that change training: {CHANGED_KEY}: 1.0 -> 0.5." in changed.output
+
+
+def _one_stop_line(run, label):
+    """The kill of ``label`` in ``run`` and the launch's only ``error:`` line."""
+    kill = run.kill(label)
+    assert kill is not None and kill.stopped_after_s is not None, (label, run.kills, run.output[-3000:])
+    errors = run.error_lines()
+    assert len(errors) == 1, errors
+    return kill, errors[0]
+
+
+def test_a_killed_agent_loop_worker_stops_the_run_with_one_line_naming_it(runs):
+    """SIGKILL of the agent-loop worker mid-iteration 3. verl alone would wait forever (its replay buffer polls
+    TransferQueue for the worker's rows); the trainer mode's watch stops the launch, naming the process."""
+    first = runs["gigpo"]
+    kill, line = _one_stop_line(first, "agent-loop worker")
+    assert kill.cmdline.startswith("ray::AgentLoopWorkerTQ")
+    assert line.startswith("error: a process of the run died: the agent-loop worker (Ray actor AgentLoopWorkerTQ")
+    assert f"pid {kill.pid}" in line and "trainer.resume_mode=auto" in line
+    assert f"{first.run_dir / 'ckpt' / 'global_step_2'} (iteration 2)" in line
+    assert training_steps(first.metrics) == [1, 2]  # iteration 3 was under way: not logged, not checkpointed
+
+
+def test_a_killed_rollout_server_stops_the_run_with_one_line_naming_it(runs):
+    """SIGKILL of the hf rollout server mid-iteration 2: the launch stops by itself, naming the server."""
+    run = runs["grpo"]
+    kill, line = _one_stop_line(run, "rollout server")
+    assert kill.cmdline.startswith("ray::HFGenerationServer")
+    assert line.startswith("error: a process of the run died: the hf rollout server (Ray actor HFGenerationServer")
+    assert f"pid {kill.pid}" in line and "trainer.resume_mode=auto" in line
+    assert training_steps(run.metrics) == [1]  # iteration 2 never trained on the batch the death cut short
+
+
+def test_a_killed_environment_worker_is_replaced_and_the_run_goes_on(runs):
+    """SIGKILL of an environment worker process in iteration 1: it is replaced (the episode whose call was in
+    flight fails, masked and counted in env/env_error_rate; instances idle in it are rebuilt by replay) and
+    iterations 1 and 2 train."""
+    first = runs["gigpo"]
+    kill = first.kill("environment worker")
+    assert kill is not None and "verl_gigpo.rollout.procworker" in kill.cmdline
+    assert re.search(rf"process {kill.pid} died (during|between)", first.output), first.output[-3000:]
+    rows = _training_rows(first)
+    assert [row["step"] for row in rows] == [1, 2] and all(row["actor/grad_norm"] > 0 for row in rows)
 
 
 def test_a_killed_run_resumes_from_its_checkpoint_and_its_metrics_hold_iterations_1_to_4_once(runs):

@@ -121,6 +121,66 @@ def test_a_crashed_worker_is_replaced():
         host.close()
 
 
+def _wait_exited(pid: int) -> None:
+    """Wait until child ``pid`` has exited and can be reaped (left unreaped: its host's ``poll()`` sees it then; a
+    zombie leader whose threads are still exiting is not reapable yet)."""
+    deadline = time.monotonic() + 30
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        assert time.monotonic() < deadline, f"process {pid} still runs after SIGKILL"
+        time.sleep(0.05)
+
+
+def test_a_worker_killed_during_a_call_fails_that_episode_at_once_not_at_its_deadline():
+    """SIGKILL of a worker whose step never returns: the call fails as soon as its pipe closes (the 600 s deadline
+    is not waited for), naming the process and the signal; the worker is replaced and the next episode plays."""
+    config = EpisodeConfig(max_steps=4, key_mode="state")
+    host = ProcessEnvHost(1, EnvExecution(step_timeout_s=600))
+    hang = {"hang_at": "step", "hang_seed": 0, "hang_step": 1}
+    key = EnvPool.key(TaskSpec("gridnav_hang_proc", 0, env_kwargs=hang), config)
+    try:
+        env, _ = host.acquire(TaskSpec("gridnav_hang_proc", 0, env_kwargs=hang), config, key).result()
+        host.call(env, "reset", (0, None)).result()
+        pid = host.worker_pids()[0]
+        stuck = host.call(env, "step", ("up",))
+        while not stuck.running():
+            time.sleep(0.01)
+        time.sleep(1.0)  # the request is on the wire and the step hangs in the worker
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(Exception, match=f"worker process {pid} died .exit code -9") as info:
+            stuck.result(timeout=60)  # a hang until the deadline would fail here
+        assert type(info.value).__name__ == "EnvError" and "env=gridnav_hang_proc" in str(info.value)
+        assert not env.alive and (host.replaced, host.died_idle, host.restored) == (1, 0, 0)
+        other, _ = host.acquire(TaskSpec("gridnav_hang_proc", 1, env_kwargs=hang), config, key).result()
+        (_, next_info), _ = host.call(other, "reset", (1, None)).result(timeout=60)
+        assert next_info["step"] == 0 and host.worker_pids()[0] != pid
+    finally:
+        host.close()
+
+
+def test_a_worker_killed_between_calls_is_replaced_and_its_episodes_go_on_by_replay():
+    """SIGKILL of an idle worker holding two episodes: the next request finds it dead, starts a fresh worker and
+    rebuilds each instance there by replaying its episode; both episodes go on where they were, none fails."""
+    config = EpisodeConfig(max_steps=6, key_mode="state")
+    host = ProcessEnvHost(1, EnvExecution(step_timeout_s=60))
+    tasks = [TaskSpec("gridnav_hang_proc", seed) for seed in (3, 4)]
+    try:
+        envs = [host.acquire(task, config, EnvPool.key(task, config)).result()[0] for task in tasks]
+        for env, task in zip(envs, tasks, strict=True):
+            host.call(env, "reset", (task.seed, None)).result()
+            host.call(env, "step", ("up",)).result()
+        before = [env.last_anchor_key for env in envs]
+        pid = host.worker_pids()[0]
+        os.kill(pid, signal.SIGKILL)
+        _wait_exited(pid)
+        steps = [host.call(env, "step", ("left",)).result(timeout=60)[0][-1]["step"] for env in envs]
+        assert steps == [2, 2]  # each replayed its reset and first step, then took the second
+        assert (host.replaced, host.died_idle, host.restored) == (1, 1, 2)
+        assert all(env.alive and not env.dead for env in envs) and host.worker_pids()[0] != pid
+        assert [env.replay[1] for env in envs] == [("step", ("up",))] * 2 and before[0] is not None
+    finally:
+        host.close()
+
+
 def test_no_worker_outlives_a_killed_parent(tmp_path):
     """SIGKILL the process that owns a host: its worker processes end with it (PR_SET_PDEATHSIG / watchdog)."""
     script = tmp_path / "owner.py"

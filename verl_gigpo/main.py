@@ -24,7 +24,9 @@ TransferQueue have started. Before Ray, this entry point
    (``trainer.allow_config_change=true`` overrides), and keeps the metrics file across launches.
 
 A launch refused in 3 or 4 (:class:`verl_gigpo.cluster.ClusterError`, :class:`verl_gigpo.launch.LaunchError`) ends
-with one line, ``error: <what to do>``, and exit status 1.
+with one line, ``error: <what to do>``, and exit status 1. So does a launch whose Ray actor died during training (an
+agent-loop worker, a rollout server, a training worker: :mod:`verl_gigpo.dead_actor`): the line names the process
+and the checkpoint that a relaunch with ``trainer.resume_mode=auto`` resumes from.
 
 See ``recipes/`` for complete commands and ``docs/runs.md`` for resuming, checkpoints and metrics.
 """
@@ -53,6 +55,7 @@ def main(config: DictConfig) -> None:
     from verl.trainer import main_ppo
 
     from verl_gigpo.cluster import ClusterError, check_cluster, prepare_ray_init
+    from verl_gigpo.dead_actor import find_dead_actor, stop_message
     from verl_gigpo.launch import LaunchError, prepare_launch
     from verl_gigpo.plugin import ensure_registered
     from verl_gigpo.preflight import preflight
@@ -71,7 +74,15 @@ def main(config: DictConfig) -> None:
         raise SystemExit(1) from None
     for line in plan.messages:
         print(f"[verl_gigpo] {line}", flush=True)
-    main_ppo.main(config)  # hydra passes an explicit config straight to the task function
+    try:
+        main_ppo.main(config)  # hydra passes an explicit config straight to the task function
+    except Exception as error:
+        dead = find_dead_actor(error)
+        if dead is None:
+            raise
+        # a dead process of the run (verl replaces none): one line naming it and how to resume, not Ray's nesting
+        print(f"error: {stop_message(dead, config.trainer.default_local_dir)}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

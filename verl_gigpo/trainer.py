@@ -44,7 +44,11 @@ is private to verl and may change in another release, hence the version guard (:
    (``replay_buffer.py:144``, 2 s by default, no config key) from ``trainer.v1.sampler.poll_interval``; with
    ``algorithm.filter_groups.enable`` (dynamic sampling) it builds :class:`verl_gigpo.replay_buffer.
    DynamicReplayBuffer` instead of verl's ``ReplayBuffer``, with the arguments verl gives its sync buffer when
-   ``filter_groups`` is enabled (``:153-185``); that module lists the buffer members it relies on.
+   ``filter_groups`` is enabled (``:153-185``); that module lists the buffer members it relies on. Either buffer
+   then checks, before each poll (``ReplayBuffer._wait_for_next_poll``, ``replay_buffer.py:408``) and after each
+   ``sample`` (``:422``), that the agent-loop workers (``agent_loop_manager.agent_loop_workers``, set by ``fit``,
+   ``:418``) and the rollout servers (``llm_server_manager.get_replicas()``, ``:372``; each replica's ``servers``)
+   are alive (:func:`verl_gigpo.dead_actor.guard_replay_buffer`): verl's ``sample`` waits without a deadline.
 4. ``_balance_batch`` (``trainer_base.py:1608``) — wrapped: records the number of rows before verl pads them to
    ``_get_required_batch_multiple`` (called at ``:1620``).
 5. ``_get_required_batch_multiple`` (``trainer_base.py:1589``) — replaced when ``mini_batch_rows`` is set (the
@@ -89,6 +93,7 @@ from verl_gigpo.advantage import GiGPOTerms
 from verl_gigpo.advantage.outcome import OUTCOME_ESTIMATORS, outcome_advantages
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
+from verl_gigpo.dead_actor import ActorWatch, guard_replay_buffer
 from verl_gigpo.rollout import metrics as rollout_metrics
 from verl_gigpo.rollout.dynamic import DynamicSampling
 from verl_gigpo.rollout.step_rows import StepBatch, UpdateSettings
@@ -292,7 +297,17 @@ class GiGPOTrainerSync(PPOTrainerSync):
                 low_open=True,
             ).check(interval)
             buffer.poll_interval = float(interval)
-        return buffer
+        return guard_replay_buffer(buffer, ActorWatch(self._watched_actors))
+
+    def _watched_actors(self) -> list[Any]:
+        """The Ray actors whose death would leave verl waiting on rollouts: the agent-loop workers (set by ``fit``)
+        and the rollout replicas' servers (:mod:`verl_gigpo.dead_actor`)."""
+        manager = getattr(self, "agent_loop_manager", None)
+        handles = list(getattr(manager, "agent_loop_workers", None) or [])
+        servers = getattr(self, "llm_server_manager", None)
+        for replica in servers.get_replicas() if servers is not None else []:
+            handles.extend(getattr(replica, "servers", None) or [])
+        return handles
 
     def _dynamic_replay_buffer(self, dynamic: DynamicSampling) -> Any:
         """The replay buffer of dynamic sampling, built with the arguments verl's ``_build_replay_buffer``

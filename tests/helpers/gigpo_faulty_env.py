@@ -27,6 +27,13 @@ class FaultyGridNav(GridNavEnv):
         return super().reset(seed=seed, options=options)
 
 
+class FaultyGridNavProc(FaultyGridNav):
+    """``FaultyGridNav`` hosted in environment worker processes (``thread_parallel = False``): every
+    ``FAIL_EVERY``-th reset in each worker process raises (the CPU e2e test kills one of those processes)."""
+
+    thread_parallel = False
+
+
 class StepFaultyGridNav(GridNavEnv):
     """``GridNavEnv`` whose tasks with an even seed raise ``RuntimeError`` at their ``fail_step``-th step (default 2):
     deterministic failed episodes, the same in every process (the local engine's tests)."""

@@ -8,13 +8,17 @@ Runs ``python -m verl_gigpo.main platform=cpu`` — the recipes' entry point, so
 ``TaskRunnerV1`` -> the ``gigpo_sync`` trainer mode -> FSDP actor and reference workers -> the ``gigpo_env_agent``
 agent loop on the ``hf`` rollout backend -> TransferQueue — on gridnav with a tiny model, four times:
 
-1. ``gigpo``: validation, training iterations 1, 2, ... of 4 with a checkpoint after each, killed (SIGKILL to every
-   process of the launch) once the step-2 checkpoint and step 2's metrics are written: a crash;
+1. ``gigpo``: validation, training iterations 1, 2, ... of 4 with a checkpoint after each; once the step-2
+   checkpoint and step 2's metrics are written, its agent-loop worker (Ray actor ``AgentLoopWorkerTQ``) gets SIGKILL
+   in the middle of iteration 3: the launch must stop by itself within :data:`STOP_BOUND_S` with one ``error:`` line
+   naming that process and the relaunch (:mod:`verl_gigpo.dead_actor`). With ``kill_env_worker`` (the e2e test),
+   an environment worker process gets SIGKILL in iteration 1 too, and the run must go on (it is replaced);
 2. ``gigpo_changed``: the same folder with ``algorithm.gigpo.step_advantage_w`` changed: stops before Ray, naming
    the key (a resume must not silently change training, :mod:`verl_gigpo.launch`);
 3. ``gigpo_resume``: the same folder and settings: resumes from the last checkpoint, trains up to iteration 4,
    validates;
-4. ``grpo`` (verl's estimator on the same step rows): validation, iterations 1-2.
+4. ``grpo`` (verl's estimator on the same step rows): validation, iteration 1, then its rollout server (Ray actor
+   ``HFGenerationServer``) gets SIGKILL in the middle of iteration 2: the launch must stop as ``gigpo`` does.
 
 Each run folder ``<out>/<run>/`` holds ``train.log`` (everything its launches printed), ``ckpt/`` (the experiment
 folder, ``trainer.default_local_dir``: verl's checkpoints, ``launches/`` and ``metrics.jsonl``, verl's file logger,
@@ -24,7 +28,8 @@ launch's) and ``synced_weights/`` (the weights the rollout server received at ea
 from those files: every launch ended as planned; every iteration logged finite ``actor/pg_loss`` and
 ``actor/grad_norm`` and the ``env/*``/``episode/*`` metrics (``gigpo/*`` for GiGPO); validation before and after
 training; the changed launch named the key and never started Ray; the resumed launch said where it resumed from
-and the experiment's ``metrics.jsonl`` holds iterations 1-4 once each; after every sync the rollout server held
+and the experiment's ``metrics.jsonl`` holds iterations 1-4 once each; each killed Ray actor stopped its launch in
+time with one line naming it; after every sync the rollout server held
 exactly the actor's checkpointed weights, and they had moved away from the initial model. Exit status 1 if a check
 fails.
 
@@ -109,6 +114,58 @@ SMOKE_SETTINGS: tuple[str, ...] = (
 )
 
 
+#: seconds a launch may take to end by itself after one of its processes was killed (a stop, not a hang)
+STOP_BOUND_S = 300.0
+
+#: what each kill targets: the title Ray gives an actor's process (``ray::<class>``), or our worker's command line
+AGENT_LOOP_WORKER = "ray::AgentLoopWorkerTQ"
+ROLLOUT_SERVER = "ray::HFGenerationServer"
+ENV_WORKER = "verl_gigpo.rollout.procworker"
+
+
+@dataclass
+class Kill:
+    """A SIGKILL of one process of a launch in the middle of its run: once ``when()`` is true, the first process
+    of the launch's session whose command line contains ``target`` (:data:`AGENT_LOOP_WORKER`, ...) gets it.
+    ``fatal``: the launch is expected to stop by itself (within :data:`STOP_BOUND_S`), else to go on."""
+
+    label: str
+    target: str
+    when: Callable[[], bool]
+    fatal: bool = False
+
+
+@dataclass
+class KillRecord:
+    """A kill as it happened: which process (``pid``, its command line), at which second of the launch, and for a
+    fatal kill the seconds until the launch ended by itself (``stopped_after_s``, None when it did not: a hang)."""
+
+    label: str
+    pid: int
+    cmdline: str
+    at_s: float
+    stopped_after_s: float | None = None
+
+
+def session_processes(session: int) -> list[tuple[int, str]]:
+    """``(pid, command line)`` of the live processes of session ``session`` (a launch started with
+    ``start_new_session``: the driver, Ray's daemons and workers, environment workers), read from ``/proc``; a Ray
+    worker's command line is the title Ray sets, ``ray::<actor class>...``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:  # ended meanwhile
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()  # state ppid pgrp session ...
+        if fields[0] != "Z" and int(fields[3]) == session:
+            found.append((int(entry.name), cmdline))
+    return sorted(found)
+
+
 @dataclass
 class RunResult:
     """One launch of the pipeline: its name, folder, exit status, seconds, the metrics rows this launch logged,
@@ -126,6 +183,16 @@ class RunResult:
     output: str = ""
     started: float = 0.0
     timeline: Path | None = None
+    kills: list[KillRecord] = field(default_factory=list)
+    hung: bool = False
+
+    def kill(self, label: str) -> KillRecord | None:
+        """The kill named ``label`` that happened in this launch, or None."""
+        return next((k for k in self.kills if k.label == label), None)
+
+    def error_lines(self) -> list[str]:
+        """The lines of this launch's output that start with ``error: `` (the one-line refusals and stops)."""
+        return [line for line in self.output.splitlines() if line.startswith("error: ")]
 
     @property
     def log(self) -> Path:
@@ -188,15 +255,19 @@ def run_pipeline(
     env: dict[str, str] | None = None,
     timeout: float = 900,
     stop_when: Callable[[], bool] | None = None,
+    kills: Sequence[Kill] = (),
     timeline: bool = False,
 ) -> RunResult:
     """Launch ``python -m verl_gigpo.main OVERRIDES`` with its output appended to ``run_dir/train.log``.
 
     The launch runs in its own process group; when ``stop_when()`` (polled every 0.5 s) turns true, every process
-    of the group gets SIGKILL (``killed``). verl's file logger writes the experiment's ``ckpt/metrics.jsonl`` (where
-    ``python -m verl_gigpo.main`` puts it), continuing it across launches, and the rollout servers dump synced
-    weights to ``run_dir/synced_weights``. With ``timeline``, every process of the launch records its start-up
-    phases in ``run_dir/timeline_<name>.jsonl`` (``GIGPO_TIMELINE``, :mod:`verl_gigpo.cpu.timeline`; emptied first).
+    of the group gets SIGKILL (``killed``). Each of ``kills`` SIGKILLs one process of the launch when its moment
+    comes (:class:`Kill`); after a fatal one the launch must end by itself within :data:`STOP_BOUND_S`, else the
+    whole group is killed and the result is ``hung``. verl's file logger writes the experiment's
+    ``ckpt/metrics.jsonl`` (where ``python -m verl_gigpo.main`` puts it), continuing it across launches, and the
+    rollout servers dump synced weights to ``run_dir/synced_weights``. With ``timeline``, every process of the
+    launch records its start-up phases in ``run_dir/timeline_<name>.jsonl`` (``GIGPO_TIMELINE``,
+    :mod:`verl_gigpo.cpu.timeline`; emptied first).
     """
     from verl_gigpo.cpu.timeline import ENV as TIMELINE_ENV
 
@@ -218,7 +289,9 @@ def run_pipeline(
     log_start = (run_dir / "train.log").stat().st_size if (run_dir / "train.log").exists() else 0
     started = time.time()
     start = time.perf_counter()
-    killed = False
+    killed = hung = False
+    pending, done = list(kills), []
+    stop_by: float | None = None  # after a fatal kill: the launch must have ended by then
     with open(run_dir / "train.log", "a") as log:
         log.write(f"$ {' '.join(cmd)}\n")
         log.flush()
@@ -229,17 +302,35 @@ def run_pipeline(
                 break
             except subprocess.TimeoutExpired:
                 pass
+            for kill in [k for k in pending if k.when()]:
+                target = next((p for p in session_processes(proc.pid) if kill.target in p[1]), None)
+                if target is None:
+                    continue  # not started yet: next poll
+                os.kill(target[0], signal.SIGKILL)
+                pending.remove(kill)
+                done.append((kill, KillRecord(kill.label, target[0], target[1], time.perf_counter() - start)))
+                log.write(f"\n[smoke] SIGKILL to the {kill.label}, pid {target[0]} ({target[1]})\n")
+                log.flush()
+                if kill.fatal:
+                    stop_by = time.perf_counter() + STOP_BOUND_S
+            hang = stop_by is not None and time.perf_counter() > stop_by
             over_time = time.perf_counter() - start > timeout
-            if over_time or (stop_when is not None and stop_when()):
+            if hang or over_time or (stop_when is not None and stop_when()):
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-                killed = not over_time
+                hung, killed = hang, not (over_time or hang)
                 returncode = -signal.SIGKILL if killed else 124
-                log.write(f"\n[smoke] {'killed on purpose' if killed else f'killed after {timeout:.0f} s'}\n")
+                why = f"no stop {STOP_BOUND_S:.0f} s after a fatal kill" if hang else f"killed after {timeout:.0f} s"
+                log.write(f"\n[smoke] {'killed on purpose' if killed else why}\n")
                 break
     seconds = time.perf_counter() - start
+    for kill, record in done:
+        if kill.fatal and not hung:
+            record.stopped_after_s = seconds - record.at_s
+            print(f"[{name}] ended by itself {record.stopped_after_s:.1f} s after the SIGKILL of its {kill.label}")
     print(f"[{name}] {'killed on purpose' if killed else f'exit {returncode}'} after {seconds:.0f} s", flush=True)
     result = RunResult(name, run_dir, returncode, seconds, killed=killed, started=started, timeline=timeline_path)
+    result.kills, result.hung = [record for _, record in done], hung
     with open(run_dir / "train.log", "rb") as log:
         log.seek(log_start)
         result.output = log.read().decode(errors="replace")
@@ -262,6 +353,13 @@ def checkpointed_and_logged(run_dir: Path, step: int) -> Callable[[], bool]:
         return step in training_steps(read_metrics(run_dir / "ckpt" / METRICS_NAME))
 
     return done
+
+
+def logged(run_dir: Path, step: int) -> Callable[[], bool]:
+    """A :class:`Kill` moment: true once the experiment's metrics file holds a row of ``step`` (step 0: the
+    validation before training), i.e. the launch has gone on to the next iteration."""
+    path = run_dir / "ckpt" / METRICS_NAME
+    return lambda: any(row.get("step") == step for row in read_metrics(path))
 
 
 def _finite(value: Any) -> bool:
@@ -315,10 +413,10 @@ def check_runs(runs: dict[str, RunResult], model_dir: Path) -> list[str]:
     for name, run in runs.items():
         if name == "gigpo_changed":
             continue  # refused on purpose: checked below
-        if name == "gigpo" and not run.killed:
-            problems.append(f"gigpo: expected to be killed after its step-2 checkpoint, got exit {run.returncode}")
-            continue
-        if name != "gigpo" and run.returncode != 0:
+        if name in STOPPING_KILLS:
+            label, role = STOPPING_KILLS[name]
+            problems += _stop_problems(run, label, role)
+        elif run.returncode != 0:
             problems.append(f"{name}: exit status {run.returncode} (see {run.log})")
             continue
         train_rows = [m for m in run.metrics if "actor/pg_loss" in m]
@@ -342,9 +440,13 @@ def check_runs(runs: dict[str, RunResult], model_dir: Path) -> list[str]:
                 f"differ by {gap:.3g} (allowed {ROLLOUT_GAP_LIMIT}): the served weights are not the actor's"
             )
     first, changed, resumed = runs.get("gigpo"), runs.get("gigpo_changed"), runs.get("gigpo_resume")
-    if first is not None and first.killed:
-        if training_steps(first.metrics)[:2] != [1, 2]:
+    crashed = first is not None and first.kill(STOPPING_KILLS["gigpo"][0]) is not None
+    if crashed:
+        if training_steps(first.metrics) != [1, 2]:
             problems.append(f"gigpo: expected iterations 1 and 2 before the kill, got {training_steps(first.metrics)}")
+        env_kill = first.kill("environment worker")
+        if env_kill is not None and f"process {env_kill.pid} died" not in first.output:
+            problems.append(f"gigpo: the killed environment worker process {env_kill.pid} was not reported replaced")
         if not any(val_metric(m) and m["step"] == 0 for m in first.metrics):
             problems.append("gigpo: no validation before training (val-core/*/acc/mean@1 at step 0)")
     if changed is not None:
@@ -365,7 +467,7 @@ def check_runs(runs: dict[str, RunResult], model_dir: Path) -> list[str]:
             problems.append("gigpo_resume: no final validation (val-core/*/acc/mean@1 at step 4)")
         if not any(val_metric(m) and m["step"] == 0 for m in resumed.history):
             problems.append(f"gigpo_resume: the validation before training is gone from {resumed.metrics_file}")
-    if first is not None and first.killed:
+    if crashed:
         report = weight_sync_report(first.run_dir, model_dir)
         synced_steps = sorted({e["step"] for e in report})
         expected = {0, 1, 2, 3, 4} if resumed is not None and resumed.returncode == 0 else {0, 1, 2}
@@ -384,6 +486,30 @@ def check_runs(runs: dict[str, RunResult], model_dir: Path) -> list[str]:
             elif entry["step"] > 0 and not entry["moved"] > 0.0:
                 problems.append(f"gigpo: the actor's weights at step {entry['step']} still equal the initial model's")
     return problems
+
+
+#: the launches that a SIGKILL of one of their Ray actors stops: the kill's label and how the stop line names it
+STOPPING_KILLS = {
+    "gigpo": ("agent-loop worker", "agent-loop worker (Ray actor AgentLoopWorkerTQ"),
+    "grpo": ("rollout server", "hf rollout server (Ray actor HFGenerationServer"),
+}
+
+
+def _stop_problems(run: RunResult, label: str, role: str) -> list[str]:
+    """What is wrong with a launch that the SIGKILL of its ``label`` process had to stop: the kill happened, the
+    launch ended by itself within :data:`STOP_BOUND_S` with exit status 1 and one ``error:`` line naming the
+    process (``role`` and its pid) and the relaunch."""
+    kill = run.kill(label)
+    if kill is None:
+        return [f"{run.name}: the {label} was never killed (no such process found; see {run.log})"]
+    if run.hung:
+        return [f"{run.name}: still running {STOP_BOUND_S:.0f} s after the SIGKILL of its {label} (a hang)"]
+    errors = run.error_lines()
+    if run.returncode != 1 or len(errors) != 1:
+        return [f"{run.name}: after the SIGKILL of its {label}: exit {run.returncode}, error lines {errors}"]
+    if f"{role}" not in errors[0] or f"pid {kill.pid}" not in errors[0] or "trainer.resume_mode=auto" not in errors[0]:
+        return [f"{run.name}: the stop line does not name the {label} (pid {kill.pid}) and the relaunch: {errors[0]}"]
+    return []
 
 
 def _iteration_line(name: str, row: dict[str, Any]) -> str:
@@ -410,12 +536,15 @@ def run_smoke(
     extra: Sequence[str] = (),
     env: dict[str, str] | None = None,
     estimators: Sequence[str] = ("gigpo", "grpo"),
+    kill_env_worker: bool = False,
     timeline: bool = False,
 ) -> dict[str, RunResult]:
     """Run the smoke runs (module docstring) under ``out_dir``; return them by name (``gigpo``, ``gigpo_changed``,
     ``gigpo_resume``, ``grpo``). ``env_name`` is written into the task files (it must be registered in this process
     and, through ``extra`` such as ``+env.registry.NAME=module:Class``, in the workers); ``env`` adds environment
-    variables; ``timeline`` records each launch's start-up phases (:func:`run_pipeline`)."""
+    variables; ``kill_env_worker`` SIGKILLs an environment worker process of the ``gigpo`` launch in iteration 1
+    (the environment must run in worker processes); ``timeline`` records each launch's start-up phases
+    (:func:`run_pipeline`)."""
     from verl_gigpo.data.prepare import write_task_files
 
     out_dir = Path(out_dir).resolve()
@@ -427,9 +556,12 @@ def run_smoke(
     if "gigpo" in estimators:
         gigpo_dir = out_dir / "gigpo"
         first = pipeline_overrides(run_dir=gigpo_dir, estimator="gigpo", total_steps=4, extra=extra, **common)
-        crash = checkpointed_and_logged(gigpo_dir, 2)
-        runs["gigpo"] = run_pipeline("gigpo", gigpo_dir, first, env=env, stop_when=crash, timeline=timeline)
-        if runs["gigpo"].killed:
+        # mid-iteration 3: the step-2 row is logged after the step-2 checkpoint, then iteration 3 starts its rollout
+        kills = [Kill("agent-loop worker", AGENT_LOOP_WORKER, checkpointed_and_logged(gigpo_dir, 2), fatal=True)]
+        if kill_env_worker:  # iteration 1: the validation before training is logged, the rollout starts
+            kills.insert(0, Kill("environment worker", ENV_WORKER, logged(gigpo_dir, 0)))
+        runs["gigpo"] = run_pipeline("gigpo", gigpo_dir, first, env=env, kills=kills, timeline=timeline)
+        if runs["gigpo"].kill("agent-loop worker") is not None:
             resume = {"run_dir": gigpo_dir, "estimator": "gigpo", "total_steps": 4, "val_before_train": False}
             changed = pipeline_overrides(**resume, extra=[*extra, f"{CHANGED_KEY}=0.5"], **common)
             runs["gigpo_changed"] = run_pipeline(
@@ -442,7 +574,9 @@ def run_smoke(
         overrides = pipeline_overrides(
             run_dir=grpo_dir, estimator="grpo", total_steps=2, save_freq=-1, extra=extra, **common
         )
-        runs["grpo"] = run_pipeline("grpo", grpo_dir, overrides, env=env, timeline=timeline)
+        # mid-iteration 2 (of 2): the step-1 row is logged, iteration 2 starts its rollout
+        server = Kill("rollout server", ROLLOUT_SERVER, logged(grpo_dir, 1), fatal=True)
+        runs["grpo"] = run_pipeline("grpo", grpo_dir, overrides, env=env, kills=[server], timeline=timeline)
     return runs
 
 
@@ -465,8 +599,16 @@ def main(argv: list[str] | None = None) -> int:
     for name, run in runs.items():
         for row in run.metrics:
             print(_iteration_line(name, row))
+    for run in runs.values():
+        for kill in run.kills:
+            stop = (
+                f"; the launch stopped {kill.stopped_after_s:.0f} s later" if kill.stopped_after_s is not None else ""
+            )
+            print(f"[{run.name}] SIGKILL to the {kill.label} (pid {kill.pid}) at {kill.at_s:.0f} s{stop}")
+        for line in run.error_lines():
+            print(f"[{run.name}] {line}")
     first = runs.get("gigpo")
-    if first is not None and first.killed:
+    if first is not None and first.kill("agent-loop worker") is not None:
         for entry in weight_sync_report(first.run_dir, Path(args.model)):
             if entry["reference"] is not None:
                 print(
@@ -479,8 +621,9 @@ def main(argv: list[str] | None = None) -> int:
         print("FAILED:\n  - " + "\n  - ".join(problems))
         return 1
     print(
-        "OK: validation, GiGPO and GRPO training, weight sync, checkpoints, a crash and its resume (metrics kept), and "
-        "a refused change of a training key all ran through verl's main_ppo"
+        "OK: validation, GiGPO and GRPO training, weight sync, checkpoints, a killed agent-loop worker and rollout "
+        "server (each stopped its launch with one line), the resume (metrics kept), and a refused change of a "
+        "training key all ran through verl's main_ppo"
     )
     return 0
 

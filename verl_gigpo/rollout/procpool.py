@@ -20,7 +20,10 @@ Deadlines (:class:`~verl_gigpo.rollout.execution.EnvExecution`): a request that 
 next request. The other instances of that worker are rebuilt in the fresh one on their next request, by replaying
 their episode (make, the same reset, the same actions: environments are deterministic by contract, and the last
 anchor key must match); only when that replay fails does their episode fail (an ``EnvError`` saying why). A worker
-that dies on its own (a crash) is replaced the same way; the instance whose call crashed it is not rebuilt.
+that dies during a request (a crash, SIGKILL) is replaced the same way as soon as its pipe closes (no deadline is
+waited for); the instance whose call was in flight is not rebuilt, its episode fails. A worker found dead before a
+request is sent (it died between requests) is replaced first, and every instance it held is rebuilt by replay: no
+episode fails for it.
 
 Shutdown: :meth:`ProcessEnvHost.close` (also run at interpreter exit) ends every worker; a worker also ends when its
 parent process dies (see :mod:`~verl_gigpo.rollout.procworker`).
@@ -221,6 +224,8 @@ class _Slot:
     def _serve(self, request: _Request) -> None:
         """One request: restore its instance first when it was lost with a replaced worker (driver thread)."""
         env, op = request.env, request.op
+        if self.proc is not None and self.proc.poll() is not None:  # died between requests (killed, crashed idle)
+            self._died_idle()
         if op != "make" and not env.alive:
             if op == "close":
                 request.future.set_result((None, 0.0))
@@ -276,6 +281,13 @@ class _Slot:
             except subprocess.TimeoutExpired:
                 code = None
             self._replace()
+            logger.warning(
+                "environment worker %d: process %d died during %s() (exit code %s); replaced, its episode fails",
+                self.index,
+                pid,
+                op,
+                code,
+            )
             raise _WorkerFailed(
                 EnvError(
                     env.env_name,
@@ -288,6 +300,22 @@ class _Slot:
             raise rebuild_error(value)
         env.record(op, request.args, value)
         return value, seconds
+
+    def _died_idle(self) -> None:
+        """The worker process ended while no request was in flight (SIGKILL, the OOM killer): replace it now. Its
+        instances are rebuilt by replay on their next request; no episode is blamed (driver thread)."""
+        assert self.proc is not None
+        pid, code = self.proc.pid, self.proc.returncode
+        self._replace()
+        with self.host.lock:
+            self.host.died_idle += 1
+        logger.warning(
+            "environment worker %d: process %d died between requests (exit code %s); replaced, its instances are "
+            "rebuilt by replaying their episodes",
+            self.index,
+            pid,
+            code,
+        )
 
     def _restore(self, env: RemoteEnv) -> None:
         """Rebuild an instance lost with its worker in the fresh one: make it, reset it and replay its steps (the
@@ -385,7 +413,8 @@ class ProcessEnvHost:
         max_idle: idle instances kept per worker and environment kind; extra ones are closed on release.
 
     Counters: ``created``, ``reused`` (instances), ``started`` (processes started), ``replaced`` (workers killed or
-    lost and replaced), ``restored`` (instances lost with a worker and rebuilt by replay).
+    lost and replaced), ``died_idle`` (of those, workers found dead between requests), ``restored`` (instances lost
+    with a worker and rebuilt by replay).
     """
 
     def __init__(self, num_workers: int, execution: EnvExecution | None = None, *, max_idle: int = 64):
@@ -395,7 +424,7 @@ class ProcessEnvHost:
         self.lock = threading.Lock()
         self._slots: list[_Slot] = []
         self._closed = False
-        self.created = self.reused = self.started = self.replaced = self.restored = 0
+        self.created = self.reused = self.started = self.replaced = self.restored = self.died_idle = 0
         _HOSTS.add(self)
 
     # ------------------------------------------------------------------ instances

@@ -1,0 +1,135 @@
+"""A dead Ray actor behind verl's error (verl_gigpo.dead_actor). Ray's own ``ActorDiedError`` (built from the context
+Ray's core worker fills in when an actor's process dies), nested in ``RayTaskError``s as Ray nests it through the
+actors that waited on it, gives one line naming the innermost dead process and the checkpoint to resume from. And
+(slow: a local Ray) the watch the trainer mode runs while verl waits for rollouts finds an actor killed with SIGKILL
+in Ray's actor table."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from ray.core.generated.common_pb2 import ActorDiedErrorContext
+from ray.exceptions import ActorDiedError, RayTaskError
+
+from verl_gigpo.dead_actor import DeadActor, find_dead_actor, stop_message
+
+REASON = (
+    "The actor is dead because its worker process has died. Worker exit type: UNEXPECTED_SYSTEM_EXIT Worker exit "
+    "detail: Worker unexpectedly exits with a connection error code 2. End of file."
+)
+
+
+def _died(class_name: str, pid: int, name: str = "") -> ActorDiedError:
+    context = ActorDiedErrorContext(
+        class_name=class_name,
+        actor_id=bytes(16),
+        pid=pid,
+        name=name,
+        ray_namespace="ns",
+        node_ip_address="10.1.2.3",
+        error_message=REASON,
+    )
+    return ActorDiedError(context)
+
+
+def _waited_on(error: BaseException, actor: str) -> RayTaskError:
+    """``error`` as the caller ``actor`` re-raises it: Ray's RayTaskError, cause and traceback text included."""
+    try:
+        raise error
+    except BaseException as exc:  # noqa: BLE001 - wrapped exactly as Ray wraps a task's exception
+        return RayTaskError(f"{actor}.run", f"Traceback (most recent call last):\n{exc}", exc, actor_repr=actor)
+
+
+def test_the_innermost_dead_actor_is_named_through_nested_task_errors():
+    server = _died("HFGenerationServer", 4242, "hf_server_0")
+    # the rollout server died; the agent-loop worker awaiting it failed; the TaskRunner waiting on that failed
+    nested = _waited_on(_waited_on(server, "AgentLoopWorkerTQ").as_instanceof_cause(), "TaskRunner")
+    dead = find_dead_actor(nested.as_instanceof_cause())
+    assert dead == DeadActor("HFGenerationServer", 4242, "hf_server_0", "10.1.2.3", REASON)
+    assert dead.describe() == "hf rollout server (Ray actor HFGenerationServer hf_server_0, pid 4242, node 10.1.2.3)"
+
+
+def test_a_dead_agent_loop_worker_raised_directly_is_found():
+    dead = find_dead_actor(_died("AgentLoopWorkerTQ", 77, "agent_loop_worker_0_1a2b3c4d"))
+    assert (dead.class_name, dead.pid, dead.role) == ("AgentLoopWorkerTQ", 77, "agent-loop worker")
+    assert DeadActor("Foo", 5, "foo_1").describe() == "Ray actor Foo foo_1 (pid 5)"
+
+
+@pytest.mark.parametrize("error", [RuntimeError("CUDA out of memory"), ValueError("The actor died")])
+def test_errors_without_a_dead_actor_give_none(error):
+    assert find_dead_actor(error) is None
+
+
+def test_the_stop_message_names_the_process_and_the_checkpoint_to_resume_from(tmp_path):
+    dead = DeadActor("AgentLoopWorkerTQ", 77, "agent_loop_worker_0_x", None, "worker died")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("2\n")
+    line = stop_message(dead, tmp_path)
+    assert "\n" not in line and "agent-loop worker (Ray actor AgentLoopWorkerTQ agent_loop_worker_0_x, pid 77)" in line
+    assert "trainer.resume_mode=auto" in line and f"{tmp_path / 'global_step_2'} (iteration 2)" in line
+    assert "starts over" in stop_message(dead, tmp_path / "empty")
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+@pytest.mark.slow
+def test_the_watch_names_an_actor_killed_with_sigkill_and_the_error_reaches_the_driver(ray_local):
+    """A real Ray actor (named like verl's agent-loop workers) gets SIGKILL: the watch reads Ray's actor table and
+    raises DeadActorError, and that error, raised inside another actor as the trainer raises it inside verl's
+    TaskRunner, reaches the driver as a RayTaskError that still names the dead process."""
+    from verl_gigpo.dead_actor import ActorWatch, DeadActorError, guard_replay_buffer
+
+    ray = ray_local
+
+    class AgentLoopWorkerTQ:  # named as verl's agent-loop worker class (Ray reports the qualified name)
+        __qualname__ = "AgentLoopWorkerTQ"
+
+        def pid(self) -> int:
+            return os.getpid()
+
+    worker = ray.remote(AgentLoopWorkerTQ).options(name="agent_loop_worker_0_test").remote()
+    pid = ray.get(worker.pid.remote())
+    watch = ActorWatch(lambda: [worker])
+    watch.check()  # alive: nothing raised
+
+    class Buffer:  # the two members of verl's ReplayBuffer that the guard wraps
+        polls = 0
+
+        def _wait_for_next_poll(self, partition_id, last_debug_time):
+            self.polls += 1
+            return last_debug_time
+
+        def sample(self, global_steps, partition_id, batch_size):
+            while True:  # verl's loop: no deadline
+                self._wait_for_next_poll(partition_id, 0.0)
+
+    buffer = guard_replay_buffer(Buffer(), watch)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while watch.dead() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with pytest.raises(DeadActorError, match=f"class_name: AgentLoopWorkerTQ\n\tpid: {pid}") as info:
+        buffer.sample(1, "train", 4)
+    assert buffer.polls == 0  # stopped before waiting
+
+    @ray.remote
+    class TaskRunner:
+        def run(self, text: str) -> None:
+            raise DeadActorError(text)
+
+    with pytest.raises(Exception) as raised:  # as the driver's ray.get(runner.run.remote(config)) sees it
+        ray.get(TaskRunner.remote().run.remote(str(info.value)))
+    dead = find_dead_actor(raised.value)
+    assert (dead.class_name, dead.pid, dead.name) == ("AgentLoopWorkerTQ", pid, "agent_loop_worker_0_test")
+    assert "worker process has died" in dead.detail and "Some common causes" not in dead.detail
