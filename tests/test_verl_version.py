@@ -163,3 +163,13 @@ def test_every_patch_runs_the_version_guard(monkeypatch):
     monkeypatch.setattr(tracking, "FileLogger", FileLogger)
     with pytest.raises(RuntimeError, match=r"verl 0\.10\.0 is installed"):
         append_file_logger()
+
+
+def test_rollout_adapter_registration_refuses_a_changed_registry(monkeypatch):
+    from verl.workers.rollout import base
+
+    from verl_gigpo.cpu import register_rollout_adapter
+
+    monkeypatch.setattr(base, "_ROLLOUT_REGISTRY", None)  # verl replaced its module-private dict
+    with pytest.raises(VerlMismatchError, match=r"_ROLLOUT_REGISTRY.*None"):
+        register_rollout_adapter()

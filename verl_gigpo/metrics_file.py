@@ -3,8 +3,8 @@ to read it.
 
 verl's ``FileLogger`` writes one JSON line per logged step, ``{"step": k, "data": {...}}``, to
 ``$VERL_FILE_LOGGER_PATH`` (else ``$VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl``) and opens it with ``"wb"``
-(verl/utils/tracking.py:541), so every launch empties the file. ``python -m verl_gigpo.main`` keeps one file per
-experiment across launches instead:
+(``verl.utils.tracking.FileLogger.__init__``), so every launch empties the file. ``python -m verl_gigpo.main`` keeps
+one file per experiment across launches instead:
 
 1. The file is ``<trainer.default_local_dir>/metrics.jsonl`` (:func:`metrics_path`; an explicit
    ``VERL_FILE_LOGGER_PATH`` or ``VERL_FILE_LOGGER_ROOT`` wins), printed at start.
@@ -51,7 +51,7 @@ logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
 METRICS_NAME = "metrics.jsonl"
 #: set to ``1`` by ``python -m verl_gigpo.main`` for its launch: verl's file logger then appends
 APPEND_ENV = "GIGPO_METRICS_APPEND"
-#: the key verl logs with every training iteration (verl/trainer/ppo/v1/trainer_base.py:1935)
+#: the key verl logs with every training iteration (``PPOTrainer._compute_metrics``)
 TRAINING_STEP_KEY = "training/global_step"
 
 
