@@ -43,12 +43,14 @@ def gloo_process_group() -> None:
     ``f"cpu:gloo,{device}:{backend}"``, which on the CPU platform is ``"cpu:gloo,cpu:gloo"``, and torch rejects a
     duplicate device type. Default the backend to plain ``gloo``.
 
-    The modules of :data:`GLOO_BOUND_BY` bind the function by name at import, so their bindings are replaced too:
-    now when they are loaded, else they bind the patched function when imported (checked then).
+    The modules of :data:`GLOO_BOUND_BY` bind the function by name at import, so their bindings are checked and
+    replaced too: a loaded module now; a module not imported yet when it is imported (it binds the patched function);
+    a module whose import is under way (it is importing ``verl.utils.distributed``, which runs this shim) at the
+    patched function's first call, when its import has finished.
 
     Raises:
         VerlMismatchError: the function's parameters are not ``(timeout_second, backend)``, or a module of
-            :data:`GLOO_BOUND_BY` binds something else under that name.
+            :data:`GLOO_BOUND_BY` binds something else under that name (or nothing).
     """
     from verl.utils import distributed
 
@@ -60,27 +62,34 @@ def gloo_process_group() -> None:
         return
     _check_version()
     use = "CPU platform's gloo shim (verl_gigpo.cpu.shims.gloo_process_group)"
-    target = "verl.utils.distributed.initialize_global_process_group_ray"
-    check_signature(original, ("timeout_second", "backend"), target=target, use=use)
+    name = "initialize_global_process_group_ray"
+    check_signature(original, ("timeout_second", "backend"), target=f"verl.utils.distributed.{name}", use=use)
+    loaded, importing, later = [], [], []
     for module_name in GLOO_BOUND_BY:
-        check_binding(module_name, "initialize_global_process_group_ray", original, use=use)
+        module = sys.modules.get(module_name)
+        if module is None:
+            later.append(module_name)
+        elif getattr(getattr(module, "__spec__", None), "_initializing", False):
+            importing.append(module_name)
+        else:
+            check_binding(module_name, name, original, use=use)
+            loaded.append(module)
 
     @functools.wraps(original)
     def initialize_global_process_group_ray(timeout_second: Any = None, backend: Any = None) -> Any:
+        while importing:
+            check_binding(importing.pop(), name, initialize_global_process_group_ray, use=use)
         return original(timeout_second=timeout_second, backend=backend or "gloo")
 
     initialize_global_process_group_ray._gigpo_cpu = True  # type: ignore[attr-defined]
     distributed.initialize_global_process_group_ray = initialize_global_process_group_ray
+    for module in loaded:
+        setattr(module, name, initialize_global_process_group_ray)
 
     def check_bound(module: Any) -> None:
-        check_binding(
-            module.__name__, "initialize_global_process_group_ray", initialize_global_process_group_ray, use=use
-        )
+        check_binding(module.__name__, name, initialize_global_process_group_ray, use=use)
 
-    for module_name in GLOO_BOUND_BY:
-        module = sys.modules.get(module_name)
-        if module is not None:
-            module.initialize_global_process_group_ray = initialize_global_process_group_ray
+    for module_name in later:
         _when_imported(module_name, check_bound)
 
 
