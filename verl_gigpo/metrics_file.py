@@ -3,8 +3,8 @@ to read it.
 
 verl's ``FileLogger`` writes one JSON line per logged step, ``{"step": k, "data": {...}}``, to
 ``$VERL_FILE_LOGGER_PATH`` (else ``$VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl``) and opens it with ``"wb"``
-(verl/utils/tracking.py:541), so every launch empties the file. ``python -m verl_gigpo.main`` keeps one file per
-experiment across launches instead:
+(``verl.utils.tracking.FileLogger.__init__``), so every launch empties the file. ``python -m verl_gigpo.main`` keeps
+one file per experiment across launches instead:
 
 1. The file is ``<trainer.default_local_dir>/metrics.jsonl`` (:func:`metrics_path`; an explicit
    ``VERL_FILE_LOGGER_PATH`` or ``VERL_FILE_LOGGER_ROOT`` wins), printed at start.
@@ -51,7 +51,7 @@ logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
 METRICS_NAME = "metrics.jsonl"
 #: set to ``1`` by ``python -m verl_gigpo.main`` for its launch: verl's file logger then appends
 APPEND_ENV = "GIGPO_METRICS_APPEND"
-#: the key verl logs with every training iteration (verl/trainer/ppo/v1/trainer_base.py:1935)
+#: the key verl logs with every training iteration (``PPOTrainer._compute_metrics``)
 TRAINING_STEP_KEY = "training/global_step"
 
 
@@ -228,18 +228,34 @@ def format_steps(steps: Sequence[int]) -> str:
 
 
 def append_file_logger(_module: Any = None) -> None:
-    """verl/utils/tracking.py:541 opens the file logger's file with ``"wb"``, so a resumed launch would delete the
+    """verl's ``verl.utils.tracking.FileLogger`` opens its file with ``"wb"``, so a resumed launch would delete the
     metrics of every earlier launch; verl has no option to append. Replace ``verl.utils.tracking.FileLogger`` (looked
-    up by name when ``Tracking`` is built, verl/utils/tracking.py:186) with a subclass that opens
+    up by name when ``Tracking.__init__`` builds the ``file`` logger) with a subclass that opens
     ``$VERL_FILE_LOGGER_PATH`` with ``"ab"`` when ``GIGPO_METRICS_APPEND=1``, and is verl's class otherwise. Its
     ``log`` and ``finish`` are verl's (they use ``self.fp``). Idempotent; checked against verl 0.9.1 by
     ``tests/test_runs.py``.
+
+    Raises:
+        VerlMismatchError: verl's ``FileLogger`` is not a class taking ``(project_name, experiment_name)`` with
+            ``log`` and ``finish`` (:mod:`verl_gigpo.verl_version`); RuntimeError: an unsupported verl version.
     """
     from verl.utils import tracking
+
+    from verl_gigpo.verl_version import (
+        VerlMismatchError,
+        check_signature,
+        check_verl_version,
+        installed_verl_version,
+    )
 
     base = tracking.FileLogger
     if getattr(base, "_gigpo_append", False):
         return
+    check_verl_version(installed_verl_version())
+    use = "metrics-file append patch (verl_gigpo.metrics_file.append_file_logger)"
+    if not isinstance(base, type) or not all(callable(getattr(base, name, None)) for name in ("log", "finish")):
+        raise VerlMismatchError("verl.utils.tracking.FileLogger", "a class with log and finish", repr(base), use=use)
+    check_signature(base, ("self", "project_name", "experiment_name"), target="verl.utils.tracking.FileLogger", use=use)
 
     class AppendingFileLogger(base):  # type: ignore[misc, valid-type]
         """verl's ``FileLogger`` that appends to ``$VERL_FILE_LOGGER_PATH`` when ``GIGPO_METRICS_APPEND=1``."""

@@ -26,48 +26,80 @@ Select it with ``trainer.v1.trainer_mode=gigpo_sync`` (``verl_gigpo/config/gigpo
   come from its environments), so its actor takes ``ppo_mini_batch_size`` step rows per optimizer step:
   ``M = 256`` there gives ~25 optimizer steps for a 6,400-row ALFWorld iteration.
 
-Contract with verl. :class:`GiGPOTrainerSync` subclasses ``verl.trainer.ppo.v1.PPOTrainerSync``
-(``verl/trainer/ppo/v1/trainer_sync.py:25``) and is registered with ``register_trainer`` (``trainer_base.py:1999``).
-It overrides or wraps these members of ``PPOTrainer`` (``verl/trainer/ppo/v1/trainer_base.py``, verl 0.9.1); each
-is private to verl and may change in another release, hence the version guard (:mod:`verl_gigpo.verl_version`,
-:data:`~verl_gigpo.verl_version.SUPPORTED_VERL_VERSIONS`, checked when this module is imported):
+Why not verl's public route. verl's own setting, ``actor.ppo_mini_batch_size = mini_batch_rows / rollout.n`` with
+``actor.shuffle=true``, was measured against the plan through verl's own code (``PPOTrainer.
+_get_required_batch_multiple``, its padding rule, ``PPOTrainer._update_actor`` and the split of ``TrainingWorker.
+train_mini_batch``; ``tests/test_trainer_update_plan.py``, "verl's public route") for step-row counts that are no
+multiple of n. It takes the same rows (each once per epoch, shuffled) in the same number of optimizer steps,
+``ceil(R / M)``, but not the same split, and verl refuses it at the reference's settings:
 
-1. ``__init__`` (``trainer_base.py:120``) — wrapped: reads and checks the GiGPO config first, refuses greedy
-   training rollouts, and makes ``val_kwargs.do_sample=false`` greedy (:func:`apply_validation_sampling`), then
-   verl's. verl's ``TaskRunnerV1.run`` (``verl/trainer/main_ppo.py:133-155``) builds the trainer and then the agent-loop
-   manager from the same config object, so the agent-loop workers receive the greedy settings.
-2. ``trainer_mode`` (an attribute set at ``trainer_base.py:129``) — replaced by a property that reads ``"sync"``:
-   verl compares the attribute with the literal ``"sync"`` (``:153`` ReplayBuffer vs ReplayBufferAsync, ``:731``,
-   ``:902``, ``:912``, ``:1004``, ``:1499``) and so reads verl's ``trainer.v1.sync.*`` settings (``:130``,
-   ``:157``); the registered name is kept in ``registered_mode``.
-3. ``_build_replay_buffer`` (``trainer_base.py:139``) — wrapped: sets ``ReplayBuffer.poll_interval``
-   (``replay_buffer.py:144``, 2 s by default, no config key) from ``trainer.v1.sampler.poll_interval``; with
-   ``algorithm.filter_groups.enable`` (dynamic sampling) it builds :class:`verl_gigpo.replay_buffer.
-   DynamicReplayBuffer` instead of verl's ``ReplayBuffer``, with the arguments verl gives its sync buffer when
-   ``filter_groups`` is enabled (``:153-185``); that module lists the buffer members it relies on. Either buffer
-   then checks, before each poll (``ReplayBuffer._wait_for_next_poll``, ``replay_buffer.py:408``) and after each
-   ``sample`` (``:422``), that the agent-loop workers (``agent_loop_manager.agent_loop_workers``, set by ``fit``,
-   ``:418``) and the rollout servers (``llm_server_manager.get_replicas()``, ``:372``; each replica's ``servers``)
-   are alive (:func:`verl_gigpo.dead_actor.guard_replay_buffer`): verl's ``sample`` waits without a deadline.
-4. ``_balance_batch`` (``trainer_base.py:1608``) — wrapped: records the number of rows before verl pads them to
-   ``_get_required_batch_multiple`` (called at ``:1620``).
-5. ``_get_required_batch_multiple`` (``trainer_base.py:1589``) — replaced when ``mini_batch_rows`` is set (the
-   planned mini-batch size), verl's otherwise.
-6. ``_update_actor`` (``trainer_base.py:1827``) — wrapped: verl writes ``ppo_mini_batch_size * rollout.n`` into the
-   batch's ``extra_info`` (``:1847-1858``) and calls ``self.actor_rollout_wg.update_actor(batch)`` (``:1860``) with
-   no hook in between; :func:`planned_update_actor` swaps that one method on the worker group for the duration of
-   the call (verl binds it on the instance, ``verl/single_controller/base/worker_group.py:250``).
-7. ``_compute_advantage`` (``trainer_base.py:1743``) — replaced for the step-credit estimators and for grpo/rloo
-   without ``use_kl_in_reward``, verl's for the others; its rollout correction uses verl's condition (``:1767``) and
-   function (``verl/trainer/ppo/rollout_corr_helper.py:1013``).
-8. ``_compute_old_log_prob`` (``trainer_base.py:1634``) — wrapped: in bypass mode (``:1641``, rollout log-probs
-   copied as the old ones, no actor pass, so neither ``actor/entropy`` nor the rollout-vs-actor metrics of
-   ``:1675-1691``) it runs verl's own non-bypass branch on the checked iterations
-   (``trainer.v1.gigpo_sync.logprob_check_freq``) by turning ``bypass_mode`` off for that one call.
+* verl pads the batch to a multiple of ``ppo_mini_batch_size * n = M`` whatever R is: up to M - 1 padding rows
+  (verl's 128-token no-op rows, through the old-log-prob, reference and update passes), which the shuffle scatters
+  over the mini-batches, so their real rows differ (R = 2,500, M = 2,048: 1,596 padding rows and mini-batches of
+  ~1,250 real rows each at random, against the plan's 2 x 1,256 rows with 12 padding rows; R = 5, M = 256: one
+  mini-batch of 5 rows and 251 padding rows). The plan adapts the mini-batch size to R (:func:`plan_mini_batches`),
+  fewer than ``multiple`` padding rows per mini-batch; the splits agree only when ``ceil(R / ceil(R / M))`` rounds
+  to M;
+* verl's ``ActorConfig.validate`` (run by ``verl.utils.config.validate_config``) refuses ``ppo_mini_batch_size``
+  above ``data.train_batch_size`` (without dynamic batch sizes): the ALFWorld reference (16 tasks, n = 8,
+  M = 256) would need 32;
+* ``rollout.n`` must divide M (n = 6 cannot give 256 rows).
 
-It reads verl's attributes ``config``, ``use_critic``, ``use_reference_policy`` (``trainer_base.py:123-124``),
-``actor_rollout_wg`` (``:328``) and ``global_steps`` (``:851``, ``:876``), and the ``is_padding`` tag of verl's
-padding rows (``verl/trainer/ppo/padding_utils.py:144``).
+So the overrides 4-6 below and the ``update_actor`` swap stay.
+
+Contract with verl. :class:`GiGPOTrainerSync` subclasses ``verl.trainer.ppo.v1.PPOTrainerSync`` and is registered
+with ``verl.trainer.ppo.v1.register_trainer``. It overrides or wraps these members of ``PPOTrainer``
+(``verl.trainer.ppo.v1.trainer_base``, verl 0.9.1); each is private to verl and may change in another release. Two
+guards (:mod:`verl_gigpo.verl_version`) run when this module is imported: the version guard
+(:data:`~verl_gigpo.verl_version.SUPPORTED_VERL_VERSIONS`), then :func:`~verl_gigpo.verl_version.check_overrides`,
+which refuses a verl whose overridden methods (:data:`OVERRIDDEN`) are gone or take other parameters, and a
+``trainer_mode`` that became a class member; the constructor and :func:`planned_update_actor` check the two
+behaviours they rely on at run time (a :class:`~verl_gigpo.verl_version.VerlMismatchError` each):
+
+1. ``__init__`` — wrapped: reads and checks the GiGPO config first, refuses greedy training rollouts, and makes
+   ``val_kwargs.do_sample=false`` greedy (:func:`apply_validation_sampling`), then verl's. verl's
+   ``verl.trainer.main_ppo.TaskRunnerV1.run`` builds the trainer and then the agent-loop manager from the same
+   config object, so the agent-loop workers receive the greedy settings.
+2. ``trainer_mode`` (an attribute verl's ``__init__`` sets from ``trainer.v1.trainer_mode``) — replaced by a
+   property that reads ``"sync"``; its setter keeps the registered name (:data:`~verl_gigpo.TRAINER_MODE`) in
+   ``registered_mode`` (checked after verl's ``__init__``). Why not the registered name: verl compares the attribute
+   with the literal ``"sync"`` to pick its synchronous code paths (``_build_replay_buffer``: ``ReplayBuffer`` vs
+   ``ReplayBufferAsync``; ``_init_dataloader``'s exact refill; ``_load_checkpoint``, ``_save_checkpoint``,
+   ``_reissue_inflight_prompts``, ``_submit_batch_to_rollout``) and
+   reads ``trainer.v1.<trainer_mode>.*`` settings (``parameter_sync_step``, the buffer's ``trainer_config``); this
+   mode IS synchronous PPO and uses verl's ``trainer.v1.sync`` settings, so reporting another name would need every
+   one of those methods overridden.
+3. ``_build_replay_buffer`` — wrapped: sets ``ReplayBuffer.poll_interval`` (the constructor's default, 2 s, no config
+   key) from ``trainer.v1.sampler.poll_interval``; with ``algorithm.filter_groups.enable`` (dynamic sampling) it
+   builds :class:`verl_gigpo.replay_buffer.DynamicReplayBuffer` instead of verl's ``ReplayBuffer``, with the
+   arguments verl gives its sync buffer when ``filter_groups`` is enabled; that module lists the buffer members it
+   relies on. Either buffer then checks, before each poll (``ReplayBuffer._wait_for_next_poll``) and after each
+   ``sample``, that the agent-loop workers (``agent_loop_manager.agent_loop_workers``, set by ``fit``) and the
+   rollout servers (``llm_server_manager.get_replicas()``; each replica's ``servers``) are alive
+   (:func:`verl_gigpo.dead_actor.guard_replay_buffer`): verl's ``sample`` waits without a deadline.
+4. ``_balance_batch`` — wrapped: while verl's runs, the number of rows before padding is known to the
+   ``_get_required_batch_multiple(dp_size)`` call it makes (:meth:`GiGPOTrainerSync._splitting`): verl passes that
+   call the data-parallel size only, and the plan needs the row count. The count lives for that one call, so the
+   result does not depend on verl's later call order; the plan it makes is used by the same iteration's
+   ``_update_actor`` and then dropped.
+5. ``_get_required_batch_multiple`` — replaced when ``mini_batch_rows`` is set (the planned mini-batch size), verl's
+   otherwise and outside ``_balance_batch``.
+6. ``_update_actor`` — wrapped: verl writes ``ppo_mini_batch_size * rollout.n`` into the batch's ``extra_info`` and
+   calls ``self.actor_rollout_wg.update_actor(batch)`` with no hook in between; :func:`planned_update_actor` swaps
+   that one method on the worker group for the duration of the call (verl binds it on the instance,
+   ``WorkerGroup._bind_worker_method``) and refuses an update that never called it.
+7. ``_compute_advantage`` — replaced for the step-credit estimators and for grpo/rloo without ``use_kl_in_reward``,
+   verl's for the others; its rollout correction uses verl's condition (configured, not bypass mode, rollout
+   log-probs present) and function (``verl.trainer.ppo.rollout_corr_helper.
+   compute_rollout_correction_and_add_to_batch``).
+8. ``_compute_old_log_prob`` — wrapped: in bypass mode (``algorithm.rollout_correction.bypass_mode``: rollout
+   log-probs copied as the old ones, no actor pass, so neither ``actor/entropy`` nor the rollout-vs-actor metrics)
+   it runs verl's own non-bypass branch on the checked iterations (``trainer.v1.gigpo_sync.logprob_check_freq``) by
+   turning ``bypass_mode`` off for that one call.
+
+It reads verl's attributes ``config``, ``use_critic``, ``use_reference_policy`` (set in ``PPOTrainer.__init__``),
+``actor_rollout_wg`` (``PPOTrainer._setup``) and ``global_steps`` (``PPOTrainer._load_checkpoint``), and the
+``is_padding`` tag of verl's padding rows (``verl.trainer.ppo.padding_utils.upsample_batch_to_divisible_size``).
 """
 
 from __future__ import annotations
@@ -106,9 +138,10 @@ from verl_gigpo.rules import (
     training_sampling_problem,
     validation_sampling,
 )
-from verl_gigpo.verl_version import check_verl_version, installed_verl_version
+from verl_gigpo.verl_version import VerlMismatchError, check_overrides, check_verl_version, installed_verl_version
 
 __all__ = [
+    "OVERRIDDEN",
     "GiGPOTrainerSync",
     "MiniBatchPlan",
     "StepBatch",
@@ -192,19 +225,24 @@ def planned_update_actor(worker_group: Any, plan: MiniBatchPlan, *, shuffle: boo
     """While open, ``worker_group.update_actor(data)`` runs verl's with ``plan.mini_batch_rows`` rows per
     mini-batch and ``shuffle`` in ``data.extra_info``.
 
-    verl 0.9.1 has no extension point for this: ``PPOTrainer._update_actor``
-    (``verl/trainer/ppo/v1/trainer_base.py:1847-1858``) writes ``global_batch_size`` and ``mini_batch_size`` =
-    ``ppo_mini_batch_size * rollout.n`` and the shuffle flag into ``extra_info`` and then calls
-    ``self.actor_rollout_wg.update_actor(batch)`` (``:1860``). So the worker group's ``update_actor`` (bound on the
-    instance, ``verl/single_controller/base/worker_group.py:250``) is replaced by one that overwrites those three
-    entries, and restored on exit.
+    verl 0.9.1 has no extension point for this: ``PPOTrainer._update_actor`` writes ``global_batch_size`` and
+    ``mini_batch_size`` = ``ppo_mini_batch_size * rollout.n`` and the shuffle flag into ``extra_info`` and then calls
+    ``self.actor_rollout_wg.update_actor(batch)``. So the worker group's ``update_actor`` (bound on the instance by
+    ``verl.single_controller.base.worker_group.WorkerGroup._bind_worker_method``) is replaced by one that overwrites
+    those three entries, and restored on exit.
+
+    Raises:
+        VerlMismatchError: the block ended without calling ``worker_group.update_actor`` (verl's ``_update_actor``
+            no longer reaches the workers through it, so the plan was not applied).
     """
     verl_update_actor = worker_group.update_actor
+    calls = []
 
     def update_actor(data: KVBatchMeta, *args: Any, **kwargs: Any) -> Any:
         data.extra_info["global_batch_size"] = plan.mini_batch_rows
         data.extra_info["mini_batch_size"] = plan.mini_batch_rows
         data.extra_info["dataloader_kwargs"] = {**data.extra_info.get("dataloader_kwargs", {}), "shuffle": shuffle}
+        calls.append(plan)
         return verl_update_actor(data, *args, **kwargs)
 
     own = "update_actor" in vars(worker_group)  # RayWorkerGroup binds its remote methods on the instance
@@ -216,6 +254,13 @@ def planned_update_actor(worker_group: Any, plan: MiniBatchPlan, *, shuffle: boo
             worker_group.update_actor = verl_update_actor
         else:
             del worker_group.update_actor
+    if not calls:
+        raise VerlMismatchError(
+            "PPOTrainer._update_actor",
+            "calls self.actor_rollout_wg.update_actor(batch) once",
+            "it did not call it",
+            use="trainer.v1.gigpo_sync.mini_batch_rows (the planned split was not applied)",
+        )
 
 
 @register_trainer(TRAINER_MODE)
@@ -261,6 +306,13 @@ class GiGPOTrainerSync(PPOTrainerSync):
         self.mini_batch_plan: MiniBatchPlan | None = None
         self._logprob_checked = False  # the launch's first bypass-mode iteration recomputes old log-probs
         super().__init__(config)
+        if getattr(self, "registered_mode", None) != config.trainer.v1.trainer_mode:  # set through our setter
+            raise VerlMismatchError(
+                "PPOTrainer.__init__",
+                "it sets self.trainer_mode from trainer.v1.trainer_mode",
+                "it did not",
+                use="gigpo_sync trainer mode (its trainer_mode property)",
+            )
 
     # verl 0.9.1 switches its synchronous code paths (ReplayBuffer vs ReplayBufferAsync, refill and checkpoint
     # logic) on the literal ``trainer_mode == "sync"``; this mode IS synchronous PPO, so it reports "sync" there
@@ -275,8 +327,9 @@ class GiGPOTrainerSync(PPOTrainerSync):
         self.registered_mode = value
 
     # verl 0.9.1 has no setting for how often its ReplayBuffer polls TransferQueue for finished rollouts: the
-    # constructor's default, 2 s (verl/trainer/ppo/v1/replay_buffer.py:144), is used by _build_replay_buffer
-    # (trainer_base.py:139), so an iteration's rollout phase lasts a multiple of 2 s however fast the rollout is.
+    # constructor's default, 2 s (verl.trainer.ppo.v1.replay_buffer.ReplayBuffer.__init__), is used by
+    # PPOTrainer._build_replay_buffer, so an iteration's rollout phase lasts a multiple of 2 s however fast the
+    # rollout is.
     def _build_replay_buffer(self):
         """verl's replay buffer, or with ``algorithm.filter_groups.enable`` the :class:`~verl_gigpo.replay_buffer.
         DynamicReplayBuffer` (:meth:`_dynamic_replay_buffer`); polling every ``trainer.v1.sampler.poll_interval``
@@ -310,11 +363,11 @@ class GiGPOTrainerSync(PPOTrainerSync):
         return handles
 
     def _dynamic_replay_buffer(self, dynamic: DynamicSampling) -> Any:
-        """The replay buffer of dynamic sampling, built with the arguments verl's ``_build_replay_buffer``
-        (``trainer_base.py:139-185``) gives its sync ``ReplayBuffer`` when ``algorithm.filter_groups`` is enabled
-        (``gen_batch_size=1``: verl's ``_init_dataloader`` fetches one prompt at a time then, ``:726-740``), plus the
-        keep test's settings: the step-credit estimator's (``algorithm.adv_estimator`` gigpo, hgpo, graphgpo, g2po)
-        or, for another estimator, the penalty mode.
+        """The replay buffer of dynamic sampling, built with the arguments verl's ``_build_replay_buffer`` gives its
+        sync ``ReplayBuffer`` when ``algorithm.filter_groups`` is enabled (``gen_batch_size=1``: verl's
+        ``PPOTrainer._init_dataloader`` fetches one prompt at a time then), plus the keep test's settings: the
+        step-credit estimator's (``algorithm.adv_estimator`` gigpo, hgpo, graphgpo, g2po) or, for another estimator,
+        the penalty mode.
 
         Raises:
             ValueError: a custom sampler (``trainer.v1.sampler.custom_sampler``) with dynamic sampling.
@@ -348,14 +401,31 @@ class GiGPOTrainerSync(PPOTrainerSync):
         )
 
     # ------------------------------------------------------------------ mini-batches counted in rows
-    # verl 0.9.1 has no setting for this: it pads the batch to a multiple of _get_required_batch_multiple() in
-    # _balance_batch() and passes mini_batch_size = ppo_mini_batch_size * rollout.n rows to the actor in
-    # _update_actor(). The three overrides below change only those numbers (and the shuffle flag).
+    # verl 0.9.1 has no setting for this (verl's public route, ppo_mini_batch_size = mini_batch_rows / rollout.n, is
+    # measured in the module docstring and refused there): it pads the batch to a multiple of
+    # _get_required_batch_multiple(dp_size) in _balance_batch() and passes mini_batch_size = ppo_mini_batch_size *
+    # rollout.n rows to the actor in _update_actor(). The three overrides below change only those numbers (and the
+    # shuffle flag).
 
     def _balance_batch(self, batch: KVBatchMeta, metrics, logging_prefix="global_seqlen", keep_minibatch=False):
-        """verl's balancing, remembering the number of rows to split (padding comes next, sized by the plan)."""
-        self._rows_to_split = len(batch)
-        return super()._balance_batch(batch, metrics, logging_prefix=logging_prefix, keep_minibatch=keep_minibatch)
+        """verl's balancing, which pads the batch to ``_get_required_batch_multiple(dp_size)`` rows: while it runs,
+        that call knows the number of rows before padding (:meth:`_splitting`) and plans their split."""
+        with self._splitting(len(batch)):
+            return super()._balance_batch(batch, metrics, logging_prefix=logging_prefix, keep_minibatch=keep_minibatch)
+
+    @contextmanager
+    def _splitting(self, rows: int) -> Iterator[None]:
+        """While open, :meth:`_get_required_batch_multiple` plans the split of ``rows`` step rows.
+
+        verl calls ``_get_required_batch_multiple(dp_size)`` from ``PPOTrainer._balance_batch`` with the
+        data-parallel size only, and the plan needs the row count too; the count lives for the duration of that one
+        call (not across verl's later steps), so a call from anywhere else gets verl's answer.
+        """
+        self._rows_to_split = rows
+        try:
+            yield
+        finally:
+            self._rows_to_split = None
 
     def _micro_multiple(self) -> int:
         """Rows every worker call needs per data-parallel rank: the micro-batch sizes of the update and of the
@@ -371,17 +441,22 @@ class GiGPOTrainerSync(PPOTrainerSync):
         return math.lcm(1, *(int(x) for x in sizes if x))
 
     def _get_required_batch_multiple(self, dp_size: int) -> int:
-        """With ``mini_batch_rows`` set: pad to the planned mini-batch size (:func:`plan_mini_batches`)."""
+        """Inside :meth:`_balance_batch` with ``mini_batch_rows`` set (and no critic, past ``critic_warmup``): the
+        planned mini-batch size (:func:`plan_mini_batches`), kept in :attr:`mini_batch_plan` for this iteration's
+        :meth:`_update_actor`. Otherwise verl's (and, inside :meth:`_balance_batch`, no plan)."""
         rows, max_rows = self._rows_to_split, self.update_settings.mini_batch_rows
-        if max_rows is None or rows is None or self.use_critic or self.config.trainer.critic_warmup > self.global_steps:
+        if rows is None:  # not verl's padding call: verl's answer, this iteration's plan untouched
+            return super()._get_required_batch_multiple(dp_size)
+        if max_rows is None or self.use_critic or self.config.trainer.critic_warmup > self.global_steps:
             self.mini_batch_plan = None
             return super()._get_required_batch_multiple(dp_size)
         self.mini_batch_plan = plan_mini_batches(rows, max_rows, dp_size * self._micro_multiple())
         return self.mini_batch_plan.mini_batch_rows
 
     def _update_actor(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
-        """verl's actor update with the planned rows per mini-batch and the row shuffle (``trainer.v1.gigpo_sync``)."""
-        plan = self.mini_batch_plan
+        """verl's actor update with the planned rows per mini-batch and the row shuffle (``trainer.v1.gigpo_sync``);
+        the plan is used once (the next iteration's :meth:`_balance_batch` makes the next)."""
+        plan, self.mini_batch_plan = self.mini_batch_plan, None
         if plan is None:
             return super()._update_actor(batch, metrics)
         metrics["update/rows"] = float(plan.rows)
@@ -410,7 +485,7 @@ class GiGPOTrainerSync(PPOTrainerSync):
             return super()._compute_old_log_prob(batch, metrics)
         self._logprob_checked = True
         with open_dict(correction):
-            correction.bypass_mode = False  # read by verl at trainer_base.py:1641, for this call only
+            correction.bypass_mode = False  # read by verl's _compute_old_log_prob, for this call only
         try:
             return super()._compute_old_log_prob(batch, metrics)
         finally:
@@ -505,3 +580,23 @@ class GiGPOTrainerSync(PPOTrainerSync):
         if "rollout_is_weights" in proto.batch.keys():
             out["rollout_is_weights"] = proto.batch["rollout_is_weights"]
         return out
+
+
+#: the members of verl's trainer that :class:`GiGPOTrainerSync` overrides (module docstring, "Contract with verl")
+OVERRIDDEN = (
+    "__init__",
+    "_build_replay_buffer",
+    "_balance_batch",
+    "_get_required_batch_multiple",
+    "_update_actor",
+    "_compute_old_log_prob",
+    "_compute_advantage",
+)
+check_overrides(GiGPOTrainerSync, PPOTrainerSync, OVERRIDDEN, use="gigpo_sync trainer mode")
+if "trainer_mode" in dir(PPOTrainerSync):  # verl 0.9.1 sets it on the instance; a class member would shadow ours
+    raise VerlMismatchError(
+        "PPOTrainer.trainer_mode",
+        "an instance attribute set in __init__",
+        f"a class member {PPOTrainerSync.trainer_mode!r}",
+        use="gigpo_sync trainer mode (its trainer_mode property)",
+    )

@@ -9,7 +9,7 @@ fault, not a zero-return attempt, so it does not lower its group's mean.
 On verl's engine, this is what the ``gigpo_sync`` trainer mode runs for ``algorithm.adv_estimator=grpo`` or ``rloo``
 (unless ``algorithm.use_kl_in_reward`` is set, which leaves the step to verl). With no failed episode, GRPO equals
 verl 0.9.1's own V1 computation, which scores only the final row of each session
-(``verl/trainer/ppo/v1/utils.py:148``, ``compute_advantage_for_multi_trajectories``). verl's V1 trainer runs RLOO over
+(``verl.trainer.ppo.v1.utils.compute_advantage_for_multi_trajectories``). verl's V1 trainer runs RLOO over
 rows instead. There, a trajectory's own other rows sit in its leave-one-out baseline, so scoring trajectories is
 what RLOO means for multi-step episodes.
 

@@ -67,9 +67,19 @@ def register_rollout_adapter(_module: Any = None) -> None:
     """Register the ``hf`` in-worker rollout class (what ``get_rollout_class("hf")`` returns; idempotent)."""
     from verl.workers.rollout import base
 
-    # verl/workers/rollout/base.py:89 keeps the in-worker rollout classes in a module-private dict with no
+    from verl_gigpo.verl_version import VerlMismatchError
+
+    # verl.workers.rollout.base keeps the in-worker rollout classes in a module-private dict (_ROLLOUT_REGISTRY), no
     # register function (get_rollout_class reads it); adding our entry is the only way in.
-    base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = _ADAPTER_PATH
+    registry = getattr(base, "_ROLLOUT_REGISTRY", None)
+    if not isinstance(registry, dict):
+        raise VerlMismatchError(
+            "verl.workers.rollout.base._ROLLOUT_REGISTRY",
+            "a dict of (name, mode) -> class path, read by get_rollout_class",
+            repr(registry),
+            use="hf rollout backend (verl_gigpo.cpu.register_rollout_adapter)",
+        )
+    registry[(ROLLOUT_NAME, "async")] = _ADAPTER_PATH
 
 
 def register_rollout_backend() -> None:
@@ -81,7 +91,8 @@ def register_rollout_backend() -> None:
 def register_cpu_engines(_module: Any = None) -> None:
     """Register verl's FSDP engines (language and value models) for device ``cpu`` (idempotent).
 
-    verl registers them for ``cuda``/``npu`` only (verl/workers/engine/fsdp/transformer_impl.py:1143, :1594); the
+    verl registers them for ``cuda``/``npu`` only (the ``EngineRegistry.register`` decorators of
+    ``verl.workers.engine.fsdp.transformer_impl.FSDPEngineWithLMHead`` and ``FSDPEngineWithValueHead``); the
     same classes run on CPU with gloo and FSDP2.
     """
     from verl.workers.engine.base import EngineRegistry

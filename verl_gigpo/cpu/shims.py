@@ -1,12 +1,14 @@
 """The few changes to verl internals that running verl 0.9.1 on a CPU needs where verl offers no extension point.
 
 Everything else of the CPU path goes through verl's own registries (the ``cpu`` platform, the FSDP engine
-registered for device ``cpu``, the ``hf`` rollout backend). Each shim below names the verl file and line it works
-around and is applied only in processes that run on the CPU platform (``VERL_PLATFORM=cpu``), when verl imports the
-module it changes (:func:`verl_gigpo.cpu.register_cpu_backends`); each is idempotent. Nothing here changes verl's
-behaviour on GPUs. The one shim every platform gets (verl's file logger appends across the launches of
-``python -m verl_gigpo.main``) lives with the metrics file it serves:
-:func:`verl_gigpo.metrics_file.append_file_logger`.
+registered for device ``cpu``, the ``hf`` rollout backend). Each shim below names the verl symbol it works around
+and is applied only in processes that run on the CPU platform (``VERL_PLATFORM=cpu``), when verl imports the module
+it changes (:func:`verl_gigpo.cpu.register_cpu_backends`); each is idempotent. When installed, each checks the verl
+version and that what it replaces is what it was written for (parameters, and the object each importing module
+bound), and raises :class:`verl_gigpo.verl_version.VerlMismatchError` otherwise, rather than silently not applying
+(:mod:`verl_gigpo.verl_version`). Nothing here changes verl's behaviour on GPUs. The one shim every platform gets
+(verl's file logger appends across the launches of ``python -m verl_gigpo.main``) lives with the metrics file it
+serves: :func:`verl_gigpo.metrics_file.append_file_logger`.
 """
 
 from __future__ import annotations
@@ -16,46 +18,109 @@ import logging
 import sys
 from typing import Any
 
-__all__ = ["MICRO_BATCH_ROW_OBJECTS", "gloo_process_group", "length_sorted_micro_batches", "unpinned_ref_offload"]
+__all__ = [
+    "GLOO_BOUND_BY",
+    "MICRO_BATCH_ROW_OBJECTS",
+    "gloo_process_group",
+    "length_sorted_micro_batches",
+    "unpinned_ref_offload",
+]
 
 logger = logging.getLogger(__name__)
 
+#: the verl modules that bind ``initialize_global_process_group_ray`` by name at import
+GLOO_BOUND_BY = ("verl.workers.engine_workers", "verl.checkpoint_engine.base")
+
+
+def _check_version() -> None:
+    from verl_gigpo.verl_version import check_verl_version, installed_verl_version
+
+    check_verl_version(installed_verl_version())
+
 
 def gloo_process_group() -> None:
-    """verl/utils/distributed.py:89 builds the backend ``f"cpu:gloo,{device}:{backend}"``, which on the CPU platform
-    is ``"cpu:gloo,cpu:gloo"``, and torch rejects a duplicate device type. Default the backend to plain ``gloo``.
+    """verl's ``verl.utils.distributed.initialize_global_process_group_ray`` builds the backend
+    ``f"cpu:gloo,{device}:{backend}"``, which on the CPU platform is ``"cpu:gloo,cpu:gloo"``, and torch rejects a
+    duplicate device type. Default the backend to plain ``gloo``.
 
-    Callers bound the function at import (verl/workers/engine_workers.py:38, verl/checkpoint_engine/base.py:25),
-    so those bindings are replaced too when the modules are already loaded.
+    The modules of :data:`GLOO_BOUND_BY` bind the function by name at import, so their bindings are checked and
+    replaced too: a loaded module now; a module not imported yet when it is imported (it binds the patched function);
+    a module whose import is under way (it is importing ``verl.utils.distributed``, which runs this shim) at the
+    patched function's first call, when its import has finished.
+
+    Raises:
+        VerlMismatchError: the function's parameters are not ``(timeout_second, backend)``, or a module of
+            :data:`GLOO_BOUND_BY` binds something else under that name (or nothing).
     """
     from verl.utils import distributed
+
+    from verl_gigpo.cpu import _when_imported
+    from verl_gigpo.verl_version import check_binding, check_signature
 
     original = distributed.initialize_global_process_group_ray
     if getattr(original, "_gigpo_cpu", False):
         return
+    _check_version()
+    use = "CPU platform's gloo shim (verl_gigpo.cpu.shims.gloo_process_group)"
+    name = "initialize_global_process_group_ray"
+    check_signature(original, ("timeout_second", "backend"), target=f"verl.utils.distributed.{name}", use=use)
+    loaded, importing, later = [], [], []
+    for module_name in GLOO_BOUND_BY:
+        module = sys.modules.get(module_name)
+        if module is None:
+            later.append(module_name)
+        elif getattr(getattr(module, "__spec__", None), "_initializing", False):
+            importing.append(module_name)
+        else:
+            check_binding(module_name, name, original, use=use)
+            loaded.append(module)
 
     @functools.wraps(original)
     def initialize_global_process_group_ray(timeout_second: Any = None, backend: Any = None) -> Any:
+        while importing:
+            check_binding(importing.pop(), name, initialize_global_process_group_ray, use=use)
         return original(timeout_second=timeout_second, backend=backend or "gloo")
 
     initialize_global_process_group_ray._gigpo_cpu = True  # type: ignore[attr-defined]
     distributed.initialize_global_process_group_ray = initialize_global_process_group_ray
-    for module_name in ("verl.workers.engine_workers", "verl.checkpoint_engine.base"):
-        module = sys.modules.get(module_name)
-        if module is not None and getattr(module, "initialize_global_process_group_ray", None) is original:
-            module.initialize_global_process_group_ray = initialize_global_process_group_ray
+    for module in loaded:
+        setattr(module, name, initialize_global_process_group_ray)
+
+    def check_bound(module: Any) -> None:
+        check_binding(module.__name__, name, initialize_global_process_group_ray, use=use)
+
+    for module_name in later:
+        _when_imported(module_name, check_bound)
 
 
 def unpinned_ref_offload() -> None:
-    """verl/workers/engine/fsdp/transformer_impl.py:462 gives forward-only engines (the reference policy)
-    ``CPUOffloadPolicy(pin_memory=True)``; pinned host memory needs an accelerator ("Cannot access accelerator
-    device"). On the CPU the parameters already live in host memory, so the same policy without pinning is used.
+    """verl's ``FSDPEngine._build_fsdp_module`` (``verl.workers.engine.fsdp.transformer_impl``) gives forward-only
+    engines (the reference policy) ``CPUOffloadPolicy(pin_memory=True)``; pinned host memory needs an accelerator
+    ("Cannot access accelerator device"). On the CPU the parameters already live in host memory, so the same policy
+    without pinning is used.
+
+    Raises:
+        VerlMismatchError: ``transformer_impl.CPUOffloadPolicy`` is not ``verl.utils.fsdp_utils.CPUOffloadPolicy``
+            (torch's), or it takes no ``pin_memory``.
     """
+    from verl.utils import fsdp_utils
     from verl.workers.engine.fsdp import transformer_impl
+
+    from verl_gigpo.verl_version import VerlMismatchError, check_binding, parameter_names
 
     policy = transformer_impl.CPUOffloadPolicy
     if getattr(policy, "_gigpo_cpu", False):
         return
+    _check_version()
+    use = "CPU platform's offload shim (verl_gigpo.cpu.shims.unpinned_ref_offload)"
+    check_binding(transformer_impl.__name__, "CPUOffloadPolicy", fsdp_utils.CPUOffloadPolicy, use=use)
+    if policy is None or "pin_memory" not in parameter_names(policy):
+        raise VerlMismatchError(
+            "verl.workers.engine.fsdp.transformer_impl.CPUOffloadPolicy",
+            "torch's CPUOffloadPolicy, taking pin_memory",
+            repr(policy),
+            use=use,
+        )
 
     class UnpinnedCPUOffloadPolicy(policy):  # type: ignore[misc, valid-type]
         """``CPUOffloadPolicy`` that never pins memory (the CPU platform has no accelerator to pin for)."""
@@ -69,10 +134,10 @@ def unpinned_ref_offload() -> None:
 
 
 def length_sorted_micro_batches() -> None:
-    """verl's dynamic micro-batch split (``use_dynamic_bsz``: ``rearrange_micro_batches``,
-    verl/utils/seqlen_balancing.py:348, called by verl/workers/engine/utils.py:112) balances the total tokens of
-    the micro-batches (Karmarkar-Karp, seqlen_balancing.py:452), so each mixes short and long rows; with padded
-    inputs (``use_remove_padding=false``, the CPU platform's setting) every row then pays for the longest of its
+    """verl's dynamic micro-batch split (``use_dynamic_bsz``: ``verl.utils.seqlen_balancing.rearrange_micro_batches``,
+    called by ``verl.workers.engine.utils.prepare_micro_batches``) balances the total tokens of the micro-batches
+    (Karmarkar-Karp, ``seqlen_balancing.get_seqlen_balanced_partitions``), so each mixes short and long rows; with
+    padded inputs (``use_remove_padding=false``, the CPU platform's setting) every row then pays for the longest of its
     micro-batch. For padded inputs the split becomes :func:`verl_gigpo.cpu.micro_batches.sorted_partition`: rows of
     similar length together, at most ``max_token_len`` PADDED tokens per micro-batch (a longer row alone), the same
     number of micro-batches on every data-parallel rank. verl restores the rows' order from the returned indices
@@ -82,14 +147,25 @@ def length_sorted_micro_batches() -> None:
     per-row Python objects, only :data:`MICRO_BATCH_ROW_OBJECTS` (:func:`_select_parts`). Packed inputs
     (``use_remove_padding=true``) and grouped rows (``force_group_size > 1``) keep verl's split.
 
-    The function is bound by name at import (verl/workers/engine/utils.py:28), so that binding is replaced.
+    ``verl.workers.engine.utils`` binds the function by name at import, so that binding is replaced.
+
+    Raises:
+        VerlMismatchError: that binding is not ``verl.utils.seqlen_balancing.rearrange_micro_batches``, or its
+            parameters are not the ones this replacement takes.
     """
+    from verl.utils import seqlen_balancing
     from verl.utils import tensordict_utils as tu
     from verl.workers.engine import utils as engine_utils
+
+    from verl_gigpo.verl_version import check_binding, check_signature
 
     original = engine_utils.rearrange_micro_batches
     if getattr(original, "_gigpo_cpu", False):
         return
+    _check_version()
+    use = "CPU platform's micro-batch shim (verl_gigpo.cpu.shims.length_sorted_micro_batches)"
+    check_binding(engine_utils.__name__, "rearrange_micro_batches", seqlen_balancing.rearrange_micro_batches, use=use)
+    check_signature(original, REARRANGE_PARAMS, target="verl.utils.seqlen_balancing.rearrange_micro_batches", use=use)
 
     @functools.wraps(original)
     def rearrange_micro_batches(
@@ -135,18 +211,30 @@ def length_sorted_micro_batches() -> None:
     engine_utils.rearrange_micro_batches = rearrange_micro_batches
 
 
+#: the parameters of verl's ``rearrange_micro_batches`` that :func:`length_sorted_micro_batches`'s replacement takes
+REARRANGE_PARAMS = (
+    "batch",
+    "max_token_len",
+    "dp_group",
+    "num_batches_divided_by",
+    "same_micro_num_in_dp",
+    "min_num_micro_batch",
+    "use_dynamic_bsz_balance",
+    "force_group_size",
+)
+
 #: per-row Python objects (NonTensorStack fields) that verl's forward passes and losses read from a micro-batch
-#: (verl/workers/engine/fsdp/transformer_impl.py:1168); the others (``extra_fields``, ``metrics``, the dataset's
-#: columns, ...) are left out of the micro-batches: copying them (``micro_batch.to``, transformer_impl.py:1552)
-#: cost ~10-18% of a pass.
+#: (``FSDPEngineWithLMHead.prepare_model_inputs``); the others (``extra_fields``, ``metrics``, the dataset's
+#: columns, ...) are left out of the micro-batches: copying them (``micro_batch.to`` in
+#: ``FSDPEngineWithLMHead.forward_step``) cost ~10-18% of a pass.
 MICRO_BATCH_ROW_OBJECTS = ("multi_modal_inputs",)
 
 
 def _select_parts(batch: Any, parts: list[list[int]]) -> list[Any]:
     """``[tu.index_select_tensor_dict(batch, part) for part in parts]`` with the same per-field rules
-    (verl/utils/tensordict_utils.py:458), but each nested field is unbound once for all parts instead of once per
-    part (that costs ~40 ms per micro-batch for 300 rows of 7 nested fields), and of the per-row Python objects only
-    :data:`MICRO_BATCH_ROW_OBJECTS` are kept."""
+    (``verl.utils.tensordict_utils.index_select_tensor_dict``), but each nested field is unbound once for all parts
+    instead of once per part (that costs ~40 ms per micro-batch for 300 rows of 7 nested fields), and of the per-row
+    Python objects only :data:`MICRO_BATCH_ROW_OBJECTS` are kept."""
     import torch
     from tensordict import NonTensorStack, TensorDict
     from verl.utils.tensordict_utils import nested_tensor_from_tensor_list

@@ -29,8 +29,8 @@ __all__ = ["ENV", "SPANS", "install", "read_timeline"]
 ENV = "GIGPO_TIMELINE"
 
 #: (module, attribute path, label): the calls timed when their module is imported. The driver calls ray.init
-#: (verl/trainer/main_ppo.py:79); the TaskRunner calls the others (main_ppo.py:144-149 and the trainer's init,
-#: verl/trainer/ppo/v1/trainer_base.py:214-395).
+#: (``verl.trainer.main_ppo.run_ppo``); the TaskRunner calls the others (``verl.trainer.main_ppo.TaskRunnerV1.run``
+#: and the trainer's ``PPOTrainer.init``).
 SPANS: tuple[tuple[str, str, str], ...] = (
     ("ray", "init", "ray_init"),
     ("transfer_queue", "init", "transfer_queue_init"),
