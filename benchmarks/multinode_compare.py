@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.pop("RAY_ADDRESS", None)  # the one-node launch starts its own Ray
     _, extra = prepare_launch(out)
     one = _launch("one_node", out, extra, ranks=2, nnodes=1, env={})
-    with two_ray_nodes() as address:
+    with two_ray_nodes() as (address, _):
         joined = {"RAY_ADDRESS": address, "RAY_AUTH_MODE": "disabled"}
         two = _launch("two_nodes", out, extra, ranks=1, nnodes=2, env=joined)
     table = compare(one, two)

@@ -12,7 +12,7 @@ import time
 
 import pytest
 from ray.core.generated.common_pb2 import ActorDiedErrorContext
-from ray.exceptions import ActorDiedError, RayTaskError
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayTaskError
 
 from verl_gigpo.dead_actor import DeadActor, find_dead_actor, stop_message
 
@@ -56,6 +56,8 @@ def test_a_dead_agent_loop_worker_raised_directly_is_found():
     dead = find_dead_actor(_died("AgentLoopWorkerTQ", 77, "agent_loop_worker_0_1a2b3c4d"))
     assert (dead.class_name, dead.pid, dead.role) == ("AgentLoopWorkerTQ", 77, "agent-loop worker")
     assert DeadActor("Foo", 5, "foo_1").describe() == "Ray actor Foo foo_1 (pid 5)"
+    # verl's training workers are Ray actors of a class it builds in a function (Ray's class name keeps the path)
+    assert DeadActor("create_colocated_worker_cls.<locals>.WorkerDict").role == "training worker (FSDP rank)"
 
 
 @pytest.mark.parametrize("error", [RuntimeError("CUDA out of memory"), ValueError("The actor died")])
@@ -70,6 +72,24 @@ def test_the_stop_message_names_the_process_and_the_checkpoint_to_resume_from(tm
     assert "\n" not in line and "agent-loop worker (Ray actor AgentLoopWorkerTQ agent_loop_worker_0_x, pid 77)" in line
     assert "trainer.resume_mode=auto" in line and f"{tmp_path / 'global_step_2'} (iteration 2)" in line
     assert "starts over" in stop_message(dead, tmp_path / "empty")
+
+
+def test_an_unreachable_task_runner_is_named_when_its_node_left(tmp_path):
+    """What the driver's ``ray.get`` on verl's TaskRunner raised when the node it ran on was killed
+    (benchmarks/node_leaving.py): Ray's ActorUnavailableError, whose text names no class or pid."""
+    reason = "The actor is temporarily unavailable: RpcError: Socket closed rpc_code: 14"
+    error = ActorUnavailableError(reason, bytes(16))
+    assert find_dead_actor(error) is None  # nobody said which actor the caller waited on
+    dead = find_dead_actor(error, waited_on="TaskRunnerV1")
+    assert dead.describe() == "trainer (verl's TaskRunner) (Ray actor TaskRunnerV1)"
+    assert "Socket closed" in dead.detail and "node may have left" in dead.detail
+    assert "may or may not have been executed" not in dead.detail
+    # a described dead actor deeper in the chain still wins over the fallback
+    nested = _waited_on(_died("WorkerDict", 9, "w_0:0"), "TaskRunnerV1").as_instanceof_cause()
+    assert find_dead_actor(nested, waited_on="TaskRunnerV1").class_name == "WorkerDict"
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("2\n")
+    line = stop_message(dead, tmp_path)
+    assert "\n" not in line and "global_step_2 (iteration 2)" in line
 
 
 @pytest.fixture(scope="module")

@@ -43,7 +43,8 @@ ROLES = {
     "HFGenerationServer": "hf rollout server",
     "vLLMHttpServer": "vLLM rollout server",
     "SGLangHttpServer": "SGLang rollout server",
-    "TaskRunner": "verl's TaskRunner (the trainer)",
+    "TaskRunner": "trainer (verl's TaskRunner)",
+    "TaskRunnerV1": "trainer (verl's TaskRunner)",
     "WorkerDict": "training worker (FSDP rank)",
 }
 
@@ -65,8 +66,10 @@ class DeadActor:
 
     @property
     def role(self) -> str | None:
-        """What the actor was in the run (``agent-loop worker``, ``hf rollout server``, ...), None for another class."""
-        return ROLES.get(self.class_name)
+        """What the actor was in the run (``agent-loop worker``, ``hf rollout server``, ...), None for another class.
+        A class built inside a function is named by its last part (verl's ``create_colocated_worker_cls.<locals>.
+        WorkerDict``)."""
+        return ROLES.get(self.class_name.rsplit(".", 1)[-1])
 
     def describe(self) -> str:
         """``agent-loop worker (Ray actor AgentLoopWorkerTQ agent_loop_worker_0_1a2b, pid 123, node 10.0.0.2)``;
@@ -178,14 +181,19 @@ def _parse(text: str) -> DeadActor | None:
     )
 
 
-def find_dead_actor(error: BaseException) -> DeadActor | None:
+def find_dead_actor(error: BaseException, *, waited_on: str | None = None) -> DeadActor | None:
     """The dead Ray actor behind ``error`` (an exception out of verl's ``main_ppo``), or None when no actor died.
 
     Looks at ``error`` and its causes (``RayTaskError.cause``, ``__cause__``, ``__context__``); among the texts
     that describe a dead actor (``ray.exceptions.ActorDiedError``), the innermost cause wins: the actor whose death
     made the others fail.
+
+    ``waited_on``: the class of the actor the caller's own ``ray.get`` waited on (``verl_gigpo.main``: verl's
+    ``TaskRunnerV1``). When ``error`` itself is Ray's ``ActorUnavailableError`` (the actor's process or its node
+    stopped answering, as when the node it ran on leaves the cluster; Ray's text names neither class nor pid) and no
+    dead actor is described, that actor is the one reported, with Ray's reason.
     """
-    from ray.exceptions import RayActorError
+    from ray.exceptions import ActorUnavailableError, RayActorError
 
     seen: set[int] = set()
     chain: list[BaseException] = []
@@ -201,6 +209,9 @@ def find_dead_actor(error: BaseException) -> DeadActor | None:
     for exc in chain:  # outermost first: a later (deeper) description replaces an earlier one
         if isinstance(exc, RayActorError | DeadActorError) or _DIED in str(exc):
             found = _parse(str(exc)) or found
+    if found is None and waited_on is not None and isinstance(error, ActorUnavailableError):
+        reason = str(error).split(". The task may or may not", 1)[0]
+        found = DeadActor(class_name=waited_on, detail=f"{reason}; its node may have left the Ray cluster")
     return found
 
 

@@ -77,7 +77,7 @@ def main(config: DictConfig) -> None:
     try:
         main_ppo.main(config)  # hydra passes an explicit config straight to the task function
     except Exception as error:
-        dead = find_dead_actor(error)
+        dead = find_dead_actor(error, waited_on="TaskRunnerV1")  # run_ppo waits on verl's TaskRunnerV1
         if dead is None:
             raise
         # a dead process of the run (verl replaces none): one line naming it and how to resume, not Ray's nesting

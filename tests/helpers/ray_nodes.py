@@ -72,9 +72,9 @@ class RayNode:
 
 
 @contextlib.contextmanager
-def two_ray_nodes() -> Iterator[str]:
+def two_ray_nodes() -> Iterator[tuple[str, list[RayNode]]]:
     """A Ray head and one more node on this machine, 1 logical GPU and :data:`NODE_CPUS` CPUs each; yields the head's
-    address (``IP:PORT``) and stops both nodes on exit.
+    address (``IP:PORT``) and the nodes ``[head, second]``, and stops both nodes on exit.
 
     Every node gets the project and these helpers on ``PYTHONPATH``: Ray's workers start from their node's
     environment, so what a launch imports must be installed (or on the path) on every node. No dashboard (the tests
@@ -136,7 +136,7 @@ def two_ray_nodes() -> Iterator[str]:
         )
         nodes.append(second)
         second.wait_started()
-        yield address
+        yield address, nodes
     finally:
         for node in reversed(nodes):
             node.stop()
