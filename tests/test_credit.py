@@ -18,7 +18,6 @@ from verl_gigpo.credit import (
     RECORD_FIELDS,
     CreditLogger,
     CreditLogOptions,
-    StepContext,
     anchor_key_hash,
     read_credit_records,
 )
@@ -90,7 +89,7 @@ def test_records_equal_the_estimator_terms_of_verl_step_rows(tmp_path):
     steps = StepBatch.from_rows(uids, extra, [False] * len(rows) + [True])
     terms = steps.advantage_terms(GiGPOConfig(), torch.ones(len(uids), 2))
     logger = CreditLogger(CreditLogOptions(freq=5, groups=-1), tmp_path)
-    path = logger.write_steps(10, terms, steps, StepContext.from_extra_fields(extra))
+    path = logger.write(10, terms, steps)
     assert path == tmp_path / "credit" / "iter_10.jsonl"
     records = read_credit_records(path)
     kept = np.flatnonzero(terms.row_mask)
@@ -118,20 +117,12 @@ def test_groups_are_sampled_without_touching_other_generators(tmp_path):
     terms = gigpo_advantage_terms(
         torch.arange(n, dtype=torch.float64) % 3, torch.ones(n, 1), groups, np.arange(n), np.zeros(n, int), groups
     )
-    context = StepContext(["o"] * n, ["a"] * n, [True] * n, [False] * n, [None] * n, [None] * n, [0] * n)
-    kwargs = dict(
-        group_ids=groups,
-        traj_ids=np.arange(n),
-        step_ids=np.zeros(n, int),
-        anchor_keys=groups,
-        step_rewards=np.zeros(n),
-        context=context,
-    )
+    steps = _batch(groups, np.arange(n), np.zeros(n, int))
     state = np.random.get_state()
     torch_state = torch.get_rng_state()
     picks = []
     for run in ("a", "b"):
-        path = CreditLogger(CreditLogOptions(freq=1, groups=3), tmp_path / run, seed=5).write(7, terms, **kwargs)
+        path = CreditLogger(CreditLogOptions(freq=1, groups=3), tmp_path / run, seed=5).write(7, terms, steps)
         records = read_credit_records(path)
         assert len(records) == 12  # every row of the 3 sampled groups
         picks.append(sorted({r["group"] for r in records}))
@@ -139,20 +130,30 @@ def test_groups_are_sampled_without_touching_other_generators(tmp_path):
     assert np.array_equal(np.random.get_state()[1], state[1]) and torch.equal(torch.get_rng_state(), torch_state)
 
 
-def test_a_context_from_other_rows_is_refused(tmp_path):
+def _batch(groups, trajs, step_ids):
+    """A StepBatch of valid rows with the given ids (anchor key = the group), texts "o" and "a"."""
+    n = len(groups)
+    return StepBatch(
+        group_ids=np.asarray(groups, dtype=object),
+        traj_ids=np.asarray(trajs, dtype=object),
+        step_ids=np.asarray(step_ids, dtype=np.int64),
+        anchor_keys=np.asarray(groups, dtype=object),
+        step_rewards=np.zeros(n),
+        action_valid=np.ones(n, dtype=bool),
+        won=np.zeros(n, dtype=bool),
+        env_error=np.zeros(n, dtype=bool),
+        task_types=np.full(n, None, dtype=object),
+        history_dropped=np.zeros(n, dtype=np.int64),
+        row_mask=np.ones(n, dtype=bool),
+        observations=np.full(n, "o", dtype=object),
+        actions=np.full(n, "a", dtype=object),
+    )
+
+
+def test_a_batch_of_other_rows_is_refused(tmp_path):
     terms = gigpo_advantage_terms(torch.zeros(2), torch.ones(2, 1), ["g", "g"], ["a", "b"], [0, 0], ["s", "s"])
-    context = StepContext(["o", "o"], ["x", "x"], [True, True], [False, False], [None, None], [None, None], [0, 3])
-    with pytest.raises(ValueError, match=r"step context .*row 1: step id"):
-        CreditLogger(CreditLogOptions(freq=1), tmp_path).write(
-            1,
-            terms,
-            group_ids=["g", "g"],
-            traj_ids=["a", "b"],
-            step_ids=[0, 0],
-            anchor_keys=["s", "s"],
-            step_rewards=[0.0, 0.0],
-            context=context,
-        )
+    with pytest.raises(ValueError, match=r"batch has 3 rows .* have 2"):
+        CreditLogger(CreditLogOptions(freq=1), tmp_path).write(1, terms, _batch(["g"] * 3, ["a", "b", "c"], [0] * 3))
     assert not (tmp_path / "credit").exists()
 
 
@@ -235,8 +236,12 @@ def test_agent_loop_adds_cut_texts_only_when_records_are_on():
     failed = Episode("t1", TaskSpec("gridnav", 3), env_error="boom")
     (placeholder,) = episode_to_outputs(failed, placeholder_prompt_ids=[1], eos_id=0, text_chars=30)
     assert (placeholder.extra_fields["observation"], placeholder.extra_fields["action"]) == ("", "")
-    context = StepContext.from_extra_fields([r.extra_fields for r in on])
-    assert context.actions == ["down", "jump!"] and context.action_valid == [True, False]
+    verl = StepBatch.from_rows(["g", "g"], [r.extra_fields for r in on], [False, False])
+    assert verl.actions.tolist() == ["down", "jump!"] and verl.action_valid.tolist() == [True, False]
+    local = StepBatch.from_episodes([_episode()], text_chars=30)  # the local engine reads the same rows
+    assert local.observations.tolist() == verl.observations.tolist()
+    assert local.actions.tolist() == verl.actions.tolist()
+    assert StepBatch.from_episodes([_episode()]).actions.tolist() == ["", ""]  # records off: no texts
 
 
 # ------------------------------------------------------------------------------------------- a real local run

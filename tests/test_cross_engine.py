@@ -158,9 +158,27 @@ def test_rows_groups_and_masks_are_the_same(both):
     played, _, verl, local = both
     real = ~verl.padding
     assert real.sum() == len(local) == sum(max(ep.length, 1) for ep in played)  # placeholder row of t0-3
-    for column in ("group_ids", "traj_ids", "step_ids", "anchor_keys", "action_valid", "won", "env_error"):
+    # one schema (verl_gigpo.rollout.rows.episode_rows): every per-row column is the same on both engines
+    for column in (
+        "group_ids",
+        "traj_ids",
+        "step_ids",
+        "anchor_keys",
+        "action_valid",
+        "won",
+        "env_error",
+        "task_types",
+        "task_ids",
+        "history_dropped",
+        "episode_lengths",
+        "observation_truncated",
+        "abandoned_threads",
+        "env_seconds",
+        "generate_seconds",
+    ):
         assert getattr(verl, column)[real].tolist() == getattr(local, column).tolist(), column
     np.testing.assert_array_equal(verl.step_rewards[real], local.step_rewards)
+    np.testing.assert_array_equal(verl.env_rewards[real], local.env_rewards)
     # groups come from the task draw's id, never from positions; failed episodes are masked, not dropped
     assert set(local.group_ids) == {"task0", "task1"}
     assert local.row_mask.tolist() == [not ep.env_error for ep in played for _ in range(max(ep.length, 1))]

@@ -13,7 +13,7 @@ from matplotlib import colormaps
 from matplotlib.colors import to_hex, to_rgb
 
 from verl_gigpo.advantage import ESTIMATOR_TERMS, NEEDS_OUTCOME
-from verl_gigpo.credit import StepContext, credit_records, write_credit_records
+from verl_gigpo.credit import credit_records, write_credit_records
 from verl_gigpo.inspect import (
     CreditReportError,
     CreditRun,
@@ -27,6 +27,7 @@ from verl_gigpo.inspect import (
 )
 from verl_gigpo.inspect.__main__ import main
 from verl_gigpo.inspect.graph import CMAP, INVALID, NOT_WON, WON
+from verl_gigpo.rollout.step_rows import StepBatch
 
 # One episode group, gridnav-like, gamma = 1, mean_std:
 #   a: s0 -right-> s1 -down-> goal (won, rewards 0, 1)
@@ -67,25 +68,23 @@ def _records(rows=GROUP, *, iteration=3, group="g0", gamma=1.0, method="gigpo"):
         gamma=gamma,
         **(outcome if method in NEEDS_OUTCOME else {}),
     )
-    context = StepContext(
-        observations=[f"you are in {k}" for k in keys],
-        actions=[r[3] for r in rows],
-        action_valid=[r[4] for r in rows],
-        won=[r[6] for r in rows],
-        task_ids=["task-1"] * n,
-        task_types=["goal"] * n,
-        step_ids=steps,
+    steps_batch = StepBatch(
+        group_ids=np.array(groups, dtype=object),
+        traj_ids=np.array(trajs, dtype=object),
+        step_ids=np.array(steps, dtype=np.int64),
+        anchor_keys=np.array(keys, dtype=object),
+        step_rewards=np.array(rewards, dtype=np.float64),
+        action_valid=outcome["action_valid"],
+        won=outcome["won"],
+        env_error=np.zeros(n, dtype=bool),
+        task_types=np.full(n, "goal", dtype=object),
+        history_dropped=np.zeros(n, dtype=np.int64),
+        row_mask=np.ones(n, dtype=bool),
+        task_ids=np.full(n, "task-1", dtype=object),
+        observations=np.array([f"you are in {k}" for k in keys], dtype=object),
+        actions=np.array([r[3] for r in rows], dtype=object),
     )
-    return credit_records(
-        terms,
-        iteration=iteration,
-        group_ids=groups,
-        traj_ids=trajs,
-        step_ids=steps,
-        anchor_keys=keys,
-        step_rewards=rewards,
-        context=context,
-    )
+    return credit_records(terms, iteration=iteration, steps=steps_batch)
 
 
 def test_graph_of_a_hand_built_group_has_the_expected_nodes_edges_and_colours():

@@ -329,7 +329,7 @@ def test_resume_checks_the_config_and_sets_a_changed_lr(tiny_model_dir, tmp_path
     _run(_cfg(tiny_model_dir, out, "trainer.total_training_steps=1", "data.val_size=0"))
     lines = (out / "metrics.jsonl").read_text()
     # A key that changes what the run computes: refused before anything is built or written, naming the key.
-    with pytest.raises(ValueError, match=r"cannot resume: .*env\.name: 'gridnav' -> 'sokoban'.*--allow-config-change"):
+    with pytest.raises(ValueError, match=r"cannot resume .*env\.name: 'gridnav' -> 'sokoban'.*--allow-config-change"):
         LocalTrainer(_cfg(tiny_model_dir, out, "trainer.resume=true", "data.val_size=0", "env.name=sokoban"))
     assert (out / "metrics.jsonl").read_text() == lines
     # ... unless explicitly allowed.

@@ -497,13 +497,14 @@ def test_a_refused_resume_is_one_error_line_from_verl_gigpo_main(launch_files, t
     ],
 )
 def test_lora_alpha_counts_as_a_change_only_when_the_run_had_an_adapter(saved, current, listed):
-    """launch.training_changes on two composed configs (verl's default lora_alpha is 16)."""
+    """The verl resume rule on two composed configs (verl's default lora_alpha is 16): the refused changes."""
     from omegaconf import OmegaConf
 
-    from verl_gigpo.launch import training_changes
+    from verl_gigpo.resume import VERL_RESUME
 
     before, after = (OmegaConf.to_container(compose_launch(args), resolve=True) for args in (saved, current))
-    assert training_changes(before, after) == listed
+    _, refused = VERL_RESUME.check(before, after, allow=True, resuming="", source="", start_over="")
+    assert refused == listed
 
 
 # --------------------------------------------------------------------------------------------------- 7. task files

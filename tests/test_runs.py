@@ -249,12 +249,12 @@ def test_a_changed_training_key_stops_the_resume_unless_allowed(tmp_path, files,
         prepare_launch(run_config(folder, files, override), environ={})
     message = str(info.value)
     assert message.startswith(f"cannot resume {folder} from step 2: this launch differs from the run that wrote the ")
-    assert f"in key(s) that change training: {key}: {before!r} -> {after!r}. Keep the run's values" in message
+    assert f"{key}: {before!r} -> {after!r}" in message.split("in key(s) that change training: ")[1]
     assert "pass trainer.allow_config_change=true to resume anyway" in message
     assert len(list((folder / "launches").iterdir())) == 1  # the refused launch left no record
     plan = prepare_launch(run_config(folder, files, override, "trainer.allow_config_change=true"), environ={})
-    allowed = f"resuming with changed training settings (trainer.allow_config_change=true): {key}: "
-    assert any(m.startswith(allowed) for m in plan.messages), plan.messages
+    allowed = "resuming with changed training settings (trainer.allow_config_change=true): "
+    assert any(m.startswith(allowed) and f"{key}: " in m for m in plan.messages), plan.messages
 
 
 def test_the_saved_config_of_a_checkpoint_is_that_of_the_launch_that_wrote_it(tmp_path, files):
@@ -309,48 +309,53 @@ def test_resume_modes_disable_and_resume_path_and_an_unreadable_pointer(tmp_path
         prepare_launch(run_config(folder, files), environ={})
 
 
-def test_training_keys_cover_what_changes_training_and_no_more():
-    from verl_gigpo.launch import is_training_key
+def test_the_resume_rule_lets_listed_keys_change_and_refuses_every_other_key():
+    """An allow-list: run length, logging, ranks and speed settings may change; training keys and keys nobody
+    listed (a new verl or plug-in option, a section switched on) may not."""
+    from verl_gigpo.resume import LOCAL_RESUME, VERL_RESUME
 
     for key in (
         "algorithm.adv_estimator",
-        "algorithm.gamma",
         "algorithm.gigpo.key_mode",
         "env.max_steps",
         "env.kwargs.data_path",
         "actor_rollout_ref.model.path",
-        "actor_rollout_ref.actor.optim.lr",
-        "actor_rollout_ref.actor.kl_loss_coef",
+        "actor_rollout_ref.actor.optim.lr",  # verl restores the checkpoint's optimizer state
         "actor_rollout_ref.rollout.n",
         "trainer.v1.gigpo_sync.mini_batch_rows",
         "data.train_batch_size",
+        "actor_rollout_ref.actor.an_option_of_a_later_verl",  # unknown: refused, never silently let through
+        "distillation.enabled",
+        "actor_rollout_ref.model.path_extra",  # an entry covers its key, not a key that starts with it
     ):
-        assert is_training_key(key), key
+        assert not VERL_RESUME.may_change(key), key
     for key in (
         "trainer.total_training_steps",
         "trainer.save_freq",
         "trainer.logger",
         "trainer.n_gpus_per_node",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
         "actor_rollout_ref.rollout.gpu_memory_utilization",
         "actor_rollout_ref.rollout.val_kwargs.temperature",
-        "actor_rollout_ref.model.path_extra",
+        "actor_rollout_ref.actor.profiler.enable",
         "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH",
-        "env.step_timeout_s",  # execution settings inside the env section
+        "env.step_timeout_s",
         "env.reset_timeout_s",
         "env.num_workers",
     ):
-        assert not is_training_key(key), key
-    assert is_training_key("env.invalid_action") and is_training_key("env.max_steps")
+        assert VERL_RESUME.may_change(key), key
+    assert LOCAL_RESUME.may_change("actor_rollout_ref.actor.optim.lr")  # set in the restored optimizer there
+    assert not LOCAL_RESUME.may_change("env.name") and not LOCAL_RESUME.may_change("local.a_new_option")
 
 
-def test_docs_list_every_training_key():
-    from verl_gigpo.launch import TRAINING_KEYS
+def test_docs_list_every_key_that_may_change_on_resume():
+    from verl_gigpo.resume import LOCAL_RESUMABLE, VERL_RESUMABLE
 
     text = (ROOT / "docs" / "runs.md").read_text()
-    for key in TRAINING_KEYS:
-        shown = f"`{key}*`" if key.endswith(".") else f"`{key}`"
-        assert shown in text, key
+    for entry in {**VERL_RESUMABLE, **LOCAL_RESUMABLE}:
+        shown = f"`{entry}*`" if entry.endswith(".") else f"`{entry}`"
+        assert shown in text, entry
 
 
 def test_an_empty_mapping_holds_no_setting_on_both_engines_resume_checks(files):
@@ -359,24 +364,25 @@ def test_an_empty_mapping_holds_no_setting_on_both_engines_resume_checks(files):
     no key (so no ``env.kwargs: {} -> None`` beside the real change)."""
     from omegaconf import OmegaConf
 
-    from verl_gigpo.launch import flatten_config, training_changes
     from verl_gigpo.local.config import DEFAULT_CONFIG, load_config
-    from verl_gigpo.local.run_folder import resume_config_changes
+    from verl_gigpo.resume import LOCAL_RESUME, VERL_RESUME, ResumeRefused, flatten_config
 
     assert flatten_config({"a": {"b": 1, "c": {}}, "d": [1, {}], "e": {}}) == {"a.b": 1, "d": [1, {}]}
-    assert training_changes(
+    assert VERL_RESUME.changes(
         OmegaConf.to_container(compose_gigpo([], files)),
         OmegaConf.to_container(compose_gigpo(["+env.kwargs.dim_room=[7,7]"], files)),
     ) == {"env.kwargs.dim_room": ("(absent)", [7, 7])}
     defaults = OmegaConf.to_container(OmegaConf.load(DEFAULT_CONFIG), resolve=True)
     assert defaults["env"]["kwargs"] == {}
     current = OmegaConf.to_container(load_config(["env.kwargs.dim_room=[7,7]"]), resolve=True)
-    with pytest.raises(ValueError, match=r"env\.kwargs\.dim_room: None -> \[7, 7\]") as info:
-        resume_config_changes(defaults, current, defaults=defaults, allow=False)
+    where = {"resuming": "run", "source": "state.pt", "start_over": "start over", "defaults": defaults}
+    with pytest.raises(ResumeRefused, match=r"env\.kwargs\.dim_room: '\(absent\)' -> \[7, 7\]") as info:
+        LOCAL_RESUME.check(defaults, current, allow=False, **where)
     assert "env.kwargs:" not in str(info.value)
-    assert resume_config_changes(defaults, current, defaults=defaults, allow=True) == {
-        "env.kwargs.dim_room": (None, [7, 7])
-    }
+    assert LOCAL_RESUME.check(defaults, current, allow=True, **where) == (
+        {},
+        {"env.kwargs.dim_room": ("(absent)", [7, 7])},
+    )
 
 
 # ---------------------------------------------------------------------------------------- preflight: paths (21.5)

@@ -152,7 +152,7 @@ def test_a_hanging_environment_fails_its_episodes_and_the_batch_finishes(rollout
         assert "step() gave no answer within env.step_timeout_s=1 s (waited " in message
         assert waited_seconds(message) >= 1.0  # the call had its full second
         assert ("killed and is replaced" if hosted else "its thread abandoned") in message
-        assert first["env_abandoned_threads"] == (0 if hosted else 1)
+        assert first["abandoned_threads"] == (0 if hosted else 1)
     assert failed == len(ENVS) * GROUP
     steps = StepBatch.from_rows([r["_uid"] for r in rows], rows, [False] * len(rows))
     metrics = episode_metrics(steps)  # the trainer mode's env/* metrics of this batch

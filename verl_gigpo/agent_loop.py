@@ -4,26 +4,15 @@ verl builds one instance per trajectory inside its agent-loop worker and calls `
 with the dataset row's fields (``env_name``, ``seed``, ``split`` written by ``python -m verl_gigpo.data.prepare``)
 plus ``uid`` and ``session_id``. The episode itself is played by the shared runner
 (:func:`verl_gigpo.rollout.run_episode`) against verl's server manager; each step becomes an
-``AgentLoopOutput`` whose ``extra_fields`` carry what the ``gigpo_sync`` trainer mode needs:
+``AgentLoopOutput`` whose ``extra_fields`` are the row's fields of :func:`verl_gigpo.rollout.rows.episode_rows` (the
+one schema of a step row, its placeholder row included; the table of fields is in :mod:`verl_gigpo.rollout.rows`),
+which the ``gigpo_sync`` trainer mode reads back with :meth:`StepBatch.from_rows
+<verl_gigpo.rollout.step_rows.StepBatch.from_rows>`. verl's own fields are added to every row:
 
 =================  ==========================================================================================
-traj_id            ``{uid}_{session_id}``: unique per trajectory; ``uid`` is the episode group
-step_id            0-based step index
-anchor_key         anchor key of the state the action was taken from (``algorithm.gigpo.key_mode``)
-step_reward        environment reward minus ``env.invalid_action_penalty`` when the reply was invalid
-env_reward         environment reward alone
-action_valid       the reply was valid under ``env.invalid_action`` (``admissible`` or ``format``)
-won                the EPISODE was won (same on every row of the trajectory)
-env_name, task_id  environment and its task id; task_type (e.g. ALFWorld's pick/clean/...), split, seed
-env_error          the environment raised or missed a deadline; the episode stopped there and its rows get
-                   response_mask 0; env_abandoned_threads: its calls abandoned in a thread at a deadline (0 or 1)
-history_dropped    past steps dropped from this prompt to fit ``data.max_prompt_length``
-observation_truncated  the step's observation was cut to 8 characters per prompt token before tokenising
-episode_length     number of steps of the episode; episode_return: sum of its step rewards
-env_seconds        seconds the episode spent inside the environment; generate_seconds: awaiting the server
+min_global_steps   the weight versions of the servers that generated the episode (verl's off-policy
+max_global_steps   bookkeeping reads them from every row)
 reward_extra_info  {"acc" (= won), "episode_length", "invalid_actions"}: verl logs them as validation metrics
-observation        only with ``trainer.credit_log_freq`` > 0: the step's observation, cut to
-                   ``trainer.credit_log_max_chars``; action: the parsed action (the reply when invalid), cut likewise
 =================  ==========================================================================================
 
 ``reward_score`` of the final row is the episode return (verl copies it to the episode's other rows; verl's own
@@ -54,7 +43,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 from environments import register_envs
 from verl_gigpo import AGENT_LOOP_NAME
 from verl_gigpo.config import GiGPOConfig
-from verl_gigpo.credit import CreditLogOptions, action_text, truncate_text
+from verl_gigpo.credit import CreditLogOptions
 from verl_gigpo.evaluate.transcripts import TranscriptWriter, episode_records
 from verl_gigpo.rollout import (
     ChatPromptEncoder,
@@ -66,6 +55,7 @@ from verl_gigpo.rollout import (
     run_episode,
 )
 from verl_gigpo.rollout.execution import EnvExecution
+from verl_gigpo.rollout.rows import episode_rows
 from verl_gigpo.rollout.threads import EnvThreadPool
 
 __all__ = ["GiGPOEnvAgentLoop", "episode_config_from", "episode_to_outputs"]
@@ -106,7 +96,8 @@ def episode_to_outputs(
     weight_version: int | None = None,
     text_chars: int = 0,
 ) -> list[AgentLoopOutput]:
-    """One ``AgentLoopOutput`` per step of ``episode`` (see the module docstring for ``extra_fields``).
+    """One ``AgentLoopOutput`` per row of :func:`~verl_gigpo.rollout.rows.episode_rows` (its fields become
+    ``extra_fields``; see the module docstring for what verl adds).
 
     ``min_global_steps``/``max_global_steps`` (the weight versions verl's off-policy bookkeeping reads from every
     row) come from the server's outputs; ``weight_version`` fills them in when no generation happened (an
@@ -114,33 +105,22 @@ def episode_to_outputs(
     servers hold while verl's synchronous trainer samples batch ``global_steps`` (they are synced after each
     update), so verl's staleness metrics (``(global_steps - 1) - version``) read 0 for it, as for its siblings.
 
-    An episode whose environment failed before its first step yields one placeholder row (``placeholder_prompt_ids``,
-    response ``[eos_id]``, response_mask 0, log-prob 0, ``env_error`` True) because verl expects at least one
-    output; it carries every field a real row carries (TransferQueue keeps a field only if all rows have it).
-    Rows of an episode with ``env_error`` get response_mask 0, so no loss flows through them.
+    The placeholder row of an episode that failed at reset gets the prompt ``placeholder_prompt_ids`` and the
+    response ``[eos_id]`` (verl needs a token) with response_mask 0 and log-prob 0: every field a real row has,
+    because TransferQueue drops a field for the WHOLE batch when one row lacks it, and verl's old-log-prob step then
+    fails on the missing rollout_log_probs. Rows of an episode with ``env_error`` get response_mask 0, so no loss
+    flows through them.
 
     ``text_chars`` > 0 (credit records on) adds ``observation`` and ``action`` texts cut to that many characters.
     """
-    failed = episode.env_error is not None
-    versions = [s.generation_info for s in episode.steps]
-    min_versions = [v["min_global_steps"] for v in versions if v.get("min_global_steps") is not None]
-    max_versions = [v["max_global_steps"] for v in versions if v.get("max_global_steps") is not None]
-    common = {
-        "traj_id": episode.traj_id,
-        "env_name": episode.task.env_name,
-        "task_id": episode.task_id,
-        "task_type": episode.task_type,
-        "split": episode.task.split,
-        "seed": episode.task.seed,
-        "won": episode.won,
-        "env_error": failed,
-        "env_error_message": episode.env_error or "",
-        "episode_length": episode.length,
-        "episode_return": episode.episode_return,
-        # seconds the episode spent in the environment and awaiting the rollout server (episode totals)
-        "env_seconds": float(episode.timing.get("env", 0.0)),
-        "generate_seconds": float(episode.timing.get("generate", 0.0)),
-        "env_abandoned_threads": int(episode.abandoned_threads),
+    rows = episode_rows(episode, text_chars=text_chars)
+    min_versions = [
+        r.generation_info["min_global_steps"] for r in rows if r.generation_info.get("min_global_steps") is not None
+    ]
+    max_versions = [
+        r.generation_info["max_global_steps"] for r in rows if r.generation_info.get("max_global_steps") is not None
+    ]
+    verl_fields = {
         "min_global_steps": min(min_versions) if min_versions else weight_version,
         "max_global_steps": max(max_versions) if max_versions else weight_version,
         "reward_extra_info": {
@@ -149,68 +129,28 @@ def episode_to_outputs(
             "invalid_actions": float(episode.num_invalid),
         },
     }
-    if not episode.steps:
-        return [
-            AgentLoopOutput(
-                prompt_ids=list(placeholder_prompt_ids),
-                response_ids=[eos_id],
-                response_mask=[0],
-                # every field a real row has: TransferQueue drops a field for the WHOLE batch when one row lacks
-                # it, and verl's old-log-prob step then fails on the missing rollout_log_probs
-                response_logprobs=[0.0],
-                reward_score=0.0,
-                num_turns=0,
-                metrics=AgentLoopMetrics(),
-                extra_fields={
-                    **common,
-                    "step_id": 0,
-                    "anchor_key": "",
-                    "step_reward": 0.0,
-                    "env_reward": 0.0,
-                    "action_valid": False,
-                    "history_dropped": 0,
-                    "prompt_truncated": False,
-                    "observation_truncated": False,
-                    **({"observation": "", "action": ""} if text_chars > 0 else {}),
-                },
-            )
-        ]
-    per_step_time = (episode.timing.get("generate", 0.0)) / max(episode.length, 1)
+    failed = episode.env_error is not None
+    per_step_time = episode.timing.get("generate", 0.0) / max(episode.length, 1)
     outputs = []
-    for i, step in enumerate(episode.steps):
-        last = i == episode.length - 1
+    for i, row in enumerate(rows):
+        if row.placeholder:
+            prompt_ids, response_ids, logprobs = list(placeholder_prompt_ids), [eos_id], [0.0]
+        else:
+            prompt_ids, response_ids, logprobs = row.prompt_ids, row.response_ids, row.response_logprobs
+        last = i == len(rows) - 1
         outputs.append(
             AgentLoopOutput(
-                prompt_ids=step.prompt_ids,
-                response_ids=step.response_ids,
-                response_mask=[0 if failed else 1] * len(step.response_ids),
-                response_logprobs=step.response_logprobs,
+                prompt_ids=prompt_ids,
+                response_ids=response_ids,
+                response_mask=[0 if failed else 1] * len(response_ids),
+                response_logprobs=logprobs,
                 reward_score=float(episode.episode_return) if last else None,
-                num_turns=2,
-                metrics=AgentLoopMetrics(generate_sequences=per_step_time),
-                extra_fields={
-                    **common,
-                    "step_id": step.step_id,
-                    "anchor_key": step.anchor_key,
-                    "step_reward": step.step_reward,
-                    "env_reward": step.env_reward,
-                    "action_valid": step.action_valid,
-                    "history_dropped": step.history_dropped,
-                    "prompt_truncated": step.prompt_truncated,
-                    "observation_truncated": step.observation_truncated,
-                    **(_step_texts(step, text_chars) if text_chars > 0 else {}),
-                },
+                num_turns=0 if row.placeholder else 2,
+                metrics=AgentLoopMetrics() if row.placeholder else AgentLoopMetrics(generate_sequences=per_step_time),
+                extra_fields={**row.fields, **verl_fields},
             )
         )
     return outputs
-
-
-def _step_texts(step: Any, max_chars: int) -> dict[str, str]:
-    """The credit records' texts of a step, cut to ``max_chars`` (bounded TransferQueue cost per row)."""
-    return {
-        "observation": truncate_text(step.observation, max_chars),
-        "action": truncate_text(action_text(step.action, step.response_text, step.action_valid), max_chars),
-    }
 
 
 @register(AGENT_LOOP_NAME)

@@ -64,21 +64,20 @@ import numpy as np
 
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.advantage import AdvantageTerms
+from verl_gigpo.rollout.rows import truncate_text
+from verl_gigpo.rollout.step_rows import StepBatch
 from verl_gigpo.rules import Range
 
 __all__ = [
     "CREDIT_DIR",
     "RECORD_FIELDS",
-    "action_text",
     "CreditLogOptions",
     "CreditLogger",
-    "StepContext",
     "anchor_key_hash",
     "credit_records",
     "read_credit_records",
     "read_json_lines",
     "select_groups",
-    "truncate_text",
     "write_credit_records",
 ]
 
@@ -181,81 +180,9 @@ class CreditLogOptions:
         return self.freq > 0 and int(iteration) >= 1 and int(iteration) % self.freq == 0
 
 
-def truncate_text(text: Any, max_chars: int) -> str:
-    """``str(text)`` cut to at most ``max_chars`` characters (the last one an ellipsis when cut); None -> ""."""
-    if text is None:
-        return ""
-    text = str(text)
-    return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
-
-
 def anchor_key_hash(key: Any) -> str:
     """A short stable id of an anchor key: the first 12 hex digits of BLAKE2b of ``str(key)``."""
     return hashlib.blake2b(str(key).encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
-
-
-# ---------------------------------------------------------------------------------------------------- row context
-@dataclass(frozen=True)
-class StepContext:
-    """What a record shows beside the estimator's numbers, one entry per batch row (N rows, batch order).
-
-    observations, actions: texts (see :data:`RECORD_FIELDS`); action_valid, won: bools; task_ids, task_types:
-    str or None; step_ids: the rows' step ids, used to check that the context is aligned with the batch.
-    """
-
-    observations: Sequence[str]
-    actions: Sequence[str]
-    action_valid: Sequence[bool]
-    won: Sequence[bool]
-    task_ids: Sequence[Any]
-    task_types: Sequence[Any]
-    step_ids: Sequence[int]
-
-    def __len__(self) -> int:
-        return len(self.step_ids)
-
-    @classmethod
-    def from_extra_fields(cls, extra_fields: Sequence[Mapping[str, Any] | None]) -> StepContext:
-        """From the ``extra_fields`` of verl rows written by the ``gigpo_env_agent`` agent loop, which adds
-        ``observation`` and ``action`` when credit records are on (padding rows may lack them: empty text)."""
-        rows = [ef or {} for ef in extra_fields]
-        return cls(
-            observations=[str(r.get("observation", "")) for r in rows],
-            actions=[str(r.get("action", "")) for r in rows],
-            action_valid=[bool(r.get("action_valid", True)) for r in rows],
-            won=[bool(r.get("won", False)) for r in rows],
-            task_ids=[r.get("task_id") for r in rows],
-            task_types=[r.get("task_type") for r in rows],
-            step_ids=[int(r.get("step_id", 0)) for r in rows],
-        )
-
-    @classmethod
-    def from_episodes(cls, episodes: Iterable[Any]) -> StepContext:
-        """From finished episodes (:class:`verl_gigpo.rollout.Episode`), aligned with the rows
-        :meth:`verl_gigpo.rollout.step_rows.StepBatch.from_episodes` builds: one row per step in episode order, failed
-        episodes included, and one row with empty texts for an episode that failed before its first step."""
-        obs, acts, valid, won, task_ids, task_types, steps = [], [], [], [], [], [], []
-        for ep in episodes:
-            for s in ep.steps:
-                obs.append(s.observation)
-                acts.append(action_text(s.action, s.response_text, s.action_valid))
-                valid.append(bool(s.action_valid))
-                steps.append(int(s.step_id))
-            if not ep.steps:  # the placeholder row of an episode that failed at reset
-                obs.append("")
-                acts.append("")
-                valid.append(False)
-                steps.append(0)
-            count = max(len(ep.steps), 1)
-            won += [bool(ep.won)] * count
-            task_ids += [ep.task_id] * count
-            task_types += [ep.task_type] * count
-        return cls(obs, acts, valid, won, task_ids, task_types, steps)
-
-
-def action_text(action: Any, response_text: str, action_valid: bool) -> str:
-    """The action a record shows: the parsed action when the reply held a valid one, else the reply itself."""
-    return str(action) if action_valid and action is not None else str(response_text)
 
 
 # ---------------------------------------------------------------------------------------------------- records
@@ -281,12 +208,7 @@ def credit_records(
     terms: AdvantageTerms,
     *,
     iteration: int,
-    group_ids: Sequence[Any],
-    traj_ids: Sequence[Any],
-    step_ids: Sequence[int],
-    anchor_keys: Sequence[Any],
-    step_rewards: Sequence[float],
-    context: StepContext,
+    steps: StepBatch,
     groups: Iterable[Any] | None = None,
     max_chars: int = 200,
 ) -> list[dict[str, Any]]:
@@ -298,37 +220,16 @@ def credit_records(
             ``step_adv``, ``advantage``, ``anchor_group``, ``anchor_group_size``, ``row_mask``, ``method`` and the
             ``extras``).
         iteration: the training iteration.
-        group_ids, traj_ids, step_ids, anchor_keys, step_rewards: ``(N,)``, the estimator's inputs for the same
-            rows (``anchor_keys`` the raw keys, hashed into ``anchor_key``).
-        context: the rows' texts and flags (:class:`StepContext`), ``(N,)``.
+        steps: the N step rows ``terms`` were computed on (:class:`~verl_gigpo.rollout.step_rows.StepBatch`): their
+            ids, raw anchor keys (hashed into ``anchor_key``), step rewards, flags and texts.
         groups: the episode groups to write.
         max_chars: texts are cut to this many characters.
 
     Raises:
-        ValueError: an input whose length is not N, or a context whose step ids differ from ``step_ids`` (it was
-            built from other rows, or in another order).
+        ValueError: ``steps`` has not the N rows of ``terms``.
     """
-    n = terms.row_mask.shape[0]
-    for name, values in (
-        ("group_ids", group_ids),
-        ("traj_ids", traj_ids),
-        ("step_ids", step_ids),
-        ("anchor_keys", anchor_keys),
-        ("step_rewards", step_rewards),
-        ("context", context),
-    ):
-        if len(values) != n:
-            raise ValueError(f"credit records: {name} has {len(values)} rows but the estimator's terms have {n}")
-    steps = np.asarray(step_ids, dtype=np.int64)
-    mismatch = np.flatnonzero(np.asarray(context.step_ids, dtype=np.int64) != steps)
-    if mismatch.size:
-        i = int(mismatch[0])
-        raise ValueError(
-            f"credit records: the step context is not aligned with the batch (row {i}: step id "
-            f"{context.step_ids[i]} in the context, {steps[i]} in the batch); build it from the same rows, in "
-            "batch order"
-        )
-    gids = np.asarray(group_ids, dtype=object)
+    n = _check_rows(terms, steps)
+    gids = np.asarray(steps.group_ids, dtype=object)
     keep = terms.row_mask.copy()
     if groups is not None:
         wanted = set(groups)
@@ -339,23 +240,23 @@ def credit_records(
             {
                 "iteration": int(iteration),
                 "group": _plain(gids[i]),
-                "traj": _plain(traj_ids[i]),
-                "step": int(steps[i]),
-                "anchor_key": anchor_key_hash(anchor_keys[i]),
+                "traj": _plain(steps.traj_ids[i]),
+                "step": int(steps.step_ids[i]),
+                "anchor_key": anchor_key_hash(steps.anchor_keys[i]),
                 "anchor_group": int(terms.anchor_group[i]),
                 "anchor_group_size": int(terms.anchor_group_size[i]),
-                "observation": truncate_text(context.observations[i], max_chars),
-                "action": truncate_text(context.actions[i], max_chars),
-                "action_valid": bool(context.action_valid[i]),
-                "step_reward": float(step_rewards[i]),
+                "observation": truncate_text(steps.observations[i], max_chars),
+                "action": truncate_text(steps.actions[i], max_chars),
+                "action_valid": bool(steps.action_valid[i]),
+                "step_reward": float(steps.step_rewards[i]),
                 "step_return": float(terms.step_return[i]),
                 "episode_return": float(terms.episode_return[i]),
                 "episode_adv": float(terms.episode_adv[i]),
                 "step_adv": float(terms.step_adv[i]),
                 "advantage": float(terms.advantage[i]),
-                "won": bool(context.won[i]),
-                "task_id": _plain(context.task_ids[i]),
-                "task_type": _plain(context.task_types[i]),
+                "won": bool(steps.won[i]),
+                "task_id": _plain(steps.task_ids[i]),
+                "task_type": _plain(steps.task_types[i]),
                 "method": terms.method,
                 **{name: float(values[i]) for name, values in terms.extras.items()},
             }
@@ -432,32 +333,14 @@ class CreditLogger:
         """Whether iteration ``iteration`` is logged."""
         return self.options.due(iteration)
 
-    def write(
-        self,
-        iteration: int,
-        terms: AdvantageTerms,
-        *,
-        group_ids: Sequence[Any],
-        traj_ids: Sequence[Any],
-        step_ids: Sequence[int],
-        anchor_keys: Sequence[Any],
-        step_rewards: Sequence[float],
-        context: StepContext,
-    ) -> Path:
-        """Sample the groups, build the records (:func:`credit_records`) and write them; returns the file."""
+    def write(self, iteration: int, terms: AdvantageTerms, steps: StepBatch) -> Path:
+        """Sample the groups of ``steps`` (the N step rows ``terms`` were computed on, as both engines build them),
+        build their records (:func:`credit_records`) and write them; returns the file."""
+        _check_rows(terms, steps)
         rng = np.random.default_rng([self.seed & 0xFFFFFFFF, int(iteration)])
-        groups = select_groups(np.asarray(group_ids, dtype=object), terms.row_mask, self.options.groups, rng)
+        groups = select_groups(np.asarray(steps.group_ids, dtype=object), terms.row_mask, self.options.groups, rng)
         records = credit_records(
-            terms,
-            iteration=iteration,
-            group_ids=group_ids,
-            traj_ids=traj_ids,
-            step_ids=step_ids,
-            anchor_keys=anchor_keys,
-            step_rewards=step_rewards,
-            context=context,
-            groups=groups,
-            max_chars=self.options.max_chars,
+            terms, iteration=iteration, steps=steps, groups=groups, max_chars=self.options.max_chars
         )
         path = write_credit_records(records, self.run_dir, iteration)
         logger.info(
@@ -465,19 +348,13 @@ class CreditLogger:
         )
         return path
 
-    def write_steps(self, iteration: int, terms: AdvantageTerms, steps: Any, context: StepContext) -> Path:
-        """:meth:`write` for a batch of step rows (:class:`verl_gigpo.rollout.step_rows.StepBatch`, N rows, the rows
-        ``terms`` were computed on), as both engines call it."""
-        return self.write(
-            iteration,
-            terms,
-            group_ids=steps.group_ids,
-            traj_ids=steps.traj_ids,
-            step_ids=steps.step_ids,
-            anchor_keys=steps.anchor_keys,
-            step_rewards=steps.step_rewards,
-            context=context,
-        )
+
+def _check_rows(terms: AdvantageTerms, steps: StepBatch) -> int:
+    """N, the rows of ``terms``; raises ValueError when ``steps`` has another number of rows (other rows)."""
+    n = terms.row_mask.shape[0]
+    if len(steps) != n:
+        raise ValueError(f"credit records: the batch has {len(steps)} rows but the estimator's terms have {n}")
+    return n
 
 
 def _plain(value: Any) -> Any:

@@ -13,8 +13,8 @@ runs on the driver, before Ray, and:
 3. **Settings of the checkpointed run.** Each launch that passes these checks saves its resolved config in
    ``launches/launch_NNN.json`` with the checkpoints it found; checkpoint K was written by the last launch before
    the first one that found it (:func:`saved_launch_config`). When the new config differs from that one in a key
-   that changes training (:data:`TRAINING_KEYS`), the launch stops with the keys and both values, unless
-   ``trainer.allow_config_change=true`` (the local engine's ``--allow-config-change``).
+   that may not change on resume (:data:`verl_gigpo.resume.VERL_RESUME`: an allow-list, the same rule as the
+   local engine's), the launch stops with the keys and both values, unless ``trainer.allow_config_change=true``.
 4. **Metrics.** The metrics file keeps the rows of the iterations up to the checkpoint and continues after them
    (:mod:`verl_gigpo.metrics_file`); its path is printed.
 
@@ -29,7 +29,6 @@ import json
 import os
 import re
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,24 +36,19 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from verl_gigpo.metrics_file import APPEND_ENV, metrics_path, prepare_metrics_file
+from verl_gigpo.resume import VERL_RESUME, ResumeRefused, describe
 
 __all__ = [
     "LAUNCHES_DIR",
     "POINTER",
-    "TRAINING_KEYS",
-    "EXECUTION_KEYS",
-    "LORA_ADAPTER_KEYS",
     "CheckpointFolder",
     "LaunchError",
     "LaunchPlan",
-    "flatten_config",
-    "is_training_key",
     "prepare_launch",
     "checkpoint_stamp",
     "read_checkpoint_folder",
     "saved_launch_config",
     "set_aside_partial_checkpoints",
-    "training_changes",
     "write_launch_record",
 ]
 
@@ -65,47 +59,6 @@ POINTER = "latest_checkpointed_iteration.txt"
 LAUNCHES_DIR = "launches"
 _STEP_DIR = re.compile(r"global_step_(\d+)")
 _LAUNCH_FILE = re.compile(r"launch_(\d+)\.json")
-
-#: Keys whose change between the checkpointed run and a resumed launch changes what is trained, with the reason. An
-#: entry ending in "." covers its whole section. Everything else may change on resume (length of the run,
-#: frequencies, logging, GPU counts, micro-batch and memory settings, validation), as in the local engine.
-TRAINING_KEYS: dict[str, str] = {
-    "algorithm.": "the advantage estimator and its options (adv_estimator, gamma, algorithm.gigpo.*, KL in reward)",
-    "env.": "the environment and its episodes (name, step limit, history shown, invalid-action rule, arguments)",
-    "actor_rollout_ref.model.path": "the model the checkpoint was trained from",
-    "actor_rollout_ref.model.lora_rank": "LoRA or full fine-tuning",
-    "actor_rollout_ref.model.lora_alpha": "the LoRA adapter's scale (alpha / rank)",
-    "actor_rollout_ref.model.target_modules": "the layers the LoRA adapter has (the checkpoint holds theirs)",
-    "actor_rollout_ref.model.lora.": "LoRA or full fine-tuning",
-    "actor_rollout_ref.actor.optim.": "the optimizer: verl restores the checkpoint's optimizer and lr-scheduler "
-    "state (verl/utils/checkpoint/fsdp_checkpoint_manager.py:252), so a new lr or schedule does not simply apply",
-    "actor_rollout_ref.actor.policy_loss.": "the PPO loss",
-    "actor_rollout_ref.actor.loss_agg_mode": "the PPO loss",
-    "actor_rollout_ref.actor.clip_ratio": "the PPO loss",
-    "actor_rollout_ref.actor.clip_ratio_low": "the PPO loss",
-    "actor_rollout_ref.actor.clip_ratio_high": "the PPO loss",
-    "actor_rollout_ref.actor.clip_ratio_c": "the PPO loss",
-    "actor_rollout_ref.actor.entropy_coeff": "the PPO loss",
-    "actor_rollout_ref.actor.use_kl_loss": "the PPO loss",
-    "actor_rollout_ref.actor.kl_loss_coef": "the PPO loss",
-    "actor_rollout_ref.actor.kl_loss_type": "the PPO loss",
-    "actor_rollout_ref.actor.grad_clip": "the update size",
-    "actor_rollout_ref.actor.ppo_epochs": "optimizer steps per iteration",
-    "actor_rollout_ref.actor.ppo_mini_batch_size": "optimizer steps per iteration",
-    "trainer.v1.gigpo_sync.": "optimizer steps per iteration (mini_batch_rows) and their rows",
-    "trainer.v1.trainer_mode": "the advantage step",
-    "actor_rollout_ref.rollout.n": "the group size",
-    "actor_rollout_ref.rollout.temperature": "the sampling policy",
-    "actor_rollout_ref.rollout.top_p": "the sampling policy",
-    "actor_rollout_ref.rollout.top_k": "the sampling policy",
-    "actor_rollout_ref.rollout.do_sample": "the sampling policy",
-    "data.train_files": "the training tasks (the checkpoint's dataloader state indexes them)",
-    "data.train_batch_size": "tasks per iteration (and the dataloader's position)",
-    "data.shuffle": "the task order (the checkpoint's dataloader state assumes it)",
-    "data.seed": "the task order (the checkpoint's dataloader state assumes it)",
-    "data.max_prompt_length": "the prompts the policy sees",
-    "data.max_response_length": "the replies the policy may give",
-}
 
 
 class LaunchError(ValueError):
@@ -169,62 +122,6 @@ def set_aside_partial_checkpoints(state: CheckpointFolder) -> list[tuple[Path, P
         moved.append((old, new))
         state.steps.remove(step)
     return moved
-
-
-def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}, "c": {}}`` -> ``{"a.b": 1}``: the dotted key of every leaf (lists and other non-mapping
-    values are leaves). An empty mapping holds no setting and adds nothing, so ``env.kwargs={}`` and
-    ``env.kwargs.x=1`` differ in ``env.kwargs.x`` alone, and a mapping left empty equals one that is absent. Both
-    engines compare configs on resume with it (:func:`training_changes`,
-    :func:`verl_gigpo.local.run_folder.resume_config_changes`)."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(flatten_config(value, name + "."))
-        else:
-            out[name] = value
-    return out
-
-
-#: Keys inside a :data:`TRAINING_KEYS` section that change where or how fast the same computation runs, not what it
-#: computes: they may change on resume.
-EXECUTION_KEYS: dict[str, str] = {
-    "env.step_timeout_s": "a deadline of the environment's calls (docs/environments-execution.md)",
-    "env.reset_timeout_s": "a deadline of the environment's calls",
-    "env.num_workers": "where the environments run (worker processes or threads)",
-}
-
-
-def is_training_key(key: str) -> bool:
-    """Whether the dotted ``key`` is one of :data:`TRAINING_KEYS` or inside one of its sections, and not one of
-    :data:`EXECUTION_KEYS`."""
-    if key in EXECUTION_KEYS:
-        return False
-    return any(key == k or (k.endswith(".") and key.startswith(k)) for k in TRAINING_KEYS)
-
-
-_ABSENT = "(absent)"
-
-#: The LoRA adapter's settings, which a run without an adapter (``lora_rank`` 0) does not use: a change of them from
-#: such a run is not a change of training (a change of ``lora_rank`` itself is).
-LORA_ADAPTER_KEYS = ("actor_rollout_ref.model.lora_alpha", "actor_rollout_ref.model.target_modules")
-
-
-def training_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """``{key: (saved value, current value)}`` for every training key (:func:`is_training_key`) whose value differs
-    between two resolved configs (nested mappings); a key present in only one of them shows ``"(absent)"``. When the
-    saved run had no LoRA adapter (``actor_rollout_ref.model.lora_rank`` 0 or absent), :data:`LORA_ADAPTER_KEYS` are
-    left out."""
-    old, new = flatten_config(saved), flatten_config(current)
-    unused = set(LORA_ADAPTER_KEYS) if not old.get("actor_rollout_ref.model.lora_rank") else set()
-    changes = {}
-    for key in sorted(set(old) | set(new)):
-        if key in unused:
-            continue
-        if is_training_key(key) and old.get(key, _ABSENT) != new.get(key, _ABSENT):
-            changes[key] = (old.get(key, _ABSENT), new.get(key, _ABSENT))
-    return changes
 
 
 def _launch_records(folder: Path) -> list[tuple[int, Path]]:
@@ -440,16 +337,18 @@ def _check_settings(config: Any, folder: Path, step: int) -> list[str]:
             "python -m verl_gigpo.main): its settings cannot be compared with this launch's"
         ]
     path, record = found
-    current = OmegaConf.to_container(config, resolve=True)
-    changes = training_changes(record["config"], current)
-    if not changes:
-        return []
-    listing = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items())
-    if not config.trainer.get("allow_config_change", False):
-        raise LaunchError(
-            f"cannot resume {folder} from step {step}: this launch differs from the run that wrote the checkpoint "
-            f"({path}) in key(s) that change training: {listing}. Keep the run's values, start over (delete the "
-            "folder or choose another trainer.experiment_name (EXPERIMENT=... in the recipes)), or pass "
-            "trainer.allow_config_change=true to resume anyway (docs/runs.md lists the keys)"
+    try:
+        _, refused = VERL_RESUME.check(
+            record["config"],
+            OmegaConf.to_container(config, resolve=True),
+            allow=bool(config.trainer.get("allow_config_change", False)),
+            resuming=f"{folder} from step {step}",
+            source=str(path),
+            start_over="start over (delete the folder or choose another trainer.experiment_name (EXPERIMENT=... in "
+            "the recipes))",
         )
-    return [f"resuming with changed training settings (trainer.allow_config_change=true): {listing}"]
+    except ResumeRefused as exc:
+        raise LaunchError(str(exc)) from None
+    if not refused:
+        return []
+    return [f"resuming with changed training settings (trainer.allow_config_change=true): {describe(refused)}"]

@@ -107,7 +107,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -124,7 +124,7 @@ from verl_gigpo import AGENT_LOOP_NAME, STEP_CREDIT_ESTIMATORS, TRAINER_MODE
 from verl_gigpo.advantage import GiGPOTerms
 from verl_gigpo.advantage.outcome import OUTCOME_ESTIMATORS, outcome_advantages
 from verl_gigpo.config import GiGPOConfig
-from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
+from verl_gigpo.credit import CreditLogger, CreditLogOptions
 from verl_gigpo.dead_actor import ActorWatch, guard_replay_buffer
 from verl_gigpo.rollout import metrics as rollout_metrics
 from verl_gigpo.rollout.dynamic import DynamicSampling
@@ -500,13 +500,13 @@ class GiGPOTrainerSync(PPOTrainerSync):
         steps = StepBatch.from_rows(list(data["uid"]), list(data["extra_fields"]), is_padding)
         return steps, data
 
-    def _write_credit(self, terms: GiGPOTerms, steps: StepBatch, extra_fields: Sequence[dict]) -> None:
+    def _write_credit(self, terms: GiGPOTerms, steps: StepBatch) -> None:
         """Every ``trainer.credit_log_freq`` iterations, write this batch's per-step credit records from the
-        estimator's ``terms`` (:mod:`verl_gigpo.credit`; texts from the agent loop's ``extra_fields``). Off: returns
+        estimator's ``terms`` (:mod:`verl_gigpo.credit`; texts from the rows the agent loop wrote). Off: returns
         at once (verl sets ``global_steps`` only when training starts)."""
         if not self.credit_logger.options.enabled or not self.credit_logger.due(self.global_steps):
             return
-        self.credit_logger.write_steps(self.global_steps, terms, steps, StepContext.from_extra_fields(extra_fields))
+        self.credit_logger.write(self.global_steps, terms, steps)
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         """Env/episode metrics for every estimator; the advantages of ``adv_estimator`` gigpo, hgpo, graphgpo or g2po
@@ -541,7 +541,7 @@ class GiGPOTrainerSync(PPOTrainerSync):
         else:
             terms = steps.advantage_terms(self.gigpo_config, response_mask)  # the entry both engines use
             advantages, returns = terms.token_level(response_mask)  # (N, L), (N, L)
-            self._write_credit(terms, steps, list(data["extra_fields"]))  # trainer.credit_log_freq
+            self._write_credit(terms, steps)  # trainer.credit_log_freq
             metrics.update(terms.stats)
             fields.update(advantages=advantages, returns=returns)
         output = TensorDict(

@@ -512,12 +512,12 @@ def report_from_transcripts(out: str | Path, *, settings: dict[str, Any], gigpo:
         out / "success_by_type.png",
         title=f"{settings.get('env', '')} {settings.get('split', '')}\n{decoding}",
     )
-    steps, context = step_rows(records)
+    steps = step_rows(records)
     credit = None
     if steps.row_mask.any():  # every episode group, texts of up to 400 characters
         terms = steps.advantage_terms(gigpo if gigpo is not None else GiGPOConfig(key_mode="state"))
         writer = CreditLogger(CreditLogOptions(freq=1, groups=-1, max_chars=400), out)
-        credit = writer.write_steps(0, terms, steps, context)
+        credit = writer.write(0, terms, steps)
     summary = out / "summary.json"
     payload = {**settings, "k": k, "rows": [r.as_dict() for r in rows]}
     summary.write_text(json.dumps(payload, indent=2, default=str, allow_nan=True) + "\n")

@@ -4,7 +4,7 @@
     TranscriptWriter(folder).write(records)                       # appends to folder/transcripts_<host>_<pid>.jsonl
     records = read_transcripts(folder)                            # every file of the folder
     outcomes = episode_outcomes(records)                          # one EpisodeOutcome per trajectory
-    steps, context = step_rows(records)                           # the rows a step-credit estimator reads
+    steps = step_rows(records)                                    # the rows a step-credit estimator reads
 
 verl's agent loop writes them when ``env.transcript_dir`` is set (the evaluation command sets it for a verl
 ``trainer.val_only`` launch); the local engine's evaluation writes them from its episodes. Each agent-loop worker
@@ -44,13 +44,11 @@ from typing import Any
 import numpy as np
 
 from verl_gigpo.credit import (
-    StepContext,
     _plain,  # the JSON form of an id, as credit records write it
-    action_text,
     anchor_key_hash,
     read_json_lines,
-    truncate_text,
 )
+from verl_gigpo.rollout.rows import action_text, truncate_text
 
 __all__ = [
     "MAX_CHARS",
@@ -221,10 +219,9 @@ def episode_outcomes(records: Sequence[dict[str, Any]]) -> list[EpisodeOutcome]:
     return list(outcomes.values())
 
 
-def step_rows(records: Sequence[dict[str, Any]]) -> tuple[Any, StepContext]:
-    """The step rows of ``records`` (:class:`verl_gigpo.rollout.step_rows.StepBatch`, N rows; failed episodes
-    masked) and their texts (:class:`verl_gigpo.credit.StepContext`), for a step-credit estimator and the credit
-    records."""
+def step_rows(records: Sequence[dict[str, Any]]) -> Any:
+    """The step rows of ``records`` (:class:`verl_gigpo.rollout.step_rows.StepBatch`, N rows, their texts
+    included; failed episodes masked), for a step-credit estimator and the credit records."""
     from verl_gigpo.rollout.step_rows import StepBatch
 
     n = len(records)
@@ -247,17 +244,11 @@ def step_rows(records: Sequence[dict[str, Any]]) -> tuple[Any, StepContext]:
         history_dropped=np.zeros(n, dtype=np.int64),
         row_mask=~env_error,
         episode_lengths=column("episode_length", np.int64),
+        task_ids=column("task_id"),
+        observations=np.array([str(r["observation"]) for r in records], dtype=object),
+        actions=np.array([str(r["action"]) for r in records], dtype=object),
     )
-    context = StepContext(
-        observations=[str(r["observation"]) for r in records],
-        actions=[str(r["action"]) for r in records],
-        action_valid=[bool(r["action_valid"]) for r in records],
-        won=[bool(r["won"]) for r in records],
-        task_ids=[r["task_id"] for r in records],
-        task_types=[r["task_type"] for r in records],
-        step_ids=[int(r["step"]) for r in records],
-    )
-    return steps, context
+    return steps
 
 
 def _ordered(record: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,8 @@ import torch
 
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.config import GiGPOConfig
-from verl_gigpo.credit import StepContext, credit_records
+from verl_gigpo.credit import credit_records
+from verl_gigpo.rollout.step_rows import StepBatch
 
 __all__ = ["recredit"]
 
@@ -45,14 +46,21 @@ def recredit(records: Sequence[dict[str, Any]], method: str, *, gamma: float = 0
 
     groups, trajs, steps = column("group"), column("traj"), column("step", np.int64)
     rewards, anchors = column("step_reward", np.float64), column("anchor_group", np.int64)
-    context = StepContext(
-        observations=[r["observation"] for r in records],
-        actions=[r["action"] for r in records],
-        action_valid=[r["action_valid"] for r in records],
-        won=[r["won"] for r in records],
-        task_ids=[r["task_id"] for r in records],
-        task_types=[r["task_type"] for r in records],
-        step_ids=steps.tolist(),
+    rows = StepBatch(
+        group_ids=groups,
+        traj_ids=trajs,
+        step_ids=steps,
+        anchor_keys=anchors,
+        step_rewards=rewards,
+        action_valid=column("action_valid", bool),
+        won=column("won", bool),
+        env_error=np.zeros(n, dtype=bool),
+        task_types=column("task_type"),
+        history_dropped=np.zeros(n, dtype=np.int64),
+        row_mask=np.ones(n, dtype=bool),
+        task_ids=column("task_id"),
+        observations=column("observation"),
+        actions=column("action"),
     )
     terms = GiGPOConfig(gamma=gamma, method=method).advantage_terms(
         torch.as_tensor(rewards),
@@ -61,19 +69,10 @@ def recredit(records: Sequence[dict[str, Any]], method: str, *, gamma: float = 0
         trajs,
         steps,
         anchors,
-        won=column("won", bool),
-        action_valid=column("action_valid", bool),
+        won=rows.won,
+        action_valid=rows.action_valid,
     )
-    out = credit_records(
-        terms,
-        iteration=int(records[0]["iteration"]),
-        group_ids=groups,
-        traj_ids=trajs,
-        step_ids=steps,
-        anchor_keys=anchors,
-        step_rewards=rewards,
-        context=context,
-    )
+    out = credit_records(terms, iteration=int(records[0]["iteration"]), steps=rows)
     for new, old in zip(out, records, strict=True):  # the recorded hash of the raw key, not of the group id
         new["anchor_key"] = old["anchor_key"]
     return out

@@ -24,7 +24,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from verl_gigpo.local.config import DEFAULT_CONFIG
-from verl_gigpo.local.run_folder import LR_KEY, checkpoint_candidates, resume_config_changes, write_latest
+from verl_gigpo.local.run_folder import checkpoint_candidates, write_latest
+from verl_gigpo.resume import LOCAL_RESUME, LR_KEY, describe
 
 __all__ = ["read_checkpoint", "restore_rng_states", "rng_states", "set_learning_rate", "write_checkpoint"]
 
@@ -86,18 +87,19 @@ def read_checkpoint(
         except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as exc:
             logger.warning("checkpoint %s cannot be read (%s); trying the next newest", path, exc)
             continue
-        changes = resume_config_changes(
+        changes, refused = LOCAL_RESUME.check(
             state["config"],
             OmegaConf.to_container(cfg, resolve=True),
-            defaults=OmegaConf.to_container(OmegaConf.load(DEFAULT_CONFIG), resolve=True),
             allow=bool(cfg.trainer.allow_config_change),
+            resuming=f"{checkpoints_dir.parent} from iteration {iteration}",
+            source=str(path),
+            start_over="start a new run in another trainer.default_local_dir",
+            defaults=OmegaConf.to_container(OmegaConf.load(DEFAULT_CONFIG), resolve=True),
         )
+        if refused:
+            logger.warning("resuming with a changed config (--allow-config-change): %s", describe(refused))
         if changes:
-            logger.info(
-                "resuming iteration %d with changed settings: %s",
-                iteration,
-                "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items()),
-            )
+            logger.info("resuming iteration %d with changed settings: %s", iteration, describe(changes))
         return state, path
     return None
 

@@ -1,5 +1,5 @@
 """The local engine's run folder: what a run writes there, how a run is protected from being overwritten by
-accident, how checkpoints are found, and which config keys may change when a run is resumed.
+accident, and how checkpoints are found.
 
 A run folder (``trainer.default_local_dir``) holds :data:`RUN_OUTPUTS`: ``metrics.jsonl``, ``learning_curve.png``,
 ``checkpoints/iter_K/state.pt`` with the pointer ``checkpoints/latest_checkpointed_iteration.txt``, and
@@ -14,9 +14,10 @@ A run folder (``trainer.default_local_dir``) holds :data:`RUN_OUTPUTS`: ``metric
    (:func:`checkpoint_candidates`; a ``state.pt`` that fails to load also falls back to the next one).
 4. Before anything is built, the folder and the outputs a run appends to or replaces must be writable
    (:func:`check_writable`): a read-only ``metrics.jsonl`` or folder is a one-line error naming the path.
-5. The saved config is compared with the new one (:func:`resume_config_changes`): the keys of
-   :data:`RESUMABLE_KEYS` (length of the run, frequencies, logging, speed-only settings, the folder itself) and
-   the learning rate :data:`LR_KEY` may change and take effect; any other difference stops the resume with the
+5. The saved config is compared with the new one by the rule both engines share
+   (:data:`verl_gigpo.resume.LOCAL_RESUME`, an allow-list): the keys of
+   :data:`verl_gigpo.resume.LOCAL_RESUMABLE` (length of the run, frequencies, logging, speed-only settings, the
+   folder itself, the learning rate) may change and take effect; any other difference stops the resume with the
    list of keys, unless ``--allow-config-change`` is given.
 """
 
@@ -26,20 +27,15 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-from verl_gigpo.launch import POINTER, flatten_config
+from verl_gigpo.launch import POINTER
 
 __all__ = [
-    "LR_KEY",
-    "RESUMABLE_KEYS",
     "RUN_OUTPUTS",
     "check_writable",
     "checkpoint_candidates",
     "prepare_run_folder",
-    "resume_config_changes",
     "write_latest",
 ]
 
@@ -47,35 +43,6 @@ logger = logging.getLogger(__name__)
 
 RUN_OUTPUTS = ("metrics.jsonl", "learning_curve.png", "checkpoints", "credit")
 """What a run writes in its folder (and all that ``--overwrite`` removes)."""
-
-LR_KEY = "actor_rollout_ref.actor.optim.lr"
-"""The learning rate: may change on resume, and is then set in the restored optimizer."""
-
-RESUMABLE_KEYS = frozenset(
-    {
-        "trainer.total_training_steps",
-        "trainer.total_training_episodes",
-        "trainer.test_freq",
-        "trainer.save_freq",
-        "trainer.resume",
-        "trainer.overwrite",
-        "trainer.allow_config_change",
-        "trainer.default_local_dir",
-        "trainer.credit_log_freq",
-        "trainer.credit_log_groups",
-        "trainer.credit_log_max_chars",
-        "local.progress",
-        "local.plot",
-        "local.num_threads",
-        "local.env_workers",
-        "env.num_workers",
-        "env.step_timeout_s",
-        "env.reset_timeout_s",
-        LR_KEY,
-    }
-)
-"""Keys that may differ from the saved config on resume: they change how long the run goes, how often it validates,
-saves and logs, and how fast it runs, but not what an iteration computes (the learning rate aside)."""
 
 _ITER = re.compile(r"iter_(\d+)")
 
@@ -202,40 +169,3 @@ def checkpoint_candidates(checkpoints: str | Path) -> list[tuple[int, Path]]:
         logger.warning("%s; resuming from the newest complete checkpoint, iteration %d", problem, complete[0][0])
     first = [c for c in complete if c[0] == named]
     return first + [c for c in complete if c[0] != named]
-
-
-def resume_config_changes(
-    saved: Mapping[str, Any], current: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = None, allow: bool
-) -> dict[str, tuple[Any, Any]]:
-    """The differences between the ``saved`` config of a checkpoint and the ``current`` one, as
-    ``{dotted key: (saved value, current value)}``.
-
-    Keys absent from an older saved config count as unchanged when the current value is their default
-    (``defaults``, a flat or nested config). Differences outside :data:`RESUMABLE_KEYS` are an error unless
-    ``allow``, in which case they are logged as a warning.
-
-    Raises:
-        ValueError: listing every key that may not change on resume, with both values, and what to do.
-    """
-    old, new = flatten_config(saved), flatten_config(current)
-    flat_defaults = flatten_config(defaults or {})
-    missing = object()
-    changes = {}
-    for key in sorted(set(old) | set(new)):
-        before, after = old.get(key, missing), new.get(key, missing)
-        if before is missing and after == flat_defaults.get(key, missing):
-            continue
-        if before != after:
-            changes[key] = (None if before is missing else before, None if after is missing else after)
-    blocked = {k: v for k, v in changes.items() if k not in RESUMABLE_KEYS}
-    if blocked:
-        listing = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in blocked.items())
-        if not allow:
-            raise ValueError(
-                f"cannot resume: the config differs from the run's saved config in key(s) that change what the "
-                f"run computes: {listing}. Keep the run's values, start a new run in another "
-                "trainer.default_local_dir, or pass --allow-config-change (trainer.allow_config_change=true) to "
-                f"continue anyway. Keys that may change on resume: {', '.join(sorted(RESUMABLE_KEYS))}"
-            )
-        logger.warning("resuming with a changed config (--allow-config-change): %s", listing)
-    return changes

@@ -76,7 +76,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.advantage.outcome import outcome_advantages
-from verl_gigpo.credit import CreditLogger, CreditLogOptions, StepContext
+from verl_gigpo.credit import CreditLogger, CreditLogOptions
 from verl_gigpo.local.checkpoint import (
     read_checkpoint,
     restore_rng_states,
@@ -203,10 +203,13 @@ class LocalTrainer:
         episodes, played, dynamic_metrics = self.play_iteration()
         self.episodes_played_total += len(played)
         t1 = time.perf_counter()
-        batch = StepBatch.from_episodes(episodes)  # groups from the task draws; failed episodes masked
+        credit_due = self.credit_logger.due(self.iteration)  # credit records: the rows keep their texts
+        texts = self.credit_logger.options.max_chars if credit_due else 0
+        # groups from the task draws; failed episodes masked
+        batch = StepBatch.from_episodes(episodes, text_chars=texts)
         advantages, adv_metrics = self.compute_advantages(batch)
-        if self.gigpo_terms is not None and self.credit_logger.due(self.iteration):  # credit records
-            self.credit_logger.write_steps(self.iteration, self.gigpo_terms, batch, StepContext.from_episodes(episodes))
+        if self.gigpo_terms is not None and credit_due:
+            self.credit_logger.write(self.iteration, self.gigpo_terms, batch)
         t2 = time.perf_counter()
         actor_metrics = self.update(batch, advantages)
         t3 = time.perf_counter()

@@ -5,7 +5,9 @@ other one way, bottom up: ``types`` (data) <- ``factory`` (building an environme
 worker settings), ``threads`` (a thread pool that survives hung calls), ``wire`` (the pipe protocol) <-
 ``procpool`` (environments in worker processes; ``procworker`` is the worker's ``__main__``, imported by nothing)
 <- ``pool`` <- ``envcalls`` (an episode's environment calls under their deadlines) <- ``episode``; ``metrics`` (the
-episode metrics) <- ``step_rows`` (one training batch's step rows, :class:`StepBatch`, for both engines).
+episode metrics) and ``rows`` (one episode -> its step rows: the one schema of a training row, for verl's agent loop,
+both engines' batches and the credit records) <- ``step_rows`` (one training batch's step rows, :class:`StepBatch`,
+for both engines).
 """
 
 from verl_gigpo.rollout.episode import (

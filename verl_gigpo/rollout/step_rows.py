@@ -11,8 +11,7 @@ One row per environment step (N rows). The rules are the same whichever engine b
   <verl_gigpo.rollout.types.Episode.group_id>`, else the task itself), never a batch position;
 * every row of an episode whose environment failed (``env_error``: it raised or missed a deadline) stays in the batch
   with ``row_mask`` False: it takes part in no statistic, gets advantage 0 and no loss; an episode that failed at
-  reset has one placeholder row (step 0, empty anchor key, no tokens on the local engine), as verl's agent loop
-  gives it;
+  reset has one placeholder row (:func:`~verl_gigpo.rollout.rows.episode_rows` writes the rows of both engines);
 * padding rows (verl's copies tagged ``is_padding``) are masked too and are no trajectory.
 
 Plain numpy (no verl, no torch at import): :mod:`verl_gigpo.rollout` serves both engines.
@@ -20,7 +19,7 @@ Plain numpy (no verl, no torch at import): :mod:`verl_gigpo.rollout` serves both
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -29,13 +28,33 @@ import pandas as pd
 
 from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, TRAINER_MODE
 from verl_gigpo.rollout.metrics import TrajectorySummary
+from verl_gigpo.rollout.rows import REQUIRED_FIELDS, episode_rows
 from verl_gigpo.rollout.types import Episode
 from verl_gigpo.rules import Range
 
 __all__ = ["REQUIRED_FIELDS", "StepBatch", "UpdateSettings", "episode_group_id"]
 
-#: extra_fields every row of the gigpo_env_agent agent loop carries.
-REQUIRED_FIELDS = ("traj_id", "step_id", "anchor_key", "step_reward", "action_valid", "won", "env_error")
+#: row field (:mod:`verl_gigpo.rollout.rows`) -> (StepBatch column, value of a row that lacks it, dtype); the one
+#: mapping both :meth:`StepBatch.from_rows` and :meth:`StepBatch.from_episodes` read the rows through
+_COLUMNS: dict[str, tuple[str, Any, Any]] = {
+    "traj_id": ("traj_ids", "", object),
+    "step_id": ("step_ids", 0, np.int64),
+    "anchor_key": ("anchor_keys", "", object),
+    "step_reward": ("step_rewards", 0.0, np.float64),
+    "action_valid": ("action_valid", True, bool),
+    "won": ("won", False, bool),
+    "env_error": ("env_error", False, bool),
+    "task_type": ("task_types", None, object),
+    "task_id": ("task_ids", None, object),
+    "history_dropped": ("history_dropped", 0, np.int64),
+    "env_seconds": ("env_seconds", 0.0, np.float64),
+    "generate_seconds": ("generate_seconds", 0.0, np.float64),
+    "episode_length": ("episode_lengths", -1, np.int64),
+    "observation_truncated": ("observation_truncated", False, bool),
+    "abandoned_threads": ("abandoned_threads", 0, np.int64),
+    "observation": ("observations", "", object),
+    "action": ("actions", "", object),
+}
 
 
 @dataclass
@@ -52,7 +71,8 @@ class StepBatch:
     episode_lengths: the episode's steps played, on every row (-1 or None: unknown, its rows are counted instead);
     abandoned_threads: the episode's environment calls abandoned in a thread at a deadline, on every row (None: 0);
     env_rewards: the environment's reward alone (float64; None: the step rewards), read by
-    ``env.invalid_action_penalty_mode=reference``.
+    ``env.invalid_action_penalty_mode=reference``; task_ids (None: all None); observations, actions: the rows'
+    texts for the credit records (None: all "", as when the rows were built without texts).
 
     Token columns, set by :meth:`from_episodes` (the local engine's update reads them; on verl the tokens stay in
     TransferQueue and these are None): prompts (N lists of prompt token ids), responses (N lists of response token
@@ -77,6 +97,9 @@ class StepBatch:
     observation_truncated: np.ndarray | None = None
     abandoned_threads: np.ndarray | None = None
     env_rewards: np.ndarray | None = None
+    task_ids: np.ndarray | None = None
+    observations: np.ndarray | None = None
+    actions: np.ndarray | None = None
     prompts: list[list[int]] | None = None
     responses: list[list[int]] | None = None
     rollout_logprobs: list[list[float] | None] | None = None
@@ -102,6 +125,11 @@ class StepBatch:
             self.abandoned_threads = np.zeros(n, dtype=np.int64)
         if self.env_rewards is None:
             self.env_rewards = np.asarray(self.step_rewards, dtype=np.float64).copy()
+        if self.task_ids is None:
+            self.task_ids = np.full(n, None, dtype=object)
+        for name in ("observations", "actions"):
+            if getattr(self, name) is None:
+                setattr(self, name, np.full(n, "", dtype=object))
         for name in ("prompts", "responses", "rollout_logprobs"):
             column = getattr(self, name)
             if column is not None and len(column) != n:
@@ -175,41 +203,16 @@ class StepBatch:
                     f"step rows of the '{AGENT_LOOP_NAME}' agent loop (actor_rollout_ref.rollout.agent."
                     f"default_agent_loop={AGENT_LOOP_NAME}, or an agent_name column in the dataset)"
                 )
-
-        def column(key: str, default: Any, dtype: Any = object) -> np.ndarray:
-            return np.array([(ef or {}).get(key, default) for ef in extra_fields], dtype=dtype)
-
-        env_error = column("env_error", False, bool)
-        lengths = [(ef or {}).get("episode_length") for ef in extra_fields]
-        return cls(
-            group_ids=np.array([str(u) for u in uids], dtype=object),
-            traj_ids=column("traj_id", ""),
-            step_ids=column("step_id", 0, np.int64),
-            anchor_keys=column("anchor_key", ""),
-            step_rewards=column("step_reward", 0.0, np.float64),
-            env_rewards=np.array(
-                [float((ef or {}).get("env_reward", (ef or {}).get("step_reward", 0.0))) for ef in extra_fields]
-            ),
-            action_valid=column("action_valid", True, bool),
-            won=column("won", False, bool),
-            env_error=env_error,
-            task_types=column("task_type", None),
-            history_dropped=column("history_dropped", 0, np.int64),
-            row_mask=~padding & ~env_error,
-            env_seconds=column("env_seconds", 0.0, np.float64),
-            generate_seconds=column("generate_seconds", 0.0, np.float64),
-            padding=padding,
-            episode_lengths=np.array([-1 if v is None else int(v) for v in lengths], dtype=np.int64),
-            observation_truncated=column("observation_truncated", False, bool),
-            abandoned_threads=column("env_abandoned_threads", 0, np.int64),
-        )
+        return cls._from_fields(np.array([str(u) for u in uids], dtype=object), extra_fields, padding)
 
     @classmethod
-    def from_episodes(cls, episodes: Sequence[Episode]) -> StepBatch:
-        """Build from finished episodes (the local engine), in their order: one row per step; an episode whose
-        environment failed keeps its steps' rows masked (``row_mask`` False, ``env_error`` True), and one that failed
-        before its first step gets one masked placeholder row with no tokens, as verl's agent loop gives it. Group
-        ids come from :func:`episode_group_id`; trajectory ids are the episodes' ``traj_id`` (which must differ).
+    def from_episodes(cls, episodes: Sequence[Episode], *, text_chars: int = 0) -> StepBatch:
+        """Build from finished episodes (the local engine), in their order: the rows of
+        :func:`~verl_gigpo.rollout.rows.episode_rows` (one per step; one masked placeholder row with no tokens for an
+        episode that failed before its first step), the rows of a failed episode masked (``row_mask`` False,
+        ``env_error`` True). Group ids come from :func:`episode_group_id`; trajectory ids are the episodes'
+        ``traj_id`` (which must differ). ``text_chars`` > 0 keeps the rows' texts cut to that many characters (the
+        credit records' ``observation`` and ``action``).
 
         Raises:
             ValueError: two episodes share a ``traj_id``.
@@ -218,47 +221,45 @@ class StepBatch:
         if len(set(ids)) != len(ids):
             repeated = sorted({t for t in ids if ids.count(t) > 1})
             raise ValueError(f"episodes share traj_id {repeated[:5]}: each trajectory needs its own id")
-        cols: dict[str, list] = {name: [] for name in _EPISODE_COLUMNS}
+        groups, rows = [], []
         for ep in episodes:
-            failed = ep.env_error is not None
-            per_episode = {
-                "group_ids": episode_group_id(ep),
-                "traj_ids": ep.traj_id,
-                "won": bool(ep.won),
-                "env_error": failed,
-                "task_types": ep.task_type,
-                "env_seconds": float(ep.timing.get("env", 0.0)),
-                "generate_seconds": float(ep.timing.get("generate", 0.0)),
-                "episode_lengths": ep.length,
-                "abandoned_threads": int(ep.abandoned_threads),
-            }
-            steps = [_step_row(s) for s in ep.steps] or [_PLACEHOLDER_ROW]  # failed at reset: one placeholder row
-            for row in steps:
-                for name, value in {**per_episode, **row}.items():
-                    cols[name].append(value)
-        env_error = np.asarray(cols["env_error"], dtype=bool)
+            for row in episode_rows(ep, text_chars=text_chars):
+                groups.append(episode_group_id(ep))
+                rows.append(row)
+        return cls._from_fields(
+            np.asarray(groups, dtype=object),
+            [r.fields for r in rows],
+            np.zeros(len(rows), dtype=bool),
+            prompts=[r.prompt_ids for r in rows],
+            responses=[r.response_ids for r in rows],
+            rollout_logprobs=[r.response_logprobs for r in rows],
+        )
+
+    @classmethod
+    def _from_fields(
+        cls, group_ids: np.ndarray, rows: Sequence[Mapping[str, Any] | None], padding: np.ndarray, **tokens: Any
+    ) -> StepBatch:
+        """The batch of N rows' fields (:mod:`verl_gigpo.rollout.rows`) read through :data:`_COLUMNS`; a field a
+        row lacks (or holds None) takes the column's default, ``env_reward`` the row's step reward."""
+        rows = [r or {} for r in rows]
+
+        def value(row: Mapping[str, Any], key: str, default: Any) -> Any:
+            got = row.get(key)
+            return default if got is None else got
+
+        columns = {
+            column: np.array([value(r, key, default) for r in rows], dtype=dtype)
+            for key, (column, default, dtype) in _COLUMNS.items()
+        }
+        columns["env_rewards"] = np.array(
+            [float(value(r, "env_reward", value(r, "step_reward", 0.0))) for r in rows], dtype=np.float64
+        )
         return cls(
-            group_ids=np.asarray(cols["group_ids"], dtype=object),
-            traj_ids=np.asarray(cols["traj_ids"], dtype=object),
-            step_ids=np.asarray(cols["step_ids"], dtype=np.int64),
-            anchor_keys=np.asarray(cols["anchor_keys"], dtype=object),
-            step_rewards=np.asarray(cols["step_rewards"], dtype=np.float64),
-            env_rewards=np.asarray(cols["env_rewards"], dtype=np.float64),
-            action_valid=np.asarray(cols["action_valid"], dtype=bool),
-            won=np.asarray(cols["won"], dtype=bool),
-            env_error=env_error,
-            task_types=np.asarray(cols["task_types"], dtype=object),
-            history_dropped=np.asarray(cols["history_dropped"], dtype=np.int64),
-            row_mask=~env_error,
-            env_seconds=np.asarray(cols["env_seconds"], dtype=np.float64),
-            generate_seconds=np.asarray(cols["generate_seconds"], dtype=np.float64),
-            padding=np.zeros(len(env_error), dtype=bool),
-            episode_lengths=np.asarray(cols["episode_lengths"], dtype=np.int64),
-            observation_truncated=np.asarray(cols["observation_truncated"], dtype=bool),
-            abandoned_threads=np.asarray(cols["abandoned_threads"], dtype=np.int64),
-            prompts=cols["prompts"],
-            responses=cols["responses"],
-            rollout_logprobs=cols["rollout_logprobs"],
+            group_ids=group_ids,
+            **columns,
+            row_mask=~padding & ~columns["env_error"],
+            padding=padding,
+            **tokens,
         )
 
     def select(self, rows: np.ndarray) -> StepBatch:
@@ -395,57 +396,3 @@ def episode_group_id(episode: Episode) -> str:
     task = episode.task
     kwargs = f"/{sorted(dict(task.env_kwargs).items())}" if task.env_kwargs else ""
     return f"{task.env_name}/{task.split}/{task.seed}{kwargs}"
-
-
-#: the per-row columns :meth:`StepBatch.from_episodes` collects
-_EPISODE_COLUMNS = (
-    "group_ids",
-    "traj_ids",
-    "step_ids",
-    "anchor_keys",
-    "step_rewards",
-    "env_rewards",
-    "action_valid",
-    "won",
-    "env_error",
-    "task_types",
-    "history_dropped",
-    "env_seconds",
-    "generate_seconds",
-    "episode_lengths",
-    "observation_truncated",
-    "abandoned_threads",
-    "prompts",
-    "responses",
-    "rollout_logprobs",
-)
-
-#: the row of an episode that failed before its first step (the fields verl's agent loop gives its placeholder row)
-_PLACEHOLDER_ROW: dict[str, Any] = {
-    "step_ids": 0,
-    "anchor_keys": "",
-    "step_rewards": 0.0,
-    "env_rewards": 0.0,
-    "action_valid": False,
-    "history_dropped": 0,
-    "observation_truncated": False,
-    "prompts": [],
-    "responses": [],
-    "rollout_logprobs": None,
-}
-
-
-def _step_row(step: Any) -> dict[str, Any]:
-    """The per-step columns of one :class:`~verl_gigpo.rollout.types.StepRecord`."""
-    return {
-        "step_ids": step.step_id,
-        "anchor_keys": step.anchor_key,
-        "step_rewards": step.step_reward,
-        "env_rewards": step.env_reward,
-        "action_valid": bool(step.action_valid),
-        "history_dropped": step.history_dropped,
-        "observation_truncated": bool(step.observation_truncated),
-        "prompts": list(step.prompt_ids),
-        "responses": list(step.response_ids),
-        "rollout_logprobs": step.response_logprobs,
-    }
