@@ -129,7 +129,8 @@ def test_inline_pool_abandons_a_call_past_its_deadline():
     release = threading.Event()
     with pytest.raises(CallAbandoned) as info:
         pool.call_inline(release.wait, (), 0.3)
-    assert info.value.waited_s >= 0.3  # the call was given its full time before being written off
+    # the call was given its full time before being written off (less a few ms: a timed wait may return that early)
+    assert info.value.waited_s >= 0.29
     assert pool.abandoned_running == 1
     assert pool.call_inline(lambda x: x + 1, (1,), 1.0).result() == 2  # a fresh helper thread serves the next call
     assert pool.call_inline(lambda x: x + 1, (2,), None).result() == 3  # no deadline: on the caller's thread

@@ -2,9 +2,9 @@
 
 The experiment folder is ``trainer.default_local_dir`` (verl's default: ``checkpoints/<project>/<experiment>``).
 verl saves ``global_step_K/`` there and then writes the pointer ``latest_checkpointed_iteration.txt``
-(verl/trainer/ppo/v1/trainer_base.py:952-1025); with ``trainer.resume_mode=auto`` a launch resumes from the step the
-pointer names (verl/utils/checkpoint/checkpoint_manager.py:222, ``find_latest_ckpt_path``). :func:`prepare_launch`
-runs on the driver, before Ray, and:
+(``verl.trainer.ppo.v1.trainer_base.PPOTrainer._save_checkpoint``); with ``trainer.resume_mode=auto`` a launch
+resumes from the step the pointer names (``verl.utils.checkpoint.checkpoint_manager.find_latest_ckpt_path``).
+:func:`prepare_launch` runs on the driver, before Ray, and:
 
 1. **Partial checkpoints.** A ``global_step_K/`` with K above the pointer (or any, without a pointer) is a save
    that did not finish (a crash mid-save): it is renamed ``global_step_K.partial`` with one line naming both, so it
