@@ -25,9 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
-from ray_nodes import HELPERS, prepare_launch, two_ray_nodes  # noqa: E402
+from ray_nodes import HELPERS, launch_overrides, prepare_launch, two_ray_nodes  # noqa: E402
 
-from verl_gigpo.cpu.smoke import DEFAULT_MODEL, ensure_model, pipeline_overrides, run_pipeline  # noqa: E402
+from verl_gigpo.cpu.smoke import run_pipeline  # noqa: E402
 
 #: the key families compared by count
 FAMILIES = ("gigpo/", "env/", "episode/")
@@ -37,17 +37,7 @@ SHOWN = ("episode/num_step_rows", "env/success_rate", "training/rollout_probs_di
 
 def _launch(name: str, out: Path, extra: list[str], *, ranks: int, nnodes: int, env: dict[str, str]):
     run_dir = out / name
-    overrides = pipeline_overrides(
-        model_dir=ensure_model(ROOT / DEFAULT_MODEL),
-        data_dir=out / "data",
-        run_dir=run_dir,
-        estimator="gigpo",
-        total_steps=2,
-        ranks=ranks,
-        save_freq=-1,
-        val_before_train=False,
-        extra=[*extra, f"trainer.nnodes={nnodes}"],
-    )
+    overrides = launch_overrides(out, run_dir, extra, ranks=ranks, nnodes=nnodes, total_steps=2, save_freq=-1)
     run = run_pipeline(name, run_dir, overrides, env={"PYTHONPATH": os.pathsep.join((str(ROOT), str(HELPERS))), **env})
     if run.returncode != 0:
         raise SystemExit(f"error: the {name} launch failed (exit {run.returncode}); its log: {run_dir / 'train.log'}")

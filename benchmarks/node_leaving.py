@@ -31,15 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
-from ray_nodes import HELPERS, prepare_launch, two_ray_nodes  # noqa: E402
+from ray_nodes import HELPERS, launch_overrides, prepare_launch, two_ray_nodes  # noqa: E402
 
-from verl_gigpo.cpu.smoke import (  # noqa: E402
-    DEFAULT_MODEL,
-    checkpointed_and_logged,
-    ensure_model,
-    pipeline_overrides,
-    run_pipeline,
-)
+from verl_gigpo.cpu.smoke import checkpointed_and_logged, run_pipeline  # noqa: E402
 from verl_gigpo.metrics_file import training_steps  # noqa: E402
 
 #: seconds a launch may go on after the node's death before it counts as a hang
@@ -47,18 +41,7 @@ HANG_BOUND_S = 300.0
 
 
 def _overrides(out: Path, extra: list[str], *, ranks: int, nnodes: int) -> list[str]:
-    run_dir = out / "run"
-    return pipeline_overrides(
-        model_dir=ensure_model(ROOT / DEFAULT_MODEL),
-        data_dir=out / "data",
-        run_dir=run_dir,
-        estimator="gigpo",
-        total_steps=4,
-        ranks=ranks,
-        save_freq=1,
-        val_before_train=False,
-        extra=[*extra, f"trainer.nnodes={nnodes}"],
-    )
+    return launch_overrides(out, out / "run", extra, ranks=ranks, nnodes=nnodes, total_steps=4, save_freq=1)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -167,3 +167,24 @@ def prepare_launch(out: Path) -> tuple[Path, list[str]]:
         "trainer.test_freq=-1",
     ]
     return records, extra
+
+
+def launch_overrides(
+    out: Path, run_dir: Path, extra: list[str], *, ranks: int, nnodes: int, total_steps: int, save_freq: int
+) -> list[str]:
+    """The Hydra overrides of a GiGPO launch of these settings (``extra`` from :func:`prepare_launch`, task files
+    under ``out/data``, the gridnav action model, no validation before training) with ``ranks`` per node on
+    ``nnodes`` nodes, experiment folder ``run_dir/ckpt``."""
+    from verl_gigpo.cpu.smoke import DEFAULT_MODEL, ensure_model, pipeline_overrides
+
+    return pipeline_overrides(
+        model_dir=ensure_model(ROOT / DEFAULT_MODEL),
+        data_dir=out / "data",
+        run_dir=run_dir,
+        estimator="gigpo",
+        total_steps=total_steps,
+        ranks=ranks,
+        save_freq=save_freq,
+        val_before_train=False,
+        extra=[*extra, f"trainer.nnodes={nnodes}"],
+    )
