@@ -94,8 +94,13 @@ def test_an_unreachable_task_runner_is_named_when_its_node_left(tmp_path):
 
 @pytest.fixture(scope="module")
 def ray_local():
+    """Ray in this process: the one an earlier test file of this pytest worker left running (and leaves to it), or
+    a local one started here and shut down after."""
     import ray
 
+    if ray.is_initialized():
+        yield ray
+        return
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     try:
         yield ray

@@ -235,10 +235,10 @@ def stop_message(dead: DeadActor, experiment_dir: str | Path) -> str:
 
 def guard_replay_buffer(buffer: Any, watch: ActorWatch) -> Any:
     """Make verl's replay buffer ``buffer`` call ``watch.check()`` before each of its polls of TransferQueue
-    (``ReplayBuffer._wait_for_next_poll``) and after each ``sample``: a dead watched actor then stops the iteration
-    (:class:`DeadActorError`) instead of leaving ``sample`` waiting (polls look at Ray's table at most once per
-    ``watch.every_s``), and no batch generated while one died is trained on. Both are wrapped on the instance;
-    returns ``buffer``."""
+    (``ReplayBuffer._wait_for_next_poll``) and before and after each ``sample``: a dead watched actor then stops the
+    iteration (:class:`DeadActorError`) instead of leaving ``sample`` waiting (polls look at Ray's table at most once
+    per ``watch.every_s``; ``sample`` always looks), and no batch generated while one died is trained on. Both are
+    wrapped on the instance; returns ``buffer``."""
     wait, sample = buffer._wait_for_next_poll, buffer.sample
 
     def checked_wait(*args: Any, **kwargs: Any) -> Any:
@@ -246,6 +246,7 @@ def guard_replay_buffer(buffer: Any, watch: ActorWatch) -> Any:
         return wait(*args, **kwargs)
 
     def checked_sample(*args: Any, **kwargs: Any) -> Any:
+        watch.check()  # one that died since the last look stops the iteration before any wait
         result = sample(*args, **kwargs)
         watch.check()
         return result
