@@ -79,11 +79,17 @@ def test_an_unreachable_task_runner_is_named_when_its_node_left(tmp_path):
     (benchmarks/node_leaving.py): Ray's ActorUnavailableError, whose text names no class or pid."""
     reason = "The actor is temporarily unavailable: RpcError: Socket closed rpc_code: 14"
     error = ActorUnavailableError(reason, bytes(16))
-    assert find_dead_actor(error) is None  # nobody said which actor the caller waited on
+    assert find_dead_actor(error).class_name == f"id {'00' * 16}"  # nobody said which actor the caller waited on
     dead = find_dead_actor(error, waited_on="TaskRunnerV1")
     assert dead.describe() == "trainer (verl's TaskRunner) (Ray actor TaskRunnerV1)"
     assert "Socket closed" in dead.detail and "node may have left" in dead.detail
     assert "may or may not have been executed" not in dead.detail
+    # the TaskRunner alive, one of ITS calls found an actor unavailable (a rank on the node that left): that actor,
+    # by id, on one line, not the TaskRunner
+    via_runner = _waited_on(error, "TaskRunnerV1").as_instanceof_cause()
+    inner = find_dead_actor(via_runner, waited_on="TaskRunnerV1")
+    assert inner.describe() == f"Ray actor id {'00' * 16}" and "Socket closed" in inner.detail
+    assert "\n" not in stop_message(inner, tmp_path) and "\x1b" not in stop_message(inner, tmp_path)
     # a described dead actor deeper in the chain still wins over the fallback
     nested = _waited_on(_died("WorkerDict", 9, "w_0:0"), "TaskRunnerV1").as_instanceof_cause()
     assert find_dead_actor(nested, waited_on="TaskRunnerV1").class_name == "WorkerDict"

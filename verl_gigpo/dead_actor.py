@@ -50,6 +50,8 @@ ROLES = {
 
 # Ray's ActorDiedError text (ray.exceptions.ActorDiedError): the base sentence, then one "\tkey: value" line each
 _DIED = "The actor died unexpectedly before finishing this task."
+# Ray's ActorUnavailableError text: "The actor <hex id> is unavailable: <reason>. The task may or may not ..."
+_UNAVAILABLE = re.compile(r"The actor ([0-9a-f]+) is unavailable: (.*?)(?:\. The task may or may not|$)", re.M)
 _FIELD = re.compile(r"^\s*(class_name|actor_id|pid|name|namespace|ip): (.*)$")
 
 
@@ -189,11 +191,12 @@ def find_dead_actor(error: BaseException, *, waited_on: str | None = None) -> De
     made the others fail.
 
     ``waited_on``: the class of the actor the caller's own ``ray.get`` waited on (``verl_gigpo.main``: verl's
-    ``TaskRunnerV1``). When ``error`` itself is Ray's ``ActorUnavailableError`` (the actor's process or its node
-    stopped answering, as when the node it ran on leaves the cluster; Ray's text names neither class nor pid) and no
-    dead actor is described, that actor is the one reported, with Ray's reason.
+    ``TaskRunnerV1``). When no dead actor is described but the chain holds Ray's ``ActorUnavailableError`` (an actor
+    whose process or node stopped answering, as when the node it ran on leaves the cluster; Ray's text names its id
+    but neither class nor pid), the innermost unavailable actor is reported with Ray's reason: as ``waited_on`` when
+    ``error`` itself is that error (the caller's own call failed), else by its actor id.
     """
-    from ray.exceptions import ActorUnavailableError, RayActorError
+    from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
 
     seen: set[int] = set()
     chain: list[BaseException] = []
@@ -209,9 +212,16 @@ def find_dead_actor(error: BaseException, *, waited_on: str | None = None) -> De
     for exc in chain:  # outermost first: a later (deeper) description replaces an earlier one
         if isinstance(exc, RayActorError | DeadActorError) or _DIED in str(exc):
             found = _parse(str(exc)) or found
-    if found is None and waited_on is not None and isinstance(error, ActorUnavailableError):
-        reason = str(error).split(". The task may or may not", 1)[0]
-        found = DeadActor(class_name=waited_on, detail=f"{reason}; its node may have left the Ray cluster")
+    unavailable = [exc for exc in chain if isinstance(exc, ActorUnavailableError)]
+    if found is None and unavailable:
+        described = _UNAVAILABLE.search(str(unavailable[-1]))
+        actor_id, reason = described.groups() if described else ("?", "unavailable")
+        detail = f"unavailable: {reason.strip()}; its node may have left the Ray cluster"
+        direct = unavailable[-1] is error and not isinstance(error, RayTaskError)
+        if direct and waited_on is not None:
+            found = DeadActor(class_name=waited_on, detail=detail)
+        else:
+            found = DeadActor(class_name=f"id {actor_id}", detail=detail)
     return found
 
 
