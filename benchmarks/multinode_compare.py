@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
-from ray_nodes import HELPERS, launch_overrides, prepare_launch, two_ray_nodes  # noqa: E402
+from ray_nodes import HELPERS, empty_out, launch_overrides, prepare_launch, two_ray_nodes  # noqa: E402
 
 from verl_gigpo.cpu.smoke import run_pipeline  # noqa: E402
 
@@ -67,9 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/multinode_compare"), help="where the runs go")
     args = parser.parse_args(argv)
-    out = args.out.resolve()
-    if out.exists() and any(out.iterdir()):
-        raise SystemExit(f"error: --out {out} is not empty; choose another folder or delete it")
+    out = empty_out(args.out)
     os.environ.pop("RAY_ADDRESS", None)  # the one-node launch starts its own Ray
     _, extra = prepare_launch(out)
     one = _launch("one_node", out, extra, ranks=2, nnodes=1, env={})

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
-from ray_nodes import HELPERS, launch_overrides, prepare_launch, two_ray_nodes  # noqa: E402
+from ray_nodes import HELPERS, empty_out, launch_overrides, prepare_launch, two_ray_nodes  # noqa: E402
 
 from verl_gigpo.cpu.smoke import checkpointed_and_logged, run_pipeline  # noqa: E402
 from verl_gigpo.metrics_file import training_steps  # noqa: E402
@@ -50,9 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/node_leaving"), help="where the runs go")
     args = parser.parse_args(argv)
-    out = args.out.resolve()
-    if out.exists() and any(out.iterdir()):
-        raise SystemExit(f"error: --out {out} is not empty; choose another folder or delete it")
+    out = empty_out(args.out)
     os.environ.pop("RAY_ADDRESS", None)
     _, extra = prepare_launch(out)
     pythonpath = {"PYTHONPATH": os.pathsep.join((str(ROOT), str(HELPERS)))}

@@ -228,8 +228,10 @@ def find_dead_actor(error: BaseException, *, waited_on: str | None = None) -> De
 def stop_message(dead: DeadActor, experiment_dir: str | Path) -> str:
     """The line a launch ends with when ``dead`` died: which process, that the run stopped, and how to resume from
     the last complete checkpoint of ``experiment_dir`` (``trainer.default_local_dir``)."""
+    from verl_gigpo.launch import POINTER
+
     folder = Path(experiment_dir)
-    pointer = folder / "latest_checkpointed_iteration.txt"
+    pointer = folder / POINTER
     step = pointer.read_text().strip() if pointer.is_file() else ""
     if step.isdigit():
         resume = f"resumes from its last checkpoint, {folder / f'global_step_{step}'} (iteration {step}), with"

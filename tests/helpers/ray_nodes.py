@@ -188,3 +188,12 @@ def launch_overrides(
         val_before_train=False,
         extra=[*extra, f"trainer.nnodes={nnodes}"],
     )
+
+
+def empty_out(out: Path) -> Path:
+    """``out`` made absolute, refused (SystemExit with one line) when it exists and holds anything: the benchmark
+    scripts' ``--out``."""
+    out = out.resolve()
+    if out.exists() and any(out.iterdir()):
+        raise SystemExit(f"error: --out {out} is not empty; choose another folder or delete it")
+    return out
