@@ -425,9 +425,11 @@ class _SearchR1Handler(BaseHTTPRequestHandler):
             return self._drip(server, headers=server.mode == "drip_headers")
         if server.mode == "nan":
             return self._send(200, {"result": [[{"document": {"id": "1", "contents": '"T"\nx'}, "score": math.nan}]]})
-        if server.mode == "keepalive_then_close":  # announce a kept-alive HTTP/1.1 connection, then close it
+        if server.mode in ("keepalive", "keepalive_then_close"):  # a kept-alive HTTP/1.1 connection (then closed)
             self.protocol_version = "HTTP/1.1"
-            self.close_connection = True
+            self.close_connection = server.mode == "keepalive_then_close"
+            with server.lock:
+                server.peers.add(self.client_address)
         results = server.retriever.search(body["queries"], body["topk"])
         result = [
             [{"document": {"id": p.id, "contents": f'"{p.title}"\n{p.text}'}, "score": p.score} for p in hits]
@@ -476,7 +478,7 @@ def server(bm25):
     """Start a real threaded HTTP retrieval server on a free local port; yields it (``server.url``)."""
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _SearchR1Handler)
     httpd.daemon_threads = True
-    httpd.retriever, httpd.mode, httpd.requests = bm25, "ok", 0
+    httpd.retriever, httpd.mode, httpd.requests, httpd.peers = bm25, "ok", 0, set()
     httpd.lock, httpd.release = threading.Lock(), threading.Event()
     httpd.dripped, httpd.drip_done = 0, threading.Event()
     httpd.url = f"http://127.0.0.1:{httpd.server_address[1]}"
@@ -551,6 +553,19 @@ def test_http_non_finite_scores_are_rejected(server):
     with pytest.raises(RetrieverError, match=r"unexpected format \(result\[0\]\[0\]: score nan is not finite\)"):
         client.search(["Veskand"], 3)
     client.close()
+
+
+def test_http_keep_alive_connection_is_reused(server, bm25):
+    # A server that keeps the connection open gets every search on one connection, and every search is answered on
+    # its first try (no attempt is spent on a connection http.client thinks is still busy).
+    server.mode = "keepalive"
+    client = HTTPRetriever(server.url, max_retries=0)
+    expected = bm25.search(["Veskand"], 3)
+    for _ in range(3):
+        assert client.search(["Veskand"], 3) == expected
+    client.close()
+    assert server.requests == 3
+    assert len(server.peers) == 1, server.peers
 
 
 def test_http_keep_alive_connection_closed_by_the_server_is_reopened(server, bm25):

@@ -499,6 +499,10 @@ class HTTPRetriever(Retriever):
                 raise TimeoutError
             if response.length:  # http.client counts the Content-Length down: bytes are missing
                 raise http.client.IncompleteRead(b"".join(chunks), response.length)
+            # read1 does not mark a body read to its Content-Length as finished; until the response is closed,
+            # http.client refuses the next request on this connection (ResponseNotReady). Closing it releases the
+            # response's file only; the socket stays with the connection.
+            response.close()
             if response.will_close:
                 self._drop_connection(conn)
             return response.status, b"".join(chunks).decode("utf-8", errors="replace")
