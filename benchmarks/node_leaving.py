@@ -33,14 +33,14 @@ sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
 from ray_nodes import HELPERS, prepare_launch, two_ray_nodes  # noqa: E402
 
-from verl_gigpo.cpu.smoke import (  # noqa: E402
+from verl_gigpo.dev.smoke import (  # noqa: E402
     DEFAULT_MODEL,
     checkpointed_and_logged,
     ensure_model,
     pipeline_overrides,
     run_pipeline,
 )
-from verl_gigpo.metrics_file import training_steps  # noqa: E402
+from verl_gigpo.verl_glue.metrics_file import training_steps  # noqa: E402
 
 #: seconds a launch may go on after the node's death before it counts as a hang
 HANG_BOUND_S = 300.0

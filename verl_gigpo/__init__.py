@@ -3,16 +3,17 @@
 Importing this package is cheap (no verl, no torch). The pieces:
 
 * :mod:`verl_gigpo.advantage` — the estimators (pure maths: GiGPO, HGPO, GraphGPO, G2PO);
-  :mod:`verl_gigpo.anchors` — anchor keys and similarity grouping; :mod:`verl_gigpo.config` —
+  :mod:`verl_gigpo.advantage.anchors` — anchor keys and similarity grouping; :mod:`verl_gigpo.config` —
   :class:`~verl_gigpo.config.GiGPOConfig`;
 * :mod:`verl_gigpo.plugin` — verl plug-in (estimators ``"gigpo"``, ``"hgpo"``, ``"graphgpo"``, ``"g2po"``, agent
   loop ``"gigpo_env_agent"``, trainer mode ``"gigpo_sync"``); :mod:`verl_gigpo.main` — ``python -m verl_gigpo.main``,
-  which checks the config (:mod:`verl_gigpo.preflight`) and prepares the experiment folder (:mod:`verl_gigpo.launch`:
-  resume, checkpoints, the metrics file of :mod:`verl_gigpo.metrics_file`) before verl starts Ray;
+  which checks the config (:mod:`verl_gigpo.verl_glue.preflight`) and prepares the experiment folder
+  (:mod:`verl_gigpo.verl_glue.launch`: resume, checkpoints, the metrics file of
+  :mod:`verl_gigpo.verl_glue.metrics_file`) before verl starts Ray;
 * :mod:`verl_gigpo.rollout` — the episode runner shared by both engines; :mod:`verl_gigpo.local` — the embedded
   single-machine engine.
 * :mod:`verl_gigpo.export` — ``python -m verl_gigpo.export CKPT --out DIR``: a checkpoint of either engine as a
-  Hugging Face folder (a LoRA adapter merged in: :mod:`verl_gigpo.lora`).
+  Hugging Face folder (a LoRA adapter merged in: :mod:`verl_gigpo.export.lora`).
 """
 
 __version__ = "0.1.0"
