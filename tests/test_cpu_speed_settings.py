@@ -14,7 +14,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from verl_gigpo.verl_glue.cpu import check_cpu_config
-from verl_gigpo.verl_glue.cpu import timeline as tl
+from verl_gigpo.dev import timeline as tl
 
 ROOT = Path(__file__).resolve().parents[1]
 
