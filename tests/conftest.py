@@ -79,7 +79,20 @@ def _built_once(tmp_path_factory, name: str, build: Callable[[Path], Path]) -> P
     return Path(done.read_text())
 
 
-# ---------------------------------------------------------------------------------------------- tiny model (local/)
+@pytest.fixture(autouse=True)
+def _verl_logging_level_restored():
+    """Give the next test the ``VERL_LOGGING_LEVEL`` this one found: the CLIs the tests run in-process (``evaluate``,
+    ``probe``) set it to WARNING for their own run, which would hide the plug-in's load line from the subprocesses
+    later tests start."""
+    before = os.environ.get("VERL_LOGGING_LEVEL")
+    yield
+    if before is None:
+        os.environ.pop("VERL_LOGGING_LEVEL", None)
+    else:
+        os.environ["VERL_LOGGING_LEVEL"] = before
+
+
+# ------------------------------------------------------------------------------------------------ tiny model (dev/)
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A tiny random Qwen2 chat model + gridnav-trained tokenizer, built once per test session (~2 s).

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from verl_gigpo.verl_glue.cpu import check_cpu_config
 from verl_gigpo.dev import timeline as tl
+from verl_gigpo.verl_glue.cpu import check_cpu_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
