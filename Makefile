@@ -51,10 +51,10 @@ demo: $(STAMP)
 
 # verl's main_ppo with GiGPO on CPU (platform=cpu): validation, iterations + checkpoints until a kill after step 2, a
 # refused training-key change, the resume to iteration 4 (metrics kept), GRPO; builds artifacts/tiny-model-actions if
-# missing; checks metrics, weight sync and resume (verl_gigpo/cpu/smoke.py).
+# missing; checks metrics, weight sync and resume (verl_gigpo/dev/smoke.py).
 # E2E_OUT (runs/e2e) and E2E_RANKS (1) also apply.
 e2e: $(STAMP)
-	$(BIN)/python -m verl_gigpo.cpu.smoke --out $${E2E_OUT:-runs/e2e} --ranks $${E2E_RANKS:-1}
+	$(BIN)/python -m verl_gigpo.dev.smoke --out $${E2E_OUT:-runs/e2e} --ranks $${E2E_RANKS:-1}
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_advantage.py

@@ -46,7 +46,7 @@ from verl_gigpo.advantage import (  # noqa: E402
     compute_gigpo_advantage,
     gigpo_advantage_terms,
 )
-from verl_gigpo.anchors import similarity_groups  # noqa: E402
+from verl_gigpo.advantage.anchors import similarity_groups  # noqa: E402
 
 RESPONSE_LEN = 32
 SUCCESSORS = ("hgpo", "graphgpo", "g2po")
@@ -265,7 +265,7 @@ def main() -> None:
     rows += successor_oracle_rows(6_400)
 
     path_log = _PathLog()
-    anchors_logger = logging.getLogger("verl_gigpo.anchors")
+    anchors_logger = logging.getLogger("verl_gigpo.advantage.anchors")
     anchors_logger.addHandler(path_log)
     anchors_logger.setLevel(logging.DEBUG)
     labels_of = {

@@ -9,8 +9,8 @@ loaded game, each with and without the adapter's engine cache; one step with a r
 
 ``--throughput``: environment steps per second of ``--episodes`` concurrent ALFWorld episodes (``--tasks`` games,
 episodes spread evenly over them as episode groups; random admissible actions; up to ``--max-steps`` steps), played
-through the episode runner's environment calls (:class:`verl_gigpo.rollout.envcalls.EnvCalls`: pool, deadlines,
-threads or worker processes) with no generation in between, in three layouts:
+through the episode runner's environment calls (:class:`verl_gigpo.rollout.execution.envcalls.EnvCalls`: pool,
+deadlines, threads or worker processes) with no generation in between, in three layouts:
 
 * ``threads``: one process, 64 threads (``env.num_workers=0``): ALFWorld's engine lock serialises the steps;
 * ``workers=N``: one process hosting the environments in N worker processes (``env.num_workers=N``);
@@ -91,8 +91,8 @@ async def _play(pool, threads, tasks: list[int], max_steps: int, seed: int) -> d
     every episode is acquired and reset first (``reset_s``), then all step together (``step_s``), so steps per
     second are not mixed with game loads."""
     from verl_gigpo.rollout import Episode, EpisodeConfig, TaskSpec
-    from verl_gigpo.rollout.envcalls import EnvCalls
     from verl_gigpo.rollout.execution import EnvExecution
+    from verl_gigpo.rollout.execution.envcalls import EnvCalls
 
     config = EpisodeConfig(max_steps=max_steps, key_mode="state")
     counts: dict = {"steps": 0, "env_errors": 0, "errors": []}
@@ -147,7 +147,7 @@ def play_round(tasks: list[int], *, max_steps: int, workers: int, rounds: int = 
     threads); returns each round's steps, env_errors and seconds."""
     from verl_gigpo.rollout import EnvPool
     from verl_gigpo.rollout.execution import EnvExecution
-    from verl_gigpo.rollout.threads import EnvThreadPool
+    from verl_gigpo.rollout.execution.threads import EnvThreadPool
 
     pool, threads = EnvPool(num_workers=workers, execution=EnvExecution()), EnvThreadPool(64)
     try:

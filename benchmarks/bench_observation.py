@@ -33,7 +33,7 @@ from results_md import write_section
 from transformers import AutoTokenizer
 
 from environments.gridnav.env import GridNavEnv
-from verl_gigpo.local.tiny_model import build_tiny_model
+from verl_gigpo.dev.tiny_model import build_tiny_model
 from verl_gigpo.rollout import ChatPromptEncoder, EpisodeConfig, GenerationOutput, TaskSpec, run_episode
 
 SECTION = "## A huge observation among normal episodes"

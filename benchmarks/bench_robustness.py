@@ -41,7 +41,7 @@ from results_md import write_section  # noqa: E402  (benchmarks/ is on sys.path 
 from environments import make_env  # noqa: E402
 from environments.base import MAX_PARSE_CHARS  # noqa: E402
 from environments.search.retriever import HTTPRetriever, RetrieverError  # noqa: E402
-from verl_gigpo.anchors import similarity_groups  # noqa: E402
+from verl_gigpo.advantage.anchors import similarity_groups  # noqa: E402
 
 ENVS = ("gridnav", "sokoban", "webshop", "search")
 

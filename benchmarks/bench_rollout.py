@@ -24,7 +24,7 @@ from results_md import write_section
 from transformers import AutoTokenizer
 
 from environments import make_env
-from verl_gigpo.local.tiny_model import build_tiny_model
+from verl_gigpo.dev.tiny_model import build_tiny_model
 from verl_gigpo.rollout import ChatPromptEncoder, EpisodeConfig, GenerationOutput, TaskSpec, run_episode
 
 SECTION = "## Rollout glue overhead"

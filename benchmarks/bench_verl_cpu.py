@@ -14,14 +14,14 @@ Two configurations, each launched with ``python -m verl_gigpo.main platform=cpu`
   steps), GiGPO, ``--iters`` iterations, validation before and after;
 * ``smoke``: the launches of ``make e2e`` (GiGPO stopped by a killed agent-loop worker mid-iteration 3, a launch
   refused before Ray, the resume, GRPO stopped by a killed rollout server mid-iteration 2;
-  :func:`verl_gigpo.cpu.smoke.run_smoke`; KL loss on, so the reference pass runs).
+  :func:`verl_gigpo.dev.smoke.run_smoke`; KL loss on, so the reference pass runs).
 
 Two settings: ``after`` is ``platform=cpu`` as it is; ``before`` adds :data:`BEFORE`, verl's own values of the
 settings the platform sets for speed. They run back to back (before first), so both see the same machine load.
 
 Per training iteration: verl's ``timing_s/*`` (rollout ``gen``, old log-probs, reference, advantages, update,
 weight sync, checkpoint; the rest of ``timing_s/step`` is Ray calls, TransferQueue and balancing). Per launch:
-its start-up phases from :mod:`verl_gigpo.cpu.timeline` (``GIGPO_TIMELINE``: each process's start and imports,
+its start-up phases from :mod:`verl_gigpo.dev.timeline` (``GIGPO_TIMELINE``: each process's start and imports,
 Ray start, TransferQueue, worker processes, model loads, rollout servers, validation, shutdown), and the CPU-seconds
 of every process of the launch (sampled with psutil every 0.5 s).
 """
@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from results_md import write_section  # noqa: E402
 
-from verl_gigpo.cpu.smoke import (  # noqa: E402
+from verl_gigpo.dev.smoke import (  # noqa: E402
     DEFAULT_MODEL,
     RunResult,
     check_runs,
@@ -53,8 +53,8 @@ from verl_gigpo.cpu.smoke import (  # noqa: E402
     run_pipeline,
     run_smoke,
 )
-from verl_gigpo.cpu.timeline import read_timeline  # noqa: E402
-from verl_gigpo.metrics_file import METRICS_NAME, read_metrics  # noqa: E402
+from verl_gigpo.dev.timeline import read_timeline  # noqa: E402
+from verl_gigpo.verl_glue.metrics_file import METRICS_NAME, read_metrics  # noqa: E402
 
 HEADING = "## verl's pipeline on CPU: seconds per phase"
 #: verl's own values of what ``platform=cpu`` sets for speed (verl_gigpo/config/platform/cpu.yaml)
@@ -210,7 +210,7 @@ def process_role(names: list[str]) -> str:
 
 
 #: the start-up phases of a launch: (label, from, to); a point is ("launch", "start" | "end"), (span label, edge)
-#: of a verl_gigpo/cpu/timeline.py record (the first call; "validation" also counts the last), or ("process",
+#: of a verl_gigpo/dev/timeline.py record (the first call; "validation" also counts the last), or ("process",
 #: role, edge): the first process of that role, "start" = created, "end" = its imports reached verl's plug-ins
 STARTUP: tuple[tuple[str, tuple[str, str], tuple[str, str]], ...] = (
     ("driver: Python start, imports (Hydra, torch, verl)", ("launch", "start"), ("process:driver", "end")),
@@ -553,7 +553,7 @@ def markdown(
         ]
     lines += [
         "Per launch: seconds per phase (means over the launches of each set; from the processes' own timestamps, "
-        "`GIGPO_TIMELINE`, verl_gigpo/cpu/timeline.py):",
+        "`GIGPO_TIMELINE`, verl_gigpo/dev/timeline.py):",
         "",
         *startup_table(launches, {int(pid): process_role(p["names"]) for pid, p in sampler.procs.items()}),
         "",

@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     load = ""
     if not args.report_only:
         if not (Path(args.model) / "config.json").exists():
-            from verl_gigpo.local.tiny_model import build_tiny_model
+            from verl_gigpo.dev.tiny_model import build_tiny_model
 
             build_tiny_model(args.model)
         before, start = machine_load(), time.perf_counter()

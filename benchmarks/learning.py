@@ -32,7 +32,7 @@ reading verl's own logged metrics (its file logger: ``ckpt/metrics.jsonl`` in th
 ("twins", one torch thread, alongside the verl launches; ``--no-twin`` skips them) the local engine trains the same
 configurations with the same settings, so the two engines' curves share a plot. Both engines start from the model
 that already answers in gridnav's action format (``--model``, default ``artifacts/tiny-model-actions``, built when
-missing with ``python -m verl_gigpo.local.tiny_model --out artifacts/tiny-model-actions --envs gridnav
+missing with ``python -m verl_gigpo.dev.tiny_model --out artifacts/tiny-model-actions --envs gridnav
 --sft-actions``), both sample over the full vocabulary (the twins run with ``local.constrain_to_actions=false``),
 and every setting the engines share is set on both from one table (``learning_settings.shared_settings``,
 printed into RESULTS.md). Outputs: ``benchmarks/learning_verl.png`` and the section "## Learning through verl's
@@ -54,7 +54,7 @@ key, 10 steps, ~8% random success), 4 tasks x 8 episodes, 50 iterations and 4 op
    so an iteration with shorter episodes can take fewer steps (``update/num_mini_batches`` logs them).
 
 The code: ``learning_settings.py`` (the task, configurations, defaults and every run's overrides),
-``learning_run.py`` (launching the runs, verl's through :func:`verl_gigpo.cpu.smoke.run_pipeline`, and reading their
+``learning_run.py`` (launching the runs, verl's through :func:`verl_gigpo.dev.smoke.run_pipeline`, and reading their
 metrics), ``learning_report.py`` (curves, tables, plot, RESULTS.md sections); this file is the command line.
 """
 

@@ -39,7 +39,7 @@ def model_description(model_dir: str | Path) -> str:
             f"the tiny model fine-tuned to imitate {im['env']}'s shortest-path expert: the expert's action with "
             f"probability {im['p_expert']}, a random one otherwise, {im['steps']} steps on {im['examples']} examples "
             f"of the task {kwargs}, {im['max_steps']} steps, history {im['history_length']}: `python -m "
-            f"verl_gigpo.local.tiny_model --out {model_dir} --imitate {im['env']}:{im['p_expert']} --imitate-kwargs "
+            f"verl_gigpo.dev.tiny_model --out {model_dir} --imitate {im['env']}:{im['p_expert']} --imitate-kwargs "
             f"'{kwargs}' --imitate-max-steps {im['max_steps']} --imitate-history {im['history_length']}`"
         )
     if "sft_actions" in info or str(model_dir) == ACTION_MODEL:

@@ -2,7 +2,7 @@
 
 A local-engine run is ``python -m verl_gigpo.local.train`` in its own process with one torch thread; a verl run is
 ``python -m verl_gigpo.main platform=cpu`` launched by the smoke test's launcher
-(:func:`verl_gigpo.cpu.smoke.run_pipeline`). :func:`read_run` reads either engine's run folder as rows in verl's
+(:func:`verl_gigpo.dev.smoke.run_pipeline`). :func:`read_run` reads either engine's run folder as rows in verl's
 run-level names (``step``, ``val-core/<source>/acc/mean@1``, ``timing_s/step``, ``timing_s/testing``), which both
 engines write.
 """
@@ -38,7 +38,7 @@ def read_run(run_dir: Path, engine: str) -> list[dict[str, Any]]:
         path = run_dir / "metrics.jsonl"
         lines = path.read_text().splitlines() if path.exists() else []
         return [json.loads(x) for x in lines if x.strip()]
-    from verl_gigpo.metrics_file import format_steps, iteration_gaps, read_metrics
+    from verl_gigpo.verl_glue.metrics_file import format_steps, iteration_gaps, read_metrics
 
     rows = read_metrics(run_dir / VERL_METRICS)
     missing, repeated = iteration_gaps(rows)
@@ -54,7 +54,7 @@ def read_run(run_dir: Path, engine: str) -> list[dict[str, Any]]:
 def val_success(row: dict[str, Any]) -> float | None:
     """The validation success of a row (verl's core validation metric: the share of won episodes), or None when
     the row holds no validation."""
-    from verl_gigpo.cpu.smoke import val_metric
+    from verl_gigpo.dev.smoke import val_metric
 
     key = val_metric(row)
     return None if key is None else row[key]
@@ -101,7 +101,7 @@ def run_verl(name: str, seed: int, args: argparse.Namespace, data_dir: Path) -> 
     """Train one (configuration, seed) through ``python -m verl_gigpo.main platform=cpu``; returns its run
     directory (skipped when finished; an unfinished one starts over: verl's file logger appends). Writes
     ``launch.json`` (``wall_s``, ``returncode``) beside the launch's ``train.log``."""
-    from verl_gigpo.cpu.smoke import run_pipeline
+    from verl_gigpo.dev.smoke import run_pipeline
 
     out = Path(args.runs).resolve() / "verl" / f"{name}_s{seed}"
     if finished(out, "verl", args.iters):
@@ -163,13 +163,13 @@ def run_benchmark(names: list[str], seeds: list[int], args: argparse.Namespace) 
     """Every run of the benchmark that is not finished yet: ``--engine verl`` side by side (the action-format model
     built when missing), else the local benchmark, ``--jobs`` runs at a time (the tiny model built when missing)."""
     if args.engine == "verl":
-        from verl_gigpo.cpu.smoke import ensure_model
+        from verl_gigpo.dev.smoke import ensure_model
 
         ensure_model(args.model)  # the action-format model (ACTION_MODEL_COMMAND) when missing
         run_side_by_side(names, seeds, args)
         return
     if not (Path(args.model) / "config.json").exists():
-        from verl_gigpo.local.tiny_model import build_tiny_model
+        from verl_gigpo.dev.tiny_model import build_tiny_model
 
         build_tiny_model(args.model)
     jobs = [(name, seed) for seed in seeds for name in names]

@@ -83,7 +83,7 @@ STEP_CREDIT = ("gigpo", "hgpo", "graphgpo", "g2po")
 #: the model of the side-by-side runs (--engine verl): replies to gridnav prompts with an action word + EOS
 ACTION_MODEL = "artifacts/tiny-model-actions"
 ACTION_MODEL_COMMAND = (
-    f"python -m verl_gigpo.local.tiny_model --out {ACTION_MODEL} --envs gridnav --sft-actions"  # 40 SFT steps
+    f"python -m verl_gigpo.dev.tiny_model --out {ACTION_MODEL} --envs gridnav --sft-actions"  # 40 SFT steps
 )
 #: verl's file logger output in a verl run folder: the experiment folder's metrics file (docs/runs.md)
 VERL_METRICS = "ckpt/metrics.jsonl"

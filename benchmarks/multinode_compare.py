@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
 from ray_nodes import HELPERS, empty_out, launch_overrides, prepare_launch, two_ray_nodes  # noqa: E402
 
-from verl_gigpo.cpu.smoke import run_pipeline  # noqa: E402
+from verl_gigpo.dev.smoke import run_pipeline  # noqa: E402
 
 #: the key families compared by count
 FAMILIES = ("gigpo/", "env/", "episode/")

@@ -33,8 +33,8 @@ sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
 from ray_nodes import HELPERS, empty_out, launch_overrides, prepare_launch, two_ray_nodes  # noqa: E402
 
-from verl_gigpo.cpu.smoke import checkpointed_and_logged, run_pipeline  # noqa: E402
-from verl_gigpo.metrics_file import training_steps  # noqa: E402
+from verl_gigpo.dev.smoke import checkpointed_and_logged, run_pipeline  # noqa: E402
+from verl_gigpo.verl_glue.metrics_file import training_steps  # noqa: E402
 
 #: seconds a launch may go on after the node's death before it counts as a hang
 HANG_BOUND_S = 300.0

@@ -38,7 +38,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from verl_gigpo.trainer import plan_mini_batches
+from verl_gigpo.verl_glue.trainer import plan_mini_batches
 
 __all__ = ["BEGIN", "DOC", "END", "NODES", "Assumptions", "NodeRow", "format_table", "main", "scale_out", "write_doc"]
 
@@ -110,8 +110,8 @@ def scale_out(nodes: int, a: Assumptions) -> NodeRow:
       T x (generation per step + environment per step), environment per step = env wall / T;
     * update: S x (P + R) tokens x 10 x params FLOPs (forward and backward 6, the reference's and the old log-prob
       passes 2 each) over N G GPUs;
-    * optimizer steps: the ``gigpo_sync`` trainer mode's plan (:func:`verl_gigpo.trainer.plan_mini_batches`): each
-      mini-batch rounded up to a multiple of ranks x micro-batch, so a mini-batch holds at least that many rows.
+    * optimizer steps: the ``gigpo_sync`` trainer mode's plan (:func:`verl_gigpo.verl_glue.trainer.plan_mini_batches`):
+      each mini-batch rounded up to a multiple of ranks x micro-batch, so a mini-batch holds at least that many rows.
     """
     e = a.tasks * a.group
     s = e * a.steps

@@ -300,8 +300,8 @@ class TextEnv(abc.ABC):
             sends nothing (the invalid-action step).
         thread_parallel: False when instances share process-wide state, so that their calls in threads of one
             process take turns (ALFWorld's engine lock). The episode runner then hosts the environment in worker
-            processes (``verl_gigpo.rollout.procpool``) and parses replies and renders prompts in its own process on
-            a *view*: an instance built with ``TextEnv.__init__`` only (not the subclass constructor) whose
+            processes (``verl_gigpo.rollout.execution.procpool``) and parses replies and renders prompts in its own
+            process on a *view*: an instance built with ``TextEnv.__init__`` only (not the subclass constructor) whose
             ``_admissible_actions()`` returns the last ``info["admissible_actions"]``. Such an environment's
             ``parse_action`` and ``render_prompt`` may therefore read only those, its class attributes and the
             attributes ``TextEnv.__init__`` sets (``max_steps``, ``key_mode``, ``task_description``).
@@ -661,7 +661,7 @@ class TextEnv(abc.ABC):
     def setup_problems(cls, kwargs: Mapping[str, Any]) -> list[tuple[str | None, str]]:
         """What would stop ``cls(**kwargs)`` that can be seen without building the environment (no engine started,
         no data loaded): a missing data folder or file, say. Trainers call it before starting a run, so the user
-        hears of it before minutes of start-up (``verl_gigpo.preflight``).
+        hears of it before minutes of start-up (``verl_gigpo.verl_glue.preflight``).
 
         Returns:
             ``(argument, message)`` pairs: ``argument`` is the constructor argument at fault, or None when the

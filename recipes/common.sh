@@ -244,7 +244,7 @@ gigpo_check_model() {
     local model=$1
     if [[ "${DEVICE:-cuda}" == cpu && ! -d "$model" ]]; then
         gigpo_fail "MODEL_PATH=$model is not a model folder. DEVICE=cpu runs a tiny local model: build one with \
-\`$PYTHON -m verl_gigpo.local.tiny_model --out artifacts/tiny-model\` (or \`make e2e\`, which builds \
+\`$PYTHON -m verl_gigpo.dev.tiny_model --out artifacts/tiny-model\` (or \`make e2e\`, which builds \
 artifacts/tiny-model-actions) and set MODEL_PATH to it"
     fi
     if [[ "$model" == /* || "$model" == ./* || "$model" == ~* || "$model" == ../* ]]; then
@@ -675,8 +675,8 @@ ATTN_IMPLEMENTATION=sdpa to choose it" >&2
 
 # gigpo_check_mini_batch: MINI_BATCH_ROWS, MICRO_BATCH_PER_GPU and LOG_PROB_MICRO_BATCH_PER_GPU are whole numbers, and
 # warn when NNODES x N_GPUS x lcm(micro-batch sizes) exceeds MINI_BATCH_ROWS: the gigpo_sync trainer mode rounds every
-# mini-batch up to that multiple (verl_gigpo/trainer.py plan_mini_batches), so an optimizer step would take more rows
-# than MINI_BATCH_ROWS and an iteration fewer optimizer steps than the reference.
+# mini-batch up to that multiple (verl_gigpo/verl_glue/trainer.py plan_mini_batches), so an optimizer step would take
+# more rows than MINI_BATCH_ROWS and an iteration fewer optimizer steps than the reference.
 gigpo_check_mini_batch() {
     gigpo_check_positive_int MINI_BATCH_ROWS "$MINI_BATCH_ROWS" "it is the most step rows per optimizer step \
 (trainer.v1.gigpo_sync.mini_batch_rows; each recipe defaults to the reference's ppo_mini_batch_size)"
@@ -721,7 +721,8 @@ the reference's LoRA runs do"
 # runs (verl-agent examples/gigpo_trainer/run_alfworld_lora.sh and run_webshop_lora.sh). The reference policy of a KL
 # loss is then the actor with its adapter disabled (no second model). The adapter reaches the rollout unmerged, as
 # verl does by default: vLLM serves it as a LoRA adapter; on DEVICE=cpu the hf backend merges it in float32 itself
-# (verl_gigpo/cpu/hf_rollout.py), so nothing else changes there. Fidelity rows: recipes/reference_settings.yaml (lora).
+# (verl_gigpo/verl_glue/cpu/hf_rollout.py), so nothing else changes there. Fidelity rows:
+# recipes/reference_settings.yaml (lora).
 gigpo_lora_setup() {
     gigpo_lora_rank
     GIGPO_LORA=()
@@ -847,8 +848,8 @@ $ADV_ESTIMATOR tables)" >&2
 # (`enable_thinking`), from THINKING: unset or empty = nothing (the template's own default: Qwen3 thinks);
 # THINKING=0 = data.apply_chat_template_kwargs.enable_thinking=false (Qwen3's template then closes an empty think
 # block after the generation prompt, so the model answers at once); THINKING=1 = true. verl's agent loop passes
-# data.apply_chat_template_kwargs to the chat template (AgentLoopBase reads it; verl_gigpo/agent_loop.py); `++`
-# because verl's default is an empty mapping. A template that does not read the switch renders the same prompt
+# data.apply_chat_template_kwargs to the chat template (AgentLoopBase reads it; verl_gigpo/verl_glue/agent_loop.py);
+# `++` because verl's default is an empty mapping. A template that does not read the switch renders the same prompt
 # (the agent loop then logs a warning).
 gigpo_thinking_setup() {
     GIGPO_THINKING=()

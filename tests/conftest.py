@@ -79,7 +79,20 @@ def _built_once(tmp_path_factory, name: str, build: Callable[[Path], Path]) -> P
     return Path(done.read_text())
 
 
-# ---------------------------------------------------------------------------------------------- tiny model (local/)
+@pytest.fixture(autouse=True)
+def _verl_logging_level_restored():
+    """Give the next test the ``VERL_LOGGING_LEVEL`` this one found: the CLIs the tests run in-process (``evaluate``,
+    ``probe``) set it to WARNING for their own run, which would hide the plug-in's load line from the subprocesses
+    later tests start."""
+    before = os.environ.get("VERL_LOGGING_LEVEL")
+    yield
+    if before is None:
+        os.environ.pop("VERL_LOGGING_LEVEL", None)
+    else:
+        os.environ["VERL_LOGGING_LEVEL"] = before
+
+
+# ------------------------------------------------------------------------------------------------ tiny model (dev/)
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A tiny random Qwen2 chat model + gridnav-trained tokenizer, built once per test session (~2 s).
@@ -87,7 +100,7 @@ def tiny_model_dir(tmp_path_factory):
     Hidden 64, 2 layers, 4 heads, MLP 128: small enough for fast CPU tests, same code path as the demo model.
     Load it with ``AutoTokenizer/AutoModelForCausalLM.from_pretrained(tiny_model_dir)``.
     """
-    from verl_gigpo.local.tiny_model import build_tiny_model
+    from verl_gigpo.dev.tiny_model import build_tiny_model
 
     def build(out: Path) -> Path:
         return build_tiny_model(
@@ -143,7 +156,7 @@ def alfworld_data(tmp_path_factory):
 @pytest.fixture(scope="session")
 def action_model_dir(tiny_model_dir, tmp_path_factory):
     """The tiny model after 40 supervised steps on gridnav prompts -> a uniformly random action word + EOS
-    (``verl_gigpo.local.tiny_model.sft_action_format``, the ``--sft-actions`` option of its CLI).
+    (``verl_gigpo.dev.tiny_model.sft_action_format``, the ``--sft-actions`` option of its CLI).
 
     A random-init model almost never emits a parseable action, so its rollouts are all invalid steps with equal
     returns — a degenerate batch. This one replies with valid actions (in random directions), so rollouts have
@@ -151,7 +164,7 @@ def action_model_dir(tiny_model_dir, tmp_path_factory):
     """
     import shutil
 
-    from verl_gigpo.local.tiny_model import sft_action_format
+    from verl_gigpo.dev.tiny_model import sft_action_format
 
     def build(out: Path) -> Path:
         shutil.copytree(tiny_model_dir, out, dirs_exist_ok=True)

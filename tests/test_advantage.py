@@ -23,7 +23,7 @@ from verl_gigpo.advantage import (
     discounted_step_returns,
     gigpo_advantage_terms,
 )
-from verl_gigpo.anchors import anchor_group_ids
+from verl_gigpo.advantage.anchors import anchor_group_ids
 from verl_gigpo.config import GiGPOConfig
 
 ATOL = 1e-5

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from step_records import make_step
 
-from verl_gigpo.agent_loop import episode_to_outputs
 from verl_gigpo.rollout import Episode, TaskSpec
 from verl_gigpo.rollout.step_rows import StepBatch
+from verl_gigpo.verl_glue.agent_loop import episode_to_outputs
 
 
 def test_one_row_per_step_with_the_final_reward_score():

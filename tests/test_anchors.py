@@ -1,4 +1,4 @@
-"""CPU tests of anchor grouping (verl_gigpo.anchors): similarity grouping against a brute-force all-pairs
+"""CPU tests of anchor grouping (verl_gigpo.advantage.anchors): similarity grouping against a brute-force all-pairs
 oracle (tests/helpers/gigpo_oracle.py), order independence, exact mode, per-episode-group grouping, validation."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ import torch
 # all pairs, union-find: the definition of the grouping, written the slow obvious way (tests/helpers/gigpo_oracle.py)
 from gigpo_oracle import brute_force_similarity_groups as _brute_force_groups
 
-from verl_gigpo import _similarity_graph, anchors
-from verl_gigpo.advantage import gigpo_advantage_terms
-from verl_gigpo.anchors import (
+from verl_gigpo.advantage import _similarity_graph, anchors, gigpo_advantage_terms
+from verl_gigpo.advantage.anchors import (
     anchor_group_ids,
     shingle_set,
     shingle_similarity,
@@ -154,7 +153,7 @@ def test_dense_near_duplicate_buckets_are_split_and_match_brute_force(fmt, thres
     # ({i}, 0.9: one group through chains; {i:04d}, 0.95: one group per shared 3-digit prefix; {i}, 0.97: one
     # group linked only through one-shingle differences), and it must not depend on the input order.
     texts = _dense_room_texts(600, fmt)
-    with caplog.at_level("DEBUG", logger="verl_gigpo._lsh"):  # the LSH path logs its bucket counts
+    with caplog.at_level("DEBUG", logger="verl_gigpo.advantage._lsh"):  # the LSH path logs its bucket counts
         labels = similarity_groups(texts, threshold, candidates="lsh")
     split = [r.getMessage() for r in caplog.records if "bucket members split" in r.getMessage()]
     assert split and " 0 bucket members split" not in split[-1]
@@ -275,7 +274,7 @@ def test_anchor_group_ids_validation():
         anchor_group_ids(["a", "b"], ["g", "g", "g"])
     with pytest.raises(ValueError, match=r"anchor_keys\[1\] is missing"):
         anchor_group_ids(np.array(["a", None], dtype=object), ["g", "g"])
-    # the message of every id check (verl_gigpo._ids, shared with the estimators): the row, the value, the fix
+    # the message of every id check (verl_gigpo.advantage._ids, shared with the estimators): the row, the value, the fix
     with pytest.raises(ValueError, match=r"anchor_keys\[0\] = \['a'\] .*hashable.*str, int or tuple"):
         keys = np.empty(2, dtype=object)
         keys[0], keys[1] = ["a"], ["b"]  # lists are not hashable

@@ -32,8 +32,8 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl_gigpo import AGENT_LOOP_NAME
 from verl_gigpo.local.config import load_config
 from verl_gigpo.local.rollout import LocalRollout
-from verl_gigpo.preflight import config_problems
 from verl_gigpo.rollout import ChatPromptEncoder, TaskSpec, build_prompt, chat_template_kwargs_from, make_task_env
+from verl_gigpo.verl_glue.preflight import config_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,6 +1,6 @@
-"""CPU tests of joining a running Ray cluster (verl_gigpo/cluster.py), without starting Ray: which launch joins one
-(Ray's own address rule), what it stops passing to ``ray.init``, the CPU platform's check of its logical GPUs, and
-whether verl's per-node placement groups fit on a cluster's nodes. The real connection, on two real Ray nodes, is in
+"""CPU tests of joining a running Ray cluster (verl_gigpo/verl_glue/cluster.py), without starting Ray: which launch
+joins one (Ray's own address rule), what it stops passing to ``ray.init``, the CPU platform's check of its logical GPUs,
+and whether verl's per-node placement groups fit on a cluster's nodes. The real connection, on two real Ray nodes, is in
 tests/test_multinode.py."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from verl.single_controller.ray.base import ResourcePoolManager
 
-from verl_gigpo.cluster import CPUS_PER_RANK, placement_problems, prepare_ray_init, ray_address
-from verl_gigpo.cpu import check_cpu_config
-from verl_gigpo.resume import VERL_RESUME
+from verl_gigpo.config.resume import VERL_RESUME
+from verl_gigpo.verl_glue.cluster import CPUS_PER_RANK, placement_problems, prepare_ray_init, ray_address
+from verl_gigpo.verl_glue.cpu import check_cpu_config
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "verl_gigpo" / "config"
 

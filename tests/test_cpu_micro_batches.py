@@ -1,5 +1,5 @@
-"""The CPU platform's micro-batch split: rows of similar length together (verl_gigpo/cpu/micro_batches.py), and the
-shim that puts it into verl's dynamic split (``length_sorted_micro_batches``), on real verl TensorDicts."""
+"""The CPU platform's micro-batch split: rows of similar length together (verl_gigpo/verl_glue/cpu/micro_batches.py),
+and the shim that puts it into verl's dynamic split (``length_sorted_micro_batches``), on real verl TensorDicts."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from verl_gigpo.cpu.micro_batches import padded_tokens, sorted_partition
+from verl_gigpo.verl_glue.cpu.micro_batches import padded_tokens, sorted_partition
 
 
 def _random_lengths(seed: int, n: int) -> list[int]:
@@ -90,7 +90,7 @@ def test_shim_sorts_padded_rows_and_verl_restores_their_order():
     from verl.utils.seqlen_balancing import restore_dynamic_batch
     from verl.workers.engine import utils as engine_utils
 
-    from verl_gigpo.cpu.shims import length_sorted_micro_batches
+    from verl_gigpo.verl_glue.cpu.shims import length_sorted_micro_batches
 
     original = engine_utils.rearrange_micro_batches
     length_sorted_micro_batches()
@@ -119,7 +119,7 @@ def test_parts_equal_verls_row_selection_without_the_row_objects_no_pass_reads()
     from tensordict import NonTensorData, NonTensorStack
     from verl.utils import tensordict_utils as tu
 
-    from verl_gigpo.cpu.shims import MICRO_BATCH_ROW_OBJECTS, _select_parts
+    from verl_gigpo.verl_glue.cpu.shims import MICRO_BATCH_ROW_OBJECTS, _select_parts
 
     lengths = _random_lengths(2, 40)
     batch = _nested_batch(lengths, use_remove_padding=False)

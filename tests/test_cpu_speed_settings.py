@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from verl_gigpo.cpu import check_cpu_config
-from verl_gigpo.cpu import timeline as tl
+from verl_gigpo.dev import timeline as tl
+from verl_gigpo.verl_glue.cpu import check_cpu_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,7 +25,7 @@ def _compose(*overrides: str):
 
 
 def _trainer(action_model_dir, *overrides: str):
-    from verl_gigpo.trainer import GiGPOTrainerSync
+    from verl_gigpo.verl_glue.trainer import GiGPOTrainerSync
 
     return GiGPOTrainerSync(_compose(f"actor_rollout_ref.model.path={action_model_dir}", *overrides))
 
@@ -134,7 +134,7 @@ def test_bypass_mode_recomputes_on_each_launchs_first_iteration_and_every_nth(ac
 
 
 def test_the_smoke_check_requires_the_rollout_vs_actor_gap_at_a_launchs_first_iteration():
-    from verl_gigpo.cpu.smoke import ROLLOUT_GAP_LIMIT, RunResult, check_runs
+    from verl_gigpo.dev.smoke import ROLLOUT_GAP_LIMIT, RunResult, check_runs
 
     def problems(first_row: dict) -> list[str]:
         # a launch that ends normally (the smoke's grpo launch is stopped on purpose by a kill: its own checks)

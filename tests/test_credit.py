@@ -1,4 +1,4 @@
-"""Per-step credit records (verl_gigpo/credit.py), CPU-only: the records are the estimator's terms for the same
+"""Per-step credit records (verl_gigpo/credit/records.py), CPU-only: the records are the estimator's terms for the same
 batch (verl's step rows and a real local-engine run), a run with records off writes nothing and trains exactly as
 one with them on, the options fail clearly, and the agent loop adds texts only when records are on."""
 
@@ -12,18 +12,18 @@ import pytest
 import torch
 
 from verl_gigpo.advantage import gigpo_advantage_terms
-from verl_gigpo.agent_loop import episode_to_outputs
 from verl_gigpo.config import GiGPOConfig
-from verl_gigpo.credit import (
+from verl_gigpo.credit.records import (
     RECORD_FIELDS,
     CreditLogger,
     CreditLogOptions,
     anchor_key_hash,
     read_credit_records,
 )
-from verl_gigpo.preflight import config_problems
 from verl_gigpo.rollout import Episode, StepRecord, TaskSpec
 from verl_gigpo.rollout.step_rows import StepBatch
+from verl_gigpo.verl_glue.agent_loop import episode_to_outputs
+from verl_gigpo.verl_glue.preflight import config_problems
 
 # the per-row arrays of GiGPOTerms and the record field holding each
 TERM_FIELDS = {

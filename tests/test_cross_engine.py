@@ -4,11 +4,11 @@ Real gridnav episodes are played with fixed action scripts (two tasks, four epis
 environment raises at its third step and one fails at reset; in task 1, whose returns differ, one raises at its third
 step). They go through:
 
-* verl's path: the agent loop's rows (:func:`verl_gigpo.agent_loop.episode_to_outputs`) as verl's V1 agent-loop
-  worker stores them (``AgentLoopOutput.as_dict`` plus ``uid``, :func:`verl.utils.tensordict_utils.
+* verl's path: the agent loop's rows (:func:`verl_gigpo.verl_glue.agent_loop.episode_to_outputs`) as verl's V1
+  agent-loop worker stores them (``AgentLoopOutput.as_dict`` plus ``uid``, :func:`verl.utils.tensordict_utils.
   list_of_dict_to_tensordict`), one verl padding row (``construct_minimal_padding_template``, tagged ``is_padding``),
   then what the ``gigpo_sync`` trainer mode does with them (:meth:`StepBatch.from_rows`,
-  :meth:`StepBatch.advantage_terms`, :func:`verl_gigpo.trainer.episode_metrics`);
+  :meth:`StepBatch.advantage_terms`, :func:`verl_gigpo.verl_glue.trainer.episode_metrics`);
 * the local engine's path: :meth:`StepBatch.from_episodes`, :meth:`StepBatch.advantage_terms` with the local config's
   estimator settings, the episode metrics of its rows, its run-level metric names and its row split;
 * GRPO and RLOO: :func:`verl_gigpo.advantage.outcome.outcome_advantages`, which both engines call, on either path's
@@ -32,17 +32,17 @@ from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
 from environments.gridnav.env import GridNavEnv
 from verl_gigpo.advantage.outcome import outcome_advantages
-from verl_gigpo.agent_loop import episode_to_outputs
-from verl_gigpo.cpu.smoke import val_metric
+from verl_gigpo.dev.smoke import val_metric
 from verl_gigpo.local.config import gigpo_config, load_config
 from verl_gigpo.local.update import split_rows
-from verl_gigpo.metrics_file import TRAINING_STEP_KEY
 from verl_gigpo.rollout import ChatPromptEncoder, EpisodeConfig, GenerationOutput, TaskSpec, run_episode
 from verl_gigpo.rollout.factory import make_task_env
 from verl_gigpo.rollout.metrics import episode_metrics, run_names, val_names
 from verl_gigpo.rollout.step_rows import StepBatch
-from verl_gigpo.trainer import episode_metrics as trainer_episode_metrics
-from verl_gigpo.trainer import plan_mini_batches
+from verl_gigpo.verl_glue.agent_loop import episode_to_outputs
+from verl_gigpo.verl_glue.metrics_file import TRAINING_STEP_KEY
+from verl_gigpo.verl_glue.trainer import episode_metrics as trainer_episode_metrics
+from verl_gigpo.verl_glue.trainer import plan_mini_batches
 
 #: per task seed, one action script per episode (replayed in order, the last action repeated)
 SCRIPTS = {  # task 0: the goal is 3 steps right (north wall); task 1: 1 down, then 4 right
@@ -306,8 +306,8 @@ def test_both_engines_build_the_same_episode_config(overrides):
     and a bad value is refused by both with the key named."""
     from hydra import compose, initialize_config_dir
 
-    from verl_gigpo.agent_loop import episode_config_from
     from verl_gigpo.local.setup import episode_config
+    from verl_gigpo.verl_glue.agent_loop import episode_config_from
 
     shared = ["data.max_response_length=4", "actor_rollout_ref.rollout.response_length=4"]
     local_cfg = load_config([*overrides, "actor_rollout_ref.rollout.response_length=4"])

@@ -1,6 +1,6 @@
-"""A dead Ray actor behind verl's error (verl_gigpo.dead_actor). Ray's own ``ActorDiedError`` (built from the context
-Ray's core worker fills in when an actor's process dies), nested in ``RayTaskError``s as Ray nests it through the
-actors that waited on it, gives one line naming the innermost dead process and the checkpoint to resume from. And
+"""A dead Ray actor behind verl's error (verl_gigpo.verl_glue.dead_actor). Ray's own ``ActorDiedError`` (built from the
+context Ray's core worker fills in when an actor's process dies), nested in ``RayTaskError``s as Ray nests it through
+the actors that waited on it, gives one line naming the innermost dead process and the checkpoint to resume from. And
 (slow: a local Ray) the watch the trainer mode runs while verl waits for rollouts finds an actor killed with SIGKILL
 in Ray's actor table."""
 
@@ -14,7 +14,7 @@ import pytest
 from ray.core.generated.common_pb2 import ActorDiedErrorContext
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayTaskError
 
-from verl_gigpo.dead_actor import DeadActor, find_dead_actor, stop_message
+from verl_gigpo.verl_glue.dead_actor import DeadActor, find_dead_actor, stop_message
 
 REASON = (
     "The actor is dead because its worker process has died. Worker exit type: UNEXPECTED_SYSTEM_EXIT Worker exit "
@@ -119,7 +119,7 @@ def test_the_watch_names_an_actor_killed_with_sigkill_and_the_error_reaches_the_
     """A real Ray actor (named like verl's agent-loop workers) gets SIGKILL: the watch reads Ray's actor table and
     raises DeadActorError, and that error, raised inside another actor as the trainer raises it inside verl's
     TaskRunner, reaches the driver as a RayTaskError that still names the dead process."""
-    from verl_gigpo.dead_actor import ActorWatch, DeadActorError, guard_replay_buffer
+    from verl_gigpo.verl_glue.dead_actor import ActorWatch, DeadActorError, guard_replay_buffer
 
     ray = ray_local
 

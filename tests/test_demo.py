@@ -115,7 +115,7 @@ def test_evaluating_the_demo_checkpoint_repeats_its_final_validation(demo_run, t
     assert f"success {overall['wins']}/16" in done.stdout and f"table:       {out / 'table.md'}" in done.stdout
     assert "| **all** | 16 | 16 |" in (out / "table.md").read_text()
     assert (out / "success_by_type.png").stat().st_size > 1000
-    from verl_gigpo.credit import read_credit_records
+    from verl_gigpo.credit.records import read_credit_records
     from verl_gigpo.evaluate.transcripts import episode_outcomes, read_transcripts
 
     records = read_transcripts(out / "transcripts")

@@ -14,7 +14,7 @@ import torch
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.rollout.metrics import TrajectorySummary
 from verl_gigpo.rollout.metrics import episode_metrics as episode_metrics_of
-from verl_gigpo.trainer import StepBatch, episode_metrics
+from verl_gigpo.verl_glue.trainer import StepBatch, episode_metrics
 
 METRICS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
 UNITS = {"trajectory", "step row", "token", "anchor group", "episode group", "batch"}

@@ -1,6 +1,6 @@
 """verl's whole pipeline on CPU, end to end, as users launch it: ``python -m verl_gigpo.main platform=cpu``.
 
-One module-scoped fixture runs the launches of :func:`verl_gigpo.cpu.smoke.run_smoke` (what ``make e2e`` runs): verl's
+One module-scoped fixture runs the launches of :func:`verl_gigpo.dev.smoke.run_smoke` (what ``make e2e`` runs): verl's
 ``main_ppo`` -> ``TaskRunnerV1`` -> the ``gigpo_sync`` trainer mode -> FSDP actor and reference workers (gloo) ->
 the ``gigpo_env_agent`` agent loop on the ``hf`` rollout backend -> TransferQueue. GiGPO trains with a checkpoint
 after every iteration; in iteration 1 one of its environment worker processes gets SIGKILL (the run goes on), and
@@ -42,7 +42,7 @@ from verl.model_merger.base_model_merger import ModelMergerConfig
 from verl.model_merger.fsdp_model_merger import FSDPModelMerger
 
 from environments import register_env
-from verl_gigpo.cpu.smoke import (
+from verl_gigpo.dev.smoke import (
     CHANGED_KEY,
     ROLLOUT_GAP_LIMIT,
     check_runs,
@@ -52,7 +52,7 @@ from verl_gigpo.cpu.smoke import (
 from verl_gigpo.evaluate import EvalOptions, evaluate_local
 from verl_gigpo.export import export_checkpoint, fsdp_full_state_dict
 from verl_gigpo.export import main as export_main
-from verl_gigpo.metrics_file import read_metrics, training_steps
+from verl_gigpo.verl_glue.metrics_file import read_metrics, training_steps
 
 pytestmark = pytest.mark.slow
 
@@ -196,7 +196,7 @@ def test_a_killed_environment_worker_is_replaced_and_the_run_goes_on(runs):
     iterations 1 and 2 train."""
     first = runs["gigpo"]
     kill = first.kill("environment worker")
-    assert kill is not None and "verl_gigpo.rollout.procworker" in kill.cmdline
+    assert kill is not None and "verl_gigpo.rollout.execution.procworker" in kill.cmdline
     assert re.search(rf"process {kill.pid} died (during|between)", first.output), first.output[-3000:]
     rows = _training_rows(first)
     assert [row["step"] for row in rows] == [1, 2] and all(row["actor/grad_norm"] > 0 for row in rows)

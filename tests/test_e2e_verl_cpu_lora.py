@@ -5,7 +5,8 @@ recipes set them) on gridnav with the tiny action model, two iterations with a c
 What runs is verl's own LoRA path with nothing replaced: peft's adapter on every linear layer of the FSDP2 actor
 (``FSDPEngine._build_lora_module``), the reference policy as the actor with its adapter disabled (no reference worker:
 ``ref_in_actor``), and verl's default unmerged sync (``model.lora.merge=false``): the base weights once, then the
-adapter alone after every update, which the ``hf`` rollout backend merges in float32 (:mod:`verl_gigpo.cpu.hf_rollout`).
+adapter alone after every update, which the ``hf`` rollout backend merges in float32
+(:mod:`verl_gigpo.verl_glue.cpu.hf_rollout`).
 The rollout-vs-actor gap is measured on every iteration (``trainer.v1.gigpo_sync.logprob_check_freq=1``: verl's
 old-log-prob pass runs and logs ``training/rollout_probs_diff_max``), so on iteration 2 it is the gap after the first
 update; after the last update it is measured here, on a fixed prompt, between the weights the server held and the
@@ -26,8 +27,8 @@ from safetensors.torch import load_file
 from token_logprobs import gridnav_prompt_with_reply, token_log_probs
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from verl_gigpo.cpu.smoke import ROLLOUT_GAP_LIMIT, pipeline_overrides, run_pipeline
 from verl_gigpo.data.prepare import write_task_files
+from verl_gigpo.dev.smoke import ROLLOUT_GAP_LIMIT, pipeline_overrides, run_pipeline
 from verl_gigpo.export import fsdp_full_state_dict
 from verl_gigpo.export import main as export_main
 

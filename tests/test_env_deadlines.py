@@ -1,7 +1,7 @@
-"""CPU tests of environment deadlines (verl_gigpo.rollout.envcalls / threads / procpool): a hanging environment ends
-its episode as a failed one in bounded time, the stuck instance is never reused, hung threads are written off and
-replaced, hung worker processes are killed and replaced. Real gridnav episodes, a tiny real model, real threads and
-processes; the hang is a real blocked call (tests/helpers/gigpo_hanging_env.py)."""
+"""CPU tests of environment deadlines (verl_gigpo.rollout.execution.envcalls / threads / procpool): a hanging
+environment ends its episode as a failed one in bounded time, the stuck instance is never reused, hung threads are
+written off and replaced, hung worker processes are killed and replaced. Real gridnav episodes, a tiny real model, real
+threads and processes; the hang is a real blocked call (tests/helpers/gigpo_hanging_env.py)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from environments import list_envs, register_env
 from verl_gigpo.local.server import LocalGenerationServer
 from verl_gigpo.rollout import EnvPool, EpisodeConfig, TaskSpec
 from verl_gigpo.rollout.execution import EnvDeadlineError, EnvExecution
+from verl_gigpo.rollout.execution.threads import CallAbandoned, EnvThreadPool, TurnLock
 from verl_gigpo.rollout.metrics import episode_metrics, summaries_from_episodes
-from verl_gigpo.rollout.threads import CallAbandoned, EnvThreadPool, TurnLock
 
 CONFIG = EpisodeConfig(max_steps=5, max_prompt_length=512, max_response_length=3, key_mode="state")
 DEADLINE = EnvExecution(step_timeout_s=1.0, reset_timeout_s=1.0)
@@ -307,7 +307,7 @@ def test_the_local_engine_checks_the_execution_keys():
 def test_preflight_checks_the_execution_keys():
     from hydra import compose, initialize_config_dir
 
-    from verl_gigpo.preflight import config_problems
+    from verl_gigpo.verl_glue.preflight import config_problems
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with initialize_config_dir(config_dir=os.path.join(root, "verl_gigpo", "config"), version_base=None):

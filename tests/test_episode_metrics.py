@@ -9,11 +9,11 @@ import dataclasses
 import pytest
 from step_records import make_step as _step
 
-from verl_gigpo.agent_loop import episode_to_outputs
 from verl_gigpo.rollout import Episode, TaskSpec
 from verl_gigpo.rollout.metrics import TrajectorySummary, episode_metrics, summaries_from_episodes
 from verl_gigpo.rollout.step_rows import StepBatch
-from verl_gigpo.trainer import episode_metrics as trainer_episode_metrics
+from verl_gigpo.verl_glue.agent_loop import episode_to_outputs
+from verl_gigpo.verl_glue.trainer import episode_metrics as trainer_episode_metrics
 
 
 def _episode(traj_id, seed, steps, *, won=False, error=None, task_type="pick", env_s=0.0, gen_s=0.0) -> Episode:

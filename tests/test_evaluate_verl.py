@@ -20,8 +20,8 @@ from hydra import compose, initialize_config_dir
 
 from verl_gigpo.evaluate import EvalOptions, recorded_launch, resolve_model, verl_eval_overrides
 from verl_gigpo.evaluate.__main__ import main
-from verl_gigpo.launch import prepare_launch
-from verl_gigpo.preflight import config_problems
+from verl_gigpo.verl_glue.launch import prepare_launch
+from verl_gigpo.verl_glue.preflight import config_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 

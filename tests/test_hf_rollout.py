@@ -1,4 +1,4 @@
-"""The ``hf`` rollout backend's server (``verl_gigpo.cpu.hf_rollout.HFGenerationServer``), in this process.
+"""The ``hf`` rollout backend's server (``verl_gigpo.verl_glue.cpu.hf_rollout.HFGenerationServer``), in this process.
 
 It runs as a Ray actor in verl's pipeline (``tests/test_e2e_verl_cpu.py``); here its contract is checked directly on
 the tiny model with verl's own ``RolloutConfig`` (composed from ``platform=cpu``): verl's ``max_tokens`` default,
@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM
 from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.rollout.replica import TokenOutput
 
-from verl_gigpo.cpu.hf_rollout import HFGenerationServer
+from verl_gigpo.verl_glue.cpu.hf_rollout import HFGenerationServer
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = [5, 6, 7, 8]

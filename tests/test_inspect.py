@@ -13,20 +13,12 @@ from matplotlib import colormaps
 from matplotlib.colors import to_hex, to_rgb
 
 from verl_gigpo.advantage import ESTIMATOR_TERMS, NEEDS_OUTCOME
-from verl_gigpo.credit import credit_records, write_credit_records
-from verl_gigpo.inspect import (
-    CreditReportError,
-    CreditRun,
-    anchor_graph,
-    credit_colour,
-    credit_pairs,
-    load_credit_run,
-    make_report,
-    run_stats,
-    top_pairs,
-)
+from verl_gigpo.credit.graph import CMAP, INVALID, NOT_WON, WON, anchor_graph, credit_colour
+from verl_gigpo.credit.load import CreditReportError, CreditRun, load_credit_run
+from verl_gigpo.credit.records import credit_records, write_credit_records
+from verl_gigpo.credit.report import make_report
+from verl_gigpo.credit.stats import credit_pairs, run_stats, top_pairs
 from verl_gigpo.inspect.__main__ import main
-from verl_gigpo.inspect.graph import CMAP, INVALID, NOT_WON, WON
 from verl_gigpo.rollout.step_rows import StepBatch
 
 # One episode group, gridnav-like, gamma = 1, mean_std:
@@ -280,7 +272,7 @@ def test_report_puts_two_runs_credit_for_the_same_group_side_by_side(tmp_path, c
 
 
 def test_recredit_gives_each_method_its_own_terms_on_the_same_rows():
-    from verl_gigpo.inspect import recredit
+    from verl_gigpo.credit.recredit import recredit
 
     gigpo = _records()  # gamma 1
     for method in ("gigpo", "hgpo", "graphgpo", "g2po"):

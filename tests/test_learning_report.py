@@ -223,9 +223,9 @@ def test_the_verl_launch_composes_passes_verls_and_the_entry_points_checks_and_m
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    from verl_gigpo.cpu import check_cpu_config
     from verl_gigpo.local.config import load_config
-    from verl_gigpo.preflight import preflight
+    from verl_gigpo.verl_glue.cpu import check_cpu_config
+    from verl_gigpo.verl_glue.preflight import preflight
 
     args, names = lb.cli.parse_args([*ARGV_VERL, "--model", str(tiny_model_dir), "--runs", str(tmp_path / "runs")])
     assert names == ["gigpo"] and args.credit_freq == 1 and args.micro_batch == 16

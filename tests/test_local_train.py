@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from verl_gigpo.cpu.smoke import val_metric
+from verl_gigpo.dev.smoke import val_metric
 from verl_gigpo.local.train import LocalTrainer, load_config, main
 from verl_gigpo.local.update import PPOActor
-from verl_gigpo.metrics_file import TRAINING_STEP_KEY
 from verl_gigpo.rollout import TaskSpec
 from verl_gigpo.rollout.step_rows import StepBatch
+from verl_gigpo.verl_glue.metrics_file import TRAINING_STEP_KEY
 
 # An easy gridnav variant (3x3, no walls, goal 1-2 steps away, 4 steps): a random policy wins about half the
 # episodes, so groups have mixed outcomes and the advantages are not all zero.
@@ -48,7 +48,7 @@ def _params(model):
 @pytest.mark.parametrize("estimator", ["gigpo", "gigpo-similarity", "grpo", "rloo"])
 def test_one_iteration_updates_the_model(tiny_model_dir, tmp_path, estimator):
     extra = [f"algorithm.adv_estimator={estimator.split('-')[0]}"]
-    if estimator == "gigpo-similarity":  # observation texts grouped by similarity (verl_gigpo.anchors)
+    if estimator == "gigpo-similarity":  # observation texts grouped by similarity (verl_gigpo.advantage.anchors)
         extra += ["algorithm.gigpo.key_mode=similarity", "algorithm.gigpo.similarity_threshold=0.95"]
     trainer = LocalTrainer(_cfg(tiny_model_dir, tmp_path, *extra))
     try:
@@ -125,7 +125,7 @@ def test_micro_batching_and_epochs_with_kl_and_entropy(tiny_model_dir, tmp_path)
 def test_mini_batches_of_rows(tiny_model_dir, tmp_path):
     """trainer.v1.gigpo_sync.mini_batch_rows (verl's gigpo_sync key) splits the update into ceil(rows / M) shuffled
     mini-batches of step rows, the count verl's plan gives; ppo_epochs passes reshuffle."""
-    from verl_gigpo.trainer import plan_mini_batches
+    from verl_gigpo.verl_glue.trainer import plan_mini_batches
 
     cfg = _cfg(
         tiny_model_dir,

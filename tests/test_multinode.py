@@ -9,11 +9,11 @@ queried while the cluster lives: ``tests/helpers/ray_actor_table.py``), not from
 rollout servers (one replica per rank) and the agent-loop workers each ran on both nodes, and the environment worker
 processes (children of the agent-loop workers, which record their parent's pid: ``tests/helpers/gigpo_pid_env.py``)
 ran under agent-loop workers of both nodes. The metrics file holds both iterations with the ``gigpo/*``, ``env/*``
-and ``episode/*`` keys, and the rollout-vs-actor gap is within :data:`verl_gigpo.cpu.smoke.ROLLOUT_GAP_LIMIT`.
+and ``episode/*`` keys, and the rollout-vs-actor gap is within :data:`verl_gigpo.dev.smoke.ROLLOUT_GAP_LIMIT`.
 The node's leaving stops the launch by itself, within seconds, with one line naming a dead process of the run and
 the checkpoint to resume from (``benchmarks/node_leaving.py`` also relaunches on one node and resumes). A launch
 asking for a third node stops before verl starts, naming the cluster's nodes and what to do
-(:func:`verl_gigpo.cluster.check_cluster`).
+(:func:`verl_gigpo.verl_glue.cluster.check_cluster`).
 
 The nodes run in their own process groups (``ray start --block``) and are stopped by signalling those groups, never
 with ``ray stop``, which stops every Ray on the machine. One training launch, about 3 minutes on 2 cores. A Ray node
@@ -39,14 +39,14 @@ from types import SimpleNamespace
 import pytest
 from ray_nodes import HELPERS, ROOT, prepare_launch, two_ray_nodes  # tests/helpers (pytest's pythonpath)
 
-from verl_gigpo.cpu.smoke import (
+from verl_gigpo.dev.smoke import (
     ROLLOUT_GAP_LIMIT,
     STOP_BOUND_S,
     checkpointed_and_logged,
     pipeline_overrides,
     run_pipeline,
 )
-from verl_gigpo.metrics_file import training_steps
+from verl_gigpo.verl_glue.metrics_file import training_steps
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +65,7 @@ def two_node_run(cluster, action_model_dir, tmp_path_factory):
     when a machine fails) once iteration 2's checkpoint and metrics are written, and Ray's record of its actors and
     the nodes, read while the head lives: ``(run, actors, nodes, env_pids, refused, node_left)``; ``refused`` is a
     launch asking for 3 nodes; ``node_left``: when the node was killed (seconds into the launch) and how long the
-    launch went on after it (None: still running :data:`~verl_gigpo.cpu.smoke.STOP_BOUND_S` later, then killed)."""
+    launch went on after it (None: still running :data:`~verl_gigpo.dev.smoke.STOP_BOUND_S` later, then killed)."""
     from gigpo_pid_env import recorded_pids
 
     address, ray_nodes = cluster

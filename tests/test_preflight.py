@@ -1,6 +1,6 @@
-"""CPU tests of ``verl_gigpo.preflight``: ``python -m verl_gigpo.main`` checks ``algorithm.gigpo.*``, ``env.*`` and
-the supported verl path on the driver, before verl starts Ray, with the messages of the components that read those
-keys later (``GiGPOConfig.from_algorithm`` in the trainer mode, ``episode_config_from`` in the agent loop).
+"""CPU tests of ``verl_gigpo.verl_glue.preflight``: ``python -m verl_gigpo.main`` checks ``algorithm.gigpo.*``,
+``env.*`` and the supported verl path on the driver, before verl starts Ray, with the messages of the components that
+read those keys later (``GiGPOConfig.from_algorithm`` in the trainer mode, ``episode_config_from`` in the agent loop).
 
 Configs are composed by Hydra from the real ``verl_gigpo/config/gigpo_trainer.yaml`` over verl's own ``ppo_trainer``,
 with a model folder and task files that exist (:data:`FILES`) unless a test sets those keys itself (the checks of
@@ -20,11 +20,11 @@ from verl.trainer.ppo.v1 import AgentLoopManagerTQ
 from verl.utils.import_utils import load_class_from_fqn
 
 from environments import list_envs
-from verl_gigpo.agent_loop import episode_config_from
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.local.config import ESTIMATORS, load_config
-from verl_gigpo.preflight import GiGPOConfigError, config_problems, config_warnings, preflight
 from verl_gigpo.rules import bypass_mode_problem, estimator_problem, kl_in_reward_problem, training_sampling_problem
+from verl_gigpo.verl_glue.agent_loop import episode_config_from
+from verl_gigpo.verl_glue.preflight import GiGPOConfigError, config_problems, config_warnings, preflight
 
 ROOT = Path(__file__).resolve().parents[1]
 #: key -> an existing path for it (filled by the autouse fixture below)
@@ -180,7 +180,9 @@ def test_every_problem_is_reported_at_once():
     with pytest.raises(GiGPOConfigError) as info:
         preflight(cfg)
     message = str(info.value)
-    assert message.startswith("the config has 4 problem(s), found before starting Ray (verl_gigpo.preflight):\n")
+    assert message.startswith(
+        "the config has 4 problem(s), found before starting Ray (verl_gigpo.verl_glue.preflight):\n"
+    )
     assert all(f"\n  - {p}" in message for p in problems)
 
 

@@ -1,6 +1,7 @@
-"""CPU tests of environments hosted in worker processes (verl_gigpo.rollout.procpool): a hosted ALFWorld instance
-answers exactly as one in this process (reset, step, and the local view's parse_action / render_prompt), episodes
-of one task share a worker, a crashed worker is replaced, and no worker outlives its host or its parent process."""
+"""CPU tests of environments hosted in worker processes (verl_gigpo.rollout.execution.procpool): a hosted ALFWorld
+instance answers exactly as one in this process (reset, step, and the local view's parse_action / render_prompt),
+episodes of one task share a worker, a crashed worker is replaced, and no worker outlives its host or its parent
+process."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from environments import list_envs, make_env, register_env
 from environments.base import INVALID_ACTION_RULES
 from verl_gigpo.rollout import EnvPool, EpisodeConfig, TaskSpec
 from verl_gigpo.rollout.execution import EnvExecution
-from verl_gigpo.rollout.procpool import ProcessEnvHost, RemoteEnv
+from verl_gigpo.rollout.execution.procpool import ProcessEnvHost, RemoteEnv
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,9 +15,7 @@ from environments import make_env
 from environments.base import PromptStyle
 from environments.gridnav.env import GridNavEnv
 from environments.webshop.prompt import WEBSHOP_STRATEGY
-from verl_gigpo.agent_loop import episode_config_from
 from verl_gigpo.local.config import load_config
-from verl_gigpo.preflight import config_problems
 from verl_gigpo.rollout import (
     ChatPromptEncoder,
     EpisodeConfig,
@@ -29,6 +27,8 @@ from verl_gigpo.rollout import (
     run_episode,
 )
 from verl_gigpo.rollout.metrics import episode_metrics, summaries_from_episodes
+from verl_gigpo.verl_glue.agent_loop import episode_config_from
+from verl_gigpo.verl_glue.preflight import config_problems
 
 #: a step limit that appears nowhere else in the prompts below
 LIMIT = 1987

@@ -442,8 +442,8 @@ def test_a_refused_resume_is_one_error_line_from_verl_gigpo_main(launch_files, t
     """A checkpointed run (its launch record, then checkpoint 2), relaunched with another group size: the entry point
     of ``python -m verl_gigpo.main`` (its Hydra main, given the command line) stops before Ray with one line and exit
     status 1, no traceback and no Hydra hint (what Hydra prints for an exception it reports)."""
-    from verl_gigpo.launch import prepare_launch
     from verl_gigpo.main import main
+    from verl_gigpo.verl_glue.launch import prepare_launch
 
     folder = tmp_path / "exp"
     run_args = [*launch_files, f"trainer.default_local_dir={folder}"]
@@ -500,7 +500,7 @@ def test_lora_alpha_counts_as_a_change_only_when_the_run_had_an_adapter(saved, c
     """The verl resume rule on two composed configs (verl's default lora_alpha is 16): the refused changes."""
     from omegaconf import OmegaConf
 
-    from verl_gigpo.resume import VERL_RESUME
+    from verl_gigpo.config.resume import VERL_RESUME
 
     before, after = (OmegaConf.to_container(compose_launch(args), resolve=True) for args in (saved, current))
     _, refused = VERL_RESUME.check(before, after, allow=True, resuming="", source="", start_over="")

@@ -1,4 +1,5 @@
-"""The modules of :mod:`verl_gigpo.rollout` depend on each other one way only (CPU only, no model).
+"""The modules of :mod:`verl_gigpo.rollout` (its subpackage ``execution/`` included) depend on each other one way
+only (CPU only, no model).
 
 A module that imports another which imports it back — even lazily, inside a function — works only by luck of the
 import order and hides which piece is the shared one; the fix is to move that piece down a level. This reads every
@@ -22,15 +23,18 @@ PACKAGE_DIR = Path(verl_gigpo.rollout.__file__).parent
 
 
 def _module_name(path: Path) -> str:
-    return PACKAGE if path.name == "__init__.py" else f"{PACKAGE}.{path.stem}"
+    parts = path.relative_to(PACKAGE_DIR).with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join((PACKAGE, *parts))
 
 
-MODULES = {_module_name(path): path for path in sorted(PACKAGE_DIR.glob("*.py"))}
+MODULES = {_module_name(path): path for path in sorted(PACKAGE_DIR.rglob("*.py"))}
 
 
 def _imported_modules(module: str, path: Path) -> set[str]:
     """Modules of the package that ``module`` imports anywhere in its source (top level or inside functions)."""
-    package = PACKAGE if module == PACKAGE else module.rpartition(".")[0]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
@@ -85,12 +89,12 @@ def test_lazy_imports_inside_functions_count(tmp_path):
     source = "def f():\n    from verl_gigpo.rollout.episode import make_task_env\n"
     path = tmp_path / "pool.py"
     path.write_text(source)
-    assert _imported_modules(f"{PACKAGE}.pool", path) == {f"{PACKAGE}.episode"}
+    assert _imported_modules(f"{PACKAGE}.execution.pool", path) == {f"{PACKAGE}.episode"}
 
 
 def test_no_module_of_the_rollout_package_imports_one_that_imports_it_back():
     graph = {module: _imported_modules(module, path) for module, path in MODULES.items()}
-    assert {f"{PACKAGE}.episode", f"{PACKAGE}.pool", f"{PACKAGE}.types"} <= set(graph)
+    assert {f"{PACKAGE}.episode", f"{PACKAGE}.execution.pool", f"{PACKAGE}.types"} <= set(graph)
     cycle = _find_cycle(graph)
     assert cycle is None, (
         f"import cycle in {PACKAGE}: {' -> '.join(cycle)}; move the piece both need into a module below them "

@@ -102,7 +102,7 @@ def test_verls_file_logger_appends_in_a_verl_gigpo_launch_and_truncates_otherwis
 
 
 def test_a_resumed_launch_keeps_the_rows_up_to_its_checkpoint_and_moves_the_rest_aside(tmp_path):
-    from verl_gigpo.metrics_file import prepare_metrics_file, superseded_path
+    from verl_gigpo.verl_glue.metrics_file import prepare_metrics_file, superseded_path
 
     path = tmp_path / "metrics.jsonl"
     val0 = verl_line(0, **{"val-core/gridnav/acc/mean@1": 0.25})
@@ -119,7 +119,7 @@ def test_a_resumed_launch_keeps_the_rows_up_to_its_checkpoint_and_moves_the_rest
 
 
 def test_an_iteration_checkpointed_but_never_logged_is_reported_missing(tmp_path):
-    from verl_gigpo.metrics_file import format_steps, iteration_gaps, prepare_metrics_file, read_metrics
+    from verl_gigpo.verl_glue.metrics_file import format_steps, iteration_gaps, prepare_metrics_file, read_metrics
 
     path = tmp_path / "metrics.jsonl"
     path.write_text(verl_line(0, v=1.0) + train_line(1) + train_line(3))  # 2 was checkpointed, its line never written
@@ -137,7 +137,7 @@ def test_an_iteration_checkpointed_but_never_logged_is_reported_missing(tmp_path
 
 
 def test_a_fresh_start_moves_an_earlier_runs_rows_aside(tmp_path):
-    from verl_gigpo.metrics_file import prepare_metrics_file, superseded_path
+    from verl_gigpo.verl_glue.metrics_file import prepare_metrics_file, superseded_path
 
     path = tmp_path / "metrics.jsonl"
     path.write_text(verl_line(0, v=1.0) + train_line(1))
@@ -148,7 +148,7 @@ def test_a_fresh_start_moves_an_earlier_runs_rows_aside(tmp_path):
 
 
 def test_the_metrics_file_lives_in_the_experiment_folder_and_reaches_every_ray_process(tmp_path, files):
-    from verl_gigpo.launch import prepare_launch
+    from verl_gigpo.verl_glue.launch import prepare_launch
 
     folder = tmp_path / "exp"
     cfg = run_config(folder, files)
@@ -165,7 +165,7 @@ def test_the_metrics_file_lives_in_the_experiment_folder_and_reaches_every_ray_p
 
 
 def test_an_explicit_verl_file_logger_path_wins(tmp_path, files):
-    from verl_gigpo.metrics_file import metrics_path
+    from verl_gigpo.verl_glue.metrics_file import metrics_path
 
     cfg = run_config(tmp_path / "exp", files)
     assert metrics_path(cfg, {"VERL_FILE_LOGGER_PATH": str(tmp_path / "m.jsonl")}) == tmp_path / "m.jsonl"
@@ -177,7 +177,7 @@ def test_an_explicit_verl_file_logger_path_wins(tmp_path, files):
 
 # ------------------------------------------------------------------------------------------ partial checkpoints (21.3)
 def test_a_checkpoint_newer_than_verls_pointer_is_named_and_moved_aside(tmp_path, files):
-    from verl_gigpo.launch import prepare_launch
+    from verl_gigpo.verl_glue.launch import prepare_launch
 
     folder = tmp_path / "exp"
     checkpoint(folder, 1)
@@ -193,7 +193,7 @@ def test_a_checkpoint_newer_than_verls_pointer_is_named_and_moved_aside(tmp_path
 
 
 def test_without_a_pointer_every_checkpoint_folder_is_partial(tmp_path, files):
-    from verl_gigpo.launch import prepare_launch, read_checkpoint_folder
+    from verl_gigpo.verl_glue.launch import prepare_launch, read_checkpoint_folder
 
     folder = tmp_path / "exp"
     checkpoint(folder, 1, pointer=False)  # killed during the first save
@@ -207,7 +207,7 @@ def test_without_a_pointer_every_checkpoint_folder_is_partial(tmp_path, files):
 # ------------------------------------------------------------------------------------------- no silent resume (17.7)
 def _checkpointed_run(folder: Path, files: dict[str, str], *settings: str):
     """A run launched with ``settings`` (its launch record) that saved checkpoints 1 and 2."""
-    from verl_gigpo.launch import prepare_launch
+    from verl_gigpo.verl_glue.launch import prepare_launch
 
     prepare_launch(run_config(folder, files, *settings), environ={})
     checkpoint(folder, 1)
@@ -215,7 +215,7 @@ def _checkpointed_run(folder: Path, files: dict[str, str], *settings: str):
 
 
 def test_a_launch_that_resumes_says_from_where_and_how_to_start_over(tmp_path, files):
-    from verl_gigpo.launch import prepare_launch
+    from verl_gigpo.verl_glue.launch import prepare_launch
 
     folder = tmp_path / "exp"
     _checkpointed_run(folder, files)
@@ -241,7 +241,7 @@ def test_a_launch_that_resumes_says_from_where_and_how_to_start_over(tmp_path, f
     ],
 )
 def test_a_changed_training_key_stops_the_resume_unless_allowed(tmp_path, files, override, key, before, after):
-    from verl_gigpo.launch import LaunchError, prepare_launch
+    from verl_gigpo.verl_glue.launch import LaunchError, prepare_launch
 
     folder = tmp_path / "exp"
     _checkpointed_run(folder, files)
@@ -259,7 +259,7 @@ def test_a_changed_training_key_stops_the_resume_unless_allowed(tmp_path, files,
 
 def test_the_saved_config_of_a_checkpoint_is_that_of_the_launch_that_wrote_it(tmp_path, files):
     """lr changed (allowed) at the resume from step 2, which then saved 3: resuming from 3 compares with that launch."""
-    from verl_gigpo.launch import LaunchError, prepare_launch, saved_launch_config
+    from verl_gigpo.verl_glue.launch import LaunchError, prepare_launch, saved_launch_config
 
     folder = tmp_path / "exp"
     _checkpointed_run(folder, files)
@@ -277,7 +277,7 @@ def test_the_saved_config_of_a_checkpoint_is_that_of_the_launch_that_wrote_it(tm
 
 
 def test_checkpoints_without_a_launch_record_are_resumed_with_a_note(tmp_path, files):
-    from verl_gigpo.launch import prepare_launch
+    from verl_gigpo.verl_glue.launch import prepare_launch
 
     folder = tmp_path / "exp"
     checkpoint(folder, 3)  # e.g. launched with python -m verl.trainer.main_ppo
@@ -287,7 +287,7 @@ def test_checkpoints_without_a_launch_record_are_resumed_with_a_note(tmp_path, f
 
 
 def test_resume_modes_disable_and_resume_path_and_an_unreadable_pointer(tmp_path, files):
-    from verl_gigpo.launch import LaunchError, prepare_launch
+    from verl_gigpo.verl_glue.launch import LaunchError, prepare_launch
 
     folder = tmp_path / "exp"
     _checkpointed_run(folder, files, "actor_rollout_ref.rollout.n=2")
@@ -312,7 +312,7 @@ def test_resume_modes_disable_and_resume_path_and_an_unreadable_pointer(tmp_path
 def test_the_resume_rule_lets_listed_keys_change_and_refuses_every_other_key():
     """An allow-list: run length, logging, ranks and speed settings may change; training keys and keys nobody
     listed (a new verl or plug-in option, a section switched on) may not."""
-    from verl_gigpo.resume import LOCAL_RESUME, VERL_RESUME
+    from verl_gigpo.config.resume import LOCAL_RESUME, VERL_RESUME
 
     for key in (
         "algorithm.adv_estimator",
@@ -350,7 +350,7 @@ def test_the_resume_rule_lets_listed_keys_change_and_refuses_every_other_key():
 
 
 def test_docs_list_every_key_that_may_change_on_resume():
-    from verl_gigpo.resume import LOCAL_RESUMABLE, VERL_RESUMABLE
+    from verl_gigpo.config.resume import LOCAL_RESUMABLE, VERL_RESUMABLE
 
     text = (ROOT / "docs" / "runs.md").read_text()
     for entry in {**VERL_RESUMABLE, **LOCAL_RESUMABLE}:
@@ -364,8 +364,8 @@ def test_an_empty_mapping_holds_no_setting_on_both_engines_resume_checks(files):
     no key (so no ``env.kwargs: {} -> None`` beside the real change)."""
     from omegaconf import OmegaConf
 
+    from verl_gigpo.config.resume import LOCAL_RESUME, VERL_RESUME, ResumeRefused, flatten_config
     from verl_gigpo.local.config import DEFAULT_CONFIG, load_config
-    from verl_gigpo.resume import LOCAL_RESUME, VERL_RESUME, ResumeRefused, flatten_config
 
     assert flatten_config({"a": {"b": 1, "c": {}}, "d": [1, {}], "e": {}}) == {"a.b": 1, "d": [1, {}]}
     assert VERL_RESUME.changes(
@@ -388,7 +388,7 @@ def test_an_empty_mapping_holds_no_setting_on_both_engines_resume_checks(files):
 # ---------------------------------------------------------------------------------------- preflight: paths (21.5)
 def _problems(overrides: list[str], files: dict[str, str] | None = None) -> list[str]:
     """Every problem preflight reports: the keys' and the paths'."""
-    from verl_gigpo.preflight import GiGPOConfigError, preflight
+    from verl_gigpo.verl_glue.preflight import GiGPOConfigError, preflight
 
     try:
         preflight(compose_gigpo(overrides, files))
@@ -475,7 +475,7 @@ def test_every_rejection_names_the_key_as_typed(files, override, start):
 
 def test_the_agent_loops_reader_names_the_keys_too(files):
     """Launched past preflight (verl's own entry point), the agent loop's reader gives the same key names."""
-    from verl_gigpo.agent_loop import episode_config_from
+    from verl_gigpo.verl_glue.agent_loop import episode_config_from
 
     with pytest.raises(ValueError, match=r"^env\.max_steps=0 .*>= 1"):
         episode_config_from(compose_gigpo(["env.max_steps=0"], files))
@@ -483,7 +483,7 @@ def test_the_agent_loops_reader_names_the_keys_too(files):
 
 # -------------------------------------------------------------------------- group size 1: a true warning (21.5)
 def test_group_size_one_warns_what_each_estimator_then_computes(files, caplog):
-    from verl_gigpo.preflight import config_warnings, preflight
+    from verl_gigpo.verl_glue.preflight import config_warnings, preflight
 
     [gigpo] = config_warnings(compose_gigpo(["actor_rollout_ref.rollout.n=1"], files))
     assert gigpo == (
@@ -491,7 +491,7 @@ def test_group_size_one_warns_what_each_estimator_then_computes(files, caplog):
         "every row; its step term compares only actions taken from an anchor state that the same episode revisits, "
         "and is 0 for every other step. Groups of several trajectories (the paper: rollout.n=8) give both terms"
     )
-    with caplog.at_level(logging.WARNING, logger="verl_gigpo.preflight"):
+    with caplog.at_level(logging.WARNING, logger="verl_gigpo.verl_glue.preflight"):
         preflight(compose_gigpo(["actor_rollout_ref.rollout.n=1"], files))
     assert gigpo in caplog.messages
     [grpo] = config_warnings(compose_gigpo(["actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=grpo"], files))
@@ -630,7 +630,7 @@ def test_recipes_log_to_the_console_and_verls_file_logger_by_default():
 def test_a_checkpoint_of_another_number_of_ranks_stops_the_resume_with_the_ranks_to_use(tmp_path, files):
     """verl loads only FSDP shards of its own world size: 2 nodes x 1 GPU wrote the checkpoint, so one node needs 2
     GPUs (a node that left the cluster, docs/multi-node.md); the refusal leaves no launch record."""
-    from verl_gigpo.launch import LaunchError, prepare_launch
+    from verl_gigpo.verl_glue.launch import LaunchError, prepare_launch
 
     folder = tmp_path / "exp"
     two_nodes = ("trainer.nnodes=2", "trainer.n_gpus_per_node=1")

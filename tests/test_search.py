@@ -628,7 +628,7 @@ def test_http_retriever_argument_checks():
 def test_observation_keys_group_by_similarity():
     """Observations of one question showing the same passages in another order are different strings, yet
     ``similarity_groups`` at 0.9 puts them together; first observations of other questions stay apart."""
-    from verl_gigpo.anchors import similarity_groups
+    from verl_gigpo.advantage.anchors import similarity_groups
 
     env = SearchQAEnv()
     near = None

@@ -1,4 +1,4 @@
-"""The e2e smoke's kills (verl_gigpo.cpu.smoke), without verl: the processes of a launch are found by session in
+"""The e2e smoke's kills (verl_gigpo.dev.smoke), without verl: the processes of a launch are found by session in
 /proc (a real process tree started in a new session), and the smoke's check of a launch that a killed Ray actor
 must stop accepts only a stop by itself, with one ``error:`` line naming that process and the relaunch."""
 
@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from verl_gigpo.cpu.smoke import KillRecord, RunResult, check_runs, session_processes
+from verl_gigpo.dev.smoke import KillRecord, RunResult, check_runs, session_processes
 
 
 def test_the_processes_of_a_launch_are_found_by_its_session():

@@ -47,7 +47,7 @@ def draw_tasks(overrides: list[str]) -> dict[str, list[int]]:
     validation tasks. Returns ``{"train": task seeds, "val": task seeds}`` (the ``seed`` column of the rows)."""
     from hydra import compose, initialize_config_dir
 
-    from verl_gigpo.trainer import GiGPOTrainerSync
+    from verl_gigpo.verl_glue.trainer import GiGPOTrainerSync
 
     with initialize_config_dir(config_dir=str(ROOT / "verl_gigpo" / "config"), version_base=None):
         cfg = compose(config_name="gigpo_trainer", overrides=[*overrides, "data.dataloader_num_workers=0"])

@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from verl_gigpo.local.tiny_model import EOS_TOKEN, build_tiny_model, main
+from verl_gigpo.dev.tiny_model import EOS_TOKEN, build_tiny_model, main
 
 
 def test_tiny_model_loads_renders_and_generates(tiny_model_dir):
@@ -105,7 +105,7 @@ def test_imitation_labels_are_the_experts_at_p1(tiny_model_dir):
     """p_expert = 1 and follow = 1: the walk is the expert's own, every label is its action, every walk wins."""
     import numpy as np
 
-    from verl_gigpo.local.tiny_model import expert_examples
+    from verl_gigpo.dev.tiny_model import expert_examples
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     examples = expert_examples(
@@ -125,7 +125,7 @@ def test_imitation_respects_p_within_tolerance(tiny_model_dir):
     uniformly from the four actions."""
     import numpy as np
 
-    from verl_gigpo.local.tiny_model import expert_examples
+    from verl_gigpo.dev.tiny_model import expert_examples
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     for p in (0.3, 0.7):
@@ -143,7 +143,7 @@ def test_imitation_build_is_deterministic_and_conditions_on_the_observation(tmp_
     differs between observations."""
     import shutil
 
-    from verl_gigpo.local.tiny_model import action_probabilities, imitate_expert
+    from verl_gigpo.dev.tiny_model import action_probabilities, imitate_expert
 
     built = []
     for name in ("a", "b"):

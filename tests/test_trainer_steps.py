@@ -7,10 +7,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from verl_gigpo.anchors import anchor_group_ids
+from verl_gigpo.advantage.anchors import anchor_group_ids
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.rollout.step_rows import StepBatch
-from verl_gigpo.trainer import episode_metrics
+from verl_gigpo.verl_glue.trainer import episode_metrics
 
 
 def _row(traj, step, key, reward, *, valid=True, won=False, error=False, task_type="pick", dropped=0):

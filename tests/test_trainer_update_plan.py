@@ -1,7 +1,7 @@
 """The ``gigpo_sync`` trainer mode's split of an iteration's step rows into optimizer steps (``trainer.v1.gigpo_sync``).
 
-Hand-computed cases of :func:`verl_gigpo.trainer.plan_mini_batches` and the settings reader; the plan reaching the
-workers through verl's own ``_update_actor`` on the trainer mode built by its constructor; the measurement of verl's
+Hand-computed cases of :func:`verl_gigpo.verl_glue.trainer.plan_mini_batches` and the settings reader; the plan reaching
+the workers through verl's own ``_update_actor`` on the trainer mode built by its constructor; the measurement of verl's
 public route (``ppo_mini_batch_size = mini_batch_rows / rollout.n`` with ``actor.shuffle=true``) against the plan,
 through verl's own padding multiple, ``_update_actor`` and the workers' mini-batch split. That verl's actor really
 takes this many optimizer steps is checked on the real pipeline in ``tests/test_e2e_verl_cpu.py`` (optimizer state of
@@ -18,7 +18,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from verl_gigpo.trainer import MiniBatchPlan, UpdateSettings, plan_mini_batches
+from verl_gigpo.verl_glue.trainer import MiniBatchPlan, UpdateSettings, plan_mini_batches
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,7 +97,7 @@ def _trainer(tmp_path: Path, *overrides: str):
     """The real GiGPOTrainerSync, built by its constructor from ``verl_gigpo/config/gigpo_trainer.yaml`` and
     ``overrides`` (no Ray, no model: verl builds its workers later, in ``init_workers``); a :class:`_WorkerGroup`
     stands in for the remote workers ``init_workers`` would give it."""
-    from verl_gigpo.trainer import GiGPOTrainerSync
+    from verl_gigpo.verl_glue.trainer import GiGPOTrainerSync
 
     base = [
         f"actor_rollout_ref.model.path={tmp_path}",
@@ -150,7 +150,7 @@ def test_an_update_that_never_reaches_the_worker_group_is_refused(tmp_path, monk
     from transfer_queue import KVBatchMeta
     from verl.trainer.ppo.v1 import PPOTrainer
 
-    from verl_gigpo.verl_version import VerlMismatchError
+    from verl_gigpo.verl_glue.verl_version import VerlMismatchError
 
     trainer = _trainer_without_workers(tmp_path, plan_mini_batches(rows=100, max_rows=30, multiple=1))
     monkeypatch.setattr(PPOTrainer, "_update_actor", lambda self, batch, metrics: batch)  # restored afterwards
@@ -190,7 +190,7 @@ def test_without_a_plan_verl_splits_by_tasks(tmp_path):
 def test_the_swap_is_undone_when_the_update_fails():
     from transfer_queue import KVBatchMeta
 
-    from verl_gigpo.trainer import planned_update_actor
+    from verl_gigpo.verl_glue.trainer import planned_update_actor
 
     class Failing:
         def update_actor(self, data):  # a class method, not bound on the instance
@@ -251,7 +251,8 @@ def _split_through_verl(trainer, rows: int) -> dict:
 @pytest.mark.parametrize("rows", [5, 37, 50, 83, 205])  # step rows vary per episode: none a multiple of n = 4
 def test_public_route_same_rows_and_steps_but_not_the_same_split(tmp_path, rows):
     """The answer to "could ppo_mini_batch_size = mini_batch_rows / rollout.n with actor.shuffle=true replace the
-    overrides?" (module docstring of verl_gigpo.trainer): the same rows and optimizer steps, not the same split.
+    overrides?" (module docstring of verl_gigpo.verl_glue.trainer): the same rows and optimizer steps, not the same
+    split.
 
     The plan pads to its adapted mini-batch size m = ceil(R / k) rounded to the multiple (here 1), so fewer than
     ``multiple`` padding rows and equal mini-batches; the public route always pads to a multiple of M, up to M - 1

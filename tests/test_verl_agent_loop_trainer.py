@@ -6,8 +6,8 @@ locally) served by the project's local generation server -> rows in a real Trans
 -> verl's padding (``upsample_batch_to_divisible_size``) -> the ``gigpo_sync`` trainer mode's advantage step.
 
 Generation goes through verl's own ``LLMServerClient`` and load balancer to the ``hf`` rollout backend's server
-(:class:`verl_gigpo.cpu.hf_rollout.HFGenerationServer`, a Ray actor) instead of a vLLM server; the FSDP actor is not
-started here (``tests/test_e2e_verl_cpu.py`` runs the whole pipeline).
+(:class:`verl_gigpo.verl_glue.cpu.hf_rollout.HFGenerationServer`, a Ray actor) instead of a vLLM server; the FSDP actor
+is not started here (``tests/test_e2e_verl_cpu.py`` runs the whole pipeline).
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ from verl.workers.rollout.router import get_router_handle
 
 from environments import make_env
 from verl_gigpo.advantage import compute_gigpo_advantage, gigpo_advantage_terms
-from verl_gigpo.cpu.hf_rollout import HFGenerationServer
-from verl_gigpo.credit import read_credit_records
+from verl_gigpo.credit.records import read_credit_records
 from verl_gigpo.data.prepare import write_task_files
-from verl_gigpo.trainer import GiGPOTrainerSync
+from verl_gigpo.verl_glue.cpu.hf_rollout import HFGenerationServer
+from verl_gigpo.verl_glue.trainer import GiGPOTrainerSync
 
 pytestmark = pytest.mark.slow  # a Ray cluster, TransferQueue and an agent-loop worker actor
 
@@ -438,7 +438,7 @@ def test_validation_with_do_sample_false_is_greedy(ray_tq, action_model_dir, tmp
         val = [f"actor_rollout_ref.rollout.val_kwargs.do_sample={str(do_sample).lower()}"]
         cfg = _config(action_model_dir, tmp_path, "gigpo", *val, "actor_rollout_ref.rollout.val_kwargs.temperature=0.7")
         caplog.clear()
-        with caplog.at_level("INFO", logger="verl_gigpo.trainer"):
+        with caplog.at_level("INFO", logger="verl_gigpo.verl_glue.trainer"):
             trainer = GiGPOTrainerSync(cfg)
         val_kwargs = cfg.actor_rollout_ref.rollout.val_kwargs
         if do_sample:

@@ -1,6 +1,6 @@
 """CPU tests: the Hydra config composes through verl, and every recipe's final command composes and passes verl's own
 config validation (``verl.utils.config.validate_config``) — the checks verl runs before it starts Ray — and this
-package's (``verl_gigpo.preflight``)."""
+package's (``verl_gigpo.verl_glue.preflight``)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from subprocs import Started
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 
-from verl_gigpo.cluster import prepare_ray_init
-from verl_gigpo.cpu import check_cpu_config
-from verl_gigpo.preflight import config_problems
+from verl_gigpo.verl_glue.cluster import prepare_ray_init
+from verl_gigpo.verl_glue.cpu import check_cpu_config
+from verl_gigpo.verl_glue.preflight import config_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = ROOT / "verl_gigpo" / "config"

@@ -20,9 +20,9 @@ from hydra import compose, initialize_config_dir
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
 from verl_gigpo.config import GiGPOConfig
-from verl_gigpo.replay_buffer import DynamicReplayBuffer
 from verl_gigpo.rollout.dynamic import DynamicSampling
-from verl_gigpo.trainer import GiGPOTrainerSync
+from verl_gigpo.verl_glue.replay_buffer import DynamicReplayBuffer
+from verl_gigpo.verl_glue.trainer import GiGPOTrainerSync
 
 pytestmark = pytest.mark.slow  # a Ray cluster and TransferQueue (the ray_tq fixture)
 

@@ -29,9 +29,9 @@ from verl.workers.rollout.llm_server import LLMServerClient
 from verl.workers.rollout.router import get_router_handle
 
 from environments import list_envs, register_env
-from verl_gigpo.cpu.hf_rollout import HFGenerationServer
 from verl_gigpo.data.prepare import write_task_files
-from verl_gigpo.trainer import StepBatch, episode_metrics
+from verl_gigpo.verl_glue.cpu.hf_rollout import HFGenerationServer
+from verl_gigpo.verl_glue.trainer import StepBatch, episode_metrics
 
 pytestmark = pytest.mark.slow  # a Ray cluster, TransferQueue, an agent-loop worker actor and a rollout server
 

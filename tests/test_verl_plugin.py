@@ -39,7 +39,7 @@ def test_fresh_process_registers_estimator_agent_loop_and_trainer_mode_and_logs_
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split("\n")[:3] == [
         "verl_gigpo.plugin gigpo_adv_estimator",
-        "verl_gigpo.agent_loop.GiGPOEnvAgentLoop",
+        "verl_gigpo.verl_glue.agent_loop.GiGPOEnvAgentLoop",
         "GiGPOTrainerSync",
     ]
     assert proc.stderr.count("verl_gigpo plug-in loaded") == 1
@@ -162,7 +162,7 @@ LIGHT = """
 import sys
 import verl
 heavy = ["verl.trainer.ppo.core_algos", "verl.trainer.ppo.v1", "verl.experimental.agent_loop.agent_loop",
-         "verl.workers.rollout.replica", "verl_gigpo.trainer", "verl_gigpo.agent_loop"]
+         "verl.workers.rollout.replica", "verl_gigpo.verl_glue.trainer", "verl_gigpo.verl_glue.agent_loop"]
 print(sorted(m for m in heavy if m in sys.modules))
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
 from verl.experimental.agent_loop.agent_loop import _agent_loop_registry

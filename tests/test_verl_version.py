@@ -1,7 +1,7 @@
-"""The guards of verl_gigpo's patches and overrides of verl internals (``verl_gigpo.verl_version``): the versions they
-were checked against pass, any other fails with what to do, unless the escape hatch is set; and each patch or override
-refuses, when installed, a verl symbol that is not what it was written for (real verl module objects, patched for the
-test and restored by ``monkeypatch``)."""
+"""The guards of verl_gigpo's patches and overrides of verl internals (``verl_gigpo.verl_glue.verl_version``): the
+versions they were checked against pass, any other fails with what to do, unless the escape hatch is set; and each patch
+or override refuses, when installed, a verl symbol that is not what it was written for (real verl module objects,
+patched for the test and restored by ``monkeypatch``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import inspect
 
 import pytest
 
-from verl_gigpo.verl_version import (
+from verl_gigpo.verl_glue.verl_version import (
     ALLOW_ENV,
     SUPPORTED_VERL_VERSIONS,
     VerlMismatchError,
@@ -53,7 +53,7 @@ def test_the_escape_hatch_needs_a_true_value(value, monkeypatch):
 def test_trainer_overrides_match_verl_and_a_changed_method_is_refused(monkeypatch):
     from verl.trainer.ppo.v1 import PPOTrainer, PPOTrainerSync
 
-    from verl_gigpo.trainer import OVERRIDDEN, GiGPOTrainerSync
+    from verl_gigpo.verl_glue.trainer import OVERRIDDEN, GiGPOTrainerSync
 
     check_overrides(GiGPOTrainerSync, PPOTrainerSync, OVERRIDDEN, use="test")  # verl 0.9.1: every one matches
     monkeypatch.setattr(PPOTrainer, "_update_actor", lambda self, batch: batch)
@@ -68,7 +68,7 @@ def test_trainer_overrides_match_verl_and_a_changed_method_is_refused(monkeypatc
 def test_gloo_shim_refuses_a_changed_signature(monkeypatch):
     from verl.utils import distributed
 
-    from verl_gigpo.cpu.shims import gloo_process_group
+    from verl_gigpo.verl_glue.cpu.shims import gloo_process_group
 
     monkeypatch.setattr(distributed, "initialize_global_process_group_ray", lambda timeout_second=None: None)
     with pytest.raises(VerlMismatchError, match=r"initialize_global_process_group_ray.*\('timeout_second',\)"):
@@ -80,7 +80,7 @@ def test_gloo_shim_refuses_a_module_that_binds_something_else(monkeypatch):
     import verl.workers.engine_workers as engine_workers
     from verl.utils import distributed
 
-    from verl_gigpo.cpu.shims import gloo_process_group
+    from verl_gigpo.verl_glue.cpu.shims import gloo_process_group
 
     def initialize_global_process_group_ray(timeout_second=None, backend=None):  # verl's own, as before the shim
         return None
@@ -96,7 +96,7 @@ def test_micro_batch_shim_refuses_a_rebound_or_changed_function(monkeypatch):
     from verl.utils import seqlen_balancing
     from verl.workers.engine import utils as engine_utils
 
-    from verl_gigpo.cpu.shims import REARRANGE_PARAMS, length_sorted_micro_batches
+    from verl_gigpo.verl_glue.cpu.shims import REARRANGE_PARAMS, length_sorted_micro_batches
 
     assert tuple(inspect.signature(seqlen_balancing.rearrange_micro_batches).parameters) == REARRANGE_PARAMS
     monkeypatch.setattr(engine_utils, "rearrange_micro_batches", lambda batch, max_token_len: None)
@@ -112,7 +112,7 @@ def test_micro_batch_shim_refuses_a_rebound_or_changed_function(monkeypatch):
 def test_offload_shim_refuses_another_policy_class(monkeypatch):
     from verl.workers.engine.fsdp import transformer_impl
 
-    from verl_gigpo.cpu.shims import unpinned_ref_offload
+    from verl_gigpo.verl_glue.cpu.shims import unpinned_ref_offload
 
     class CPUOffloadPolicy:  # not torch's, bound where verl's engine looks it up
         def __init__(self, pin_memory=True):
@@ -126,7 +126,7 @@ def test_offload_shim_refuses_another_policy_class(monkeypatch):
 def test_file_logger_patch_refuses_a_changed_logger(monkeypatch):
     from verl.utils import tracking
 
-    from verl_gigpo.metrics_file import append_file_logger
+    from verl_gigpo.verl_glue.metrics_file import append_file_logger
 
     class FileLogger:  # verl's, had it changed its constructor
         def __init__(self, project_name):
@@ -147,10 +147,10 @@ def test_file_logger_patch_refuses_a_changed_logger(monkeypatch):
 def test_every_patch_runs_the_version_guard(monkeypatch):
     from verl.utils import distributed, tracking
 
-    from verl_gigpo.cpu.shims import gloo_process_group
-    from verl_gigpo.metrics_file import append_file_logger
+    from verl_gigpo.verl_glue.cpu.shims import gloo_process_group
+    from verl_gigpo.verl_glue.metrics_file import append_file_logger
 
-    monkeypatch.setattr("verl_gigpo.verl_version.installed_verl_version", lambda: "0.10.0")
+    monkeypatch.setattr("verl_gigpo.verl_glue.verl_version.installed_verl_version", lambda: "0.10.0")
     monkeypatch.delenv(ALLOW_ENV, raising=False)
     monkeypatch.setattr(distributed, "initialize_global_process_group_ray", lambda timeout_second=None, backend=None: 0)
     with pytest.raises(RuntimeError, match=r"verl 0\.10\.0 is installed"):
@@ -168,7 +168,7 @@ def test_every_patch_runs_the_version_guard(monkeypatch):
 def test_rollout_adapter_registration_refuses_a_changed_registry(monkeypatch):
     from verl.workers.rollout import base
 
-    from verl_gigpo.cpu import register_rollout_adapter
+    from verl_gigpo.verl_glue.cpu import register_rollout_adapter
 
     monkeypatch.setattr(base, "_ROLLOUT_REGISTRY", None)  # verl replaced its module-private dict
     with pytest.raises(VerlMismatchError, match=r"_ROLLOUT_REGISTRY.*None"):

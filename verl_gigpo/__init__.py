@@ -1,18 +1,19 @@
 """verl-gigpo: GiGPO (Group-in-Group Policy Optimization, arXiv 2505.10978) for multi-turn LLM agents on verl 0.9.1.
 
-Importing this package is cheap (no verl, no torch). The pieces:
+Importing this package is cheap (no verl, no torch). Each folder is one concern (README, "Layout"):
 
-* :mod:`verl_gigpo.advantage` — the estimators (pure maths: GiGPO, HGPO, GraphGPO, G2PO);
-  :mod:`verl_gigpo.anchors` — anchor keys and similarity grouping; :mod:`verl_gigpo.config` —
-  :class:`~verl_gigpo.config.GiGPOConfig`;
-* :mod:`verl_gigpo.plugin` — verl plug-in (estimators ``"gigpo"``, ``"hgpo"``, ``"graphgpo"``, ``"g2po"``, agent
-  loop ``"gigpo_env_agent"``, trainer mode ``"gigpo_sync"``); :mod:`verl_gigpo.main` — ``python -m verl_gigpo.main``,
-  which checks the config (:mod:`verl_gigpo.preflight`) and prepares the experiment folder (:mod:`verl_gigpo.launch`:
-  resume, checkpoints, the metrics file of :mod:`verl_gigpo.metrics_file`) before verl starts Ray;
-* :mod:`verl_gigpo.rollout` — the episode runner shared by both engines; :mod:`verl_gigpo.local` — the embedded
-  single-machine engine.
-* :mod:`verl_gigpo.export` — ``python -m verl_gigpo.export CKPT --out DIR``: a checkpoint of either engine as a
-  Hugging Face folder (a LoRA adapter merged in: :mod:`verl_gigpo.lora`).
+* :mod:`verl_gigpo.advantage` — the estimators (pure maths: GiGPO, HGPO, GraphGPO, G2PO) and the anchor grouping
+  (:mod:`verl_gigpo.advantage.anchors`); :mod:`verl_gigpo.config` — :class:`~verl_gigpo.config.GiGPOConfig`, the
+  Hydra yaml and the resume policy; :mod:`verl_gigpo.rules` — the validator of every number and choice;
+* :mod:`verl_gigpo.plugin` — the verl plug-in entry point (estimators ``"gigpo"``, ``"hgpo"``, ``"graphgpo"``,
+  ``"g2po"``, agent loop ``"gigpo_env_agent"``, trainer mode ``"gigpo_sync"``); :mod:`verl_gigpo.main` —
+  ``python -m verl_gigpo.main``; :mod:`verl_gigpo.verl_glue` — everything that subclasses, registers into or patches
+  verl (trainer mode, agent loop, preflight, launch, metrics file, version guard, the CPU platform);
+* :mod:`verl_gigpo.rollout` — the episode runner shared by both engines (environment execution in
+  :mod:`verl_gigpo.rollout.execution`); :mod:`verl_gigpo.local` — the embedded single-machine engine;
+* :mod:`verl_gigpo.credit` — per-step credit records and their report (``python -m verl_gigpo.inspect``);
+  :mod:`verl_gigpo.evaluate`, :mod:`verl_gigpo.probe`, :mod:`verl_gigpo.export` (a checkpoint of either engine as a
+  Hugging Face folder) — the other commands; :mod:`verl_gigpo.dev` — dev-only tools, off the runtime path.
 """
 
 __version__ = "0.1.0"

@@ -14,19 +14,20 @@ composed config before Ray starts). Inside Ray the trainer mode and the agent lo
 TransferQueue have started. Before Ray, this entry point
 
 1. checks that the plug-in really registered itself into verl (verl hides plug-in import errors);
-2. checks the config (:func:`verl_gigpo.preflight.preflight`: the GiGPO keys, the model, data and environment
+2. checks the config (:func:`verl_gigpo.verl_glue.preflight.preflight`: the GiGPO keys, the model, data and environment
    paths), naming each bad key;
 3. when it joins a running Ray cluster (``ray_kwargs.ray_init.address`` or ``RAY_ADDRESS``), leaves the node
    settings (``ray_init.num_cpus``/``num_gpus``) to the cluster and checks that ``trainer.nnodes`` x
-   ``trainer.n_gpus_per_node`` ranks fit on its nodes (:mod:`verl_gigpo.cluster`; docs/multi-node.md);
-4. prepares the experiment folder (:func:`verl_gigpo.launch.prepare_launch`): sets partial checkpoints aside, says
-   whether and from where it resumes, stops when a key that changes training differs from the checkpointed run's
+   ``trainer.n_gpus_per_node`` ranks fit on its nodes (:mod:`verl_gigpo.verl_glue.cluster`; docs/multi-node.md);
+4. prepares the experiment folder (:func:`verl_gigpo.verl_glue.launch.prepare_launch`): sets partial checkpoints aside,
+   says whether and from where it resumes, stops when a key that changes training differs from the checkpointed run's
    (``trainer.allow_config_change=true`` overrides), and keeps the metrics file across launches.
 
-A launch refused in 3 or 4 (:class:`verl_gigpo.cluster.ClusterError`, :class:`verl_gigpo.launch.LaunchError`) ends
+A launch refused in 3 or 4 (:class:`verl_gigpo.verl_glue.cluster.ClusterError`,
+:class:`verl_gigpo.verl_glue.launch.LaunchError`) ends
 with one line, ``error: <what to do>``, and exit status 1. So does a launch whose Ray actor died during training (an
-agent-loop worker, a rollout server, a training worker: :mod:`verl_gigpo.dead_actor`): the line names the process
-and the checkpoint that a relaunch with ``trainer.resume_mode=auto`` resumes from.
+agent-loop worker, a rollout server, a training worker: :mod:`verl_gigpo.verl_glue.dead_actor`): the line names the
+process and the checkpoint that a relaunch with ``trainer.resume_mode=auto`` resumes from.
 
 See ``recipes/`` for complete commands and ``docs/runs.md`` for resuming, checkpoints and metrics.
 """
@@ -49,16 +50,16 @@ if any(arg in ("platform=cpu", "trainer.device=cpu") for arg in sys.argv[1:]):
 def main(config: DictConfig) -> None:
     """Hydra entry point: check the plug-in, then hand the composed config to verl's ``main_ppo``."""
     if config.trainer.device == "cpu":
-        from verl_gigpo.cpu import activate_cpu_platform
+        from verl_gigpo.verl_glue.cpu import activate_cpu_platform
 
         activate_cpu_platform(config)  # before main_ppo: verl reads the platform at import time
     from verl.trainer import main_ppo
 
-    from verl_gigpo.cluster import ClusterError, check_cluster, prepare_ray_init
-    from verl_gigpo.dead_actor import find_dead_actor, stop_message
-    from verl_gigpo.launch import LaunchError, prepare_launch
     from verl_gigpo.plugin import ensure_registered
-    from verl_gigpo.preflight import preflight
+    from verl_gigpo.verl_glue.cluster import ClusterError, check_cluster, prepare_ray_init
+    from verl_gigpo.verl_glue.dead_actor import find_dead_actor, stop_message
+    from verl_gigpo.verl_glue.launch import LaunchError, prepare_launch
+    from verl_gigpo.verl_glue.preflight import preflight
 
     ensure_registered()
     preflight(config)  # algorithm.gigpo.*, env.*, paths and the V1 path, checked here rather than inside Ray

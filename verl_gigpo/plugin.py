@@ -6,11 +6,13 @@ own registries:
 * the advantage estimators ``"gigpo"``, ``"hgpo"``, ``"graphgpo"`` and ``"g2po"``
   (``verl.trainer.ppo.core_algos.register_adv_est``; :data:`verl_gigpo.STEP_CREDIT_ESTIMATORS`);
 * the agent loop ``"gigpo_env_agent"`` (``verl.experimental.agent_loop.agent_loop.register``),
-  see :mod:`verl_gigpo.agent_loop`;
-* the V1 trainer mode ``"gigpo_sync"`` (``verl.trainer.ppo.v1.register_trainer``), see :mod:`verl_gigpo.trainer`;
-* the ``cpu`` platform and the ``hf`` rollout backend that run verl's pipeline on a CPU, see :mod:`verl_gigpo.cpu`;
+  see :mod:`verl_gigpo.verl_glue.agent_loop`;
+* the V1 trainer mode ``"gigpo_sync"`` (``verl.trainer.ppo.v1.register_trainer``), see
+  :mod:`verl_gigpo.verl_glue.trainer`;
+* the ``cpu`` platform and the ``hf`` rollout backend that run verl's pipeline on a CPU, see
+  :mod:`verl_gigpo.verl_glue.cpu`;
 * a file logger that appends across the launches of one experiment (``verl.utils.tracking.FileLogger``, active only
-  where ``python -m verl_gigpo.main`` asks for it), see :func:`verl_gigpo.metrics_file.append_file_logger`.
+  where ``python -m verl_gigpo.main`` asks for it), see :func:`verl_gigpo.verl_glue.metrics_file.append_file_logger`.
 
 verl swallows plug-in import errors at DEBUG level; this module logs a failure at ERROR level (and re-raises),
 and one INFO line on success (shown when ``VERL_LOGGING_LEVEL`` is INFO, the default for this logger).
@@ -52,8 +54,8 @@ def make_adv_estimator(method: str) -> Any:
     verl's generic dispatch passes only ``token_level_rewards`` (N, L), ``response_mask`` (N, L), ``config`` and
     ``index`` (uid); the step-credit estimators also need per-row step rewards, trajectory ids, step ids and anchor
     keys (GraphGPO and G2PO the episode outcome ``won`` and ``action_valid`` too), which the trainer mode
-    ``gigpo_sync`` (:class:`verl_gigpo.trainer.GiGPOTrainerSync`) reads from the rollout's ``extra_fields``. Called
-    with ``step_rewards``, ``group_ids`` (defaults to ``index``), ``traj_ids``, ``step_ids`` and ``anchor_keys``
+    ``gigpo_sync`` (:class:`verl_gigpo.verl_glue.trainer.GiGPOTrainerSync`) reads from the rollout's ``extra_fields``.
+    Called with ``step_rewards``, ``group_ids`` (defaults to ``index``), ``traj_ids``, ``step_ids`` and ``anchor_keys``
     (and optionally ``row_mask``, ``won``, ``action_valid``) as keyword arguments the function computes the
     estimator configured by ``config`` (verl's ``algorithm`` section: ``algorithm.gamma``, ``algorithm.gigpo.*``
     and ``algorithm.<method>.*``) through :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms`, the entry the
@@ -119,15 +121,15 @@ def _register_estimator(_module: Any = None) -> None:
 
 
 def _register_agent_loop(_module: Any = None) -> None:
-    import verl_gigpo.agent_loop  # noqa: F401  - @register("gigpo_env_agent")
+    import verl_gigpo.verl_glue.agent_loop  # noqa: F401  - @register("gigpo_env_agent")
 
 
 def _register_trainer_mode(_module: Any = None) -> None:
-    import verl_gigpo.trainer  # noqa: F401  - @register_trainer("gigpo_sync")
+    import verl_gigpo.verl_glue.trainer  # noqa: F401  - @register_trainer("gigpo_sync")
 
 
 def _append_metrics(_module: Any = None) -> None:
-    from verl_gigpo.metrics_file import append_file_logger
+    from verl_gigpo.verl_glue.metrics_file import append_file_logger
 
     append_file_logger()  # verl's file logger appends in launches of verl_gigpo.main (GIGPO_METRICS_APPEND=1)
 
@@ -153,7 +155,7 @@ def _register() -> None:
     """
     import wrapt
 
-    from verl_gigpo.cpu import register_cpu_backends
+    from verl_gigpo.verl_glue.cpu import register_cpu_backends
 
     register_cpu_backends()
     for module, hook in _LAZY:
@@ -168,7 +170,7 @@ def ensure_registered() -> None:
     "Unknown advantage estimator".
     """
     try:
-        from verl_gigpo.cpu import register_cpu_backends
+        from verl_gigpo.verl_glue.cpu import register_cpu_backends
 
         register_cpu_backends()
         for _, hook in _LAZY:

@@ -2,9 +2,10 @@
 
 Callers:
 
-* verl's path: :func:`verl_gigpo.preflight.preflight` on the driver, before Ray starts (``python -m verl_gigpo.main``);
-  the trainer mode :class:`verl_gigpo.trainer.GiGPOTrainerSync` (``algorithm.use_kl_in_reward``, the group-size
-  warning) and the agent loop's :class:`~verl_gigpo.rollout.types.EpisodeConfig` (the ``env.*`` ranges) inside Ray;
+* verl's path: :func:`verl_gigpo.verl_glue.preflight.preflight` on the driver, before Ray starts
+  (``python -m verl_gigpo.main``); the trainer mode :class:`verl_gigpo.verl_glue.trainer.GiGPOTrainerSync`
+  (``algorithm.use_kl_in_reward``, the group-size warning) and the agent loop's
+  :class:`~verl_gigpo.rollout.types.EpisodeConfig` (the ``env.*`` ranges) inside Ray;
 * the local engine: :func:`verl_gigpo.local.config.validate_config`, before a model loads.
 
 A rule gives a message (or None); the callers decide whether to raise, collect or log it. The message of a rule is
@@ -207,7 +208,7 @@ _RULES = (
 RANGES: dict[str, Range] = {rule.key: rule for rule in _RULES}
 """config key -> its :class:`Range`: every numeric and boolean key of the local engine's
 ``local_trainer.yaml`` outside ``algorithm.gamma``, ``algorithm.gigpo`` and the successors' sections (the
-estimator's check) and ``trainer.credit_log_*`` (:class:`verl_gigpo.credit.CreditLogOptions`)."""
+estimator's check) and ``trainer.credit_log_*`` (:class:`verl_gigpo.credit.records.CreditLogOptions`)."""
 
 SHARED_KEYS = (
     "actor_rollout_ref.rollout.n",
@@ -403,7 +404,7 @@ def validation_sampling(val_kwargs: Mapping[str, Any]) -> ValidationSampling:
     ``do_sample`` false: greedy, :data:`GREEDY_SAMPLING`, whatever the other three say, as the reference's vLLM
     rollout decodes (verl-agent ``vLLMRollout.generate_sequences``: ``do_sample`` false gives temperature 0, top-p
     1, top-k -1). verl 0.9.1's agent loop reads only the three numbers, so verl's path writes them into the config
-    (:func:`verl_gigpo.trainer.apply_validation_sampling`); the local engine sends them with each request.
+    (:func:`verl_gigpo.verl_glue.trainer.apply_validation_sampling`); the local engine sends them with each request.
 
     Args:
         val_kwargs: a mapping with ``do_sample`` (default true), ``temperature``, ``top_p`` and ``top_k``.

@@ -6,7 +6,7 @@ load this file by path::
 
     spec = importlib.util.spec_from_file_location("gigpo_oracle", path_to_this_file)
 
-It imports nothing from ``verl_gigpo`` except :func:`verl_gigpo.anchors.shingle_similarity`, the reference
+It imports nothing from ``verl_gigpo`` except :func:`verl_gigpo.advantage.anchors.shingle_similarity`, the reference
 definition of the similarity of two observation texts.
 
 Notation as in ``verl_gigpo/advantage.py``: ``R(tau) = sum_t r_t``, ``R_t = r_t + gamma * R_{t+1}`` in step-id
@@ -22,7 +22,7 @@ from collections import defaultdict
 import numpy as np
 import torch
 
-from verl_gigpo.anchors import shingle_similarity
+from verl_gigpo.advantage.anchors import shingle_similarity
 
 __all__ = ["brute_force_similarity_groups", "loop_gigpo_advantage", "loop_gigpo_terms"]
 

@@ -1,9 +1,9 @@
 """A gridnav hosted in environment worker processes that says which process built it: drives tests/test_multinode.py.
 
 ``PidGridNav`` declares ``thread_parallel = False``, so the episode runner of each agent-loop worker hosts it in
-environment worker processes (children of that agent-loop worker, ``verl_gigpo.rollout.procpool``). Each instance
-appends one line ``<pid> <parent pid>`` to ``<record_dir>/pids.txt`` (``record_dir``: a constructor argument, given
-as ``env.kwargs.record_dir``, so every process agrees), so a test can map each environment worker process to its
+environment worker processes (children of that agent-loop worker, ``verl_gigpo.rollout.execution.procpool``). Each
+instance appends one line ``<pid> <parent pid>`` to ``<record_dir>/pids.txt`` (``record_dir``: a constructor argument,
+given as ``env.kwargs.record_dir``, so every process agrees), so a test can map each environment worker process to its
 agent-loop worker, and through Ray's state to a node. Without ``record_dir`` it records nothing (a plain gridnav).
 Register it in the workers with ``+env.registry.NAME=gigpo_pid_env:PidGridNav`` (this folder on their
 ``PYTHONPATH``).

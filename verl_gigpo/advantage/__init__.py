@@ -17,7 +17,7 @@ g2po     :func:`g2po_advantage_terms`     one-step TD of merged-state values V(n
 
 Modules: :mod:`.gigpo`, :mod:`.hgpo`, :mod:`.graphgpo`, :mod:`.g2po` (one estimator each), :mod:`.terms` (what
 they return), :mod:`._rows` (the row helpers they share: trajectory structure, anchor groups, returns, group
-statistics) and :mod:`._inputs` (option and input checks; ids are read by :mod:`verl_gigpo._ids`).
+statistics) and :mod:`._inputs` (option and input checks; ids are read by :mod:`verl_gigpo.advantage._ids`).
 
 Deliberate deviations from the authors' implementations, numbered once for all estimators. GiGPO: verl-agent's
 ``gigpo/core_gigpo.py`` and trainer (vanzll/verl-agent d0b9724). HGPO: ``recipe/hgpo/core_hgpo.py`` of a
@@ -63,7 +63,7 @@ GiGPO
 9. Diagnostics are returned as floats (:attr:`AdvantageTerms.stats`), never printed.
 10. The second output is the discounted step return R_t (the reference returns the advantages twice).
 11. Inputs are validated; bad input raises ``ValueError`` saying what is wrong and what to do.
-12. Similarity grouping of free-text anchors (see :mod:`verl_gigpo.anchors`) is order-independent connected
+12. Similarity grouping of free-text anchors (see :mod:`verl_gigpo.advantage.anchors`) is order-independent connected
     components of a documented similarity, not greedy first-fit clustering against a cluster representative. It is
     an option of the estimator itself (``similarity_threshold``), which
     :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms` sets for ``key_mode="similarity"`` in every caller (and

@@ -1,6 +1,6 @@
 """Reading the estimators' inputs: the options every estimator shares, a successor's options base, and the per-row
 arrays (rewards, masks, outcome flags, step ids), each checked with a message that names the argument, the row and
-the fix. Ids and keys are read by :mod:`verl_gigpo._ids`."""
+the fix. Ids and keys are read by :mod:`verl_gigpo.advantage._ids`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl_gigpo._ids import as_id_array, show
+from verl_gigpo.advantage._ids import as_id_array, show
 from verl_gigpo.rules import Range
 
 __all__ = [

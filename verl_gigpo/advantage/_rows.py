@@ -2,7 +2,7 @@
 (codes, step order, previous/next step), anchor groups, discounted returns, the episode-level term and group
 statistics.
 
-Ids are read and coded by :mod:`verl_gigpo._ids` (the module anchor grouping uses too); the other inputs by
+Ids are read and coded by :mod:`verl_gigpo.advantage._ids` (the module anchor grouping uses too); the other inputs by
 :mod:`._inputs`.
 """
 
@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from verl_gigpo._ids import as_id_array, id_codes, pair_codes, show
+from verl_gigpo.advantage._ids import as_id_array, id_codes, pair_codes, show
 from verl_gigpo.advantage._inputs import as_response_mask, as_rewards, as_row_mask, as_row_penalty, as_step_ids
-from verl_gigpo.anchors import anchor_group_ids, check_similarity_threshold
+from verl_gigpo.advantage.anchors import anchor_group_ids, check_similarity_threshold
 
 __all__ = [
     "AT_MEAN_RTOL",
@@ -222,7 +222,7 @@ def _order_by_traj_step(t: np.ndarray, steps: np.ndarray) -> np.ndarray:
 def anchor_groups(rows: StepRows, similarity_threshold: float | None) -> tuple[np.ndarray, int]:
     """The anchor group (episode group, anchor key) of each valid row, ``(M,)`` codes numbered by first appearance,
     and their number. With a ``similarity_threshold`` t < 1 the keys (str observation texts) are first merged by
-    :func:`verl_gigpo.anchors.anchor_group_ids` within each episode group.
+    :func:`verl_gigpo.advantage.anchors.anchor_group_ids` within each episode group.
 
     Raises:
         ValueError: missing or unhashable keys; with t < 1, a key that is not a str.

@@ -28,8 +28,8 @@ import torch
 
 from verl_gigpo.advantage._inputs import MethodOptions, as_flags, check_common_options, check_number
 from verl_gigpo.advantage._rows import basis, normalise_in_groups
+from verl_gigpo.advantage.anchors import check_similarity_threshold
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
-from verl_gigpo.anchors import check_similarity_threshold
 
 __all__ = ["G2PO_STAT_NAMES", "G2POOptions", "check_g2po_options", "g2po_advantage_terms"]
 

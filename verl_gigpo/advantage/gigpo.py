@@ -32,11 +32,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl_gigpo._ids import show
+from verl_gigpo.advantage._ids import show
 from verl_gigpo.advantage._inputs import check_common_options, is_real
 from verl_gigpo.advantage._rows import basis, normalise_in_groups
+from verl_gigpo.advantage.anchors import check_similarity_threshold
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
-from verl_gigpo.anchors import check_similarity_threshold
 
 __all__ = ["check_estimator_options", "compute_gigpo_advantage", "gigpo_advantage_terms"]
 
@@ -84,8 +84,8 @@ def compute_gigpo_advantage(
         epsilon: > 0, added to the std.
         episode_stats: ``"trajectory"`` (paper) or ``"step"`` (reference code).
         similarity_threshold: None or 1.0: anchor keys match when equal; a number in (0, 1): str anchor keys
-            (observation texts) match when :func:`verl_gigpo.anchors.anchor_group_ids` puts them in one group at
-            this threshold, within each episode group (``GiGPOConfig(key_mode="similarity")``).
+            (observation texts) match when :func:`verl_gigpo.advantage.anchors.anchor_group_ids` puts them in one group
+            at this threshold, within each episode group (``GiGPOConfig(key_mode="similarity")``).
         row_penalty: None, or ``(N,)`` floats: each row's own penalty, placed as the reference implementation places
             its invalid-action penalty (see :func:`gigpo_advantage_terms`); needs ``episode_stats="step"``.
 
@@ -155,7 +155,7 @@ def gigpo_advantage_terms(
     * Anchor state grouping (see paper): the anchor group of a row is the pair (episode group, anchor key). With
       ``similarity_threshold`` t < 1 the key is first replaced by its similarity group among the valid rows of its
       episode group: the connected components of "identical texts, or shingle similarity >= t"
-      (:func:`verl_gigpo.anchors.anchor_group_ids`; order-independent).
+      (:func:`verl_gigpo.advantage.anchors.anchor_group_ids`; order-independent).
     * Step-level relative advantage (see paper), within each anchor group S:
       ``A_S(t) = (R_t - mean_S) / (std_S + epsilon)``.
     * Combined (see paper): ``A = A_E + step_advantage_w * A_S``.
@@ -242,8 +242,8 @@ def check_estimator_options(
     Valid values: ``gamma`` a number in [0, 1] (0: R_t = r_t; 1: no discount), ``step_advantage_w`` a finite
     number >= 0 (0: the episode-level term alone), ``norm`` in :data:`~verl_gigpo.advantage.NORMS`, ``epsilon`` a
     finite number > 0, ``episode_stats`` in :data:`~verl_gigpo.advantage.EPISODE_STATS`, ``similarity_threshold``
-    None (exact keys) or a number in (0, 1] (:func:`verl_gigpo.anchors.check_similarity_threshold`). Booleans and
-    strings are not numbers.
+    None (exact keys) or a number in (0, 1] (:func:`verl_gigpo.advantage.anchors.check_similarity_threshold`). Booleans
+    and strings are not numbers.
 
     Returns:
         the options as a dict, numbers as Python floats (the keyword arguments of :func:`compute_gigpo_advantage`).

@@ -31,11 +31,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl_gigpo._ids import show
+from verl_gigpo.advantage._ids import show
 from verl_gigpo.advantage._inputs import MethodOptions, as_flags, check_common_options, check_number
 from verl_gigpo.advantage._rows import StepRows, basis, normalise_in_groups
+from verl_gigpo.advantage.anchors import check_similarity_threshold
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
-from verl_gigpo.anchors import check_similarity_threshold
 
 __all__ = [
     "GRAPHGPO_STAT_NAMES",

@@ -31,11 +31,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl_gigpo._ids import pair_codes, show
+from verl_gigpo.advantage._ids import pair_codes, show
 from verl_gigpo.advantage._inputs import MethodOptions, check_common_options, check_number
 from verl_gigpo.advantage._rows import Basis, at_group_mean, basis, episode_at_mean, normalise_in_groups
+from verl_gigpo.advantage.anchors import check_similarity_threshold
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
-from verl_gigpo.anchors import check_similarity_threshold
 from verl_gigpo.rules import Range
 
 __all__ = ["HGPO_STAT_NAMES", "HGPOOptions", "check_hgpo_options", "hgpo_advantage_terms"]

@@ -33,7 +33,7 @@ from verl_gigpo.advantage import (
     check_estimator_options,
     invalid_row_penalty,
 )
-from verl_gigpo.anchors import check_similarity_threshold
+from verl_gigpo.advantage.anchors import check_similarity_threshold
 from verl_gigpo.rules import RANGES, group_size_warning, penalty_mode  # group_size_warning: both engines give it
 
 __all__ = ["EPISODE_STATS", "METHOD_OPTIONS", "NORMS", "STEP_CREDIT_ESTIMATORS", "GiGPOConfig", "group_size_warning"]
@@ -74,7 +74,8 @@ class GiGPOConfig:
         key_mode: what makes two steps "the same state" (their anchor key): ``"observation"`` (the observation
             text, as in the paper), ``"state"`` (the environment's true state, where it exposes one),
             ``"history:K"`` (state plus the last K actions, e.g. ``"history:2"``), or ``"similarity"``
-            (observation texts grouped by similarity, see :mod:`verl_gigpo.anchors`). Default ``"observation"``.
+            (observation texts grouped by similarity, see :mod:`verl_gigpo.advantage.anchors`). Default
+            ``"observation"``.
         similarity_threshold: in (0, 1]; used only when ``key_mode == "similarity"``: observations whose 5-byte
             shingle sets have Dice similarity >= this are linked (1.0 = exact match). Default 0.9. (The
             reference code's optional similarity mode uses a different measure, difflib's ratio, with 0.95.)
@@ -309,7 +310,7 @@ class GiGPOConfig:
     def anchor_similarity_threshold(self) -> float | None:
         """``similarity_threshold`` when ``key_mode == "similarity"``, else None (exact keys): the
         ``similarity_threshold`` argument of :func:`verl_gigpo.advantage.gigpo_advantage_terms` (and of
-        :func:`verl_gigpo.anchors.anchor_group_ids`)."""
+        :func:`verl_gigpo.advantage.anchors.anchor_group_ids`)."""
         return self.similarity_threshold if self.key_mode == "similarity" else None
 
 

@@ -421,7 +421,7 @@ def recorded_launch(source: ModelSource) -> list[str]:
         ValueError: ``source`` is not a verl checkpoint, or its experiment folder holds no launch record (the
             message says what to pass instead).
     """
-    from verl_gigpo.launch import LAUNCHES_DIR, saved_launch_config
+    from verl_gigpo.verl_glue.launch import LAUNCHES_DIR, saved_launch_config
 
     if source.kind == "verl":
         folder = source.checkpoint.parent
@@ -443,7 +443,7 @@ def recorded_launch(source: ModelSource) -> list[str]:
 def _launch_sampling(folder: Path) -> dict[str, Any]:
     """The validation sampling of the evaluation launch in ``folder``, from its launch record (empty when it wrote
     none)."""
-    from verl_gigpo.launch import LAUNCHES_DIR
+    from verl_gigpo.verl_glue.launch import LAUNCHES_DIR
 
     records = sorted((folder / LAUNCHES_DIR).glob("launch_*.json"))
     if not records:
@@ -496,7 +496,7 @@ def report_from_transcripts(out: str | Path, *, settings: dict[str, Any], gigpo:
         FileNotFoundError: no transcripts in ``<out>/transcripts``.
     """
     from verl_gigpo.config import GiGPOConfig
-    from verl_gigpo.credit import CreditLogger, CreditLogOptions
+    from verl_gigpo.credit.records import CreditLogger, CreditLogOptions
 
     out = Path(out)
     records = read_transcripts(out / TRANSCRIPTS)

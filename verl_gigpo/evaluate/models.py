@@ -170,7 +170,7 @@ def verl_run_settings(checkpoint: Path, step: int) -> RunSettings | None:
     and ``local.constrain_to_actions=false`` (verl samples from the whole vocabulary). None when the experiment
     folder holds no launch record.
     """
-    from verl_gigpo.launch import LAUNCHES_DIR, saved_launch_config
+    from verl_gigpo.verl_glue.launch import LAUNCHES_DIR, saved_launch_config
 
     folder = Path(checkpoint).parent
     found = saved_launch_config(folder, step)

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from verl_gigpo.credit import (
+from verl_gigpo.credit.records import (
     _plain,  # the JSON form of an id, as credit records write it
     anchor_key_hash,
     read_json_lines,

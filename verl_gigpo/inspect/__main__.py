@@ -7,8 +7,8 @@ import argparse
 import sys
 
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
-from verl_gigpo.inspect.load import CreditReportError
-from verl_gigpo.inspect.report import make_report
+from verl_gigpo.credit.load import CreditReportError
+from verl_gigpo.credit.report import make_report
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from verl_gigpo.config.resume import LOCAL_RESUME, LR_KEY, describe
 from verl_gigpo.local.config import DEFAULT_CONFIG
 from verl_gigpo.local.run_folder import checkpoint_candidates, write_latest
-from verl_gigpo.resume import LOCAL_RESUME, LR_KEY, describe
 
 __all__ = ["read_checkpoint", "restore_rng_states", "rng_states", "set_learning_rate", "write_checkpoint"]
 

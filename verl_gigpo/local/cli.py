@@ -1,6 +1,6 @@
 """The local engine's command line: ``python -m verl_gigpo.local.train [key=value ...] [--resume] [--overwrite]``.
 
-    python -m verl_gigpo.local.tiny_model --out artifacts/tiny-model
+    python -m verl_gigpo.dev.tiny_model --out artifacts/tiny-model
     python -m verl_gigpo.local.train                                     # the gridnav demo defaults
     python -m verl_gigpo.local.train algorithm.adv_estimator=grpo trainer.default_local_dir=runs/grpo
     python -m verl_gigpo.local.train env.kwargs.size=7 env.kwargs.key=true env.max_steps=24 trainer.seed=3

@@ -8,7 +8,7 @@ boolean key is type- and range-checked (:func:`validate_config`) by the rules of
 verl's preflight applies to the keys both engines have), so a typo fails at once rather than after the first
 iteration; ``algorithm.gigpo.*`` and the successors' sections (``algorithm.hgpo``, ``algorithm.graphgpo``,
 ``algorithm.g2po``) are checked by :class:`verl_gigpo.config.GiGPOConfig`, ``trainer.credit_log_*`` by
-:class:`verl_gigpo.credit.CreditLogOptions`, ``algorithm.filter_groups`` (dynamic sampling) by
+:class:`verl_gigpo.credit.records.CreditLogOptions`, ``algorithm.filter_groups`` (dynamic sampling) by
 :class:`verl_gigpo.rollout.dynamic.DynamicSampling`, the environment deadlines and worker processes by
 :class:`verl_gigpo.rollout.execution.EnvExecution` (the validator verl's agent loop uses).
 """
@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from environments import list_envs
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.advantage.outcome import OUTCOME_ESTIMATORS
-from verl_gigpo.credit import CreditLogOptions
+from verl_gigpo.credit.records import CreditLogOptions
 from verl_gigpo.rollout.dynamic import DynamicSampling
 from verl_gigpo.rollout.episode import chat_template_kwargs_from
 from verl_gigpo.rollout.execution import EnvExecution

@@ -11,7 +11,7 @@ arguments are config overrides applied last.
 
 Credit records are on at a low frequency (``trainer.credit_log_freq`` = a quarter of the iterations, see
 :func:`credit_log_freq`; every episode group); at the end the demo writes the credit report
-(:mod:`verl_gigpo.inspect`) into ``<out>/credit/report/``, prints its summary and where the page is.
+(:mod:`verl_gigpo.credit.report`) into ``<out>/credit/report/``, prints its summary and where the page is.
 
 Two starts (``DEMO_START`` / ``--start``):
 
@@ -20,9 +20,9 @@ Two starts (``DEMO_START`` / ``--start``):
   policy is exactly the sampled one). A random model almost never writes an action word by chance; the
   restriction is what lets it learn from scratch.
 * ``imitate``: gridnav with a key (:data:`IMITATE_TASK`, 15 steps: the learning benchmark's task, where step
-  credit matters) from a start model that already reads its observation (``python -m verl_gigpo.local.tiny_model
+  credit matters) from a start model that already reads its observation (``python -m verl_gigpo.dev.tiny_model
   --imitate gridnav`` on that task, built into ``artifacts/tiny-model-imitate`` when missing: supervised on the
-  shortest-path expert's action with probability :data:`~verl_gigpo.local.tiny_model.IMITATE_P`, a random one
+  shortest-path expert's action with probability :data:`~verl_gigpo.dev.tiny_model.IMITATE_P`, a random one
   otherwise), sampling over the full vocabulary with replies of up to 3 tokens (action, EOS, one spare) — as
   verl's rollout does, and as an instruct model starts in the paper. 100 iterations by default.
 
@@ -101,7 +101,7 @@ START_ITERS = {"random": DEMO_ITERS, "imitate": 100}
 def build_start_model(start: str, model_dir: Path) -> None:
     """Build the model of ``start`` into ``model_dir`` (random weights; for ``imitate`` then the expert imitation
     on the demo's task)."""
-    from verl_gigpo.local.tiny_model import build_tiny_model, imitate_expert
+    from verl_gigpo.dev.tiny_model import build_tiny_model, imitate_expert
 
     print(f"building the tiny model into {model_dir} ...", flush=True)
     build_tiny_model(model_dir)
@@ -161,7 +161,7 @@ def run_demo(
     seconds = time.perf_counter() - start
     report = None
     if (Path(out_dir) / "credit").is_dir():
-        from verl_gigpo.inspect import make_report
+        from verl_gigpo.credit.report import make_report
 
         report = make_report(out_dir)
     return {

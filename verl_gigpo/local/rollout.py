@@ -24,7 +24,7 @@ from verl_gigpo.local.server import LocalGenerationServer
 from verl_gigpo.local.setup import action_token_ids, episode_config, episode_seed, load_model, sampling_params
 from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, Episode, TaskSpec, chat_template_kwargs_from, run_episode
 from verl_gigpo.rollout.execution import EnvExecution
-from verl_gigpo.rollout.threads import EnvThreadPool
+from verl_gigpo.rollout.execution.threads import EnvThreadPool
 
 __all__ = ["LocalRollout", "VALIDATION_SEED_PART", "local_device"]
 

@@ -15,8 +15,8 @@ A run folder (``trainer.default_local_dir``) holds :data:`RUN_OUTPUTS`: ``metric
 4. Before anything is built, the folder and the outputs a run appends to or replaces must be writable
    (:func:`check_writable`): a read-only ``metrics.jsonl`` or folder is a one-line error naming the path.
 5. The saved config is compared with the new one by the rule both engines share
-   (:data:`verl_gigpo.resume.LOCAL_RESUME`, an allow-list): the keys of
-   :data:`verl_gigpo.resume.LOCAL_RESUMABLE` (length of the run, frequencies, logging, speed-only settings, the
+   (:data:`verl_gigpo.config.resume.LOCAL_RESUME`, an allow-list): the keys of
+   :data:`verl_gigpo.config.resume.LOCAL_RESUMABLE` (length of the run, frequencies, logging, speed-only settings, the
    folder itself, the learning rate) may change and take effect; any other difference stops the resume with the
    list of keys, unless ``--allow-config-change`` is given.
 """
@@ -29,7 +29,7 @@ import re
 import shutil
 from pathlib import Path
 
-from verl_gigpo.launch import POINTER
+from verl_gigpo.verl_glue.launch import POINTER
 
 __all__ = [
     "RUN_OUTPUTS",
@@ -129,8 +129,9 @@ def check_writable(out_dir: str | Path) -> None:
 
 
 def write_latest(checkpoints: str | Path, iteration: int) -> None:
-    """Point ``checkpoints/latest_checkpointed_iteration.txt`` (verl's name, :data:`verl_gigpo.launch.POINTER`) at
-    ``iteration``, atomically: a temporary file, flushed to disk, renamed."""
+    """Point ``checkpoints/latest_checkpointed_iteration.txt`` (verl's name,
+    :data:`verl_gigpo.verl_glue.launch.POINTER`) at ``iteration``, atomically: a temporary file, flushed to disk,
+    renamed."""
     checkpoints = Path(checkpoints)
     tmp = checkpoints / (POINTER + ".tmp")
     with tmp.open("w") as fh:

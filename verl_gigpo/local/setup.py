@@ -38,7 +38,7 @@ def load_model(path: str, device: torch.device, *, seed: int) -> tuple[Any, Any]
     if not Path(path).is_dir():
         raise ValueError(
             f"actor_rollout_ref.model.path={path!r} is not a directory; build a tiny model with "
-            f"`python -m verl_gigpo.local.tiny_model --out {path}` or point it at a Hugging Face model folder"
+            f"`python -m verl_gigpo.dev.tiny_model --out {path}` or point it at a Hugging Face model folder"
         )
     tokenizer = AutoTokenizer.from_pretrained(path)
     with torch.random.fork_rng(devices=[]):

@@ -76,7 +76,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.advantage.outcome import outcome_advantages
-from verl_gigpo.credit import CreditLogger, CreditLogOptions
+from verl_gigpo.credit.records import CreditLogger, CreditLogOptions
 from verl_gigpo.local.checkpoint import (
     read_checkpoint,
     restore_rng_states,

@@ -364,8 +364,8 @@ def split_rows(
     """The rows (indices into the batch) of each mini-batch of one pass over the batch's K rows.
 
     ``mini_batch_rows`` M set: ``k = ceil(K / M)`` mini-batches of ``floor(K / k)`` or ``ceil(K / k)`` rows (the
-    split of verl's ``gigpo_sync`` mode, :func:`verl_gigpo.trainer.plan_mini_batches`, without its padding), over
-    the rows permuted by ``rng`` (None: batch order). Else ``tasks_per_step`` tasks (episode groups, in order of
+    split of verl's ``gigpo_sync`` mode, :func:`verl_gigpo.verl_glue.trainer.plan_mini_batches`, without its padding),
+    over the rows permuted by ``rng`` (None: batch order). Else ``tasks_per_step`` tasks (episode groups, in order of
     first appearance) with all their rows each; None: all rows in one mini-batch.
     """
     n = len(group_ids)

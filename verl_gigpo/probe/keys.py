@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from environments.base import parse_key_mode
-from verl_gigpo.anchors import check_similarity_threshold
+from verl_gigpo.advantage.anchors import check_similarity_threshold
 from verl_gigpo.config import GiGPOConfig
 
 __all__ = ["DEFAULT_KEYS", "KeySpec", "parse_keys"]

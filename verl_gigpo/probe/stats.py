@@ -17,7 +17,7 @@ a signal-only group is one it drops although the step term still says something 
 that dynamic sampling runs on both engines (:func:`verl_gigpo.rollout.dynamic.group_signal` with ``filter=episode``,
 its ``RETURN_RTOL`` and ``STEP_ATOL``), so the probe's figure is the share of groups ``algorithm.filter_groups``
 would keep with ``filter=signal`` and drop with ``filter=episode``; G' counts the groups with an unmasked row.
-``ZERO`` (1e-9, :data:`verl_gigpo.inspect.stats.ZERO`, the credit report's) only absorbs rounding in the signal
+``ZERO`` (1e-9, :data:`verl_gigpo.credit.stats.ZERO`, the credit report's) only absorbs rounding in the signal
 rows: the estimator gives a flat anchor group exactly 0. Merged rows compare their action
 with actions taken from another true state (the environment's ``state`` key of the same step, taken as the truth):
 0 for ``state`` and ``history:K`` by construction; what ``observation`` texts alias (ALFWorld's "You arrive at
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from verl_gigpo.inspect.stats import ZERO
+from verl_gigpo.credit.stats import ZERO
 from verl_gigpo.probe.keys import KeySpec
 from verl_gigpo.rollout.dynamic import group_signal
 from verl_gigpo.rollout.step_rows import StepBatch

@@ -17,8 +17,8 @@ from verl_gigpo.rollout.episode import (
     chat_template_kwargs_from,
     run_episode,
 )
+from verl_gigpo.rollout.execution.pool import EnvPool
 from verl_gigpo.rollout.factory import make_task_env
-from verl_gigpo.rollout.pool import EnvPool
 from verl_gigpo.rollout.step_rows import StepBatch
 from verl_gigpo.rollout.types import (
     Episode,

@@ -11,7 +11,7 @@ admissible actions) -> encode (chat template) -> ``await generator.generate(...)
 (under ``EpisodeConfig.invalid_action``) -> ``env.step`` (in a thread, off the event loop) -> record a
 :class:`StepRecord`. Environment calls run in a thread pool (or, for environments that are not thread-parallel, in
 worker processes) so that hundreds of episodes proceed concurrently with no lock-step barrier between them, each call
-under its deadline (:mod:`verl_gigpo.rollout.envcalls`).
+under its deadline (:mod:`verl_gigpo.rollout.execution.envcalls`).
 
 The prompt's structure and what happens to one over ``max_prompt_length`` are ``EpisodeConfig.prompt``
 (``env.prompt.*``): :func:`build_prompt` renders it in that style and applies the over-long rule; a step whose reply
@@ -38,11 +38,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from environments import TextEnv
-from verl_gigpo.rollout.envcalls import EnvCalls
 from verl_gigpo.rollout.execution import EnvExecution
+from verl_gigpo.rollout.execution.envcalls import EnvCalls
+from verl_gigpo.rollout.execution.pool import EnvPool
+from verl_gigpo.rollout.execution.threads import EnvThreadPool
 from verl_gigpo.rollout.factory import make_task_env
-from verl_gigpo.rollout.pool import EnvPool
-from verl_gigpo.rollout.threads import EnvThreadPool
 from verl_gigpo.rollout.types import Episode, EpisodeConfig, Generator, StepRecord, TaskSpec
 
 __all__ = [
@@ -346,12 +346,14 @@ async def run_episode(
         sampling_params: passed to the generator unchanged.
         env_factory: builds the environment (default: the registry, :func:`make_task_env`); ignored with a pool.
         executor: the threads environment calls run in (default: a process-wide pool of 64,
-            :func:`verl_gigpo.rollout.envcalls.default_threads`; ``EnvThreadPool(0)`` runs them inline).
+            :func:`verl_gigpo.rollout.execution.envcalls.default_threads`; ``EnvThreadPool(0)`` runs them inline).
         env_pool: reuse environments across episodes (recommended when building one is expensive, e.g. ALFWorld);
             without a pool the environment is built for this episode and closed at its end. A pool with worker
-            processes hosts the environments that are not thread-parallel there (:mod:`verl_gigpo.rollout.pool`).
+            processes hosts the environments that are not thread-parallel there
+            (:mod:`verl_gigpo.rollout.execution.pool`).
         execution: the deadlines of environment calls (default :class:`EnvExecution`'s: 60 s a step, 300 s a
-            reset); a missed one ends the episode with an ``EnvDeadlineError`` (:mod:`verl_gigpo.rollout.envcalls`).
+            reset); a missed one ends the episode with an ``EnvDeadlineError``
+            (:mod:`verl_gigpo.rollout.execution.envcalls`).
         group_id: the episode group (task draw) it belongs to, kept on the episode (:attr:`Episode.group_id`).
     """
     episode = Episode(traj_id=traj_id, task=task, group_id=group_id)

@@ -1,7 +1,7 @@
 """How the episode runner and the environment pool build an environment for a task.
 
-The bottom of :mod:`verl_gigpo.rollout` with :mod:`verl_gigpo.rollout.types`: :mod:`~verl_gigpo.rollout.pool` and
-:mod:`~verl_gigpo.rollout.episode` both import it, and it imports neither, so the package's imports go one way
+The bottom of :mod:`verl_gigpo.rollout` with :mod:`verl_gigpo.rollout.types`: :mod:`~verl_gigpo.rollout.execution.pool`
+and :mod:`~verl_gigpo.rollout.episode` both import it, and it imports neither, so the package's imports go one way
 (``types`` <- ``factory`` <- ``pool`` <- ``episode``).
 """
 

@@ -2,11 +2,11 @@
 
     rows = episode_rows(episode, text_chars=200)   # one EpisodeRow per step (one placeholder row if it failed at reset)
 
-verl's agent loop (:func:`verl_gigpo.agent_loop.episode_to_outputs`) puts each row's :attr:`EpisodeRow.fields` into
-``AgentLoopOutput.extra_fields``; :meth:`StepBatch.from_rows <verl_gigpo.rollout.step_rows.StepBatch.from_rows>` reads
-them back on verl's trainer mode, :meth:`StepBatch.from_episodes <verl_gigpo.rollout.step_rows.StepBatch.from_episodes>`
-reads them straight from this function on the local engine, and the credit records read the same columns. The fields,
-the same names everywhere:
+verl's agent loop (:func:`verl_gigpo.verl_glue.agent_loop.episode_to_outputs`) puts each row's :attr:`EpisodeRow.fields`
+into ``AgentLoopOutput.extra_fields``; :meth:`StepBatch.from_rows <verl_gigpo.rollout.step_rows.StepBatch.from_rows>`
+reads them back on verl's trainer mode, :meth:`StepBatch.from_episodes
+<verl_gigpo.rollout.step_rows.StepBatch.from_episodes>` reads them straight from this function on the local engine, and
+the credit records read the same columns. The fields, the same names everywhere:
 
 =====================  ===========================================================================================
 traj_id                the episode's trajectory id (verl: ``{uid}_{session_id}``), unique per trajectory

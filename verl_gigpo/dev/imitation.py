@@ -1,0 +1,338 @@
+"""Supervised fine-tuning of a tiny model (:mod:`verl_gigpo.dev.tiny_model`) into a starting policy for RL.
+
+* :func:`sft_action_format` — answer a gridnav prompt with one uniformly random action word and EOS (the CLI's
+  ``--sft-actions``): the model speaks the action format and samples every action;
+* :func:`imitate_expert` — a weak policy that reads its observation (the CLI's ``--imitate ENV[:P]``): the label
+  of each state of walks through training tasks is the environment's shortest-path expert's action with
+  probability P (default :data:`IMITATE_P`) and a uniformly random action otherwise
+  (:func:`expert_examples`); :func:`action_probabilities` reads what the fine-tuned model then does.
+
+Both load the model folder, fine-tune it in place (AdamW on the reply tokens only) and save it back, recording the
+fine-tuning in its ``tiny_model_info.json``. Deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from verl_gigpo.rules import Range
+
+__all__ = ["IMITATE_P", "action_probabilities", "expert_examples", "imitate_expert", "sft_action_format"]
+
+logger = logging.getLogger(__name__)
+
+#: ``--imitate``: share of expert labels (the rest uniformly random), chosen so that the learning benchmark's key
+#: task starts at a low but non-zero validation success (benchmarks/RESULTS.md, "Start models").
+IMITATE_P = 0.7
+
+
+def sft_action_format(
+    model_dir: str | Path,
+    *,
+    env_name: str = "gridnav",
+    steps: int = 40,
+    batch_size: int = 16,
+    lr: float = 3e-3,
+    seed: int = 0,
+) -> Path:
+    """Fine-tune the model in ``model_dir`` in place to reply to ``env_name`` prompts with a random action + EOS.
+
+    Examples: 64 seeded tasks, up to 3 steps each along a uniformly random walk; each example is the chat prompt
+    (:class:`verl_gigpo.rollout.ChatPromptEncoder`) and, as target, one action word drawn uniformly from the
+    environment's fixed action set followed by EOS. ``steps`` AdamW steps of ``batch_size`` examples, loss on the
+    target tokens only. The environment must have a fixed action set (``info["admissible_actions"]`` words that the
+    tokenizer keeps whole), e.g. gridnav's up/down/left/right.
+
+    Returns:
+        ``model_dir`` (model and tokenizer saved back; ``tiny_model_info.json`` records the fine-tuning).
+
+    Raises:
+        ValueError: ``steps`` or ``batch_size`` < 1, or the environment exposes no admissible actions.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if steps < 1 or batch_size < 1:
+        raise ValueError(f"steps ({steps}) and batch_size ({batch_size}) must be >= 1")
+    model_dir = Path(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    rng = np.random.default_rng(seed)
+    examples = _sft_examples(env_name, tokenizer, rng)
+    width = max(len(p) + len(t) for p, t in examples)
+    _supervised_steps(
+        model, tokenizer.pad_token_id, examples, rng, steps=steps, batch_size=batch_size, lr=lr, seed=seed, width=width
+    )
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    info_path = model_dir / "tiny_model_info.json"
+    info = json.loads(info_path.read_text()) if info_path.exists() else {}
+    info["sft_actions"] = {"env": env_name, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed}
+    info_path.write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
+    logger.info("fine-tuned %s to answer %s prompts with a random action (%d steps)", model_dir, env_name, steps)
+    return model_dir
+
+
+def _sft_examples(env_name: str, tokenizer, rng: np.random.Generator) -> list[tuple[list[int], list[int]]]:
+    """``(prompt ids, target ids)`` pairs: 64 seeded tasks, up to 3 steps each along a uniformly random walk, the
+    target one action word drawn uniformly from the admissible ones followed by EOS."""
+    from environments import make_env
+    from verl_gigpo.rollout import ChatPromptEncoder
+
+    encoder = ChatPromptEncoder(tokenizer)
+    env = make_env(env_name, max_steps=10)
+    examples = []
+    for task_seed in range(64):
+        obs, info = env.reset(seed=task_seed)
+        for _ in range(3):
+            actions = list(info.get("admissible_actions") or [])
+            if not actions:
+                raise ValueError(f"{env_name} lists no admissible actions; --sft-actions needs a fixed action set")
+            action = actions[int(rng.integers(len(actions)))]
+            prompt = encoder(env.render_prompt(obs, info))
+            examples.append((prompt, tokenizer.encode(action, add_special_tokens=False) + [tokenizer.eos_token_id]))
+            obs, _, terminated, truncated, info = env.step(action)
+            if terminated or truncated:
+                break
+    return examples
+
+
+def imitate_expert(
+    model_dir: str | Path,
+    *,
+    env_name: str = "gridnav",
+    env_kwargs: dict | None = None,
+    p_expert: float = IMITATE_P,
+    steps: int = 400,
+    tasks: int = 400,
+    batch_size: int = 32,
+    lr: float = 3e-3,
+    follow: float = 0.7,
+    max_steps: int = 15,
+    history_length: int = 0,
+    seed: int = 0,
+) -> Path:
+    """Fine-tune the model in ``model_dir`` in place into a weak policy that reads its observation.
+
+    Supervised on (prompt, label) pairs from the environment's shortest-path expert (its ``oracle_action()``):
+    at every state of a walk through training tasks ``0 .. tasks-1`` the label is the expert's action with
+    probability ``p_expert`` and a uniformly random admissible action otherwise; the walk then takes the label
+    with probability ``follow`` and a uniformly random action otherwise, so off-path states are seen too. Each
+    prompt is rendered as the engines render it (:meth:`TextEnv.render_prompt` with the last ``history_length``
+    steps, then the chat template), the target is the label word + EOS, and the loss covers the target only.
+    ``steps`` AdamW steps of ``batch_size`` examples at ``lr``.
+
+    The result is like an instruct model that sometimes acts right: its action distribution depends on the
+    observation (about ``p_expert + (1 - p_expert) / |A|`` on the expert's action where it fits the labels), so
+    group RL starts from rollouts that win now and then, with sampling over the full vocabulary.
+
+    Deterministic: the same arguments and model give byte-identical files.
+
+    Returns:
+        ``model_dir`` (model and tokenizer saved back; ``tiny_model_info.json`` records the fine-tuning under
+        ``"imitate"``).
+
+    Raises:
+        ValueError: a probability outside [0, 1], ``steps``/``tasks``/``batch_size``/``max_steps`` < 1, or an
+            environment without ``oracle_action()`` or a fixed action set.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    for name, value in (("p_expert", p_expert), ("follow", follow)):
+        Range(name, "float", "a probability", low=0, high=1).check(value)
+    for name, value in (("steps", steps), ("tasks", tasks), ("batch_size", batch_size), ("max_steps", max_steps)):
+        Range(name, "int", "a count", low=1).check(value)
+    Range("history_length", "int", "past steps shown in the prompt", low=0).check(history_length)
+    model_dir = Path(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    rng = np.random.default_rng(seed)
+    examples = expert_examples(
+        env_name,
+        tokenizer,
+        rng,
+        env_kwargs=env_kwargs,
+        p_expert=p_expert,
+        tasks=tasks,
+        follow=follow,
+        max_steps=max_steps,
+        history_length=history_length,
+    )
+    _supervised_steps(
+        model, tokenizer.pad_token_id, examples, rng, steps=steps, batch_size=batch_size, lr=lr, seed=seed
+    )
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    info_path = model_dir / "tiny_model_info.json"
+    info = json.loads(info_path.read_text()) if info_path.exists() else {}
+    info["imitate"] = {
+        "env": env_name,
+        "env_kwargs": dict(env_kwargs or {}),
+        "p_expert": p_expert,
+        "follow": follow,
+        "tasks": tasks,
+        "examples": len(examples),
+        "max_steps": max_steps,
+        "history_length": history_length,
+        "steps": steps,
+        "batch_size": batch_size,
+        "lr": lr,
+        "seed": seed,
+    }
+    info_path.write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
+    logger.info(
+        "fine-tuned %s to imitate the %s expert (p=%.2f, %d examples)", model_dir, env_name, p_expert, len(examples)
+    )
+    return model_dir
+
+
+def expert_examples(
+    env_name: str,
+    tokenizer,
+    rng: np.random.Generator,
+    *,
+    env_kwargs: dict | None = None,
+    p_expert: float = IMITATE_P,
+    tasks: int = 400,
+    follow: float = 0.7,
+    max_steps: int = 15,
+    history_length: int = 0,
+) -> list[tuple[list[int], list[int], bool]]:
+    """The supervised examples of :func:`imitate_expert`: ``(prompt ids, target ids, label is the expert's)``
+    for every state of one walk per training task ``0 .. tasks-1`` (see there for the labels and the walk).
+
+    Raises:
+        ValueError: the environment has no ``oracle_action()`` or lists no admissible actions.
+    """
+    from environments import make_env
+    from verl_gigpo.rollout import ChatPromptEncoder
+
+    encoder = ChatPromptEncoder(tokenizer)
+    env = make_env(env_name, max_steps=max_steps, **dict(env_kwargs or {}))
+    if not callable(getattr(env, "oracle_action", None)):
+        raise ValueError(f"{env_name} has no oracle_action(): --imitate needs an environment with an expert")
+    examples = []
+    try:
+        for task_seed in range(tasks):
+            obs, info = env.reset(seed=task_seed, options={"split": "train"})
+            history: list[tuple[str, str]] = []
+            while True:
+                actions = list(info.get("admissible_actions") or [])
+                if not actions:
+                    raise ValueError(f"{env_name} lists no admissible actions; --imitate needs a fixed action set")
+                expert = env.oracle_action()
+                is_expert = bool(rng.random() < p_expert)
+                label = expert if is_expert else actions[int(rng.integers(len(actions)))]
+                shown = history[len(history) - history_length :] if history_length else []
+                prompt = encoder(env.render_prompt(obs, info, shown))
+                target = tokenizer.encode(label, add_special_tokens=False) + [tokenizer.eos_token_id]
+                examples.append((prompt, target, is_expert))
+                move = label if rng.random() < follow else actions[int(rng.integers(len(actions)))]
+                history.append((obs, move))
+                obs, _, terminated, truncated, info = env.step(move)
+                if terminated or truncated:
+                    break
+    finally:
+        env.close()
+    return examples
+
+
+def action_probabilities(
+    model_dir: str | Path,
+    *,
+    env_name: str = "gridnav",
+    env_kwargs: dict | None = None,
+    seeds: Sequence[int] = (0, 1, 2, 3),
+    split: str = "test",
+    max_steps: int = 15,
+) -> list[dict]:
+    """The model's first-token probability of each action word at the first state of a few tasks: evidence that
+    a start model conditions on its observation (rows differ) or not (rows alike).
+
+    Returns:
+        one dict per seed: ``{"observation", "expert", "probs": {action: p}, "other": 1 - sum(probs)}``; the
+        expert is the environment's ``oracle_action()`` (None when it has none). Each action word is scored by its
+        first token after the chat template's generation prompt.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from environments import make_env
+    from verl_gigpo.rollout import ChatPromptEncoder
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    encoder = ChatPromptEncoder(tokenizer)
+    env = make_env(env_name, max_steps=max_steps, **dict(env_kwargs or {}))
+    rows = []
+    try:
+        for seed in seeds:
+            obs, info = env.reset(seed=int(seed), options={"split": split})
+            actions = list(info.get("admissible_actions") or [])
+            ids = torch.tensor([encoder(env.render_prompt(obs, info))])  # (1, P)
+            with torch.no_grad():
+                probs = torch.softmax(model(input_ids=ids).logits[0, -1].float(), dim=-1)  # (V,)
+            first = {a: tokenizer.encode(a, add_special_tokens=False)[0] for a in actions}
+            scored = {a: float(probs[t]) for a, t in first.items()}
+            oracle = getattr(env, "oracle_action", None)
+            rows.append(
+                {
+                    "observation": obs,
+                    "expert": oracle() if callable(oracle) else None,
+                    "probs": scored,
+                    "other": max(0.0, 1.0 - sum(scored.values())),
+                }
+            )
+    finally:
+        env.close()
+    return rows
+
+
+def _supervised_steps(
+    model,
+    pad_id: int,
+    examples: Sequence[tuple[list[int], ...]],
+    rng: np.random.Generator,
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    width: int | None = None,
+) -> None:
+    """``steps`` AdamW steps of ``batch_size`` examples drawn by ``rng``, loss on the targets (the second item of
+    each example), under a torch RNG seeded with ``seed`` (the global one is left as it was). Each batch is
+    right-padded to ``width`` tokens (None: its own longest example)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+        model.train()
+        for _ in range(steps):
+            batch = [examples[int(i)][:2] for i in rng.integers(len(examples), size=batch_size)]
+            pad_to = width if width is not None else max(len(p) + len(t) for p, t in batch)
+            ids, attention, labels = _right_padded(batch, pad_to, pad_id)  # (B, W) each
+            loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    model.eval()
+
+
+def _right_padded(
+    batch: Sequence[tuple[list[int], list[int]]], width: int, pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask, labels)``, each (B, W): prompt + target then ``pad_id`` on the right; labels
+    are the target tokens and -100 (no loss) elsewhere."""
+    ids = torch.full((len(batch), width), pad_id)  # (B, W)
+    labels = torch.full((len(batch), width), -100)  # (B, W)
+    attention = torch.zeros((len(batch), width), dtype=torch.long)  # (B, W)
+    for row, (prompt, target) in enumerate(batch):
+        n = len(prompt) + len(target)
+        ids[row, :n] = torch.tensor(prompt + target)
+        labels[row, len(prompt) : n] = torch.tensor(target)
+        attention[row, :n] = 1
+    return ids, attention, labels

@@ -1,0 +1,259 @@
+"""The ``gigpo_env_agent`` verl agent loop: one environment episode -> one training row per step.
+
+verl builds one instance per trajectory inside its agent-loop worker and calls ``run(sampling_params, **row)``
+with the dataset row's fields (``env_name``, ``seed``, ``split`` written by ``python -m verl_gigpo.data.prepare``)
+plus ``uid`` and ``session_id``. The episode itself is played by the shared runner
+(:func:`verl_gigpo.rollout.run_episode`) against verl's server manager; each step becomes an
+``AgentLoopOutput`` whose ``extra_fields`` are the row's fields of :func:`verl_gigpo.rollout.rows.episode_rows` (the
+one schema of a step row, its placeholder row included; the table of fields is in :mod:`verl_gigpo.rollout.rows`),
+which the ``gigpo_sync`` trainer mode reads back with :meth:`StepBatch.from_rows
+<verl_gigpo.rollout.step_rows.StepBatch.from_rows>`. verl's own fields are added to every row:
+
+=================  ==========================================================================================
+min_global_steps   the weight versions of the servers that generated the episode (verl's off-policy
+max_global_steps   bookkeeping reads them from every row)
+reward_extra_info  {"acc" (= won), "episode_length", "invalid_actions"}: verl logs them as validation metrics
+=================  ==========================================================================================
+
+``reward_score`` of the final row is the episode return (verl copies it to the episode's other rows; verl's own
+advantage step, which the trainer mode runs for estimators other than its own and grpo/rloo, reads it). The server's
+log-probs are kept (``response_logprobs``).
+Environment calls run in a thread pool shared by all episodes of the worker process
+(:class:`~verl_gigpo.rollout.execution.threads.EnvThreadPool`, ``GIGPO_ENV_THREADS`` threads, default 64), so hundreds
+of episodes proceed concurrently with no lock-step barrier; finished environments are kept in a worker-wide
+:class:`~verl_gigpo.rollout.EnvPool` and reset for the next episode instead of being rebuilt. Environments that are
+not thread-parallel (ALFWorld) run in ``env.num_workers`` worker processes of that pool (``auto``: this node's cores
+divided among its agent-loop workers). Every call has a deadline (``env.step_timeout_s``, ``env.reset_timeout_s``):
+docs/environments-execution.md.
+
+With ``env.transcript_dir`` set, every episode is also written there as transcript records, one JSON line per step
+(:mod:`verl_gigpo.evaluate.transcripts`): the evaluation command sets it for a ``trainer.val_only`` launch.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+from typing import Any, ClassVar
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+
+from environments import register_envs
+from verl_gigpo import AGENT_LOOP_NAME
+from verl_gigpo.config import GiGPOConfig
+from verl_gigpo.credit.records import CreditLogOptions
+from verl_gigpo.evaluate.transcripts import TranscriptWriter, episode_records
+from verl_gigpo.rollout import (
+    ChatPromptEncoder,
+    EnvPool,
+    Episode,
+    EpisodeConfig,
+    TaskSpec,
+    chat_template_kwargs_from,
+    run_episode,
+)
+from verl_gigpo.rollout.execution import EnvExecution
+from verl_gigpo.rollout.execution.threads import EnvThreadPool
+from verl_gigpo.rollout.rows import episode_rows
+
+__all__ = ["GiGPOEnvAgentLoop", "episode_config_from", "episode_to_outputs"]
+
+logger = logging.getLogger(__name__)
+logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+
+
+def episode_config_from(config: Any) -> EpisodeConfig:
+    """The :class:`EpisodeConfig` of a verl trainer config (``env.*``, ``algorithm.gigpo.key_mode``, lengths).
+
+    Raises:
+        ValueError: a value out of range, the message naming the key as it is set in verl's config (``env.max_steps``,
+            ``data.max_prompt_length``, ...) rather than the ``EpisodeConfig`` field.
+    """
+    env = config.get("env", None)
+    if env is None:
+        raise ValueError(
+            f"the '{AGENT_LOOP_NAME}' agent loop needs the env.* config section; run with "
+            "`python -m verl_gigpo.main` (config verl_gigpo/config/gigpo_trainer.yaml)"
+        )
+    key_mode = GiGPOConfig.from_algorithm(config.algorithm).env_key_mode
+    rollout = config.actor_rollout_ref.rollout
+    return EpisodeConfig.from_env(
+        env,
+        max_prompt_length=rollout.prompt_length,
+        max_response_length=rollout.response_length,
+        key_mode=key_mode,
+        field_keys={"max_prompt_length": "data.max_prompt_length", "max_response_length": "data.max_response_length"},
+    )
+
+
+def episode_to_outputs(
+    episode: Episode,
+    *,
+    placeholder_prompt_ids: list[int],
+    eos_id: int,
+    weight_version: int | None = None,
+    text_chars: int = 0,
+) -> list[AgentLoopOutput]:
+    """One ``AgentLoopOutput`` per row of :func:`~verl_gigpo.rollout.rows.episode_rows` (its fields become
+    ``extra_fields``; see the module docstring for what verl adds).
+
+    ``min_global_steps``/``max_global_steps`` (the weight versions verl's off-policy bookkeeping reads from every
+    row) come from the server's outputs; ``weight_version`` fills them in when no generation happened (an
+    environment that failed at reset): :meth:`GiGPOEnvAgentLoop.run` passes ``global_steps - 1``, the version the
+    servers hold while verl's synchronous trainer samples batch ``global_steps`` (they are synced after each
+    update), so verl's staleness metrics (``(global_steps - 1) - version``) read 0 for it, as for its siblings.
+
+    The placeholder row of an episode that failed at reset gets the prompt ``placeholder_prompt_ids`` and the
+    response ``[eos_id]`` (verl needs a token) with response_mask 0 and log-prob 0: every field a real row has,
+    because TransferQueue drops a field for the WHOLE batch when one row lacks it, and verl's old-log-prob step then
+    fails on the missing rollout_log_probs. Rows of an episode with ``env_error`` get response_mask 0, so no loss
+    flows through them.
+
+    ``text_chars`` > 0 (credit records on) adds ``observation`` and ``action`` texts cut to that many characters.
+    """
+    rows = episode_rows(episode, text_chars=text_chars)
+    min_versions = [
+        r.generation_info["min_global_steps"] for r in rows if r.generation_info.get("min_global_steps") is not None
+    ]
+    max_versions = [
+        r.generation_info["max_global_steps"] for r in rows if r.generation_info.get("max_global_steps") is not None
+    ]
+    verl_fields = {
+        "min_global_steps": min(min_versions) if min_versions else weight_version,
+        "max_global_steps": max(max_versions) if max_versions else weight_version,
+        "reward_extra_info": {
+            "acc": float(episode.won),  # verl makes "acc" its core validation metric: val-core/<source>/acc/mean@n
+            "episode_length": float(episode.length),
+            "invalid_actions": float(episode.num_invalid),
+        },
+    }
+    failed = episode.env_error is not None
+    per_step_time = episode.timing.get("generate", 0.0) / max(episode.length, 1)
+    outputs = []
+    for i, row in enumerate(rows):
+        if row.placeholder:
+            prompt_ids, response_ids, logprobs = list(placeholder_prompt_ids), [eos_id], [0.0]
+        else:
+            prompt_ids, response_ids, logprobs = row.prompt_ids, row.response_ids, row.response_logprobs
+        last = i == len(rows) - 1
+        outputs.append(
+            AgentLoopOutput(
+                prompt_ids=prompt_ids,
+                response_ids=response_ids,
+                response_mask=[0 if failed else 1] * len(response_ids),
+                response_logprobs=logprobs,
+                reward_score=float(episode.episode_return) if last else None,
+                num_turns=0 if row.placeholder else 2,
+                metrics=AgentLoopMetrics() if row.placeholder else AgentLoopMetrics(generate_sequences=per_step_time),
+                extra_fields={**row.fields, **verl_fields},
+            )
+        )
+    return outputs
+
+
+@register(AGENT_LOOP_NAME)
+class GiGPOEnvAgentLoop(AgentLoopBase):
+    """Plays one environment episode per trajectory and returns one training row per step (see module doc)."""
+
+    _executor: ClassVar[EnvThreadPool | None] = None
+    _executor_lock: ClassVar[threading.Lock] = threading.Lock()
+    #: environments are reused across the worker's episodes (building an ALFWorld engine is expensive)
+    _env_pool: ClassVar[EnvPool | None] = None
+    #: env.transcript_dir -> the writer of this process
+    _transcripts: ClassVar[dict[str, TranscriptWriter]] = {}
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.episode_config = episode_config_from(self.config)
+        env_cfg = self.config.env
+        self.execution = EnvExecution.from_config(env_cfg)
+        register_envs(env_cfg.get("registry", None))
+        self.default_env_name = env_cfg.get("name", None)
+        self.env_kwargs = dict(env_cfg.get("kwargs", None) or {})
+        # data.apply_chat_template_kwargs (AgentLoopBase reads it), e.g. enable_thinking=false for Qwen3; the local
+        # engine passes the same key through the same reader
+        self.encoder = ChatPromptEncoder(
+            self.tokenizer, chat_template_kwargs=chat_template_kwargs_from(self.apply_chat_template_kwargs)
+        )
+        credit = CreditLogOptions.from_trainer(self.config.get("trainer", None))  # texts for credit records
+        self.text_chars = credit.max_chars if credit.enabled else 0
+        folder = env_cfg.get("transcript_dir", None)  # env.transcript_dir: every episode, one line per step
+        self.transcripts = self.transcript_writer(str(folder)) if folder else None
+
+    @classmethod
+    def executor(cls) -> EnvThreadPool:
+        """The worker-wide thread pool environment calls run in (size ``GIGPO_ENV_THREADS``, default 64); a call
+        abandoned past its deadline gets its thread replaced, so hung environments cannot starve it."""
+        with cls._executor_lock:
+            if cls._executor is None:
+                threads = int(os.getenv("GIGPO_ENV_THREADS", "64"))
+                cls._executor = EnvThreadPool(threads, name="gigpo-env")
+            return cls._executor
+
+    @classmethod
+    def transcript_writer(cls, folder: str) -> TranscriptWriter:
+        """The worker-wide writer of ``env.transcript_dir`` (one file per process)."""
+        with cls._executor_lock:
+            if folder not in cls._transcripts:
+                cls._transcripts[folder] = TranscriptWriter(folder)
+            return cls._transcripts[folder]
+
+    def env_pool(self) -> EnvPool:
+        """The worker-wide environment pool, made by the first agent loop of the process: its worker processes
+        (``env.num_workers``; ``auto`` = this node's cores divided among the agent-loop workers verl places on it,
+        ``actor_rollout_ref.rollout.agent.num_workers`` round-robin over ``trainer.nnodes`` nodes) host the
+        environments that are not thread-parallel."""
+        cls = type(self)
+        with cls._executor_lock:
+            if cls._env_pool is None:
+                agent_workers = int(self.config.actor_rollout_ref.rollout.agent.get("num_workers", 8) or 1)
+                nodes = int(self.config.trainer.get("nnodes", 1) or 1)
+                workers = self.execution.resolve_workers(engine_processes=math.ceil(agent_workers / nodes))
+                cls._env_pool = EnvPool(num_workers=workers, execution=self.execution)
+            return cls._env_pool
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:
+        """Play the episode of the dataset row ``kwargs`` (env_name, seed, split, uid, session_id)."""
+        env_name = kwargs.get("env_name") or self.default_env_name
+        if not env_name:
+            raise ValueError("the dataset row has no env_name and env.name is not set")
+        if "seed" not in kwargs:
+            raise ValueError(
+                f"the dataset row has no 'seed' column (fields: {sorted(kwargs)}); write task rows with "
+                "`python -m verl_gigpo.data.prepare`"
+            )
+        task = TaskSpec(
+            env_name=str(env_name),
+            seed=int(kwargs["seed"]),
+            split=str(kwargs.get("split") or "train"),
+            env_kwargs=self.env_kwargs,
+        )
+        traj_id = f"{kwargs.get('uid', 'nouid')}_{kwargs.get('session_id', 0)}"
+        episode = await run_episode(
+            task,
+            generator=self.server_manager,
+            encoder=self.encoder,
+            tokenizer=self.tokenizer,
+            config=self.episode_config,
+            traj_id=traj_id,
+            sampling_params=sampling_params,
+            executor=self.executor(),
+            env_pool=self.env_pool(),
+            execution=self.execution,
+        )
+        if self.transcripts is not None:
+            self.transcripts.write(episode_records(episode, group=kwargs.get("uid", "nouid")))
+        placeholder = []
+        if not episode.steps:
+            placeholder = self.tokenizer.encode(f"environment {env_name} failed: {episode.env_error}")[:64] or [0]
+        eos = self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else 0
+        version = kwargs.get("global_steps")
+        return episode_to_outputs(
+            episode,
+            placeholder_prompt_ids=placeholder,
+            eos_id=eos,
+            weight_version=int(version) - 1 if version is not None else None,
+            text_chars=self.text_chars,
+        )

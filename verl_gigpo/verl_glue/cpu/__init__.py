@@ -1,0 +1,226 @@
+"""Run verl's own pipeline on a CPU: the ``cpu`` platform, the ``hf`` rollout backend and the shims they need.
+
+:func:`register_cpu_backends` is called by the plug-in (:mod:`verl_gigpo.plugin`) in every process that imports
+verl. It registers, through verl's own extension points:
+
+* the ``cpu`` platform (``verl.plugin.platform.PlatformRegistry``; selected by ``VERL_PLATFORM=cpu``, never
+  auto-detected), see :mod:`verl_gigpo.verl_glue.cpu.platform`;
+* the ``hf`` rollout backend (``verl.workers.rollout.replica.RolloutReplicaRegistry``; selected by
+  ``actor_rollout_ref.rollout.name=hf``), see :mod:`verl_gigpo.verl_glue.cpu.hf_rollout`;
+
+and, only in processes on the CPU platform, verl's FSDP engines for device ``cpu``
+(``verl.workers.engine.EngineRegistry``) and the shims of :mod:`verl_gigpo.verl_glue.cpu.shims`.
+
+Users reach all of it with ``python -m verl_gigpo.main platform=cpu`` or ``DEVICE=cpu`` in the
+recipes.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+# No verl import at module level: a Ray process may import a submodule (e.g. the hf server class) before verl, and
+# verl's plug-in loading then imports this package again; everything it needs must already be defined here.
+
+__all__ = [
+    "PLATFORM_NAME",
+    "ROLLOUT_NAME",
+    "activate_cpu_platform",
+    "check_cpu_config",
+    "cpu_selected",
+    "register_cpu_backends",
+    "register_cpu_engines",
+    "register_rollout_adapter",
+    "register_rollout_backend",
+    "register_rollout_replica",
+]
+
+#: the name verl's platform registry knows the CPU platform by (``VERL_PLATFORM=cpu``)
+PLATFORM_NAME = "cpu"
+#: ``actor_rollout_ref.rollout.name`` of the Hugging Face rollout backend
+ROLLOUT_NAME = "hf"
+
+
+def cpu_selected() -> bool:
+    """True when this process runs verl on the CPU platform (``VERL_PLATFORM=cpu``)."""
+    return os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM_NAME
+
+
+_ADAPTER_PATH = "verl_gigpo.verl_glue.cpu.hf_rollout.HFServerAdapter"
+
+
+def _load_hf_replica() -> type:
+    from verl_gigpo.verl_glue.cpu.hf_rollout import HFReplica
+
+    return HFReplica
+
+
+def register_rollout_replica(_module: Any = None) -> None:
+    """Register the ``hf`` replica class in verl's ``RolloutReplicaRegistry`` (idempotent; the class loads lazily)."""
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_hf_replica)
+
+
+def register_rollout_adapter(_module: Any = None) -> None:
+    """Register the ``hf`` in-worker rollout class (what ``get_rollout_class("hf")`` returns; idempotent)."""
+    from verl.workers.rollout import base
+
+    from verl_gigpo.verl_glue.verl_version import VerlMismatchError
+
+    # verl.workers.rollout.base keeps the in-worker rollout classes in a module-private dict (_ROLLOUT_REGISTRY), no
+    # register function (get_rollout_class reads it); adding our entry is the only way in.
+    registry = getattr(base, "_ROLLOUT_REGISTRY", None)
+    if not isinstance(registry, dict):
+        raise VerlMismatchError(
+            "verl.workers.rollout.base._ROLLOUT_REGISTRY",
+            "a dict of (name, mode) -> class path, read by get_rollout_class",
+            repr(registry),
+            use="hf rollout backend (verl_gigpo.verl_glue.cpu.register_rollout_adapter)",
+        )
+    registry[(ROLLOUT_NAME, "async")] = _ADAPTER_PATH
+
+
+def register_rollout_backend() -> None:
+    """Register both halves of the ``hf`` rollout backend now (imports verl's rollout modules)."""
+    register_rollout_replica()
+    register_rollout_adapter()
+
+
+def register_cpu_engines(_module: Any = None) -> None:
+    """Register verl's FSDP engines (language and value models) for device ``cpu`` (idempotent).
+
+    verl registers them for ``cuda``/``npu`` only (the ``EngineRegistry.register`` decorators of
+    ``verl.workers.engine.fsdp.transformer_impl.FSDPEngineWithLMHead`` and ``FSDPEngineWithValueHead``); the
+    same classes run on CPU with gloo and FSDP2.
+    """
+    from verl.workers.engine.base import EngineRegistry
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
+
+    for model_type, cls in (("language_model", FSDPEngineWithLMHead), ("value_model", FSDPEngineWithValueHead)):
+        registered = EngineRegistry._engines.get(model_type, {})
+        for backend in ("fsdp", "fsdp2"):
+            if "cpu" not in registered.get(backend, {}):
+                EngineRegistry.register(model_type=model_type, backend=backend, device="cpu")(cls)
+
+
+def _fsdp_on_cpu(_module: Any = None) -> None:
+    from verl_gigpo.verl_glue.cpu.shims import unpinned_ref_offload
+
+    unpinned_ref_offload()
+    register_cpu_engines()
+
+
+def _gloo_on_cpu(_module: Any = None) -> None:
+    from verl_gigpo.verl_glue.cpu.shims import gloo_process_group
+
+    gloo_process_group()
+
+
+def _sorted_micro_batches_on_cpu(_module: Any = None) -> None:
+    from verl_gigpo.verl_glue.cpu.shims import length_sorted_micro_batches
+
+    length_sorted_micro_batches()
+
+
+_HOOKED: set[str] = set()
+
+
+def _when_imported(module: str, hook: Any) -> None:
+    """Run ``hook`` when ``module`` is imported in this process (at once if it is already), once per module."""
+    import wrapt
+
+    if module not in _HOOKED:
+        _HOOKED.add(module)
+        wrapt.register_post_import_hook(hook, module)
+
+
+def register_cpu_backends() -> None:
+    """Register the ``cpu`` platform now, and, when verl imports their registries, the ``hf`` rollout backend and, on
+    the CPU platform only, the FSDP engines for ``cpu`` and the shims (see the module docstring). Processes that
+    never import those verl modules import nothing more. Safe to call more than once."""
+    import importlib
+
+    if os.environ.get("GIGPO_TIMELINE"):
+        # start-up timestamps (benchmarks/bench_verl_cpu.py), dev-only: imported only when asked for
+        from verl_gigpo.dev.timeline import install as install_timeline
+
+        install_timeline()
+    platform = importlib.import_module("verl_gigpo.verl_glue.cpu.platform")
+    # a process whose first import is verl_gigpo.verl_glue.cpu.platform reaches here (via verl's plug-in loading) while
+    # that module is still importing verl; it registers itself at its end, so there is nothing to do yet
+    if hasattr(platform, "register_cpu_platform"):
+        platform.register_cpu_platform()
+    _when_imported("verl.workers.rollout.replica", register_rollout_replica)
+    _when_imported("verl.workers.rollout.base", register_rollout_adapter)
+    if cpu_selected():
+        _when_imported("verl.utils.distributed", _gloo_on_cpu)
+        _when_imported("verl.workers.engine.fsdp.transformer_impl", _fsdp_on_cpu)
+        _when_imported("verl.workers.engine.utils", _sorted_micro_batches_on_cpu)
+
+
+def check_cpu_config(config: Any) -> None:
+    """Raise ``ValueError`` naming the setting when a ``trainer.device=cpu`` config cannot run on the CPU platform.
+
+    The settings come from ``platform=cpu`` (``verl_gigpo/config/platform/cpu.yaml``); this catches a config that
+    set ``trainer.device=cpu`` without it, or overrode one of them with a value that needs a GPU.
+    """
+    problems = []
+    arr = config.actor_rollout_ref
+    if arr.rollout.name != ROLLOUT_NAME:
+        problems.append(f"actor_rollout_ref.rollout.name={arr.rollout.name} (needs {ROLLOUT_NAME}: no vLLM on CPU)")
+    for role in ("actor", "ref"):
+        strategy = arr[role].get("strategy")
+        if strategy != "fsdp2":
+            problems.append(f"actor_rollout_ref.{role}.strategy={strategy} (needs fsdp2: FSDP1 needs a GPU)")
+    attn = (arr.model.get("override_config") or {}).get("attn_implementation")
+    if attn not in ("sdpa", "eager"):
+        problems.append(f"actor_rollout_ref.model.override_config.attn_implementation={attn} (needs sdpa or eager)")
+    reward = config.get("reward") or {}
+    if reward.get("num_workers", 1) == 0:
+        from verl_gigpo import AGENT_LOOP_NAME
+
+        agent = arr.rollout.get("agent", {}).get("default_agent_loop")
+        if agent != AGENT_LOOP_NAME or (reward.get("reward_model") or {}).get("enable", False):
+            problems.append(
+                f"reward.num_workers=0 with default_agent_loop={agent} or a reward model (only the {AGENT_LOOP_NAME} "
+                "agent loop scores its own episodes; set reward.num_workers=1)"
+            )
+    from verl_gigpo.verl_glue.cluster import ray_address
+
+    # joining a running cluster, its nodes declared their logical GPUs (verl_gigpo.verl_glue.cluster checks them once
+    # connected); starting a local Ray, ray_init.num_gpus declares them
+    num_gpus = config.ray_kwargs.ray_init.get("num_gpus")
+    needed = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
+    if ray_address(config.ray_kwargs.ray_init) is None and (num_gpus is None or int(num_gpus) < needed):
+        problems.append(
+            f"ray_kwargs.ray_init.num_gpus={num_gpus} (needs >= trainer.n_gpus_per_node * nnodes = {needed} logical "
+            "GPUs: verl places one worker per GPU; to train on several nodes, start a Ray cluster and give its "
+            "address: RAY_ADDRESS or ray_kwargs.ray_init.address, docs/multi-node.md)"
+        )
+    if problems:
+        raise ValueError(
+            "trainer.device=cpu, but these settings cannot run on a CPU:\n  - "
+            + "\n  - ".join(problems)
+            + "\nAdd `platform=cpu` to the command (it sets all of them; verl_gigpo/config/platform/cpu.yaml), or "
+            "DEVICE=cpu for the recipes."
+        )
+
+
+def activate_cpu_platform(config: Any) -> None:
+    """Make this process, and every Ray process it starts, run verl on the CPU platform.
+
+    Checks ``config`` (:func:`check_cpu_config`), sets ``VERL_PLATFORM=cpu`` (inherited by Ray workers; the
+    ``platform=cpu`` config also passes it in Ray's runtime env), registers the CPU engines and shims here, and
+    replaces verl's platform singleton if this process resolved another platform before.
+    """
+    check_cpu_config(config)
+    os.environ["VERL_PLATFORM"] = PLATFORM_NAME
+    register_cpu_backends()
+    from verl.plugin.platform import get_platform, set_platform
+
+    from verl_gigpo.verl_glue.cpu.platform import CPUPlatform
+
+    if get_platform().device_name != "cpu":
+        set_platform(CPUPlatform())

@@ -1,0 +1,210 @@
+"""Dynamic sampling on verl's pipeline: verl's synchronous V1 ReplayBuffer whose DAPO filter is the shared keep test.
+
+verl 0.9.1's sync ``ReplayBuffer`` has a DAPO path (``algorithm.filter_groups.enable``): when a prompt's group is
+finished (all ``rollout.n`` sessions), it may be evicted from TransferQueue; each eviction adds refill credit and the
+buffer dispatches fresh prompts through the trainer's ``refill_fn`` (``PPOTrainer._add_prompts_to_generate``, one
+dataloader prompt per fetch: verl sets ``data.gen_batch_size=1`` when ``filter_groups.enable``), until enough groups
+are sampleable; then it drains the requests in flight and discards the surplus. Its own filter compares one scalar
+per row (``rm_scores`` or a ``reward_extra_info`` field) and evicts a group whose values are all equal.
+
+That scalar test cannot say whether the step term has signal: verl's rows are environment steps, and the test needs
+the rows of every session of the group together (anchor groups span trajectories). The agent loop sees one session
+only; the first place that holds a whole group is this buffer, at the moment the group is finished. So the keep test
+runs here: :class:`DynamicReplayBuffer` reads the finished group's rows (``uid``, ``extra_fields``) from
+TransferQueue, builds their :class:`~verl_gigpo.rollout.step_rows.StepBatch` and calls
+:func:`verl_gigpo.rollout.dynamic.group_signal`, the function the local engine calls.
+
+What it adds to verl's buffer, besides the filter:
+
+1. a budget of ``algorithm.filter_groups.max_num_gen_batches`` x ``data.train_batch_size`` prompts per iteration (the
+   reference's tries; verl 0.9.1's V1 buffer ignores ``max_num_gen_batches`` and refills without limit): fresh prompts
+   are dispatched while the budget lasts, and a dropped group is evicted only while the groups present plus the
+   prompts the budget still allows exceed ``data.train_batch_size``, so an iteration always ends with a full batch
+   (groups the filter dropped fill what the budget could not, as the reference's last try keeps everything);
+2. the selection: the groups the filter kept first, in dispatch order, then the others in dispatch order (verl
+   orders by global step alone, which leaves ties to set order);
+3. the ``dynamic/*`` metrics (:func:`verl_gigpo.rollout.dynamic.dynamic_metrics`, as on the local engine), a group's
+   round being its dispatch index // ``data.train_batch_size`` + 1.
+
+Contract with verl (``verl/trainer/ppo/v1/replay_buffer.py``, verl 0.9.1; private members, hence the version guard of
+:mod:`verl_gigpo.verl_glue.trainer`): the ``ReplayBuffer.__init__`` arguments; ``sample`` (wrapped: per-iteration state
+before, metrics after); ``_dapo_filtered_keys`` (replaced: it returns the uids to evict and a ``{score: count}``
+breakdown, and may use ``finished_keys``, ``pending_keys``, ``running_keys``, ``failure_keys``, ``partitions`` and
+``_dapo_classification_cache`` of the current poll's snapshot); ``_select_prompt_uids`` (replaced: same return
+value); ``refill_fn`` (wrapped with the budget). verl's loop (``ReplayBuffer.sample``) calls ``_dapo_filtered_keys``
+once per poll right after syncing the snapshot, evicts what it returns, then refills ``2k`` prompts per ``k``
+evicted, at most ``max_inflight_gen_batches`` x ``train_batch_size`` in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+import transfer_queue as tq
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+from verl_gigpo.rollout.dynamic import DynamicSampling, GroupRecord, dynamic_metrics, group_records, group_signal
+from verl_gigpo.rollout.step_rows import StepBatch
+
+__all__ = ["FILTER_METRIC", "DynamicReplayBuffer"]
+
+logger = logging.getLogger(__name__)
+logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+
+#: the ``filter_groups_metric`` name this buffer passes to verl's (it switches verl's DAPO path on; the filter is ours)
+FILTER_METRIC = "gigpo_group_signal"
+
+
+class DynamicReplayBuffer(ReplayBuffer):
+    """verl's sync ``ReplayBuffer`` with dynamic sampling by :func:`~verl_gigpo.rollout.dynamic.group_signal` (see the
+    module docstring).
+
+    Args:
+        *args, **kwargs: verl's ``ReplayBuffer`` arguments (``filter_groups_metric`` is set to :data:`FILTER_METRIC`,
+            ``gen_batch_size`` must be 1 and ``train_batch_size`` set).
+        dynamic: the options (``algorithm.filter_groups``, enabled).
+        gigpo: the step-credit estimator's settings (a :class:`verl_gigpo.config.GiGPOConfig`), None for grpo, rloo
+            and verl's other estimators.
+        penalty_mode: ``env.invalid_action_penalty_mode`` (the episode score, when ``gigpo`` is None).
+
+    Raises:
+        ValueError: dynamic sampling not enabled, or ``gen_batch_size`` other than 1 / no ``train_batch_size``.
+    """
+
+    def __init__(
+        self, *args: Any, dynamic: DynamicSampling, gigpo: Any = None, penalty_mode: str = "reward", **kwargs: Any
+    ):
+        kwargs["filter_groups_metric"] = FILTER_METRIC
+        super().__init__(*args, **kwargs)
+        if not dynamic.enable:
+            raise ValueError("DynamicReplayBuffer needs algorithm.filter_groups.enable=true")
+        if self.gen_batch_size != 1 or not self.train_batch_size:
+            raise ValueError(
+                f"DynamicReplayBuffer needs gen_batch_size=1 and a train_batch_size, got {self.gen_batch_size} and "
+                f"{self.train_batch_size} (verl sets data.gen_batch_size=1 when algorithm.filter_groups.enable)"
+            )
+        self.dynamic, self.gigpo, self.penalty_mode = dynamic, gigpo, penalty_mode
+        self._dispatch = self.refill_fn  # the trainer's: submits an exact number of fresh prompts
+        self.refill_fn = self._refill
+        self._start_iteration(self.train_batch_size)
+
+    # ------------------------------------------------------------------ one iteration's state
+    def _start_iteration(self, batch_size: int) -> None:
+        """Reset the iteration's budget, dispatch order and records; the iteration's first ``batch_size`` prompts
+        are already dispatched (verl's ``prepare_step`` submits them before sampling)."""
+        self._target = batch_size
+        self._budget = self.dynamic.max_rounds * batch_size
+        self._dispatched = batch_size
+        self._order: dict[str, int] = {}  # uid -> dispatch index (0, 1, ...) in this iteration
+        self._records: dict[str, GroupRecord] = {}
+
+    def _refill(self, num_prompts: int) -> int:
+        """Dispatch ``num_prompts`` fresh prompts (verl's request), as many as the iteration's budget still allows;
+        returns the number dispatched."""
+        allowed = min(num_prompts, self._budget - self._dispatched)
+        if allowed <= 0:
+            return 0
+        self._dispatched += allowed
+        return self._dispatch(allowed)
+
+    def sample(self, global_steps: int, partition_id: str, batch_size: int):
+        """verl's ``sample``; for training, one iteration of dynamic sampling, its ``dynamic/*`` metrics added.
+
+        Raises:
+            ValueError: ``batch_size`` other than ``data.train_batch_size`` (verl's ``parameter_sync_step`` > 1 splits
+                an iteration into several samples, which the per-iteration budget does not follow).
+        """
+        if partition_id == "val":
+            return super().sample(global_steps, partition_id, batch_size)
+        if batch_size != self.train_batch_size:
+            raise ValueError(
+                f"dynamic sampling samples whole iterations of data.train_batch_size={self.train_batch_size} groups, "
+                f"not {batch_size} (set trainer.v1.sync.parameter_sync_step=1)"
+            )
+        self._start_iteration(batch_size)
+        batch, metrics = super().sample(global_steps, partition_id, batch_size)
+        selected = {key.split("_")[0] for key in batch.keys}
+        records = sorted(self._records.values(), key=lambda r: self._order.get(r.group_id, len(self._order)))
+        metrics.update(dynamic_metrics(records, selected, batch_size))
+        if metrics["dynamic/short_groups"] > 0:
+            logger.warning(
+                "step %d: %d of %d groups passed algorithm.filter_groups.filter=%s within max_num_gen_batches=%d; "
+                "%d group(s) it dropped fill the batch",
+                global_steps,
+                int(metrics["dynamic/kept_groups"]),
+                batch_size,
+                self.dynamic.filter,
+                self.dynamic.max_rounds,
+                int(metrics["dynamic/short_groups"]),
+            )
+        return batch, metrics
+
+    # ------------------------------------------------------------------ verl's DAPO hooks
+    def _dapo_filtered_keys(self, partition_id: str) -> tuple[set[str], Counter]:
+        """The finished groups to evict now: the newly finished groups are judged by the keep test (once each); a
+        dropped one is evicted while the groups present plus the budget's remaining prompts exceed the target.
+        Returns the uids and ``{shared episode score: groups}`` of them (verl logs it as a table)."""
+        if partition_id == "val":
+            return set(), Counter()
+        present = (
+            self.pending_keys[partition_id]
+            | self.running_keys[partition_id]
+            | self.finished_keys[partition_id]
+            | self.failure_keys[partition_id]
+        )
+        for uid in sorted(present - self._order.keys()):  # new prompts: numbered in the order they were dispatched
+            self._order[uid] = len(self._order)
+        cache = self._dapo_classification_cache[partition_id]
+        for uid in cache.keys() - self.finished_keys[partition_id]:
+            del cache[uid]
+        new = sorted(self.finished_keys[partition_id] - cache.keys(), key=lambda uid: self._order[uid])
+        if not new:
+            return set(), Counter()
+        dropped = self._judge(partition_id, new)
+        spare = len(present) + (self._budget - self._dispatched) - self._target  # groups that may still go
+        evict = dict(list(dropped.items())[: max(0, spare)])
+        for uid in new:
+            cache[uid] = evict.get(uid)
+        return set(evict), Counter(evict.values())
+
+    def _judge(self, partition_id: str, uids: list[str]) -> dict[str, float]:
+        """Run the keep test on the finished groups ``uids`` (their rows read from TransferQueue), record them, and
+        return ``{uid: shared episode score}`` of those the filter drops, in dispatch order."""
+        wanted = set(uids)
+        keys = [key for key in self.partitions[partition_id] if key.split("_")[0] in wanted]
+        if keys:
+            data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["uid", "extra_fields"])
+            steps = StepBatch.from_rows(list(data["uid"]), list(data["extra_fields"]), [False] * len(keys))
+        else:
+            steps = StepBatch.from_rows([], [], [])
+        signal = group_signal(steps, self.dynamic.filter, self.gigpo, penalty_mode=self.penalty_mode)
+        judged = {}
+        for record in group_records(steps, signal, 0):
+            judged[record.group_id] = replace(record, round=self._order[record.group_id] // self._target + 1)
+        score = {str(g): float(x) for g, x in zip(signal.group_ids, signal.score, strict=True)}
+        dropped = {}
+        for uid in uids:  # a finished group with no row (nothing to judge) is dropped, as a group of failed episodes
+            record = judged.get(uid) or GroupRecord(
+                uid, self._order[uid] // self._target + 1, False, False, False, 0, 0, 0
+            )
+            self._records[uid] = record
+            if not record.keep:
+                dropped[uid] = score.get(uid, 0.0)
+        return dropped
+
+    def _select_prompt_uids(self, partition_id: str, sampleable_keys: set[str], batch_size: int):
+        """verl's selection for validation; for training the groups the filter kept first, then the others, each in
+        dispatch order. Returns verl's ``(selected uids, partition snapshot, global-steps snapshot)``."""
+        if partition_id == "val":
+            return super()._select_prompt_uids(partition_id, sampleable_keys, batch_size)
+
+        def rank(uid: str) -> tuple[bool, int, str]:
+            record = self._records.get(uid)
+            return (record is None or not record.keep, self._order.get(uid, len(self._order)), uid)
+
+        ordered = sorted(sampleable_keys, key=rank)
+        return ordered[:batch_size], dict(self.partitions[partition_id]), dict(self.prompt_global_steps[partition_id])
