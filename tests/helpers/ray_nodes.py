@@ -175,7 +175,7 @@ def launch_overrides(
     """The Hydra overrides of a GiGPO launch of these settings (``extra`` from :func:`prepare_launch`, task files
     under ``out/data``, the gridnav action model, no validation before training) with ``ranks`` per node on
     ``nnodes`` nodes, experiment folder ``run_dir/ckpt``."""
-    from verl_gigpo.cpu.smoke import DEFAULT_MODEL, ensure_model, pipeline_overrides
+    from verl_gigpo.dev.smoke import DEFAULT_MODEL, ensure_model, pipeline_overrides
 
     return pipeline_overrides(
         model_dir=ensure_model(ROOT / DEFAULT_MODEL),
