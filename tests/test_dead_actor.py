@@ -65,6 +65,16 @@ def test_errors_without_a_dead_actor_give_none(error):
     assert find_dead_actor(error) is None
 
 
+def test_only_an_error_out_of_ray_waits_for_the_actor_table():
+    """verl_gigpo.main asks Ray's actor table (up to TABLE_WAIT_S) only when a Ray error is in the chain."""
+    from verl_gigpo.main import _from_ray
+
+    assert not _from_ray(RuntimeError("a bug in the driver"))
+    outer = RuntimeError("the trainer's call failed")
+    outer.__cause__ = _waited_on(TimeoutError("no answer from the TransferQueue controller"), "TaskRunnerV1")
+    assert _from_ray(outer)
+
+
 def test_the_stop_message_names_the_process_and_the_checkpoint_to_resume_from(tmp_path):
     dead = DeadActor("AgentLoopWorkerTQ", 77, "agent_loop_worker_0_x", None, "worker died")
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("2\n")
@@ -119,7 +129,7 @@ def test_the_watch_names_an_actor_killed_with_sigkill_and_the_error_reaches_the_
     """A real Ray actor (named like verl's agent-loop workers) gets SIGKILL: the watch reads Ray's actor table and
     raises DeadActorError, and that error, raised inside another actor as the trainer raises it inside verl's
     TaskRunner, reaches the driver as a RayTaskError that still names the dead process."""
-    from verl_gigpo.verl_glue.dead_actor import ActorWatch, DeadActorError, guard_replay_buffer
+    from verl_gigpo.verl_glue.dead_actor import ActorWatch, DeadActorError, dead_actor_in_job, guard_replay_buffer
 
     ray = ray_local
 
@@ -131,6 +141,9 @@ def test_the_watch_names_an_actor_killed_with_sigkill_and_the_error_reaches_the_
 
     worker = ray.remote(AgentLoopWorkerTQ).options(name="agent_loop_worker_0_test").remote()
     pid = ray.get(worker.pid.remote())
+    stopped = ray.remote(AgentLoopWorkerTQ).options(name="stopped_on_purpose").remote()
+    ray.get(stopped.pid.remote())
+    ray.kill(stopped)  # dead before the SIGKILL, but by the run's own hand: never reported
     watch = ActorWatch(lambda: [worker])
     watch.check()  # alive: nothing raised
 
@@ -150,6 +163,9 @@ def test_the_watch_names_an_actor_killed_with_sigkill_and_the_error_reaches_the_
     deadline = time.monotonic() + 60
     while watch.dead() is None and time.monotonic() < deadline:
         time.sleep(0.05)
+    # the fallback for an error that names no actor: this job's actor that died unasked, from Ray's table
+    in_job = dead_actor_in_job()
+    assert (in_job.class_name, in_job.pid, in_job.name) == ("AgentLoopWorkerTQ", pid, "agent_loop_worker_0_test")
     with pytest.raises(DeadActorError, match=f"class_name: AgentLoopWorkerTQ\n\tpid: {pid}") as info:
         buffer.sample(1, "train", 4)
     assert buffer.polls == 0  # stopped before waiting

@@ -27,7 +27,9 @@ A launch refused in 3 or 4 (:class:`verl_gigpo.verl_glue.cluster.ClusterError`,
 :class:`verl_gigpo.verl_glue.launch.LaunchError`) ends
 with one line, ``error: <what to do>``, and exit status 1. So does a launch whose Ray actor died during training (an
 agent-loop worker, a rollout server, a training worker: :mod:`verl_gigpo.verl_glue.dead_actor`): the line names the
-process and the checkpoint that a relaunch with ``trainer.resume_mode=auto`` resumes from.
+process and the checkpoint that a relaunch with ``trainer.resume_mode=auto`` resumes from. An error out of Ray that
+names no dead process (a client of a service on a node that left may fail on its own first) is checked against Ray's
+actor table for up to :data:`TABLE_WAIT_S` seconds: a process of the run that died unasked is named the same way.
 
 See ``recipes/`` for complete commands and ``docs/runs.md`` for resuming, checkpoints and metrics.
 """
@@ -46,6 +48,26 @@ if any(arg in ("platform=cpu", "trainer.device=cpu") for arg in sys.argv[1:]):
     os.environ.setdefault("VERL_PLATFORM", "cpu")
 
 
+#: seconds an error out of Ray that names no dead actor waits for Ray's actor table to show one (a node that left)
+TABLE_WAIT_S = 10.0
+
+
+def _from_ray(error: BaseException) -> bool:
+    """Whether ``error`` or one of its causes is one of Ray's errors (a remote task's, an actor's, a lost object's)."""
+    from ray.exceptions import RayError
+
+    seen, todo = set(), [error]
+    while todo:
+        exc = todo.pop()
+        if exc is None or id(exc) in seen:
+            continue
+        if isinstance(exc, RayError):
+            return True
+        seen.add(id(exc))
+        todo.extend([exc.__cause__, exc.__context__, getattr(exc, "cause", None)])
+    return False
+
+
 @hydra.main(config_path="config", config_name="gigpo_trainer", version_base=None)
 def main(config: DictConfig) -> None:
     """Hydra entry point: check the plug-in, then hand the composed config to verl's ``main_ppo``."""
@@ -57,7 +79,7 @@ def main(config: DictConfig) -> None:
 
     from verl_gigpo.plugin import ensure_registered
     from verl_gigpo.verl_glue.cluster import ClusterError, check_cluster, prepare_ray_init
-    from verl_gigpo.verl_glue.dead_actor import find_dead_actor, stop_message
+    from verl_gigpo.verl_glue.dead_actor import dead_actor_in_job, find_dead_actor, stop_message
     from verl_gigpo.verl_glue.launch import LaunchError, prepare_launch
     from verl_gigpo.verl_glue.preflight import preflight
 
@@ -79,6 +101,11 @@ def main(config: DictConfig) -> None:
         main_ppo.main(config)  # hydra passes an explicit config straight to the task function
     except Exception as error:
         dead = find_dead_actor(error, waited_on="TaskRunnerV1")  # run_ppo waits on verl's TaskRunnerV1
+        if dead is None and _from_ray(error):
+            # an error that names no dead actor (a client whose service's node left fails on its own first): ask
+            # Ray's actor table, which marks a node's processes dead only once it notices the node is gone
+            print(f"[verl_gigpo] checking Ray's actor table for a dead process (up to {TABLE_WAIT_S:g} s)", flush=True)
+            dead = dead_actor_in_job(wait_s=TABLE_WAIT_S)
         if dead is None:
             raise
         # a dead process of the run (verl replaces none): one line naming it and how to resume, not Ray's nesting

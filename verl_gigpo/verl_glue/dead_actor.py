@@ -29,6 +29,7 @@ __all__ = [
     "ActorWatch",
     "DeadActor",
     "DeadActorError",
+    "dead_actor_in_job",
     "find_dead_actor",
     "guard_replay_buffer",
     "stop_message",
@@ -108,6 +109,55 @@ def _detail(cause: str) -> str:
     return text if len(text) <= 240 else text[:239] + "…"
 
 
+def _from_table(info: dict[str, Any]) -> DeadActor:
+    """A dead actor from its row of Ray's actor table (``ray._private.state.actors``)."""
+    return DeadActor(
+        class_name=str(info.get("ActorClassName") or "?"),
+        pid=int(info["Pid"]) if info.get("Pid") else None,
+        name=info.get("Name") or None,
+        ip=(info.get("Address") or {}).get("IPAddress") or None,
+        detail=_detail(str(info.get("DeathCause") or "")),
+    )
+
+
+#: ``reason`` of a ``DeathCause`` for a process that died unasked (Ray's ``ActorDiedErrorContext.Reason``), the
+#: first one the cause; ``ray.kill``, a dropped handle (``OUT_OF_SCOPE``, ``REF_DELETED``) are a run's own doing
+_UNASKED = ("WORKER_DIED", "NODE_DIED", "OWNER_DIED")
+_REASON = re.compile(r"^\s*reason: (\w+)", re.M)
+
+
+def dead_actor_in_job(*, wait_s: float = 0.0, poll_s: float = 0.25) -> DeadActor | None:
+    """The actor of this driver's Ray job that died unasked (its process or its node died), from Ray's actor table;
+    None when none did (or Ray is not running in this process).
+
+    The fallback of ``verl_gigpo.main`` for an error out of ``main_ppo`` that names no dead actor (a client of a
+    service whose node left fails with its own error first, e.g. a timeout or a closed socket): Ray marks the
+    processes of a node that left DEAD only when it notices, so the table is read again every ``poll_s`` seconds
+    for up to ``wait_s``. Among several, a process that died itself (``WORKER_DIED``, ``NODE_DIED``) wins over one
+    that died with its owner (``OWNER_DIED``), then the one that ended first.
+    """
+    import ray
+    from ray._private import state
+
+    if not ray.is_initialized():
+        return None
+    job = ray.get_runtime_context().get_job_id()
+    deadline = time.monotonic() + wait_s
+    while True:
+        candidates = []
+        for info in state.actors().values():
+            if info.get("JobID") != job or info.get("State") != "DEAD":
+                continue
+            reason = _REASON.search(str(info.get("DeathCause") or ""))
+            if reason and reason.group(1) in _UNASKED:
+                candidates.append((_UNASKED.index(reason.group(1)) == 2, info.get("EndTime") or math.inf, info))
+        if candidates:
+            return _from_table(min(candidates, key=lambda c: c[:2])[2])
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(poll_s)
+
+
 class ActorWatch:
     """Whether the Ray actors of ``handles()`` (agent-loop workers, rollout servers) are alive, read from Ray's
     actor table (``ray._private.state.actors``, the GCS table verl reads too; Ray marks an actor DEAD within
@@ -129,15 +179,8 @@ class ActorWatch:
 
         for handle in self.handles():
             info = state.actors(actor_id=handle._actor_id.hex())
-            if not info or info.get("State") != "DEAD":
-                continue
-            return DeadActor(
-                class_name=str(info.get("ActorClassName") or "?"),
-                pid=int(info["Pid"]) if info.get("Pid") else None,
-                name=info.get("Name") or None,
-                ip=(info.get("Address") or {}).get("IPAddress") or None,
-                detail=_detail(str(info.get("DeathCause") or "")),
-            )
+            if info and info.get("State") == "DEAD":
+                return _from_table(info)
         return None
 
     def check(self, *, force: bool = True) -> None:
