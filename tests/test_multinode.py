@@ -218,8 +218,11 @@ def test_a_node_leaving_stops_the_run_with_one_line_naming_the_process_and_the_c
     print(
         f"node killed {node_left.at_s:.1f} s into the launch; the launch ended {node_left.stopped_after_s:.1f} s later"
     )
-    assert run.returncode == 1, "\n".join(run.output.splitlines()[-60:])
-    [error] = [line for line in run.output.splitlines() if line.startswith("error: ")]
+    tail = "\n".join(run.output.splitlines()[-80:])
+    assert run.returncode == 1, tail
+    errors = [line for line in run.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, tail
+    [error] = errors
     assert error.startswith("error: a process of the run died: the "), error
     assert "global_step_2 (iteration 2)" in error and "trainer.resume_mode=auto" in error
     assert training_steps([m for m in run.metrics if "actor/pg_loss" in m]) == [1, 2]
