@@ -65,6 +65,29 @@ def test_errors_without_a_dead_actor_give_none(error):
     assert find_dead_actor(error) is None
 
 
+# a DeathCause as Ray's actor table printed it for an actor whose node's processes were SIGKILLed (ids shortened)
+NODE_DEATH = """actor_died_error_context {
+  error_message: "The actor died because its node has died. Node Id: e4271f2f"
+  pid: 31657
+  name: "far"
+  class_name: "Far"
+  node_death_info {
+    reason: UNEXPECTED_TERMINATION
+    reason_message: "health check failed due to missing too many heartbeats"
+  }
+  reason: NODE_DIED
+}
+"""
+
+
+def test_the_death_reason_is_the_actors_not_its_nodes():
+    from verl_gigpo.verl_glue.dead_actor import death_reason
+
+    assert death_reason(NODE_DEATH) == "NODE_DIED"
+    assert death_reason('actor_died_error_context {\n  error_message: "killed"\n  reason: RAY_KILL\n}\n') == "RAY_KILL"
+    assert death_reason("") is None
+
+
 def test_only_an_error_out_of_ray_waits_for_the_actor_table():
     """verl_gigpo.main asks Ray's actor table (up to TABLE_WAIT_S) only when a Ray error is in the chain."""
     from verl_gigpo.main import _from_ray

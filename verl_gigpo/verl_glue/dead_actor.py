@@ -30,6 +30,7 @@ __all__ = [
     "DeadActor",
     "DeadActorError",
     "dead_actor_in_job",
+    "death_reason",
     "find_dead_actor",
     "guard_replay_buffer",
     "stop_message",
@@ -123,7 +124,16 @@ def _from_table(info: dict[str, Any]) -> DeadActor:
 #: ``reason`` of a ``DeathCause`` for a process that died unasked (Ray's ``ActorDiedErrorContext.Reason``), the
 #: first one the cause; ``ray.kill``, a dropped handle (``OUT_OF_SCOPE``, ``REF_DELETED``) are a run's own doing
 _UNASKED = ("WORKER_DIED", "NODE_DIED", "OWNER_DIED")
-_REASON = re.compile(r"^\s*reason: (\w+)", re.M)
+# the context's own ``reason`` (two spaces in): a node's death nests ``node_death_info { reason: ... }`` deeper
+_REASON = re.compile(r"^  reason: (\w+)$", re.M)
+
+
+def death_reason(cause: str) -> str | None:
+    """The ``reason`` of the actor in a ``DeathCause`` text of Ray's actor table (``WORKER_DIED``, ``NODE_DIED``,
+    ``RAY_KILL``, ...: Ray's ``ActorDiedErrorContext.Reason``), not the nested reason of its node's death; None when
+    the text has none."""
+    found = _REASON.search(cause or "")
+    return found.group(1) if found else None
 
 
 def dead_actor_in_job(*, wait_s: float = 0.0, poll_s: float = 0.25) -> DeadActor | None:
@@ -148,9 +158,9 @@ def dead_actor_in_job(*, wait_s: float = 0.0, poll_s: float = 0.25) -> DeadActor
         for info in state.actors().values():
             if info.get("JobID") != job or info.get("State") != "DEAD":
                 continue
-            reason = _REASON.search(str(info.get("DeathCause") or ""))
-            if reason and reason.group(1) in _UNASKED:
-                candidates.append((_UNASKED.index(reason.group(1)) == 2, info.get("EndTime") or math.inf, info))
+            reason = death_reason(str(info.get("DeathCause") or ""))
+            if reason in _UNASKED:
+                candidates.append((reason == "OWNER_DIED", info.get("EndTime") or math.inf, info))
         if candidates:
             return _from_table(min(candidates, key=lambda c: c[:2])[2])
         if time.monotonic() >= deadline:
