@@ -66,8 +66,8 @@ def test_errors_without_a_dead_actor_give_none(error):
 
 
 # a DeathCause as Ray's actor table printed it for an actor whose node's processes were SIGKILLed (ids shortened)
-NODE_DEATH = """actor_died_error_context {
-  error_message: "The actor died because its node has died. Node Id: e4271f2f"
+NODE_DEATH = r"""actor_died_error_context {
+  error_message: "The actor died because its node has died. Node Id: e4271f2f\n\tthe actor\'s node was lost"
   pid: 31657
   name: "far"
   class_name: "Far"
@@ -81,9 +81,11 @@ NODE_DEATH = """actor_died_error_context {
 
 
 def test_the_death_reason_is_the_actors_not_its_nodes():
-    from verl_gigpo.verl_glue.dead_actor import death_reason
+    from verl_gigpo.verl_glue.dead_actor import _detail, death_reason
 
     assert death_reason(NODE_DEATH) == "NODE_DIED"
+    # the reason in the stop line: one line, Ray's escapes undone
+    assert _detail(NODE_DEATH).endswith("has died. Node Id: e4271f2f the actor's node was lost")
     assert death_reason('actor_died_error_context {\n  error_message: "killed"\n  reason: RAY_KILL\n}\n') == "RAY_KILL"
     assert death_reason("") is None
 

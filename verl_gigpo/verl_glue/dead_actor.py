@@ -107,6 +107,8 @@ def _detail(cause: str) -> str:
     found = _CAUSE.search(cause or "")
     text = found.group(1) if found else ""
     text = text.split(" Some common causes include", 1)[0]  # Ray's generic advice: not about this process
+    # the protobuf text escapes line breaks and quotes (a node's death: "... Node Id: ...\\n\\tthe ..."): one line
+    text = " ".join(re.sub(r"\\[nt]", " ", text).replace("\\'", "'").replace('\\"', '"').split())
     return text if len(text) <= 240 else text[:239] + "…"
 
 
