@@ -4,7 +4,7 @@
 #                  (the quick subset without Ray, TransferQueue, verl's pipeline or the demo:
 #                  .venv/bin/python -m pytest -m "not slow" tests)
 #   make bench     estimator speed benchmark (benchmarks/RESULTS.md)
-#   make e2e       verl's own pipeline end to end on this CPU (GiGPO, killed processes + resume, GRPO; ~5 min on 2 cores)
+#   make e2e       verl's own pipeline end to end on this CPU (GiGPO, killed processes + resume, GRPO + LoRA; ~5 min)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -50,8 +50,8 @@ demo: $(STAMP)
 	$(BIN)/python -m verl_gigpo.local.demo
 
 # verl's main_ppo with GiGPO on CPU (platform=cpu): validation, iterations + checkpoints until a kill after step 2, a
-# refused training-key change, the resume to iteration 4 (metrics kept), GRPO; builds artifacts/tiny-model-actions if
-# missing; checks metrics, weight sync and resume (verl_gigpo/dev/smoke.py).
+# refused training-key change, the resume to iteration 4 (metrics kept), GRPO with a LoRA adapter; builds
+# artifacts/tiny-model-actions if missing; checks metrics, weight sync and resume (verl_gigpo/dev/smoke.py).
 # E2E_OUT (runs/e2e) and E2E_RANKS (1) also apply.
 e2e: $(STAMP)
 	$(BIN)/python -m verl_gigpo.dev.smoke --out $${E2E_OUT:-runs/e2e} --ranks $${E2E_RANKS:-1}

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-#: test files run last: verl's whole pipeline (the e2e launches ~4-5 min, the LoRA launch ~2-3 min, the two-node launch
-#: ~2-3 min; their launches keep both cores busy). Under two workers they then share the machine only with each other
-#: and the last other files
-RUN_LAST = ("test_e2e_verl_cpu.py", "test_e2e_verl_cpu_lora.py", "test_multinode.py")
+#: test files run last: verl's whole pipeline (the e2e launches ~4-5 min, with the GRPO + LoRA launch beside the GiGPO
+#: ones; the two-node launch ~2-3 min; their launches keep both cores busy). Under two workers they then share the
+#: machine only with each other and the last other files
+RUN_LAST = ("test_e2e_verl_cpu.py", "test_multinode.py")
 
 #: the test files that use ``ray_tq``: under pytest-xdist they run on one worker, so one Ray cluster and one
 #: TransferQueue serve them all (each costs ~10-30 s to start); a test using ``ray_tq`` elsewhere is an error

@@ -7,15 +7,26 @@ after every iteration; in iteration 1 one of its environment worker processes ge
 once its step-2 checkpoint and step 2's metrics are written its agent-loop worker gets SIGKILL mid-iteration 3 (the
 launch must stop by itself with one line naming the process); a launch in the same folder with
 ``algorithm.gigpo.step_advantage_w`` changed must stop before Ray naming the key; a launch with the run's settings
-resumes from ``global_step_2`` and trains iterations 3-4; GRPO trains iteration 1 and then its rollout server gets
-SIGKILL mid-iteration 2 (a stop as above), beside the GiGPO launches (in a folder and a Ray cluster of its own).
+resumes from ``global_step_2`` and trains iterations 3-4; GRPO trains a LoRA adapter (verl's ``lora_rank=8``,
+``lora_alpha=16``, the recipes' ``LORA_RANK``/``LORA_ALPHA``) for iterations 1 and 2, and then its rollout server
+gets SIGKILL mid-iteration 3 (a stop as above), beside the GiGPO launches (in a folder and a Ray cluster of its own).
 Nothing of verl is replaced. The tasks are played by ``gridnav_faulty`` (``tests/helpers``), a gridnav in
 environment worker processes whose every 5th reset in a process raises, registered in the workers through
 ``env.registry``: failed episodes in every iteration must leave the run alive with their rows masked (verl's
 old-log-prob step must not fail with ``KeyError('rollout_log_probs')``).
 
 The checkpoints are then exported (``python -m verl_gigpo.export``): the latest one in float32 gives the actor's
-log-probs and plays gridnav; the default bfloat16 export holds what verl's own model merger writes.
+log-probs and plays gridnav; the default bfloat16 export holds what verl's own model merger writes; the LoRA run's
+merges its adapter, ``W + (alpha / r) B A``, with the actor's log-probs.
+
+The LoRA launch runs verl's own LoRA path with nothing replaced: peft's adapter on every linear layer of the FSDP2
+actor (``FSDPEngine._build_lora_module``), the reference policy as the actor with its adapter disabled (no reference
+worker: ``ref_in_actor``), and verl's default unmerged sync (``model.lora.merge=false``): the base weights once, then
+the adapter alone after every update, which the ``hf`` rollout backend merges in float32
+(:mod:`verl_gigpo.verl_glue.cpu.hf_rollout`). verl's old-log-prob pass runs on each of its iterations
+(``trainer.v1.gigpo_sync.logprob_check_freq=1``), so iteration 2 logs the gap after the first update; after the last
+update the gap is measured here, on a fixed prompt, between the weights the server held and the actor rebuilt with
+peft from its checkpoint.
 
 Everything asserted comes from what the runs wrote: the experiment's ``ckpt/metrics.jsonl`` (verl's file logger, the
 file docs/runs.md points users to: after the crash and the resume it must hold iterations 1-4 once each), verl's
@@ -35,6 +46,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file
 from token_logprobs import gridnav_prompt_with_reply, token_log_probs
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -44,6 +56,8 @@ from verl.model_merger.fsdp_model_merger import FSDPModelMerger
 from environments import register_env
 from verl_gigpo.dev.smoke import (
     CHANGED_KEY,
+    LORA_ALPHA,
+    LORA_RANK,
     ROLLOUT_GAP_LIMIT,
     check_runs,
     run_smoke,
@@ -132,7 +146,7 @@ def test_bypass_mode_recomputes_old_log_probs_only_on_each_launchs_first_iterati
     """platform=cpu sets algorithm.rollout_correction.bypass_mode=true: the rollout's log-probs are the old ones,
     except on each launch's first iteration (trainer.v1.gigpo_sync.logprob_check_freq), where verl's actor pass runs
     and logs the entropy and the rollout-vs-actor gap."""
-    for name in ("gigpo", "gigpo_resume", "grpo"):
+    for name in ("gigpo", "gigpo_resume"):  # the LoRA (grpo) launch runs the pass on every iteration: tests below
         rows = _training_rows(runs[name])
         checked = [row["step"] for row in rows if "training/rollout_probs_diff_max" in row]
         assert checked == [rows[0]["step"]], (name, checked)
@@ -146,7 +160,7 @@ def test_validation_before_and_after_training(runs):
         return [m["step"] for m in rows if val_metric(m)]
 
     assert validated_steps(runs["gigpo"].metrics)[0] == 0 and validated_steps(runs["gigpo_resume"].metrics) == [4]
-    assert validated_steps(runs["grpo"].metrics) == [0]  # stopped in iteration 2 (its rollout server killed)
+    assert validated_steps(runs["grpo"].metrics) == [0]  # stopped in iteration 3 (its rollout server killed)
     assert validated_steps(read_metrics(runs["gigpo_resume"].metrics_file)) == [0, 4]  # the history keeps step 0
     last = next(m for m in runs["gigpo_resume"].metrics if val_metric(m))
     assert val_metric(last) == f"val-core/{FAULTY}/acc/mean@1" and 0.0 <= last[val_metric(last)] <= 1.0
@@ -181,13 +195,13 @@ def test_a_killed_agent_loop_worker_stops_the_run_with_one_line_naming_it(runs):
 
 
 def test_a_killed_rollout_server_stops_the_run_with_one_line_naming_it(runs):
-    """SIGKILL of the hf rollout server mid-iteration 2: the launch stops by itself, naming the server."""
+    """SIGKILL of the hf rollout server mid-iteration 3: the launch stops by itself, naming the server."""
     run = runs["grpo"]
     kill, line = _one_stop_line(run, "rollout server")
     assert kill.cmdline.startswith("ray::HFGenerationServer")
     assert line.startswith("error: a process of the run died: the hf rollout server (Ray actor HFGenerationServer")
     assert f"pid {kill.pid}" in line and "trainer.resume_mode=auto" in line
-    assert training_steps(run.metrics) == [1]  # iteration 2 never trained on the batch the death cut short
+    assert training_steps(run.metrics) == [1, 2]  # iteration 3 never trained on the batch the death cut short
 
 
 def test_a_killed_environment_worker_is_replaced_and_the_run_goes_on(runs):
@@ -334,3 +348,101 @@ def test_the_bfloat16_export_holds_the_weights_verls_model_merger_writes(runs, t
     # the training run's attention backend stays in the checkpoint: a folder naming flash-attn would not load without it
     assert json.loads((actor / "huggingface" / "config.json").read_text())["attn_implementation"] == "sdpa"
     assert "attn_implementation" not in ours_config and ours_config["dtype"] == "bfloat16"
+
+
+# ------------------------------------------------------------------------------------- the LoRA launch (grpo)
+SCALE = LORA_ALPHA / LORA_RANK
+
+
+def _lora_checkpoint(run, step):
+    return fsdp_full_state_dict(run.run_dir / "ckpt" / f"global_step_{step}" / "actor")
+
+
+def _served(run, step):
+    """The weights the rollout server served after its last sync at ``step`` (the dump of that sync)."""
+    return load_file(sorted((run.run_dir / "synced_weights").glob(f"sync*_step{step}_replica0.safetensors"))[-1])
+
+
+def _lora_actor(model_dir, state):
+    """The actor as verl's FSDP engine builds it: peft's LoRA on every linear layer, loaded with its checkpoint."""
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = get_peft_model(base, LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, target_modules="all-linear"))
+    model.load_state_dict(state, strict=True)
+    return model.eval()
+
+
+def _merged(state, name):
+    """``W + (alpha / r) B A`` of the base layer ``name`` (``...base_layer.weight``) of a peft state dict."""
+    a = state[name.replace(".base_layer.weight", ".lora_A.default.weight")]
+    b = state[name.replace(".base_layer.weight", ".lora_B.default.weight")]
+    return state[name] + SCALE * (b @ a)
+
+
+def test_the_lora_launch_logs_a_small_rollout_gap_on_every_iteration(runs):
+    """Iteration 1: the initial sync (base, then the zero-B adapter); iteration 2: the adapter after the first
+    update. The reference policy is the actor without its adapter: equal to it until the first optimizer step (B
+    starts at zero), apart from it after: the KL loss (a mean over an iteration's ~2 mini-batches) is positive."""
+    rows = _training_rows(runs["grpo"])
+    assert [row["step"] for row in rows] == [1, 2]
+    for row in rows:
+        gap = row["training/rollout_probs_diff_max"]
+        assert math.isfinite(gap) and gap <= ROLLOUT_GAP_LIMIT, (row["step"], gap)
+        assert row["actor/entropy"] > 0  # verl's actor pass ran (no bypass)
+    assert all(row["actor/kl_loss"] > 0 for row in rows), [row["actor/kl_loss"] for row in rows]
+
+
+def test_the_adapter_moves_and_the_server_holds_base_plus_scaled_b_a_after_every_sync(runs, action_model_dir):
+    run = runs["grpo"]
+    initial = AutoModelForCausalLM.from_pretrained(action_model_dir).state_dict()
+    dumps = sorted(p.name for p in (run.run_dir / "synced_weights").glob("*.safetensors"))
+    # the base once, then the adapter (zero B) at the start, then the adapter after each update; none in iteration 3
+    assert [name.split("_")[1] for name in dumps] == ["step0", "step0", "step1", "step2"]
+    before = None
+    for step in (1, 2):
+        state = _lora_checkpoint(run, step)
+        adapter = {k: v for k, v in state.items() if ".lora_" in k}
+        assert len(adapter) == 28  # A and B of 7 linear layers x 2 blocks
+        for name, weight in state.items():  # LoRA leaves every other weight alone
+            if name not in adapter:
+                plain = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+                assert torch.equal(weight, initial[plain]), name
+        served = _served(run, step)
+        for name in state:
+            if name.endswith(".base_layer.weight"):
+                plain = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+                torch.testing.assert_close(served[plain], _merged(state, name), rtol=0, atol=0, msg=plain)
+        assert max(float(v.abs().max()) for k, v in adapter.items() if ".lora_B." in k) > 0  # B started at zero
+        if before is not None:
+            moved = max(float((adapter[k] - before[k]).abs().max()) for k in adapter)
+            assert moved > 0, "iteration 2 left the adapter as it was"
+        before = adapter
+
+
+def test_after_the_last_update_the_served_lora_model_gives_the_actors_log_probs(runs, action_model_dir):
+    run = runs["grpo"]
+    ids = gridnav_prompt_with_reply(AutoTokenizer.from_pretrained(action_model_dir))
+    actor = _lora_actor(action_model_dir, _lora_checkpoint(run, 2))
+    served = AutoModelForCausalLM.from_pretrained(action_model_dir, dtype=torch.float32)
+    served.load_state_dict(_served(run, 2), strict=True)
+    gap = (token_log_probs(served.eval(), ids) - token_log_probs(actor, ids)).abs().max()
+    assert gap <= 1e-5, gap
+
+
+def test_the_lora_export_merges_the_adapter_and_keeps_the_actors_log_probs(runs, action_model_dir, tmp_path, capsys):
+    ckpt = runs["grpo"].run_dir / "ckpt"
+    out = tmp_path / "hf"
+    assert export_main([str(ckpt), "--out", str(out), "--dtype", "float32"]) == 0
+    printed = capsys.readouterr().out
+    assert f"{ckpt / 'global_step_2' / 'actor'} (verl FSDP checkpoint, step 2; LoRA adapter merged" in printed
+    assert f"(rank {LORA_RANK}, alpha {LORA_ALPHA}, 14 layers)" in printed
+    exported = AutoModelForCausalLM.from_pretrained(out, local_files_only=True).eval()
+    weights = exported.state_dict()
+    state = _lora_checkpoint(runs["grpo"], 2)
+    for name in state:
+        if name.endswith(".base_layer.weight"):
+            plain = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+            torch.testing.assert_close(weights[plain], _merged(state, name), rtol=0, atol=0, msg=plain)
+    assert not any("lora" in name for name in weights)  # a plain model: no peft needed to load it
+    ids = gridnav_prompt_with_reply(AutoTokenizer.from_pretrained(out))
+    diff = (token_log_probs(exported, ids) - token_log_probs(_lora_actor(action_model_dir, state), ids)).abs().max()
+    assert diff <= 1e-5, diff

@@ -23,6 +23,12 @@ fn = get_adv_estimator_fn("gigpo")
 print(fn.__module__, fn.__name__)
 print(_agent_loop_registry["gigpo_env_agent"]["_target_"])
 print(get_trainer_cls("gigpo_sync").__name__)
+# what else a run imports in its processes: the CPU platform's registration, the local engine's trainer; then which
+# dev-only modules (verl_gigpo.dev) all of that loaded (tests/test_layout.py: none)
+import json, sys, verl_gigpo.local.train
+from verl_gigpo.verl_glue.cpu import register_cpu_backends
+register_cpu_backends()
+print(json.dumps(sorted(name for name in sys.modules if name.startswith("verl_gigpo.dev"))))
 """
 
 
@@ -43,6 +49,14 @@ def test_fresh_process_registers_estimator_agent_loop_and_trainer_mode_and_logs_
         "GiGPOTrainerSync",
     ]
     assert proc.stderr.count("verl_gigpo plug-in loaded") == 1
+
+
+def test_runtime_imports_no_dev_code(fresh):
+    """The plug-in, trainer mode, agent loop, CPU platform and local trainer load nothing from verl_gigpo.dev (the
+    layout's promise, tests/test_layout.py; the timeline is loaded only when GIGPO_TIMELINE asks for it)."""
+    proc = fresh.result("check")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().split("\n")[-1] == "[]", proc.stdout
 
 
 @pytest.mark.slow

@@ -17,8 +17,10 @@ agent loop on the ``hf`` rollout backend -> TransferQueue — on gridnav with a 
    the key (a resume must not silently change training, :mod:`verl_gigpo.verl_glue.launch`);
 3. ``gigpo_resume``: the same folder and settings: resumes from the last checkpoint, trains up to iteration 4,
    validates;
-4. ``grpo`` (verl's estimator on the same step rows): validation, iteration 1, then its rollout server (Ray actor
-   ``HFGenerationServer``) gets SIGKILL in the middle of iteration 2: the launch must stop as ``gigpo`` does.
+4. ``grpo`` (verl's estimator on the same step rows) training a LoRA adapter (:data:`LORA_SETTINGS`: verl's own
+   LoRA path, the adapter alone synced after every update): validation, iterations 1 and 2 with a checkpoint after
+   each, then its rollout server (Ray actor ``HFGenerationServer``) gets SIGKILL in the middle of iteration 3: the
+   launch must stop as ``gigpo`` does.
 
 Each run folder ``<out>/<run>/`` holds ``train.log`` (everything its launches printed), ``ckpt/`` (the experiment
 folder, ``trainer.default_local_dir``: verl's checkpoints, ``launches/`` and ``metrics.jsonl``, verl's file logger,
@@ -113,6 +115,18 @@ SMOKE_SETTINGS: tuple[str, ...] = (
     "trainer.project_name=verl_gigpo_smoke",
 )
 
+
+#: the ``grpo`` launch's LoRA settings (verl's keys; the recipes' ``LORA_RANK=8 LORA_ALPHA=16``): an adapter on every
+#: linear layer, the reference policy as the actor with its adapter disabled, verl's unmerged sync (the base weights
+#: once, then the adapter after every update); verl's old-log-prob pass on every iteration, so that every iteration
+#: logs the rollout-vs-actor gap (the adapter the server merged against the actor's)
+LORA_RANK, LORA_ALPHA = 8, 16
+LORA_SETTINGS = (
+    f"actor_rollout_ref.model.lora_rank={LORA_RANK}",
+    f"actor_rollout_ref.model.lora_alpha={LORA_ALPHA}",
+    "actor_rollout_ref.model.target_modules=all-linear",
+    "trainer.v1.gigpo_sync.logprob_check_freq=1",
+)
 
 #: seconds a launch may take to end by itself after one of its processes was killed (a stop, not a hang)
 STOP_BOUND_S = 300.0
@@ -439,6 +453,15 @@ def check_runs(runs: dict[str, RunResult], model_dir: Path) -> list[str]:
                 f"{name}: iteration {train_rows[0]['step']}: the rollout server's and the actor's token probabilities "
                 f"differ by {gap:.3g} (allowed {ROLLOUT_GAP_LIMIT}): the served weights are not the actor's"
             )
+    lora = runs.get("grpo")
+    if lora is not None and lora.kill(STOPPING_KILLS["grpo"][0]) is not None:
+        rows = [m for m in lora.metrics if "actor/pg_loss" in m]
+        if training_steps(lora.metrics) != [1, 2]:
+            problems.append(f"grpo: expected iterations 1 and 2 before the kill, got {training_steps(lora.metrics)}")
+        for row in rows:  # the old-log-prob pass on every iteration: the adapter the server merged, checked
+            gap = row.get("training/rollout_probs_diff_max")
+            if not (_finite(gap) and gap <= ROLLOUT_GAP_LIMIT):
+                problems.append(f"grpo (LoRA): iteration {row['step']}: rollout-vs-actor gap {gap}")
     first, changed, resumed = runs.get("gigpo"), runs.get("gigpo_changed"), runs.get("gigpo_resume")
     crashed = first is not None and first.kill(STOPPING_KILLS["gigpo"][0]) is not None
     if crashed:
@@ -572,10 +595,10 @@ def run_smoke(
     if "grpo" in estimators:
         grpo_dir = out_dir / "grpo"
         overrides = pipeline_overrides(
-            run_dir=grpo_dir, estimator="grpo", total_steps=2, save_freq=-1, extra=extra, **common
+            run_dir=grpo_dir, estimator="grpo", total_steps=3, extra=[*extra, *LORA_SETTINGS], **common
         )
-        # mid-iteration 2 (of 2): the step-1 row is logged, iteration 2 starts its rollout
-        server = Kill("rollout server", ROLLOUT_SERVER, logged(grpo_dir, 1), fatal=True)
+        # mid-iteration 3: the step-2 checkpoint and row are written (after the step-2 sync), iteration 3 starts
+        server = Kill("rollout server", ROLLOUT_SERVER, checkpointed_and_logged(grpo_dir, 2), fatal=True)
         runs["grpo"] = run_pipeline("grpo", grpo_dir, overrides, env=env, kills=[server], timeline=timeline)
     return runs
 
@@ -621,9 +644,9 @@ def main(argv: list[str] | None = None) -> int:
         print("FAILED:\n  - " + "\n  - ".join(problems))
         return 1
     print(
-        "OK: validation, GiGPO and GRPO training, weight sync, checkpoints, a killed agent-loop worker and rollout "
-        "server (each stopped its launch with one line), the resume (metrics kept), and a refused change of a "
-        "training key all ran through verl's main_ppo"
+        "OK: validation, GiGPO and GRPO (LoRA) training, weight sync, checkpoints, a killed agent-loop worker and "
+        "rollout server (each stopped its launch with one line), the resume (metrics kept), and a refused change of "
+        "a training key all ran through verl's main_ppo"
     )
     return 0
 
