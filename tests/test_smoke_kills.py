@@ -34,7 +34,10 @@ def test_the_processes_of_a_launch_are_found_by_its_session():
 def _grpo(returncode: int, output: str, *, hung: bool = False, kill: bool = True) -> RunResult:
     run = RunResult("grpo", Path("unused"), returncode, 60.0, output=output, hung=hung)
     base = {"env/success_rate": 0.5, "episode/num_step_rows": 10, "actor/pg_loss": 0.1, "actor/grad_norm": 1.0}
-    run.metrics = [{"step": 1, **base, "training/rollout_probs_diff_max": 1e-7}]
+    # iterations 1 and 2 (checkpointed) before the kill in iteration 3, each with the gap (LoRA: the pass every time)
+    run.metrics = [
+        {"step": step, **base, "training/global_step": step, "training/rollout_probs_diff_max": 1e-7} for step in (1, 2)
+    ]
     if kill:
         run.kills = [KillRecord("rollout server", 4242, "ray::HFGenerationServer", 30.0, None if hung else 2.0)]
     return run
@@ -57,3 +60,11 @@ def test_the_smoke_check_wants_a_killed_actor_to_stop_its_launch_with_one_line_n
     assert "exit 1, error lines []" in traceback
     [never] = check_runs({"grpo": _grpo(0, "", kill=False)}, Path("unused"))
     assert "the rollout server was never killed" in never
+    early = _grpo(1, f"...\n{STOP}\n")
+    early.metrics = early.metrics[:1]  # killed before iteration 2 was logged
+    [short] = check_runs({"grpo": early}, Path("unused"))
+    assert "grpo: expected iterations 1 and 2 before the kill, got [1]" in short
+    unchecked = _grpo(1, f"...\n{STOP}\n")
+    del unchecked.metrics[1]["training/rollout_probs_diff_max"]  # the LoRA launch checks the gap on every iteration
+    [gap] = check_runs({"grpo": unchecked}, Path("unused"))
+    assert "grpo (LoRA): iteration 2: rollout-vs-actor gap None" in gap
