@@ -7,31 +7,20 @@ after every iteration; in iteration 1 one of its environment worker processes ge
 once its step-2 checkpoint and step 2's metrics are written its agent-loop worker gets SIGKILL mid-iteration 3 (the
 launch must stop by itself with one line naming the process); a launch in the same folder with
 ``algorithm.gigpo.step_advantage_w`` changed must stop before Ray naming the key; a launch with the run's settings
-resumes from ``global_step_2`` and trains iterations 3-4; GRPO trains a LoRA adapter (verl's ``lora_rank=8``,
-``lora_alpha=16``, the recipes' ``LORA_RANK``/``LORA_ALPHA``) for iterations 1 and 2, and then its rollout server
-gets SIGKILL mid-iteration 3 (a stop as above), beside the GiGPO launches (in a folder and a Ray cluster of its own).
-Nothing of verl is replaced. The tasks are played by ``gridnav_faulty`` (``tests/helpers``), a gridnav in
+resumes from ``global_step_2`` and trains iterations 3-4 (GRPO, LoRA and a killed rollout server:
+``tests/test_e2e_verl_cpu_grpo_lora.py``, on the other pytest worker). Nothing of verl is replaced. The tasks are
+played by ``gridnav_faulty`` (``tests/helpers``), a gridnav in
 environment worker processes whose every 5th reset in a process raises, registered in the workers through
 ``env.registry``: failed episodes in every iteration must leave the run alive with their rows masked (verl's
 old-log-prob step must not fail with ``KeyError('rollout_log_probs')``).
 
 The checkpoints are then exported (``python -m verl_gigpo.export``): the latest one in float32 gives the actor's
-log-probs and plays gridnav; the default bfloat16 export holds what verl's own model merger writes; the LoRA run's
-merges its adapter, ``W + (alpha / r) B A``, with the actor's log-probs.
-
-The LoRA launch runs verl's own LoRA path with nothing replaced: peft's adapter on every linear layer of the FSDP2
-actor (``FSDPEngine._build_lora_module``), the reference policy as the actor with its adapter disabled (no reference
-worker: ``ref_in_actor``), and verl's default unmerged sync (``model.lora.merge=false``): the base weights once, then
-the adapter alone after every update, which the ``hf`` rollout backend merges in float32
-(:mod:`verl_gigpo.verl_glue.cpu.hf_rollout`). verl's old-log-prob pass runs on each of its iterations
-(``trainer.v1.gigpo_sync.logprob_check_freq=1``), so iteration 2 logs the gap after the first update; after the last
-update the gap is measured here, on a fixed prompt, between the weights the server held and the actor rebuilt with
-peft from its checkpoint.
+log-probs and plays gridnav; the default bfloat16 export holds what verl's own model merger writes.
 
 Everything asserted comes from what the runs wrote: the experiment's ``ckpt/metrics.jsonl`` (verl's file logger, the
 file docs/runs.md points users to: after the crash and the resume it must hold iterations 1-4 once each), verl's
 checkpoints, the weights the rollout server received at each sync, the console log. Its wall time is that of the
-three GiGPO launches (the GRPO launch runs beside them): about 3-4 minutes on 2 quiet cores.
+three GiGPO launches, one after another: about 3-4 minutes on 2 quiet cores.
 """
 
 from __future__ import annotations
@@ -41,12 +30,11 @@ import math
 import os
 import re
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
+from launch_checks import one_stop_line, training_rows
 from safetensors.torch import load_file
 from token_logprobs import gridnav_prompt_with_reply, token_log_probs
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -56,8 +44,6 @@ from verl.model_merger.fsdp_model_merger import FSDPModelMerger
 from environments import register_env
 from verl_gigpo.dev.smoke import (
     CHANGED_KEY,
-    LORA_ALPHA,
-    LORA_RANK,
     ROLLOUT_GAP_LIMIT,
     check_runs,
     run_smoke,
@@ -93,61 +79,40 @@ def runs(action_model_dir, tmp_path_factory):
             ],
             "env": {"PYTHONPATH": pythonpath, "GIGPO_FAULTY_EVERY": "5"},
         }
-        # the GiGPO sequence (crash, refused change, resume) and the GRPO run side by side, each with its own task
-        # files, Ray cluster and folder: a launch keeps about one core busy, mostly starting processes one by one
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            sequences = [
-                pool.submit(
-                    run_smoke,
-                    out / estimator,
-                    action_model_dir,
-                    estimators=(estimator,),
-                    kill_env_worker=estimator == "gigpo",
-                    **settings,
-                )
-                for estimator in ("gigpo", "grpo")
-            ]
-            return {name: run for sequence in sequences for name, run in sequence.result().items()}
+        return run_smoke(out, action_model_dir, estimators=("gigpo",), kill_env_worker=True, **settings)
     finally:
         sys.path.remove(str(HELPERS))
 
 
-def _training_rows(run):
-    return [m for m in run.metrics if "actor/pg_loss" in m]
-
-
 def test_every_launch_ends_as_planned_and_the_smoke_checks_pass(runs, action_model_dir):
-    assert set(runs) == {"gigpo", "gigpo_changed", "gigpo_resume", "grpo"}
-    for name in ("gigpo", "grpo"):  # a Ray actor of theirs was killed: each stopped by itself, exit status 1
-        assert runs[name].returncode == 1 and not runs[name].hung, runs[name].output[-3000:]
+    assert set(runs) == {"gigpo", "gigpo_changed", "gigpo_resume"}
+    # its agent-loop worker was killed: it stopped by itself, exit status 1
+    assert runs["gigpo"].returncode == 1 and not runs["gigpo"].hung, runs["gigpo"].output[-3000:]
     assert runs["gigpo_changed"].returncode == 1
     run = runs["gigpo_resume"]
     assert run.returncode == 0, "gigpo_resume failed; last lines:\n" + "\n".join(run.output.splitlines()[-40:])
     assert check_runs(runs, action_model_dir) == []  # what `make e2e` reports, on the same runs
 
 
-@pytest.mark.parametrize("name", ["gigpo", "gigpo_resume", "grpo"])
+@pytest.mark.parametrize("name", ["gigpo", "gigpo_resume"])
 def test_each_iteration_logs_finite_training_and_environment_metrics(runs, name):
-    rows = _training_rows(runs[name])
+    rows = training_rows(runs[name])
     assert rows, f"{name} logged no training iteration"
     needed = ["env/success_rate", "env/env_error_rate", "episode/num_step_rows", "actor/pg_loss", "actor/grad_norm"]
-    if name.startswith("gigpo"):
-        needed += ["gigpo/step_group_size_mean", "gigpo/frac_singleton_step_groups", "gigpo/num_masked_rows"]
+    needed += ["gigpo/step_group_size_mean", "gigpo/frac_singleton_step_groups", "gigpo/num_masked_rows"]
     for row in rows:
         for key in needed:
             assert isinstance(row.get(key), int | float) and math.isfinite(row[key]), (name, row["step"], key)
         assert row["episode/num_step_rows"] > 0 and 0.0 <= row["env/success_rate"] <= 1.0
         assert row["actor/grad_norm"] > 0  # a real update happened
-    if name == "grpo":
-        assert not any(k.startswith("gigpo/") for row in rows for k in row)
 
 
 def test_bypass_mode_recomputes_old_log_probs_only_on_each_launchs_first_iteration(runs):
     """platform=cpu sets algorithm.rollout_correction.bypass_mode=true: the rollout's log-probs are the old ones,
     except on each launch's first iteration (trainer.v1.gigpo_sync.logprob_check_freq), where verl's actor pass runs
     and logs the entropy and the rollout-vs-actor gap."""
-    for name in ("gigpo", "gigpo_resume"):  # the LoRA (grpo) launch runs the pass on every iteration: tests below
-        rows = _training_rows(runs[name])
+    for name in ("gigpo", "gigpo_resume"):
+        rows = training_rows(runs[name])
         checked = [row["step"] for row in rows if "training/rollout_probs_diff_max" in row]
         assert checked == [rows[0]["step"]], (name, checked)
         assert rows[0]["training/rollout_probs_diff_max"] <= ROLLOUT_GAP_LIMIT and rows[0]["actor/entropy"] > 0
@@ -160,7 +125,6 @@ def test_validation_before_and_after_training(runs):
         return [m["step"] for m in rows if val_metric(m)]
 
     assert validated_steps(runs["gigpo"].metrics)[0] == 0 and validated_steps(runs["gigpo_resume"].metrics) == [4]
-    assert validated_steps(runs["grpo"].metrics) == [0]  # stopped in iteration 3 (its rollout server killed)
     assert validated_steps(read_metrics(runs["gigpo_resume"].metrics_file)) == [0, 4]  # the history keeps step 0
     last = next(m for m in runs["gigpo_resume"].metrics if val_metric(m))
     assert val_metric(last) == f"val-core/{FAULTY}/acc/mean@1" and 0.0 <= last[val_metric(last)] <= 1.0
@@ -173,35 +137,16 @@ def test_a_changed_training_key_stops_the_resume_before_ray(runs):
     assert f"in key(s) that change training: {CHANGED_KEY}: 1.0 -> 0.5." in changed.output
 
 
-def _one_stop_line(run, label):
-    """The kill of ``label`` in ``run`` and the launch's only ``error:`` line."""
-    kill = run.kill(label)
-    assert kill is not None and kill.stopped_after_s is not None, (label, run.kills, run.output[-3000:])
-    errors = run.error_lines()
-    assert len(errors) == 1, errors
-    return kill, errors[0]
-
-
 def test_a_killed_agent_loop_worker_stops_the_run_with_one_line_naming_it(runs):
     """SIGKILL of the agent-loop worker mid-iteration 3. verl alone would wait forever (its replay buffer polls
     TransferQueue for the worker's rows); the trainer mode's watch stops the launch, naming the process."""
     first = runs["gigpo"]
-    kill, line = _one_stop_line(first, "agent-loop worker")
+    kill, line = one_stop_line(first, "agent-loop worker")
     assert kill.cmdline.startswith("ray::AgentLoopWorkerTQ")
     assert line.startswith("error: a process of the run died: the agent-loop worker (Ray actor AgentLoopWorkerTQ")
     assert f"pid {kill.pid}" in line and "trainer.resume_mode=auto" in line
     assert f"{first.run_dir / 'ckpt' / 'global_step_2'} (iteration 2)" in line
     assert training_steps(first.metrics) == [1, 2]  # iteration 3 was under way: not logged, not checkpointed
-
-
-def test_a_killed_rollout_server_stops_the_run_with_one_line_naming_it(runs):
-    """SIGKILL of the hf rollout server mid-iteration 3: the launch stops by itself, naming the server."""
-    run = runs["grpo"]
-    kill, line = _one_stop_line(run, "rollout server")
-    assert kill.cmdline.startswith("ray::HFGenerationServer")
-    assert line.startswith("error: a process of the run died: the hf rollout server (Ray actor HFGenerationServer")
-    assert f"pid {kill.pid}" in line and "trainer.resume_mode=auto" in line
-    assert training_steps(run.metrics) == [1, 2]  # iteration 3 never trained on the batch the death cut short
 
 
 def test_a_killed_environment_worker_is_replaced_and_the_run_goes_on(runs):
@@ -212,7 +157,7 @@ def test_a_killed_environment_worker_is_replaced_and_the_run_goes_on(runs):
     kill = first.kill("environment worker")
     assert kill is not None and "verl_gigpo.rollout.execution.procworker" in kill.cmdline
     assert re.search(rf"process {kill.pid} died (during|between)", first.output), first.output[-3000:]
-    rows = _training_rows(first)
+    rows = training_rows(first)
     assert [row["step"] for row in rows] == [1, 2] and all(row["actor/grad_norm"] > 0 for row in rows)
 
 
@@ -250,7 +195,7 @@ def test_actor_weights_move_and_the_rollout_server_holds_them_after_every_sync(r
 
 
 def test_failed_resets_leave_the_run_alive_with_their_rows_masked(runs):
-    rows = _training_rows(runs["gigpo"]) + _training_rows(runs["gigpo_resume"])
+    rows = training_rows(runs["gigpo"]) + training_rows(runs["gigpo_resume"])
     assert all(row["env/env_error_rate"] > 0 for row in rows)  # every iteration had failed episodes
     assert all(row["gigpo/num_masked_rows"] > 0 for row in rows)
     log = runs["gigpo"].output
@@ -267,7 +212,7 @@ def _optimizer_steps(ckpt: Path) -> int:
 
 def test_optimizer_steps_per_iteration_follow_the_rows_based_setting(runs):
     run_dir = runs["gigpo"].run_dir
-    rows = {m["step"]: m for m in _training_rows(runs["gigpo"]) + _training_rows(runs["gigpo_resume"])}
+    rows = {m["step"]: m for m in training_rows(runs["gigpo"]) + training_rows(runs["gigpo_resume"])}
     taken, before = {}, 0
     for step in (1, 2, 3, 4):
         total = _optimizer_steps(run_dir / "ckpt" / f"global_step_{step}")
@@ -348,101 +293,3 @@ def test_the_bfloat16_export_holds_the_weights_verls_model_merger_writes(runs, t
     # the training run's attention backend stays in the checkpoint: a folder naming flash-attn would not load without it
     assert json.loads((actor / "huggingface" / "config.json").read_text())["attn_implementation"] == "sdpa"
     assert "attn_implementation" not in ours_config and ours_config["dtype"] == "bfloat16"
-
-
-# ------------------------------------------------------------------------------------- the LoRA launch (grpo)
-SCALE = LORA_ALPHA / LORA_RANK
-
-
-def _lora_checkpoint(run, step):
-    return fsdp_full_state_dict(run.run_dir / "ckpt" / f"global_step_{step}" / "actor")
-
-
-def _served(run, step):
-    """The weights the rollout server served after its last sync at ``step`` (the dump of that sync)."""
-    return load_file(sorted((run.run_dir / "synced_weights").glob(f"sync*_step{step}_replica0.safetensors"))[-1])
-
-
-def _lora_actor(model_dir, state):
-    """The actor as verl's FSDP engine builds it: peft's LoRA on every linear layer, loaded with its checkpoint."""
-    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    model = get_peft_model(base, LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, target_modules="all-linear"))
-    model.load_state_dict(state, strict=True)
-    return model.eval()
-
-
-def _merged(state, name):
-    """``W + (alpha / r) B A`` of the base layer ``name`` (``...base_layer.weight``) of a peft state dict."""
-    a = state[name.replace(".base_layer.weight", ".lora_A.default.weight")]
-    b = state[name.replace(".base_layer.weight", ".lora_B.default.weight")]
-    return state[name] + SCALE * (b @ a)
-
-
-def test_the_lora_launch_logs_a_small_rollout_gap_on_every_iteration(runs):
-    """Iteration 1: the initial sync (base, then the zero-B adapter); iteration 2: the adapter after the first
-    update. The reference policy is the actor without its adapter: equal to it until the first optimizer step (B
-    starts at zero), apart from it after: the KL loss (a mean over an iteration's ~2 mini-batches) is positive."""
-    rows = _training_rows(runs["grpo"])
-    assert [row["step"] for row in rows] == [1, 2]
-    for row in rows:
-        gap = row["training/rollout_probs_diff_max"]
-        assert math.isfinite(gap) and gap <= ROLLOUT_GAP_LIMIT, (row["step"], gap)
-        assert row["actor/entropy"] > 0  # verl's actor pass ran (no bypass)
-    assert all(row["actor/kl_loss"] > 0 for row in rows), [row["actor/kl_loss"] for row in rows]
-
-
-def test_the_adapter_moves_and_the_server_holds_base_plus_scaled_b_a_after_every_sync(runs, action_model_dir):
-    run = runs["grpo"]
-    initial = AutoModelForCausalLM.from_pretrained(action_model_dir).state_dict()
-    dumps = sorted(p.name for p in (run.run_dir / "synced_weights").glob("*.safetensors"))
-    # the base once, then the adapter (zero B) at the start, then the adapter after each update; none in iteration 3
-    assert [name.split("_")[1] for name in dumps] == ["step0", "step0", "step1", "step2"]
-    before = None
-    for step in (1, 2):
-        state = _lora_checkpoint(run, step)
-        adapter = {k: v for k, v in state.items() if ".lora_" in k}
-        assert len(adapter) == 28  # A and B of 7 linear layers x 2 blocks
-        for name, weight in state.items():  # LoRA leaves every other weight alone
-            if name not in adapter:
-                plain = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
-                assert torch.equal(weight, initial[plain]), name
-        served = _served(run, step)
-        for name in state:
-            if name.endswith(".base_layer.weight"):
-                plain = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
-                torch.testing.assert_close(served[plain], _merged(state, name), rtol=0, atol=0, msg=plain)
-        assert max(float(v.abs().max()) for k, v in adapter.items() if ".lora_B." in k) > 0  # B started at zero
-        if before is not None:
-            moved = max(float((adapter[k] - before[k]).abs().max()) for k in adapter)
-            assert moved > 0, "iteration 2 left the adapter as it was"
-        before = adapter
-
-
-def test_after_the_last_update_the_served_lora_model_gives_the_actors_log_probs(runs, action_model_dir):
-    run = runs["grpo"]
-    ids = gridnav_prompt_with_reply(AutoTokenizer.from_pretrained(action_model_dir))
-    actor = _lora_actor(action_model_dir, _lora_checkpoint(run, 2))
-    served = AutoModelForCausalLM.from_pretrained(action_model_dir, dtype=torch.float32)
-    served.load_state_dict(_served(run, 2), strict=True)
-    gap = (token_log_probs(served.eval(), ids) - token_log_probs(actor, ids)).abs().max()
-    assert gap <= 1e-5, gap
-
-
-def test_the_lora_export_merges_the_adapter_and_keeps_the_actors_log_probs(runs, action_model_dir, tmp_path, capsys):
-    ckpt = runs["grpo"].run_dir / "ckpt"
-    out = tmp_path / "hf"
-    assert export_main([str(ckpt), "--out", str(out), "--dtype", "float32"]) == 0
-    printed = capsys.readouterr().out
-    assert f"{ckpt / 'global_step_2' / 'actor'} (verl FSDP checkpoint, step 2; LoRA adapter merged" in printed
-    assert f"(rank {LORA_RANK}, alpha {LORA_ALPHA}, 14 layers)" in printed
-    exported = AutoModelForCausalLM.from_pretrained(out, local_files_only=True).eval()
-    weights = exported.state_dict()
-    state = _lora_checkpoint(runs["grpo"], 2)
-    for name in state:
-        if name.endswith(".base_layer.weight"):
-            plain = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
-            torch.testing.assert_close(weights[plain], _merged(state, name), rtol=0, atol=0, msg=plain)
-    assert not any("lora" in name for name in weights)  # a plain model: no peft needed to load it
-    ids = gridnav_prompt_with_reply(AutoTokenizer.from_pretrained(out))
-    diff = (token_log_probs(exported, ids) - token_log_probs(_lora_actor(action_model_dir, state), ids)).abs().max()
-    assert diff <= 1e-5, diff

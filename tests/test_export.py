@@ -3,8 +3,8 @@
 A real local-engine run (one GiGPO iteration of the tiny model on gridnav) writes ``checkpoints/iter_1/state.pt``;
 the export must give a Hugging Face folder that ``transformers`` loads offline with exactly the checkpoint's weights
 (float32) or their bfloat16 rounding (the default), the start model's tokenizer, chat template and generation
-config. verl's FSDP checkpoints are exported in ``tests/test_e2e_verl_cpu.py`` (the e2e launches write them; the
-GRPO launch's has a LoRA adapter, merged on export).
+config. verl's FSDP checkpoints are exported in ``tests/test_e2e_verl_cpu.py`` (the e2e launches write them) and
+``tests/test_e2e_verl_cpu_grpo_lora.py`` (a LoRA adapter merged).
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ Importing this package is cheap (no verl, no torch). Each folder is one concern 
   Hugging Face folder) — the other commands; :mod:`verl_gigpo.dev` — dev-only tools, off the runtime path.
 """
 
+import logging
+import os
+
 __version__ = "0.1.0"
 
 #: name of the advantage estimator registered into verl (``algorithm.adv_estimator=gigpo``)
@@ -28,4 +31,12 @@ AGENT_LOOP_NAME = "gigpo_env_agent"
 #: name of the V1 trainer mode registered into verl (``trainer.v1.trainer_mode``)
 TRAINER_MODE = "gigpo_sync"
 
-__all__ = ["AGENT_LOOP_NAME", "ESTIMATOR_NAME", "STEP_CREDIT_ESTIMATORS", "TRAINER_MODE", "__version__"]
+__all__ = ["AGENT_LOOP_NAME", "ESTIMATOR_NAME", "STEP_CREDIT_ESTIMATORS", "TRAINER_MODE", "__version__", "verl_logger"]
+
+
+def verl_logger(name: str) -> logging.Logger:
+    """The logger ``name`` at verl's level, as verl's own modules set theirs: ``$VERL_LOGGING_LEVEL``, default INFO
+    (the modules that run inside verl's processes log with it)."""
+    logger = logging.getLogger(name)
+    logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+    return logger

@@ -21,14 +21,12 @@ and one INFO line on success (shown when ``VERL_LOGGING_LEVEL`` is INFO, the def
 
 from __future__ import annotations
 
-import logging
-import os
 from typing import Any
 
 import numpy as np
 import torch
 
-from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, STEP_CREDIT_ESTIMATORS, TRAINER_MODE
+from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, STEP_CREDIT_ESTIMATORS, TRAINER_MODE, verl_logger
 
 __all__ = [
     "ADV_ESTIMATORS",
@@ -40,8 +38,7 @@ __all__ = [
     "make_adv_estimator",
 ]
 
-logger = logging.getLogger(__name__)
-logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+logger = verl_logger(__name__)
 
 
 _STEP_FIELDS = ("step_rewards", "group_ids", "traj_ids", "step_ids", "anchor_keys")

@@ -10,6 +10,7 @@ import html
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -28,6 +29,20 @@ COLUMNS = (
     "rows grouped with another state",
     "episode groups with step signal only",
 )
+
+
+def _cells(stats: Any) -> list[str]:
+    """One key mode's row of the table: its key, then the :data:`COLUMNS` values as printed."""
+    return [
+        stats.key,
+        f"{stats.anchor_groups_per_group:.1f}",
+        f"{stats.shared_groups_per_group:.1f}",
+        percent(stats.singleton_rows),
+        percent(stats.signal_rows),
+        percent(stats.merged_rows),
+        percent(stats.signal_only_groups),
+    ]
+
 
 SUMMARY_JSON = "summary.json"
 TABLE_MD = "table.md"
@@ -65,16 +80,8 @@ def markdown_table(result: ProbeResult) -> str:
     """One row per key mode: the columns of :data:`COLUMNS`."""
     lines = ["| key mode | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
     for s in result.stats:
-        cells = [
-            f"`{s.key}`",
-            f"{s.anchor_groups_per_group:.1f}",
-            f"{s.shared_groups_per_group:.1f}",
-            percent(s.singleton_rows),
-            percent(s.signal_rows),
-            percent(s.merged_rows),
-            percent(s.signal_only_groups),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
+        key, *rest = _cells(s)
+        lines.append("| " + " | ".join([f"`{key}`", *rest]) + " |")
     return "\n".join(lines)
 
 
@@ -143,23 +150,7 @@ def _html(result: ProbeResult, head: str, line: str, command: str | None, plot: 
     """One self-contained page: the command, the headline, the recommendation, the table and the chart."""
     image = base64.b64encode(plot.read_bytes()).decode("ascii")
     header = "".join(f"<th>{html.escape(c)}</th>" for c in ("key mode", *COLUMNS))
-    rows = "".join(
-        "<tr>"
-        + "".join(
-            f"<td>{html.escape(c)}</td>"
-            for c in (
-                s.key,
-                f"{s.anchor_groups_per_group:.1f}",
-                f"{s.shared_groups_per_group:.1f}",
-                percent(s.singleton_rows),
-                percent(s.signal_rows),
-                percent(s.merged_rows),
-                percent(s.signal_only_groups),
-            )
-        )
-        + "</tr>"
-        for s in result.stats
-    )
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(s)) + "</tr>" for s in result.stats)
     shown = f"<pre>{html.escape(command)}</pre>" if command else ""
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>step-credit probe: {html.escape(result.options.env)}</title>

@@ -32,7 +32,6 @@ With ``env.transcript_dir`` set, every episode is also written there as transcri
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import threading
@@ -41,7 +40,7 @@ from typing import Any, ClassVar
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from environments import register_envs
-from verl_gigpo import AGENT_LOOP_NAME
+from verl_gigpo import AGENT_LOOP_NAME, verl_logger
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit.records import CreditLogOptions
 from verl_gigpo.evaluate.transcripts import TranscriptWriter, episode_records
@@ -60,8 +59,7 @@ from verl_gigpo.rollout.rows import episode_rows
 
 __all__ = ["GiGPOEnvAgentLoop", "episode_config_from", "episode_to_outputs"]
 
-logger = logging.getLogger(__name__)
-logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+logger = verl_logger(__name__)
 
 
 def episode_config_from(config: Any) -> EpisodeConfig:

@@ -22,13 +22,14 @@ one file per experiment across launches instead:
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from verl_gigpo import verl_logger
 
 __all__ = [
     "APPEND_ENV",
@@ -44,8 +45,7 @@ __all__ = [
     "training_steps",
 ]
 
-logger = logging.getLogger(__name__)
-logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+logger = verl_logger(__name__)
 
 #: the metrics file's name in the experiment folder (``trainer.default_local_dir``)
 METRICS_NAME = "metrics.jsonl"

@@ -38,8 +38,6 @@ evicted, at most ``max_inflight_gen_batches`` x ``train_batch_size`` in flight.
 
 from __future__ import annotations
 
-import logging
-import os
 from collections import Counter
 from dataclasses import replace
 from typing import Any
@@ -47,13 +45,13 @@ from typing import Any
 import transfer_queue as tq
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
+from verl_gigpo import verl_logger
 from verl_gigpo.rollout.dynamic import DynamicSampling, GroupRecord, dynamic_metrics, group_records, group_signal
 from verl_gigpo.rollout.step_rows import StepBatch
 
 __all__ = ["FILTER_METRIC", "DynamicReplayBuffer"]
 
-logger = logging.getLogger(__name__)
-logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+logger = verl_logger(__name__)
 
 #: the ``filter_groups_metric`` name this buffer passes to verl's (it switches verl's DAPO path on; the filter is ours)
 FILTER_METRIC = "gigpo_group_signal"

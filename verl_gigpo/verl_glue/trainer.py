@@ -105,9 +105,7 @@ It reads verl's attributes ``config``, ``use_critic``, ``use_reference_policy`` 
 
 from __future__ import annotations
 
-import logging
 import math
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -121,7 +119,7 @@ from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
 from verl.workers.utils.padding import response_to_nested
 
-from verl_gigpo import AGENT_LOOP_NAME, STEP_CREDIT_ESTIMATORS, TRAINER_MODE
+from verl_gigpo import AGENT_LOOP_NAME, STEP_CREDIT_ESTIMATORS, TRAINER_MODE, verl_logger
 from verl_gigpo.advantage import GiGPOTerms
 from verl_gigpo.advantage.outcome import OUTCOME_ESTIMATORS, outcome_advantages
 from verl_gigpo.config import GiGPOConfig
@@ -158,8 +156,7 @@ __all__ = [
     "planned_update_actor",
 ]
 
-logger = logging.getLogger(__name__)
-logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+logger = verl_logger(__name__)
 
 check_verl_version(installed_verl_version())  # the overrides below were checked against these verl versions only
 

@@ -33,7 +33,6 @@ tool, not a fast one: use vLLM on GPUs.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -43,13 +42,13 @@ import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutMode, RolloutReplica, TokenOutput
 
+from verl_gigpo import verl_logger
 from verl_gigpo.export.lora import merge_lora
 from verl_gigpo.verl_glue.cpu import ROLLOUT_NAME
 
 __all__ = ["DUMP_WEIGHTS_ENV", "HFGenerationServer", "HFReplica", "HFServerAdapter", "server_actor_name"]
 
-logger = logging.getLogger(__name__)
-logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+logger = verl_logger(__name__)
 
 #: environment variable: a folder where every server saves the weights it serves after each sync (safetensors,
 #: ``sync<NNN>_step<global_steps>_replica<R>.safetensors``: the weights received, or after a LoRA adapter sync the
