@@ -92,12 +92,12 @@ def test_the_death_reason_is_the_actors_not_its_nodes():
 
 def test_only_an_error_out_of_ray_waits_for_the_actor_table():
     """verl_gigpo.main asks Ray's actor table (up to TABLE_WAIT_S) only when a Ray error is in the chain."""
-    from verl_gigpo.main import _from_ray
+    from verl_gigpo.verl_glue.dead_actor import raised_by_ray
 
-    assert not _from_ray(RuntimeError("a bug in the driver"))
+    assert not raised_by_ray(RuntimeError("a bug in the driver"))
     outer = RuntimeError("the trainer's call failed")
     outer.__cause__ = _waited_on(TimeoutError("no answer from the TransferQueue controller"), "TaskRunnerV1")
-    assert _from_ray(outer)
+    assert raised_by_ray(outer)
 
 
 def test_the_stop_message_names_the_process_and_the_checkpoint_to_resume_from(tmp_path):

@@ -53,22 +53,6 @@ if any(arg in ("platform=cpu", "trainer.device=cpu") for arg in sys.argv[1:]):
 TABLE_WAIT_S = 30.0
 
 
-def _from_ray(error: BaseException) -> bool:
-    """Whether ``error`` or one of its causes is one of Ray's errors (a remote task's, an actor's, a lost object's)."""
-    from ray.exceptions import RayError
-
-    seen, todo = set(), [error]
-    while todo:
-        exc = todo.pop()
-        if exc is None or id(exc) in seen:
-            continue
-        if isinstance(exc, RayError):
-            return True
-        seen.add(id(exc))
-        todo.extend([exc.__cause__, exc.__context__, getattr(exc, "cause", None)])
-    return False
-
-
 @hydra.main(config_path="config", config_name="gigpo_trainer", version_base=None)
 def main(config: DictConfig) -> None:
     """Hydra entry point: check the plug-in, then hand the composed config to verl's ``main_ppo``."""
@@ -80,7 +64,7 @@ def main(config: DictConfig) -> None:
 
     from verl_gigpo.plugin import ensure_registered
     from verl_gigpo.verl_glue.cluster import ClusterError, check_cluster, prepare_ray_init
-    from verl_gigpo.verl_glue.dead_actor import dead_actor_in_job, find_dead_actor, stop_message
+    from verl_gigpo.verl_glue.dead_actor import dead_actor_in_job, find_dead_actor, raised_by_ray, stop_message
     from verl_gigpo.verl_glue.launch import LaunchError, prepare_launch
     from verl_gigpo.verl_glue.preflight import preflight
 
@@ -102,7 +86,7 @@ def main(config: DictConfig) -> None:
         main_ppo.main(config)  # hydra passes an explicit config straight to the task function
     except Exception as error:
         dead = find_dead_actor(error, waited_on="TaskRunnerV1")  # run_ppo waits on verl's TaskRunnerV1
-        if dead is None and _from_ray(error):
+        if dead is None and raised_by_ray(error):
             # an error that names no dead actor (a client whose service's node left fails on its own first): ask
             # Ray's actor table, which marks a node's processes dead only once it notices the node is gone
             print(f"[verl_gigpo] checking Ray's actor table for a dead process (up to {TABLE_WAIT_S:g} s)", flush=True)

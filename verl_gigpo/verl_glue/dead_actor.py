@@ -31,8 +31,10 @@ __all__ = [
     "DeadActorError",
     "dead_actor_in_job",
     "death_reason",
+    "error_chain",
     "find_dead_actor",
     "guard_replay_buffer",
+    "raised_by_ray",
     "stop_message",
 ]
 
@@ -239,6 +241,30 @@ def _parse(text: str) -> DeadActor | None:
     )
 
 
+def error_chain(error: BaseException) -> list[BaseException]:
+    """``error`` and every exception behind it (``__context__``, ``__cause__``, and ``cause``: the exception a
+    ``RayTaskError`` carries from the task that raised it), each once, ``error`` first."""
+    seen: set[int] = set()
+    chain: list[BaseException] = []
+    todo: list[BaseException | None] = [error]
+    while todo:
+        exc = todo.pop()
+        if exc is None or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        chain.append(exc)
+        todo.extend([exc.__context__, exc.__cause__, getattr(exc, "cause", None)])
+    return chain
+
+
+def raised_by_ray(error: BaseException) -> bool:
+    """Whether ``error`` or an exception behind it is one of Ray's (a remote task's, an actor's, a lost object's):
+    the errors ``verl_gigpo.main`` checks against Ray's actor table (:func:`dead_actor_in_job`)."""
+    from ray.exceptions import RayError
+
+    return any(isinstance(exc, RayError) for exc in error_chain(error))
+
+
 def find_dead_actor(error: BaseException, *, waited_on: str | None = None) -> DeadActor | None:
     """The dead Ray actor behind ``error`` (an exception out of verl's ``main_ppo``), or None when no actor died.
 
@@ -254,16 +280,7 @@ def find_dead_actor(error: BaseException, *, waited_on: str | None = None) -> De
     """
     from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
 
-    seen: set[int] = set()
-    chain: list[BaseException] = []
-    todo: list[BaseException | None] = [error]
-    while todo:
-        exc = todo.pop()
-        if exc is None or id(exc) in seen:
-            continue
-        seen.add(id(exc))
-        chain.append(exc)
-        todo.extend([exc.__context__, exc.__cause__, getattr(exc, "cause", None)])
+    chain = error_chain(error)
     found = None
     for exc in chain:  # outermost first: a later (deeper) description replaces an earlier one
         if isinstance(exc, RayActorError | DeadActorError) or _DIED in str(exc):
