@@ -1,5 +1,5 @@
-"""Two Ray nodes on one machine, and the launch settings of the two-node test: shared by tests/test_multinode.py and
-benchmarks/multinode_compare.py (the same launch on one node and on two, side by side).
+"""Ray nodes on one machine, and the launch settings of the two-node test: shared by tests/test_multinode.py and the
+multi-node benchmarks (benchmarks/multinode_compare.py, node_leaving.py, node_leaving_runner_lives.py).
 
 Each node is a ``ray start --block`` process in its own process group, stopped by signalling that group (never
 ``ray stop``, which stops every Ray on the machine).
@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,8 +73,17 @@ class RayNode:
 
 @contextlib.contextmanager
 def two_ray_nodes() -> Iterator[tuple[str, list[RayNode]]]:
-    """A Ray head and one more node on this machine, 1 logical GPU and :data:`NODE_CPUS` CPUs each; yields the head's
-    address (``IP:PORT``) and the nodes ``[head, second]``, and stops both nodes on exit.
+    """A Ray head and one more node on this machine, 1 logical GPU and :data:`NODE_CPUS` CPUs each (:func:`ray_nodes`);
+    yields the head's address (``IP:PORT``) and the nodes ``[head, second]``, and stops both nodes on exit."""
+    with ray_nodes((1, 1)) as started:
+        yield started
+
+
+@contextlib.contextmanager
+def ray_nodes(gpus: Sequence[int]) -> Iterator[tuple[str, list[RayNode]]]:
+    """Ray nodes on this machine, one per entry of ``gpus`` (its logical GPUs; :data:`NODE_CPUS` CPUs each), the
+    first the head; yields the head's address (``IP:PORT``) and the nodes ``[head, second, third, ...]``, and stops
+    them all on exit.
 
     Every node gets the project and these helpers on ``PYTHONPATH``: Ray's workers start from their node's
     environment, so what a launch imports must be installed (or on the path) on every node. No dashboard (the tests
@@ -83,10 +92,13 @@ def two_ray_nodes() -> Iterator[tuple[str, list[RayNode]]]:
     (``/tmp/pytest-of-USER/pytest-N/popen-gwK/...``) leave too little room.
 
     Raises:
+        ValueError: no node asked for, or a negative GPU count.
         RuntimeError: a node did not start (with the end of its log).
     """
     import ray
 
+    if not gpus or any(n < 0 for n in gpus):
+        raise ValueError(f"gpus must list each node's logical GPUs (>= 0), head first; got {list(gpus)}")
     root = Path(tempfile.mkdtemp(prefix="gigpo-ray-"))
     pythonpath = os.pathsep.join(p for p in (str(ROOT), str(HELPERS), os.environ.get("PYTHONPATH", "")) if p)
     env = {
@@ -104,38 +116,22 @@ def two_ray_nodes() -> Iterator[tuple[str, list[RayNode]]]:
     ip = ray.util.get_node_ip_address()
     port = _free_port()
     address = f"{ip}:{port}"
-    common = [f"--num-cpus={NODE_CPUS}", "--num-gpus=1", "--object-store-memory=300000000", "--disable-usage-stats"]
+    common = [f"--num-cpus={NODE_CPUS}", "--object-store-memory=300000000", "--disable-usage-stats"]
+    head_args = [
+        "--head",
+        f"--port={port}",
+        "--include-dashboard=false",
+        f"--ray-client-server-port={_free_port()}",
+    ]
+    names = ["head", "second", "third", "fourth"] + [f"node{i}" for i in range(4, len(gpus))]
     nodes = []
     try:
-        head = RayNode(
-            "head",
-            [
-                "--head",
-                f"--port={port}",
-                f"--temp-dir={root / 'head'}",
-                "--include-dashboard=false",
-                f"--ray-client-server-port={_free_port()}",
-                f"--dashboard-agent-listen-port={_free_port()}",
-                *common,
-            ],
-            root / "head.log",
-            env,
-        )
-        nodes.append(head)
-        head.wait_started()
-        second = RayNode(
-            "second",
-            [
-                f"--address={address}",
-                f"--temp-dir={root / 'second'}",
-                f"--dashboard-agent-listen-port={_free_port()}",
-                *common,
-            ],
-            root / "second.log",
-            env,
-        )
-        nodes.append(second)
-        second.wait_started()
+        for i, (name, count) in enumerate(zip(names, gpus, strict=False)):
+            first = head_args if i == 0 else [f"--address={address}"]
+            args = [*first, f"--temp-dir={root / name}", f"--dashboard-agent-listen-port={_free_port()}"]
+            node = RayNode(name, [*args, f"--num-gpus={count}", *common], root / f"{name}.log", env)
+            nodes.append(node)
+            node.wait_started()
         yield address, nodes
     finally:
         for node in reversed(nodes):
