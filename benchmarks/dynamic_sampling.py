@@ -222,9 +222,10 @@ def markdown(
     return "\n".join(lines) + "\n"
 
 
-def plot(stats: dict, path: Path) -> None:
+def plot(stats: dict, path: Path, title: str = "dynamic sampling on gridnav with a key") -> None:
     """Validation success against training episodes played: the mean over seeds (interpolated on a common grid) and
-    each seed's points, one colour per configuration."""
+    each seed's points, one colour per configuration; ``stats[name]["curves"]`` = {seed: (episodes (V,), success
+    (V,))}."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -240,7 +241,7 @@ def plot(stats: dict, path: Path) -> None:
             ax.plot(x, y, ".", color=line.get_color(), alpha=0.25, ms=3)
     ax.axhline(THRESHOLD, color="grey", lw=0.8, ls=":")
     ax.set(xlabel="training episodes played", ylabel="validation success (sampled)", ylim=(-0.02, 1.02))
-    ax.set_title("dynamic sampling on gridnav with a key: success against episodes played", fontsize=10)
+    ax.set_title(f"{title}: success against episodes played", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

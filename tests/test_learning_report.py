@@ -262,3 +262,40 @@ def test_every_local_benchmark_run_passes_the_local_engines_check(lb, tmp_path):
             assert cfg.trainer.seed == 3 and cfg.trainer.total_training_steps == 150
             assert f"algorithm.adv_estimator={cfg.algorithm.adv_estimator}" in lb.settings.CONFIGS[name]
             assert cfg.env.kwargs.key is True and cfg.env.max_steps == 15
+
+
+# ------------------------------------------------------------------------- dynamic sampling through verl (report)
+def test_the_verl_dynamic_sampling_report_counts_episodes_from_a_recorded_run(lb, runs, tmp_path, capsys):
+    """``benchmarks/dynamic_sampling_verl.py --report-only`` on the recorded verl run (no dynamic sampling: each
+    iteration played its batch, ``episode/num_trajectories``): validation success against the episodes played up
+    to it, the last validation within an episode budget, and the section with its table and plot."""
+    import dynamic_sampling_verl as dsv
+
+    raw = _raw(DATA / "verl" / "gigpo_s0" / "ckpt" / "metrics.jsonl")
+    played = np.cumsum([0] + [r["data"]["episode/num_trajectories"] for r in raw if r["step"] > 0])
+    val = [next(v for k, v in r["data"].items() if k.startswith("val-core/")) for r in raw]
+    rows = lb.run.read_run(runs / "verl" / "gigpo_s0", "verl")
+    stats = dsv.run_stats(rows, budget=played[1])
+    assert stats["curve"][0].tolist() == played.tolist() and stats["curve"][1].tolist() == val
+    assert (stats["start"], stats["final"], stats["at_budget"]) == (val[0], val[-1], val[1])
+    assert stats["episodes"] == played[-1] and stats["iterations"] == 2
+    assert np.isnan(stats["rounds"]) and np.isnan(stats["kept_by_step_signal_only"])  # no dynamic sampling
+
+    results = tmp_path / "RESULTS.md"
+    argv = ["--configs", "gigpo", "--seeds", "1", "--iters", "2", "--test-freq", "1", "--runs", str(runs)]
+    assert dsv.main([*argv, "--report-only", "--results", str(results)]) == 0
+    text = results.read_text()
+    assert dsv.SECTION in text and f"val success at {2 * 4 * 8} episodes" in text
+    assert f"| gigpo | 1 | {val[0]:.2f} ± 0.00 | {val[-1]:.2f} ± 0.00 |" in text
+    assert f"| gigpo | {val[0]:.2f} → {val[-1]:.2f} |" in text and (tmp_path / dsv.PNG).stat().st_size > 0
+    assert dsv.main([*argv, "--report-only", "--runs", str(tmp_path / "none"), "--no-results"]) == 1
+    assert "no finished run under" in capsys.readouterr().err
+
+
+def test_the_verl_dynamic_sampling_benchmark_refuses_unknown_configurations(lb, capsys):
+    import dynamic_sampling_verl as dsv
+
+    with pytest.raises(SystemExit) as stop:
+        dsv.parse_args(["--configs", "gigpo,ppo"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "unknown configs ['ppo']" in err and "the learning benchmark refused" in err

@@ -1,0 +1,259 @@
+"""Dynamic sampling through verl's pipeline: GiGPO, GiGPO + the ``signal`` filter and GRPO (issue 28, part 3).
+
+    python benchmarks/dynamic_sampling_verl.py                 # 3 configurations x 3 seeds x 150 iterations
+    python benchmarks/dynamic_sampling_verl.py --seeds 1 --iters 30   # a quick look
+    python benchmarks/dynamic_sampling_verl.py --report-only   # rebuild the table and plot from finished runs
+
+Each run is ``python -m verl_gigpo.main platform=cpu`` with the settings of the learning benchmark's verl runs
+(``benchmarks/learning.py --engine verl --task key --tasks 4 --group 8 --opt-steps 1``: one table of overrides,
+``learning_settings.verl_overrides``; no local twins): gridnav with a key, 4 tasks x 8 episodes per iteration,
+one optimizer step per iteration, validation on 64 fixed tasks every ``--test-freq`` iterations. The start model
+wins a few percent of its validation episodes (``--model``, by default the tiny model fine-tuned to imitate the
+expert with probability 0.6, built when missing with :data:`IMITATE_COMMAND`).
+
+Unlike the local benchmark (``benchmarks/dynamic_sampling.py``, one budget of episodes for every configuration),
+every run here trains ``--iters`` iterations, as the issue asks: ``gigpo_signal`` plays more episodes per
+iteration (it replaces dropped groups by fresh tasks, at most ``max_num_gen_batches`` = 10 rounds). The report
+therefore gives both views: validation success after the iterations, and validation success at the last
+validation within the episodes the runs without dynamic sampling played (``iters x tasks x group``), with the
+curves plotted against training episodes played.
+
+``--jobs`` runs go side by side (default 3: on 2 cores three launches keep both busy through their start-ups and
+validations). Outputs: ``benchmarks/dynamic_sampling_verl.png`` and the section
+"## Dynamic sampling through verl's pipeline" of ``benchmarks/RESULTS.md`` (replaced in place).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dynamic_sampling import plot  # noqa: E402
+from learning import parse_args as learning_args  # noqa: E402
+from learning_report import load_line, machine_load, model_description  # noqa: E402
+from learning_run import read_run, run_verl, val_success, write_tasks  # noqa: E402
+from learning_settings import REPO, TASK, TASK_TITLES  # noqa: E402
+from results_md import write_section  # noqa: E402
+
+SECTION = "## Dynamic sampling through verl's pipeline"
+PNG = "dynamic_sampling_verl.png"
+CONFIG_NAMES = ("gigpo", "gigpo_signal", "grpo")
+MODEL = "artifacts/tiny-model-imitate-key06"
+IMITATE_KWARGS = {"key": True, "min_path": 5, "observe": "target", "size": 5, "walls": [2, 4]}
+#: the default start model: 60 % expert actions (on 192 validation tasks it wins 3-4 %, sampled at temperature 1)
+IMITATE_COMMAND = (
+    f"python -m verl_gigpo.dev.tiny_model --out {MODEL} --imitate gridnav:0.6 --imitate-kwargs "
+    f"'{json.dumps(IMITATE_KWARGS)}' --imitate-max-steps 15 --imitate-history 0"
+)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module docstring); ``args.learning`` holds the learning benchmark's arguments the
+    runs are launched with."""
+    parser = argparse.ArgumentParser(
+        prog="python benchmarks/dynamic_sampling_verl.py", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--configs", default=",".join(CONFIG_NAMES), help="learning_settings.CONFIGS names")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (data.seed: the order of the tasks)")
+    parser.add_argument("--iters", type=int, default=150, help="training iterations per run")
+    parser.add_argument("--test-freq", type=int, default=15, help="validate every N iterations")
+    parser.add_argument("--model", default=MODEL, help=f"start model (the default is built when missing: {MODEL})")
+    parser.add_argument("--runs", default="runs/dynamic-verl", help="run folders")
+    parser.add_argument("--jobs", type=int, default=3, help="launches side by side")
+    parser.add_argument("--verl-timeout", type=float, default=10000, help="seconds one launch may take")
+    parser.add_argument("--report-only", action="store_true", help="only rebuild the table and plot")
+    parser.add_argument("--no-results", action="store_true", help="print only: write neither RESULTS.md nor the PNG")
+    parser.add_argument(
+        "--results",
+        default=str(REPO / "benchmarks" / "RESULTS.md"),
+        help="the RESULTS.md to write the section into (the PNG goes next to it)",
+    )
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    given = ["--engine", "verl", "--task", "key", "--tasks", "4", "--group", "8", "--opt-steps", "1"]
+    given += ["--iters", str(args.iters), "--test-freq", str(args.test_freq), "--seeds", str(args.seeds)]
+    given += ["--configs", args.configs, "--model", args.model, "--runs", args.runs, "--no-twin"]
+    given += ["--verl-timeout", str(args.verl_timeout)]
+    try:
+        args.learning, args.names = learning_args(given)  # its checks: known configurations, numbers >= 1
+    except SystemExit as exc:
+        parser.error(f"the learning benchmark refused these settings (exit {exc.code}); see its message above")
+    return args
+
+
+def ensure_start_model(model: str) -> None:
+    """Build the default start model when its folder is missing (:data:`IMITATE_COMMAND`); any other missing
+    ``--model`` is an error naming it."""
+    if (Path(model) / "config.json").exists():
+        return
+    if model != MODEL:
+        raise SystemExit(f"error: --model {model}: no model there (a Hugging Face folder with config.json)")
+    print(f"building the start model: {IMITATE_COMMAND}", flush=True)
+    command = [sys.executable, "-m", "verl_gigpo.dev.tiny_model", "--out", MODEL, "--imitate", "gridnav:0.6"]
+    command += ["--imitate-kwargs", json.dumps(IMITATE_KWARGS), "--imitate-max-steps", "15", "--imitate-history", "0"]
+    subprocess.run(command, check=True, cwd=REPO)
+
+
+# ---------------------------------------------------------------------------------------------- report
+def episode_budget(args: argparse.Namespace) -> int:
+    """Training episodes a run without dynamic sampling plays: iterations x tasks x group."""
+    return args.learning.iters * args.learning.tasks * args.learning.group
+
+
+def episodes_per_iteration(row: dict[str, Any]) -> float:
+    """Training episodes an iteration played: every round's with dynamic sampling (``dynamic/episodes_played``),
+    else the batch's trajectories (``episode/num_trajectories``)."""
+    return float(row.get("dynamic/episodes_played", row["episode/num_trajectories"]))
+
+
+def run_stats(rows: list[dict[str, Any]], budget: float) -> dict[str, Any]:
+    """One run's numbers from its verl metric rows (one per iteration; step 0: the validation before training).
+
+    Returns ``curve`` ((episodes played, validation success) at each validation, (V,) arrays), ``start``,
+    ``final``, ``mean_val`` (over the validations after the start), ``at_budget`` (the last validation within
+    ``budget`` training episodes), ``episodes`` (played in all), ``train_last`` (training success of the last 15
+    iterations) and the dynamic metrics' per-iteration means (nan without dynamic sampling)."""
+    played, x, y = 0.0, [], []
+    train = [r for r in rows if "episode/num_trajectories" in r]
+    for row in rows:
+        if "episode/num_trajectories" in row:
+            played += episodes_per_iteration(row)
+        success = val_success(row)
+        if success is not None:
+            x.append(played)
+            y.append(success)
+    x_arr, y_arr = np.array(x), np.array(y)
+
+    def mean_of(key: str) -> float:
+        values = [r[key] for r in train if key in r]
+        return float(np.mean(values)) if values else float("nan")
+
+    return {
+        "curve": (x_arr, y_arr),
+        "start": float(y_arr[0]),
+        "final": float(y_arr[-1]),
+        "mean_val": float(y_arr[1:].mean()) if len(y_arr) > 1 else float("nan"),
+        "at_budget": float(y_arr[x_arr <= budget][-1]),
+        "episodes": played,
+        "iterations": len(train),
+        "train_last": float(np.mean([r["env/success_rate"] for r in train[-15:]])),
+        "kept_by_step_signal_only": mean_of("dynamic/kept_by_step_signal_only"),
+        "rounds": mean_of("dynamic/rounds"),
+        "kept_fraction_round_1": mean_of("dynamic/kept_fraction_round_1"),
+    }
+
+
+def summary(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Per configuration: ``seeds`` and per-seed :func:`run_stats` (``runs``), ``curves`` ({seed: curve}) and
+    ``seconds`` ({seed: the launch's wall time}); finished runs only."""
+    budget = episode_budget(args)
+    out: dict[str, dict[str, Any]] = {}
+    for name in args.names:
+        found = {}
+        for seed in range(args.seeds):
+            run = Path(args.runs) / "verl" / f"{name}_s{seed}"
+            launch = run / "launch.json"
+            if not launch.exists() or json.loads(launch.read_text())["returncode"] != 0:
+                continue
+            found[seed] = (run_stats(read_run(run, "verl"), budget), json.loads(launch.read_text())["wall_s"])
+        if found:
+            out[name] = {
+                "seeds": sorted(found),
+                "runs": {s: st for s, (st, _) in found.items()},
+                "curves": {s: st["curve"] for s, (st, _) in found.items()},
+                "seconds": {s: wall for s, (_, wall) in found.items()},
+            }
+    return out
+
+
+def _pm(values: list[float]) -> str:
+    return f"{np.mean(values):.2f} ± {np.std(values):.2f}"
+
+
+def markdown(stats: dict, args: argparse.Namespace, command: str, wall: float | None, load: str) -> str:
+    """The RESULTS.md section: settings, the table (mean ± std over seeds), final success per seed, the plot."""
+    budget = episode_budget(args)
+    lines = [
+        SECTION,
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Model: `{args.model}` ({model_description(args.model)}). Task: {TASK_TITLES['key']} ({' '.join(TASK)}); "
+        f"{args.iters} iterations x (4 tasks x 8 episodes, more with dynamic sampling: at most 10 rounds an "
+        f"iteration), one optimizer step per iteration; validation on 64 fixed test-split tasks every "
+        f"{args.test_freq} iterations (sampled, temperature 1); seeds {', '.join(map(str, range(args.seeds)))} "
+        "(`data.seed`: the order of the training tasks). Every other setting is the learning benchmark's verl "
+        'column (section "Learning through verl\'s pipeline"). Mean ± std over seeds (population std). '
+        f"'At {budget} episodes': the last validation within the training episodes a run without dynamic "
+        "sampling plays in all.",
+        "",
+        "| config | seeds | val success at start | final val success | mean val success over training | "
+        f"val success at {budget} episodes | train success, last 15 it. | episodes played | kept by step signal "
+        "only (per it.) | rounds per it. | kept fraction, round 1 | wall s per run |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, st in stats.items():
+        runs = list(st["runs"].values())
+        dyn = [np.mean([r[k] for r in runs]) for k in ("kept_by_step_signal_only", "rounds", "kept_fraction_round_1")]
+        cells = [_pm([r[k] for r in runs]) for k in ("start", "final", "mean_val", "at_budget", "train_last")]
+        cells.append(f"{np.mean([r['episodes'] for r in runs]):.0f}")
+        cells += ["-" if np.isnan(v) else f"{v:.2f}" for v in dyn]
+        cells.append(f"{np.mean(list(st['seconds'].values())):.0f}")
+        lines.append(f"| {name} | {len(runs)} | " + " | ".join(cells) + " |")
+    seeds = range(args.seeds)
+    lines += ["", "Final validation success per seed (start → final):", ""]
+    lines.append("| config | " + " | ".join(f"seed {s}" for s in seeds) + " |")
+    lines.append("|---|" + "---|" * args.seeds)
+    for name, st in stats.items():
+        runs = st["runs"]
+        cells = [f"{runs[s]['start']:.2f} → {runs[s]['final']:.2f}" if s in runs else "-" for s in seeds]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", f"![validation success against training episodes played, through verl]({PNG})", ""]
+    if wall is not None:
+        lines += [f"Wall time of the whole benchmark: {wall / 60:.0f} min ({args.jobs} launches side by side). {load}"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run what is not finished (``--jobs`` launches side by side), then write the report."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))  # verl_gigpo, for the launches and for reading verl's metrics files
+    args = parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
+    command = " ".join(["python benchmarks/dynamic_sampling_verl.py", *given])
+    wall, load = None, ""
+    if not args.report_only:
+        ensure_start_model(args.model)
+        data_dir = write_tasks(args.learning)  # once, before the launches that read it
+        before, start = machine_load(), time.perf_counter()
+        jobs = [(name, seed) for seed in range(args.seeds) for name in args.names]
+        print(f"{len(jobs)} verl launches, {args.jobs} at a time", flush=True)
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            list(pool.map(lambda job: run_verl(job[0], job[1], args.learning, data_dir), jobs))
+        wall, load = time.perf_counter() - start, load_line(before, machine_load())
+    stats = summary(args)
+    if not stats:
+        print(f"no finished run under {args.runs}/verl", file=sys.stderr)
+        return 1
+    text = markdown(stats, args, command, wall, load)
+    print(text)
+    if not args.no_results:
+        results = Path(args.results)
+        plot(stats, results.parent / PNG, title=f"{TASK_TITLES['key']} through verl")
+        write_section(text, SECTION, results)
+        print(f"written: {results} and {results.parent / PNG}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
