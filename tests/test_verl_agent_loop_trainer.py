@@ -12,6 +12,8 @@ is not started here (``tests/test_e2e_verl_cpu.py`` runs the whole pipeline).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import shutil
 import uuid
 from collections import defaultdict
@@ -45,6 +47,29 @@ pytestmark = pytest.mark.slow  # a Ray cluster, TransferQueue and an agent-loop 
 
 ROOT = Path(__file__).resolve().parents[1]
 N_TASKS, GROUP, MAX_STEPS, RESPONSE_LEN = 3, 4, 6, 3
+#: the validation settings of the module's rollout: verl's default do_sample=false, at a temperature to overrule
+GREEDY_AT_0_7 = (
+    "actor_rollout_ref.rollout.val_kwargs.do_sample=false",
+    "actor_rollout_ref.rollout.val_kwargs.temperature=0.7",
+)
+
+
+@contextlib.contextmanager
+def caplog_at_info(name: str = "verl_gigpo.verl_glue.trainer"):
+    """The messages logger ``name`` emits inside the block at INFO and above (a list, filled as they come): pytest's
+    ``caplog`` is per test, this serves a module-scoped fixture."""
+    records: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: records.append(record.getMessage())
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def _config(model_dir: Path, data_dir: Path, estimator: str, *extra: str):
@@ -104,7 +129,8 @@ def rollout(ray_tq, action_model_dir, tmp_path_factory):
     write_task_files("gridnav", data_dir, train_size=N_TASKS, val_size=2)
     credit = ["trainer.credit_log_freq=1", "trainer.credit_log_groups=-1", f"trainer.default_local_dir={run_dir}"]
     transcripts = ["env.transcript_dir=" + str(run_dir / "transcripts")]  # what an evaluation launch sets
-    cfg = _config(action_model_dir, data_dir, "gigpo", *credit, *transcripts)
+    # verl's default val_kwargs.do_sample=false with a temperature the trainer mode must overrule (greedy validation)
+    cfg = _config(action_model_dir, data_dir, "gigpo", *credit, *transcripts, *GREEDY_AT_0_7)
     tokenizer = AutoTokenizer.from_pretrained(action_model_dir)
     dataset = create_rl_dataset([str(data_dir / "train.parquet")], cfg.data, tokenizer, None)
     batch_dict = collate_fn([dataset[i] for i in range(N_TASKS)])
@@ -113,7 +139,8 @@ def rollout(ray_tq, action_model_dir, tmp_path_factory):
     batch = tu.get_tensordict(batch_dict)
     tu.assign_non_tensor_data(batch, "global_steps", 1)
 
-    trainer = GiGPOTrainerSync(cfg)
+    with caplog_at_info() as records:
+        trainer = GiGPOTrainerSync(cfg)
     trainer.global_steps = 0
     tags = [{"is_prompt": True, "status": "pending", "global_steps": 1} for _ in uids]
     tq.kv_batch_put(keys=uids, partition_id="train", tags=tags)
@@ -140,6 +167,9 @@ def rollout(ray_tq, action_model_dir, tmp_path_factory):
         "tokenizer": tokenizer,
         "uids": uids,
         "run_dir": run_dir,
+        "server": server,
+        "worker": worker,
+        "trainer_log": records,
     }
     ray.kill(worker)
     ray.kill(server)
@@ -426,52 +456,42 @@ def _validation_replies(cfg, trainer, worker, dataset) -> dict[tuple[int, int, i
     return replies
 
 
-def test_validation_with_do_sample_false_is_greedy(ray_tq, action_model_dir, tmp_path, caplog):
-    """val_kwargs.do_sample=false at val temperature 0.7: the trainer mode's construction writes greedy settings into
-    the config that verl then gives its agent-loop workers (verl's TaskRunnerV1 builds both from one config object),
-    so two validations of the same tasks through verl's AgentLoopWorkerTQ and the hf server give identical replies.
-    do_sample=true at the same temperature samples: the two validations differ. One server serves both workers, as
-    verl's serves training and validation requests: the sampling settings travel with each request."""
+def test_validation_with_do_sample_false_is_greedy(rollout, action_model_dir, tmp_path, caplog):
+    """val_kwargs.do_sample=false at val temperature 0.7 (the module's rollout): the trainer mode's construction
+    writes greedy settings into the config that verl then gives its agent-loop workers (verl's TaskRunnerV1 builds
+    both from one config object), so two validations of the same tasks through that AgentLoopWorkerTQ and the hf
+    server give identical replies. do_sample=true at the same temperature samples: two validations through a worker
+    built from that config differ. One server serves both workers, as verl's serves training and validation
+    requests: the sampling settings travel with each request."""
+    greedy_cfg, greedy_trainer = rollout["cfg"], rollout["trainer"]
+    val_kwargs = greedy_cfg.actor_rollout_ref.rollout.val_kwargs
+    assert (val_kwargs.temperature, val_kwargs.top_p, val_kwargs.top_k) == (0.0, 1.0, -1)
+    assert greedy_trainer.validation_sampling.greedy
+    assert any("temperature=0.7 ignored" in message for message in rollout["trainer_log"]), rollout["trainer_log"]
+
     write_task_files("gridnav", tmp_path, train_size=N_TASKS, val_size=VAL_TASKS)
-    configs = {}
-    for do_sample in (False, True):
-        val = [f"actor_rollout_ref.rollout.val_kwargs.do_sample={str(do_sample).lower()}"]
-        cfg = _config(action_model_dir, tmp_path, "gigpo", *val, "actor_rollout_ref.rollout.val_kwargs.temperature=0.7")
-        caplog.clear()
-        with caplog.at_level("INFO", logger="verl_gigpo.verl_glue.trainer"):
-            trainer = GiGPOTrainerSync(cfg)
-        val_kwargs = cfg.actor_rollout_ref.rollout.val_kwargs
-        if do_sample:
-            assert (val_kwargs.temperature, trainer.validation_sampling.greedy) == (0.7, False)
-            assert "greedily" not in caplog.text
-        else:
-            assert (val_kwargs.temperature, val_kwargs.top_p, val_kwargs.top_k) == (0.0, 1.0, -1)
-            assert "temperature=0.7 ignored" in caplog.text
-        configs[do_sample] = cfg, trainer
+    sampled = "actor_rollout_ref.rollout.val_kwargs.do_sample=true"
+    cfg = _config(action_model_dir, tmp_path, "gigpo", *GREEDY_AT_0_7, sampled)
+    with caplog.at_level("INFO", logger="verl_gigpo.verl_glue.trainer"):
+        trainer = GiGPOTrainerSync(cfg)
+    assert (cfg.actor_rollout_ref.rollout.val_kwargs.temperature, trainer.validation_sampling.greedy) == (0.7, False)
+    assert "greedily" not in caplog.text
     tokenizer = AutoTokenizer.from_pretrained(action_model_dir)
-    greedy_cfg = configs[False][0]
-    dataset = create_rl_dataset([str(tmp_path / "val.parquet")], greedy_cfg.data, tokenizer, None, is_train=False)
-    server = (
-        ray.remote(HFGenerationServer)
-        .options(max_concurrency=64)
-        .remote(
-            config=omega_conf_to_dataclass(greedy_cfg.actor_rollout_ref.rollout),
-            model_path=str(action_model_dir),
-            replica_rank=0,
-        )
+    dataset = create_rl_dataset([str(tmp_path / "val.parquet")], cfg.data, tokenizer, None, is_train=False)
+    client = LLMServerClient(
+        cfg, load_balancer_handle=get_router_handle(servers={"hf://test-server": rollout["server"]})
     )
+    workers = {
+        False: (greedy_cfg, greedy_trainer, rollout["worker"]),
+        True: (cfg, trainer, AgentLoopWorkerTQ.remote(cfg, client)),
+    }
     agree = {}
     try:
-        for do_sample, (cfg, trainer) in configs.items():
-            client = LLMServerClient(cfg, load_balancer_handle=get_router_handle(servers={"hf://val-server": server}))
-            worker = AgentLoopWorkerTQ.remote(cfg, client)
-            try:
-                first = _validation_replies(cfg, trainer, worker, dataset)
-                second = _validation_replies(cfg, trainer, worker, dataset)
-            finally:
-                ray.kill(worker)
+        for do_sample, (config, owner, worker) in workers.items():
+            first = _validation_replies(config, owner, worker, dataset)
+            second = _validation_replies(config, owner, worker, dataset)
             agree[do_sample] = first == second
     finally:
-        ray.kill(server)
-    # the same server, worker and tasks: only the sampling decides whether the two validations agree
+        ray.kill(workers[True][2])
+    # the same server and tasks, each worker twice: only the sampling decides whether the two validations agree
     assert agree == {False: True, True: False}
