@@ -42,7 +42,7 @@ from learning import parse_args as learning_args  # noqa: E402
 from learning_report import load_line, machine_load, model_description  # noqa: E402
 from learning_run import read_run, run_verl, val_success, write_tasks  # noqa: E402
 from learning_settings import REPO, TASK, TASK_TITLES  # noqa: E402
-from results_md import write_section  # noqa: E402
+from results_md import add_output_options, write_section  # noqa: E402
 
 SECTION = "## Dynamic sampling through verl's pipeline"
 PNG = "dynamic_sampling_verl.png"
@@ -70,13 +70,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs", default="runs/dynamic-verl", help="run folders")
     parser.add_argument("--jobs", type=int, default=3, help="launches side by side")
     parser.add_argument("--verl-timeout", type=float, default=10000, help="seconds one launch may take")
-    parser.add_argument("--report-only", action="store_true", help="only rebuild the table and plot")
-    parser.add_argument("--no-results", action="store_true", help="print only: write neither RESULTS.md nor the PNG")
-    parser.add_argument(
-        "--results",
-        default=str(REPO / "benchmarks" / "RESULTS.md"),
-        help="the RESULTS.md to write the section into (the PNG goes next to it)",
-    )
+    add_output_options(parser)
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")

@@ -77,7 +77,7 @@ from learning_report import (  # benchmarks/ is on sys.path when this runs as a 
 )
 from learning_run import run_benchmark
 from learning_settings import CONFIGS, ENGINE_DEFAULTS, ENGINES, REPO, SECTION_VERL, SUITES, TASK_TITLES, TASKS
-from results_md import write_section
+from results_md import add_output_options, write_section
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -121,13 +121,7 @@ def _parser() -> argparse.ArgumentParser:
         "successors; default: iterations / 5; 0 = off)",
     )
     parser.add_argument("--verl-timeout", type=float, default=3600, help="verl: seconds one launch may take")
-    parser.add_argument("--report-only", action="store_true", help="only rebuild the table and plot")
-    parser.add_argument("--no-results", action="store_true", help="print only: write neither RESULTS.md nor the PNG")
-    parser.add_argument(
-        "--results",
-        default=str(REPO / "benchmarks" / "RESULTS.md"),
-        help="the RESULTS.md to write the section into (the PNG goes next to it)",
-    )
+    add_output_options(parser)
     parser.add_argument("extra", nargs="*", help="extra overrides for every run (key=value; verl: both engines)")
     return parser
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
@@ -19,3 +20,15 @@ def write_section(text: str, heading: str, path: Path = RESULTS) -> None:
     nxt = old.find("\n## ", start + len(heading))
     rest = "" if nxt == -1 else "\n" + old[nxt + 1 :]
     path.write_text(old[:start] + text.rstrip() + "\n" + rest)
+
+
+def add_output_options(parser: argparse.ArgumentParser) -> None:
+    """The report options every benchmark with a RESULTS.md section shares: ``--report-only`` (rebuild the table and
+    plot from finished runs), ``--no-results`` (print only) and ``--results`` (the file; its PNG goes next to it)."""
+    parser.add_argument("--report-only", action="store_true", help="only rebuild the table and plot")
+    parser.add_argument("--no-results", action="store_true", help="print only: write neither RESULTS.md nor the PNG")
+    parser.add_argument(
+        "--results",
+        default=str(RESULTS),
+        help="the RESULTS.md to write the section into (the PNG goes next to it)",
+    )
