@@ -17,7 +17,6 @@ About 6 minutes on 2 cores (two launches and two Ray nodes).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
-from ray_nodes import HELPERS, empty_out, launch_overrides, prepare_launch, two_ray_nodes  # noqa: E402
+from ray_nodes import HELPERS, benchmark_folder, launch_overrides, two_ray_nodes  # noqa: E402
 
 from verl_gigpo.dev.smoke import run_pipeline  # noqa: E402
 
@@ -64,12 +63,7 @@ def compare(one: list[dict], two: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run both launches and print the comparison; returns 0."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("runs/multinode_compare"), help="where the runs go")
-    args = parser.parse_args(argv)
-    out = empty_out(args.out)
-    os.environ.pop("RAY_ADDRESS", None)  # the one-node launch starts its own Ray
-    _, extra = prepare_launch(out)
+    out, extra = benchmark_folder(__doc__, "runs/multinode_compare", argv)
     one = _launch("one_node", out, extra, ranks=2, nnodes=1, env={})
     with two_ray_nodes() as (address, _):
         joined = {"RAY_ADDRESS": address, "RAY_AUTH_MODE": "disabled"}

@@ -19,7 +19,6 @@ About 8 minutes on 2 cores. Prints a summary; ``OUT/summary.json`` holds it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -31,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
-from ray_nodes import HELPERS, empty_out, launch_overrides, prepare_launch, two_ray_nodes  # noqa: E402
+from ray_nodes import HELPERS, benchmark_folder, launch_overrides, two_ray_nodes  # noqa: E402
 
 from verl_gigpo.dev.smoke import checkpointed_and_logged, run_pipeline  # noqa: E402
 from verl_gigpo.verl_glue.metrics_file import training_steps  # noqa: E402
@@ -47,12 +46,7 @@ def _overrides(out: Path, extra: list[str], *, ranks: int, nnodes: int) -> list[
 def main(argv: list[str] | None = None) -> int:
     """Run the experiment and print its summary; returns 0 when the relaunch resumed and holds iterations 1-4 once,
     1 otherwise."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("runs/node_leaving"), help="where the runs go")
-    args = parser.parse_args(argv)
-    out = empty_out(args.out)
-    os.environ.pop("RAY_ADDRESS", None)
-    _, extra = prepare_launch(out)
+    out, extra = benchmark_folder(__doc__, "runs/node_leaving", argv)
     pythonpath = {"PYTHONPATH": os.pathsep.join((str(ROOT), str(HELPERS)))}
     run_dir = out / "run"
     killed_at: list[float] = []

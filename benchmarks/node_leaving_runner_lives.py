@@ -24,7 +24,6 @@ TaskRunner on the killed node (the case did not arise: run it again), 1 otherwis
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -37,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
-from ray_nodes import HELPERS, empty_out, launch_overrides, prepare_launch, ray_nodes  # noqa: E402
+from ray_nodes import HELPERS, benchmark_folder, launch_overrides, ray_nodes  # noqa: E402
 
 from verl_gigpo.dev.smoke import checkpointed_and_logged, run_pipeline  # noqa: E402
 
@@ -70,12 +69,7 @@ def _placement(table: dict) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the experiment and print its summary; the exit status is in the module docstring."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("runs/node_leaving_runner_lives"), help="where the run goes")
-    args = parser.parse_args(argv)
-    out = empty_out(args.out)
-    os.environ.pop("RAY_ADDRESS", None)
-    _, extra = prepare_launch(out)
+    out, extra = benchmark_folder(__doc__, "runs/node_leaving_runner_lives", argv)
     run_dir = out / "run"
     overrides = launch_overrides(out, run_dir, extra, ranks=1, nnodes=2, total_steps=4, save_freq=2)
     placed: dict[str, str] = {}

@@ -7,6 +7,7 @@ Each node is a ``ray start --block`` process in its own process group, stopped b
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import shutil
@@ -186,10 +187,16 @@ def launch_overrides(
     )
 
 
-def empty_out(out: Path) -> Path:
-    """``out`` made absolute, refused (SystemExit with one line) when it exists and holds anything: the benchmark
-    scripts' ``--out``."""
-    out = out.resolve()
+def benchmark_folder(doc: str, default_out: str, argv: list[str] | None) -> tuple[Path, list[str]]:
+    """The start of the multi-node benchmark scripts: their command line (``--out``, default ``default_out``; the
+    description is ``doc``'s first paragraph), the folder made absolute and refused (SystemExit with one line) when
+    it holds anything, ``RAY_ADDRESS`` dropped (their launches start or join the nodes they make), and
+    :func:`prepare_launch` under it. Returns ``(out, extra)``: the folder and the launches' extra overrides."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path(default_out), help="where the runs go")
+    out = parser.parse_args(argv).out.resolve()
     if out.exists() and any(out.iterdir()):
         raise SystemExit(f"error: --out {out} is not empty; choose another folder or delete it")
-    return out
+    os.environ.pop("RAY_ADDRESS", None)
+    _, extra = prepare_launch(out)
+    return out, extra
