@@ -115,8 +115,10 @@ def run_stats(rows: list[dict[str, Any]], budget: float) -> dict[str, Any]:
 
     Returns ``curve`` ((episodes played, validation success) at each validation, (V,) arrays), ``start``,
     ``final``, ``mean_val`` (over the validations after the start), ``at_budget`` (the last validation within
-    ``budget`` training episodes), ``episodes`` (played in all), ``train_last`` (training success of the last 15
-    iterations) and the dynamic metrics' per-iteration means (nan without dynamic sampling)."""
+    ``budget`` training episodes), ``episodes`` (played in all), ``train_last`` (success of the training episodes
+    played in the last 15 iterations: every round's with dynamic sampling, ``dynamic/played_success_rate``, not the
+    kept groups' alone, which the filter biases towards wins; else the batch's, ``env/success_rate``),
+    ``iterations`` and the dynamic metrics' per-iteration means (nan without dynamic sampling)."""
     played, x, y = 0.0, [], []
     train = [r for r in rows if "episode/num_trajectories" in r]
     for row in rows:
@@ -140,7 +142,9 @@ def run_stats(rows: list[dict[str, Any]], budget: float) -> dict[str, Any]:
         "at_budget": float(y_arr[x_arr <= budget][-1]),
         "episodes": played,
         "iterations": len(train),
-        "train_last": float(np.mean([r["env/success_rate"] for r in train[-15:]])),
+        "train_last": float(
+            np.mean([r.get("dynamic/played_success_rate", r["env/success_rate"]) for r in train[-15:]])
+        ),
         "kept_by_step_signal_only": mean_of("dynamic/kept_by_step_signal_only"),
         "rounds": mean_of("dynamic/rounds"),
         "kept_fraction_round_1": mean_of("dynamic/kept_fraction_round_1"),
@@ -192,8 +196,8 @@ def markdown(stats: dict, args: argparse.Namespace, command: str, wall: float | 
         "sampling plays in all.",
         "",
         "| config | seeds | val success at start | final val success | mean val success over training | "
-        f"val success at {budget} episodes | train success, last 15 it. | episodes played | kept by step signal "
-        "only (per it.) | rounds per it. | kept fraction, round 1 | wall s per run |",
+        f"val success at {budget} episodes | success of the episodes played, last 15 it. | episodes played | "
+        "kept by step signal only (per it.) | rounds per it. | kept fraction, round 1 | wall s per run |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, st in stats.items():

@@ -280,6 +280,13 @@ def test_the_verl_dynamic_sampling_report_counts_episodes_from_a_recorded_run(lb
     assert (stats["start"], stats["final"], stats["at_budget"]) == (val[0], val[-1], val[1])
     assert stats["episodes"] == played[-1] and stats["iterations"] == 2
     assert np.isnan(stats["rounds"]) and np.isnan(stats["kept_by_step_signal_only"])  # no dynamic sampling
+    assert stats["train_last"] == np.mean([r["data"]["env/success_rate"] for r in raw if r["step"] > 0])
+    # with dynamic sampling an iteration counts every round's episodes, and their success (not the kept groups')
+    dynamic = {"dynamic/episodes_played": 12, "dynamic/played_success_rate": 0.25, "dynamic/rounds": 3}
+    rows = [{**r, **dynamic} if "episode/num_trajectories" in r else r for r in rows]
+    stats = dsv.run_stats(rows, budget=12)
+    assert stats["curve"][0].tolist() == [0, 12, 24] and stats["at_budget"] == val[1]
+    assert (stats["episodes"], stats["train_last"], stats["rounds"]) == (24, 0.25, 3)
 
     results = tmp_path / "RESULTS.md"
     argv = ["--configs", "gigpo", "--seeds", "1", "--iters", "2", "--test-freq", "1", "--runs", str(runs)]
