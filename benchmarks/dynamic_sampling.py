@@ -50,7 +50,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learning_report import load_line, machine_load  # noqa: E402
 from learning_run import _run_local, val_success  # noqa: E402
-from learning_settings import CONFIGS, REPO, TASK, TASK_TITLES  # noqa: E402
+from learning_settings import CONFIGS, TASK, TASK_TITLES  # noqa: E402
+from results_md import add_output_options, write_section  # noqa: E402
 
 SECTION = "## Dynamic sampling: does keeping step signal pay?"
 PNG = "dynamic_sampling.png"
@@ -249,20 +250,6 @@ def plot(stats: dict, path: Path, title: str = "dynamic sampling on gridnav with
     plt.close(fig)
 
 
-def write_section(text: str) -> Path:
-    """Replace (or append) :data:`SECTION` in benchmarks/RESULTS.md."""
-    results = REPO / "benchmarks" / "RESULTS.md"
-    old = results.read_text() if results.exists() else ""
-    start = old.find(SECTION)
-    if start < 0:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        end = old.find("\n## ", start + len(SECTION))
-        new = old[:start] + text + (old[end + 1 :] if end >= 0 else "")
-    results.write_text(new)
-    return results
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="python benchmarks/dynamic_sampling.py", description=__doc__.split("\n")[0])
@@ -277,8 +264,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", default="artifacts/tiny-model", help="start model (built when missing)")
     parser.add_argument("--runs", default="runs/dynamic", help="run folders")
     parser.add_argument("--jobs", type=int, default=2, help="runs side by side (one torch thread each)")
-    parser.add_argument("--report-only", action="store_true", help="only rebuild the table and plot")
-    parser.add_argument("--no-results", action="store_true", help="do not write RESULTS.md (the plot still)")
+    add_output_options(parser)
     args = parser.parse_args(argv)
     unknown = [n for n in args.configs.split(",") if n not in DYNAMIC_CONFIGS]
     if unknown:
@@ -313,12 +299,13 @@ def main(argv: list[str] | None = None) -> int:
     if not stats:
         print("no finished run to report", file=sys.stderr)
         return 1
-    png = REPO / "benchmarks" / PNG
-    plot(stats, png)
     text = markdown(stats, args, seeds, command.strip(), wall, load)
     print(text)
     if not args.no_results:
-        print(f"wrote {write_section(text)} and {png}")
+        results = Path(args.results)
+        plot(stats, results.parent / PNG)
+        write_section(text, SECTION, results)
+        print(f"wrote {results} and {results.parent / PNG}")
     return 0
 
 
