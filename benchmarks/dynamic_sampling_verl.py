@@ -217,6 +217,11 @@ def markdown(stats: dict, args: argparse.Namespace, command: str, wall: float | 
         cells = [f"{runs[s]['start']:.2f} → {runs[s]['final']:.2f}" if s in runs else "-" for s in seeds]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", f"![validation success against training episodes played, through verl]({PNG})", ""]
+    lines += [
+        "What the two dynamic-sampling benchmarks say: "
+        "[docs/dynamic-sampling.md](../docs/dynamic-sampling.md#measured).",
+        "",
+    ]
     if wall is not None:
         lines += [f"Wall time of the whole benchmark: {wall / 60:.0f} min ({args.jobs} launches side by side). {load}"]
     return "\n".join(lines) + "\n"
