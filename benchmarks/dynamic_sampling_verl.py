@@ -95,7 +95,7 @@ def ensure_start_model(model: str) -> None:
     print(f"building the start model: {IMITATE_COMMAND}", flush=True)
     command = [sys.executable, "-m", "verl_gigpo.dev.tiny_model", "--out", MODEL, "--imitate", "gridnav:0.6"]
     command += ["--imitate-kwargs", json.dumps(IMITATE_KWARGS), "--imitate-max-steps", "15", "--imitate-history", "0"]
-    subprocess.run(command, check=True, cwd=REPO)
+    subprocess.run(command, check=True)  # relative to this folder, as --model and the launches read it
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -160,10 +160,10 @@ def summary(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         found = {}
         for seed in range(args.seeds):
             run = Path(args.runs) / "verl" / f"{name}_s{seed}"
-            launch = run / "launch.json"
-            if not launch.exists() or json.loads(launch.read_text())["returncode"] != 0:
+            launch = json.loads((run / "launch.json").read_text()) if (run / "launch.json").exists() else None
+            if launch is None or launch["returncode"] != 0:
                 continue
-            found[seed] = (run_stats(read_run(run, "verl"), budget), json.loads(launch.read_text())["wall_s"])
+            found[seed] = (run_stats(read_run(run, "verl"), budget), launch["wall_s"])
         if found:
             out[name] = {
                 "seeds": sorted(found),
@@ -190,7 +190,9 @@ def markdown(stats: dict, args: argparse.Namespace, command: str, wall: float | 
         f"{args.iters} iterations x (4 tasks x 8 episodes, more with dynamic sampling: at most 10 rounds an "
         f"iteration), one optimizer step per iteration; validation on 64 fixed test-split tasks every "
         f"{args.test_freq} iterations (sampled, temperature 1); seeds {', '.join(map(str, range(args.seeds)))} "
-        "(`data.seed`: the order of the training tasks). Every other setting is the learning benchmark's verl "
+        f"(`data.seed`: the order of the training tasks; the train split holds {args.iters} x 4 tasks, and a "
+        "dynamic run that draws more goes through their shuffled list again). Every other setting is the "
+        "learning benchmark's verl "
         'column (section "Learning through verl\'s pipeline"). Mean ± std over seeds (population std). '
         f"'At {budget} episodes': the last validation within the training episodes a run without dynamic "
         "sampling plays in all.",
