@@ -41,7 +41,7 @@ from dynamic_sampling import plot  # noqa: E402
 from learning import parse_args as learning_args  # noqa: E402
 from learning_report import load_line, machine_load, model_description  # noqa: E402
 from learning_run import read_run, run_verl, val_success, write_tasks  # noqa: E402
-from learning_settings import REPO, TASK, TASK_TITLES  # noqa: E402
+from learning_settings import CONFIGS, REPO, TASK, TASK_TITLES  # noqa: E402
 from results_md import add_output_options, write_section  # noqa: E402
 
 SECTION = "## Dynamic sampling through verl's pipeline"
@@ -72,8 +72,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--verl-timeout", type=float, default=10000, help="seconds one launch may take")
     add_output_options(parser)
     args = parser.parse_args(argv)
-    if args.jobs < 1:
-        parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    for name in ("jobs", "seeds", "iters", "test_freq"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    unknown = [name for name in args.configs.split(",") if name not in CONFIGS]
+    if unknown:
+        parser.error(f"--configs: unknown {unknown}; known: {', '.join(CONFIGS)}")
     given = ["--engine", "verl", "--task", "key", "--tasks", "4", "--group", "8", "--opt-steps", "1"]
     given += ["--iters", str(args.iters), "--test-freq", str(args.test_freq), "--seeds", str(args.seeds)]
     given += ["--configs", args.configs, "--model", args.model, "--runs", args.runs, "--no-twin"]

@@ -299,10 +299,14 @@ def test_the_verl_dynamic_sampling_report_counts_episodes_from_a_recorded_run(lb
     assert "no finished run under" in capsys.readouterr().err
 
 
-def test_the_verl_dynamic_sampling_benchmark_refuses_unknown_configurations(lb, capsys):
+def test_the_verl_dynamic_sampling_benchmark_refuses_bad_options_by_name(lb, capsys):
     import dynamic_sampling_verl as dsv
 
-    with pytest.raises(SystemExit) as stop:
-        dsv.parse_args(["--configs", "gigpo,ppo"])
-    err = capsys.readouterr().err
-    assert stop.value.code == 2 and "unknown configs ['ppo']" in err and "the learning benchmark refused" in err
+    for argv, message in (
+        (["--configs", "gigpo,ppo"], "--configs: unknown ['ppo']"),
+        (["--iters", "0"], "--iters must"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            dsv.parse_args(argv)
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and message in err and "learning.py" not in err, err
