@@ -262,13 +262,14 @@ def test_the_last_checkpoint_exports_with_the_actors_log_probs_and_the_export_pl
     assert config["data"]["max_prompt_length"] == 256 and not config["local"]["constrain_to_actions"]
     assert config["actor_rollout_ref"]["rollout"]["response_length"] == 3
     assert result.overall.episodes + result.overall.env_errors == 8 and result.overall.episodes >= 6
-    # the export replies as verl's own validation after iteration 4 did (the same weights, prompts and sampling): its
-    # share of invalid replies within 0.4 of that validation's (8 tasks each). Measured: 0.62 and 0.92 valid replies
-    # where the 4 iterations kept the action format; all invalid, in the export and in verl's validation, in one CI
-    # run where lr 1e-3 lost it. A wrong prompt, reply length or model would reply invalidly where verl did not.
+    # the export replies as validly as verl's own validation after iteration 4 did (the same weights, tasks, prompts
+    # and sampling): its share of invalid replies at most 0.4 above that validation's (8 episodes each, ~40 replies).
+    # Measured: 0.62 and 0.92 valid replies where the 4 iterations kept the action format; all invalid, in the export
+    # and in verl's validation, in one CI run where lr 1e-3 lost it. A wrong prompt, reply length or model would
+    # reply invalidly where verl did not (the config's values are checked above).
     [last] = [row for row in read_metrics(ckpt / "metrics.jsonl") if val_metric(row) and row["step"] == 4]
     val_invalid = last[f"val-aux/{FAULTY}/invalid_actions/mean@1"] / last[f"val-aux/{FAULTY}/episode_length/mean@1"]
-    assert abs(result.overall.invalid_rate - val_invalid) <= 0.4, (result.overall.invalid_rate, val_invalid)
+    assert result.overall.invalid_rate <= val_invalid + 0.4, (result.overall.invalid_rate, val_invalid)
 
 
 def test_the_bfloat16_export_holds_the_weights_verls_model_merger_writes(runs, tmp_path):
