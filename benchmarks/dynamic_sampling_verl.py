@@ -82,10 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     given += ["--iters", str(args.iters), "--test-freq", str(args.test_freq), "--seeds", str(args.seeds)]
     given += ["--configs", args.configs, "--model", args.model, "--runs", args.runs, "--no-twin"]
     given += ["--verl-timeout", str(args.verl_timeout)]
-    try:
-        args.learning, args.names = learning_args(given)  # its checks: known configurations, numbers >= 1
-    except SystemExit as exc:
-        parser.error(f"the learning benchmark refused these settings (exit {exc.code}); see its message above")
+    args.learning, args.names = learning_args(given)
     return args
 
 
@@ -191,10 +188,12 @@ def markdown(stats: dict, args: argparse.Namespace, command: str, wall: float | 
         f"Command: `{command}`",
         "",
         f"Model: `{args.model}` ({model_description(args.model)}). Task: {TASK_TITLES['key']} ({' '.join(TASK)}); "
-        f"{args.iters} iterations x (4 tasks x 8 episodes, more with dynamic sampling: at most 10 rounds an "
+        f"{args.iters} iterations x ({args.learning.tasks} tasks x {args.learning.group} episodes, more with dynamic "
+        "sampling: at most 10 rounds an "
         f"iteration), one optimizer step per iteration; validation on 64 fixed test-split tasks every "
         f"{args.test_freq} iterations (sampled, temperature 1); seeds {', '.join(map(str, range(args.seeds)))} "
-        f"(`data.seed`: the order of the training tasks; the train split holds {args.iters} x 4 tasks, and a "
+        f"(`data.seed`: the order of the training tasks; the train split holds {args.iters} x {args.learning.tasks} "
+        "tasks, and a "
         "dynamic run that draws more goes through their shuffled list again). Every other setting is the "
         "learning benchmark's verl "
         'column (section "Learning through verl\'s pipeline"). Mean ± std over seeds (population std). '

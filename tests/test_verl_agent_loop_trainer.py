@@ -476,8 +476,7 @@ def test_validation_with_do_sample_false_is_greedy(rollout, action_model_dir, tm
         trainer = GiGPOTrainerSync(cfg)
     assert (cfg.actor_rollout_ref.rollout.val_kwargs.temperature, trainer.validation_sampling.greedy) == (0.7, False)
     assert "greedily" not in caplog.text
-    tokenizer = AutoTokenizer.from_pretrained(action_model_dir)
-    dataset = create_rl_dataset([str(tmp_path / "val.parquet")], cfg.data, tokenizer, None, is_train=False)
+    dataset = create_rl_dataset([str(tmp_path / "val.parquet")], cfg.data, rollout["tokenizer"], None, is_train=False)
     client = LLMServerClient(
         cfg, load_balancer_handle=get_router_handle(servers={"hf://test-server": rollout["server"]})
     )
