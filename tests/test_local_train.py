@@ -163,7 +163,7 @@ def test_failed_episodes_are_masked_not_dropped(tiny_model_dir, tmp_path):
             [TaskSpec("gridnav_stepfault", s, "train", trainer.env_kwargs) for s in (2, 3)],
             2,
             validation=False,
-            seed_parts=(0, 1, 1),
+            iteration=1,
         )
         metrics = trainer.train_step()
     finally:

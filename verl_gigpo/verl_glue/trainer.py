@@ -97,6 +97,9 @@ behaviours they rely on at run time (a :class:`~verl_gigpo.verl_glue.verl_versio
    log-probs copied as the old ones, no actor pass, so neither ``actor/entropy`` nor the rollout-vs-actor metrics)
    it runs verl's own non-bypass branch on the checked iterations (``trainer.v1.gigpo_sync.logprob_check_freq``) by
    turning ``bypass_mode`` off for that one call.
+9. ``_submit_batch_to_rollout`` — wrapped: numbers the iteration's training draws (:data:`~verl_gigpo.rollout.
+   seeding.DRAW_FIELD`, a non-tensor column of each submitted row; a later dynamic-sampling refill continues the
+   count), which the agent loop's request seeds read (:mod:`verl_gigpo.rollout.seeding`); then verl's.
 
 It reads verl's attributes ``config``, ``use_critic``, ``use_reference_policy`` (set in ``PPOTrainer.__init__``),
 ``actor_rollout_wg`` (``PPOTrainer._setup``) and ``global_steps`` (``PPOTrainer._load_checkpoint``), and the
@@ -117,6 +120,7 @@ from omegaconf import open_dict
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
+from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import response_to_nested
 
 from verl_gigpo import AGENT_LOOP_NAME, STEP_CREDIT_ESTIMATORS, TRAINER_MODE, verl_logger
@@ -126,6 +130,7 @@ from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit.records import CreditLogger, CreditLogOptions
 from verl_gigpo.rollout import metrics as rollout_metrics
 from verl_gigpo.rollout.dynamic import DynamicSampling
+from verl_gigpo.rollout.seeding import DRAW_FIELD
 from verl_gigpo.rollout.step_rows import StepBatch, UpdateSettings
 from verl_gigpo.rules import (
     Range,
@@ -308,6 +313,7 @@ class GiGPOTrainerSync(PPOTrainerSync):
         self._rows_to_split: int | None = None
         self.mini_batch_plan: MiniBatchPlan | None = None
         self._logprob_checked = False  # the launch's first bypass-mode iteration recomputes old log-probs
+        self._draws: tuple[int, int] = (0, 0)  # (global_steps, training tasks drawn in it so far)
         super().__init__(config)
         if getattr(self, "registered_mode", None) != config.trainer.v1.trainer_mode:  # set through our setter
             raise VerlMismatchError(
@@ -328,6 +334,14 @@ class GiGPOTrainerSync(PPOTrainerSync):
     @trainer_mode.setter
     def trainer_mode(self, value: str) -> None:
         self.registered_mode = value
+
+    def _submit_batch_to_rollout(self, batch: TensorDict) -> int:
+        """verl's, after numbering the batch's rows as this iteration's next training draws (:data:`DRAW_FIELD`,
+        counted on across dynamic-sampling refills): the request seeds of a draw's episodes depend on it."""
+        step, drawn = self._draws if self._draws[0] == self.global_steps else (self.global_steps, 0)
+        tu.assign_non_tensor_stack(batch, DRAW_FIELD, list(range(drawn, drawn + len(batch))))
+        self._draws = (step, drawn + len(batch))
+        return super()._submit_batch_to_rollout(batch)
 
     # verl 0.9.1 has no setting for how often its ReplayBuffer polls TransferQueue for finished rollouts: the
     # constructor's default, 2 s (verl.trainer.ppo.v1.replay_buffer.ReplayBuffer.__init__), is used by
@@ -595,6 +609,7 @@ OVERRIDDEN = (
     "_update_actor",
     "_compute_old_log_prob",
     "_compute_advantage",
+    "_submit_batch_to_rollout",
 )
 check_overrides(GiGPOTrainerSync, PPOTrainerSync, OVERRIDDEN, use="gigpo_sync trainer mode")
 if "trainer_mode" in dir(PPOTrainerSync):  # verl 0.9.1 sets it on the instance; a class member would shadow ours
