@@ -61,7 +61,7 @@ def paired_difference(values: Mapping[int, float], baseline: Mapping[int, float]
 
 
 def format_difference(diff: Mapping[str, float]) -> str:
-    """``+0.12 [−0.03, +0.27]``; ``+0.12 (1 seed)`` without an interval; ``-`` without seeds."""
+    """``+0.12 [-0.03, +0.27]``; ``+0.12 (1 seed)`` without an interval; ``-`` without seeds."""
     if diff["n"] == 0:
         return "-"
     if diff["n"] < 2:
