@@ -128,9 +128,9 @@ def run_one(name: str, seed: int, args: argparse.Namespace) -> None:
     ``--rerun``: always), then keep its data."""
     out = Path(args.runs) / f"{name}_s{seed}"
     kept = kept_file(args.data, name, seed)
-    if cell_done(kept, args):
-        return
     run_overrides = overrides(name, seed, args, out)
+    if cell_done(kept, run_overrides, args):
+        return
     if args.rerun or not finished(out, args):
         _run_local(run_overrides, f"{name} seed {seed}")
     keep(out, "local", kept, run_overrides, args)

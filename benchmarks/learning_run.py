@@ -96,9 +96,25 @@ def keep(run_dir: Path, engine: str, kept: Path, overrides: list[str], args: arg
     )
 
 
-def cell_done(kept: Path, args: argparse.Namespace) -> bool:
-    """True when a (configuration, seed) cell's kept file exists and ``--rerun`` was not given: the runner skips it."""
-    return kept.exists() and not getattr(args, "rerun", False)
+#: overrides that say where a run writes or reads its files, not what it runs
+PLACE_KEYS = ("trainer.default_local_dir=", "data.train_files=", "data.val_files=")
+
+
+def cell_done(kept: Path, overrides: list[str], args: argparse.Namespace) -> bool:
+    """True when a (configuration, seed) cell's kept file exists and ``--rerun`` was not given: the runner skips it.
+    A kept file whose run had other overrides (:data:`PLACE_KEYS` aside) is refused, naming both."""
+    if not kept.exists() or getattr(args, "rerun", False):
+        return False
+    header, _ = read_kept(kept)
+    old = [o for o in header["overrides"] if not o.startswith(PLACE_KEYS)]
+    new = [o for o in overrides if not o.startswith(PLACE_KEYS)]
+    if old != new:
+        raise ValueError(
+            f"{kept}: kept from a run with other settings (kept: {[o for o in old if o not in new]}; now: "
+            f"{[o for o in new if o not in old]}); pass --rerun to replace it, or --data to keep this experiment "
+            "in another folder"
+        )
+    return True
 
 
 # ---------------------------------------------------------------------------------------------- launching
@@ -116,7 +132,7 @@ def _run_local(overrides: list[str], label: str) -> None:
 def _train_and_keep(out: Path, overrides: list[str], label: str, kept: Path, args: argparse.Namespace) -> Path:
     """Train one local-engine run into ``out`` unless its cell is done (:func:`cell_done`) or its folder finished
     (``--rerun``: always), then keep its data."""
-    if cell_done(kept, args):
+    if cell_done(kept, overrides, args):
         return out
     if getattr(args, "rerun", False) or not finished(out, "local", args.iters):
         _run_local(overrides, label)
@@ -150,7 +166,7 @@ def run_verl(name: str, seed: int, args: argparse.Namespace, data_dir: Path) -> 
     out = Path(args.runs).resolve() / "verl" / f"{name}_s{seed}"
     kept = kept_file(args.data, f"verl/{name}", seed)
     overrides = verl_overrides(name, seed, args, out, data_dir)
-    if cell_done(kept, args):
+    if cell_done(kept, overrides, args):
         return out
     if getattr(args, "rerun", False) or not finished(out, "verl", args.iters):
         if out.exists():

@@ -149,6 +149,7 @@ def _write_run(run_dir: Path, val: tuple[float, ...], seed: int) -> None:
             row["timing_s/testing"] = row["timing_s/val"] = float(rng.uniform(0.1, 0.3))
         if step:
             row["env/success_rate"] = float(rng.integers(0, 65)) / 64
+            row["rollout/episodes_played_total"] = 4.0 * step  # 2 tasks x 2 episodes per iteration
             row["timing_s/step"] = float(rng.uniform(1.0, 3.0))
         row.update({"step": float(step), "training_step": float(step)})
         rows.append(row)
@@ -192,6 +193,11 @@ def test_runners_keep_finished_runs_skip_kept_cells_and_rerun_on_request(bm, tmp
     for name, seed in cells:
         bm.run.run_one(name, seed, args)
     assert trained == ["grpo seed 2"]
+
+    # a kept cell from a run with other settings is refused, not skipped
+    other, _ = bm.cli.parse_args([*ARGV, "--iters", "5", "--runs", str(runs), "--data", str(data)])
+    with pytest.raises(ValueError, match=r"gigpo-seed0.jsonl.gz: kept from a run with other settings .*steps=4"):
+        bm.run.run_one("gigpo", 0, other)
 
     trained.clear()
     args.rerun = True
@@ -265,3 +271,39 @@ def test_the_side_by_side_section_from_the_recorded_runs_kept(bm, tmp_path, caps
     assert _section(results.read_text(), bm.settings.SECTION_VERL) == section
     assert "Per verl launch, outside iterations and validations" in section  # from the kept launch record
     assert "No paired comparison: the baseline `grpo`" in section
+
+
+def test_the_dynamic_sampling_section_rebuilt_from_kept_data(bm, tmp_path, monkeypatch):
+    """``benchmarks/dynamic_sampling.py``: the section from the runs equals the one from their kept data alone, with
+    the paired differences from ``gigpo`` computed by hand (2 seeds: t_{0.975, 1} = 12.7062)."""
+    import dynamic_sampling as ds
+
+    val = {"gigpo": [(0.0, 0.25, 0.5), (0.0, 0.5, 0.5)], "gigpo_signal": [(0.0, 0.5, 0.75), (0.0, 0.25, 1.0)]}
+    runs, data = tmp_path / "runs", tmp_path / "kept"
+    for name, per_seed in val.items():
+        for seed, v in enumerate(per_seed):
+            _write_run(runs / f"{name}_s{seed}", v, seed)
+    argv = ["--configs", "gigpo,gigpo_signal", "--seeds", "2", "--iters", "4", "--tasks", "2", "--group", "2"]
+    argv += ["--test-freq", "2", "--runs", str(runs), "--data", str(data)]
+    results = tmp_path / "out" / "RESULTS.md"
+    results.parent.mkdir()
+    assert ds.main([*argv, "--report-only", "--results", str(results)]) == 0
+    from_runs = results.read_text()
+    results.unlink()
+
+    def no_training(overrides, label):
+        raise AssertionError(f"{label} is finished: it must only be kept")
+
+    monkeypatch.setattr(ds, "_run_local", no_training)
+    args = ds.parse_args(argv)
+    for seed in range(2):
+        for name in val:
+            ds.run_one(name, seed, args)
+    shutil.rmtree(runs)
+    assert ds.main([*argv, "--report-only", "--results", str(results)]) == 0
+    section = _section(from_runs, ds.SECTION)
+    assert _section(results.read_text(), ds.SECTION) == section
+    # final: d = (0.25, 0.5): mean 0.375, sd 0.17678, half-width 12.7062 x 0.17678 / sqrt(2) = 1.5883;
+    # mean over iterations 2 and 4: d = (0.25, 0.125): mean 0.1875, sd 0.08839, half-width 0.7941
+    assert "| gigpo_signal | gigpo | 2 | +0.38 [-1.21, +1.96] | +0.19 [-0.61, +0.98] |" in section
+    assert "validation on 128 fixed test-split tasks" in section and f"Kept data: `{data}/`" in section
