@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kept_data import NO_KEPT_DATA, add_kept_options, default_data_dir, kept_file, shown  # noqa: E402
+from kept_data import NO_KEPT_DATA, KeptDataError, add_kept_options, default_data_dir, kept_file, shown  # noqa: E402
 from learning_report import kept_line, load_line, machine_load  # noqa: E402
 from learning_run import _run_local, cell_done, keep, load_run, val_success  # noqa: E402
 from learning_settings import CONFIGS, TASK, TASK_TITLES  # noqa: E402
@@ -158,7 +158,7 @@ def summary(args: argparse.Namespace, names: list[str], seeds: list[int]) -> dic
     """Per configuration: per-seed curves, finals, episodes to the threshold, wall seconds and dynamic diagnostics."""
     out: dict[str, dict[str, Any]] = {}
     for name in names:
-        runs = {s: load_run(Path(args.runs), args.data, name, s, "local")[0] for s in seeds}
+        runs = {s: load_run(Path(args.runs), args.data, name, s, "local", args)[0] for s in seeds}
         runs = {s: rows for s, rows in runs.items() if rows and val_success(rows[-1]) is not None}
         if not runs:
             continue
@@ -311,6 +311,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the cells whose kept data do not exist yet (all with ``--rerun``), then write the report."""
+    try:
+        return _run(argv)
+    except KeptDataError as error:  # a kept file of other settings or version: one line, exit status 2
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def _run(argv: list[str] | None) -> int:
     args = parse_args(argv)
     names = args.configs.split(",")
     seeds = list(range(args.seeds))

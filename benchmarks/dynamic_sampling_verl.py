@@ -40,7 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dynamic_sampling import paired_lines, plot  # noqa: E402
-from kept_data import NO_KEPT_DATA, add_kept_options, default_data_dir, shown  # noqa: E402
+from kept_data import NO_KEPT_DATA, KeptDataError, add_kept_options, default_data_dir, shown  # noqa: E402
 from learning import parse_args as learning_args  # noqa: E402
 from learning_report import kept_line, load_line, machine_load, model_description  # noqa: E402
 from learning_run import load_run, run_verl, val_success, write_tasks  # noqa: E402
@@ -168,7 +168,7 @@ def summary(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     for name in args.names:
         found = {}
         for seed in range(args.seeds):
-            rows, launch = load_run(Path(args.runs) / "verl", args.data, f"verl/{name}", seed, "verl")
+            rows, launch = load_run(Path(args.runs) / "verl", args.data, f"verl/{name}", seed, "verl", args.learning)
             if launch is None or launch["returncode"] != 0:
                 continue
             found[seed] = (run_stats(rows, budget), launch["wall_s"])
@@ -245,6 +245,14 @@ def markdown(stats: dict, args: argparse.Namespace, command: str, wall: float | 
 def main(argv: list[str] | None = None) -> int:
     """Run the cells whose kept data do not exist yet (all with ``--rerun``; ``--jobs`` launches side by side), then
     write the report."""
+    try:
+        return _run(argv)
+    except KeptDataError as error:  # a kept file of other settings or version: one line, exit status 2
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def _run(argv: list[str] | None) -> int:
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))  # verl_gigpo, for the launches and for reading verl's metrics files
     args = parse_args(argv)

@@ -27,6 +27,12 @@ BUDGET_BYTES = 6_000_000
 #: significant digits a float keeps (float32's precision; the reports print 2 decimals)
 DIGITS = 7
 NO_KEPT_DATA = "no kept data"
+#: benchmark options that change what a table shows: a report refuses kept files made with other values
+REPORT_KEYS = ("task", "model", "iters", "tasks", "group", "opt_steps", "val_size", "test_freq", "max_rounds")
+
+
+class KeptDataError(ValueError):
+    """A kept file that cannot serve the run or report asked for (other format version, other settings)."""
 
 
 def default_data_dir(runs: str | Path) -> Path:
@@ -116,11 +122,22 @@ def read_kept(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         lines = [json.loads(x) for x in f if x.strip()]
     header = lines[0] if lines else {}
     if header.get("format") != FORMAT or header.get("version") != VERSION:
-        raise ValueError(
+        raise KeptDataError(
             f"{path}: kept-data format {header.get('format')!r} version {header.get('version')!r}; this code reads "
             f"{FORMAT!r} version {VERSION}: check out the commit named in the file's header"
         )
     return header, lines[1:]
+
+
+def check_args(path: str | Path, header: dict[str, Any], args: Any) -> None:
+    """Refuse (:class:`KeptDataError`) a kept file whose benchmark options differ from ``args`` on
+    :data:`REPORT_KEYS`, naming the option, both values and the command that made the file."""
+    for key in REPORT_KEYS:
+        if key in header["args"] and hasattr(args, key) and header["args"][key] != _jsonable(getattr(args, key)):
+            raise KeptDataError(
+                f"{path}: kept with --{key.replace('_', '-')} {header['args'][key]}, this report asks "
+                f"{getattr(args, key)}: give the options of the command that made it ({header['command']})"
+            )
 
 
 def total_bytes(root: str | Path = DATA) -> int:

@@ -67,7 +67,7 @@ import sys
 import time
 from pathlib import Path
 
-from kept_data import NO_KEPT_DATA, add_kept_options, default_data_dir, shown
+from kept_data import NO_KEPT_DATA, KeptDataError, add_kept_options, default_data_dir, shown
 from learning_report import (  # benchmarks/ is on sys.path when this runs as a script
     load_curves,
     load_line,
@@ -167,13 +167,15 @@ def report(args: argparse.Namespace, names: list[str], command: str, wall: float
     results = Path(args.results)
     if args.engine == "verl":
         runs = Path(args.runs)
-        curves = load_curves(runs / "verl", names, seeds, engine="verl", label="verl/{name}", data=args.data)
-        curves.update(load_curves(runs / "local", names, seeds, label="local/{name}", data=args.data))
+        curves = load_curves(
+            runs / "verl", names, seeds, engine="verl", label="verl/{name}", data=args.data, expect=args
+        )
+        curves.update(load_curves(runs / "local", names, seeds, label="local/{name}", data=args.data, expect=args))
         section, png = SECTION_VERL, results.parent / "learning_verl.png"
         text = markdown_verl(curves, args, command, wall, load, png.name) if curves else ""
         title = f"{TASK_TITLES[args.task]}: verl (solid) vs local engine (dashed)"
     else:
-        curves = load_curves(Path(args.runs), names, seeds, data=args.data)
+        curves = load_curves(Path(args.runs), names, seeds, data=args.data, expect=args)
         section, png = SUITES[args.suite]["section"], results.parent / SUITES[args.suite]["png"]
         text = (
             markdown(curves, summarise(curves, args.threshold, train_window(args.iters)), args, command, wall, load)
@@ -208,13 +210,17 @@ def main(argv: list[str] | None = None) -> int:
     args.command = " ".join(["python benchmarks/learning.py", *given])
     wall = None
     load = ""
-    if not args.report_only:
-        start = time.perf_counter()
-        load_before = machine_load()
-        run_benchmark(names, list(range(args.seeds)), args)
-        wall = time.perf_counter() - start
-        load = load_line(load_before, machine_load())
-    return report(args, names, command, wall, load)
+    try:
+        if not args.report_only:
+            start = time.perf_counter()
+            load_before = machine_load()
+            run_benchmark(names, list(range(args.seeds)), args)
+            wall = time.perf_counter() - start
+            load = load_line(load_before, machine_load())
+        return report(args, names, command, wall, load)
+    except KeptDataError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -60,16 +60,18 @@ def load_curves(
     engine: str = "local",
     label: str = "{name}",
     data: Path | None = None,
+    expect: argparse.Namespace | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Per configuration (keyed ``label.format(name=...)``, also its kept files' label in ``data``): ``steps`` (V,),
     ``val`` (S, V) validation success, ``train`` (S, T) train success, ``seconds`` (S,) summed iteration time,
     ``seeds``, ``rows`` (the runs' metric lines) and ``launches`` (verl's launch records; None for the local engine).
-    Each run is read from its kept file, else its run folder (:func:`learning_run.load_run`)."""
+    Each run is read from its kept file (refused when made with other options than ``expect``), else its run folder
+    (:func:`learning_run.load_run`)."""
     out = {}
     for name in names:
         vals, trains, secs, steps, found, lines_per_seed, launches = [], [], [], None, [], [], []
         for seed in seeds:
-            lines, launch = load_run(runs, data, label.format(name=name), seed, engine)
+            lines, launch = load_run(runs, data, label.format(name=name), seed, engine, expect)
             val = [m for m in lines if val_success(m) is not None]
             if not val:
                 continue

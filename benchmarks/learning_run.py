@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from kept_data import kept_file, read_kept, write_kept
+from kept_data import KeptDataError, check_args, kept_file, read_kept, write_kept
 from learning_settings import REPO, TASKS, VERL_METRICS, local_overrides, twin_overrides, verl_overrides
 
 #: the data source of the benchmark's tasks (gridnav): verl's validation metric is ``val-core/<source>/acc/mean@1``
@@ -69,13 +69,18 @@ def finished(run_dir: Path, engine: str, iters: int) -> bool:
     return any(r["step"] == iters and val_success(r) is not None for r in rows)
 
 
-def load_run(runs: Path, data: Path | None, label: str, seed: int, engine: str) -> tuple[list[dict], dict | None]:
+def load_run(
+    runs: Path, data: Path | None, label: str, seed: int, engine: str, expect: argparse.Namespace | None = None
+) -> tuple[list[dict], dict | None]:
     """One (configuration, seed)'s metric rows and verl launch record (``wall_s``, ``returncode``; None for the local
     engine): from its kept file (:func:`kept_data.kept_file` of ``label``) when there is one, else from its run
-    folder ``runs/<config>_s<seed>`` (``([], None)`` when neither exists)."""
+    folder ``runs/<config>_s<seed>`` (``([], None)`` when neither exists). A kept file made with other options than
+    ``expect`` is refused (:func:`kept_data.check_args`)."""
     kept = kept_file(data, label, seed) if data is not None else None
     if kept is not None and kept.exists():
         header, rows = read_kept(kept)
+        if expect is not None:
+            check_args(kept, header, expect)
         return rows, header["launch"]
     run_dir = runs / f"{label.rpartition('/')[2]}_s{seed}"
     launch = run_dir / "launch.json"
@@ -109,7 +114,7 @@ def cell_done(kept: Path, overrides: list[str], args: argparse.Namespace) -> boo
     old = [o for o in header["overrides"] if not o.startswith(PLACE_KEYS)]
     new = [o for o in overrides if not o.startswith(PLACE_KEYS)]
     if old != new:
-        raise ValueError(
+        raise KeptDataError(
             f"{kept}: kept from a run with other settings (kept: {[o for o in old if o not in new]}; now: "
             f"{[o for o in new if o not in old]}); pass --rerun to replace it, or --data to keep this experiment "
             "in another folder"

@@ -206,7 +206,7 @@ def test_runners_keep_finished_runs_skip_kept_cells_and_rerun_on_request(bm, tmp
     assert trained == [f"{n} seed {s}" for n, s in cells]
 
 
-def test_a_section_rebuilt_from_kept_data_alone_equals_the_one_from_the_runs(bm, tmp_path, monkeypatch):
+def test_a_section_rebuilt_from_kept_data_alone_equals_the_one_from_the_runs(bm, tmp_path, monkeypatch, capsys):
     """The local benchmark's section from the run folders, then every cell kept by the runner, the run folders
     removed (a fresh clone) and the section rebuilt by ``--report-only`` from the kept data alone: the same text,
     paired table included (hand-computed below)."""
@@ -239,6 +239,12 @@ def test_a_section_rebuilt_from_kept_data_alone_equals_the_one_from_the_runs(bm,
     # final: d = (0.25, 0.5, 0): mean 0.25, sd 0.25, half-width 4.302653 x 0.25 / sqrt(3) = 0.621;
     # mean over iterations 2 and 4: d = (0.25, 0.375, 0): mean 0.2083, sd 0.19094, half-width 0.4743
     assert "| gigpo | grpo | 3 | +0.25 [-0.37, +0.87] | +0.21 [-0.27, +0.68] |" in section
+
+    # a report with other settings than the kept runs' is refused in one line (the table would mislabel them)
+    capsys.readouterr()
+    assert bm.cli.main([*argv, "--iters", "5", "--report-only", "--no-results"]) == 2
+    err = capsys.readouterr().err
+    assert "gigpo-seed0.jsonl.gz: kept with --iters 4, this report asks 5" in err and len(err.splitlines()) == 1
 
     shutil.rmtree(data)
     assert bm.cli.main([*argv, "--report-only", "--no-results"]) == 1
