@@ -360,7 +360,7 @@ async def run_episode(
         seeds: the seed of each step's request (:class:`~verl_gigpo.rollout.seeding.EpisodeSeeds`), set in the
             sampling parameters; None sends ``sampling_params`` as they are.
     """
-    episode = Episode(traj_id=traj_id, task=task, group_id=group_id)
+    episode = Episode(traj_id=traj_id, task=task, group_id=group_id, seeds=seeds)
     timing = {"generate": 0.0, "env": 0.0, "glue": 0.0}
     episode.timing = timing
     env: TextEnv | None = None
