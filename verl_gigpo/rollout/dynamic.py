@@ -255,8 +255,8 @@ class GroupRecord:
     Attributes:
         group_id: the episode group (task draw) id.
         round: the round that played it (1, 2, ...).
-        keep, episode, step: as :class:`GroupSignal` (the filter kept it; its episode scores differ; its step
-            term is nonzero).
+        keep, episode: as :class:`GroupSignal` (the filter kept it; its episode scores differ).
+        step: the estimator's terms carry signal (:attr:`GroupSignal.step` or :attr:`GroupSignal.episode_term`).
         episodes: trajectories played; finished: those whose environment did not fail; won: finished and won.
     """
 
@@ -296,7 +296,7 @@ def group_records(steps: StepBatch, signal: GroupSignal, round: int) -> list[Gro
             round=round,
             keep=bool(signal.keep[i]),
             episode=bool(signal.episode[i]),
-            step=bool(signal.step[i]),
+            step=bool(signal.step[i] or signal.episode_term[i]),
             episodes=int(episodes[i]),
             finished=int(finished[i]),
             won=int(wins[i]),
