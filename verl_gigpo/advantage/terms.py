@@ -65,7 +65,7 @@ class AdvantageTerms:
         row_mask: bool, which rows took part (True) and which were ignored (False).
         episode_signal, step_signal: bool, the row's episode / step term carries signal into ``advantage``: the
             values the term normalises differ beyond rounding within the row's group
-            (:func:`~verl_gigpo.advantage._rows.differs_in_groups`, judged before normalising) and its weight is > 0.
+            (:func:`~verl_gigpo.advantage.differs_in_groups`, judged before normalising) and its weight is > 0.
             What dynamic sampling's ``signal`` filter reads.
         stats: diagnostics as plain floats: :data:`STAT_NAMES` and the method's own.
         method: the estimator that computed the terms: ``"gigpo"``, ``"hgpo"``, ``"graphgpo"`` or ``"g2po"``.

@@ -9,7 +9,7 @@ The one keep test both engines use (:func:`group_signal`), on the step rows of e
 (:class:`~verl_gigpo.rollout.step_rows.StepBatch`: ``from_episodes`` on the local engine, ``from_rows`` on verl's).
 For episode group g, with C_g its trajectories whose environment did not fail (rows with ``row_mask`` True), and
 "differs" meaning ``max - min > SIGNAL_RTOL * max |x| + SIGNAL_ATOL`` over the group's values
-(:func:`verl_gigpo.advantage._rows.differs_in_groups`; rounding never counts)::
+(:func:`verl_gigpo.advantage.differs_in_groups`; rounding never counts)::
 
     episode(g) = |C_g| >= 2 and the episode scores S(tau), tau in C_g, differ
     terms(g)   = an unmasked row of g has AdvantageTerms.episode_signal or .step_signal
@@ -214,7 +214,7 @@ def group_signal(steps: StepBatch, filter: str, gigpo: Any = None, *, penalty_mo
         raise ValueError(f"{SECTION}.filter={filter!r} must be one of {list(FILTERS)}")
     if filter == "signal" and gigpo is None:
         raise ValueError(f"{SECTION}.filter=signal needs a step-credit estimator's settings (gigpo=GiGPOConfig)")
-    from verl_gigpo.advantage._rows import differs_in_groups  # the estimators' own rule (torch at import)
+    from verl_gigpo.advantage import differs_in_groups  # the estimators' own rule (imports torch)
 
     mode = gigpo.penalty_mode if gigpo is not None else penalty_mode
     real = np.flatnonzero(~steps.padding)  # (M,)
