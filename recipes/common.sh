@@ -472,10 +472,10 @@ N (unset: VAL_SIZE; ALFWorld: every game of the split)"
 
 #: the variables the suggested evaluation of a finished run (gigpo_eval_command) repeats when the user set them: what
 #: the evaluation needs to run where the training ran and to load the checkpoint as it was trained (DEVICE, PYTHON,
-#: MODEL_PATH, the LoRA settings), its prompts (THINKING, the estimator's settings) and its names (EXPERIMENT); ENV:NAME
-#: only in ENV's recipe
+#: MODEL_PATH, the LoRA settings), its prompts (THINKING, PROMPT_TEMPLATE, the estimator's settings) and its names
+#: (EXPERIMENT); ENV:NAME only in ENV's recipe
 GIGPO_EVAL_REPEATS=(DEVICE PYTHON MODEL_PATH EXPERIMENT ADV_ESTIMATOR LORA_RANK LORA_ALPHA LORA_TARGET_MODULES THINKING
-    alfworld:ALFWORLD_DATA webshop:WEBSHOP_ENV search:RETRIEVER_URL)
+    PROMPT_TEMPLATE alfworld:ALFWORLD_DATA webshop:WEBSHOP_ENV search:RETRIEVER_URL)
 #: NAME -> the value the user set, read here, when a recipe sources this file (before any default of the recipe's)
 declare -gA GIGPO_GIVEN=()
 for _gigpo_name in "${GIGPO_EVAL_REPEATS[@]}"; do
