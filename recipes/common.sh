@@ -873,11 +873,11 @@ gigpo_prompt_template_setup() {
     GIGPO_PROMPT_TEMPLATE=()
     [[ -n "${PROMPT_TEMPLATE:-}" ]] || return 0
     [[ -f "$PROMPT_TEMPLATE" ]] || gigpo_fail "PROMPT_TEMPLATE=$PROMPT_TEMPLATE is not a file: give a template file, \
-e.g. ~/gigpo-prompts/${GIGPO_ENV:-ENV}.txt as written by \`$PYTHON -m verl_gigpo.prompts from-reference \
+e.g. ~/gigpo-prompts/$GIGPO_ENV.txt as written by \`$PYTHON -m verl_gigpo.prompts from-reference \
 /path/to/verl-agent\`"
     local path item=bracketed actions=comma
     path="$(cd "$(dirname "$PROMPT_TEMPLATE")" && pwd)/$(basename "$PROMPT_TEMPLATE")"
-    case "${GIGPO_ENV:-}" in
+    case "$GIGPO_ENV" in
         alfworld) actions=quoted_indent ;;
         webshop) actions=quoted_comma ;;
         search) item=step_blocks ;;
