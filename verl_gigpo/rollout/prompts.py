@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from environments import TextEnv
-    from verl_gigpo.rollout.types import PromptOptions
+
+#: ``options`` below is a :class:`verl_gigpo.rollout.types.PromptOptions` (not imported: types imports this module)
+PromptOptions = Any
 
 __all__ = [
     "FIELDS",
