@@ -24,6 +24,7 @@ from verl_gigpo.prompts.__main__ import main
 from verl_gigpo.rollout import ChatPromptEncoder, EpisodeConfig, GenerationOutput, PromptOptions, TaskSpec, run_episode
 from verl_gigpo.rollout.prompts import FIELD_ALIASES, FIELDS, load_template
 from verl_gigpo.verl_glue.agent_loop import episode_config_from
+from verl_gigpo.verl_glue.preflight import config_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -158,8 +159,12 @@ def test_a_bad_template_is_one_line_naming_the_key_and_the_field(tmp_path, text,
 
 
 def test_a_missing_file_and_a_bad_layout_name_the_key(tmp_path):
+    """Both engines refuse a missing template before starting: the local config, and verl's preflight."""
     with pytest.raises(ValueError, match=r"env.prompt.template=.*nope.txt: cannot read it \(FileNotFoundError\)"):
         load_config([f"env.prompt.template={tmp_path / 'nope.txt'}"])
+    cfg, _ = compose_recipe("sokoban", f"env.prompt.template={tmp_path / 'nope.txt'}")
+    problems = [p for p in config_problems(cfg) if "env.prompt.template" in p]
+    assert len(problems) == 1 and problems[0].startswith(f"env.prompt.template={tmp_path / 'nope.txt'}: cannot read")
     with pytest.raises(ValueError, match="env.prompt.history_item='json' must be one of"):
         PromptOptions.from_config({"history_item": "json"})
 

@@ -84,6 +84,8 @@ def _show(args: argparse.Namespace) -> int:
         print(
             f"# {len(sample.ids)} tokens under {model}'s chat template: {overlong_note(len(sample.ids), limit, rule)}"
         )
+        if not args.model:
+            print("# (the tiny model's tokenizer, not your model's: pass --model for the count your run sees)")
     return 0
 
 
