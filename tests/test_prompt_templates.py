@@ -21,7 +21,15 @@ from transformers import AutoTokenizer
 from environments import make_env
 from verl_gigpo.local.config import load_config
 from verl_gigpo.prompts.__main__ import main
-from verl_gigpo.rollout import ChatPromptEncoder, EpisodeConfig, GenerationOutput, PromptOptions, TaskSpec, run_episode
+from verl_gigpo.rollout import (
+    ChatPromptEncoder,
+    EpisodeConfig,
+    GenerationOutput,
+    PromptOptions,
+    TaskSpec,
+    build_prompt,
+    run_episode,
+)
 from verl_gigpo.rollout.prompts import FIELD_ALIASES, FIELDS, load_template
 from verl_gigpo.verl_glue.agent_loop import episode_config_from
 from verl_gigpo.verl_glue.preflight import config_problems
@@ -178,6 +186,36 @@ def test_a_key_the_template_makes_moot_is_warned_about(every_field, caplog):
         m.startswith("env.prompt.show_step_limit=false has no effect with env.prompt.template") for m in messages
     )
     assert any(m.startswith("env.prompt.history_item=step_blocks has no effect without") for m in messages)
+
+
+def test_history_dropped_for_the_budget_gives_the_first_step_section(tmp_path, tokenizer):
+    """``overlong=drop_history`` drops history items from a template's prompt; with none left the first-step section
+    is the prompt (as the reference's WebShop falls back to its no-history template)."""
+    path = tmp_path / "t.txt"
+    path.write_text(
+        "--- gigpo prompt: step ---\n{history}|{observation}\n--- gigpo prompt: first_step ---\nalone: {observation}\n"
+    )
+    env = make_env("gridnav", max_steps=5)
+    obs, info = env.reset(seed=0)
+    history = []
+    for action in ["left", "left"]:
+        history.append((obs, action))
+        obs, _, terminated, _, info = env.step(action)
+        assert not terminated
+    encoder = ChatPromptEncoder(tokenizer)
+    options = PromptOptions.from_config({"template": str(path), "history_item": "bracketed"})
+
+    def build(budget):
+        config = EpisodeConfig(history_length=2, max_prompt_length=budget, prompt=options)
+        return build_prompt(env, obs, info, history, encoder, config)
+
+    full, ids, used, cut = build(4096)
+    items = [f"[Observation {i}: '{o}', Action {i}: '{a}']" for i, (o, a) in enumerate(history)]
+    assert (full, used, cut) == ("\n".join(items) + f"|{obs}\n", 2, False) and ids == encoder(full)
+    one = f"{items[1]}|{obs}\n"  # the oldest item dropped
+    assert build(len(encoder(one)))[:3] == (one, encoder(one), 1)
+    alone = f"alone: {obs}\n"
+    assert build(len(encoder(alone))) == (alone, encoder(alone), 0, False)
 
 
 # ------------------------------------------------------------------------------------------------ from-reference
