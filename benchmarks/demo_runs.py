@@ -55,7 +55,11 @@ def run_cell(start: str, seed: int, args: argparse.Namespace) -> Path:
     launch = {"wall_s": round(time.perf_counter() - began, 1), "returncode": 0}
     command = " ".join(["python", "-m", "verl_gigpo.local.demo", *cmd[3:]])
     return write_kept(
-        kept_file(args.data, start, seed), rows, overrides=[], args={"start": start, "seed": seed}, command=command,
+        kept_file(args.data, start, seed),
+        rows,
+        overrides=[],
+        args={"start": start, "seed": seed},
+        command=command,
         launch=launch,
     )
 
@@ -73,12 +77,12 @@ def report(args: argparse.Namespace) -> str:
     lines = [
         HEADING,
         "",
-        "`make demo` (`random`: random weights, decoding restricted to the four action words, gridnav, 10 steps, 200",
-        "iterations) and `DEMO_START=imitate make demo` (`imitate`: a model that imitates the expert 70 % of the time,",
-        "full-vocabulary sampling, gridnav with a key, 15 steps, 100 iterations); validation on 64 tasks. Every request is",
-        "seeded (docs/reproducibility.md), so a rerun on one machine gives the same figures (tests/test_demo.py). The",
-        "figures changed when seeded sampling replaced the per-episode generators: `random` seed 0 read 0.062 → 0.688",
-        "before.",
+        "`make demo` (`random`: random weights, decoding restricted to the four action words, gridnav, 10 steps,",
+        "200 iterations) and `DEMO_START=imitate make demo` (`imitate`: a model that imitates the expert 70 % of the",
+        "time, full-vocabulary sampling, gridnav with a key, 15 steps, 100 iterations); validation on 64 tasks. Every",
+        "request is seeded (docs/reproducibility.md), so a rerun on one machine gives the same figures",
+        "(tests/test_demo.py). The figures changed when seeded sampling replaced the per-episode generators: `random`",
+        "seed 0 read 0.062 → 0.688 before.",
         "",
         f"Command: `python benchmarks/demo_runs.py`. Kept data: `{shown(args.data)}/`.",
         "",
