@@ -86,6 +86,8 @@ cmd=(
     algorithm.gigpo.norm="$ADV_NORM"
     algorithm.gigpo.key_mode=similarity
     algorithm.gigpo.similarity_threshold=0.9
+    # the reference's grouping: difflib's ratio, greedy first-fit in row order (docs/estimators.md)
+    algorithm.gigpo.similarity_grouping=difflib_first_fit
     algorithm.norm_adv_by_std_in_grpo=true
     algorithm.use_kl_in_reward=false
     env.name=search

@@ -287,3 +287,85 @@ def test_anchor_group_ids_validation():
         anchor_group_ids(["a", "b"], ["g", "g"], True)
     with pytest.raises(ValueError, match=r"similarity_threshold=2.0 must be"):
         anchor_group_ids([], [], 2.0)
+
+
+# ------------------------------------------------------------------------------------------ the reference's grouping
+DRAWERS = ("You arrive at drawer 4. The drawer 4 is closed.", "You arrive at drawer 3. The drawer 3 is closed.")
+SEARCHES = ("search results for: capital of france page 1", "search results for: capital of spain page 1")
+
+
+def _loop_first_fit(texts, threshold):
+    """The reference's build_step_group (similarity on) for one episode group, written as its loop: each text joins the
+    first cluster whose first member r has SequenceMatcher(None, text, r).ratio() >= threshold."""
+    from difflib import SequenceMatcher
+
+    reps, out = [], []
+    for text in texts:
+        for c, rep in enumerate(reps):
+            if SequenceMatcher(None, text, rep).ratio() >= threshold:
+                out.append(c)
+                break
+        else:
+            reps.append(text)
+            out.append(len(reps) - 1)
+    return out
+
+
+@pytest.mark.parametrize(("pair", "ratio", "dice"), [(DRAWERS, 0.957, 0.763), (SEARCHES, 0.920, 0.759)])
+def test_first_fit_groups_one_word_pairs_that_dice_does_not(pair, ratio, dice):
+    assert round(anchors.difflib_ratio(*pair), 3) == ratio and round(shingle_similarity(*pair), 3) == dice
+    assert anchors.first_fit_groups(list(pair), 0.9).tolist() == [0, 0]
+    assert similarity_groups(list(pair), 0.9).tolist() in ([0, 1], [1, 0])  # the default keeps them apart
+    ids = anchors.first_fit_anchor_ids([*pair, *pair], ["g", "g", "h", "h"], 0.9)
+    assert ids.tolist() == [0, 0, 1, 1]  # never across episode groups
+    assert len(set(anchor_group_ids([*pair, *pair], ["g", "g", "h", "h"], 0.9).tolist())) == 4
+
+
+def test_first_fit_groups_equal_the_reference_loop():
+    rng = np.random.default_rng(0)
+    words = ["drawer", "cabinet", "apple", "closed", "open", "1", "2", "3", "you", "see", "a", "the"]
+    base = [" ".join(rng.choice(words, size=int(rng.integers(3, 60)))) for _ in range(12)]  # some over 200 chars
+    for trial in range(20):
+        texts = [b if rng.random() < 0.5 else b.replace("1", "2", 1) for b in rng.choice(base, size=40)]
+        for threshold in (0.6, 0.8, 0.9, 1.0):
+            assert anchors.first_fit_groups(texts, threshold).tolist() == _loop_first_fit(texts, threshold), trial
+
+
+def test_first_fit_groups_depend_on_row_order():
+    a, b, c = "aaaaaaaaab", "aaaaaaaabb", "aaaaaaabbb"  # a~b and b~c at 0.9, a and c not (ratio 0.8)
+    assert anchors.first_fit_groups([a, b, c], 0.9).tolist() == [0, 0, 1]
+    assert anchors.first_fit_groups([b, a, c], 0.9).tolist() == [0, 0, 0]
+    assert similarity_groups([a, b, c], 0.9).tolist() == similarity_groups([b, a, c], 0.9)[[1, 0, 2]].tolist()
+
+
+def test_first_fit_anchor_ids_mask_and_errors():
+    keys, groups = [DRAWERS[0], DRAWERS[1], 7], ["g", "g", "g"]
+    ids = anchors.first_fit_anchor_ids(keys, groups, 0.9, row_mask=torch.tensor([True, True, False]))
+    assert ids.tolist() == [0, 0, -1]  # the masked row is never read
+    with pytest.raises(ValueError, match=r"anchor_keys\[2\] is a int"):
+        anchors.first_fit_anchor_ids(keys, groups, 0.9)
+    with pytest.raises(ValueError, match="similarity_grouping='difflib'"):
+        anchors.check_similarity_grouping("difflib")
+
+
+def test_config_similarity_grouping_reaches_the_estimator():
+    from verl_gigpo.config import GiGPOConfig
+
+    # two episodes of one group: step 0 in drawer 4 / drawer 3, returns 1 and 0 (the second fails)
+    args = (
+        torch.tensor([1.0, 0.0]),
+        torch.ones(2, 1),
+        ["g", "g"],
+        ["t0", "t1"],
+        [0, 0],
+        list(DRAWERS),
+    )
+    default = GiGPOConfig(key_mode="similarity").advantage_terms(*args)
+    reference = GiGPOConfig(key_mode="similarity", similarity_grouping="difflib_first_fit").advantage_terms(*args)
+    assert default.step_adv.tolist() == [0.0, 0.0]  # two singleton anchor groups
+    assert reference.step_adv.tolist() == pytest.approx([0.7071, -0.7071], abs=1e-4)  # one group: (1 - .5) / std
+    with pytest.raises(ValueError, match="similarity_grouping='x'"):
+        GiGPOConfig(similarity_grouping="x")
+    assert GiGPOConfig.from_mapping({"similarity_grouping": "difflib_first_fit"}).similarity_grouping == (
+        "difflib_first_fit"
+    )

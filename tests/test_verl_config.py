@@ -58,6 +58,7 @@ def test_config_declares_gigpo_keys_and_defaults():
         "episode_stats": "trajectory",
         "key_mode": "observation",
         "similarity_threshold": 0.9,
+        "similarity_grouping": "dice_components",
     }
     assert cfg.env.name == "sokoban" and cfg.env.max_steps == 50 and cfg.env.history_length == 2
     assert cfg.trainer.v1.trainer_mode == "gigpo_sync"

@@ -61,6 +61,10 @@ How it is computed, and how it scales:
     10,000 dense near-duplicates ``"You are in the middle of a room. step {i}"`` take ~0.5-0.8 s with a
     tracemalloc peak of ~34 MB (before the bucket splitting: 3,000 of them took 10 s and 1.6 GB, 10,000 did
     not fit in memory).
+
+The reference implementation's grouping, as an option (:func:`first_fit_anchor_ids`, ``similarity_grouping =
+"difflib_first_fit"``): difflib's ``SequenceMatcher.ratio`` with greedy first-fit clustering in row order. It depends
+on the row order; docs/estimators.md, "Similarity grouping", gives its cost.
 """
 
 from __future__ import annotations
@@ -68,12 +72,14 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
+from difflib import SequenceMatcher
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from verl_gigpo.advantage._ids import as_id_array, id_codes, pair_codes
+from verl_gigpo.advantage._inputs import as_row_mask
 from verl_gigpo.advantage._lsh import LSH_BINS, LSH_BUCKET_MAX, LSH_MISS, LSH_SPLIT_DEPTH, lsh_bands, lsh_components
 from verl_gigpo.advantage._similarity_graph import (
     Verifier,
@@ -84,6 +90,7 @@ from verl_gigpo.advantage._similarity_graph import (
 )
 
 __all__ = [
+    "SIMILARITY_GROUPINGS",
     "LSH_BINS",
     "LSH_BUCKET_MAX",
     "LSH_MISS",
@@ -91,7 +98,11 @@ __all__ = [
     "PREFIX_PAIR_BUDGET",
     "SHINGLE_BYTES",
     "anchor_group_ids",
+    "check_similarity_grouping",
     "check_similarity_threshold",
+    "difflib_ratio",
+    "first_fit_anchor_ids",
+    "first_fit_groups",
     "lsh_bands",
     "shingle_set",
     "shingle_similarity",
@@ -105,6 +116,11 @@ SHINGLE_BYTES = 5
 
 PREFIX_PAIR_BUDGET = 1_000_000
 """Exact prefix-filter candidates allowed (plus 50 per distinct text) before switching to MinHash-LSH."""
+
+#: how ``key_mode=similarity`` groups observation texts: ``dice_components`` (this project's: connected components of
+#: 5-byte shingle Dice >= t, order-independent) or ``difflib_first_fit`` (the reference's: difflib ratio >= t against
+#: the first member of each cluster, greedy in row order, order-dependent)
+SIMILARITY_GROUPINGS = ("dice_components", "difflib_first_fit")
 
 
 def shingle_set(text: str) -> frozenset[bytes]:
@@ -168,6 +184,98 @@ def similarity_groups(texts: Sequence[str] | np.ndarray, threshold: float, *, ca
     label = np.empty_like(smallest)
     label[np.argsort(smallest)] = np.arange(len(smallest))
     return label[component][doc]
+
+
+def difflib_ratio(a: str, b: str) -> float:
+    """difflib's ``SequenceMatcher(None, a, b).ratio()`` = 2 M / (len(a) + len(b)), M the matched characters
+    (autojunk on, as the reference calls it: in a ``b`` of 200+ characters, characters more frequent than 1% + 1 are
+    junk). Not symmetric in general: the reference passes the new text as ``a``, the cluster's first member as ``b``."""
+    return SequenceMatcher(None, a, b).ratio()
+
+
+def first_fit_groups(texts: Sequence[str] | np.ndarray, threshold: float) -> np.ndarray:
+    """Greedy first-fit clustering in input order (the reference's ``build_step_group`` with similarity on): text i
+    joins the first cluster c whose first member r_c has ``difflib_ratio(text_i, r_c) >= threshold``, else starts a
+    new cluster. Order-dependent: permuting the input can change the partition.
+
+    Exactly the reference's clusters; identical texts are decided once (a text always joins the cluster its first
+    copy joined, as the clusters before it never change), and difflib's cheap upper bounds
+    (``real_quick_ratio``, ``quick_ratio``) skip pairs that cannot reach the threshold.
+
+    Args:
+        texts: ``(n,)`` str.
+        threshold: in (0, 1].
+
+    Returns:
+        ``(n,)`` int64 cluster ids, numbered by first appearance.
+
+    Raises:
+        ValueError: a threshold outside (0, 1], or a non-str entry (naming its index and type).
+    """
+    check_similarity_threshold(threshold)
+    arr = _as_text_array(texts, "texts")
+    out = np.empty(arr.shape[0], dtype=np.int64)  # (n,)
+    matchers: list[SequenceMatcher] = []  # one per cluster, seq2 = its first member (b's tables built once)
+    decided: dict[str, int] = {}
+    for i, text in enumerate(arr.tolist()):
+        cluster = decided.get(text)
+        if cluster is None:
+            cluster = len(matchers)
+            for c, matcher in enumerate(matchers):
+                matcher.set_seq1(text)
+                if (
+                    matcher.real_quick_ratio() >= threshold
+                    and matcher.quick_ratio() >= threshold
+                    and matcher.ratio() >= threshold
+                ):
+                    cluster = c
+                    break
+            if cluster == len(matchers):
+                matchers.append(SequenceMatcher(None, "", text))
+            decided[text] = cluster
+        out[i] = cluster
+    return out
+
+
+def first_fit_anchor_ids(
+    anchor_keys: Sequence[Any] | np.ndarray,
+    group_ids: Sequence[Any] | np.ndarray,
+    threshold: float,
+    *,
+    row_mask: np.ndarray | None = None,
+) -> np.ndarray:
+    """Anchor-group id of each row under the reference's grouping: :func:`first_fit_groups` of the str keys of each
+    episode group, in row order. The ids serve as exact anchor keys (any two rows with one id share an anchor group).
+
+    Args:
+        anchor_keys: ``(N,)`` str observation texts.
+        group_ids: ``(N,)`` hashables, the episode group of each row.
+        threshold: in (0, 1].
+        row_mask: optional ``(N,)`` bool array or tensor; rows with False take part in no cluster and get id -1.
+
+    Returns:
+        ``(N,)`` int64 ids (-1 for masked rows), distinct across episode groups.
+
+    Raises:
+        ValueError: as :func:`anchor_group_ids` in similarity mode.
+    """
+    threshold = check_similarity_threshold(threshold)
+    groups = as_id_array(group_ids, "group_ids")
+    keys = as_id_array(anchor_keys, "anchor_keys", groups.shape[0], other="group_ids")
+    keep = as_row_mask(row_mask, keys.shape[0])  # (N,) bool
+    out = np.full(keys.shape[0], -1, dtype=np.int64)  # (N,)
+    rows = np.flatnonzero(keep)  # (M,) in row order
+    if rows.shape[0] == 0:
+        return out
+    texts = _as_text_array(keys[rows], "anchor_keys")
+    g = id_codes(groups[rows], "group_ids")  # (M,)
+    order = np.argsort(g, kind="stable")  # (M,) by episode group, row order kept inside each
+    offset = 0
+    for members in np.split(order, np.flatnonzero(np.diff(g[order])) + 1):
+        local = first_fit_groups(texts[members], threshold)
+        out[rows[members]] = local + offset
+        offset += int(local.max()) + 1
+    return out
 
 
 def anchor_group_ids(
@@ -338,6 +446,21 @@ def check_similarity_threshold(threshold: Any) -> float:
             "5-byte shingle sets have Dice similarity >= 0.9 (observations that differ in a few words)"
         )
     return float(threshold)
+
+
+def check_similarity_grouping(value: Any) -> str:
+    """Return ``value`` when it is one of :data:`SIMILARITY_GROUPINGS`.
+
+    Raises:
+        ValueError: naming ``similarity_grouping``, the value and what each grouping is.
+    """
+    if value not in SIMILARITY_GROUPINGS:
+        raise ValueError(
+            f"similarity_grouping={value!r} must be one of {list(SIMILARITY_GROUPINGS)}: dice_components = connected "
+            "components of 5-byte shingle Dice >= threshold (order-independent, the default); difflib_first_fit = "
+            "difflib ratio >= threshold against each cluster's first member, greedy in row order (the reference's)"
+        )
+    return value
 
 
 def _as_text_array(values: Any, name: str) -> np.ndarray:

@@ -33,7 +33,7 @@ from verl_gigpo.advantage import (
     check_estimator_options,
     invalid_row_penalty,
 )
-from verl_gigpo.advantage.anchors import check_similarity_threshold
+from verl_gigpo.advantage.anchors import check_similarity_grouping, check_similarity_threshold, first_fit_anchor_ids
 from verl_gigpo.rules import RANGES, group_size_warning, penalty_mode  # group_size_warning: both engines give it
 
 __all__ = ["EPISODE_STATS", "METHOD_OPTIONS", "NORMS", "STEP_CREDIT_ESTIMATORS", "GiGPOConfig", "group_size_warning"]
@@ -53,7 +53,16 @@ _FROM_ENV = {
 
 #: the keys of the ``algorithm.gigpo`` section (and ``gamma``, which :meth:`GiGPOConfig.from_algorithm` takes from
 #: ``algorithm.gamma``)
-_GIGPO_KEYS = ("gamma", "step_advantage_w", "norm", "epsilon", "episode_stats", "key_mode", "similarity_threshold")
+_GIGPO_KEYS = (
+    "gamma",
+    "step_advantage_w",
+    "norm",
+    "epsilon",
+    "episode_stats",
+    "key_mode",
+    "similarity_threshold",
+    "similarity_grouping",
+)
 
 
 @dataclass
@@ -79,6 +88,10 @@ class GiGPOConfig:
         similarity_threshold: in (0, 1]; used only when ``key_mode == "similarity"``: observations whose 5-byte
             shingle sets have Dice similarity >= this are linked (1.0 = exact match). Default 0.9. (The
             reference code's optional similarity mode uses a different measure, difflib's ratio, with 0.95.)
+        similarity_grouping: how ``key_mode == "similarity"`` groups the texts
+            (:data:`~verl_gigpo.advantage.anchors.SIMILARITY_GROUPINGS`): ``"dice_components"`` (default: connected
+            components of shingle Dice >= threshold, order-independent) or ``"difflib_first_fit"`` (the reference's:
+            difflib ratio against each cluster's first member, greedy in row order; order-dependent).
         method: the estimator these settings drive: ``"gigpo"`` (default), ``"hgpo"``, ``"graphgpo"`` or ``"g2po"``
             (:data:`verl_gigpo.STEP_CREDIT_ESTIMATORS`). gamma, norm, epsilon, episode_stats, key_mode and
             similarity_threshold apply to every method; step_advantage_w is GiGPO's.
@@ -100,6 +113,7 @@ class GiGPOConfig:
     episode_stats: str = "trajectory"
     key_mode: str = "observation"
     similarity_threshold: float = 0.9
+    similarity_grouping: str = "dice_components"
     method: str = "gigpo"
     penalty_mode: str = "reward"
     invalid_action_penalty: float = 0.1
@@ -129,6 +143,7 @@ class GiGPOConfig:
                 "'history:2') or 'similarity' (observation texts grouped by similarity_threshold)"
             )
         self.similarity_threshold = check_similarity_threshold(self.similarity_threshold)  # the estimator's check
+        self.similarity_grouping = check_similarity_grouping(self.similarity_grouping)
         if self.method not in STEP_CREDIT_ESTIMATORS:
             raise ValueError(
                 f"method={self.method!r} is not a step-credit estimator; use one of {list(STEP_CREDIT_ESTIMATORS)}"
@@ -232,7 +247,9 @@ class GiGPOConfig:
         env_rewards: Any = None,
     ) -> AdvantageTerms:
         """The configured estimator (:attr:`method`) with these settings, anchor keys merged by similarity when
-        ``key_mode == "similarity"``, and the invalid-action penalty placed by :attr:`penalty_mode`.
+        ``key_mode == "similarity"`` (by :attr:`similarity_grouping`; ``difflib_first_fit`` turns the keys into
+        cluster ids here, :func:`~verl_gigpo.advantage.anchors.first_fit_anchor_ids`, in the rows' order), and the
+        invalid-action penalty placed by :attr:`penalty_mode`.
 
         Exactly the method's function of :data:`verl_gigpo.advantage.ESTIMATOR_TERMS`
         (:func:`~verl_gigpo.advantage.gigpo_advantage_terms` with :meth:`estimator_kwargs`, or a successor with its
@@ -268,9 +285,13 @@ class GiGPOConfig:
                 )
             step_rewards = env_rewards
             n = len(env_rewards)
+        threshold = self.anchor_similarity_threshold
+        if threshold is not None and self.similarity_grouping == "difflib_first_fit":
+            anchor_keys = first_fit_anchor_ids(anchor_keys, group_ids, threshold, row_mask=row_mask)
+            threshold = None
         kwargs: dict[str, Any] = {
             "row_mask": row_mask,
-            "similarity_threshold": self.anchor_similarity_threshold,
+            "similarity_threshold": threshold,
             "gamma": self.gamma,
             "norm": self.norm,
             "epsilon": self.epsilon,
