@@ -75,6 +75,7 @@ __all__ = [
     "INVALID_ACTION_TEXT",
     "UNMATCHED_ACTION_TEXT",
     "EnvError",
+    "ParseStyle",
     "PromptStyle",
     "StepResult",
     "TextEnv",
@@ -125,6 +126,38 @@ MAX_EPISODE_STEPS = 10_000
 #: ALFWorld); ``"quoted_comma"``: one quoted action per line, each followed by a comma (``'a',\n'b',``, the
 #: reference's WebShop).
 ACTION_LIST_FORMATS = ("comma", "lines", "quoted_indent", "quoted_comma")
+
+
+@dataclass(frozen=True)
+class ParseStyle:
+    """How a reply becomes a command, beyond the invalid-action rule (the episode runner reads it from
+    ``env.parse.*`` and sets :attr:`TextEnv.parse_style`). The defaults are this project's; the reference
+    implementation lower-cases in ALFWorld, WebShop and Sokoban and matches commands as written (docs/fidelity.md).
+
+    lowercase: the command is read from the lower-cased reply (as the reference's ``projection.py`` of ALFWorld,
+        WebShop and Sokoban do); whether the reply is valid is judged on the reply as written (the reference checks
+        its ``<think>`` tags there). It changes the command sent and shown in the history.
+    collapse_whitespace: a command matches an action when both are equal after runs of whitespace collapse to one
+        space (this project's ALFWorld and WebShop matchers). False: only as written, ends stripped, as the
+        reference's engines take it (ALFWorld's looks the command up as written; WebShop clicks a button only by
+        its exact text); an oddly spaced command is then an unmatched command.
+
+    Raises:
+        ValueError: a field that is not a bool, naming it (``ParseStyle.<field>``).
+    """
+
+    lowercase: bool = False
+    collapse_whitespace: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("lowercase", "collapse_whitespace"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"ParseStyle.{name}={getattr(self, name)!r} must be true or false")
+
+    def match_form(self, command: str) -> str:
+        """``command`` as the matchers compare it: stripped, lower-cased, and with whitespace runs collapsed when
+        :attr:`collapse_whitespace`."""
+        return " ".join(command.split()).lower() if self.collapse_whitespace else command.strip().lower()
 
 
 @dataclass(frozen=True)
@@ -313,7 +346,8 @@ class TextEnv(abc.ABC):
             process on a *view*: an instance built with ``TextEnv.__init__`` only (not the subclass constructor) whose
             ``_admissible_actions()`` returns the last ``info["admissible_actions"]``. Such an environment's
             ``parse_action`` and ``render_prompt`` may therefore read only those, its class attributes and the
-            attributes ``TextEnv.__init__`` sets (``max_steps``, ``key_mode``, ``task_description``).
+            attributes ``TextEnv.__init__`` sets (``max_steps``, ``key_mode``, ``task_description``,
+            ``parse_style``).
 
     Hooks a subclass implements:
         ``_reset(split, options) -> str``: build the task from ``self.np_random`` (already seeded) and return
@@ -362,6 +396,7 @@ class TextEnv(abc.ABC):
     def __init__(self, *, key_mode: str = "state", max_steps: int = 50) -> None:
         self.key_kind, self.key_history = parse_key_mode(key_mode)
         self.key_mode = key_mode
+        self.parse_style = ParseStyle()  # env.parse.*: set by the episode runner's factory (make_task_env)
         if not isinstance(max_steps, int) or isinstance(max_steps, bool) or not 1 <= max_steps <= MAX_EPISODE_STEPS:
             raise ValueError(f"max_steps must be an int in [1, {MAX_EPISODE_STEPS}], got {max_steps!r}")
         self.max_steps = max_steps
@@ -489,6 +524,9 @@ class TextEnv(abc.ABC):
         ``"format"``: :meth:`_parse_format`; returns ``(command or None, valid)``: the command goes to ``step``
         whether or not the reply is valid (the reference executes it and penalises the format).
 
+        :attr:`parse_style` (:class:`ParseStyle`) ``lowercase`` reads the command from the lower-cased reply (the
+        validity of a ``format`` reply is still judged on the reply as written).
+
         Raises:
             ValueError: ``rule`` is not one of :data:`INVALID_ACTION_RULES`.
         """
@@ -500,7 +538,11 @@ class TextEnv(abc.ABC):
             return None, False
         text = llm_text[:MAX_PARSE_CHARS]
         if rule == "format":
-            return self._parse_format(text)
+            if not self.parse_style.lowercase:
+                return self._parse_format(text)
+            return self._parse_format(text.lower())[0], self._parse_format(text)[1]
+        if self.parse_style.lowercase:
+            text = text.lower()
         tagged = extract_tag(text, "action")
         if len(tagged) > 1:
             return None, False

@@ -111,6 +111,10 @@ cmd=(
     # the reference's rule: only a broken reply format is invalid (penalised); a well-formed command goes to the
     # environment even when it is not an action there (docs/environments.md, "The format rule of each environment")
     env.invalid_action=format
+    # the reference's reply parsing: the command is read from the lower-cased reply and matched to an action as written
+    # (docs/environments.md, "Reply parsing")
+    env.parse.lowercase=true
+    env.parse.collapse_whitespace=false
     # the reference's prompt (recipes/reference_settings.yaml): one quoted admissible action per line; a prompt over
     # data.max_prompt_length ends its episode (the reference's data.truncation=error stops the run)
     env.prompt.admissible_actions=lines

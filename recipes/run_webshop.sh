@@ -98,6 +98,10 @@ cmd=(
     # the reference's rule: only a broken reply format is invalid (penalised); a well-formed command goes to the
     # environment even when it is not an action there (docs/environments.md, "The format rule of each environment")
     env.invalid_action=format
+    # the reference's reply parsing: the command is read from the lower-cased reply and matched to an action as written
+    # (docs/environments.md, "Reply parsing")
+    env.parse.lowercase=true
+    env.parse.collapse_whitespace=false
     # the reference's prompt (recipes/reference_settings.yaml): no shopping advice or scoring sentences; one quoted
     # action per line; a prompt over 13,000 characters with history is shown without it, and one still over
     # data.max_prompt_length ends its episode (the reference's data.truncation=error stops the run)

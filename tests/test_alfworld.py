@@ -408,6 +408,47 @@ def test_format_rule_sends_inadmissible_commands_to_the_engine(env):
     assert info["action_valid"] is True and env.anchor_key("state") != info0["anchor_key"]
 
 
+def test_reply_parsing_options_on_the_engine(env):
+    """env.parse: the reference lower-cases the reply (alfworld_projection) and its engine looks commands up as
+    written; this project keeps the reply's case and matches after collapsing whitespace. Replies the two rules treat
+    differently, played on the real engine."""
+    from environments.base import ParseStyle
+
+    ours, reference = ParseStyle(), ParseStyle(lowercase=True, collapse_whitespace=False)
+    _, info0 = env.reset(seed=0, options={"split": "train"})
+    state0 = info0["anchor_key"]
+    # case: "Help" is no admissible action; sent as written the engine does not know it, lower-cased it runs help
+    help_reply = "<think>x</think><action>Help</action>"
+    assert env.parse_action(help_reply, rule="format") == ("Help", True)
+    assert env.step("Help")[0] == "Nothing happens."
+    env.parse_style = reference
+    assert env.parse_action(help_reply, rule="format") == ("help", True)
+    assert env.step("help")[0].startswith("Available commands:") and env.anchor_key("state") == state0
+    # the 30-character tail of a reply without an action block is lower-cased; think tags are judged as written
+    cases = {
+        "<think>x</think> I will Go To Drawer 4": ("x</think> i will go to drawer 4"[-30:], False),
+        "<THINK>x</THINK><action>Go To Drawer 4</action>": ("go to drawer 4", False),
+        "<think>x</think><ACTION>Go To Drawer 4</ACTION>": ("go to drawer 4", True),
+    }
+    for text, expected in cases.items():
+        assert env.parse_action(text, rule="format") == expected, text
+    # whitespace: two spaces inside the command
+    spaced = "<think>x</think><action>go to  drawer 4</action>"
+    for style, moved in ((ours, True), (reference, False)):
+        env.parse_style = style
+        env.reset(seed=0, options={"split": "train"})
+        command, valid = env.parse_action(spaced, rule="format")
+        assert (command, valid) == ("go to  drawer 4", True)
+        obs, _, _, _, info = env.step(command)
+        assert info["action_valid"] is moved and (env.anchor_key("state") != state0) is moved, style
+        assert obs.startswith("You arrive at drawer 4") if moved else obs == "Nothing happens."
+        # the admissible rule: the matcher decides alike
+        env.reset(seed=0, options={"split": "train"})
+        assert env.parse_action("<action>Go To  Drawer 4</action>") == (
+            ("go to drawer 4", True) if moved else (None, False)
+        )
+
+
 # ---------------------------------------------------------------------------------------------- training seeds
 def _entries(counts: dict[str, int]) -> list:
     from environments.alfworld.data import GameEntry

@@ -221,6 +221,20 @@ def test_format_rule_is_the_reference_search_projection(text, expected):
     assert env.parse_action(text, rule="format") == expected
 
 
+def test_reply_parsing_lowercase_option():
+    """The reference keeps the case of a search reply (search_projection), as the default does; env.parse.lowercase
+    lower-cases the query too."""
+    from environments.base import ParseStyle
+
+    env = SearchQAEnv()
+    env.reset(seed=0)
+    reply = "<think>x</think><search>Veskand River</search>"
+    assert env.parse_action(reply, rule="format") == ("search[Veskand River]", True)
+    env.parse_style = ParseStyle(lowercase=True)
+    assert env.parse_action(reply, rule="format") == ("search[veskand river]", True)
+    assert env.parse_action(reply) == ("search[veskand river]", True)
+
+
 def test_step_of_a_command_that_is_not_an_action_changes_nothing():
     """A raw reply given to step is an unmatched command (what the format rule may send): the turn is used, the
     state and the observation key stay; a command that normalises to an action is that action."""

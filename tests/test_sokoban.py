@@ -366,6 +366,22 @@ def test_format_rule_is_the_reference_sokoban_projection(text, expected):
     assert env.parse_action(text, rule="format") == expected
 
 
+def test_reply_parsing_options_change_nothing_in_sokoban():
+    """env.parse: the reference lower-cases the reply (sokoban_projection); this rule reads the lower-cased action
+    block already, and judges the think tags on the reply as written in both."""
+    from environments.base import ParseStyle
+
+    replies = ["<think>x</think><action>Push The Box UP</action>", "<THINK>x</THINK><action>Left</action>", "DOWN"]
+    ours, reference = SokobanEnv(), SokobanEnv()
+    reference.parse_style = ParseStyle(lowercase=True, collapse_whitespace=False)
+    for env in (ours, reference):
+        env.reset(seed=0)
+    for reply in replies:
+        for rule in ("format", "admissible"):
+            assert reference.parse_action(reply, rule=rule) == ours.parse_action(reply, rule=rule), (reply, rule)
+    assert reference.parse_action(replies[1], rule="format") == ("left", False)
+
+
 def test_a_command_that_is_no_move_costs_a_step_and_changes_nothing():
     env = SokobanEnv(max_steps=2)
     obs0, info0 = env.reset(seed=1)

@@ -442,6 +442,35 @@ def test_format_rule_is_the_reference_webshop_projection(env):
     assert env.task_type_of(1, "test") == env.reset(seed=1, options={"split": "test"})[1]["task_type"]
 
 
+def test_reply_parsing_options(env):
+    """env.parse: the reference lower-cases the reply (webshop_projection) and WebShop clicks a button only by its
+    exact text; this project keeps the case (WebShop lower-cases arguments itself) and collapses whitespace."""
+    from environments.base import ParseStyle
+
+    reference = ParseStyle(lowercase=True, collapse_whitespace=False)
+    try:
+        for style in (ParseStyle(), reference):
+            env.parse_style = style
+            env.reset(seed=1, options={"split": "test"})
+            command, valid = env.parse_action("<think>x</think><action>Search[Red  Shoes]</action>", rule="format")
+            assert (command, valid) == (("search[red  shoes]" if style.lowercase else "Search[Red  Shoes]"), True)
+            assert env.step(command)[4]["action_valid"] is True  # a search's words are split either way
+            reply = "I will now Click[Next >]"  # no action block: its last 20 characters are sent
+            assert env.parse_action(reply, rule="format")[0] == (reply.lower() if style.lowercase else reply)[-20:]
+            results = env.page
+            for spaced in ("click[next  >]", "click [next >]"):
+                obs, _, _, _, info = env.step(spaced)
+                assert info["action_valid"] is style.collapse_whitespace, (style, spaced)
+                assert (env.page != results) is style.collapse_whitespace
+                if style.collapse_whitespace:
+                    env.step("click[< prev]")  # back to the first results page
+                else:
+                    assert obs.startswith(UNMATCHED_ACTION_TEXT)
+            assert env.step("Click[Next >]")[4]["action_valid"] is True  # case never matters to the match
+    finally:
+        env.parse_style = ParseStyle()
+
+
 def test_reset_splits_and_seeds(env):
     _, info = env.reset(seed=NUM_TEST_GOALS + 7, options={"split": "test"})
     assert info["task_id"] == "test-7"  # test seeds wrap around the 500 goals

@@ -22,8 +22,9 @@ the "Your task is to: ..." line.
 
 Actions: the engine's admissible commands (``look``, ``inventory``, ``examine ...`` included) except ``help``,
 which the reference implementation leaves out of the listed actions too (verl-agent, ``env_manager.py``,
-``AlfWorldEnvironmentManager.build_text_obs``). A reply is matched after collapsing runs of whitespace and
-lower-casing; anything else (a typo, a trailing period, a command that is not admissible now) is invalid under
+``AlfWorldEnvironmentManager.build_text_obs``). A reply is matched after lower-casing and collapsing runs of
+whitespace (``env.parse.collapse_whitespace=false``: whitespace as written, as the engine itself looks commands up);
+anything else (a typo, a trailing period, a command that is not admissible now) is invalid under
 the ``admissible`` invalid-action rule. Under the ``format`` rule (the reference's ``alfworld_projection``: an
 action block, think tags, no Chinese characters) such a command is sent to the engine as it is, which answers
 "Nothing happens." (or runs ``help``) and leaves the state as it was; that answer is the next observation. A reply
@@ -350,9 +351,10 @@ class AlfWorldEnv(TextEnv):
         return self._step(command)
 
     def _match_action(self, candidate: str) -> str | None:
-        wanted = " ".join(candidate.split()).lower()
+        form = self.parse_style.match_form  # whitespace collapsed unless env.parse.collapse_whitespace=false
+        wanted = form(candidate)
         for command in self._admissible_actions() or ():
-            if " ".join(command.split()).lower() == wanted:
+            if form(command) == wanted:
                 return command
         return None
 

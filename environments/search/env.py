@@ -397,10 +397,12 @@ class SearchQAEnv(TextEnv):
         """
         if rule not in INVALID_ACTION_RULES:
             raise ValueError(f"unknown invalid-action rule {rule!r}; use one of {list(INVALID_ACTION_RULES)}")
-        if rule == "admissible":
-            return parse_search_action(llm_text)
         if isinstance(llm_text, bytes | bytearray):
             llm_text = bytes(llm_text).decode("utf-8", errors="replace")
+        if isinstance(llm_text, str) and self.parse_style.lowercase:  # env.parse.lowercase (the reference: off here)
+            llm_text = llm_text.lower()
+        if rule == "admissible":
+            return parse_search_action(llm_text)
         if not isinstance(llm_text, str):
             return None, False
         return parse_search_format(llm_text[:MAX_PARSE_CHARS])

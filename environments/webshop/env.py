@@ -166,11 +166,17 @@ class WebShopEnv(TextEnv):
         return render(self.catalogue, self._page, self.task_description, self._reward)
 
     def _match_action(self, candidate: str) -> str | None:
-        return canonical_action(
+        action = canonical_action(
             candidate,
             has_search_bar=self._page.kind == "search",
             clickables=set(clickables(self.catalogue, self._page)),
         )
+        if action is None or self.parse_style.collapse_whitespace:
+            return action
+        # env.parse.collapse_whitespace=false, as WebShop's own parser: no space before the bracket, and a click
+        # names the button exactly (a search's words are split anyway)
+        written = self.parse_style.match_form(candidate)
+        return action if written == action or (action.startswith("search[") and written.startswith("search[")) else None
 
     def _admissible_actions(self) -> list[str] | None:
         if self._page.kind == "search":

@@ -14,7 +14,8 @@ __all__ = ["make_task_env"]
 
 
 def make_task_env(task: TaskSpec, config: EpisodeConfig) -> TextEnv:
-    """Build the environment of ``task`` with the episode's ``max_steps`` and ``key_mode``.
+    """Build the environment of ``task`` with the episode's ``max_steps`` and ``key_mode``, and its reply-parsing rules
+    (``config.parse``, :attr:`environments.base.TextEnv.parse_style`).
 
     Raises:
         ValueError: ``task.env_kwargs`` repeats ``max_steps`` or ``key_mode`` (they belong to the episode config),
@@ -26,4 +27,6 @@ def make_task_env(task: TaskSpec, config: EpisodeConfig) -> TextEnv:
             f"env_kwargs of task {task} repeat {sorted(clash)}; set them in the episode config (env.max_steps, "
             "algorithm.gigpo.key_mode) instead"
         )
-    return make_env(task.env_name, max_steps=config.max_steps, key_mode=config.key_mode, **dict(task.env_kwargs))
+    env = make_env(task.env_name, max_steps=config.max_steps, key_mode=config.key_mode, **dict(task.env_kwargs))
+    env.parse_style = config.parse
+    return env

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from environments.base import INVALID_ACTION_RULES, PromptStyle
+from environments.base import INVALID_ACTION_RULES, ParseStyle, PromptStyle
 from verl_gigpo.rollout.prompts import HISTORY_ITEMS, load_template, moot_key_warnings
 from verl_gigpo.rules import RANGES, Range
 
@@ -15,6 +15,7 @@ __all__ = [
     "INVALID_IN_HISTORY",
     "OBSERVATION_CHARS_PER_PROMPT_TOKEN",
     "OVERLONG_RULES",
+    "PARSE_KEYS",
     "PROMPT_KEYS",
     "Episode",
     "EpisodeConfig",
@@ -24,6 +25,7 @@ __all__ = [
     "StepRecord",
     "TaskSpec",
     "check_invalid_action",
+    "parse_style_from_config",
 ]
 
 #: An observation longer than this many characters per prompt token (``max_prompt_length``) is cut to its last
@@ -88,6 +90,34 @@ PROMPT_KEYS = (
     "template",
     "history_item",
 )
+
+
+#: The keys of the ``env.parse`` section (:class:`environments.base.ParseStyle`).
+PARSE_KEYS = ("lowercase", "collapse_whitespace")
+
+
+def parse_style_from_config(parse: Mapping[str, Any] | None) -> ParseStyle:
+    """The :class:`~environments.base.ParseStyle` of a config's ``env.parse`` section (None or absent keys: the
+    defaults, this project's rules: no lower-casing, whitespace collapsed).
+
+    Raises:
+        ValueError: the section is not a mapping, has a key outside :data:`PARSE_KEYS`, or a value that is not a
+            bool; the message names the key (``env.parse.<key>``).
+    """
+    if parse is None:
+        return ParseStyle()
+    if not isinstance(parse, Mapping):
+        raise ValueError(f"env.parse must be a mapping of reply-parsing options ({PARSE_KEYS}), got {parse!r}")
+    unknown = sorted(str(key) for key in parse if key not in PARSE_KEYS)
+    if unknown:
+        raise ValueError(f"unknown env.parse key(s) {unknown}; known keys: {list(PARSE_KEYS)}")
+    try:
+        return ParseStyle(**{key: parse[key] for key in PARSE_KEYS if key in parse})
+    except ValueError as exc:
+        raise ValueError(
+            str(exc).replace("ParseStyle.", "env.parse.") + " (the reference's ALFWorld, WebShop and Sokoban: "
+            "lowercase=true, collapse_whitespace=false; docs/environments.md)"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -239,6 +269,8 @@ class EpisodeConfig:
         is invalid, penalised, and the state stays) or ``"format"`` (the reference's rule: only a broken format is
         invalid; a well-formed command goes to the environment). See :mod:`environments.base`.
     prompt: how each step's prompt is built (``env.prompt.*``, :class:`PromptOptions`).
+    parse: how a reply becomes a command (``env.parse.*``, :class:`environments.base.ParseStyle`); the environment
+        factory sets it on every environment it builds.
     """
 
     max_steps: int = 50
@@ -249,6 +281,7 @@ class EpisodeConfig:
     key_mode: str = "state"
     invalid_action: str = "admissible"
     prompt: PromptOptions = field(default_factory=PromptOptions)
+    parse: ParseStyle = field(default_factory=ParseStyle)
 
     def __post_init__(self) -> None:
         for name, key in _EPISODE_RULES.items():  # the config rules, naming the field (the agent loop maps it back)
@@ -256,6 +289,8 @@ class EpisodeConfig:
         check_invalid_action(self.invalid_action)
         if not isinstance(self.prompt, PromptOptions):
             raise ValueError(f"EpisodeConfig.prompt must be a PromptOptions, got {self.prompt!r}")
+        if not isinstance(self.parse, ParseStyle):
+            raise ValueError(f"EpisodeConfig.parse must be an environments.base.ParseStyle, got {self.parse!r}")
 
     @classmethod
     def from_env(
@@ -268,7 +303,8 @@ class EpisodeConfig:
         field_keys: Mapping[str, str] | None = None,
     ) -> EpisodeConfig:
         """The episode settings of a config's ``env`` section (``max_steps``, ``history_length``,
-        ``invalid_action_penalty``, ``invalid_action``, ``prompt``: :meth:`PromptOptions.from_config`) plus the prompt
+        ``invalid_action_penalty``, ``invalid_action``, ``prompt``: :meth:`PromptOptions.from_config`, ``parse``:
+        :func:`parse_style_from_config`) plus the prompt
         and response budgets and the anchor key mode, which each engine reads from its own keys. Both engines build
         their :class:`EpisodeConfig` here.
 
@@ -287,6 +323,7 @@ class EpisodeConfig:
                 key_mode=key_mode,
                 invalid_action=str(env.get("invalid_action", "admissible")),
                 prompt=PromptOptions.from_config(env.get("prompt", None)),
+                parse=parse_style_from_config(env.get("parse", None)),
             )
         except ValueError as exc:
             message = _EPISODE_FIELD.sub(lambda m: keys.get(m.group(1), f"env.{m.group(1)}"), str(exc))

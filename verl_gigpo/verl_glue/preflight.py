@@ -71,8 +71,9 @@ logger = logging.getLogger(__name__)
 #: the keys of the ``env`` section (see verl_gigpo/config/gigpo_trainer.yaml)
 ENV_KEYS = ("name", "max_steps", "history_length", "invalid_action_penalty", "invalid_action", "kwargs", "registry")
 ENV_KEYS += ("invalid_action_penalty_mode", "transcript_dir")
-#: the prompt options (env.prompt.*), checked by episode_config_from (PromptOptions.from_config)
-ENV_KEYS += ("prompt",)
+#: the prompt and reply-parsing options (env.prompt.*, env.parse.*), checked by episode_config_from
+#: (PromptOptions.from_config, parse_style_from_config)
+ENV_KEYS += ("prompt", "parse")
 #: the ``env`` keys of environment execution (deadlines, worker processes), checked by EnvExecution.from_config
 ENV_KEYS += ("step_timeout_s", "reset_timeout_s", "num_workers")
 #: the request seeds (verl_gigpo.rollout.seeding), checked by seeded_sampling_from

@@ -108,6 +108,7 @@ class RemoteEnv:
         self._task_key: Hashable = None
         self.env_name = task.env_name
         self.view = view_class(env_class(task.env_name))(key_mode=config.key_mode, max_steps=config.max_steps)
+        self.view.parse_style = config.parse  # as make_task_env sets it on the instance in the worker
         self.steps_taken = 0
         self.dead = False  # its call hung or crashed the worker: never restored
         self.make_args = (task.env_name, env_target(task.env_name), task, config)
