@@ -275,7 +275,7 @@ def _key(row: dict[str, Any]) -> str:
     return "—" if row["key"] is None else f"`{row['key']}`"
 
 
-def _table(rows: list[dict[str, Any]], reference: str = "reference (verl-agent)") -> list[str]:
+def _table(rows: list[dict[str, Any]], reference: str = "reference (langfengQ/verl-agent)") -> list[str]:
     lines = [
         f"| setting | read from | this recipe | paper | {reference} | {reference.split(' (')[0]} source | "
         "deviation / note |",

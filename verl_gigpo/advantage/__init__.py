@@ -20,12 +20,12 @@ they return), :mod:`._rows` (the row helpers they share: trajectory structure, a
 statistics) and :mod:`._inputs` (option and input checks; ids are read by :mod:`verl_gigpo.advantage._ids`).
 
 Deliberate deviations from the authors' implementations, numbered once for all estimators. GiGPO: verl-agent's
-``gigpo/core_gigpo.py`` and trainer (vanzll/verl-agent d0b9724). HGPO: ``recipe/hgpo/core_hgpo.py`` of a
-verl-agent fork (zzj1111/alfworldauto 37aec78: weights lines 195-205, nonzero test 196, depths 241-248, population
-std 260; the earlier CazeroZ/hgpo ``hgpo/core_hgpo.py`` weighs by ``len(key) + 1``, line 193). GraphGPO:
-``recipe/GraphGPO/core_graph.py`` (distances 285-325, returns 823-825, advantage 841-), ``rollout_loop.py``
-(SUCCESS, 288-292) and ``graphgpo_ray_trainer.py`` (returns 1148, penalty 225 and 1191) of the same fork. G2PO:
-``g2po/core_g2po.py`` (Nala-YN/G2PO b8ffaf5: node values 65-132, steps 135-213) and its
+``gigpo/core_gigpo.py`` and trainer (upstream langfengQ/verl-agent d0b9724; docs/fidelity.md names the snapshot read).
+HGPO: ``recipe/hgpo/core_hgpo.py`` of a verl-agent fork (zzj1111/alfworldauto 37aec78: weights lines 195-205, nonzero
+test 196, depths 241-248, population std 260; the earlier CazeroZ/hgpo ``hgpo/core_hgpo.py`` weighs by ``len(key) + 1``,
+line 193). GraphGPO: ``recipe/GraphGPO/core_graph.py`` (distances 285-325, returns 823-825, advantage 841-),
+``rollout_loop.py`` (SUCCESS, 288-292) and ``graphgpo_ray_trainer.py`` (returns 1148, penalty 225 and 1191) of the same
+fork. G2PO: ``g2po/core_g2po.py`` (Nala-YN/G2PO b8ffaf5: node values 65-132, steps 135-213) and its
 ``verl/trainer/ppo/ray_trainer.py``.
 
 GiGPO
@@ -48,7 +48,8 @@ GiGPO
    statistics at 169-177), GraphGPO through GiGPO's ``episode_norm_reward`` (``core_graph.py`` 897), G2PO's own
    ``episode_norm_reward`` (``core_g2po.py`` 44-46, called at 241).
 5. The std is the unbiased one (N - 1), written out explicitly; the option names say what they do:
-   ``norm="mean_std" | "mean"`` (the reference's ``mode="mean_norm"`` meant "do not divide by the std").
+   ``norm="mean_std" | "mean"`` (the reference's ``mode="mean_norm"`` meant "do not divide by the std"). Statistics
+   are float64, so equal returns give exactly 0 (the reference's float32 ones need not: docs/fidelity.md).
 6. One reward signal by default: the episode return is the sum of the same step rewards that give R_t, and shaping
    (the invalid-action penalty) is part of r_t before discounting. The reference reads the episode score from a
    separate token-level reward tensor, and its trainer subtracts the penalty from the invalid row's own R_t and own
@@ -68,6 +69,8 @@ GiGPO
     an option of the estimator itself (``similarity_threshold``), which
     :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms` sets for ``key_mode="similarity"`` in every caller (and
     for every estimator: GraphGPO's code has its own optional merging, greedy first-fit with difflib's ratio 0.95).
+    The reference's grouping is an option, ``GiGPOConfig.similarity_grouping="difflib_first_fit"`` (order-dependent;
+    the search recipe uses it).
 
 HGPO
 
