@@ -1,7 +1,7 @@
 """CPU tests of the reply-parsing options (``env.parse.*``: :class:`environments.base.ParseStyle`): both engines read
 and check them, the environment factory hands them to every environment, and the paper recipes set the reference's
-rules per environment. What each rule does on the real engines is in tests/test_alfworld.py, test_webshop.py,
-test_sokoban.py and test_search.py."""
+rules per environment (held by tests/test_fidelity.py's rows "reply case" and "reply whitespace"). What each rule
+does on the real engines is in tests/test_alfworld.py, test_webshop.py, test_sokoban.py and test_search.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from environments.base import ParseStyle
 from verl_gigpo.local.config import load_config
 from verl_gigpo.rollout import EpisodeConfig, TaskSpec, make_task_env
 from verl_gigpo.rollout.types import PARSE_KEYS, parse_style_from_config
-from verl_gigpo.verl_glue.agent_loop import episode_config_from
 from verl_gigpo.verl_glue.preflight import config_problems
 
 REFERENCE = ParseStyle(lowercase=True, collapse_whitespace=False)
@@ -71,10 +70,51 @@ def test_the_factory_gives_every_environment_the_episode_rules():
     assert make_task_env(TaskSpec("webshop", seed=0), _from_env(None)).parse_style == ParseStyle()
 
 
-@pytest.mark.parametrize(
-    ("recipe", "expected"),
-    [("alfworld", REFERENCE), ("webshop", REFERENCE), ("sokoban", REFERENCE), ("search", ParseStyle())],
-)
-def test_recipes_compose_the_reference_parsing(recipe, expected, tmp_path):
-    cfg, _ = compose_recipe(recipe, ALFWORLD_DATA=str(tmp_path))
-    assert episode_config_from(cfg).parse == expected
+@pytest.mark.parametrize("workers", [0, 1])
+def test_an_alfworld_episode_sends_and_shows_what_the_rules_say(alfworld_data, tiny_model_dir, workers, monkeypatch):
+    """Through the episode runner (in this process, and hosted in a worker process with a local view that parses): the
+    same replies played under this project's rules and the reference's, on the real engine."""
+    import asyncio
+    import dataclasses
+
+    from transformers import AutoTokenizer
+
+    from verl_gigpo.rollout import ChatPromptEncoder, GenerationOutput, run_episode
+    from verl_gigpo.rollout.execution.pool import EnvPool
+
+    monkeypatch.setenv("ALFWORLD_DATA", str(alfworld_data))  # inherited by the worker process
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    replies = ["<think>x</think><action>Go To  Drawer 4</action>", "<think>x</think><action>Help</action>"]
+
+    class Scripted:
+        def __init__(self):
+            self.left = list(replies)
+
+        async def generate(self, request_id, *, prompt_ids, sampling_params):
+            return GenerationOutput(token_ids=tokenizer.encode(self.left.pop(0), add_special_tokens=False))
+
+    async def play(parse):
+        config = EpisodeConfig(max_steps=2, history_length=2, max_prompt_length=4096, invalid_action="format")
+        config = dataclasses.replace(config, parse=parse)
+        pool = EnvPool(num_workers=workers)
+        try:
+            return await run_episode(
+                TaskSpec("alfworld", seed=0),
+                generator=Scripted(),
+                encoder=ChatPromptEncoder(tokenizer),
+                tokenizer=tokenizer,
+                config=config,
+                traj_id="t",
+                sampling_params={},
+                env_pool=pool,
+            )
+        finally:
+            pool.close()
+
+    ours, reference = asyncio.run(play(ParseStyle())), asyncio.run(play(REFERENCE))
+    assert [(s.action, s.action_valid) for s in ours.steps] == [("Go To  Drawer 4", True), ("Help", True)]
+    assert [(s.action, s.action_valid) for s in reference.steps] == [("go to  drawer 4", True), ("help", True)]
+    # ours went to drawer 4 (matched), the reference's engine did not know the oddly spaced command
+    assert ours.steps[1].observation.startswith("You arrive at drawer 4")
+    assert reference.steps[1].observation == "Nothing happens."
+    assert "go to  drawer 4" in reference.steps[1].prompt_text  # the history shows the lower-cased command

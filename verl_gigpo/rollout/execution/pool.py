@@ -82,7 +82,7 @@ class EnvPool:
     def key(task: TaskSpec, config: EpisodeConfig) -> Hashable:
         """Environments built for tasks with equal keys are interchangeable (only the seed/split differ)."""
         kwargs = json.dumps(dict(task.env_kwargs), sort_keys=True, default=repr)
-        return (task.env_name, kwargs, config.max_steps, config.key_mode)
+        return (task.env_name, kwargs, config.max_steps, config.key_mode, config.parse)
 
     def acquire(self, task: TaskSpec, config: EpisodeConfig) -> TextEnv:
         """An idle environment for ``task`` if there is one, else a new one (the caller resets it). Blocks while a
