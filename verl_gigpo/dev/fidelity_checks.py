@@ -30,16 +30,19 @@ _RECEPTACLES = ("cabinet", "drawer", "countertop", "shelf", "sinkbasin", "fridge
 _OBJECTS = ("apple", "bowl", "cup", "knife", "mug", "plate", "potato", "spoon", "tomato", "egg", "pan", "lettuce")
 
 
-def alfworld_like_group(rng: np.random.Generator, n: int = 400, states: int = 120) -> list[str]:
-    """``n`` observations (one episode group) drawn from ``states`` distinct ALFWorld-like texts of about 200-600
-    characters ("You arrive at drawer 3. On the drawer 3, you see ..."), so a group repeats states as ALFWorld's do."""
+def alfworld_like_group(rng: np.random.Generator, n: int = 400, states: int = 120, repeat: int = 3) -> list[str]:
+    """``n`` observations (one episode group) drawn from ``states`` distinct ALFWorld-like texts of 1 to ``repeat``
+    sentences ("You arrive at drawer 3. On the drawer 3, you see ...", about 100 characters each), so a group repeats
+    states as ALFWorld's do."""
     texts = []
     for _ in range(states):
         place = f"{rng.choice(_RECEPTACLES)} {rng.integers(1, 12)}"
         things = [f"a {rng.choice(_OBJECTS)} {rng.integers(1, 4)}" for _ in range(rng.integers(2, 9))]
         seen = ", ".join(things[:-1]) + f", and {things[-1]}"
         head = "You are in the middle of a room. Looking quickly around you, you see " if rng.random() < 0.2 else ""
-        texts.append(f"{head}You arrive at {place}. On the {place}, you see {seen}. " * int(rng.integers(1, 4)))
+        texts.append(
+            f"{head}You arrive at {place}. On the {place}, you see {seen}. " * int(rng.integers(1, repeat + 1))
+        )
     return [texts[i] for i in rng.integers(0, states, size=n)]
 
 
@@ -83,13 +86,14 @@ def long_search_groups(rng: np.random.Generator, tasks: int, group_size: int = 5
 
 
 def _time(fn, *args) -> float:
-    start = time.perf_counter()
+    """CPU seconds of ``fn(*args)`` (this process's; steadier than wall time on a shared machine)."""
+    start = time.process_time()
     fn(*args)
-    return time.perf_counter() - start
+    return time.process_time() - start
 
 
 def first_fit_cost(alfworld_groups: int = 2) -> list[str]:
-    """Lines of the first-fit timing table (seconds per iteration of each recipe's batch shape)."""
+    """Lines of the first-fit timing table (CPU seconds per batch of each shape)."""
     lines = ["| batch | rows | mean characters | dice_components | difflib_first_fit |", "|---|---|---|---|---|"]
     keys, groups = search_groups(tasks=256)
     dice = _time(anchor_group_ids, keys, groups, 0.9)
@@ -99,12 +103,13 @@ def first_fit_cost(alfworld_groups: int = 2) -> list[str]:
     lines.append(f"| {label} | {len(keys)} | {chars} | {dice:.3f} s | {first:.3f} s |")
     rng = np.random.default_rng(0)
     shapes = [("search recipe's shape, Search-R1-length observations (3 passages)", long_search_groups(rng, 256))]
-    for states in (120, 400):
-        texts = [t for _ in range(alfworld_groups) for t in alfworld_like_group(rng, states=states)]
+    for states, repeat in ((120, 3), (400, 3), (400, 12)):
+        texts = [t for _ in range(alfworld_groups) for t in alfworld_like_group(rng, states=states, repeat=repeat)]
         ids = [g for g in range(alfworld_groups) for _ in range(400)]
-        shapes.append(
-            (f"ALFWorld-like: {alfworld_groups} groups x 400 observations, {states} states each", (texts, ids))
+        label = (
+            f"ALFWorld-like: {alfworld_groups} groups x 400 observations, {states} states each, 1-{repeat} sentences"
         )
+        shapes.append((label, (texts, ids)))
     for label, (texts, ids) in shapes:
         dice = _time(anchor_group_ids, texts, ids, 0.9)
         first = _time(first_fit_anchor_ids, texts, ids, 0.9)
