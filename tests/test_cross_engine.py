@@ -288,6 +288,8 @@ def test_the_update_split_is_the_same(both, rows_per_step):
             "env.max_steps=7",
             "env.history_length=1",
             "env.invalid_action=format",
+            "env.parse.lowercase=true",
+            "env.parse.collapse_whitespace=false",
             "data.max_prompt_length=300",
             "algorithm.gigpo.key_mode=state",
         ],
