@@ -324,10 +324,11 @@ def test_first_fit_groups_one_word_pairs_that_dice_does_not(pair, ratio, dice):
 def test_first_fit_groups_equal_the_reference_loop():
     rng = np.random.default_rng(0)
     words = ["drawer", "cabinet", "apple", "closed", "open", "1", "2", "3", "you", "see", "a", "the"]
-    base = [" ".join(rng.choice(words, size=int(rng.integers(3, 60)))) for _ in range(12)]  # some over 200 chars
-    for trial in range(20):
-        texts = [b if rng.random() < 0.5 else b.replace("1", "2", 1) for b in rng.choice(base, size=40)]
-        for threshold in (0.6, 0.8, 0.9, 1.0):
+    base = [" ".join(rng.choice(words, size=int(rng.integers(3, 60)))) for _ in range(12)]
+    assert max(map(len, base)) > 200  # difflib's autojunk applies to the longer ones
+    for trial in range(4):
+        texts = [b if rng.random() < 0.5 else b.replace("1", "2", 1) for b in rng.choice(base, size=30)]
+        for threshold in (0.4, 0.9, 1.0):  # 0.4 merges unrelated texts of one vocabulary: first fit matters there
             assert anchors.first_fit_groups(texts, threshold).tolist() == _loop_first_fit(texts, threshold), trial
 
 
