@@ -209,3 +209,34 @@ def test_a_verl_launch_summary_reads_the_metrics_file_and_the_checkpoint_folder(
         "health alarms: no health alarms file",
         "checkpoint: none written",
     ]
+
+
+def test_transfer_queues_thread_warning_is_shown_once_per_process():
+    """TransferQueue warns on every put and get where TQ_NUM_THREADS exceeds the physical cores (a CPU run): the
+    plug-in's filter (installed when verl is imported) lets the first through and drops the repeats."""
+    import logging
+
+    import psutil
+    import verl  # noqa: F401  - loads the plug-in, which installs the filter
+    from transfer_queue.utils.common import limit_pytorch_auto_parallel_threads
+
+    from verl_gigpo.verl_glue.quiet import OncePerProcess, quiet_repeated_warnings
+
+    tq_logger = logging.getLogger("transfer_queue.utils.common")
+    quiet_repeated_warnings()  # again: still one filter
+    assert sum(isinstance(f, OncePerProcess) for f in tq_logger.filters) == 1
+    [once] = [f for f in tq_logger.filters if isinstance(f, OncePerProcess)]
+    once._seen = False  # as in a fresh process (an earlier test of this one may have shown it)
+    seen: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: seen.append(record.getMessage())
+    tq_logger.addHandler(handler)
+    try:
+        for _ in range(3):
+            with limit_pytorch_auto_parallel_threads(target_num_threads=psutil.cpu_count(logical=False) + 1):
+                pass
+        tq_logger.warning("another warning")
+    finally:
+        tq_logger.removeHandler(handler)
+    shown = [m for m in seen if "should not exceed total physical CPU cores" in m]
+    assert len(shown) == 1 and "another warning" in seen
