@@ -240,3 +240,23 @@ def test_transfer_queues_thread_warning_is_shown_once_per_process():
         tq_logger.removeHandler(handler)
     shown = [m for m in seen if "should not exceed total physical CPU cores" in m]
     assert len(shown) == 1 and "another warning" in seen
+
+
+def test_a_cpu_launch_passes_transfer_queues_threads_to_every_ray_process(monkeypatch):
+    """On fewer than 8 physical cores TransferQueue clamps TQ_NUM_THREADS (8) to them with a warning on every put and
+    get, also in its storage actors, which never import verl (so the plug-in's filter is not there): a CPU launch
+    passes the core count in Ray's runtime env, unless the user set TQ_NUM_THREADS."""
+    import psutil
+    from omegaconf import OmegaConf
+
+    from verl_gigpo.verl_glue.cpu import set_transfer_queue_threads
+
+    key = "ray_kwargs.ray_init.runtime_env.env_vars.TQ_NUM_THREADS"
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 2)
+    config = OmegaConf.create({"ray_kwargs": {"ray_init": {"runtime_env": {"env_vars": {"VERL_PLATFORM": "cpu"}}}}})
+    OmegaConf.set_struct(config, True)
+    assert set_transfer_queue_threads(config, environ={}) == "2" and OmegaConf.select(config, key) == "2"
+    assert set_transfer_queue_threads(OmegaConf.create({}), environ={"TQ_NUM_THREADS": "4"}) is None
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 16)
+    bare = OmegaConf.create({})
+    assert set_transfer_queue_threads(bare, environ={}) is None and OmegaConf.select(bare, key) is None
