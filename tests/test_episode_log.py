@@ -120,15 +120,16 @@ def test_training_records_of_an_outcome_estimator_carry_its_advantage():
         step_rewards=np.array([1.0, -0.1, 0.0, 0.0, 0.0, 0.0]),
         action_valid=np.array([True, False, True, True, True, True]),
         won=np.array([True, True, False, False, False, False]),
-        env_error=np.zeros(6, dtype=bool),
+        env_error=np.array([False, False, False, True, False, False]),  # c's environment failed
         task_types=np.array(["pick"] * 6, dtype=object),
         history_dropped=np.zeros(6, dtype=np.int64),
-        row_mask=np.ones(6, dtype=bool),
+        row_mask=np.array([True, True, True, False, True, True]),
         observations=np.array(["o1", "o0", "o0", "x", "x", "y"], dtype=object),
         actions=np.array(["up", "junk", "up", "up", "up", "up"], dtype=object),
     )
     records = training_records(steps, n=2, iteration=5, max_chars=50, advantages=np.array([0.7, 0.7, -0.7, 0, 0, 0]))
-    assert [r["traj"] for r in records] == ["a", "c"]  # first trajectory of the first two groups
+    # the first trajectory of the first two groups, the first whose environment did not fail
+    assert [r["traj"] for r in records] == ["a", "d"]
     first = records[0]
     assert [s["step"] for s in first["steps"]] == [0, 1]  # by step id, not by row
     assert [s["action"] for s in first["steps"]] == ["junk", "up"] and [s["valid"] for s in first["steps"]] == [

@@ -164,18 +164,21 @@ def episode_record(episode: Episode, *, kind: str, iteration: int, max_chars: in
 def training_records(
     steps: Any, *, n: int, iteration: int, max_chars: int, terms: Any = None, advantages: np.ndarray | None = None
 ) -> list[dict[str, Any]]:
-    """The logged training episodes of one batch: the first trajectory of each of the first ``n`` episode groups
-    (batch order), each step with ``episode_adv``, ``step_adv`` (a step-credit estimator's ``terms``) or only
-    ``advantage`` (per-row ``advantages`` (N,), grpo / rloo). ``steps`` is a :class:`~verl_gigpo.rollout.step_rows.
-    StepBatch` whose texts were kept (its ``observations`` and ``actions``; the action is the reply when invalid)."""
+    """The logged training episodes of one batch: the first trajectory (the first whose environment did not fail,
+    if any) of each of the first ``n`` episode groups (batch order), each step with ``episode_adv`` and ``step_adv``
+    (a step-credit estimator's ``terms``) or only ``advantage`` (per-row ``advantages`` (N,), grpo / rloo).
+    ``steps`` is a :class:`~verl_gigpo.rollout.step_rows.StepBatch` whose texts were kept (its ``observations`` and
+    ``actions``; the action is the reply when invalid)."""
     real = ~np.asarray(steps.padding, dtype=bool)  # (N,)
-    chosen: dict[Any, Any] = {}  # group -> its first trajectory
+    chosen: dict[Any, Any] = {}  # group -> its first trajectory (the first whose environment did not fail, if any)
     for i in np.flatnonzero(real):
         group = steps.group_ids[i]
-        if group not in chosen and len(chosen) < n:
-            chosen[group] = steps.traj_ids[i]
+        if (group not in chosen and len(chosen) < n) or (
+            group in chosen and chosen[group][1] and not steps.env_error[i]
+        ):
+            chosen[group] = (steps.traj_ids[i], bool(steps.env_error[i]))
     records = []
-    for traj in chosen.values():
+    for traj, _ in chosen.values():
         rows = [int(i) for i in np.flatnonzero(real & (steps.traj_ids == traj))]
         rows.sort(key=lambda i: int(steps.step_ids[i]))
         first = rows[0]
