@@ -27,7 +27,9 @@ divided among its agent-loop workers). Every call has a deadline (``env.step_tim
 docs/environments-execution.md.
 
 With ``env.transcript_dir`` set, every episode is also written there as transcript records, one JSON line per step
-(:mod:`verl_gigpo.evaluate.transcripts`): the evaluation command sets it for a ``trainer.val_only`` launch.
+(:mod:`verl_gigpo.evaluate.transcripts`): the evaluation command sets it for a ``trainer.val_only`` launch. With
+``trainer.log_episodes`` = N, member 0 of validation tasks ``0..N-1`` is appended to
+``<trainer.default_local_dir>/episodes_parts/`` (:mod:`verl_gigpo.rollout.episode_log`), which the trainer mode gathers.
 """
 
 from __future__ import annotations
