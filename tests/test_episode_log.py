@@ -9,12 +9,13 @@ import json
 import numpy as np
 import pytest
 
-from verl_gigpo.local.train import main
+from verl_gigpo.local.train import load_config, main
 from verl_gigpo.rollout.episode_log import (
     CUT_MARKER,
     EpisodeLogOptions,
     PartWriter,
     drain_parts,
+    logger_names,
     training_records,
 )
 from verl_gigpo.rollout.step_rows import StepBatch
@@ -109,6 +110,10 @@ def test_options_name_the_key():
     options = EpisodeLogOptions.from_trainer({"log_episodes": 2, "log_episodes_train_freq": 3})
     assert [options.train_due(k) for k in range(7)] == [False, False, False, True, False, False, True]
     assert not EpisodeLogOptions.from_trainer({"log_episodes_train_freq": 3}).train_due(3)  # N = 0: off
+    # trainer.logger: a name or a list (verl takes both); a name verl does not know fails before anything is built
+    assert logger_names("wandb") == ["wandb"] and logger_names(["console", "file"]) == ["console", "file"]
+    with pytest.raises(ValueError, match="trainer.logger has 'tensorbord'"):
+        load_config(["trainer.logger=[tensorbord]"])
 
 
 def test_training_records_of_an_outcome_estimator_carry_its_advantage():

@@ -27,7 +27,7 @@ from verl_gigpo.advantage.outcome import OUTCOME_ESTIMATORS
 from verl_gigpo.credit.records import CreditLogOptions
 from verl_gigpo.rollout.dynamic import DynamicSampling
 from verl_gigpo.rollout.episode import chat_template_kwargs_from
-from verl_gigpo.rollout.episode_log import EpisodeLogOptions
+from verl_gigpo.rollout.episode_log import EpisodeLogOptions, logger_names
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.seeding import seeded_sampling_from
 from verl_gigpo.rollout.step_rows import UpdateSettings
@@ -154,7 +154,7 @@ def check_loggers(loggers) -> list[str]:
     raises ``ValueError`` naming a bad one."""
     from verl.utils.tracking import Tracking
 
-    names = [] if loggers is None else [loggers] if isinstance(loggers, str) else [str(x) for x in loggers]
+    names = logger_names(loggers)
     for name in names:
         if name not in Tracking.supported_backend:
             raise ValueError(

@@ -42,6 +42,7 @@ __all__ = [
     "drain_parts",
     "episode_record",
     "logged_validation",
+    "logger_names",
     "pick_validation",
     "sign_colour",
     "tensorboard_dir",
@@ -255,6 +256,13 @@ def drain_parts(run_dir: str | Path) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------------------------- outputs
+def logger_names(value: Any) -> list[str]:
+    """``trainer.logger`` (a name or a list of names, verl accepts both; None) as a list of names."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else [str(name) for name in value]
+
+
 def tensorboard_dir(project: str, experiment: str) -> str:
     """Where verl's tensorboard logger writes (``TENSORBOARD_DIR``, else ``tensorboard_log/<project>/<experiment>``,
     the rule of ``verl.utils.tracking._TensorboardAdapter``)."""

@@ -133,7 +133,13 @@ from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit.records import CreditLogger, CreditLogOptions
 from verl_gigpo.rollout import metrics as rollout_metrics
 from verl_gigpo.rollout.dynamic import DynamicSampling
-from verl_gigpo.rollout.episode_log import EpisodeLog, EpisodeLogOptions, drain_parts, training_records
+from verl_gigpo.rollout.episode_log import (
+    EpisodeLog,
+    EpisodeLogOptions,
+    drain_parts,
+    logger_names,
+    training_records,
+)
 from verl_gigpo.rollout.seeding import DRAW_FIELD
 from verl_gigpo.rollout.step_rows import StepBatch, UpdateSettings
 from verl_gigpo.rules import (
@@ -290,7 +296,7 @@ class GiGPOTrainerSync(PPOTrainerSync):
         self.episode_options = EpisodeLogOptions.from_trainer(config.trainer)
         self.episode_log = EpisodeLog(
             config.trainer.default_local_dir,
-            loggers=list(config.trainer.get("logger", None) or []),
+            loggers=logger_names(config.trainer.get("logger", None)),
             project=str(config.trainer.get("project_name", "verl_gigpo")),
             experiment=str(config.trainer.get("experiment_name", "run")),
         )
