@@ -120,8 +120,11 @@ MAX_PARSE_CHARS = 65_536
 MAX_EPISODE_STEPS = 10_000
 
 #: How a prompt writes the admissible actions (:attr:`PromptStyle.admissible_actions`): ``"comma"``: ``a, b, c``;
-#: ``"lines"``: the list starts on a new line and holds one action per line, in single quotes.
-ACTION_LIST_FORMATS = ("comma", "lines")
+#: ``"lines"``: the list starts on a new line and holds one action per line, in single quotes; ``"quoted_indent"``:
+#: one quoted action per line, every line after the first indented by a space (``'a'\n 'b'``, the reference's
+#: ALFWorld); ``"quoted_comma"``: one quoted action per line, each followed by a comma (``'a',\n'b',``, the
+#: reference's WebShop).
+ACTION_LIST_FORMATS = ("comma", "lines", "quoted_indent", "quoted_comma")
 
 
 @dataclass(frozen=True)
@@ -134,8 +137,8 @@ class PromptStyle:
         :attr:`TextEnv.step_limit_phrases` is written in its form without the limit (the reference never states it).
     first_step_number: the number of an episode's first step in the history items and in the label of the current
         step (``{step_number}``): 0 or 1 (the reference numbers from 1). Counts of steps taken do not change.
-    admissible_actions: how the admissible actions are written, one of :data:`ACTION_LIST_FORMATS` (``"lines"``
-        is the reference's ALFWorld and WebShop layout).
+    admissible_actions: how the admissible actions are written, one of :data:`ACTION_LIST_FORMATS`
+        (``"quoted_indent"`` and ``"quoted_comma"`` are the reference's ALFWorld and WebShop layouts).
 
     Raises:
         ValueError: a field of the wrong type or out of range, naming it (``PromptStyle.<field>``).
@@ -159,16 +162,22 @@ class PromptStyle:
         if self.admissible_actions not in ACTION_LIST_FORMATS:
             raise ValueError(
                 f"PromptStyle.admissible_actions={self.admissible_actions!r} must be one of "
-                f"{list(ACTION_LIST_FORMATS)} (comma: 'a, b, c' on one line; lines: one quoted action per line)"
+                f"{list(ACTION_LIST_FORMATS)} (comma: 'a, b, c' on one line; lines: one quoted action per line; "
+                "quoted_indent: the same, lines after the first indented; quoted_comma: each quoted and followed by a "
+                "comma)"
             )
 
     def action_list(self, actions: Sequence[str] | None) -> str:
         """The admissible ``actions`` as the prompt writes them (``"any"`` when there are none or they are
-        unbounded): ``"a, b"`` (comma) or ``"\\n'a'\\n'b'"`` (lines)."""
+        unbounded), in one of :data:`ACTION_LIST_FORMATS`."""
         if not actions:
             return "any"
         if self.admissible_actions == "lines":
             return "".join(f"\n'{action}'" for action in actions)
+        if self.admissible_actions == "quoted_indent":
+            return "\n ".join(f"'{action}'" for action in actions)
+        if self.admissible_actions == "quoted_comma":
+            return "\n".join(f"'{action}'," for action in actions)
         return ", ".join(actions)
 
 
@@ -558,6 +567,32 @@ class TextEnv(abc.ABC):
         self._check_split(split)
         return None
 
+    def prompt_fields(
+        self,
+        observation: str,
+        info: dict[str, Any],
+        history: Sequence[tuple[str, str]] = (),
+        style: PromptStyle | None = None,
+    ) -> dict[str, Any]:
+        """The values a prompt of this state shows, for :meth:`render_prompt` and for prompt templates
+        (``verl_gigpo.rollout.prompts``): ``task`` (str), ``observation`` (str), ``actions`` (the admissible
+        actions, list[str] or None), ``step`` (steps taken, ``info["step"]``), ``step_number`` (``step`` +
+        ``style.first_step_number``), ``max_steps`` (int) and ``history``: one ``(number, observation, action)``
+        per given past pair, oldest first, numbered so that the episode's first step is ``style.first_step_number``.
+        """
+        style = style or PromptStyle()
+        taken = info.get("step", 0)
+        first = taken - len(history) + style.first_step_number
+        return {
+            "task": info.get("task", self.task_description),
+            "observation": observation,
+            "actions": info.get("admissible_actions"),
+            "step": taken,
+            "step_number": taken + style.first_step_number,
+            "max_steps": self.max_steps,
+            "history": [(first + i, obs, act) for i, (obs, act) in enumerate(history)],
+        }
+
     def render_prompt(
         self,
         observation: str,
@@ -565,36 +600,33 @@ class TextEnv(abc.ABC):
         history: Sequence[tuple[str, str]] = (),
         style: PromptStyle | None = None,
     ) -> str:
-        """Fill ``prompt_template`` with the task, the given past ``(observation, action)`` pairs (oldest first,
-        already cut to the wanted length by the caller), the current observation and the admissible actions, in
-        ``style`` (default :class:`PromptStyle`'s defaults).
+        """Fill ``prompt_template`` with :meth:`prompt_fields` of the given past ``(observation, action)`` pairs
+        (oldest first, already cut to the wanted length by the caller), in ``style`` (default
+        :class:`PromptStyle`'s defaults).
 
-        Fields: ``{task}``; ``{history}`` ("Recent history:" and one ``history_item_template`` per pair, numbered
-        so that the episode's first step is ``style.first_step_number``; empty without history); ``{observation}``;
-        ``{admissible_actions}`` (:meth:`PromptStyle.action_list`); ``{step}`` (steps taken, ``info["step"]``);
-        ``{step_number}`` (the current step's number: ``{step}`` + ``style.first_step_number``); ``{max_steps}``;
-        each of ``step_limit_phrases`` (with or without the limit, ``style.show_step_limit``); and
-        ``_prompt_fields()``.
+        Fields: ``{task}``; ``{history}`` ("Recent history:" and one ``history_item_template`` per pair; empty
+        without history); ``{observation}``; ``{admissible_actions}`` (:meth:`PromptStyle.action_list`); ``{step}``;
+        ``{step_number}``; ``{max_steps}``; each of ``step_limit_phrases`` (with or without the limit,
+        ``style.show_step_limit``); and ``_prompt_fields()``.
 
         Raises:
             ValueError: the step limit is hidden but the template writes ``{max_steps}`` outside
                 ``step_limit_phrases``.
         """
         style = style or PromptStyle()
-        taken = info.get("step", 0)
-        first = taken - len(history) + style.first_step_number
+        values = self.prompt_fields(observation, info, history, style)
         lines = [
-            self.history_item_template.format(step=first + i, observation=obs, action=act)
-            for i, (obs, act) in enumerate(history)
+            self.history_item_template.format(step=number, observation=obs, action=act)
+            for number, obs, act in values["history"]
         ]
         fields: dict[str, Any] = {
-            "task": info.get("task", self.task_description),
+            "task": values["task"],
             "history": ("Recent history:\n" + "".join(lines)) if lines else "",
-            "observation": observation,
-            "admissible_actions": style.action_list(info.get("admissible_actions")),
-            "step": taken,
-            "step_number": taken + style.first_step_number,
-            "max_steps": self.max_steps if style.show_step_limit else _HiddenStepLimit(self.name),
+            "observation": values["observation"],
+            "admissible_actions": style.action_list(values["actions"]),
+            "step": values["step"],
+            "step_number": values["step_number"],
+            "max_steps": values["max_steps"] if style.show_step_limit else _HiddenStepLimit(self.name),
         }
         phrases = {
             name: (shown if style.show_step_limit else hidden).format(**fields)

@@ -472,10 +472,10 @@ N (unset: VAL_SIZE; ALFWorld: every game of the split)"
 
 #: the variables the suggested evaluation of a finished run (gigpo_eval_command) repeats when the user set them: what
 #: the evaluation needs to run where the training ran and to load the checkpoint as it was trained (DEVICE, PYTHON,
-#: MODEL_PATH, the LoRA settings), its prompts (THINKING, the estimator's settings) and its names (EXPERIMENT); ENV:NAME
-#: only in ENV's recipe
+#: MODEL_PATH, the LoRA settings), its prompts (THINKING, PROMPT_TEMPLATE, the estimator's settings) and its names
+#: (EXPERIMENT); ENV:NAME only in ENV's recipe
 GIGPO_EVAL_REPEATS=(DEVICE PYTHON MODEL_PATH EXPERIMENT ADV_ESTIMATOR LORA_RANK LORA_ALPHA LORA_TARGET_MODULES THINKING
-    alfworld:ALFWORLD_DATA webshop:WEBSHOP_ENV search:RETRIEVER_URL)
+    PROMPT_TEMPLATE alfworld:ALFWORLD_DATA webshop:WEBSHOP_ENV search:RETRIEVER_URL)
 #: NAME -> the value the user set, read here, when a recipe sources this file (before any default of the recipe's)
 declare -gA GIGPO_GIVEN=()
 for _gigpo_name in "${GIGPO_EVAL_REPEATS[@]}"; do
@@ -862,6 +862,34 @@ e.g. for Qwen3) or THINKING=1 (on), or leave it unset for the template's default
     esac
 }
 
+# --- Prompt template: PROMPT_TEMPLATE (unset = the environment's own prompt) -----------------------------------
+
+# gigpo_prompt_template_setup: fill GIGPO_PROMPT_TEMPLATE from PROMPT_TEMPLATE, a template file (docs/environments.md,
+# "Prompt templates"), e.g. one that `python -m verl_gigpo.prompts from-reference` wrote from your verl-agent checkout:
+# unset or empty = nothing (the environment's own wording); else env.prompt.template (made absolute: the agent-loop
+# workers read it) with the reference's layout of the history items and admissible actions of the recipe's
+# environment (GIGPO_ENV), and show_step_limit back at its default, since the template's text decides that.
+gigpo_prompt_template_setup() {
+    GIGPO_PROMPT_TEMPLATE=()
+    [[ -n "${PROMPT_TEMPLATE:-}" ]] || return 0
+    [[ -f "$PROMPT_TEMPLATE" ]] || gigpo_fail "PROMPT_TEMPLATE=$PROMPT_TEMPLATE is not a file: give a template file, \
+e.g. ~/gigpo-prompts/$GIGPO_ENV.txt as written by \`$PYTHON -m verl_gigpo.prompts from-reference \
+/path/to/verl-agent\`"
+    local path item=bracketed actions=comma
+    path="$(cd "$(dirname "$PROMPT_TEMPLATE")" && pwd)/$(basename "$PROMPT_TEMPLATE")"
+    case "$GIGPO_ENV" in
+        alfworld) actions=quoted_indent ;;
+        webshop) actions=quoted_comma ;;
+        search) item=step_blocks ;;
+    esac
+    GIGPO_PROMPT_TEMPLATE=(
+        env.prompt.template="$(gigpo_hydra_quote "$path")"
+        env.prompt.history_item="$item"
+        env.prompt.admissible_actions="$actions"
+        env.prompt.show_step_limit=true
+    )
+}
+
 # --- Dynamic sampling: DYNAMIC (unset = off) ---------------------------------------------------------------------
 
 # gigpo_dynamic_setup: fill GIGPO_DYNAMIC with the dynamic-sampling settings (docs/dynamic-sampling.md), from
@@ -906,9 +934,9 @@ e.g. MAX_GEN_BATCHES=10 as the reference"
 # each recipe sets the rest). Reads DEVICE, ROLLOUT_NAME, MODEL_PATH, LORA_RANK, LORA_ALPHA,
 # LORA_TARGET_MODULES, LR, USE_KL_LOSS, GROUP_SIZE, N_GPUS, NNODES, RAY_ADDRESS, TOTAL_ITERS, TEST_FREQ, MINI_BATCH_ROWS,
 # MICRO_BATCH_PER_GPU, LOG_PROB_MICRO_BATCH_PER_GPU, KL_COEF, ENTROPY_COEF, VAL_TEMPERATURE, VAL_DO_SAMPLE,
-# MAX_CKPTS_TO_KEEP, EXPERIMENT, LOGGER, SEED, THINKING and DYNAMIC (with MAX_GEN_BATCHES, CLIP_RATIO_LOW,
-# CLIP_RATIO_HIGH) (each recipe sets its defaults, SEED defaults to 0 here; recipes/reference_settings.yaml lists
-# where each value comes from). Recipes put these after their own settings; the
+# MAX_CKPTS_TO_KEEP, EXPERIMENT, LOGGER, SEED, THINKING, PROMPT_TEMPLATE and DYNAMIC (with MAX_GEN_BATCHES,
+# CLIP_RATIO_LOW, CLIP_RATIO_HIGH) (each recipe sets its defaults, SEED defaults to 0 here;
+# recipes/reference_settings.yaml lists where each value comes from). Recipes put these after their own settings; the
 # user's "$@" comes last and wins.
 gigpo_verl_overrides() {
     # the seed of the training task order (data.seed: verl shuffles the task rows with it; docs/configuration.md,
@@ -934,6 +962,7 @@ clearml, trackio)"
     gigpo_lora_setup
     gigpo_thinking_setup
     gigpo_dynamic_setup
+    gigpo_prompt_template_setup
     local platform=() attn=() ray_address=()
     [[ "${DEVICE:-cuda}" == cpu ]] && platform=(platform=cpu)
     # the address in the command too, so that DRY_RUN shows it and the launch record keeps it
@@ -1009,5 +1038,7 @@ clearml, trackio)"
         "${GIGPO_THINKING[@]}"
         # DYNAMIC=episode|signal (gigpo_dynamic_setup): dynamic sampling, when set
         "${GIGPO_DYNAMIC[@]}"
+        # PROMPT_TEMPLATE (gigpo_prompt_template_setup): a template file instead of the environment's wording, when set
+        "${GIGPO_PROMPT_TEMPLATE[@]}"
     )
 }

@@ -303,6 +303,7 @@ def test_dry_run_0_or_empty_runs(value, machine):
         ({"NNODES": "0"}, "NNODES=0 is not a whole number >= 1; it is the number of Ray nodes"),
         ({"NNODES": "two", "RAY_ADDRESS": "head:6379"}, "NNODES=two is not a whole number >= 1"),
         ({"NNODES": "2"}, "NNODES=2 trains on 2 Ray nodes, but RAY_ADDRESS is not set"),
+        ({"PROMPT_TEMPLATE": "/nowhere/t.txt"}, "PROMPT_TEMPLATE=/nowhere/t.txt is not a file"),
     ],
 )
 @pytest.mark.parametrize("recipe", ["alfworld", "search"])

@@ -107,7 +107,7 @@ def _expected_gigpo(data, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     """The estimator on the rows' own extra_fields with the config's settings: the oracle of the trainer mode."""
     extra = list(data["extra_fields"])
     return compute_gigpo_advantage(
-        torch.tensor([ef["step_reward"] for ef in extra]),
+        torch.tensor([ef["step_reward"] for ef in extra], dtype=torch.float64),  # as StepBatch passes them
         mask,
         np.array(list(data["uid"]), dtype=object),
         np.array([ef["traj_id"] for ef in extra], dtype=object),

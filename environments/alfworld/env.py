@@ -29,7 +29,7 @@ action block, think tags, no Chinese characters) such a command is sent to the e
 "Nothing happens." (or runs ``help``) and leaves the state as it was; that answer is the next observation. A reply
 without an action block sends its last 30 characters, as the reference does.
 
-Prompt: the task is stated once, in the prompt's header; :meth:`AlfWorldEnv.render_prompt` leaves the "Your task
+Prompt: the task is stated once, in the prompt's header; :meth:`AlfWorldEnv.prompt_fields` leaves the "Your task
 is to: ..." line out of the observations it shows (the first observation holds it). The observations themselves
 (``observation`` anchor keys, history records) are the engine's text, unchanged.
 
@@ -357,17 +357,17 @@ class AlfWorldEnv(TextEnv):
         return None
 
     # ------------------------------------------------------------------ prompt
-    def render_prompt(
+    def prompt_fields(
         self,
         observation: str,
         info: dict[str, Any],
         history: Sequence[tuple[str, str]] = (),
         style: PromptStyle | None = None,
-    ) -> str:
-        """The base prompt, with the task stated once: the header's task line stays, and the "Your task is to:
+    ) -> dict[str, Any]:
+        """The base fields, with the task stated once: the header's task line stays, and the "Your task is to:
         ..." line is left out of the observations shown (the first observation of a game holds it)."""
         shown = [(_without_task_line(obs), act) for obs, act in history]
-        return super().render_prompt(_without_task_line(observation), info, shown, style)
+        return super().prompt_fields(_without_task_line(observation), info, shown, style)
 
     # ------------------------------------------------------------------ extras
     def state_facts(self, *, names: bool = True) -> list[str]:

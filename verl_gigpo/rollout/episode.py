@@ -14,7 +14,8 @@ worker processes) so that hundreds of episodes proceed concurrently with no lock
 under its deadline (:mod:`verl_gigpo.rollout.execution.envcalls`).
 
 The prompt's structure and what happens to one over ``max_prompt_length`` are ``EpisodeConfig.prompt``
-(``env.prompt.*``): :func:`build_prompt` renders it in that style and applies the over-long rule; a step whose reply
+(``env.prompt.*``): :func:`build_prompt` renders it (:func:`verl_gigpo.rollout.prompts.render_prompt`: the
+environment's own prompt in that style, or a template file) and applies the over-long rule; a step whose reply
 sent no command shows :meth:`~verl_gigpo.rollout.types.PromptOptions.history_action` in later prompts' history.
 
 The event loop stays free for the other episodes: an observation longer than
@@ -43,6 +44,7 @@ from verl_gigpo.rollout.execution.envcalls import EnvCalls
 from verl_gigpo.rollout.execution.pool import EnvPool
 from verl_gigpo.rollout.execution.threads import EnvThreadPool
 from verl_gigpo.rollout.factory import make_task_env
+from verl_gigpo.rollout.prompts import render_prompt
 from verl_gigpo.rollout.seeding import EpisodeSeeds
 from verl_gigpo.rollout.types import Episode, EpisodeConfig, Generator, StepRecord, TaskSpec
 
@@ -241,11 +243,11 @@ def build_prompt(
     options, limit = config.prompt, config.max_prompt_length
     keep = min(config.history_length, len(history))
     shown = list(history[len(history) - keep :]) if keep else []
-    text = env.render_prompt(observation, info, shown, options.style)
+    text = render_prompt(env, observation, info, shown, options)
     above = options.history_free_above_chars
     if keep and above is not None and len(text) > above:
         keep, shown = 0, []
-        text = env.render_prompt(observation, info, shown, options.style)
+        text = render_prompt(env, observation, info, shown, options)
     encode_with_offsets = getattr(encoder, "encode_with_offsets", None)
     if encode_with_offsets is None:
         ids, starts = encoder(text), None
@@ -268,7 +270,7 @@ def build_prompt(
             first_token_at.setdefault(start, index)
         while drop < keep:
             drop += 1
-            shorter = env.render_prompt(observation, info, shown[drop:], options.style)
+            shorter = render_prompt(env, observation, info, shown[drop:], options)
             cut = _removed_block(text, shorter, first_token_at)
             if cut is None:
                 logger.debug("build_prompt: dropped history does not align with tokens; encoding afresh")
@@ -281,7 +283,7 @@ def build_prompt(
         drop -= 1  # that drop could not be spliced: encode it (and any further one) afresh below
     while True:
         drop += 1
-        shorter = env.render_prompt(observation, info, shown[drop:], options.style)
+        shorter = render_prompt(env, observation, info, shown[drop:], options)
         ids = encoder(shorter)
         if len(ids) <= limit:
             return shorter, ids, keep - drop, False
@@ -360,7 +362,7 @@ async def run_episode(
         seeds: the seed of each step's request (:class:`~verl_gigpo.rollout.seeding.EpisodeSeeds`), set in the
             sampling parameters; None sends ``sampling_params`` as they are.
     """
-    episode = Episode(traj_id=traj_id, task=task, group_id=group_id)
+    episode = Episode(traj_id=traj_id, task=task, group_id=group_id, seeds=seeds)
     timing = {"generate": 0.0, "env": 0.0, "glue": 0.0}
     episode.timing = timing
     env: TextEnv | None = None

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from environments.base import INVALID_ACTION_RULES, PromptStyle
+from verl_gigpo.rollout.prompts import HISTORY_ITEMS, load_template, moot_key_warnings
 from verl_gigpo.rules import RANGES, Range
 
 __all__ = [
@@ -84,6 +85,8 @@ PROMPT_KEYS = (
     "invalid_reply_tail",
     "overlong",
     "history_free_above_chars",
+    "template",
+    "history_item",
 )
 
 
@@ -103,6 +106,10 @@ class PromptOptions:
     overlong: what happens to a prompt longer than ``data.max_prompt_length``, one of :data:`OVERLONG_RULES`.
     history_free_above_chars: a prompt whose text with history has more characters than this is rendered without
         history (the reference's WebShop rule, 13,000); None = no such rule. Applied before ``overlong``.
+    template: a template file (``env.prompt.template``) whose text, filled with the environment's fields, is the
+        prompt instead of the environment's own; None = the environment's own (:mod:`verl_gigpo.rollout.prompts`).
+    history_item: how a template's ``{history}`` writes the past steps, one of
+        :data:`~verl_gigpo.rollout.prompts.HISTORY_ITEMS`.
 
     Raises:
         ValueError: a bad value, naming the key (``env.prompt.<field>``).
@@ -112,6 +119,8 @@ class PromptOptions:
     invalid_reply_tail: int | None = None
     overlong: str = "drop_history"
     history_free_above_chars: int | None = None
+    template: str | None = None
+    history_item: str = "env"
 
     def __post_init__(self) -> None:
         if not isinstance(self.style, PromptStyle):
@@ -137,6 +146,18 @@ class PromptOptions:
             low=1,
             nullable=True,
         ).check(above)
+        if self.history_item not in HISTORY_ITEMS:
+            items = "; ".join(f"{name}: {meaning}" for name, meaning in HISTORY_ITEMS.items())
+            raise ValueError(
+                f"env.prompt.history_item={self.history_item!r} must be one of {list(HISTORY_ITEMS)} ({items})"
+            )
+        if self.template is not None:
+            if not isinstance(self.template, str) or not self.template:
+                raise ValueError(
+                    f"env.prompt.template={self.template!r} must be the path of a template file, or null for the "
+                    "environment's own prompt"
+                )
+            load_template(self.template)
 
     @classmethod
     def from_config(cls, prompt: Mapping[str, Any] | None) -> PromptOptions:
@@ -164,12 +185,16 @@ class PromptOptions:
             )
         except ValueError as exc:
             raise ValueError(str(exc).replace("PromptStyle.", "env.prompt.")) from None
-        return cls(
+        options = cls(
             style=style,
             invalid_reply_tail=prompt.get("invalid_reply_tail", base.invalid_reply_tail),
             overlong=prompt.get("overlong", base.overlong),
             history_free_above_chars=prompt.get("history_free_above_chars", base.history_free_above_chars),
+            template=prompt.get("template", base.template),
+            history_item=prompt.get("history_item", base.history_item),
         )
+        moot_key_warnings(options)
+        return options
 
     def history_action(self, action: str | None, reply: str) -> str:
         """What the history shows as the action of a step: the command sent (``action``), or, when the reply sent
@@ -356,6 +381,8 @@ class Episode:
         episode ends there); each leaves a thread running until the call returns (``env/abandoned_threads``).
     group_id: the episode group it belongs to (the id of its task draw, shared by the group's members; verl's
         ``uid``); None: the group is the task itself (:func:`verl_gigpo.rollout.step_rows.episode_group_id`).
+    seeds: the seeds its requests carried (:class:`~verl_gigpo.rollout.seeding.EpisodeSeeds`: rollout seed,
+        stream, member), or None when they carried none; enough to replay it.
     """
 
     traj_id: str
@@ -369,6 +396,7 @@ class Episode:
     timing: dict[str, float] = field(default_factory=dict)
     abandoned_threads: int = 0
     group_id: str | None = None
+    seeds: Any = None
 
     @property
     def length(self) -> int:
