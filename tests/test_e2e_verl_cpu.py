@@ -77,6 +77,9 @@ def runs(action_model_dir, tmp_path_factory):
                 f"{MINI_BATCH_KEY}={MINI_BATCH_ROWS}",
                 # 2 environment worker processes: each gets >= 8 of an iteration's 16 resets, so >= 1 fails
                 "env.num_workers=2",
+                # the episode table: 2 validation episodes per validation, 2 training episodes every 2 iterations
+                "trainer.log_episodes=2",
+                "trainer.log_episodes_train_freq=2",
             ],
             "env": {"PYTHONPATH": pythonpath, "GIGPO_FAULTY_EVERY": "5"},
         }
@@ -307,3 +310,28 @@ def test_the_bfloat16_export_holds_the_weights_verls_model_merger_writes(runs, t
     # the training run's attention backend stays in the checkpoint: a folder naming flash-attn would not load without it
     assert json.loads((actor / "huggingface" / "config.json").read_text())["attn_implementation"] == "sdpa"
     assert "attn_implementation" not in ours_config and ours_config["dtype"] == "bfloat16"
+
+
+def test_the_episode_table_and_the_end_of_launch_summary(runs):
+    """trainer.log_episodes=2, log_episodes_train_freq=2: the agent loops wrote member 0 of validation tasks 0 and 1 at
+    each validation (before training; after the last iteration, in the resumed launch), the trainer mode gathered
+    them and logged training episodes with their terms at iterations 2 and 4; the resumed launch ends with the
+    summary (iterations, last validation, alarms, checkpoint, evaluate and export commands)."""
+    run = runs["gigpo_resume"]
+    folder = run.run_dir / "ckpt"
+    records = [json.loads(line) for line in (folder / "episodes.jsonl").read_text().splitlines()]
+    assert [(r["iteration"], r["seed"]) for r in records if r["kind"] == "val"] == [(0, 0), (0, 1), (4, 0), (4, 1)]
+    train = [r for r in records if r["kind"] == "train"]
+    assert [r["iteration"] for r in train] == [2, 2, 4, 4]
+    for record in train:
+        if record["steps"]:
+            assert all({"observation", "action", "episode_adv", "step_adv"} <= set(s) for s in record["steps"])
+    assert (folder / "episodes.html").is_file()
+    assert not list((folder / "episodes_parts").glob("part_*.jsonl"))  # every part gathered
+    lines = [line.removeprefix("[verl_gigpo] ") for line in run.output.splitlines() if "[verl_gigpo]" in line]
+    summary = lines[lines.index("=== run summary ===") :]
+    assert summary[1] == "iterations done: 4"
+    assert summary[2].startswith("last validation (iteration 4): ")
+    assert summary[3].startswith("health alarms:")  # then one line per alarm, if any
+    assert f"checkpoint: {folder / 'global_step_4'}" in summary
+    assert f"evaluate: python -m verl_gigpo.evaluate {folder / 'global_step_4'}" in summary

@@ -13,6 +13,7 @@ is not started here (``tests/test_e2e_verl_cpu.py`` runs the whole pipeline).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import shutil
 import uuid
@@ -130,6 +131,8 @@ def rollout(ray_tq, action_model_dir, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("run")
     write_task_files("gridnav", data_dir, train_size=N_TASKS, val_size=2)
     credit = ["trainer.credit_log_freq=1", "trainer.credit_log_groups=-1", f"trainer.default_local_dir={run_dir}"]
+    # the episode table: rows without the trainer mode's draw field (as here) are validation rows for the agent loop
+    credit += ["trainer.log_episodes=2", "trainer.log_episodes_train_freq=2"]
     transcripts = ["env.transcript_dir=" + str(run_dir / "transcripts")]  # what an evaluation launch sets
     # verl's default val_kwargs.do_sample=false with a temperature the trainer mode must overrule (greedy validation)
     cfg = _config(action_model_dir, data_dir, "gigpo", *credit, *transcripts, *GREEDY_AT_0_7)
@@ -309,7 +312,7 @@ def test_gigpo_advantage_step_writes_the_estimators_terms_as_credit_records(roll
 
     extra = list(data["extra_fields"])
     terms = gigpo_advantage_terms(
-        torch.tensor([ef["step_reward"] for ef in extra]),
+        torch.tensor([ef["step_reward"] for ef in extra], dtype=torch.float64),  # as StepBatch passes them
         data["response_mask"].to_padded_tensor(0),
         np.array(list(data["uid"]), dtype=object),
         np.array([ef["traj_id"] for ef in extra], dtype=object),
@@ -325,6 +328,44 @@ def test_gigpo_advantage_step_writes_the_estimators_terms_as_credit_records(roll
         assert (rec["observation"], rec["action"]) == (ef["observation"], ef["action"])
         assert "walls:" in rec["observation"] and rec["task_id"] == ef["task_id"]
     assert any(r["step_adv"] != 0 for r in records)
+
+
+def test_the_agent_loop_writes_the_logged_episodes_and_the_trainer_their_training_terms(rollout):
+    """trainer.log_episodes=2: the agent-loop worker (a Ray actor) appends member 0 of tasks 0 and 1 to
+    episodes_parts/ (rows without a draw field are validation rows); the trainer mode gathers them; every
+    log_episodes_train_freq=2 iterations its advantage step logs the first trajectory of the first two groups with
+    the estimator's terms, texts from the rows."""
+    from verl_gigpo.rollout.episode_log import EpisodeLog, drain_parts
+
+    trainer, meta, data = rollout["trainer"], rollout["meta"], rollout["data"]
+    run_dir = rollout["run_dir"]
+    parts = drain_parts(run_dir)
+    assert [(r["kind"], r["iteration"], r["seed"]) for r in parts] == [("val", 1, 0), ("val", 1, 1)]
+    assert all(r["traj"].endswith("_0") for r in parts)  # member 0 (verl's session_id)
+    extra = list(data["extra_fields"])
+    by_traj = defaultdict(list)
+    for ef in extra:
+        by_traj[ef["traj_id"]].append(ef)
+    for record in parts:
+        rows = sorted(by_traj[record["traj"]], key=lambda ef: ef["step_id"])
+        assert [s["reward"] for s in record["steps"]] == [ef["step_reward"] for ef in rows]
+        assert [s["observation"] for s in record["steps"]] == [ef["observation"] for ef in rows]
+        assert all(s["reply"] for s in record["steps"])
+
+    trainer.global_steps = 2  # due: 2 % log_episodes_train_freq == 0
+    trainer._compute_advantage(meta, {})
+    train = [r for r in map(json.loads, (run_dir / "episodes.jsonl").read_text().splitlines()) if r["iteration"] == 2]
+    uids = list(data["uid"])
+    first_trajs = list(dict.fromkeys(ef["traj_id"] for ef in extra))
+    groups = list(dict.fromkeys(uids))[:2]
+    assert [r["traj"] for r in train] == [next(t for t in first_trajs if t.startswith(g)) for g in groups]
+    for record in train:
+        rows = sorted(by_traj[record["traj"]], key=lambda ef: ef["step_id"])
+        assert [s["action"] for s in record["steps"]] == [ef["action"] for ef in rows]
+        assert all(s["advantage"] == pytest.approx(s["episode_adv"] + s["step_adv"]) for s in record["steps"])
+    assert (run_dir / "episodes.html").is_file()
+    EpisodeLog(run_dir).write(parts, step=1)  # what the trainer mode's _validate does with them
+    assert "val: task1" in (run_dir / "episodes.html").read_text()
 
 
 def _advantages(meta) -> torch.Tensor:

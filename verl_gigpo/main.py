@@ -65,7 +65,7 @@ def main(config: DictConfig) -> None:
     from verl_gigpo.plugin import ensure_registered
     from verl_gigpo.verl_glue.cluster import ClusterError, check_cluster, prepare_ray_init
     from verl_gigpo.verl_glue.dead_actor import dead_actor_in_job, find_dead_actor, raised_by_ray, stop_message
-    from verl_gigpo.verl_glue.launch import LaunchError, prepare_launch
+    from verl_gigpo.verl_glue.launch import LaunchError, prepare_launch, summary_lines
     from verl_gigpo.verl_glue.preflight import preflight
 
     ensure_registered()
@@ -96,6 +96,8 @@ def main(config: DictConfig) -> None:
         # a dead process of the run (verl replaces none): one line naming it and how to resume, not Ray's nesting
         print(f"error: {stop_message(dead, config.trainer.default_local_dir)}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
+    for line in summary_lines(plan):  # iterations, last validation, alarms, checkpoint, evaluate/export commands
+        print(f"[verl_gigpo] {line}", flush=True)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ own registries:
   :mod:`verl_gigpo.verl_glue.trainer`;
 * the ``cpu`` platform and the ``hf`` rollout backend that run verl's pipeline on a CPU, see
   :mod:`verl_gigpo.verl_glue.cpu`;
+* a filter that shows TransferQueue's repeated thread-count warning once per process
+  (:mod:`verl_gigpo.verl_glue.quiet`);
 * a file logger that appends across the launches of one experiment (``verl.utils.tracking.FileLogger``, active only
   where ``python -m verl_gigpo.main`` asks for it), see :func:`verl_gigpo.verl_glue.metrics_file.append_file_logger`.
 
@@ -153,8 +155,10 @@ def _register() -> None:
     import wrapt
 
     from verl_gigpo.verl_glue.cpu import register_cpu_backends
+    from verl_gigpo.verl_glue.quiet import quiet_repeated_warnings
 
     register_cpu_backends()
+    quiet_repeated_warnings()  # TransferQueue's thread-count warning: once per process, not on every put and get
     for module, hook in _LAZY:
         wrapt.register_post_import_hook(hook, module)
 

@@ -19,6 +19,7 @@ from verl_gigpo.credit.graph import STEP_TERMS, anchor_graph, draw_anchor_graph,
 from verl_gigpo.credit.load import CreditRun, load_credit_run
 from verl_gigpo.credit.recredit import recredit
 from verl_gigpo.credit.stats import ZERO, RunStats, credit_pairs, run_stats, summary_text
+from verl_gigpo.rollout.episode_log import PAGE_STYLE, sign_colour
 
 __all__ = ["CreditReport", "default_group", "make_report", "plot_distributions"]
 
@@ -234,9 +235,7 @@ def _html(
         )
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{html.escape(method)} credit report</title>
-<style>body{{font-family:sans-serif;max-width:1400px;margin:auto;padding:1em}} pre{{background:#f6f6f6;padding:1em;
-overflow-x:auto}} table{{border-collapse:collapse;font-size:13px}} td,th{{border:1px solid #ccc;padding:3px 6px;
-text-align:left}}</style></head><body>
+<style>{PAGE_STYLE}</style></head><body>
 <h1>What {html.escape(method)} credited</h1>
 <pre>{html.escape(summary)}</pre>
 <h2>Anchor-state graph: iteration {iteration}, episode group {html.escape(str(group))}</h2>
@@ -258,7 +257,7 @@ grey = no step signal.</p>
 
 
 def _sign_colour(x: float) -> str:
-    return "#1f5fbf" if x > ZERO else "#c0392b" if x < -ZERO else "#777777"
+    return sign_colour(x, ZERO)
 
 
 def _safe(group: Any) -> str:

@@ -20,6 +20,7 @@ import warnings
 from pathlib import Path
 
 from verl_gigpo.local.config import DEFAULT_CONFIG, load_config
+from verl_gigpo.rollout.summary import launch_summary
 
 __all__ = ["main"]
 
@@ -86,4 +87,16 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.local.plot:
         print(f"plot: {out / 'learning_curve.png'}")
     print(f"checkpoint: {out / 'checkpoints'}")
+    if cfg.trainer.log_episodes:
+        print(f"episodes: {out / 'episodes.html'}")
+    ckpt = trainer.last_checkpoint
+    summary = launch_summary(
+        history,
+        run_dir=out,
+        iterations=trainer.iteration,
+        checkpoint=ckpt,
+        evaluate=["python", "-m", "verl_gigpo.evaluate", str(out)],
+        export=["python", "-m", "verl_gigpo.export", str(out), "--out", f"exported/{out.name}"],
+    )
+    print("\n".join(summary))
     return 0

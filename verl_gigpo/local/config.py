@@ -27,6 +27,7 @@ from verl_gigpo.advantage.outcome import OUTCOME_ESTIMATORS
 from verl_gigpo.credit.records import CreditLogOptions
 from verl_gigpo.rollout.dynamic import DynamicSampling
 from verl_gigpo.rollout.episode import chat_template_kwargs_from
+from verl_gigpo.rollout.episode_log import EpisodeLogOptions, logger_names
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.seeding import seeded_sampling_from
 from verl_gigpo.rollout.step_rows import UpdateSettings
@@ -40,7 +41,7 @@ from verl_gigpo.rules import (
     validation_sampling,
 )
 
-__all__ = ["DEFAULT_CONFIG", "ESTIMATORS", "gigpo_config", "load_config", "validate_config"]
+__all__ = ["DEFAULT_CONFIG", "ESTIMATORS", "check_loggers", "gigpo_config", "load_config", "validate_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +123,8 @@ def validate_config(cfg: DictConfig) -> None:
 
     get_policy_loss_fn(actor.policy_loss.loss_mode)  # raises with the list of known losses
     CreditLogOptions.from_trainer(cfg.trainer)  # trainer.credit_log_*: raises naming the key
+    EpisodeLogOptions.from_trainer(cfg.trainer)  # trainer.log_episodes*: the reader verl's path uses
+    check_loggers(cfg.trainer.get("logger", None))
     check_invalid_action(cfg.env.invalid_action)  # env.invalid_action: the episode runner's own check
     known = {*list_envs(), *(str(k) for k in cfg.env.registry or {})}
     if cfg.env.name not in known:
@@ -145,6 +148,21 @@ def validate_config(cfg: DictConfig) -> None:
     greedy = validation_sampling(rollout.val_kwargs)
     if greedy.message:
         (logger.warning if greedy.ignored else logger.info)(greedy.message)
+
+
+def check_loggers(loggers) -> list[str]:
+    """``trainer.logger`` as a list of verl's backend names (``verl.utils.tracking.Tracking.supported_backend``);
+    raises ``ValueError`` naming a bad one."""
+    from verl.utils.tracking import Tracking
+
+    names = logger_names(loggers)
+    for name in names:
+        if name not in Tracking.supported_backend:
+            raise ValueError(
+                f"trainer.logger has {name!r}, not a verl logger; use a list of {Tracking.supported_backend} "
+                "(e.g. trainer.logger=[tensorboard]) or [] for metrics.jsonl only"
+            )
+    return names
 
 
 def gigpo_config(cfg: DictConfig):

@@ -2,8 +2,8 @@
 accident, and how checkpoints are found.
 
 A run folder (``trainer.default_local_dir``) holds :data:`RUN_OUTPUTS`: ``metrics.jsonl``, ``learning_curve.png``,
-``checkpoints/iter_K/state.pt`` with the pointer ``checkpoints/latest_checkpointed_iteration.txt``, and
-``credit/``. Rules:
+``checkpoints/iter_K/state.pt`` with the pointer ``checkpoints/latest_checkpointed_iteration.txt``, ``credit/``
+and the logged episodes (``episodes.jsonl``, ``episodes.html``). Rules:
 
 1. Starting a run (no ``--resume``) in a folder that holds one is refused (:func:`prepare_run_folder`): pass
    ``--resume`` to continue it or ``--overwrite`` to delete its outputs first. Other files are never touched.
@@ -41,7 +41,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-RUN_OUTPUTS = ("metrics.jsonl", "learning_curve.png", "checkpoints", "credit")
+RUN_OUTPUTS = ("metrics.jsonl", "learning_curve.png", "checkpoints", "credit", "episodes.jsonl", "episodes.html")
 """What a run writes in its folder (and all that ``--overwrite`` removes)."""
 
 _ITER = re.compile(r"iter_(\d+)")

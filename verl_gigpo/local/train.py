@@ -41,8 +41,10 @@ Validation: every ``trainer.test_freq`` iterations, before the first and after t
 
 Outputs in ``trainer.default_local_dir``: ``metrics.jsonl`` (one line per iteration; iteration 0 holds the first
 validation), ``learning_curve.png``, ``checkpoints/iter_K/`` and, with ``trainer.credit_log_freq`` > 0,
-``credit/iter_K.jsonl`` (:mod:`verl_gigpo.credit`). ``--resume`` continues from the last checkpoint and gives the same
-parameters and metrics as an uninterrupted run (CPU); :mod:`verl_gigpo.local.run_folder` says what may change.
+``credit/iter_K.jsonl`` (:mod:`verl_gigpo.credit`), and with ``trainer.log_episodes`` > 0 ``episodes.jsonl`` and
+``episodes.html`` (:mod:`verl_gigpo.rollout.episode_log`; also to ``trainer.logger``'s wandb and tensorboard).
+``--resume`` continues from the last checkpoint and gives the same parameters and metrics as an uninterrupted run
+(CPU); :mod:`verl_gigpo.local.run_folder` says what may change.
 
 Metrics: ``env/*`` and ``episode/*`` (:func:`verl_gigpo.rollout.metrics.episode_metrics` over the step rows trained
 on, as on verl's engine), ``gigpo/*``, ``adv/abs_mean``, ``actor/*``, ``rollout/*`` (``rollout/episodes_played`` and
@@ -85,7 +87,7 @@ from verl_gigpo.local.checkpoint import (
     write_checkpoint,
 )
 from verl_gigpo.local.cli import main
-from verl_gigpo.local.config import DEFAULT_CONFIG, gigpo_config, load_config
+from verl_gigpo.local.config import DEFAULT_CONFIG, check_loggers, gigpo_config, load_config
 from verl_gigpo.local.plots import plot_metrics, run_title
 from verl_gigpo.local.rollout import LocalRollout, local_device
 from verl_gigpo.local.run_folder import prepare_run_folder
@@ -95,6 +97,13 @@ from verl_gigpo.local.setup import (
 from verl_gigpo.local.update import PPOActor
 from verl_gigpo.rollout import Episode, TaskSpec
 from verl_gigpo.rollout.dynamic import DynamicRounds, DynamicSampling, group_signal
+from verl_gigpo.rollout.episode_log import (
+    EpisodeLog,
+    EpisodeLogOptions,
+    episode_record,
+    pick_validation,
+    training_records,
+)
 from verl_gigpo.rollout.metrics import episode_metrics, run_names, summaries_from_episodes, val_names
 from verl_gigpo.rollout.step_rows import StepBatch
 from verl_gigpo.rules import penalty_mode
@@ -151,6 +160,13 @@ class LocalTrainer:
         credit = CreditLogOptions.from_trainer(cfg.trainer, estimator=cfg.algorithm.adv_estimator)
         self.credit_logger = CreditLogger(credit, self.out_dir, seed=cfg.trainer.seed)
         self.gigpo_terms = None
+        # whole episodes (trainer.log_episodes*) and the metrics backends besides metrics.jsonl (trainer.logger)
+        self.episode_options = EpisodeLogOptions.from_trainer(cfg.trainer)
+        loggers = check_loggers(cfg.trainer.get("logger", None))
+        project, experiment = str(cfg.trainer.project_name), str(cfg.trainer.experiment_name)
+        self.tracking = _tracking(cfg, loggers, project, experiment)
+        self.episode_log = EpisodeLog(self.out_dir, loggers=loggers, project=project, experiment=experiment)
+        self.last_checkpoint: Path | None = None
 
     # ------------------------------------------------------------------ rollout
     def rollout(
@@ -205,12 +221,26 @@ class LocalTrainer:
         self.episodes_played_total += len(played)
         t1 = time.perf_counter()
         credit_due = self.credit_logger.due(self.iteration)  # credit records: the rows keep their texts
-        texts = self.credit_logger.options.max_chars if credit_due else 0
+        episodes_due = self.episode_options.train_due(self.iteration)  # so do logged training episodes
+        texts = max(
+            self.credit_logger.options.max_chars if credit_due else 0,
+            self.episode_options.max_chars + 1 if episodes_due else 0,  # + 1: the episode log marks its own cut
+        )
         # groups from the task draws; failed episodes masked
         batch = StepBatch.from_episodes(episodes, text_chars=texts)
         advantages, adv_metrics = self.compute_advantages(batch)
         if self.gigpo_terms is not None and credit_due:
             self.credit_logger.write(self.iteration, self.gigpo_terms, batch)
+        if episodes_due:
+            records = training_records(
+                batch,
+                n=self.episode_options.episodes,
+                iteration=self.iteration,
+                max_chars=self.episode_options.max_chars,
+                terms=self.gigpo_terms,
+                advantages=advantages,
+            )
+            self.episode_log.write(records, step=self.iteration)
         t2 = time.perf_counter()
         actor_metrics = self.update(batch, advantages)
         t3 = time.perf_counter()
@@ -291,6 +321,13 @@ class LocalTrainer:
             return {}
         start = time.perf_counter()
         episodes = self.rollouts.validation_episodes()
+        options = self.episode_options
+        if options.enabled:  # trainer.log_episodes: member 0 of tasks 0..N-1, the same at every validation
+            records = [
+                episode_record(ep, kind="val", iteration=self.iteration, max_chars=options.max_chars)
+                for ep in pick_validation(episodes, options.episodes)
+            ]
+            self.episode_log.write(records, step=self.iteration)
         val = episode_metrics(summaries_from_episodes(episodes), prefix="val", episode_prefix="val")
         return {**val, **val_names(cfg.env.name, val, seconds=time.perf_counter() - start)}
 
@@ -342,10 +379,16 @@ class LocalTrainer:
         self.history.append(metrics)
         with path.open("a") as fh:
             fh.write(json.dumps(metrics) + "\n")
+        if self.tracking is not None:
+            self.tracking.log(data=metrics, step=int(metrics["step"]))
 
     def close(self) -> None:
-        """Stop the server, the environments (worker processes included), their threads and the event loop."""
+        """Stop the server, the environments (worker processes included), their threads and the event loop; close
+        the loggers."""
         self.rollouts.close()
+        self.episode_log.close()
+        if self.tracking is not None:
+            self.tracking.finish()
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:
@@ -359,7 +402,8 @@ class LocalTrainer:
             "history": self.history,
             "config": OmegaConf.to_container(self.cfg, resolve=True),
         }
-        return write_checkpoint(self.out_dir / "checkpoints", self.iteration, state)
+        self.last_checkpoint = write_checkpoint(self.out_dir / "checkpoints", self.iteration, state)
+        return self.last_checkpoint
 
     def load_checkpoint(self) -> int:
         """Restore the last checkpoint of ``trainer.default_local_dir`` (model, optimizer, RNGs, iteration,
@@ -389,6 +433,16 @@ class LocalTrainer:
     def _read_checkpoint(self) -> tuple[dict[str, Any], Path] | None:
         """The checkpoint to resume from and its path (:func:`read_checkpoint`), None when there is none."""
         return read_checkpoint(self.out_dir / "checkpoints", self.cfg, device=self.device)
+
+
+def _tracking(cfg: DictConfig, loggers: list[str], project: str, experiment: str):
+    """verl's ``Tracking`` over ``trainer.logger`` (None when it is empty)."""
+    if not loggers:
+        return None
+    from verl.utils.tracking import Tracking
+
+    config = OmegaConf.to_container(cfg, resolve=True)
+    return Tracking(project_name=project, experiment_name=experiment, default_backend=loggers, config=config)
 
 
 def _fmt(metrics: dict[str, float]) -> str:

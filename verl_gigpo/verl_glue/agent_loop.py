@@ -27,7 +27,9 @@ divided among its agent-loop workers). Every call has a deadline (``env.step_tim
 docs/environments-execution.md.
 
 With ``env.transcript_dir`` set, every episode is also written there as transcript records, one JSON line per step
-(:mod:`verl_gigpo.evaluate.transcripts`): the evaluation command sets it for a ``trainer.val_only`` launch.
+(:mod:`verl_gigpo.evaluate.transcripts`): the evaluation command sets it for a ``trainer.val_only`` launch. With
+``trainer.log_episodes`` = N, member 0 of validation tasks ``0..N-1`` is appended to
+``<trainer.default_local_dir>/episodes_parts/`` (:mod:`verl_gigpo.rollout.episode_log`), which the trainer mode gathers.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from verl_gigpo.rollout import (
     chat_template_kwargs_from,
     run_episode,
 )
+from verl_gigpo.rollout.episode_log import EpisodeLogOptions, PartWriter, episode_record, logged_validation
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.execution.threads import EnvThreadPool
 from verl_gigpo.rollout.rows import episode_rows
@@ -169,6 +172,8 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
     _env_pool: ClassVar[EnvPool | None] = None
     #: env.transcript_dir -> the writer of this process
     _transcripts: ClassVar[dict[str, TranscriptWriter]] = {}
+    #: trainer.default_local_dir -> the writer of this process's logged validation episodes
+    _episode_parts: ClassVar[dict[str, PartWriter]] = {}
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -183,8 +188,15 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
         self.encoder = ChatPromptEncoder(
             self.tokenizer, chat_template_kwargs=chat_template_kwargs_from(self.apply_chat_template_kwargs)
         )
-        credit = CreditLogOptions.from_trainer(self.config.get("trainer", None))  # texts for credit records
-        self.text_chars = credit.max_chars if credit.enabled else 0
+        trainer = self.config.get("trainer", None)
+        credit = CreditLogOptions.from_trainer(trainer)  # texts for credit records
+        # trainer.log_episodes*: validation episodes go to episodes_parts/; logged training episodes need the texts
+        self.episode_options = EpisodeLogOptions.from_trainer(trainer)
+        train_texts = self.episode_options.max_chars + 1 if self.episode_options.train_freq else 0
+        self.text_chars = max(
+            credit.max_chars if credit.enabled else 0, train_texts if self.episode_options.enabled else 0
+        )
+        self.episode_parts = self.part_writer(str(trainer.default_local_dir)) if self.episode_options.enabled else None
         folder = env_cfg.get("transcript_dir", None)  # env.transcript_dir: every episode, one line per step
         self.transcripts = self.transcript_writer(str(folder)) if folder else None
         rollout = self.config.actor_rollout_ref.rollout
@@ -208,6 +220,15 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
             if folder not in cls._transcripts:
                 cls._transcripts[folder] = TranscriptWriter(folder)
             return cls._transcripts[folder]
+
+    @classmethod
+    def part_writer(cls, run_dir: str) -> PartWriter:
+        """The worker-wide writer of logged validation episodes (``<run_dir>/episodes_parts/``, one file per
+        process)."""
+        with cls._executor_lock:
+            if run_dir not in cls._episode_parts:
+                cls._episode_parts[run_dir] = PartWriter(run_dir)
+            return cls._episode_parts[run_dir]
 
     def env_pool(self) -> EnvPool:
         """The worker-wide environment pool, made by the first agent loop of the process: its worker processes
@@ -265,6 +286,15 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
         )
         if self.transcripts is not None:
             self.transcripts.write(episode_records(episode, group=kwargs.get("uid", "nouid")))
+        options = self.episode_options
+        # a row without the trainer mode's draw field is a validation row (as for the request seeds)
+        if (
+            self.episode_parts is not None
+            and DRAW_FIELD not in kwargs
+            and logged_validation(task.seed, int(kwargs.get("session_id", 0)), options.episodes)
+        ):
+            step = int(kwargs.get("global_steps", 0) or 0)
+            self.episode_parts.write(episode_record(episode, kind="val", iteration=step, max_chars=options.max_chars))
         placeholder = []
         if not episode.steps:
             placeholder = self.tokenizer.encode(f"environment {env_name} failed: {episode.env_error}")[:64] or [0]

@@ -36,7 +36,14 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from verl_gigpo.config.resume import VERL_RESUME, ResumeRefused, describe
-from verl_gigpo.verl_glue.metrics_file import APPEND_ENV, metrics_path, prepare_metrics_file
+from verl_gigpo.rollout.summary import launch_summary
+from verl_gigpo.verl_glue.metrics_file import (
+    APPEND_ENV,
+    TRAINING_STEP_KEY,
+    metrics_path,
+    prepare_metrics_file,
+    read_metrics,
+)
 
 __all__ = [
     "LAUNCHES_DIR",
@@ -48,6 +55,7 @@ __all__ = [
     "checkpoint_stamp",
     "read_checkpoint_folder",
     "saved_launch_config",
+    "summary_lines",
     "set_aside_partial_checkpoints",
     "write_launch_record",
 ]
@@ -352,3 +360,15 @@ def _check_settings(config: Any, folder: Path, step: int) -> list[str]:
     if not refused:
         return []
     return [f"resuming with changed training settings (trainer.allow_config_change=true): {describe(refused)}"]
+
+
+def summary_lines(plan: LaunchPlan) -> list[str]:
+    """The end-of-launch summary (:func:`verl_gigpo.rollout.summary.launch_summary`) of a verl launch: the metrics
+    file's rows (none without the ``file`` logger), the last training step logged (else the checkpoint pointer's),
+    the latest complete checkpoint of the experiment folder."""
+    rows = read_metrics(plan.metrics) if plan.metrics is not None else []
+    steps = [int(row["step"]) for row in rows if TRAINING_STEP_KEY in row]
+    state = read_checkpoint_folder(plan.folder)
+    iterations = steps[-1] if steps else state.pointer
+    checkpoint = plan.folder / f"global_step_{state.latest}" if state.latest else None
+    return launch_summary(rows, run_dir=plan.folder, iterations=iterations, checkpoint=checkpoint)

@@ -18,6 +18,8 @@ key added with ``+`` that nothing reads). :func:`preflight` checks the whole GiG
   ``env.registry``, an ``env.kwargs`` that is not a mapping;
 * ``trainer.credit_log_*`` (per-step credit records) through
   :meth:`verl_gigpo.credit.records.CreditLogOptions.from_trainer`;
+* ``trainer.log_episodes*`` (the episode table) through
+  :meth:`verl_gigpo.rollout.episode_log.EpisodeLogOptions.from_trainer`;
 * ``algorithm.filter_groups`` (dynamic sampling) through
   :meth:`verl_gigpo.rollout.dynamic.DynamicSampling.from_algorithm` and, when enabled, what verl's path needs (the
   ``gigpo_sync`` trainer mode, no custom sampler);
@@ -50,6 +52,7 @@ from verl_gigpo import AGENT_LOOP_NAME, STEP_CREDIT_ESTIMATORS, TRAINER_MODE
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit.records import CreditLogOptions
 from verl_gigpo.rollout.episode import chat_template_kwargs_from
+from verl_gigpo.rollout.episode_log import EpisodeLogOptions
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.seeding import seeded_sampling_from
 from verl_gigpo.rules import (
@@ -147,6 +150,10 @@ def config_problems(config: Any) -> list[str]:
         problems.append(str(exc))
     try:  # trainer.credit_log_*: the reader the trainer mode and the agent loop call
         CreditLogOptions.from_trainer(config.get("trainer", None))
+    except ValueError as exc:
+        problems.append(str(exc))
+    try:  # trainer.log_episodes*: the reader the trainer mode and the agent loop call
+        EpisodeLogOptions.from_trainer(config.get("trainer", None))
     except ValueError as exc:
         problems.append(str(exc))
     bypass = bypass_mode_problem(

@@ -100,6 +100,9 @@ behaviours they rely on at run time (a :class:`~verl_gigpo.verl_glue.verl_versio
 9. ``_submit_batch_to_rollout`` — wrapped: numbers the iteration's training draws (:data:`~verl_gigpo.rollout.
    seeding.DRAW_FIELD`, a non-tensor column of each submitted row; a later dynamic-sampling refill continues the
    count), which the agent loop's request seeds read (:mod:`verl_gigpo.rollout.seeding`); then verl's.
+10. ``_validate`` — wrapped: verl's, then, with ``trainer.log_episodes``, the validation episodes the agent loops
+    wrote to ``episodes_parts/`` are gathered and logged (:mod:`verl_gigpo.rollout.episode_log`; verl's ``fit``
+    logs the validation's metrics after ``_validate`` returns, at the same step).
 
 It reads verl's attributes ``config``, ``use_critic``, ``use_reference_policy`` (set in ``PPOTrainer.__init__``),
 ``actor_rollout_wg`` (``PPOTrainer._setup``) and ``global_steps`` (``PPOTrainer._load_checkpoint``), and the
@@ -130,6 +133,13 @@ from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit.records import CreditLogger, CreditLogOptions
 from verl_gigpo.rollout import metrics as rollout_metrics
 from verl_gigpo.rollout.dynamic import DynamicSampling
+from verl_gigpo.rollout.episode_log import (
+    EpisodeLog,
+    EpisodeLogOptions,
+    drain_parts,
+    logger_names,
+    training_records,
+)
 from verl_gigpo.rollout.seeding import DRAW_FIELD
 from verl_gigpo.rollout.step_rows import StepBatch, UpdateSettings
 from verl_gigpo.rules import (
@@ -282,6 +292,14 @@ class GiGPOTrainerSync(PPOTrainerSync):
         # per-step credit records every trainer.credit_log_freq iterations, in trainer.default_local_dir/credit
         credit = CreditLogOptions.from_trainer(config.trainer, estimator=algorithm.adv_estimator)
         self.credit_logger = CreditLogger(credit, config.trainer.default_local_dir)
+        # whole episodes (trainer.log_episodes*): validation ones from the agent loops' parts, training ones here
+        self.episode_options = EpisodeLogOptions.from_trainer(config.trainer)
+        self.episode_log = EpisodeLog(
+            config.trainer.default_local_dir,
+            loggers=logger_names(config.trainer.get("logger", None)),
+            project=str(config.trainer.get("project_name", "verl_gigpo")),
+            experiment=str(config.trainer.get("experiment_name", "run")),
+        )
         if algorithm.adv_estimator in STEP_CREDIT_ESTIMATORS:
             problem = kl_in_reward_problem(algorithm.get("use_kl_in_reward", False), algorithm.adv_estimator)
             if problem:  # verl_gigpo.verl_glue.preflight says it before Ray; this covers verl's own entry point
@@ -526,6 +544,30 @@ class GiGPOTrainerSync(PPOTrainerSync):
             return
         self.credit_logger.write(self.global_steps, terms, steps)
 
+    def _validate(self) -> dict[str, float]:
+        """verl's validation, then its logged episodes (``trainer.log_episodes``): the records the agent loops
+        appended to ``episodes_parts/``, written at this step (:class:`verl_gigpo.rollout.episode_log.EpisodeLog`)."""
+        metrics = super()._validate()
+        if self.episode_options.enabled:
+            self.episode_log.write(drain_parts(self.config.trainer.default_local_dir), step=self.global_steps)
+        return metrics
+
+    def _log_training_episodes(self, steps: StepBatch, terms: GiGPOTerms | None, advantages: Any) -> None:
+        """Every ``trainer.log_episodes_train_freq`` iterations, the first trajectory of the first
+        ``trainer.log_episodes`` groups with their advantage terms (texts from the rows the agent loop wrote)."""
+        options = self.episode_options
+        if not options.train_due(self.global_steps):
+            return
+        records = training_records(
+            steps,
+            n=options.episodes,
+            iteration=self.global_steps,
+            max_chars=options.max_chars,
+            terms=terms,
+            advantages=advantages,
+        )
+        self.episode_log.write(records, step=self.global_steps)
+
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         """Env/episode metrics for every estimator; the advantages of ``adv_estimator`` gigpo, hgpo, graphgpo or g2po
         (the step-credit estimators) and of grpo or rloo (:func:`~verl_gigpo.advantage.outcome.outcome_advantages`,
@@ -556,10 +598,12 @@ class GiGPOTrainerSync(PPOTrainerSync):
             )
             advantages = torch.as_tensor(per_row, dtype=torch.float32)[:, None] * response_mask  # (N, L)
             fields.update(advantages=advantages, returns=advantages)
+            self._log_training_episodes(steps, None, per_row)  # trainer.log_episodes_train_freq
         else:
             terms = steps.advantage_terms(self.gigpo_config, response_mask)  # the entry both engines use
             advantages, returns = terms.token_level(response_mask)  # (N, L), (N, L)
             self._write_credit(terms, steps)  # trainer.credit_log_freq
+            self._log_training_episodes(steps, terms, None)  # trainer.log_episodes_train_freq
             metrics.update(terms.stats)
             fields.update(advantages=advantages, returns=returns)
         output = TensorDict(
@@ -610,6 +654,7 @@ OVERRIDDEN = (
     "_compute_old_log_prob",
     "_compute_advantage",
     "_submit_batch_to_rollout",
+    "_validate",
 )
 check_overrides(GiGPOTrainerSync, PPOTrainerSync, OVERRIDDEN, use="gigpo_sync trainer mode")
 if "trainer_mode" in dir(PPOTrainerSync):  # verl 0.9.1 sets it on the instance; a class member would shadow ours

@@ -34,6 +34,7 @@ __all__ = [
     "register_rollout_adapter",
     "register_rollout_backend",
     "register_rollout_replica",
+    "set_transfer_queue_threads",
 ]
 
 #: the name verl's platform registry knows the CPU platform by (``VERL_PLATFORM=cpu``)
@@ -212,11 +213,13 @@ def activate_cpu_platform(config: Any) -> None:
     """Make this process, and every Ray process it starts, run verl on the CPU platform.
 
     Checks ``config`` (:func:`check_cpu_config`), sets ``VERL_PLATFORM=cpu`` (inherited by Ray workers; the
-    ``platform=cpu`` config also passes it in Ray's runtime env), registers the CPU engines and shims here, and
+    ``platform=cpu`` config also passes it in Ray's runtime env) and TransferQueue's threads
+    (:func:`set_transfer_queue_threads`), registers the CPU engines and shims here, and
     replaces verl's platform singleton if this process resolved another platform before.
     """
     check_cpu_config(config)
     os.environ["VERL_PLATFORM"] = PLATFORM_NAME
+    set_transfer_queue_threads(config)
     register_cpu_backends()
     from verl.plugin.platform import get_platform, set_platform
 
@@ -224,3 +227,25 @@ def activate_cpu_platform(config: Any) -> None:
 
     if get_platform().device_name != "cpu":
         set_platform(CPUPlatform())
+
+
+#: TransferQueue's torch threads per put and get (``TQ_NUM_THREADS``) when unset
+TQ_DEFAULT_THREADS = 8
+
+
+def set_transfer_queue_threads(config: Any, environ: dict[str, str] | None = None) -> str | None:
+    """On a machine with fewer physical cores than TransferQueue's default ``TQ_NUM_THREADS`` (8), pass the core
+    count to every Ray process (``ray_kwargs.ray_init.runtime_env.env_vars.TQ_NUM_THREADS``): TransferQueue clamps
+    to it anyway, but warns on every put and get. Nothing when the user set ``TQ_NUM_THREADS``. Returns the value
+    set, or None."""
+    import psutil
+    from omegaconf import OmegaConf, open_dict
+
+    environ = os.environ if environ is None else environ
+    key = "ray_kwargs.ray_init.runtime_env.env_vars.TQ_NUM_THREADS"
+    cores = psutil.cpu_count(logical=False) or 1
+    if "TQ_NUM_THREADS" in environ or OmegaConf.select(config, key) is not None or cores >= TQ_DEFAULT_THREADS:
+        return None
+    with open_dict(config):
+        OmegaConf.update(config, key, str(cores), force_add=True)
+    return str(cores)
