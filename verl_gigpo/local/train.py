@@ -95,7 +95,7 @@ from verl_gigpo.local.setup import (
 from verl_gigpo.local.update import PPOActor
 from verl_gigpo.rollout import Episode, TaskSpec
 from verl_gigpo.rollout.dynamic import DynamicRounds, DynamicSampling, group_signal
-from verl_gigpo.rollout.metrics import episode_metrics, run_names, summaries_from_episodes, val_names
+from verl_gigpo.rollout.metrics import episode_metrics, run_names, summaries_from_episodes, type_metrics, val_names
 from verl_gigpo.rollout.step_rows import StepBatch
 from verl_gigpo.rules import penalty_mode
 
@@ -286,14 +286,16 @@ class LocalTrainer:
 
     def validate(self) -> dict[str, float]:
         """Play the fixed validation tasks (:meth:`verl_gigpo.local.rollout.LocalRollout.validation_episodes`);
-        returns ``val/*`` metrics (empty when ``data.val_size`` is 0)."""
+        returns ``val/*`` metrics and the per-type ``val-core/<env.name>/<type>/*`` (empty when ``data.val_size`` is
+        0)."""
         cfg = self.cfg
         if cfg.data.val_size == 0:
             return {}
         start = time.perf_counter()
-        episodes = self.rollouts.validation_episodes()
-        val = episode_metrics(summaries_from_episodes(episodes), prefix="val", episode_prefix="val")
-        return {**val, **val_names(cfg.env.name, val, seconds=time.perf_counter() - start)}
+        summaries = summaries_from_episodes(self.rollouts.validation_episodes())
+        val = episode_metrics(summaries, prefix="val", episode_prefix="val")
+        by_type = type_metrics(cfg.env.name, summaries)
+        return {**val, **by_type, **val_names(cfg.env.name, val, seconds=time.perf_counter() - start)}
 
     def fit(self) -> list[dict[str, float]]:
         """Train until ``trainer.total_training_steps``, or until the training episodes played reach

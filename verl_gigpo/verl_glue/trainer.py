@@ -97,6 +97,11 @@ behaviours they rely on at run time (a :class:`~verl_gigpo.verl_glue.verl_versio
    log-probs copied as the old ones, no actor pass, so neither ``actor/entropy`` nor the rollout-vs-actor metrics)
    it runs verl's own non-bypass branch on the checked iterations (``trainer.v1.gigpo_sync.logprob_check_freq``) by
    turning ``bypass_mode`` off for that one call.
+9. ``_val_metrics_update`` — wrapped: verl's ``_validate`` hands it every validation episode's final-row
+   ``reward_extra_info`` (lists by key) and data source; the per-type ``val-core/<data_source>/<type>/*`` keys
+   (:func:`verl_gigpo.rollout.metrics.type_metrics`, the local engine's function) are computed from the agent loop's
+   ``acc``, ``episode_length``, ``invalid_actions``, ``task_type`` and ``env_error``, and the last two are removed
+   before verl's statistics (which average every key).
 
 It reads verl's attributes ``config``, ``use_critic``, ``use_reference_policy`` (set in ``PPOTrainer.__init__``),
 ``actor_rollout_wg`` (``PPOTrainer._setup``) and ``global_steps`` (``PPOTrainer._load_checkpoint``), and the
@@ -154,6 +159,7 @@ __all__ = [
     "episode_metrics",
     "plan_mini_batches",
     "planned_update_actor",
+    "validation_type_metrics",
 ]
 
 logger = verl_logger(__name__)
@@ -196,6 +202,38 @@ def episode_metrics(steps: StepBatch) -> dict[str, float]:
     docs/metrics.md) over :meth:`StepBatch.trajectory_summaries`. Trajectories whose environment failed count only in
     ``env/env_error_rate``, ``episode/num_trajectories``, ``episode/num_step_rows`` and the seconds."""
     return rollout_metrics.episode_metrics(steps.trajectory_summaries())
+
+
+def validation_type_metrics(data_sources: list, infos: dict[str, list]) -> dict[str, float]:
+    """The per-type validation keys (:func:`verl_gigpo.rollout.metrics.type_metrics`) of verl's validation lists:
+    ``data_sources`` (one per episode) and ``infos`` (verl's ``reward_extra_infos_dict``: the agent loop's
+    ``reward_extra_info`` by key, one entry per episode, None where a row lacked the key). Episodes without a
+    ``task_type`` entry (another agent loop) are left out; none at all: empty."""
+    types = infos.get("task_type")
+    if not types:
+        return {}
+    by_source: dict[str, list[rollout_metrics.TrajectorySummary]] = {}
+    for i, task_type in enumerate(types):
+        if task_type is None:
+            continue
+
+        def value(key: str, i: int = i) -> float:
+            column = infos.get(key) or []
+            return float(column[i]) if i < len(column) and column[i] is not None else 0.0
+
+        summary = rollout_metrics.TrajectorySummary(
+            won=value("acc") > 0.5,
+            length=int(value("episode_length")),
+            episode_return=value("reward"),
+            num_invalid=int(value("invalid_actions")),
+            env_error=value("env_error") > 0.5,
+            task_type=str(task_type) or None,
+        )
+        by_source.setdefault(str(data_sources[i]), []).append(summary)
+    out: dict[str, float] = {}
+    for source, summaries in sorted(by_source.items()):
+        out.update(rollout_metrics.type_metrics(source, summaries))
+    return out
 
 
 def apply_validation_sampling(config: Any) -> ValidationSampling:
@@ -496,6 +534,21 @@ class GiGPOTrainerSync(PPOTrainerSync):
             with open_dict(correction):
                 correction.bypass_mode = True
 
+    # ------------------------------------------------------------------ validation per task type
+    def _val_metrics_update(
+        self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns, expected_acc_counts=None
+    ) -> dict[str, float]:
+        """verl's validation metrics plus ``val-core/<data_source>/<type>/*`` (:func:`validation_type_metrics`);
+        the agent loop's ``task_type`` and ``env_error`` are removed from ``reward_extra_infos_dict`` first."""
+        infos = dict(reward_extra_infos_dict)
+        by_type = validation_type_metrics(data_sources, infos)
+        infos.pop("task_type", None)
+        infos.pop("env_error", None)
+        metrics = super()._val_metrics_update(
+            data_sources, sample_uids, infos, sample_turns, expected_acc_counts=expected_acc_counts
+        )
+        return {**metrics, **by_type}
+
     def _read_steps(self, batch: KVBatchMeta) -> tuple[StepBatch, TensorDict]:
         data = tq.kv_batch_get(
             keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "response_mask", "extra_fields"]
@@ -595,6 +648,7 @@ OVERRIDDEN = (
     "_update_actor",
     "_compute_old_log_prob",
     "_compute_advantage",
+    "_val_metrics_update",
 )
 check_overrides(GiGPOTrainerSync, PPOTrainerSync, OVERRIDDEN, use="gigpo_sync trainer mode")
 if "trainer_mode" in dir(PPOTrainerSync):  # verl 0.9.1 sets it on the instance; a class member would shadow ours
