@@ -72,6 +72,7 @@ COMMON_RESUMABLE: dict[str, str] = {
     "trainer.credit_log_freq": "the credit records (logging only)",
     "trainer.credit_log_groups": "the credit records (logging only)",
     "trainer.credit_log_max_chars": "the credit records (logging only)",
+    "trainer.health.": "the training-health alarms (what they check and do; the run's computation is the same)",
     "env.num_workers": _ENV_EXEC,
     "env.step_timeout_s": _ENV_EXEC,
     "env.reset_timeout_s": _ENV_EXEC,

@@ -28,6 +28,7 @@ from verl_gigpo.credit.records import CreditLogOptions
 from verl_gigpo.rollout.dynamic import DynamicSampling
 from verl_gigpo.rollout.episode import chat_template_kwargs_from
 from verl_gigpo.rollout.execution import EnvExecution
+from verl_gigpo.rollout.health import HealthOptions
 from verl_gigpo.rollout.step_rows import UpdateSettings
 from verl_gigpo.rollout.types import PromptOptions, check_invalid_action
 from verl_gigpo.rules import (
@@ -121,6 +122,7 @@ def validate_config(cfg: DictConfig) -> None:
 
     get_policy_loss_fn(actor.policy_loss.loss_mode)  # raises with the list of known losses
     CreditLogOptions.from_trainer(cfg.trainer)  # trainer.credit_log_*: raises naming the key
+    HealthOptions.from_trainer(cfg.trainer)  # trainer.health.*: the reader verl's trainer mode uses
     check_invalid_action(cfg.env.invalid_action)  # env.invalid_action: the episode runner's own check
     known = {*list_envs(), *(str(k) for k in cfg.env.registry or {})}
     if cfg.env.name not in known:

@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -76,6 +77,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.advantage.outcome import outcome_advantages
+from verl_gigpo.config.resume import flatten_config
 from verl_gigpo.credit.records import CreditLogger, CreditLogOptions
 from verl_gigpo.local.checkpoint import (
     read_checkpoint,
@@ -95,6 +97,7 @@ from verl_gigpo.local.setup import (
 from verl_gigpo.local.update import PPOActor
 from verl_gigpo.rollout import Episode, TaskSpec
 from verl_gigpo.rollout.dynamic import DynamicRounds, DynamicSampling, group_signal
+from verl_gigpo.rollout.health import HealthMonitor, HealthOptions
 from verl_gigpo.rollout.metrics import episode_metrics, run_names, summaries_from_episodes, type_metrics, val_names
 from verl_gigpo.rollout.step_rows import StepBatch
 from verl_gigpo.rules import penalty_mode
@@ -151,6 +154,9 @@ class LocalTrainer:
         credit = CreditLogOptions.from_trainer(cfg.trainer, estimator=cfg.algorithm.adv_estimator)
         self.credit_logger = CreditLogger(credit, self.out_dir, seed=cfg.trainer.seed)
         self.gigpo_terms = None
+        # training-health alarms (trainer.health): checked on every iteration's metrics in fit()
+        kl_key = "actor/kl_loss" if cfg.actor_rollout_ref.actor.use_kl_loss else "actor/ppo_kl"
+        self.health = HealthMonitor(HealthOptions.from_trainer(cfg.trainer), kl_key=kl_key, run_dir=self.out_dir)
 
     # ------------------------------------------------------------------ rollout
     def rollout(
@@ -325,9 +331,24 @@ class LocalTrainer:
             if last or (cfg.trainer.test_freq > 0 and self.iteration % cfg.trainer.test_freq == 0):
                 metrics.update(self.validate())
             metrics["timing_s/iteration"] = time.perf_counter() - start
+            metrics.update(self.health.observe(self.iteration, metrics))  # trainer.health: health/*, alarms
             self._record(metrics, metrics_path)
-            if last or (cfg.trainer.save_freq > 0 and self.iteration % cfg.trainer.save_freq == 0):
+            saved = last or (cfg.trainer.save_freq > 0 and self.iteration % cfg.trainer.save_freq == 0)
+            if saved:
                 self.save_checkpoint()
+            if self.health.stop_requested:  # trainer.health.action=stop: a checkpoint, then one line
+                path = self.out_dir / "checkpoints" if saved else self.save_checkpoint()
+                signals = sorted({a.signal for a in self.health.alarms if a.iteration == self.iteration})
+                logger.warning(
+                    "stopped at iteration %d by trainer.health.action=stop (%s); checkpoint %s; resume with: %s "
+                    "(add trainer.health.ignore=[%s] to silence)",
+                    self.iteration,
+                    ", ".join(signals),
+                    path,
+                    resume_command(cfg),
+                    ",".join(signals),
+                )
+                break
             if bar is not None:
                 post = {"success": f"{metrics['env/success_rate']:.2f}"}
                 val = [m["val/success_rate"] for m in self.history if "val/success_rate" in m]
@@ -337,6 +358,7 @@ class LocalTrainer:
                 bar.update(1)
         if bar is not None:
             bar.close()
+        logger.info(self.health.summary())
         if cfg.local.plot:
             plot_metrics(self.history, self.out_dir / "learning_curve.png", title=run_title(cfg))
         return self.history
@@ -383,6 +405,9 @@ class LocalTrainer:
         restore_rng_states(state, self.task_rng, self.server.generator)
         self.iteration = int(state["iteration"])
         self.history = list(state["history"])
+        for line in self.history:  # the alarms' windows, bests and cool-downs, as an uninterrupted run has them
+            if "training/global_step" in line:
+                self.health.observe(int(line["training/global_step"]), line, replay=True)
         n, size = self.cfg.actor_rollout_ref.rollout.n, self.cfg.data.train_batch_size
         # a checkpoint without the count comes from a run of data.train_batch_size x rollout.n episodes an iteration
         self.episodes_played_total = int(state.get("episodes_played_total", self.iteration * size * n))
@@ -392,6 +417,27 @@ class LocalTrainer:
     def _read_checkpoint(self) -> tuple[dict[str, Any], Path] | None:
         """The checkpoint to resume from and its path (:func:`read_checkpoint`), None when there is none."""
         return read_checkpoint(self.out_dir / "checkpoints", self.cfg, device=self.device)
+
+
+def resume_command(cfg: DictConfig) -> str:
+    """The command that resumes this run: ``python -m verl_gigpo.local.train`` with every key that differs from
+    the defaults (``local_trainer.yaml``) and ``--resume``."""
+    defaults = flatten_config(OmegaConf.to_container(OmegaConf.load(DEFAULT_CONFIG), resolve=True))
+    current = flatten_config(OmegaConf.to_container(cfg, resolve=True))
+    skip = {"trainer.resume", "trainer.overwrite"}
+    items = [f"{k}={_dot(v)}" for k, v in current.items() if k not in skip and (k not in defaults or defaults[k] != v)]
+    return " ".join(["python -m verl_gigpo.local.train", *(shlex.quote(i) for i in items), "--resume"])
+
+
+def _dot(value: Any) -> str:
+    """A value as an OmegaConf dotlist item writes it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "[" + ",".join(_dot(v) for v in value) + "]"
+    return str(value)
 
 
 def _fmt(metrics: dict[str, float]) -> str:

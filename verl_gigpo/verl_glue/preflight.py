@@ -17,7 +17,8 @@ key added with ``+`` that nothing reads). :func:`preflight` checks the whole GiG
   reads (``algorithm.gigpo.gamma``, ``env.<typo>``), an ``env.name`` that is neither registered nor in
   ``env.registry``, an ``env.kwargs`` that is not a mapping;
 * ``trainer.credit_log_*`` (per-step credit records) through
-  :meth:`verl_gigpo.credit.records.CreditLogOptions.from_trainer`;
+  :meth:`verl_gigpo.credit.records.CreditLogOptions.from_trainer`, ``trainer.health.*`` through
+  :meth:`verl_gigpo.rollout.health.HealthOptions.from_trainer`;
 * ``algorithm.filter_groups`` (dynamic sampling) through
   :meth:`verl_gigpo.rollout.dynamic.DynamicSampling.from_algorithm` and, when enabled, what verl's path needs (the
   ``gigpo_sync`` trainer mode, no custom sampler);
@@ -51,6 +52,7 @@ from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit.records import CreditLogOptions
 from verl_gigpo.rollout.episode import chat_template_kwargs_from
 from verl_gigpo.rollout.execution import EnvExecution
+from verl_gigpo.rollout.health import HealthOptions
 from verl_gigpo.rules import (
     RANGES,
     SHARED_KEYS,
@@ -143,6 +145,10 @@ def config_problems(config: Any) -> list[str]:
         problems.append(str(exc))
     try:  # trainer.credit_log_*: the reader the trainer mode and the agent loop call
         CreditLogOptions.from_trainer(config.get("trainer", None))
+    except ValueError as exc:
+        problems.append(str(exc))
+    try:  # trainer.health.*: the reader the trainer mode and the local engine call
+        HealthOptions.from_trainer(config.get("trainer", None))
     except ValueError as exc:
         problems.append(str(exc))
     bypass = bypass_mode_problem(
