@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -216,7 +217,7 @@ class HealthMonitor:
         if not opts.enable:
             return {}
         for key, value in metrics.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if isinstance(value, numbers.Real) and not isinstance(value, bool):
                 self.series.setdefault(key, []).append(float(value))
         raised = []
         out: dict[str, float] = {}

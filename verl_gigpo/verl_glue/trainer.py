@@ -102,8 +102,14 @@ behaviours they rely on at run time (a :class:`~verl_gigpo.verl_glue.verl_versio
    (:func:`verl_gigpo.rollout.metrics.type_metrics`, the local engine's function) are computed from the agent loop's
    ``acc``, ``episode_length``, ``invalid_actions``, ``task_type`` and ``env_error``, and the last two are removed
    before verl's statistics (which average every key).
+10. ``_compute_metrics`` — wrapped: verl's V1 ``fit()`` has no per-iteration hook; this member runs once per
+    iteration with the iteration's whole metrics dict (validation included) just before ``fit`` logs it, so the
+    training-health checks run there (:class:`~verl_gigpo.rollout.health.HealthMonitor`, ``trainer.health``) and add
+    ``health/*``. With ``action=stop`` it saves a checkpoint (verl's ``_save_checkpoint``, unless ``fit`` saved this
+    iteration) and sets ``total_training_steps`` to this iteration, which ends ``fit``'s loop after the log.
 
 It reads verl's attributes ``config``, ``use_critic``, ``use_reference_policy`` (set in ``PPOTrainer.__init__``),
+``total_training_steps`` (``PPOTrainer._init_dataloader``; written by item 10),
 ``actor_rollout_wg`` (``PPOTrainer._setup``) and ``global_steps`` (``PPOTrainer._load_checkpoint``), and the
 ``is_padding`` tag of verl's padding rows (``verl.trainer.ppo.padding_utils.upsample_batch_to_divisible_size``).
 """
@@ -131,6 +137,7 @@ from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit.records import CreditLogger, CreditLogOptions
 from verl_gigpo.rollout import metrics as rollout_metrics
 from verl_gigpo.rollout.dynamic import DynamicSampling
+from verl_gigpo.rollout.health import HealthMonitor, HealthOptions
 from verl_gigpo.rollout.step_rows import StepBatch, UpdateSettings
 from verl_gigpo.rules import (
     Range,
@@ -346,6 +353,10 @@ class GiGPOTrainerSync(PPOTrainerSync):
         self._rows_to_split: int | None = None
         self.mini_batch_plan: MiniBatchPlan | None = None
         self._logprob_checked = False  # the launch's first bypass-mode iteration recomputes old log-probs
+        # training-health alarms (trainer.health), checked in _compute_metrics; health.jsonl in the run folder
+        kl_key = "actor/kl_loss" if config.actor_rollout_ref.actor.get("use_kl_loss", False) else "actor/ppo_kl"
+        options = HealthOptions.from_trainer(config.trainer)
+        self.health = HealthMonitor(options, kl_key=kl_key, run_dir=config.trainer.default_local_dir)
         super().__init__(config)
         if getattr(self, "registered_mode", None) != config.trainer.v1.trainer_mode:  # set through our setter
             raise VerlMismatchError(
@@ -534,6 +545,42 @@ class GiGPOTrainerSync(PPOTrainerSync):
             with open_dict(correction):
                 correction.bypass_mode = True
 
+    # ------------------------------------------------------------------ training health
+    def _compute_metrics(self, batch: KVBatchMeta, metrics, timing_raw, global_steps, epoch):
+        """verl's metrics, then the training-health checks on the iteration's whole ``metrics`` (``health/*``; module
+        docstring, item 10); the run's alarm summary is logged on its last iteration."""
+        super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
+        self._check_health(metrics, int(global_steps))
+
+    def _check_health(self, metrics: dict, step: int) -> None:
+        """``health/*`` into ``metrics`` (:meth:`HealthMonitor.observe`); with ``action=stop`` and a new alarm,
+        :meth:`_stop_for_health`; the summary line on the run's last iteration."""
+        metrics.update(self.health.observe(step, metrics))
+        stop = self.health.stop_requested
+        if stop:
+            self._stop_for_health(step)
+        if stop or step >= self.total_training_steps:
+            logger.info(self.health.summary())
+
+    def _stop_for_health(self, step: int) -> None:
+        """``trainer.health.action=stop``: a checkpoint of this iteration (unless ``fit`` saved one), one line, and
+        ``fit``'s loop ends after this iteration's log."""
+        save_freq = self.config.trainer.save_freq
+        if not (save_freq > 0 and (step % save_freq == 0 or step >= self.total_training_steps)):
+            self._save_checkpoint()
+        signals = sorted({a.signal for a in self.health.alarms if a.iteration == step})
+        logger.warning(
+            "stopped at iteration %d by trainer.health.action=stop (%s); checkpoint %s/global_step_%d; resume with "
+            "the same command (trainer.resume_mode=auto resumes from it), adding trainer.health.ignore=[%s] to "
+            "silence",
+            step,
+            ", ".join(signals),
+            self.config.trainer.default_local_dir,
+            step,
+            ",".join(signals),
+        )
+        self.total_training_steps = step  # fit() loops while global_steps <= total_training_steps
+
     # ------------------------------------------------------------------ validation per task type
     def _val_metrics_update(
         self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns, expected_acc_counts=None
@@ -649,6 +696,7 @@ OVERRIDDEN = (
     "_compute_old_log_prob",
     "_compute_advantage",
     "_val_metrics_update",
+    "_compute_metrics",
 )
 check_overrides(GiGPOTrainerSync, PPOTrainerSync, OVERRIDDEN, use="gigpo_sync trainer mode")
 if "trainer_mode" in dir(PPOTrainerSync):  # verl 0.9.1 sets it on the instance; a class member would shadow ours
