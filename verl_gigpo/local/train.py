@@ -48,8 +48,10 @@ Metrics: ``env/*`` and ``episode/*`` (:func:`verl_gigpo.rollout.metrics.episode_
 on, as on verl's engine), ``gigpo/*``, ``adv/abs_mean``, ``actor/*``, ``rollout/*`` (``rollout/episodes_played`` and
 ``rollout/episodes_played_total``: training episodes played, this iteration and in the run, to compare runs at equal
 episode budgets), ``dynamic/*`` with dynamic sampling (:meth:`verl_gigpo.rollout.dynamic.DynamicRounds.metrics`),
-``update/*`` (with ``mini_batch_rows``),
-``timing_s/{rollout,generate,env,adv,update}``, ``val/*`` on validation lines, and the run-level keys under verl's
+``update/*`` (with ``mini_batch_rows``), ``health/*`` (the training-health alarms, :mod:`verl_gigpo.rollout.health`;
+alarms also in ``health.jsonl``), ``timing_s/{rollout,generate,env,adv,update}``, ``val/*`` and the per-type
+``val-core/<env.name>/<type>/*`` (:func:`verl_gigpo.rollout.metrics.type_metrics`) on validation lines, and the
+run-level keys under verl's
 names (:func:`verl_gigpo.rollout.metrics.run_names`, :func:`~verl_gigpo.rollout.metrics.val_names`): ``step``,
 ``training/global_step``, ``timing_s/step`` (the iteration without validation), ``timing_s/testing``,
 ``val-core/<env.name>/acc/mean@1``, beside the local names ``training_step``, ``timing_s/iteration`` (with
