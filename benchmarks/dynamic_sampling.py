@@ -2,7 +2,7 @@
 
     python benchmarks/dynamic_sampling.py                       # 5 configurations x 10 seeds (~2 h on 2 cores)
     python benchmarks/dynamic_sampling.py --seeds 2 --iters 20  # a quick look
-    python benchmarks/dynamic_sampling.py --report-only         # rebuild the table and plot from finished runs
+    python benchmarks/dynamic_sampling.py --report-only         # rebuild the table and plot from the kept data
 
 The local learning benchmark's task and start (``benchmarks/learning.py``: gridnav with a key, the random tiny
 model, ~2 % success at the start, 8 tasks x 8 episodes per iteration), on the local engine, with five
@@ -32,7 +32,8 @@ all-fail groups too (a two-iteration CPU launch of the Sokoban recipe kept every
 
 Outputs: ``benchmarks/dynamic_sampling.png`` and the section "## Dynamic sampling: does keeping step signal pay?" of
 ``benchmarks/RESULTS.md`` (replaced in place), with the exact command. Runs go to ``--runs`` (default
-``runs/dynamic``), one folder per (configuration, seed).
+``runs/dynamic``), one folder per (configuration, seed); each finished run's data are kept in ``--data`` (default
+``benchmarks/data/dynamic``; cells already kept are skipped unless ``--rerun``).
 """
 
 from __future__ import annotations
@@ -48,9 +49,11 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning_report import load_line, machine_load  # noqa: E402
-from learning_run import _run_local, val_success  # noqa: E402
+from kept_data import NO_KEPT_DATA, KeptDataError, add_kept_options, default_data_dir, kept_file, shown  # noqa: E402
+from learning_report import kept_line, load_line, machine_load  # noqa: E402
+from learning_run import _run_local, cell_done, keep, load_run, val_success  # noqa: E402
 from learning_settings import CONFIGS, TASK, TASK_TITLES  # noqa: E402
+from paired import paired_table  # noqa: E402
 from results_md import add_output_options, write_section  # noqa: E402
 
 SECTION = "## Dynamic sampling: does keeping step signal pay?"
@@ -121,10 +124,16 @@ def finished(run: Path, args: argparse.Namespace) -> bool:
 
 
 def run_one(name: str, seed: int, args: argparse.Namespace) -> None:
-    """Train one (configuration, seed), one torch thread, unless finished."""
+    """Train one (configuration, seed), one torch thread, unless its kept data exist (or its folder finished; with
+    ``--rerun``: always), then keep its data."""
     out = Path(args.runs) / f"{name}_s{seed}"
-    if not finished(out, args):
-        _run_local(overrides(name, seed, args, out), f"{name} seed {seed}")
+    kept = kept_file(args.data, name, seed)
+    run_overrides = overrides(name, seed, args, out)
+    if cell_done(kept, run_overrides, args):
+        return
+    if args.rerun or not finished(out, args):
+        _run_local(run_overrides, f"{name} seed {seed}")
+    keep(out, "local", kept, run_overrides, args)
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -149,7 +158,7 @@ def summary(args: argparse.Namespace, names: list[str], seeds: list[int]) -> dic
     """Per configuration: per-seed curves, finals, episodes to the threshold, wall seconds and dynamic diagnostics."""
     out: dict[str, dict[str, Any]] = {}
     for name in names:
-        runs = {s: read_rows(Path(args.runs) / f"{name}_s{s}") for s in seeds}
+        runs = {s: load_run(Path(args.runs), args.data, name, s, "local", args)[0] for s in seeds}
         runs = {s: rows for s, rows in runs.items() if rows and val_success(rows[-1]) is not None}
         if not runs:
             continue
@@ -164,6 +173,7 @@ def summary(args: argparse.Namespace, names: list[str], seeds: list[int]) -> dic
             "seeds": sorted(runs),
             "curves": curves,
             "final": {s: float(y[-1]) for s, (_, y) in curves.items()},
+            "mean": {s: float(y[1:].mean()) for s, (_, y) in curves.items() if len(y) > 1},
             "reach": {s: first_reach(x, y) for s, (x, y) in curves.items()},
             "iterations": {s: len(rows) for s, rows in train.items()},
             "seconds": {
@@ -175,6 +185,26 @@ def summary(args: argparse.Namespace, names: list[str], seeds: list[int]) -> dic
             "kept_fraction_round_1": mean_of("dynamic/kept_fraction_round_1"),
         }
     return out
+
+
+def paired_lines(stats: dict[str, dict[str, Any]], baseline: str) -> list[str]:
+    """Markdown: each configuration's paired difference from ``baseline`` in final validation success and in
+    validation success averaged over the validations after the start (:func:`paired.paired_table`)."""
+    per_seed = {name: {"final": st["final"], "mean": st["mean"]} for name, st in stats.items()}
+    table = paired_table(
+        per_seed,
+        dict.fromkeys(per_seed, baseline),
+        {"final": "final val success", "mean": "mean val success over training"},
+    )
+    if not table:
+        return [f"No paired comparison: the baseline `{baseline}` was not run here.", ""]
+    return [
+        f"Paired differences from `{baseline}` (`--baseline`), seed by seed (same seed, same validation tasks, the "
+        "same training-episode budget): mean and 95 % interval from the paired t with seeds − 1 degrees of freedom.",
+        "",
+        *table,
+        "",
+    ]
 
 
 def _pm(values: list[float]) -> str:
@@ -217,7 +247,8 @@ def markdown(
     for name, st in stats.items():
         cells = [f"{st['final'][s]:.2f}" if s in st["final"] else "-" for s in seeds]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", f"![success against episodes played]({PNG})", ""]
+    lines += ["", *paired_lines(stats, args.baseline), kept_line(args.data), ""]
+    lines += [f"![success against episodes played]({PNG})", ""]
     if wall is not None:
         lines += [f"Wall time of the whole benchmark: {wall / 60:.0f} min ({args.jobs} runs in parallel). {load}", ""]
     return "\n".join(lines) + "\n"
@@ -259,13 +290,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--group", type=int, default=8, help="episodes per task (actor_rollout_ref.rollout.n)")
     parser.add_argument("--max-rounds", type=int, default=10, help="rounds per iteration at most (dynamic runs)")
     parser.add_argument("--test-freq", type=int, default=15, help="validate every N iterations")
-    parser.add_argument("--val-size", type=int, default=64, help="validation tasks")
+    parser.add_argument("--val-size", type=int, default=128, help="validation tasks (128)")
     parser.add_argument("--configs", default=",".join(DYNAMIC_CONFIGS), help="comma-separated configurations")
     parser.add_argument("--model", default="artifacts/tiny-model", help="start model (built when missing)")
     parser.add_argument("--runs", default="runs/dynamic", help="run folders")
     parser.add_argument("--jobs", type=int, default=2, help="runs side by side (one torch thread each)")
+    parser.add_argument("--baseline", default="gigpo", help="the configuration the paired differences are taken from")
     add_output_options(parser)
+    add_kept_options(parser)
     args = parser.parse_args(argv)
+    args.data = Path(args.data) if args.data else default_data_dir(args.runs)
     unknown = [n for n in args.configs.split(",") if n not in DYNAMIC_CONFIGS]
     if unknown:
         parser.error(f"--configs: unknown {unknown}; choose from {', '.join(DYNAMIC_CONFIGS)}")
@@ -276,11 +310,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run what is not finished, then write the report."""
+    """Run the cells whose kept data do not exist yet (all with ``--rerun``), then write the report."""
+    try:
+        return _run(argv)
+    except KeptDataError as error:  # a kept file of other settings or version: one line, exit status 2
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def _run(argv: list[str] | None) -> int:
     args = parse_args(argv)
     names = args.configs.split(",")
     seeds = list(range(args.seeds))
     command = "python benchmarks/dynamic_sampling.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    args.command = command.strip()
     wall = None
     load = ""
     if not args.report_only:
@@ -297,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         load = load_line(before, machine_load())
     stats = summary(args, names, seeds)
     if not stats:
-        print("no finished run to report", file=sys.stderr)
+        print(f"{NO_KEPT_DATA} under {shown(args.data)} and no finished run under {args.runs}", file=sys.stderr)
         return 1
     text = markdown(stats, args, seeds, command.strip(), wall, load)
     print(text)

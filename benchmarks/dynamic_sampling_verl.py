@@ -2,14 +2,14 @@
 
     python benchmarks/dynamic_sampling_verl.py                 # 3 configurations x 3 seeds x 150 iterations
     python benchmarks/dynamic_sampling_verl.py --seeds 1 --iters 30   # a quick look
-    python benchmarks/dynamic_sampling_verl.py --report-only   # rebuild the table and plot from finished runs
+    python benchmarks/dynamic_sampling_verl.py --report-only   # rebuild the table and plot from the kept data
 
 Each run is ``python -m verl_gigpo.main platform=cpu`` with the settings of the learning benchmark's verl runs
 (``benchmarks/learning.py --engine verl --task key --tasks 4 --group 8 --opt-steps 1``: one table of overrides,
 ``learning_settings.verl_overrides``; no local twins): gridnav with a key, 4 tasks x 8 episodes per iteration,
-one optimizer step per iteration, validation on 64 fixed tasks every ``--test-freq`` iterations. The start model
-wins a few percent of its validation episodes (``--model``, by default the tiny model fine-tuned to imitate the
-expert with probability 0.6, built when missing with :data:`IMITATE_COMMAND`).
+one optimizer step per iteration, validation on ``--val-size`` (128) fixed tasks every ``--test-freq`` iterations.
+The start model wins a few percent of its validation episodes (``--model``, by default the tiny model fine-tuned to
+imitate the expert with probability 0.6, built when missing with :data:`IMITATE_COMMAND`).
 
 Unlike the local benchmark (``benchmarks/dynamic_sampling.py``, one budget of episodes for every configuration),
 every run here trains ``--iters`` iterations, as the issue asks: ``gigpo_signal`` plays more episodes per
@@ -20,7 +20,9 @@ curves plotted against training episodes played.
 
 ``--jobs`` runs go side by side (default 3: on 2 cores three launches keep both busy through their start-ups and
 validations). Outputs: ``benchmarks/dynamic_sampling_verl.png`` and the section
-"## Dynamic sampling through verl's pipeline" of ``benchmarks/RESULTS.md`` (replaced in place).
+"## Dynamic sampling through verl's pipeline" of ``benchmarks/RESULTS.md`` (replaced in place). Each finished run's
+data are kept in ``--data`` (default ``benchmarks/data/dynamic-verl``; cells already kept are skipped unless
+``--rerun``).
 """
 
 from __future__ import annotations
@@ -37,10 +39,11 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dynamic_sampling import plot  # noqa: E402
+from dynamic_sampling import paired_lines, plot  # noqa: E402
+from kept_data import NO_KEPT_DATA, KeptDataError, add_kept_options, default_data_dir, shown  # noqa: E402
 from learning import parse_args as learning_args  # noqa: E402
-from learning_report import load_line, machine_load, model_description  # noqa: E402
-from learning_run import read_run, run_verl, val_success, write_tasks  # noqa: E402
+from learning_report import kept_line, load_line, machine_load, model_description  # noqa: E402
+from learning_run import load_run, run_verl, val_success, write_tasks  # noqa: E402
 from learning_settings import CONFIGS, REPO, TASK, TASK_TITLES  # noqa: E402
 from results_md import add_output_options, write_section  # noqa: E402
 
@@ -69,10 +72,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", default=MODEL, help=f"start model (the default is built when missing: {MODEL})")
     parser.add_argument("--runs", default="runs/dynamic-verl", help="run folders")
     parser.add_argument("--jobs", type=int, default=3, help="launches side by side")
+    parser.add_argument("--val-size", type=int, default=128, help="validation tasks (128)")
     parser.add_argument("--verl-timeout", type=float, default=10000, help="seconds one launch may take")
+    parser.add_argument("--baseline", default="gigpo", help="the configuration the paired differences are taken from")
     add_output_options(parser)
+    add_kept_options(parser)
     args = parser.parse_args(argv)
-    for name in ("jobs", "seeds", "iters", "test_freq"):
+    for name in ("jobs", "seeds", "iters", "test_freq", "val_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     unknown = [name for name in args.configs.split(",") if name not in CONFIGS]
@@ -81,8 +87,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     given = ["--engine", "verl", "--task", "key", "--tasks", "4", "--group", "8", "--opt-steps", "1"]
     given += ["--iters", str(args.iters), "--test-freq", str(args.test_freq), "--seeds", str(args.seeds)]
     given += ["--configs", args.configs, "--model", args.model, "--runs", args.runs, "--no-twin"]
-    given += ["--verl-timeout", str(args.verl_timeout)]
+    given += ["--verl-timeout", str(args.verl_timeout), "--val-size", str(args.val_size)]
+    given += ["--data", str(args.data or default_data_dir(args.runs)), *(["--rerun"] if args.rerun else [])]
     args.learning, args.names = learning_args(given)
+    args.data = args.learning.data
     return args
 
 
@@ -160,16 +168,17 @@ def summary(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     for name in args.names:
         found = {}
         for seed in range(args.seeds):
-            run = Path(args.runs) / "verl" / f"{name}_s{seed}"
-            launch = json.loads((run / "launch.json").read_text()) if (run / "launch.json").exists() else None
+            rows, launch = load_run(Path(args.runs) / "verl", args.data, f"verl/{name}", seed, "verl", args.learning)
             if launch is None or launch["returncode"] != 0:
                 continue
-            found[seed] = (run_stats(read_run(run, "verl"), budget), launch["wall_s"])
+            found[seed] = (run_stats(rows, budget), launch["wall_s"])
         if found:
             out[name] = {
                 "seeds": sorted(found),
                 "runs": {s: st for s, (st, _) in found.items()},
                 "curves": {s: st["curve"] for s, (st, _) in found.items()},
+                "final": {s: st["final"] for s, (st, _) in found.items()},
+                "mean": {s: st["mean_val"] for s, (st, _) in found.items() if not np.isnan(st["mean_val"])},
                 "seconds": {s: wall for s, (_, wall) in found.items()},
             }
     return out
@@ -190,7 +199,7 @@ def markdown(stats: dict, args: argparse.Namespace, command: str, wall: float | 
         f"Model: `{args.model}` ({model_description(args.model)}). Task: {TASK_TITLES['key']} ({' '.join(TASK)}); "
         f"{args.iters} iterations x ({args.learning.tasks} tasks x {args.learning.group} episodes, more with dynamic "
         "sampling: at most 10 rounds an "
-        f"iteration), one optimizer step per iteration; validation on 64 fixed test-split tasks every "
+        f"iteration), one optimizer step per iteration; validation on {args.val_size} fixed test-split tasks every "
         f"{args.test_freq} iterations (sampled, temperature 1); seeds {', '.join(map(str, range(args.seeds)))} "
         f"(`data.seed`: the order of the training tasks; the train split holds {args.iters} x {args.learning.tasks} "
         "tasks, and a "
@@ -221,7 +230,8 @@ def markdown(stats: dict, args: argparse.Namespace, command: str, wall: float | 
         runs = st["runs"]
         cells = [f"{runs[s]['start']:.2f} → {runs[s]['final']:.2f}" if s in runs else "-" for s in seeds]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", f"![validation success against training episodes played, through verl]({PNG})", ""]
+    lines += ["", *paired_lines(stats, args.baseline), kept_line(args.data), ""]
+    lines += [f"![validation success against training episodes played, through verl]({PNG})", ""]
     lines += [
         "What the two dynamic-sampling benchmarks say: "
         "[docs/dynamic-sampling.md](../docs/dynamic-sampling.md#measured).",
@@ -233,12 +243,22 @@ def markdown(stats: dict, args: argparse.Namespace, command: str, wall: float | 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run what is not finished (``--jobs`` launches side by side), then write the report."""
+    """Run the cells whose kept data do not exist yet (all with ``--rerun``; ``--jobs`` launches side by side), then
+    write the report."""
+    try:
+        return _run(argv)
+    except KeptDataError as error:  # a kept file of other settings or version: one line, exit status 2
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def _run(argv: list[str] | None) -> int:
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))  # verl_gigpo, for the launches and for reading verl's metrics files
     args = parse_args(argv)
     given = sys.argv[1:] if argv is None else argv
     command = " ".join(["python benchmarks/dynamic_sampling_verl.py", *given])
+    args.learning.command = command
     wall, load = None, ""
     if not args.report_only:
         ensure_start_model(args.model)
@@ -251,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         wall, load = time.perf_counter() - start, load_line(before, machine_load())
     stats = summary(args)
     if not stats:
-        print(f"no finished run under {args.runs}/verl", file=sys.stderr)
+        print(f"{NO_KEPT_DATA} under {shown(args.data)} and no finished run under {args.runs}/verl", file=sys.stderr)
         return 1
     text = markdown(stats, args, command, wall, load)
     print(text)

@@ -2,7 +2,7 @@
 
     python benchmarks/learning.py                          # the full benchmark (see --help; ~60-90 min on 2 cores)
     python benchmarks/learning.py --seeds 2 --iters 20     # a quick look
-    python benchmarks/learning.py --report-only            # rebuild the table and plot from finished runs
+    python benchmarks/learning.py --report-only            # rebuild the table and plot from the kept data
     python benchmarks/learning.py --suite successors --jobs 1    # GiGPO, HGPO, GraphGPO, G2PO and GRPO
     python benchmarks/learning.py --engine verl --configs gigpo,grpo --seeds 3   # through verl's main_ppo (CPU)
 
@@ -19,7 +19,9 @@ episodes succeed, so the reward is sparse.
 
 Outputs: ``benchmarks/learning.png`` (validation success, mean and spread over seeds, per configuration) and the
 section "## Learning: GiGPO vs GRPO" of ``benchmarks/RESULTS.md`` (replaced in place; other sections are kept),
-with the exact command. Runs go to ``--runs`` (default ``runs/learning``), one folder per (config, seed).
+with the exact command. Runs go to ``--runs`` (default ``runs/learning``), one folder per (config, seed); each
+finished run's data are kept in ``--data`` (default ``benchmarks/data/<name of --runs>``, committed; cells already
+kept are skipped unless ``--rerun``; ``docs/benchmarks.md``, "Kept data").
 ``--suite successors`` runs GiGPO, its successors HGPO, GraphGPO and G2PO (``docs/estimators.md``, default options;
 HGPO keys up to the last 3 states, K = 2, as the paper, although the prompt shows no history) and GRPO on the same
 task, seeds and budget, with credit records every ``--credit-freq`` iterations, into ``runs/learning-successors``,
@@ -65,6 +67,7 @@ import sys
 import time
 from pathlib import Path
 
+from kept_data import NO_KEPT_DATA, KeptDataError, add_kept_options, default_data_dir, shown
 from learning_report import (  # benchmarks/ is on sys.path when this runs as a script
     load_curves,
     load_line,
@@ -96,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--tasks", type=int, default=None, help="tasks per iteration (local 8, verl 4)")
     parser.add_argument("--group", type=int, default=None, help="episodes per task (8)")
     parser.add_argument("--opt-steps", type=int, default=None, help="verl: optimizer steps per iteration (4)")
-    parser.add_argument("--val-size", type=int, default=64)
+    parser.add_argument("--val-size", type=int, default=128, help="validation tasks (128)")
     parser.add_argument("--jobs", type=int, default=2, help="local engine: runs in parallel (one torch thread each)")
     parser.add_argument("--threshold", type=float, default=0.5, help="success level for 'iterations to reach'")
     parser.add_argument("--configs", default=None, help=f"subset of {','.join(CONFIGS)} (verl default: gigpo,grpo)")
@@ -121,7 +124,9 @@ def _parser() -> argparse.ArgumentParser:
         "successors; default: iterations / 5; 0 = off)",
     )
     parser.add_argument("--verl-timeout", type=float, default=3600, help="verl: seconds one launch may take")
+    parser.add_argument("--baseline", default="grpo", help="the configuration the paired differences are taken from")
     add_output_options(parser)
+    add_kept_options(parser)
     parser.add_argument("extra", nargs="*", help="extra overrides for every run (key=value; verl: both engines)")
     return parser
 
@@ -137,6 +142,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    args.data = Path(args.data) if args.data else default_data_dir(args.runs)
     if args.credit_freq is None:
         args.credit_freq = max(1, args.iters // 5)
     names = [n for n in args.configs.split(",") if n]
@@ -154,22 +160,25 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
 
 
 def report(args: argparse.Namespace, names: list[str], command: str, wall: float | None, load: str) -> int:
-    """Build the section and the plot from the finished runs under ``--runs``, print the section and (unless
-    ``--no-results``) write it into ``--results`` and the PNG beside it. Returns the exit status (1: no runs)."""
+    """Build the section and the plot from the kept data under ``--data`` (else the finished runs under ``--runs``),
+    print the section and (unless ``--no-results``) write it into ``--results`` and the PNG beside it. Returns the
+    exit status (1: no kept data and no runs)."""
     seeds = list(range(args.seeds))
     results = Path(args.results)
     if args.engine == "verl":
         runs = Path(args.runs)
-        curves = load_curves(runs / "verl", names, seeds, engine="verl", label="verl/{name}")
-        curves.update(load_curves(runs / "local", names, seeds, label="local/{name}"))
+        curves = load_curves(
+            runs / "verl", names, seeds, engine="verl", label="verl/{name}", data=args.data, expect=args
+        )
+        curves.update(load_curves(runs / "local", names, seeds, label="local/{name}", data=args.data, expect=args))
         section, png = SECTION_VERL, results.parent / "learning_verl.png"
         text = markdown_verl(curves, args, command, wall, load, png.name) if curves else ""
         title = f"{TASK_TITLES[args.task]}: verl (solid) vs local engine (dashed)"
     else:
-        curves = load_curves(Path(args.runs), names, seeds)
+        curves = load_curves(Path(args.runs), names, seeds, data=args.data, expect=args)
         section, png = SUITES[args.suite]["section"], results.parent / SUITES[args.suite]["png"]
         text = (
-            markdown(summarise(curves, args.threshold, train_window(args.iters)), args, command, wall, load)
+            markdown(curves, summarise(curves, args.threshold, train_window(args.iters)), args, command, wall, load)
             if curves
             else ""
         )
@@ -177,7 +186,7 @@ def report(args: argparse.Namespace, names: list[str], command: str, wall: float
             " (GiGPO and its successors)" if args.suite == "successors" else ""
         )
     if not curves:
-        print("no finished runs found", file=sys.stderr)
+        print(f"{NO_KEPT_DATA} under {shown(args.data)} and no finished runs under {args.runs}", file=sys.stderr)
         return 1
     print(text)
     if not args.no_results:
@@ -189,24 +198,29 @@ def report(args: argparse.Namespace, names: list[str], command: str, wall: float
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point (see the module docstring): run what is not finished yet (unless ``--report-only``), then
-    write the report."""
+    """CLI entry point (see the module docstring): run the (configuration, seed) cells whose kept data do not exist
+    yet (all with ``--rerun``; none with ``--report-only``), then write the report."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))  # verl_gigpo, for the runs and for reading verl's metrics files
     args, names = parse_args(argv)
     given = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--report-only"]
     command = "`" + " ".join(["python benchmarks/learning.py", *given]) + "`"
     if args.report_only:
-        command += " (tables rebuilt from the finished runs with `--report-only`)"
+        command += " (tables rebuilt from the kept data or finished runs with `--report-only`)"
+    args.command = " ".join(["python benchmarks/learning.py", *given])
     wall = None
     load = ""
-    if not args.report_only:
-        start = time.perf_counter()
-        load_before = machine_load()
-        run_benchmark(names, list(range(args.seeds)), args)
-        wall = time.perf_counter() - start
-        load = load_line(load_before, machine_load())
-    return report(args, names, command, wall, load)
+    try:
+        if not args.report_only:
+            start = time.perf_counter()
+            load_before = machine_load()
+            run_benchmark(names, list(range(args.seeds)), args)
+            wall = time.perf_counter() - start
+            load = load_line(load_before, machine_load())
+        return report(args, names, command, wall, load)
+    except KeptDataError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from learning_run import read_run, val_success
+from kept_data import shown
+from learning_run import load_run, val_success
 from learning_settings import (
     ACTION_MODEL,
     ACTION_MODEL_COMMAND,
@@ -24,6 +25,7 @@ from learning_settings import (
     TASKS,
     shared_settings,
 )
+from paired import paired_table
 
 
 def model_description(model_dir: str | Path) -> str:
@@ -51,16 +53,25 @@ def model_description(model_dir: str | Path) -> str:
 
 
 def load_curves(
-    runs: Path, names: list[str], seeds: list[int], *, engine: str = "local", label: str = "{name}"
+    runs: Path,
+    names: list[str],
+    seeds: list[int],
+    *,
+    engine: str = "local",
+    label: str = "{name}",
+    data: Path | None = None,
+    expect: argparse.Namespace | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Per configuration (keyed ``label.format(name=...)``): ``steps`` (V,), ``val`` (S, V) validation success,
-    ``train`` (S, T) train success, ``seconds`` (S,) summed iteration time, ``seeds`` and ``rows`` (the runs'
-    metric lines)."""
+    """Per configuration (keyed ``label.format(name=...)``, also its kept files' label in ``data``): ``steps`` (V,),
+    ``val`` (S, V) validation success, ``train`` (S, T) train success, ``seconds`` (S,) summed iteration time,
+    ``seeds``, ``rows`` (the runs' metric lines) and ``launches`` (verl's launch records; None for the local engine).
+    Each run is read from its kept file (refused when made with other options than ``expect``), else its run folder
+    (:func:`learning_run.load_run`)."""
     out = {}
     for name in names:
-        vals, trains, secs, steps, found, lines_per_seed = [], [], [], None, [], []
+        vals, trains, secs, steps, found, lines_per_seed, launches = [], [], [], None, [], [], []
         for seed in seeds:
-            lines = read_run(runs / f"{name}_s{seed}", engine)
+            lines, launch = load_run(runs, data, label.format(name=name), seed, engine, expect)
             val = [m for m in lines if val_success(m) is not None]
             if not val:
                 continue
@@ -70,6 +81,7 @@ def load_curves(
             secs.append(sum(m["timing_s/step"] + m.get("timing_s/testing", 0.0) for m in lines if "timing_s/step" in m))
             found.append(seed)
             lines_per_seed.append(lines)
+            launches.append(launch)
         if vals:
             width = min(len(v) for v in vals)
             out[label.format(name=name)] = {
@@ -79,6 +91,7 @@ def load_curves(
                 "seconds": np.array(secs),
                 "seeds": found,
                 "rows": lines_per_seed,
+                "launches": launches,
             }
     return out
 
@@ -180,8 +193,11 @@ def _result_rows(rows: list[dict], threshold: float, window: int, *, engine_colu
     return lines
 
 
-def markdown(rows: list[dict], args: argparse.Namespace, command: str, wall: float | None, load: str) -> str:
-    """The RESULTS.md section of the local benchmark (with ``--suite successors``: and a table per seed)."""
+def markdown(
+    curves: dict, rows: list[dict], args: argparse.Namespace, command: str, wall: float | None, load: str
+) -> str:
+    """The RESULTS.md section of the local benchmark from its curves (:func:`load_curves`) and their summary rows
+    (:func:`summarise`); with ``--suite successors`` also a table per seed."""
     lines = [
         SUITES[args.suite]["section"],
         "",
@@ -197,7 +213,8 @@ def markdown(rows: list[dict], args: argparse.Namespace, command: str, wall: flo
     ]
     if args.suite == "successors":
         lines += ["", *per_seed_rows(rows, args.seeds)]
-    lines += ["", f"![learning curves]({SUITES[args.suite]['png']})", ""]
+    lines += ["", *paired_lines(curves, args.baseline), kept_line(args.data), ""]
+    lines += [f"![learning curves]({SUITES[args.suite]['png']})", ""]
     if wall is not None:
         lines.append(f"Wall time of the whole benchmark: {wall / 60:.0f} min ({args.jobs} runs in parallel). {load}")
         lines.append("")
@@ -296,19 +313,52 @@ def diagnostics_table(curves: dict[str, dict[str, Any]], args: argparse.Namespac
     return lines
 
 
-def launch_seconds(runs: Path, names: list[str], seeds: list[int]) -> list[float]:
+def launch_seconds(curves: dict[str, dict[str, Any]]) -> list[float]:
     """Per verl launch: wall seconds minus the seconds inside its iterations and validations (start-up, shutdown)."""
     out = []
-    for name in names:
-        for seed in seeds:
-            run_dir = runs / "verl" / f"{name}_s{seed}"
-            launch = run_dir / "launch.json"
-            if launch.exists():
-                inside = sum(
-                    m.get("timing_s/step", 0.0) + m.get("timing_s/testing", 0.0) for m in read_run(run_dir, "verl")
-                )
-                out.append(json.loads(launch.read_text())["wall_s"] - inside)
+    for c in curves.values():
+        for rows, launch in zip(c["rows"], c["launches"], strict=True):
+            if launch is not None:
+                inside = sum(m.get("timing_s/step", 0.0) + m.get("timing_s/testing", 0.0) for m in rows)
+                out.append(launch["wall_s"] - inside)
     return out
+
+
+def paired_lines(curves: dict[str, dict[str, Any]], baseline: str) -> list[str]:
+    """Markdown: each configuration's paired difference from ``baseline`` (the same engine's, for labels
+    ``engine/config``) in final validation success and in validation success averaged over training (the
+    validations after the start), seed by seed (:func:`paired.paired_table`); a line saying so when the baseline
+    was not run."""
+    per_seed = {
+        name: {
+            "final": dict(zip(c["seeds"], c["val"][:, -1].tolist(), strict=True)),
+            "mean": dict(zip(c["seeds"], c["val"][:, 1:].mean(axis=1).tolist(), strict=True)),
+        }
+        for name, c in curves.items()
+        if c["val"].shape[1] > 1
+    }
+    base = {name: f"{name.rpartition('/')[0]}/{baseline}".lstrip("/") for name in per_seed}
+    table = paired_table(per_seed, base, {"final": "final val success", "mean": "mean val success over training"})
+    if not table:
+        return [
+            f"No paired comparison: the baseline `{baseline}` has no run with validations after the start here.",
+            "",
+        ]
+    return [
+        f"Paired differences from `{baseline}` (`--baseline`), seed by seed (same seed, same validation tasks): "
+        "mean and 95 % interval from the paired t with seeds − 1 degrees of freedom.",
+        "",
+        *table,
+        "",
+    ]
+
+
+def kept_line(data: Path) -> str:
+    """The line of a section that says where its kept data are."""
+    return (
+        f"Kept data: `{shown(data)}/` (every run's metrics, command, commit and config; `--report-only` rebuilds "
+        "this section from them)."
+    )
 
 
 def markdown_verl(curves: dict, args: argparse.Namespace, command: str, wall: float | None, load: str, png: str) -> str:
@@ -361,6 +411,9 @@ def markdown_verl(curves: dict, args: argparse.Namespace, command: str, wall: fl
         lines.append(f"- {engine} {config}: {per_seed}")
     lines += [
         "",
+        *paired_lines(curves, args.baseline),
+        kept_line(args.data),
+        "",
         f"![learning curves, verl (solid) and the local engine (dashed)]({png})",
         "",
         "Seconds per training iteration by phase (means over every run and iteration):",
@@ -368,7 +421,7 @@ def markdown_verl(curves: dict, args: argparse.Namespace, command: str, wall: fl
         *phase_table(curves),
         "",
     ]
-    startup = launch_seconds(Path(args.runs), sorted({n.rpartition("/")[2] for n in curves}), list(range(args.seeds)))
+    startup = launch_seconds(curves)
     if startup:
         lines += [
             f"Per verl launch, outside iterations and validations (process and Ray start-up, model loading, "

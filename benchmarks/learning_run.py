@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from kept_data import KeptDataError, check_args, kept_file, read_kept, write_kept
 from learning_settings import REPO, TASKS, VERL_METRICS, local_overrides, twin_overrides, verl_overrides
 
 #: the data source of the benchmark's tasks (gridnav): verl's validation metric is ``val-core/<source>/acc/mean@1``
@@ -68,6 +69,59 @@ def finished(run_dir: Path, engine: str, iters: int) -> bool:
     return any(r["step"] == iters and val_success(r) is not None for r in rows)
 
 
+def load_run(
+    runs: Path, data: Path | None, label: str, seed: int, engine: str, expect: argparse.Namespace | None = None
+) -> tuple[list[dict], dict | None]:
+    """One (configuration, seed)'s metric rows and verl launch record (``wall_s``, ``returncode``; None for the local
+    engine): from its kept file (:func:`kept_data.kept_file` of ``label``) when there is one, else from its run
+    folder ``runs/<config>_s<seed>`` (``([], None)`` when neither exists). A kept file made with other options than
+    ``expect`` is refused (:func:`kept_data.check_args`)."""
+    kept = kept_file(data, label, seed) if data is not None else None
+    if kept is not None and kept.exists():
+        header, rows = read_kept(kept)
+        if expect is not None:
+            check_args(kept, header, expect)
+        return rows, header["launch"]
+    run_dir = runs / f"{label.rpartition('/')[2]}_s{seed}"
+    launch = run_dir / "launch.json"
+    return read_run(run_dir, engine), json.loads(launch.read_text()) if launch.exists() else None
+
+
+def keep(run_dir: Path, engine: str, kept: Path, overrides: list[str], args: argparse.Namespace) -> Path:
+    """Write a finished run's kept file (:func:`kept_data.write_kept`): its rows, the launch record beside a verl
+    run, the benchmark's arguments and command (``args.command`` when set), the run's overrides."""
+    launch = run_dir / "launch.json"
+    return write_kept(
+        kept,
+        read_run(run_dir, engine),
+        overrides=overrides,
+        args={k: v for k, v in vars(args).items() if k != "command"},
+        command=getattr(args, "command", None),
+        launch=json.loads(launch.read_text()) if launch.exists() else None,
+    )
+
+
+#: overrides that say where a run writes or reads its files, not what it runs
+PLACE_KEYS = ("trainer.default_local_dir=", "data.train_files=", "data.val_files=")
+
+
+def cell_done(kept: Path, overrides: list[str], args: argparse.Namespace) -> bool:
+    """True when a (configuration, seed) cell's kept file exists and ``--rerun`` was not given: the runner skips it.
+    A kept file whose run had other overrides (:data:`PLACE_KEYS` aside) is refused, naming both."""
+    if not kept.exists() or getattr(args, "rerun", False):
+        return False
+    header, _ = read_kept(kept)
+    old = [o for o in header["overrides"] if not o.startswith(PLACE_KEYS)]
+    new = [o for o in overrides if not o.startswith(PLACE_KEYS)]
+    if old != new:
+        raise KeptDataError(
+            f"{kept}: kept from a run with other settings (kept: {[o for o in old if o not in new]}; now: "
+            f"{[o for o in new if o not in old]}); pass --rerun to replace it, or --data to keep this experiment "
+            "in another folder"
+        )
+    return True
+
+
 # ---------------------------------------------------------------------------------------------- launching
 def _run_local(overrides: list[str], label: str) -> None:
     """``python -m verl_gigpo.local.train OVERRIDES`` in a subprocess with one torch thread."""
@@ -80,45 +134,61 @@ def _run_local(overrides: list[str], label: str) -> None:
     print(f"  {label}: {time.perf_counter() - start:.0f} s", flush=True)
 
 
-def run_one(name: str, seed: int, args: argparse.Namespace) -> Path:
-    """Train one (configuration, seed) on the local engine (the local benchmark); returns its run directory
-    (skipped when finished)."""
-    out = Path(args.runs) / f"{name}_s{seed}"
-    if not finished(out, "local", args.iters):
-        _run_local(local_overrides(name, seed, args, out), f"{name} seed {seed}")
+def _train_and_keep(out: Path, overrides: list[str], label: str, kept: Path, args: argparse.Namespace) -> Path:
+    """Train one local-engine run into ``out`` unless its cell is done (:func:`cell_done`) or its folder finished
+    (``--rerun``: always), then keep its data."""
+    if cell_done(kept, overrides, args):
+        return out
+    if getattr(args, "rerun", False) or not finished(out, "local", args.iters):
+        _run_local(overrides, label)
+    keep(out, "local", kept, overrides, args)
     return out
+
+
+def run_one(name: str, seed: int, args: argparse.Namespace) -> Path:
+    """Train one (configuration, seed) on the local engine (the local benchmark) and keep its data; returns its run
+    directory (skipped when its kept file exists)."""
+    out = Path(args.runs) / f"{name}_s{seed}"
+    kept = kept_file(args.data, name, seed)
+    return _train_and_keep(out, local_overrides(name, seed, args, out), f"{name} seed {seed}", kept, args)
 
 
 def run_twin(name: str, seed: int, args: argparse.Namespace) -> Path:
-    """The local engine's run of one (configuration, seed) with the side-by-side settings (skipped when finished)."""
+    """The local engine's run of one (configuration, seed) with the side-by-side settings, kept as ``local/<name>``
+    (skipped when its kept file exists)."""
     out = Path(args.runs) / "local" / f"{name}_s{seed}"
-    if not finished(out, "local", args.iters):
-        _run_local(twin_overrides(name, seed, args, out), f"local {name} seed {seed}")
-    return out
+    kept = kept_file(args.data, f"local/{name}", seed)
+    return _train_and_keep(out, twin_overrides(name, seed, args, out), f"local {name} seed {seed}", kept, args)
 
 
 def run_verl(name: str, seed: int, args: argparse.Namespace, data_dir: Path) -> Path:
-    """Train one (configuration, seed) through ``python -m verl_gigpo.main platform=cpu``; returns its run
-    directory (skipped when finished; an unfinished one starts over: verl's file logger appends). Writes
-    ``launch.json`` (``wall_s``, ``returncode``) beside the launch's ``train.log``."""
+    """Train one (configuration, seed) through ``python -m verl_gigpo.main platform=cpu`` and keep its data as
+    ``verl/<name>``; returns its run directory (skipped when its kept file exists; a finished folder is only kept;
+    an unfinished one starts over: verl's file logger appends). Writes ``launch.json`` (``wall_s``, ``returncode``)
+    beside the launch's ``train.log``."""
     from verl_gigpo.dev.smoke import run_pipeline
 
     out = Path(args.runs).resolve() / "verl" / f"{name}_s{seed}"
-    if finished(out, "verl", args.iters):
+    kept = kept_file(args.data, f"verl/{name}", seed)
+    overrides = verl_overrides(name, seed, args, out, data_dir)
+    if cell_done(kept, overrides, args):
         return out
-    if out.exists():
-        shutil.rmtree(out)
-    # no copies of the synced weights (the smoke test's check); exit status 124 after --verl-timeout seconds
-    launch = run_pipeline(
-        f"verl {name} seed {seed}",
-        out,
-        verl_overrides(name, seed, args, out, data_dir),
-        env={"GIGPO_HF_DUMP_WEIGHTS_DIR": ""},
-        timeout=args.verl_timeout,
-    )
-    (out / "launch.json").write_text(json.dumps({"wall_s": launch.seconds, "returncode": launch.returncode}) + "\n")
-    if launch.returncode != 0 or not finished(out, "verl", args.iters):
-        raise RuntimeError(f"verl {name} seed {seed} failed (exit {launch.returncode}); see {launch.log}")
+    if getattr(args, "rerun", False) or not finished(out, "verl", args.iters):
+        if out.exists():
+            shutil.rmtree(out)
+        # no copies of the synced weights (the smoke test's check); exit status 124 after --verl-timeout seconds
+        launch = run_pipeline(
+            f"verl {name} seed {seed}",
+            out,
+            overrides,
+            env={"GIGPO_HF_DUMP_WEIGHTS_DIR": ""},
+            timeout=args.verl_timeout,
+        )
+        record = {"wall_s": launch.seconds, "returncode": launch.returncode}
+        (out / "launch.json").write_text(json.dumps(record) + "\n")
+        if launch.returncode != 0 or not finished(out, "verl", args.iters):
+            raise RuntimeError(f"verl {name} seed {seed} failed (exit {launch.returncode}); see {launch.log}")
+    keep(out, "verl", kept, overrides, args)
     return out
 
 

@@ -275,6 +275,7 @@ def verl_overrides(name: str, seed: int, args: argparse.Namespace, run_dir: Path
         f"data.train_files={data_dir / 'train.parquet'}",
         f"data.val_files={data_dir / 'val.parquet'}",
         f"data.seed={seed}",  # the order of the training tasks (see learning.py's docstring, deviation 2)
+        f"actor_rollout_ref.rollout.seed={seed}",  # the request seeds, as the local twin's (its trainer.seed)
         "trainer.val_before_train=true",
         "trainer.total_epochs=2",  # the train file holds tasks x iterations tasks: one epoch is the run
         "trainer.save_freq=-1",

@@ -19,16 +19,14 @@ def test_make_demo_target_runs_the_demo_module():
     assert "-m verl_gigpo.local.demo" in out
 
 
-@pytest.fixture(scope="module")
-def demo_run(tiny_model_dir, tmp_path_factory):
-    """``make demo`` in its shortened mode (DEMO_ITERS=2, seed 1), once for this file: ``(run folder, stdout)``."""
-    tmp_path = tmp_path_factory.mktemp("demo")
+def _shortened_demo(model_dir, tmp_path):
+    """``make demo`` in its shortened mode (DEMO_ITERS=2, seed 1) into ``tmp_path/run``: ``(run folder, stdout)``."""
     env = {
         **os.environ,
         "DEMO_ITERS": "2",
         "DEMO_SEED": "1",
         "DEMO_OUT": str(tmp_path / "run"),
-        "DEMO_MODEL": str(tiny_model_dir),  # the session's tiny model (building the full-size one is tested apart)
+        "DEMO_MODEL": str(model_dir),  # the session's tiny model (building the full-size one is tested apart)
         "HF_HUB_OFFLINE": "1",
     }
     # a smaller validation set keeps the shortened mode quick; everything else is the demo's configuration
@@ -36,6 +34,30 @@ def demo_run(tiny_model_dir, tmp_path_factory):
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return tmp_path / "run", done.stdout
+
+
+@pytest.fixture(scope="module")
+def demo_run(tiny_model_dir, tmp_path_factory):
+    """The shortened demo, once for this file: ``(run folder, stdout)``."""
+    return _shortened_demo(tiny_model_dir, tmp_path_factory.mktemp("demo"))
+
+
+@pytest.mark.slow
+def test_the_demo_gives_the_same_numbers_on_every_run(demo_run, tiny_model_dir, tmp_path):
+    """Every request is seeded (docs/reproducibility.md), so a second demo on this machine logs the same value of
+    every metric but the clocks and how the server happened to batch requests (the rollout-vs-update log-prob gap
+    moves with the batch's padding by ~1e-7)."""
+    again, _ = _shortened_demo(tiny_model_dir, tmp_path)
+    timing = ("rollout/batch_size_mean", "rollout/logprob_diff_max")
+
+    def numbers(run):
+        return [
+            {k: v for k, v in m.items() if not (k.startswith("timing") or "seconds" in k or k in timing)}
+            for m in _metrics(run)
+        ]
+
+    first, second = numbers(demo_run[0]), numbers(again)
+    assert first == second and "val/success_rate" in first[-1] and "actor/entropy" in first[-1]
 
 
 @pytest.mark.slow

@@ -10,7 +10,9 @@ import pytest
 
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.local.train import LocalTrainer, load_config
+from verl_gigpo.probe.play import play_random
 from verl_gigpo.rollout.dynamic import DynamicRounds, DynamicSampling, group_signal
+from verl_gigpo.rollout.rows import episode_rows
 from verl_gigpo.rollout.step_rows import StepBatch
 
 
@@ -151,6 +153,113 @@ def test_returns_equal_up_to_rounding_count_as_equal():
         "round": (False, False, False),
         "tiny": (True, False, True),
     }
+
+
+def test_an_all_fail_group_whose_episode_term_holds_only_penalties_is_kept_by_signal():
+    """penalty_mode=reference: every episode fails (environment reward 0), one of six replies is invalid. The
+    episode filter compares the environment's returns (0 and 0) and drops the group; the estimator's episode term
+    normalises each row's R(tau) - p_t over the group's rows: -2.04 on the invalid row, +0.41 on the five others, so
+    ``signal`` keeps it. No state recurs: the step term is 0 and the episode term alone decides."""
+    group = (
+        _traj("pen", "q0", [0.0, 0.0, -0.1], ["a0", "a1", "a2"], valid=[True, True, False], env_rewards=[0.0] * 3),
+        _traj("pen", "q1", [0.0, 0.0, 0.0], ["b0", "b1", "b2"]),
+    )
+    steps = _batch(*group)
+    reference = GiGPOConfig(episode_stats="step", penalty_mode="reference", invalid_action_penalty=0.1)
+    terms = steps.advantage_terms(reference)
+    np.testing.assert_allclose(terms.episode_adv, [0.4082, 0.4082, -2.0412, 0.4082, 0.4082, 0.4082], atol=1e-4)
+    assert not terms.step_adv.any()
+    by_episode = group_signal(steps, "episode", reference)
+    by_signal = group_signal(steps, "signal", reference)
+    assert _decisions(by_episode) == {"pen": (False, False, False)}
+    assert _decisions(by_signal) == {"pen": (False, False, True)}
+    assert by_signal.episode_term.tolist() == [True] and by_episode.dropped_with_step_signal.tolist() == [True]
+    # penalty_mode=reward: the penalty is in r_t, the returns differ (-0.1 vs 0), the episode filter keeps it too
+    reward = GiGPOConfig(episode_stats="step")
+    assert _decisions(group_signal(steps, "episode", reward)) == {"pen": (True, False, True)}
+
+
+def _straddling_float32_rounding() -> tuple[float, float]:
+    """Two float64 rewards two ulps apart that a float32 cast puts one float32 ulp (7.5e-9) apart."""
+    lo = float(np.float32(0.1))
+    mid = (lo + float(np.nextafter(np.float32(0.1), np.float32(1)))) / 2  # a float32 rounding boundary, exact in f64
+    return float(np.nextafter(mid, 0.0)), float(np.nextafter(mid, 1.0))
+
+
+def test_a_group_that_differs_only_by_rounding_is_dropped_and_a_real_difference_kept():
+    """The step test reads the spread of R_t in each anchor group before normalising, scaled to the data, not the
+    normalised term: after mean_std a difference of 1e-9 divided by (std + 1e-6) is ~1e-3 (gamma 1, mean_std)."""
+    below, above = _straddling_float32_rounding()
+    assert np.float32(below) != np.float32(above)  # a float32 round trip would turn 3e-17 into 7.5e-9
+    steps = _batch(
+        # R_0 = 0.1 + 0.2 (0.30000000000000004) against 0.3; episode returns the same two numbers
+        _traj("sum", "s0", [0.1, 0.2], ["s0", "x1"]),
+        _traj("sum", "s1", [0.3, 0.0], ["s0", "y1"]),
+        # rewards on either side of a float32 rounding boundary
+        _traj("f32", "t0", [below], ["s0"]),
+        _traj("f32", "t1", [above], ["s0"]),
+        # an environment that computed one reward in float32: 0.1 against float32(0.1) = 0.10000000149
+        _traj("res", "u0", [0.1], ["s0"]),
+        _traj("res", "u1", [float(np.float32(0.1))], ["s0"]),
+        # a real difference of 0.01 in R_1 at the shared state s1; episode returns equal up to rounding
+        _traj("real", "v0", [0.2, 0.1], ["x0", "s1"]),
+        _traj("real", "v1", [0.19, 0.11], ["y0", "s1"]),
+    )
+    gigpo = GiGPOConfig(gamma=1.0, norm="mean_std")
+    assert _decisions(group_signal(steps, "signal", gigpo)) == {
+        "sum": (False, False, False),
+        "f32": (False, False, False),
+        "res": (False, False, False),
+        "real": (False, True, True),
+    }
+    terms = steps.advantage_terms(gigpo)
+    assert terms.step_return[0] != terms.step_return[2]  # the rounding reaches R_t, the test sees past it
+    assert terms.step_return[4] != terms.step_return[5] and terms.step_return[6] != terms.step_return[7]
+    np.testing.assert_allclose(terms.step_adv[[9, 11]], [-0.7071, 0.7071], atol=1e-4)  # the real one: O(1)
+
+
+class _SeenRewards(GiGPOConfig):
+    """GiGPOConfig that records the reward arrays it is called with, then runs the estimator unchanged."""
+
+    seen: list = []
+
+    def advantage_terms(self, step_rewards, *args, **kwargs):
+        self.seen.append((step_rewards, kwargs.get("env_rewards")))
+        return super().advantage_terms(step_rewards, *args, **kwargs)
+
+
+@pytest.mark.parametrize("mode", ["reward", "reference"])
+def test_rewards_reach_the_estimator_in_float64(mode):
+    """Real Sokoban episodes (random valid moves; -0.1 a move, which float32 cannot hold): the step rows of both
+    engines carry float64 rewards into the estimator, and R_t is the float64 discounted sum of the played rewards."""
+    played = play_random("sokoban", groups=2, n=3, modes=["state"], seed=1, env_kwargs={"max_steps": 6})
+    local = played.steps  # the local engine's StepBatch.from_episodes
+    rows = [r.fields for ep in played.episodes for r in episode_rows(ep)]
+    verl = StepBatch.from_rows([str(g) for g in local.group_ids], rows, [False] * len(rows))  # verl's trainer mode
+    config = _SeenRewards(gamma=0.9, episode_stats="step", penalty_mode=mode, invalid_action_penalty=0.1)
+    for steps in (local, verl):
+        config.seen.clear()
+        terms = steps.advantage_terms(config)
+        ((step_rewards, env_rewards),) = config.seen
+        assert step_rewards.dtype == np.float64 and env_rewards.dtype == np.float64
+        np.testing.assert_array_equal(step_rewards, [s.step_reward for ep in played.episodes for s in ep.steps])
+        for ep in played.episodes:  # a plain loop in float64
+            rewards = [s.env_reward if mode == "reference" else s.step_reward for s in ep.steps]
+            mine = np.flatnonzero(steps.traj_ids == ep.traj_id)
+            for t, i in enumerate(mine):
+                expected = sum(0.9**k * r for k, r in enumerate(rewards[t:]))
+                expected -= 0.1 * (mode == "reference" and not ep.steps[t].action_valid)
+                assert terms.step_return[i] == pytest.approx(expected, rel=1e-14, abs=1e-15)
+    assert float(np.float32(-0.1)) != -0.1 and -0.1 in config.seen[0][0]  # the cost as played, not float32's
+
+
+def test_a_zero_step_weight_gives_no_step_signal():
+    """w = 0: A_S is computed but never reaches the advantage, so it keeps no group."""
+    steps = _batch(*ALL_FAIL_SHARED)
+    assert _decisions(group_signal(steps, "signal", GiGPOConfig(step_advantage_w=0.0))) == {
+        "fail": (False, False, False)
+    }
+    assert _decisions(group_signal(steps, "signal", GIGPO)) == {"fail": (False, True, True)}
 
 
 def test_failed_episodes_and_padding_count_in_neither_test():

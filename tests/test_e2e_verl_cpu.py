@@ -46,6 +46,7 @@ from verl_gigpo.dev.smoke import (
     CHANGED_KEY,
     ROLLOUT_GAP_LIMIT,
     check_runs,
+    resume_replay,
     run_smoke,
     val_metric,
 )
@@ -173,6 +174,14 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_its_metrics_hold_iteration
     assert training_steps(history) == [1, 2, 3, 4]
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
     assert [p.name for p in sorted((ckpt / "launches").iterdir())] == ["launch_001.json", "launch_002.json"]
+
+
+def test_the_resumed_launch_plays_the_killed_iterations_episodes_again(runs):
+    """The kill came after the first episode of iteration 3 was written; the resumed launch plays iteration 3 from
+    the step-2 checkpoint with the same request seeds (iteration, draw, task, member, step), so each step the killed
+    launch finished has the same reply, action and reward after the resume (docs/reproducibility.md)."""
+    compared, problems = resume_replay(runs["gigpo"].run_dir)
+    assert compared >= 1 and problems == [], (compared, problems)
 
 
 def test_actor_weights_move_and_the_rollout_server_holds_them_after_every_sync(runs, action_model_dir):

@@ -124,7 +124,7 @@ def test_the_side_by_side_section_and_plot_from_the_recorded_runs(lb, runs, tmp_
     assert (
         f"Command: `python benchmarks/learning.py {ARGV} --opt-steps 1 --runs {runs} --results {results}` " in section
     )
-    assert "(tables rebuilt from the finished runs with `--report-only`)" in section
+    assert "(tables rebuilt from the kept data or finished runs with `--report-only`)" in section
     # the settings table: 2 tasks x 2 episodes x 10 steps = 40 rows per optimizer step at most on verl
     assert "`trainer.v1.gigpo_sync.mini_batch_rows=40`" in section
     assert "| output tokens (local: no action-token constraint) | `local.constrain_to_actions=false` |" in section
@@ -186,7 +186,8 @@ def test_no_finished_runs_exit_1_and_write_nothing(lb, tmp_path, capsys):
     results = tmp_path / "RESULTS.md"
     argv = [*ARGV_VERL, "--runs", str(tmp_path / "none"), "--results", str(results), "--report-only"]
     assert lb.cli.main(argv) == 1
-    assert "no finished runs found" in capsys.readouterr().err and not results.exists()
+    err = capsys.readouterr().err
+    assert "no kept data under" in err and f"no finished runs under {tmp_path / 'none'}" in err and not results.exists()
 
 
 @pytest.mark.parametrize(
@@ -296,7 +297,7 @@ def test_the_verl_dynamic_sampling_report_counts_episodes_from_a_recorded_run(lb
     assert f"| gigpo | 1 | {val[0]:.2f} ± 0.00 | {val[-1]:.2f} ± 0.00 |" in text
     assert f"| gigpo | {val[0]:.2f} → {val[-1]:.2f} |" in text and (tmp_path / dsv.PNG).stat().st_size > 0
     assert dsv.main([*argv, "--report-only", "--runs", str(tmp_path / "none"), "--no-results"]) == 1
-    assert "no finished run under" in capsys.readouterr().err
+    assert "no kept data under" in capsys.readouterr().err
 
 
 def test_the_verl_dynamic_sampling_benchmark_refuses_bad_options_by_name(lb, capsys):

@@ -165,7 +165,7 @@ def test_failed_episodes_are_masked_not_dropped(tiny_model_dir, tmp_path):
             [TaskSpec("gridnav_stepfault", s, "train", trainer.env_kwargs) for s in (2, 3)],
             2,
             validation=False,
-            seed_parts=(0, 1, 1),
+            iteration=1,
         )
         metrics = trainer.train_step()
     finally:
@@ -475,37 +475,35 @@ def test_validation_sampling_follows_the_rule_verls_path_writes(caplog):
 
 
 # ------------------------------------------------------------------------------------------ training-health alarms
-# Windows of 4 iterations and a warm-up of 4 so that every signal is checked within these 8-iteration runs.
-HEALTH = ["trainer.total_training_steps=8", "trainer.health.window=4", "trainer.health.warmup=4", "data.val_size=2"]
+# Windows of 4 iterations and a warm-up of 4 so that every signal is checked within these 12-iteration runs.
+HEALTH = ["trainer.total_training_steps=12", "trainer.health.window=4", "trainer.health.warmup=4", "data.val_size=2"]
 
 
 def test_a_fast_collapse_raises_the_entropy_alarm_and_stop_leaves_a_checkpoint_that_resumes(
     tiny_model_dir, tmp_path, caplog
 ):
-    """Full-vocabulary sampling at lr 0.1 from the random-start model: entropy 5.8 -> 0.07 by iteration 5. The
-    entropy alarm fires by iteration 7 (its early value needs 2 x baseline = 6 values); action=stop saves a checkpoint
-    there, logs the resume command, and that command continues the run."""
+    """Full-vocabulary sampling at lr 0.1 from the random-start model: entropy 5.8 -> 0.03 by iteration 7 (one
+    invalid reply, always). The entropy alarm fires by iteration 10; action=stop saves a checkpoint there, logs the
+    resume command, and that command continues the run to its end without raising the same alarm again."""
     out = tmp_path / "run"
     collapse = ["local.constrain_to_actions=false", "actor_rollout_ref.actor.optim.lr=0.1"]
     cfg = _cfg(tiny_model_dir, out, *HEALTH, *collapse, "trainer.health.action=stop")
     with caplog.at_level("WARNING", logger="verl_gigpo"):
         history = _run(cfg)
     records = [json.loads(x) for x in (out / "health.jsonl").read_text().splitlines()]
-    assert [(r["signal"], r["action"]) for r in records] == [("entropy_collapse", "stop")]
-    stopped = records[0]["iteration"]
-    assert stopped <= 7 and history[-1]["training_step"] == stopped < 8
+    stopped = history[-1]["training_step"]
+    assert "entropy_collapse" in [r["signal"] for r in records] and stopped <= 10
+    assert all(r["iteration"] == stopped and r["action"] == "stop" for r in records)
     assert history[-1]["health/entropy_collapse"] == 1.0 and history[-1]["actor/entropy"] < 0.1
-    assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == str(stopped)
+    assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == str(int(stopped))
     (line,) = [r.getMessage() for r in caplog.records if "trainer.health.action=stop" in r.getMessage()]
     command = line.split("resume with: ", 1)[1].split(" (add ", 1)[0]
     assert command.startswith("python -m verl_gigpo.local.train ") and command.endswith(" --resume")
     assert main(shlex.split(command)[3:]) == 0  # the printed command, as a user would paste it
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [m["training_step"] for m in lines] == list(range(9))  # resumed and finished the 8 iterations
-    assert lines[-1]["health/alarms_total"] >= 1.0  # the resumed run replayed the alarm (no second entropy alarm)
-    assert [json.loads(x)["signal"] for x in (out / "health.jsonl").read_text().splitlines()].count(
-        "entropy_collapse"
-    ) == 1
+    assert [m["training_step"] for m in lines] == list(range(13))  # resumed and finished the 12 iterations
+    signals = [json.loads(x)["signal"] for x in (out / "health.jsonl").read_text().splitlines()]
+    assert signals.count("entropy_collapse") == 1  # the resumed run replayed the alarm's cool-down
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -514,6 +512,6 @@ def test_healthy_runs_raise_no_alarm(tiny_model_dir, tmp_path, seed):
     every signal's health/* key is logged."""
     history = _run(_cfg(tiny_model_dir, tmp_path / "run", *HEALTH, f"trainer.seed={seed}"))
     trained = [m for m in history if "training/global_step" in m]
-    assert len(trained) == 8 and all(m["health/alarms_total"] == 0.0 for m in trained)
-    assert {f"health/{s}" for s in SIGNALS} - {"health/length_limit"} <= set(trained[-1])  # no clip ratio locally
+    assert len(trained) == 12 and all(m["health/alarms_total"] == 0.0 for m in trained)
+    assert {f"health/{s}" for s in SIGNALS} <= set(trained[-1])
     assert not (tmp_path / "run" / "health.jsonl").exists()

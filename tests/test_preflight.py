@@ -149,6 +149,7 @@ def test_env_range_errors_are_the_agent_loops_messages(override):
         ("+env.kwargs.max_steps=9", "env.kwargs.max_steps is set by the agent loop from env.max_steps"),
         ("+env.kwargs.key_mode=state", "env.kwargs.key_mode is set by the agent loop from algorithm.gigpo.key_mode"),
         ("+env.max_step=9", "unknown env key(s) ['max_step']: nothing reads them; known keys: "),
+        ("env.seeded_sampling=maybe", "env.seeded_sampling must be true or false, got 'maybe'"),
     ],
 )
 def test_env_errors_the_readers_let_through(override, message):
@@ -387,6 +388,15 @@ def test_greedy_validation_outside_gigpo_sync_warns_that_verl_samples():
     [warning] = config_warnings(compose_gigpo([*greedy, *verls]))
     assert "temperature=0.4" in warning and "trainer mode sync" in warning
     assert config_warnings(compose_gigpo([*greedy[:2], *verls])) == []
+
+
+def test_full_determinism_without_request_seeds_warns_that_members_would_sample_alike():
+    """verl's vLLM server gives every request of a replica one seed under full_determinism unless the request
+    brings its own: without env.seeded_sampling the members of a group would sample the same tokens."""
+    groups = ["actor_rollout_ref.rollout.n=8", "actor_rollout_ref.rollout.full_determinism=true"]
+    assert config_warnings(compose_gigpo(groups)) == []
+    [warning] = config_warnings(compose_gigpo([*groups, "env.seeded_sampling=false"]))
+    assert "full_determinism=true with env.seeded_sampling=false" in warning
 
 
 @pytest.mark.parametrize(

@@ -135,6 +135,30 @@ def test_flat_and_signal_only_groups_follow_a_plain_loop_and_dynamic_samplings_k
     assert stats.signal_only_groups == pytest.approx(len(flat & signal) / len(scores))
 
 
+def test_signal_only_groups_without_the_per_step_reward_follow_a_plain_loop():
+    """Taking Sokoban's -0.1 a move (the most common step reward) off every reward leaves the signal that comes from
+    boxes pushed: fewer signal-only groups, counted by the same plain loops on rewards + 0.1."""
+    options = ProbeOptions(env="sokoban", groups=16, n=8, keys="state", seed=0)  # the docs' episodes
+    stats = run_probe(options).stats[0]
+    played = play_random("sokoban", groups=16, n=8, modes=["state"], seed=0)
+    assert stats.step_reward == pytest.approx(-0.1)
+    scores, members, rows = defaultdict(list), defaultdict(list), []
+    offset = 0
+    for episode in played.episodes:
+        rewards = [s.step_reward + 0.1 for s in episode.steps]
+        scores[episode.group_id].append(sum(rewards))
+        for t in range(len(rewards)):
+            r_t = sum(GAMMA**k * r for k, r in enumerate(rewards[t:]))
+            key = (episode.group_id, played.keys["state"][offset + t])
+            members[key].append(r_t)
+            rows.append((key, r_t))
+        offset += len(rewards)
+    flat = {g for g, s in scores.items() if max(s) - min(s) <= 1e-6 * max(1.0, *map(abs, s))}
+    signal = {key[0] for key, r_t in rows if max(members[key]) - min(members[key]) > 1e-6}
+    assert stats.signal_only_groups_no_step_reward == pytest.approx(len(flat & signal) / len(scores))
+    assert 0 < stats.signal_only_groups_no_step_reward < stats.signal_only_groups
+
+
 def test_merged_rows_count_rows_grouped_with_another_state():
     """Under the step-index environment the observation key (no step index) puts a cell's visits at different steps
     in one anchor group: rows grouped with another state, counted against a plain loop."""

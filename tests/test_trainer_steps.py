@@ -125,7 +125,7 @@ def test_the_estimator_gets_the_rows_fields_and_masks_padding_and_failed_episode
     outcome = method in ("graphgpo", "g2po")
     extra = {"won": steps.won, "action_valid": steps.action_valid} if outcome else {}
     want = ESTIMATOR_TERMS[method](
-        torch.as_tensor(steps.step_rewards, dtype=torch.float32),
+        torch.as_tensor(steps.step_rewards, dtype=torch.float64),  # float64, as StepBatch passes them
         mask,
         steps.group_ids,
         steps.traj_ids,

@@ -42,6 +42,8 @@ from environments import make_env
 from verl_gigpo.advantage import compute_gigpo_advantage, gigpo_advantage_terms
 from verl_gigpo.credit.records import read_credit_records
 from verl_gigpo.data.prepare import write_task_files
+from verl_gigpo.local.config import load_config
+from verl_gigpo.local.rollout import LocalRollout
 from verl_gigpo.rollout.health import HealthMonitor, HealthOptions
 from verl_gigpo.verl_glue.cpu.hf_rollout import HFGenerationServer
 from verl_gigpo.verl_glue.trainer import GiGPOTrainerSync
@@ -107,7 +109,7 @@ def _expected_gigpo(data, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     """The estimator on the rows' own extra_fields with the config's settings: the oracle of the trainer mode."""
     extra = list(data["extra_fields"])
     return compute_gigpo_advantage(
-        torch.tensor([ef["step_reward"] for ef in extra]),
+        torch.tensor([ef["step_reward"] for ef in extra], dtype=torch.float64),  # as StepBatch passes them
         mask,
         np.array(list(data["uid"]), dtype=object),
         np.array([ef["traj_id"] for ef in extra], dtype=object),
@@ -493,13 +495,18 @@ def _validation_replies(cfg, trainer, worker, dataset) -> dict[tuple[int, int, i
     return replies
 
 
-def test_validation_with_do_sample_false_is_greedy(rollout, action_model_dir, tmp_path, caplog):
+def test_validation_with_do_sample_false_is_greedy_and_seeded_sampling_repeats(
+    rollout, action_model_dir, tmp_path, caplog
+):
     """val_kwargs.do_sample=false at val temperature 0.7 (the module's rollout): the trainer mode's construction
     writes greedy settings into the config that verl then gives its agent-loop workers (verl's TaskRunnerV1 builds
     both from one config object), so two validations of the same tasks through that AgentLoopWorkerTQ and the hf
-    server give identical replies. do_sample=true at the same temperature samples: two validations through a worker
-    built from that config differ. One server serves both workers, as verl's serves training and validation
-    requests: the sampling settings travel with each request."""
+    server give identical replies. do_sample=true at the same temperature samples: with the request seeds
+    (env.seeded_sampling, the default) two validations still give identical replies (common random numbers); with
+    env.seeded_sampling=false they differ (the server's own generator, drawn in arrival order). One server serves
+    every worker, as verl's serves training and validation requests: the sampling settings and seeds travel with each
+    request. The local engine, playing the same tasks from the same model with the same rollout seed, sends the same
+    seeds and gets the same replies."""
     greedy_cfg, greedy_trainer = rollout["cfg"], rollout["trainer"]
     val_kwargs = greedy_cfg.actor_rollout_ref.rollout.val_kwargs
     assert (val_kwargs.temperature, val_kwargs.top_p, val_kwargs.top_k) == (0.0, 1.0, -1)
@@ -508,26 +515,67 @@ def test_validation_with_do_sample_false_is_greedy(rollout, action_model_dir, tm
 
     write_task_files("gridnav", tmp_path, train_size=N_TASKS, val_size=VAL_TASKS)
     sampled = "actor_rollout_ref.rollout.val_kwargs.do_sample=true"
-    cfg = _config(action_model_dir, tmp_path, "gigpo", *GREEDY_AT_0_7, sampled)
+    configs = {"seeded": _config(action_model_dir, tmp_path, "gigpo", *GREEDY_AT_0_7, sampled)}
+    configs["unseeded"] = _config(
+        action_model_dir, tmp_path, "gigpo", *GREEDY_AT_0_7, sampled, "env.seeded_sampling=false"
+    )
     with caplog.at_level("INFO", logger="verl_gigpo.verl_glue.trainer"):
-        trainer = GiGPOTrainerSync(cfg)
-    assert (cfg.actor_rollout_ref.rollout.val_kwargs.temperature, trainer.validation_sampling.greedy) == (0.7, False)
+        trainers = {name: GiGPOTrainerSync(cfg) for name, cfg in configs.items()}
+    cfg = configs["seeded"]
+    assert (cfg.actor_rollout_ref.rollout.val_kwargs.temperature, trainers["seeded"].validation_sampling.greedy) == (
+        0.7,
+        False,
+    )
     assert "greedily" not in caplog.text
     dataset = create_rl_dataset([str(tmp_path / "val.parquet")], cfg.data, rollout["tokenizer"], None, is_train=False)
-    client = LLMServerClient(
-        cfg, load_balancer_handle=get_router_handle(servers={"hf://test-server": rollout["server"]})
-    )
-    workers = {
-        False: (greedy_cfg, greedy_trainer, rollout["worker"]),
-        True: (cfg, trainer, AgentLoopWorkerTQ.remote(cfg, client)),
-    }
-    agree = {}
+
+    def worker(config):
+        client = LLMServerClient(
+            config, load_balancer_handle=get_router_handle(servers={"hf://test-server": rollout["server"]})
+        )
+        return AgentLoopWorkerTQ.remote(config, client)
+
+    workers = {"greedy": (greedy_cfg, greedy_trainer, rollout["worker"])}
+    workers.update({name: (configs[name], trainers[name], worker(configs[name])) for name in configs})
+    agree, replies = {}, {}
     try:
-        for do_sample, (config, owner, worker) in workers.items():
-            first = _validation_replies(config, owner, worker, dataset)
-            second = _validation_replies(config, owner, worker, dataset)
-            agree[do_sample] = first == second
+        for name, (config, owner, actor) in workers.items():
+            replies[name] = _validation_replies(config, owner, actor, dataset)
+            agree[name] = replies[name] == _validation_replies(config, owner, actor, dataset)
     finally:
-        ray.kill(workers[True][2])
-    # the same server and tasks, each worker twice: only the sampling decides whether the two validations agree
-    assert agree == {False: True, True: False}
+        for name in configs:
+            ray.kill(workers[name][2])
+    # the same server and tasks, each worker twice: greedy decoding or the request seeds make them agree
+    assert agree == {"greedy": True, "seeded": True, "unseeded": False}
+    assert replies["seeded"] != replies["greedy"]  # sampled, not greedy
+
+    local = LocalRollout(
+        load_config(
+            [
+                f"actor_rollout_ref.model.path={action_model_dir}",
+                f"actor_rollout_ref.rollout.seed={cfg.actor_rollout_ref.rollout.seed}",
+                f"actor_rollout_ref.rollout.response_length={RESPONSE_LEN}",
+                "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
+                "actor_rollout_ref.rollout.val_kwargs.temperature=0.7",
+                "env.name=gridnav",
+                f"env.max_steps={MAX_STEPS}",
+                "env.history_length=2",
+                "env.val_split=test",
+                f"data.val_size={VAL_TASKS}",
+                "data.max_prompt_length=256",
+                "local.constrain_to_actions=false",
+            ]
+        )
+    )
+    try:
+        episodes = local.validation_episodes()
+    finally:
+        local.close()
+    members = defaultdict(int)
+    local_replies = {}
+    for episode in episodes:
+        member = members[episode.task.seed]
+        members[episode.task.seed] += 1
+        for step in episode.steps:
+            local_replies[(episode.task.seed, member, step.step_id)] = list(step.response_ids)
+    assert local_replies == replies["seeded"]

@@ -146,7 +146,7 @@ def test_registered_function_honours_similarity_keys_as_the_trainer_mode_does():
         response_mask=mask,
         config=config,
         index=steps.group_ids,
-        step_rewards=torch.as_tensor(steps.step_rewards, dtype=torch.float32),
+        step_rewards=torch.as_tensor(steps.step_rewards, dtype=torch.float64),
         traj_ids=steps.traj_ids,
         step_ids=steps.step_ids,
         anchor_keys=steps.anchor_keys,
@@ -161,7 +161,7 @@ def test_registered_function_honours_similarity_keys_as_the_trainer_mode_does():
     a_s = (r_t - r_t.mean()) / (r_t.std(ddof=1) + 1e-6)  # about 0.965, -1.032, 0.067
     torch.testing.assert_close(adv[[0, 2, 4], 0] - adv[[1, 3, 5], 0], torch.tensor(a_s, dtype=torch.float32))
     exact, _ = compute_gigpo_advantage(
-        step_rewards=torch.as_tensor(steps.step_rewards, dtype=torch.float32),
+        step_rewards=torch.as_tensor(steps.step_rewards, dtype=torch.float64),
         response_mask=mask,
         group_ids=steps.group_ids,
         traj_ids=steps.traj_ids,

@@ -127,7 +127,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from verl_gigpo.advantage._inputs import EPISODE_STATS, NORMS, invalid_row_penalty
-from verl_gigpo.advantage._rows import discounted_step_returns
+from verl_gigpo.advantage._rows import SIGNAL_ATOL, SIGNAL_RTOL, differs_in_groups, discounted_step_returns
 from verl_gigpo.advantage.g2po import G2PO_STAT_NAMES, G2POOptions, check_g2po_options, g2po_advantage_terms
 from verl_gigpo.advantage.gigpo import check_estimator_options, compute_gigpo_advantage, gigpo_advantage_terms
 from verl_gigpo.advantage.graphgpo import (
@@ -147,6 +147,8 @@ __all__ = [
     "HGPO_STAT_NAMES",
     "NEEDS_OUTCOME",
     "NORMS",
+    "SIGNAL_ATOL",
+    "SIGNAL_RTOL",
     "STAT_NAMES",
     "AdvantageTerms",
     "G2POOptions",
@@ -158,6 +160,7 @@ __all__ = [
     "check_graphgpo_options",
     "check_hgpo_options",
     "compute_gigpo_advantage",
+    "differs_in_groups",
     "discounted_step_returns",
     "g2po_advantage_terms",
     "gigpo_advantage_terms",

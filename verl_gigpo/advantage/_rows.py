@@ -20,12 +20,15 @@ from verl_gigpo.advantage.anchors import anchor_group_ids, check_similarity_thre
 
 __all__ = [
     "AT_MEAN_RTOL",
+    "SIGNAL_ATOL",
+    "SIGNAL_RTOL",
     "Basis",
     "StepRows",
     "anchor_groups",
     "at_group_mean",
     "basis",
     "check_overflow",
+    "differs_in_groups",
     "discounted_step_returns",
     "episode_advantage",
     "episode_at_mean",
@@ -250,8 +253,9 @@ class Basis:
     G episode groups): the rows, their anchor groups ``s_group`` ``(M,)`` (``num_s`` of them), R_t ``(M,)`` (each
     row's own penalty ``p`` already subtracted), the episode returns ``R_traj`` ``(T,)``, each row's episode score
     ``R_row = R_traj - p`` ``(M,)`` (what ``A_E`` normalises), the row penalties ``penalty`` ``(M,)`` (zeros without
-    ``row_penalty``), the episode term ``A_E`` ``(M,)`` and the episode groups whose scores are all equal,
-    ``flat_groups`` ``(G,)``."""
+    ``row_penalty``), the episode term ``A_E`` ``(M,)``, the episode groups whose scores are all equal,
+    ``flat_groups`` ``(G,)``, and ``episode_signal`` ``(M,)``: the row's episode group has scores (what A_E
+    normalises) that differ beyond rounding (:func:`differs_in_groups`)."""
 
     rows: StepRows
     s_group: np.ndarray
@@ -262,6 +266,7 @@ class Basis:
     penalty: np.ndarray
     A_E: np.ndarray
     flat_groups: np.ndarray
+    episode_signal: np.ndarray
 
 
 def basis(
@@ -302,7 +307,9 @@ def basis(
         R_t = R_t - penalty  # (M,)
         R_row = R_traj[rows.t] - penalty  # (M,)
         A_E, flat_groups = episode_advantage(rows, R_traj, norm, epsilon, episode_stats, row_scores=R_row)
-    return Basis(rows, s_group, num_s, R_t, R_traj, R_row, penalty, A_E, flat_groups)
+        x, codes, _ = _episode_samples(rows, R_traj, episode_stats, R_row)
+        episode_signal = differs_in_groups(x, codes, rows.num_groups)[rows.g]  # (M,)
+    return Basis(rows, s_group, num_s, R_t, R_traj, R_row, penalty, A_E, flat_groups, episode_signal)
 
 
 def step_returns(rows: StepRows, gamma: float) -> tuple[np.ndarray, np.ndarray]:
@@ -378,6 +385,28 @@ def at_group_mean(x: np.ndarray, codes: np.ndarray, num_groups: int) -> np.ndarr
     mean, _ = group_means(x, codes, num_groups)
     m = mean[codes]  # (n,)
     return np.abs(x - m) <= AT_MEAN_RTOL * np.maximum(1.0, np.abs(m))
+
+
+SIGNAL_RTOL = 4 * float(np.finfo(np.float32).eps)
+"""Relative tolerance of :func:`differs_in_groups` (4.8e-7: four float32 ulps of the group's largest value)."""
+
+SIGNAL_ATOL = 1e-9
+"""Absolute tolerance of :func:`differs_in_groups` (values near 0)."""
+
+
+def differs_in_groups(x: np.ndarray, codes: np.ndarray, num_groups: int) -> np.ndarray:
+    """``(G,)`` bool: the group's values differ beyond rounding, ``max - min > SIGNAL_RTOL * max |x| + SIGNAL_ATOL``.
+
+    Made on the values a term normalises, before any division (docs/dynamic-sampling.md): after ``mean_std`` a
+    rounding remainder of ~1e-9 divided by (std + epsilon) becomes ~1e-3. A group of one member, or none, is False.
+    """
+    hi = np.full(num_groups, -np.inf)
+    lo = np.full(num_groups, np.inf)
+    np.maximum.at(hi, codes, x)
+    np.minimum.at(lo, codes, x)
+    with np.errstate(invalid="ignore", over="ignore"):  # empty groups: -inf - inf, False below
+        scale = np.maximum(np.abs(hi), np.abs(lo))  # (G,)
+        return hi - lo > SIGNAL_RTOL * scale + SIGNAL_ATOL
 
 
 def normalise_in_groups(

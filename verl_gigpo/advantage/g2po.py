@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from verl_gigpo.advantage._inputs import MethodOptions, as_flags, check_common_options, check_number
-from verl_gigpo.advantage._rows import basis, normalise_in_groups
+from verl_gigpo.advantage._rows import basis, differs_in_groups, normalise_in_groups
 from verl_gigpo.advantage.anchors import check_similarity_threshold
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 
@@ -132,7 +132,8 @@ def g2po_advantage_terms(
         V = np.bincount(s_group, weights=visit, minlength=num_s) / np.bincount(s_group, minlength=num_s)  # (S,)
         has_next = rows.next >= 0
         V_next = np.where(has_next, V[s_group[np.where(has_next, rows.next, 0)]], outcome[rows.t])  # (M,)
-        A_1, _, _ = normalise_in_groups(V_next - options["invalid_penalty"] * invalid, s_group, num_s, norm, eps)
+        x_1 = V_next - options["invalid_penalty"] * invalid  # (M,) what A_1 normalises
+        A_1, _, _ = normalise_in_groups(x_1, s_group, num_s, norm, eps)
         td = V_next - V[s_group]  # (M,)
         A_2, _, _ = normalise_in_groups(td, rows.g, rows.num_groups, norm, eps)
         A_step = A_1 + A_2  # (M,)
@@ -142,4 +143,15 @@ def g2po_advantage_terms(
         "g2po/td_abs_mean": float(np.abs(td).mean()) if rows.m else 0.0,
     }
     extras = {"node_value": V[s_group], "next_value": V_next}
-    return assemble(base, episode_adv=base.A_E, step_adv=A_step, advantage=A, method="g2po", stats=stats, extras=extras)
+    moving = differs_in_groups(x_1, s_group, num_s)[s_group] | differs_in_groups(td, rows.g, rows.num_groups)[rows.g]
+    moving &= options["step_advantage_w"] > 0
+    return assemble(
+        base,
+        episode_adv=base.A_E,
+        step_adv=A_step,
+        advantage=A,
+        method="g2po",
+        step_signal=moving,
+        stats=stats,
+        extras=extras,
+    )

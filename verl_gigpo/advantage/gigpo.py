@@ -34,7 +34,7 @@ import torch
 
 from verl_gigpo.advantage._ids import show
 from verl_gigpo.advantage._inputs import check_common_options, is_real
-from verl_gigpo.advantage._rows import basis, normalise_in_groups
+from verl_gigpo.advantage._rows import basis, differs_in_groups, normalise_in_groups
 from verl_gigpo.advantage.anchors import check_similarity_threshold
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 
@@ -226,7 +226,8 @@ def gigpo_advantage_terms(
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported by assemble
         A_S, _, _ = normalise_in_groups(base.R_t, base.s_group, base.num_s, norm, options["epsilon"])  # (M,)
         A = base.A_E + options["step_advantage_w"] * A_S  # (M,)
-    return assemble(base, episode_adv=base.A_E, step_adv=A_S, advantage=A, method="gigpo")
+    moving = differs_in_groups(base.R_t, base.s_group, base.num_s)[base.s_group] & (options["step_advantage_w"] > 0)
+    return assemble(base, episode_adv=base.A_E, step_adv=A_S, advantage=A, method="gigpo", step_signal=moving)
 
 
 def check_estimator_options(

@@ -33,7 +33,7 @@ import torch
 
 from verl_gigpo.advantage._ids import show
 from verl_gigpo.advantage._inputs import MethodOptions, as_flags, check_common_options, check_number
-from verl_gigpo.advantage._rows import StepRows, basis, normalise_in_groups
+from verl_gigpo.advantage._rows import StepRows, basis, differs_in_groups, normalise_in_groups
 from verl_gigpo.advantage.anchors import check_similarity_threshold
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 
@@ -192,8 +192,17 @@ def graphgpo_advantage_terms(
         "graphgpo/next_distance_mean": float(d_next[in_won].mean()) if in_won.any() else 0.0,
     }
     extras = {"distance": d_cur, "next_distance": d_next, "graph_return": R_G}
+    moving = differs_in_groups(R_G, s_group, base.num_s)[s_group] & in_won & (options["step_advantage_w"] > 0)
     return assemble(
-        base, episode_adv=base.A_E, step_adv=A_G, advantage=A, method="graphgpo", stats=stats, extras=extras
+        base,
+        episode_adv=base.A_E,
+        step_adv=A_G,
+        advantage=A,
+        method="graphgpo",
+        step_signal=moving,
+        episode_signal=base.episode_signal & (options["episode_advantage_w"] > 0),
+        stats=stats,
+        extras=extras,
     )
 
 

@@ -33,7 +33,14 @@ import torch
 
 from verl_gigpo.advantage._ids import pair_codes, show
 from verl_gigpo.advantage._inputs import MethodOptions, check_common_options, check_number
-from verl_gigpo.advantage._rows import Basis, at_group_mean, basis, episode_at_mean, normalise_in_groups
+from verl_gigpo.advantage._rows import (
+    Basis,
+    at_group_mean,
+    basis,
+    differs_in_groups,
+    episode_at_mean,
+    normalise_in_groups,
+)
 from verl_gigpo.advantage.anchors import check_similarity_threshold
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 from verl_gigpo.rules import Range
@@ -174,8 +181,18 @@ def hgpo_advantage_terms(
         "hgpo/frac_rows_without_group": float((used == 0).mean()) if m else 0.0,
     }
     extras = {"depths_used": used, "deepest_depth": deepest}
+    # deeper groups nest in the depth-1 group (the anchor group): R_t differs in one only if it differs there
+    moving = differs_in_groups(base.R_t, base.s_group, base.num_s)[base.s_group]  # (M,)
     return assemble(
-        base, episode_adv=A_episode, step_adv=A_step, advantage=A, method="hgpo", stats=stats, extras=extras
+        base,
+        episode_adv=A_episode,
+        step_adv=A_step,
+        advantage=A,
+        method="hgpo",
+        step_signal=moving,
+        episode_signal=base.episode_signal & options["episode_term"],
+        stats=stats,
+        extras=extras,
     )
 
 

@@ -95,7 +95,7 @@ def _verl_outcome(scores: np.ndarray, groups: np.ndarray, estimator: str, norm_a
     import torch
     from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, compute_rloo_outcome_advantage
 
-    tensor = torch.as_tensor(scores, dtype=torch.float32)[:, None]  # (K, 1): one "token" per item
+    tensor = torch.as_tensor(scores, dtype=torch.float64)[:, None]  # (K, 1): one "token" per item, float64 as given
     mask = torch.ones_like(tensor)  # (K, 1)
     if estimator == "grpo":
         adv, _ = compute_grpo_outcome_advantage(tensor, mask, groups, norm_adv_by_std_in_grpo=bool(norm_adv_by_std))

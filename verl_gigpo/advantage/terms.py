@@ -68,6 +68,10 @@ class AdvantageTerms:
             GraphGPO's and G2PO's graph node.
         anchor_group_size: int64, number of valid rows in the row's anchor group (0 for masked rows).
         row_mask: bool, which rows took part (True) and which were ignored (False).
+        episode_signal, step_signal: bool, the row's episode / step term carries signal into ``advantage``: the
+            values the term normalises differ beyond rounding within the row's group
+            (:func:`~verl_gigpo.advantage.differs_in_groups`, judged before normalising) and its weight is > 0.
+            What dynamic sampling's ``signal`` filter reads.
         stats: diagnostics as plain floats: :data:`STAT_NAMES` and the method's own.
         method: the estimator that computed the terms: ``"gigpo"``, ``"hgpo"``, ``"graphgpo"`` or ``"g2po"``.
         extras: the per-row ``(N,)`` float64 values behind the method's step term (GraphGPO: ``distance``,
@@ -83,6 +87,8 @@ class AdvantageTerms:
     anchor_group: np.ndarray
     anchor_group_size: np.ndarray
     row_mask: np.ndarray
+    episode_signal: np.ndarray
+    step_signal: np.ndarray
     stats: dict[str, float] = field(default_factory=dict)
     method: str = "gigpo"
     extras: dict[str, np.ndarray] = field(default_factory=dict)
@@ -135,12 +141,14 @@ def assemble(
     step_adv: np.ndarray,
     advantage: np.ndarray,
     method: str,
+    step_signal: np.ndarray,
+    episode_signal: np.ndarray | None = None,
     stats: dict[str, float] | None = None,
     extras: dict[str, np.ndarray] | None = None,
 ) -> AdvantageTerms:
     """The :class:`AdvantageTerms` of an estimator: its ``(M,)`` episode term, step term and advantage over the valid
     rows of ``base``, scattered to ``(N,)``, with :data:`STAT_NAMES` plus the method's own ``stats`` and ``(M,)``
-    ``extras``.
+    ``extras``. ``step_signal`` and ``episode_signal`` (None: ``base.episode_signal``) are ``(M,)`` bool.
 
     Raises:
         ValueError: a non-finite episode return, R_t or advantage (float64 overflow, see
@@ -158,6 +166,8 @@ def assemble(
         anchor_group=rows.scatter(base.s_group, np.int64, fill=-1),
         anchor_group_size=rows.scatter(s_size[base.s_group], np.int64),
         row_mask=rows.valid,
+        episode_signal=rows.scatter(base.episode_signal if episode_signal is None else episode_signal, bool, False),
+        step_signal=rows.scatter(step_signal, bool, False),
         stats={**shared_stats(rows, episode_adv, step_adv, s_size, base.flat_groups), **(stats or {})},
         method=method,
         extras={name: rows.scatter(values) for name, values in (extras or {}).items()},

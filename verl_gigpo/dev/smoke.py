@@ -10,13 +10,15 @@ agent loop on the ``hf`` rollout backend -> TransferQueue — on gridnav with a 
 
 1. ``gigpo``: validation, training iterations 1, 2, ... of 4 with a checkpoint after each; once the step-2
    checkpoint and step 2's metrics are written, its agent-loop worker (Ray actor ``AgentLoopWorkerTQ``) gets SIGKILL
-   in the middle of iteration 3: the launch must stop by itself within :data:`STOP_BOUND_S` with one ``error:`` line
-   naming that process and the relaunch (:mod:`verl_gigpo.verl_glue.dead_actor`). With ``kill_env_worker`` (the e2e
-   test), an environment worker process gets SIGKILL in iteration 1 too, and the run must go on (it is replaced);
+   in the middle of iteration 3, once its first episode is written (``env.transcript_dir``): the launch must stop
+   by itself within :data:`STOP_BOUND_S` with one ``error:`` line naming that process and the relaunch
+   (:mod:`verl_gigpo.verl_glue.dead_actor`). With ``kill_env_worker`` (the e2e test), an environment worker process
+   gets SIGKILL in iteration 1 too, and the run must go on (it is replaced);
 2. ``gigpo_changed``: the same folder with ``algorithm.gigpo.step_advantage_w`` changed: stops before Ray, naming
    the key (a resume must not silently change training, :mod:`verl_gigpo.verl_glue.launch`);
 3. ``gigpo_resume``: the same folder and settings: resumes from the last checkpoint, trains up to iteration 4,
-   validates;
+   validates; the episodes of iteration 3 that the killed launch finished are played again, reply for reply
+   (:func:`resume_replay`: the request seeds depend on the iteration, draw, task, member and step only);
 4. ``grpo`` (verl's estimator on the same step rows) training a LoRA adapter (:data:`LORA_SETTINGS`: verl's own
    LoRA path, the adapter alone synced after every update): validation, iterations 1 and 2 with a checkpoint after
    each, then its rollout server (Ray actor ``HFGenerationServer``) gets SIGKILL in the middle of iteration 3: the
@@ -130,6 +132,9 @@ LORA_SETTINGS = (
 
 #: seconds a launch may take to end by itself after one of its processes was killed (a stop, not a hang)
 STOP_BOUND_S = 300.0
+
+#: the request-seed stream of the iteration the gigpo launch is killed in and the resumed launch plays again
+RESUMED_STREAM = "train:3:"
 
 #: what each kill targets: the title Ray gives an actor's process (``ray::<class>``), or our worker's command line
 AGENT_LOOP_WORKER = "ray::AgentLoopWorkerTQ"
@@ -376,6 +381,48 @@ def logged(run_dir: Path, step: int) -> Callable[[], bool]:
     return lambda: any(row.get("step") == step for row in read_metrics(path))
 
 
+def all_of(*moments: Callable[[], bool]) -> Callable[[], bool]:
+    """A :class:`Kill` moment: true once every one of ``moments`` is (checked in order)."""
+    return lambda: all(moment() for moment in moments)
+
+
+def transcribed(run_dir: Path, stream_prefix: str) -> Callable[[], bool]:
+    """A :class:`Kill` moment: true once the run's transcripts (``env.transcript_dir``) hold an episode whose request
+    seeds' stream starts with ``stream_prefix`` (``train:3:``: an episode of iteration 3 has finished)."""
+    folder = run_dir / "transcripts"
+
+    def done() -> bool:
+        for path in folder.glob("transcripts_*.jsonl") if folder.is_dir() else []:
+            if f'"stream": "{stream_prefix}' in path.read_text():
+                return True
+        return False
+
+    return done
+
+
+def resume_replay(run_dir: Path, stream_prefix: str = RESUMED_STREAM) -> tuple[int, list[str]]:
+    """The steps of the killed launch's episodes in streams ``stream_prefix*`` (the iteration it died in) that the
+    resumed launch played again, and what differs: the same request seeds and weights must give the same replies.
+
+    Returns:
+        ``(steps compared, problems)``; a step is keyed by (stream, member, step), played once by each launch.
+    """
+    from verl_gigpo.evaluate.transcripts import read_transcripts
+
+    plays: dict[tuple, list[tuple]] = {}
+    for r in read_transcripts(run_dir / "transcripts"):
+        if str(r.get("stream", "")).startswith(stream_prefix):
+            key = (r["stream"], r["member"], r["step"])
+            plays.setdefault(key, []).append((r["seed"], r["response"], r["action"], r["step_reward"]))
+    twice = {key: p for key, p in plays.items() if len(p) == 2}
+    problems = [
+        f"gigpo_resume: {key} was played {p[0]} by the killed launch, {p[1]} after the resume"
+        for key, p in twice.items()
+        if p[0] != p[1]
+    ]
+    return len(twice), problems
+
+
 def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and math.isfinite(value)
 
@@ -490,6 +537,10 @@ def check_runs(runs: dict[str, RunResult], model_dir: Path) -> list[str]:
             problems.append("gigpo_resume: no final validation (val-core/*/acc/mean@1 at step 4)")
         if not any(val_metric(m) and m["step"] == 0 for m in resumed.history):
             problems.append(f"gigpo_resume: the validation before training is gone from {resumed.metrics_file}")
+        compared, differing = resume_replay(resumed.run_dir)
+        problems += differing
+        if compared == 0:
+            problems.append("gigpo_resume: no episode of iteration 3 was played by both launches to compare")
     if crashed:
         report = weight_sync_report(first.run_dir, model_dir)
         synced_steps = sorted({e["step"] for e in report})
@@ -578,9 +629,13 @@ def run_smoke(
     common = {"model_dir": model_dir, "data_dir": data_dir, "ranks": ranks}
     if "gigpo" in estimators:
         gigpo_dir = out_dir / "gigpo"
+        transcripts = [f"env.transcript_dir={gigpo_dir / 'transcripts'}"]  # both launches: what each played
+        extra = [*extra, *transcripts]
         first = pipeline_overrides(run_dir=gigpo_dir, estimator="gigpo", total_steps=4, extra=extra, **common)
-        # mid-iteration 3: the step-2 row is logged after the step-2 checkpoint, then iteration 3 starts its rollout
-        kills = [Kill("agent-loop worker", AGENT_LOOP_WORKER, checkpointed_and_logged(gigpo_dir, 2), fatal=True)]
+        # mid-iteration 3: the step-2 row is logged after the step-2 checkpoint, then iteration 3 starts its rollout;
+        # the kill waits for its first finished episode, which the resumed launch must play again (resume_replay)
+        mid_third = all_of(checkpointed_and_logged(gigpo_dir, 2), transcribed(gigpo_dir, RESUMED_STREAM))
+        kills = [Kill("agent-loop worker", AGENT_LOOP_WORKER, mid_third, fatal=True)]
         if kill_env_worker:  # iteration 1: the validation before training is logged, the rollout starts
             kills.insert(0, Kill("environment worker", ENV_WORKER, logged(gigpo_dir, 0)))
         runs["gigpo"] = run_pipeline("gigpo", gigpo_dir, first, env=env, kills=kills, timeline=timeline)

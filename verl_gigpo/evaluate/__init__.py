@@ -88,7 +88,8 @@ class EvalOptions:
             the others ``test``). tasks: how many tasks of the split (seeds 0..tasks-1); ``"all"`` = the split's
             whole fixed list (ALFWorld's games, WebShop's 500 test goals). episodes: K, episodes per task (pass@K).
         greedy: decode greedily (``val_kwargs.do_sample=false``); temperature: sample at this temperature (> 0).
-        seed: ``trainer.seed`` (the per-episode sampling seeds derive from it). device: ``trainer.device``.
+        seed: ``trainer.seed`` and ``actor_rollout_ref.rollout.seed`` (the request seeds derive from it, on both
+            engines). device: ``trainer.device``.
         overrides: further ``key=value`` items of the local engine's config, applied last.
     """
 
@@ -147,6 +148,7 @@ def local_eval_config(
         "env.val_split": options.split,
         "actor_rollout_ref.rollout.val_kwargs.n": options.episodes,
         "trainer.seed": options.seed,
+        "actor_rollout_ref.rollout.seed": options.seed,  # the request seeds' (verl's launch sets the same key)
         "trainer.device": options.device,
         "local.progress": False,
         "local.plot": False,
@@ -291,7 +293,7 @@ def evaluate_local(
             "top_p": float(val_kwargs.top_p),
             "top_k": int(val_kwargs.top_k),
             "constrain_to_actions": bool(cfg.local.constrain_to_actions),
-            "seed": int(cfg.trainer.seed),
+            "seed": int(cfg.actor_rollout_ref.rollout.get("seed", cfg.trainer.seed)),
             "seconds": round(seconds, 2),
             "config": OmegaConf.to_container(cfg, resolve=True),
         }

@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="take the settings (env, prompt, limits, validation sampling) of this run: a local-engine run or "
         "checkpoint, or a verl experiment or checkpoint (its launch record)",
     )
-    parser.add_argument("--seed", type=int, help="trainer.seed: the per-episode sampling seeds derive from it")
+    parser.add_argument("--seed", type=int, help="rollout seed: the request seeds derive from it (both engines)")
     parser.add_argument("--device", help="cpu, cuda or cuda:N (trainer.device)")
     parser.add_argument(
         "--engine",

@@ -24,6 +24,8 @@ env_reward         the environment's reward; step_reward: minus the invalid-acti
 won                the episode was won (every step of it carries the same value)
 env_error          the environment raised or missed a deadline (the episode is not scored); env_error_message
 episode_length     steps played; episode_return: the sum of the step rewards; num_invalid: invalid replies
+rollout_seed       with seeded requests: the rollout seed, the stream (``val`` or ``train:<iteration>:<draw>``) and
+stream, member     the member of the group, which with the task give each request's seed (docs/reproducibility.md)
 ================== ===========================================================================================
 
 An episode whose environment failed before its first step has one record with ``step`` 0, empty texts and
@@ -89,6 +91,10 @@ TRANSCRIPT_FIELDS = (
 )
 """The keys of every transcript record, in file order (see the module docstring)."""
 
+#: the keys that follow them when the episode's requests were seeded (docs/reproducibility.md: with the task they
+#: give every request's seed, so the episode can be replayed)
+SEED_FIELDS = ("rollout_seed", "stream", "member")
+
 
 def episode_records(episode: Any, *, group: Any, max_chars: int = MAX_CHARS) -> list[dict[str, Any]]:
     """The transcript records of one finished episode (:class:`verl_gigpo.rollout.Episode`): one per step, or one
@@ -114,6 +120,9 @@ def episode_records(episode: Any, *, group: Any, max_chars: int = MAX_CHARS) -> 
         "episode_return": float(episode.episode_return),
         "num_invalid": int(episode.num_invalid),
     }
+    seeds = getattr(episode, "seeds", None)
+    if seeds is not None:
+        common.update(rollout_seed=int(seeds.rollout_seed), stream=str(seeds.stream), member=int(seeds.member))
     if not episode.steps:
         placeholder = {"step": 0, "anchor_key": "", "observation": "", "action": "", "response": ""}
         return [_ordered({**common, **placeholder, "action_valid": False, "env_reward": 0.0, "step_reward": 0.0})]
@@ -252,4 +261,4 @@ def step_rows(records: Sequence[dict[str, Any]]) -> Any:
 
 
 def _ordered(record: dict[str, Any]) -> dict[str, Any]:
-    return {key: record[key] for key in TRANSCRIPT_FIELDS}
+    return {key: record[key] for key in (*TRANSCRIPT_FIELDS, *SEED_FIELDS) if key in record or key in TRANSCRIPT_FIELDS}

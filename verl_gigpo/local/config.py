@@ -29,6 +29,7 @@ from verl_gigpo.rollout.dynamic import DynamicSampling
 from verl_gigpo.rollout.episode import chat_template_kwargs_from
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.health import HealthOptions
+from verl_gigpo.rollout.seeding import seeded_sampling_from
 from verl_gigpo.rollout.step_rows import UpdateSettings
 from verl_gigpo.rollout.types import PromptOptions, check_invalid_action
 from verl_gigpo.rules import (
@@ -132,6 +133,7 @@ def validate_config(cfg: DictConfig) -> None:
         )
     UpdateSettings.from_config(cfg)  # trainer.v1.gigpo_sync.*: the validator verl's gigpo_sync mode uses
     EnvExecution.from_config(cfg.env)  # env.step_timeout_s, env.reset_timeout_s, env.num_workers: raises naming the key
+    seeded_sampling_from(cfg.env)  # env.seeded_sampling: the reader both engines' rollouts use
     PromptOptions.from_config(cfg.env.get("prompt"))  # env.prompt.*: the reader of EpisodeConfig.from_env
     chat_template_kwargs_from(cfg.data.get("apply_chat_template_kwargs", None))  # the reader both engines' encoders use
     gigpo_config(cfg)  # validates algorithm.gamma, algorithm.gigpo.* and the successors' sections, whichever estimator

@@ -7,7 +7,7 @@
 :class:`~verl_gigpo.local.train.LocalTrainer` plays its training and validation episodes through one of these, and
 the evaluation command (:mod:`verl_gigpo.evaluate`) through another, so an evaluation of a checkpoint plays exactly
 what the run's validation played: the same tasks (``env.val_split`` seeds ``0 .. data.val_size - 1``), the same
-per-episode sampling seeds (``trainer.seed``), the same sampling parameters.
+request seeds (:mod:`verl_gigpo.rollout.seeding`, as verl's agent loop derives them), the same sampling parameters.
 """
 
 from __future__ import annotations
@@ -21,16 +21,13 @@ from omegaconf import DictConfig, OmegaConf
 from environments import register_envs
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.local.server import LocalGenerationServer
-from verl_gigpo.local.setup import action_token_ids, episode_config, episode_seed, load_model, sampling_params
+from verl_gigpo.local.setup import action_token_ids, episode_config, load_model, sampling_params
 from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, Episode, TaskSpec, chat_template_kwargs_from, run_episode
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.execution.threads import EnvThreadPool
+from verl_gigpo.rollout.seeding import VALIDATION_STREAM, EpisodeSeeds, seeded_sampling_from, training_stream
 
-__all__ = ["LocalRollout", "VALIDATION_SEED_PART", "local_device"]
-
-#: the first seed part of validation episodes (training episodes use 1 and the iteration): an episode's sampling
-#: seed is ``episode_seed(trainer.seed, 0, task index, member)``, the same at every validation of a run
-VALIDATION_SEED_PART = 0
+__all__ = ["LocalRollout", "local_device"]
 
 
 def local_device(cfg: DictConfig) -> torch.device:
@@ -106,23 +103,18 @@ class LocalRollout:
         self.loop = asyncio.new_event_loop()
 
     async def _play(
-        self,
-        tasks: list[TaskSpec],
-        n: int,
-        params: dict[str, Any],
-        seed_parts: tuple,
-        bar: Any = None,
-        first_task: int = 0,
+        self, tasks: list[TaskSpec], n: int, params: dict[str, Any], streams: list[str], first_task: int, bar: Any
     ) -> list[Episode]:
         async def counted(coro: Any) -> Episode:
             episode = await coro
             bar.update(1)
             return episode
 
+        seeded = seeded_sampling_from(self.cfg.env)
         coros = []
-        for g, task in enumerate(tasks, start=first_task):
+        for g, (task, stream) in enumerate(zip(tasks, streams, strict=True), start=first_task):
             for k in range(n):
-                gen = torch.Generator().manual_seed(episode_seed(*seed_parts, g, k))
+                seeds = EpisodeSeeds(self.rollout_seed, stream, task, k) if seeded else None
                 coros.append(
                     run_episode(
                         task,
@@ -130,9 +122,10 @@ class LocalRollout:
                         encoder=self.encoder,
                         tokenizer=self.tokenizer,
                         config=self.episode_config,
-                        traj_id=f"{seed_parts}-{g}-{k}",
+                        traj_id=f"{stream}-{g}-{k}",
                         group_id=f"task{g}",  # the id of the drawn task: its n episodes form one group
-                        sampling_params={**params, "generator": gen},
+                        sampling_params=params,
+                        seeds=seeds,
                         executor=self.env_executor,
                         env_pool=self.env_pool,
                         execution=self.execution,
@@ -142,30 +135,44 @@ class LocalRollout:
             coros = [counted(c) for c in coros]
         return list(await asyncio.gather(*coros))
 
+    @property
+    def rollout_seed(self) -> int:
+        """``actor_rollout_ref.rollout.seed`` (the local engine's default: ``trainer.seed``)."""
+        return int(self.cfg.actor_rollout_ref.rollout.get("seed", self.cfg.trainer.seed))
+
     def play(
         self,
         tasks: list[TaskSpec],
         n: int,
         *,
         validation: bool,
-        seed_parts: tuple,
+        iteration: int | None = None,
+        stream: str = VALIDATION_STREAM,
         progress: bool = False,
         first_task: int = 0,
     ) -> list[Episode]:
         """Play each task ``n`` times concurrently; episodes come back in (task, member) order (``len(tasks) * n``).
 
-        Task ``g`` (numbered from ``first_task``: a later round of dynamic sampling numbers its tasks after the
-        earlier rounds') is the episode group ``task<g>``; its episode ``k`` samples from its own generator seeded
-        by ``episode_seed(*seed_parts, g, k)`` with the training rollout's sampling parameters, or validation's
-        (``val_kwargs``: greedy when ``do_sample`` is false). ``progress`` shows a bar over the finished episodes."""
+        With ``iteration`` (verl's ``global_steps``, from 1) the tasks are training draws ``first_task,
+        first_task + 1, ...`` of that iteration (a later dynamic-sampling round numbers its tasks after the earlier
+        rounds'): draw ``g`` is the episode group ``task<g>`` and plays in
+        :func:`~verl_gigpo.rollout.seeding.training_stream` ``(iteration, g)``. Without it every task plays in
+        ``stream`` (validation's by default), task ``g`` the group ``task<first_task + g>``. Member ``k`` of a group
+        seeds its requests with :class:`~verl_gigpo.rollout.seeding.EpisodeSeeds` (``env.seeded_sampling``), with
+        the training rollout's sampling parameters or validation's (``val_kwargs``: greedy when ``do_sample`` is
+        false). ``progress`` shows a bar over the finished episodes."""
         params = sampling_params(self.cfg, self.allowed_ids, validation=validation)
+        if iteration is None:
+            streams = [stream] * len(tasks)
+        else:
+            streams = [training_stream(iteration, g) for g in range(first_task, first_task + len(tasks))]
         bar = None
         if progress:
             from tqdm import tqdm
 
             bar = tqdm(total=len(tasks) * n, desc=f"{self.cfg.env.name} episodes", unit="ep")
         try:
-            return self.loop.run_until_complete(self._play(tasks, n, params, seed_parts, bar, first_task))
+            return self.loop.run_until_complete(self._play(tasks, n, params, streams, first_task, bar))
         finally:
             if bar is not None:
                 bar.close()
@@ -177,10 +184,9 @@ class LocalRollout:
 
     def validation_episodes(self, *, progress: bool = False) -> list[Episode]:
         """The validation episodes: each of :meth:`validation_tasks` played ``val_kwargs.n`` times with validation's
-        sampling parameters and seeds (``len(tasks) * n``, in (task, member) order)."""
+        sampling parameters in the validation stream (``len(tasks) * n``, in (task, member) order)."""
         n = self.cfg.actor_rollout_ref.rollout.val_kwargs.n
-        seed_parts = (self.cfg.trainer.seed, VALIDATION_SEED_PART)
-        return self.play(self.validation_tasks(), n, validation=True, seed_parts=seed_parts, progress=progress)
+        return self.play(self.validation_tasks(), n, validation=True, progress=progress)
 
     def close(self) -> None:
         """Stop the server, the environments (worker processes included), their threads and the event loop."""

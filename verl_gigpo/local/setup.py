@@ -7,7 +7,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
@@ -16,14 +15,9 @@ from verl_gigpo.rollout import EpisodeConfig, TaskSpec, make_task_env
 from verl_gigpo.rollout.step_rows import UpdateSettings
 from verl_gigpo.rules import validation_sampling
 
-__all__ = ["action_token_ids", "episode_seed", "load_model", "sampling_params", "update_settings"]
+__all__ = ["action_token_ids", "load_model", "sampling_params", "update_settings"]
 
 logger = logging.getLogger(__name__)
-
-
-def episode_seed(*parts: int) -> int:
-    """A well-mixed 63-bit seed from integer parts (numpy SeedSequence)."""
-    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
 
 
 def load_model(path: str, device: torch.device, *, seed: int) -> tuple[Any, Any]:

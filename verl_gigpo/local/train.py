@@ -162,11 +162,12 @@ class LocalTrainer:
 
     # ------------------------------------------------------------------ rollout
     def rollout(
-        self, tasks: list[TaskSpec], n: int, *, validation: bool, seed_parts: tuple, first_task: int = 0
+        self, tasks: list[TaskSpec], n: int, *, validation: bool, iteration: int | None = None, first_task: int = 0
     ) -> list[Episode]:
         """Play each task ``n`` times concurrently; episodes come back in (task, member) order, task ``g`` the group
-        ``task<first_task + g>`` (:meth:`verl_gigpo.local.rollout.LocalRollout.play`)."""
-        return self.rollouts.play(tasks, n, validation=validation, seed_parts=seed_parts, first_task=first_task)
+        ``task<first_task + g>``, training draws of ``iteration`` when it is given
+        (:meth:`verl_gigpo.local.rollout.LocalRollout.play`)."""
+        return self.rollouts.play(tasks, n, validation=validation, iteration=iteration, first_task=first_task)
 
     # ------------------------------------------------------------------ advantages
     def compute_advantages(self, batch: StepBatch) -> tuple[np.ndarray, dict[str, float]]:
@@ -253,18 +254,16 @@ class LocalTrainer:
         with a warning)."""
         cfg = self.cfg
         size, n = cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.n
-        seed_parts = (cfg.trainer.seed, 1, self.iteration)
+        iteration = self.iteration + 1  # verl's global_steps of this batch (the request seeds' iteration)
         if not self.dynamic.enable:
-            episodes = self.rollout(self._draw_tasks(size), n, validation=False, seed_parts=seed_parts)
+            episodes = self.rollout(self._draw_tasks(size), n, validation=False, iteration=iteration)
             return episodes, episodes, {}
         rounds = DynamicRounds(self.dynamic, target=size)
         mode = penalty_mode(cfg.env)  # the episode score of grpo / rloo (a step-credit estimator's config has its own)
         played: list[Episode] = []
         while not rounds.done:
             first = rounds.num_rounds * size
-            episodes = self.rollout(
-                self._draw_tasks(size), n, validation=False, seed_parts=seed_parts, first_task=first
-            )
+            episodes = self.rollout(self._draw_tasks(size), n, validation=False, iteration=iteration, first_task=first)
             steps = StepBatch.from_episodes(episodes)
             rounds.add(steps, group_signal(steps, self.dynamic.filter, self.gigpo, penalty_mode=mode))
             played += episodes

@@ -19,7 +19,7 @@ step term has signal there; then recommends a mode in one line. It prints the ta
 """
 
 from verl_gigpo.probe.keys import DEFAULT_KEYS, KeySpec, parse_keys
-from verl_gigpo.probe.play import PROBE_SEED_PART, PlayedEpisodes, ProbeError, play_model, play_random, replay_keys
+from verl_gigpo.probe.play import PROBE_STREAM, PlayedEpisodes, ProbeError, play_model, play_random, replay_keys
 from verl_gigpo.probe.report import ProbeReport, headline, markdown_table, plot_probe, write_report
 from verl_gigpo.probe.run import ProbeOptions, ProbeResult, run_probe
 from verl_gigpo.probe.stats import (
@@ -37,7 +37,7 @@ __all__ = [
     "DEFAULT_KEYS",
     "FRAGMENTED",
     "MERGED_MAX",
-    "PROBE_SEED_PART",
+    "PROBE_STREAM",
     "KeyModeStats",
     "KeySpec",
     "PlayedEpisodes",

@@ -10,7 +10,8 @@ Two policies, the same records (:class:`~verl_gigpo.rollout.types.Episode` with 
   keys of every mode are read from the environment before each step.
 * :func:`play_model`: a Hugging Face model on the local engine (:class:`~verl_gigpo.local.rollout.LocalRollout`, as
   ``python -m verl_gigpo.evaluate`` plays), with the training rollout's sampling; episode ``k`` of task ``g`` samples
-  with the seed ``episode_seed(trainer.seed, PROBE_SEED_PART, g, k)``. The episode runner records one key mode, so
+  with the request seeds of the stream :data:`PROBE_STREAM` (:mod:`verl_gigpo.rollout.seeding`). The episode
+  runner records one key mode, so
   :func:`replay_keys` then replays each episode's commands in a fresh reset of the same task and reads every mode's
   keys there, checking on the way that the replay meets the recorded key and reward of every step (environments are
   deterministic given the task seed and the commands: ``python -m environments.checker`` checks it).
@@ -35,12 +36,12 @@ from verl_gigpo.rollout.factory import make_task_env
 from verl_gigpo.rollout.step_rows import StepBatch
 from verl_gigpo.rollout.types import Episode, EpisodeConfig, StepRecord, TaskSpec
 
-__all__ = ["PROBE_SEED_PART", "PlayedEpisodes", "ProbeError", "play_model", "play_random", "replay_keys"]
+__all__ = ["PROBE_STREAM", "PlayedEpisodes", "ProbeError", "play_model", "play_random", "replay_keys"]
 
 logger = logging.getLogger(__name__)
 
-#: the seed part of the probe's model episodes (validation uses 0, training 1 and the iteration)
-PROBE_SEED_PART = 2
+#: the request-seed stream of the probe's model episodes (validation and training have their own)
+PROBE_STREAM = "probe"
 
 
 class ProbeError(RuntimeError):
@@ -275,9 +276,7 @@ def play_model(
     tasks = probe_tasks(env_name, groups, split, OmegaConf.to_container(cfg.env.kwargs, resolve=True))
     rollout = LocalRollout(cfg)
     try:
-        episodes = rollout.play(
-            tasks, n, validation=False, seed_parts=(int(cfg.trainer.seed), PROBE_SEED_PART), progress=progress
-        )
+        episodes = rollout.play(tasks, n, validation=False, stream=PROBE_STREAM, progress=progress)
         config = rollout.episode_config
     finally:
         rollout.close()

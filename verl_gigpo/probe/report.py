@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from verl_gigpo.probe.run import ProbeResult
 from verl_gigpo.probe.stats import percent
 
-__all__ = ["COLUMNS", "ProbeReport", "headline", "markdown_table", "plot_probe", "write_report"]
+__all__ = ["COLUMNS", "TABLE_COLUMNS", "ProbeReport", "headline", "markdown_table", "plot_probe", "write_report"]
 
 #: the table's columns after the key mode (definitions: :mod:`verl_gigpo.probe.stats`)
 COLUMNS = (
@@ -30,9 +30,12 @@ COLUMNS = (
     "episode groups with step signal only",
 )
 
+#: the probe's own table: :data:`COLUMNS` and the signal-only groups with the per-step reward taken off
+TABLE_COLUMNS = (*COLUMNS, "the same without the per-step reward")
+
 
 def _cells(stats: Any) -> list[str]:
-    """One key mode's row of the table: its key, then the :data:`COLUMNS` values as printed."""
+    """One key mode's row of the table: its key, then the :data:`TABLE_COLUMNS` values as printed."""
     return [
         stats.key,
         f"{stats.anchor_groups_per_group:.1f}",
@@ -41,6 +44,7 @@ def _cells(stats: Any) -> list[str]:
         percent(stats.signal_rows),
         percent(stats.merged_rows),
         percent(stats.signal_only_groups),
+        f"{percent(stats.signal_only_groups_no_step_reward)} (c = {stats.step_reward:g})",
     ]
 
 
@@ -77,8 +81,8 @@ def headline(result: ProbeResult) -> str:
 
 
 def markdown_table(result: ProbeResult) -> str:
-    """One row per key mode: the columns of :data:`COLUMNS`."""
-    lines = ["| key mode | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
+    """One row per key mode: the columns of :data:`TABLE_COLUMNS`."""
+    lines = ["| key mode | " + " | ".join(TABLE_COLUMNS) + " |", "|---" * (len(TABLE_COLUMNS) + 1) + "|"]
     for s in result.stats:
         key, *rest = _cells(s)
         lines.append("| " + " | ".join([f"`{key}`", *rest]) + " |")
@@ -94,6 +98,7 @@ def plot_probe(result: ProbeResult, path: str | Path) -> Path:
         ("rows with a step signal", [s.signal_rows for s in stats], "#4c72b0"),
         ("rows grouped with another state", [s.merged_rows for s in stats], "#dd8452"),
         ("episode groups with step signal only", [s.signal_only_groups for s in stats], "#55a868"),
+        ("the same without the per-step reward", [s.signal_only_groups_no_step_reward for s in stats], "#8172b3"),
     )
     fig = Figure(figsize=(9, 2.2 + 0.75 * len(stats)), dpi=100, layout="constrained")
     ax = fig.subplots()
@@ -149,7 +154,7 @@ def write_report(result: ProbeResult, out: str | Path, *, command: str | None = 
 def _html(result: ProbeResult, head: str, line: str, command: str | None, plot: Path) -> str:
     """One self-contained page: the command, the headline, the recommendation, the table and the chart."""
     image = base64.b64encode(plot.read_bytes()).decode("ascii")
-    header = "".join(f"<th>{html.escape(c)}</th>" for c in ("key mode", *COLUMNS))
+    header = "".join(f"<th>{html.escape(c)}</th>" for c in ("key mode", *TABLE_COLUMNS))
     rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(s)) + "</tr>" for s in result.stats)
     shown = f"<pre>{html.escape(command)}</pre>" if command else ""
     return f"""<!DOCTYPE html>

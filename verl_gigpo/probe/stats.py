@@ -7,21 +7,22 @@ train with)::
     anchor groups per episode group  = S / G                 S = anchor groups (episode group, anchor key)
     shared groups per episode group  = S_2 / G               S_2 = anchor groups of 2 rows or more
     singleton rows                   = #{rows whose anchor group has 1 row} / M
-    signal rows                      = #{rows with |A_S| > ZERO} / M            A_S = the method's step term
+    signal rows                      = #{rows with |A_S| > ZERO in a group with step signal} / M
     merged rows                      = #{rows whose anchor group holds more than one state key} / M
     flat groups                      = #{groups the episode filter drops} / G'
-    signal-only groups               = #{flat groups whose step term is nonzero on some row} / G'
+    signal-only groups               = #{flat groups where the estimator's terms carry signal} / G'
+    signal-only groups, no step cost = the same, every row's reward minus the per-step reward c
 
 A flat group is one an episode filter drops (DAPO's and verl-agent's "GiGPO (dynamic)": its episode scores all equal);
-a signal-only group is one it drops although the step term still says something there. Both come from the keep test
-that dynamic sampling runs on both engines (:func:`verl_gigpo.rollout.dynamic.group_signal` with ``filter=episode``,
-its ``RETURN_RTOL`` and ``STEP_ATOL``), so the probe's figure is the share of groups ``algorithm.filter_groups``
-would keep with ``filter=signal`` and drop with ``filter=episode``; G' counts the groups with an unmasked row.
-``ZERO`` (1e-9, :data:`verl_gigpo.credit.stats.ZERO`, the credit report's) only absorbs rounding in the signal
-rows: the estimator gives a flat anchor group exactly 0. Merged rows compare their action
-with actions taken from another true state (the environment's ``state`` key of the same step, taken as the truth):
-0 for ``state`` and ``history:K`` by construction; what ``observation`` texts alias (ALFWorld's "You arrive at
-cabinet 1" whatever the agent holds) and what a similarity threshold merges.
+a signal-only group is one it drops although the estimator's terms still carry signal there. Both come from the keep
+test of dynamic sampling on both engines (:func:`verl_gigpo.rollout.dynamic.group_signal` with ``filter=episode``),
+so the figure is the share of groups ``filter=signal`` keeps and ``filter=episode`` drops; G' counts the groups with
+an unmasked row. With a constant per-step reward c (Sokoban's -0.1 a move) the step returns of a state differ by
+the steps left alone, so the last figure removes c (the most common step reward of the valid rows, 0 where most
+steps earn nothing) and counts again: what remains comes from the outcome and other rewards along the way.
+``ZERO`` (1e-9, :data:`verl_gigpo.credit.stats.ZERO`) absorbs rounding in the signal rows. Merged rows compare
+their action with actions taken from another true state (the environment's ``state`` key of the same step): 0 for
+``state`` and ``history:K`` by construction; what ``observation`` texts alias and what a similarity threshold merges.
 
 The recommendation (:func:`recommend`):
 
@@ -80,6 +81,8 @@ class KeyModeStats:
         anchor_groups_per_group, shared_groups_per_group: S / G and S_2 / G.
         singleton_rows, signal_rows, merged_rows: fractions of the M rows.
         flat_groups, signal_only_groups: fractions of the G groups.
+        signal_only_groups_no_step_reward: signal-only groups with ``step_reward`` taken off every row's reward.
+        step_reward: c, the per-step reward taken off (the most common step reward of the valid rows).
     """
 
     key: str
@@ -92,6 +95,8 @@ class KeyModeStats:
     merged_rows: float
     flat_groups: float
     signal_only_groups: float
+    signal_only_groups_no_step_reward: float = 0.0
+    step_reward: float = 0.0
 
     def as_dict(self) -> dict[str, float | int | str]:
         """The fields as a JSON-ready dict."""
@@ -135,11 +140,19 @@ def key_mode_stats(
     num_groups = int(group.max()) + 1
     anchor = terms.anchor_group[valid]  # (M,)
     size = terms.anchor_group_size[valid]  # (M,)
-    signal = np.abs(terms.step_adv[valid]) > ZERO  # (M,)
+    signal = terms.step_signal[valid] & (np.abs(terms.step_adv[valid]) > ZERO)  # (M,)
     keep = group_signal(batch, "episode", config)  # the dynamic-sampling keep test, over the groups of batch
     decided = np.isin(keep.group_ids, batch.group_ids[valid])  # (G',) groups with an unmasked row
     flat = ~keep.episode[decided]  # (G',) dropped by the episode filter
-    step_only = keep.dropped_with_step_signal[decided]  # (G',) dropped although the step term is nonzero
+    step_only = keep.dropped_with_step_signal[decided]  # (G',) dropped although the terms carry signal
+    values, counts = np.unique(batch.step_rewards[valid], return_counts=True)
+    cost = float(values[np.argmax(counts)])  # c: the most common step reward
+    step_only_outcome = step_only
+    if cost != 0.0:
+        outcome = dataclasses.replace(
+            batch, step_rewards=batch.step_rewards - cost, env_rewards=batch.env_rewards - cost
+        )
+        step_only_outcome = group_signal(outcome, "episode", config).dropped_with_step_signal[decided]  # (G',)
     distinct = np.unique(anchor)
     state, _ = pd.factorize(np.asarray(state_keys, dtype=object)[valid])  # (M,) state of each valid row
     pairs = np.unique(np.stack([anchor, state], axis=1), axis=0)  # (P, 2) distinct (anchor group, state)
@@ -156,6 +169,8 @@ def key_mode_stats(
         merged_rows=float(np.mean(states_in[anchor] > 1)),
         flat_groups=float(np.mean(flat)) if flat.size else 0.0,
         signal_only_groups=float(np.mean(step_only)) if step_only.size else 0.0,
+        signal_only_groups_no_step_reward=float(np.mean(step_only_outcome)) if step_only.size else 0.0,
+        step_reward=cost,
     )
 
 
@@ -239,7 +254,8 @@ def recommend(stats: Sequence[KeyModeStats], specs: Sequence[KeySpec]) -> Recomm
         pick.key,
         "recommend",
         f"recommended key mode: {pick.key}: {reason}; {percent(pick.singleton_rows)} of rows alone in their anchor "
-        f"group, {percent(pick.signal_only_groups)} of episode groups with step signal only",
+        f"group, {percent(pick.signal_only_groups)} of episode groups with step signal only"
+        + _without_step_reward(pick),
     )
 
 
@@ -252,6 +268,13 @@ def _why_preferred(pick: KeySpec, best: KeyModeStats, specs: Sequence[KeySpec]) 
     if pick.kind == "state":
         return "the true state is preferred (texts can alias states; history splits them)"
     return "the coarser exact key is preferred"
+
+
+def _without_step_reward(stats: KeyModeStats) -> str:
+    """`` (Y% without the per-step reward c)`` when a per-step reward was taken off, else ``""``."""
+    if stats.step_reward == 0.0:
+        return ""
+    return f" ({percent(stats.signal_only_groups_no_step_reward)} without the per-step reward {stats.step_reward:g})"
 
 
 def percent(x: float, digits: int = 0) -> str:

@@ -7,23 +7,22 @@
 
 The one keep test both engines use (:func:`group_signal`), on the step rows of either engine
 (:class:`~verl_gigpo.rollout.step_rows.StepBatch`: ``from_episodes`` on the local engine, ``from_rows`` on verl's).
-For episode group g, with C_g its trajectories whose environment did not fail (rows with ``row_mask`` True)::
+For episode group g, with C_g its trajectories whose environment did not fail (rows with ``row_mask`` True), and
+"differs" meaning ``max - min > SIGNAL_RTOL * max |x| + SIGNAL_ATOL`` over the group's values
+(:func:`verl_gigpo.advantage.differs_in_groups`; rounding never counts)::
 
-    episode(g) = |C_g| >= 2 and max_{tau in C_g} S(tau) - min_{tau in C_g} S(tau) > RETURN_RTOL * max(1, max |S|)
-    step(g)    = exists an unmasked row i of g with |A_step(i)| > STEP_ATOL
+    episode(g) = |C_g| >= 2 and the episode scores S(tau), tau in C_g, differ
+    terms(g)   = an unmasked row of g has AdvantageTerms.episode_signal or .step_signal
     keep(g)    = episode(g)                     (filter "episode": the reference's and DAPO's rule)
-               = episode(g) or step(g)          (filter "signal")
+               = episode(g) or terms(g)         (filter "signal")
 
-* S(tau), the episode score, is the return the configured estimator's episode term compares: ``sum_t r_t`` of the
-  step rewards (invalid-action penalty included) with ``env.invalid_action_penalty_mode=reward``; the environment's
-  rewards alone with ``reference``, which is also exactly what the reference implementation's filter compares (its
-  ``episode_rewards``, summed before its trainer subtracts the penalty). Equal within :data:`RETURN_RTOL`, so the
-  rounding of a sum taken in another order never keeps a group.
-* A_step is the step term of the configured estimator itself (:meth:`StepBatch.advantage_terms
-  <verl_gigpo.rollout.step_rows.StepBatch.advantage_terms>`, ``AdvantageTerms.step_adv``): GiGPO's A_S (nonzero
-  where an anchor group of >= 2 rows has differing step returns), HGPO's mix over history depths, GraphGPO's A_G, G2PO's
-  A_1 + A_2. So each successor is judged by its own step term. |A_step| <= :data:`STEP_ATOL` counts as zero: a group
-  whose step returns are equal up to float rounding leaves ~1e-10 after normalising by (std + epsilon).
+* S(tau) is ``sum_t r_t`` of the step rewards (penalty included) with ``env.invalid_action_penalty_mode=reward``,
+  the environment's rewards alone with ``reference`` (the reference implementation's ``episode_rewards``).
+* terms(g) reads both terms as the configured estimator computes them (:meth:`StepBatch.advantage_terms
+  <verl_gigpo.rollout.step_rows.StepBatch.advantage_terms>`), penalty placement included: with ``reference`` the
+  episode term normalises each row's ``S(tau) - p_t``, so an all-fail group with one invalid reply has signal. Each
+  flag is decided on the values its term normalises (R_t in the anchor group for GiGPO and HGPO, the graph return
+  for GraphGPO, A_1's and A_2's inputs for G2PO), before normalising, and needs the term's weight > 0.
 * Rows of failed episodes and verl's padding rows count in neither test; a group with no unmasked row is dropped.
 
 Rounds (:class:`DynamicRounds`, the local engine's loop; docs/dynamic-sampling.md): each round plays
@@ -47,9 +46,7 @@ from verl_gigpo.rules import Range
 
 __all__ = [
     "FILTERS",
-    "RETURN_RTOL",
     "SECTION",
-    "STEP_ATOL",
     "DynamicRounds",
     "DynamicSampling",
     "GroupRecord",
@@ -64,13 +61,8 @@ SECTION = "algorithm.filter_groups"
 
 FILTERS = ("episode", "signal")
 """Values of ``algorithm.filter_groups.filter``: ``episode`` keeps a group whose episode scores are not all equal
-(the reference's dynamic GiGPO, DAPO); ``signal`` also keeps one whose estimator's step term is nonzero somewhere."""
-
-RETURN_RTOL = 1e-9
-"""Episode scores of one group count as all equal when ``max - min <= RETURN_RTOL * max(1, max |S|)``."""
-
-STEP_ATOL = 1e-6
-"""A row's step term counts as nonzero when ``|A_step| > STEP_ATOL``."""
+(the reference's dynamic GiGPO, DAPO); ``signal`` also keeps one where the estimator's episode or step term carries
+signal."""
 
 #: the keys of verl's ``algorithm.filter_groups`` (ppo_trainer.yaml, ``FilterGroupsConfig``) that are not ours:
 #: ``metric`` must be ``reward`` (or null) when enabled; ``max_inflight_gen_batches`` is read by verl's pipeline only
@@ -166,8 +158,10 @@ class GroupSignal:
     Attributes:
         group_ids: ``(G,)`` object, the episode groups in order of first appearance among the non-padding rows.
         episode: ``(G,)`` bool, the group's episode scores are not all equal (what the ``episode`` filter keeps).
-        step: ``(G,)`` bool, the configured estimator's step term is nonzero on one of its unmasked rows (all False
-            without a step-credit estimator).
+        step: ``(G,)`` bool, the configured estimator's step term carries signal on one of its unmasked rows
+            (``AdvantageTerms.step_signal``; all False without a step-credit estimator).
+        episode_term: ``(G,)`` bool, its episode term does (``AdvantageTerms.episode_signal``, the penalty placement
+            of ``reference`` mode included; all False without a step-credit estimator).
         keep: ``(G,)`` bool, the filter's decision.
         filter: the filter that decided (:data:`FILTERS`).
         score: ``(G,)`` float64, the highest episode score of the group's unmasked trajectories (0 when it has none):
@@ -180,16 +174,17 @@ class GroupSignal:
     keep: np.ndarray
     filter: str
     score: np.ndarray
+    episode_term: np.ndarray
 
     @property
     def step_only(self) -> np.ndarray:
-        """``(G,)`` bool: kept although the episode filter drops it (kept for its step term alone)."""
+        """``(G,)`` bool: kept although the episode filter drops it (kept for the estimator's terms alone)."""
         return self.keep & ~self.episode
 
     @property
     def dropped_with_step_signal(self) -> np.ndarray:
-        """``(G,)`` bool: dropped although its step term is nonzero (the ``episode`` filter's loss of step credit)."""
-        return ~self.keep & self.step
+        """``(G,)`` bool: dropped although the estimator's terms carry signal (the ``episode`` filter's loss)."""
+        return ~self.keep & (self.step | self.episode_term)
 
     def kept(self) -> list[str]:
         """The ids of the kept groups, in order."""
@@ -203,8 +198,8 @@ def group_signal(steps: StepBatch, filter: str, gigpo: Any = None, *, penalty_mo
         steps: the step rows (N rows, any number of groups; padding and failed episodes masked).
         filter: ``"episode"`` or ``"signal"`` (:data:`FILTERS`).
         gigpo: the configured step-credit estimator (a :class:`verl_gigpo.config.GiGPOConfig`), or None for an
-            estimator without a step term (grpo, rloo). With it, the step test runs under either filter (the
-            ``episode`` filter reports the groups it drops that had step signal) and the episode score follows its
+            estimator without a step term (grpo, rloo). With it, the terms test runs under either filter (the
+            ``episode`` filter reports the groups it drops that had signal) and the episode score follows its
             ``penalty_mode``.
         penalty_mode: ``env.invalid_action_penalty_mode`` when ``gigpo`` is None: which score the episode test
             compares (``reward``: the step rewards' sum; ``reference``: the environment rewards' sum).
@@ -219,6 +214,8 @@ def group_signal(steps: StepBatch, filter: str, gigpo: Any = None, *, penalty_mo
         raise ValueError(f"{SECTION}.filter={filter!r} must be one of {list(FILTERS)}")
     if filter == "signal" and gigpo is None:
         raise ValueError(f"{SECTION}.filter=signal needs a step-credit estimator's settings (gigpo=GiGPOConfig)")
+    from verl_gigpo.advantage import differs_in_groups  # the estimators' own rule (imports torch)
+
     mode = gigpo.penalty_mode if gigpo is not None else penalty_mode
     real = np.flatnonzero(~steps.padding)  # (M,)
     codes, uniques = pd.factorize(steps.group_ids[real])  # (M,) group of each real row, 0..G-1
@@ -228,20 +225,18 @@ def group_signal(steps: StepBatch, filter: str, gigpo: Any = None, *, penalty_mo
     _, returns, traj_groups = steps.trajectory_scores(env_rewards=mode == "reference")  # (T,), (T,)
     t_codes = np.array([group_of[g] for g in traj_groups], dtype=np.int64)  # (T,)
     count = np.bincount(t_codes, minlength=num)  # (G,) unmasked trajectories
+    episode = (count >= 2) & differs_in_groups(returns, t_codes, num)  # (G,)
     hi = np.full(num, -np.inf)
-    lo = np.full(num, np.inf)
     np.maximum.at(hi, t_codes, returns)
-    np.minimum.at(lo, t_codes, returns)
-    with np.errstate(invalid="ignore"):  # groups without a trajectory: inf - inf, decided by count below
-        scale = np.maximum(1.0, np.maximum(np.abs(hi), np.abs(lo)))  # (G,)
-        episode = (count >= 2) & (hi - lo > RETURN_RTOL * scale)  # (G,)
 
     step = np.zeros(num, dtype=bool)
+    episode_term = np.zeros(num, dtype=bool)
     if gigpo is not None and steps.row_mask.any():
-        terms = steps.advantage_terms(gigpo)  # masked rows get 0
-        moving = steps.row_mask[real] & (np.abs(terms.step_adv[real]) > STEP_ATOL)  # (M,)
-        step = np.bincount(codes, weights=moving.astype(np.float64), minlength=num) > 0
-    keep = episode if filter == "episode" else episode | step
+        terms = steps.advantage_terms(gigpo)  # masked rows: no signal
+        live = steps.row_mask[real]  # (M,)
+        for flags, out in ((terms.step_signal, step), (terms.episode_signal, episode_term)):
+            out[:] = np.bincount(codes, weights=(live & flags[real]).astype(np.float64), minlength=num) > 0
+    keep = episode if filter == "episode" else episode | step | episode_term
     return GroupSignal(
         group_ids=np.asarray(uniques, dtype=object),
         episode=episode,
@@ -249,6 +244,7 @@ def group_signal(steps: StepBatch, filter: str, gigpo: Any = None, *, penalty_mo
         keep=keep.copy(),
         filter=filter,
         score=np.where(count > 0, hi, 0.0),
+        episode_term=episode_term,
     )
 
 
@@ -259,8 +255,8 @@ class GroupRecord:
     Attributes:
         group_id: the episode group (task draw) id.
         round: the round that played it (1, 2, ...).
-        keep, episode, step: as :class:`GroupSignal` (the filter kept it; its episode scores differ; its step
-            term is nonzero).
+        keep, episode: as :class:`GroupSignal` (the filter kept it; its episode scores differ).
+        step: the estimator's terms carry signal (:attr:`GroupSignal.step` or :attr:`GroupSignal.episode_term`).
         episodes: trajectories played; finished: those whose environment did not fail; won: finished and won.
     """
 
@@ -300,7 +296,7 @@ def group_records(steps: StepBatch, signal: GroupSignal, round: int) -> list[Gro
             round=round,
             keep=bool(signal.keep[i]),
             episode=bool(signal.episode[i]),
-            step=bool(signal.step[i]),
+            step=bool(signal.step[i] or signal.episode_term[i]),
             episodes=int(episodes[i]),
             finished=int(finished[i]),
             won=int(wins[i]),

@@ -43,6 +43,7 @@ from verl_gigpo.rollout.execution.envcalls import EnvCalls
 from verl_gigpo.rollout.execution.pool import EnvPool
 from verl_gigpo.rollout.execution.threads import EnvThreadPool
 from verl_gigpo.rollout.factory import make_task_env
+from verl_gigpo.rollout.seeding import EpisodeSeeds
 from verl_gigpo.rollout.types import Episode, EpisodeConfig, Generator, StepRecord, TaskSpec
 
 __all__ = [
@@ -331,6 +332,7 @@ async def run_episode(
     env_pool: EnvPool | None = None,
     execution: EnvExecution | None = None,
     group_id: str | None = None,
+    seeds: EpisodeSeeds | None = None,
 ) -> Episode:
     """Play one episode of ``task`` and return it with one :class:`StepRecord` per step.
 
@@ -355,8 +357,10 @@ async def run_episode(
             reset); a missed one ends the episode with an ``EnvDeadlineError``
             (:mod:`verl_gigpo.rollout.execution.envcalls`).
         group_id: the episode group (task draw) it belongs to, kept on the episode (:attr:`Episode.group_id`).
+        seeds: the seed of each step's request (:class:`~verl_gigpo.rollout.seeding.EpisodeSeeds`), set in the
+            sampling parameters; None sends ``sampling_params`` as they are.
     """
-    episode = Episode(traj_id=traj_id, task=task, group_id=group_id)
+    episode = Episode(traj_id=traj_id, task=task, group_id=group_id, seeds=seeds)
     timing = {"generate": 0.0, "env": 0.0, "glue": 0.0}
     episode.timing = timing
     env: TextEnv | None = None
@@ -407,7 +411,8 @@ async def run_episode(
             timing["glue"] += time.perf_counter() - glue_start
 
             gen_start = time.perf_counter()
-            out = await generator.generate(traj_id, prompt_ids=prompt_ids, sampling_params=sampling_params)
+            params = sampling_params if seeds is None else seeds.sampling_params(sampling_params, step_id)
+            out = await generator.generate(traj_id, prompt_ids=prompt_ids, sampling_params=params)
             timing["generate"] += time.perf_counter() - gen_start
 
             glue_start = time.perf_counter()

@@ -302,7 +302,7 @@ class StepBatch:
         """The configured step-credit estimator on these rows: ``cfg.advantage_terms`` of a
         :class:`verl_gigpo.config.GiGPOConfig` (GiGPO, HGPO, GraphGPO or G2PO; similarity keys merged there; the
         invalid-action penalty placed by ``cfg.penalty_mode``) with the rows' rewards (step and environment), ids,
-        keys, outcome, validity and ``row_mask``.
+        keys, outcome, validity and ``row_mask``. The rewards go in as float64 (no float32 round trip).
 
         Args:
             cfg: the estimator settings (a ``GiGPOConfig``).
@@ -316,7 +316,7 @@ class StepBatch:
         if response_mask is None:
             response_mask = torch.ones((len(self), 1))
         return cfg.advantage_terms(
-            torch.as_tensor(self.step_rewards, dtype=torch.float32),
+            np.asarray(self.step_rewards, dtype=np.float64),
             response_mask,
             self.group_ids,
             self.traj_ids,
@@ -325,7 +325,7 @@ class StepBatch:
             row_mask=self.row_mask,
             won=self.won,
             action_valid=self.action_valid,
-            env_rewards=torch.as_tensor(self.env_rewards, dtype=torch.float32),
+            env_rewards=np.asarray(self.env_rewards, dtype=np.float64),
         )
 
 

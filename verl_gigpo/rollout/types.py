@@ -356,6 +356,8 @@ class Episode:
         episode ends there); each leaves a thread running until the call returns (``env/abandoned_threads``).
     group_id: the episode group it belongs to (the id of its task draw, shared by the group's members; verl's
         ``uid``); None: the group is the task itself (:func:`verl_gigpo.rollout.step_rows.episode_group_id`).
+    seeds: the seeds its requests carried (:class:`~verl_gigpo.rollout.seeding.EpisodeSeeds`: rollout seed,
+        stream, member), or None when they carried none; enough to replay it.
     """
 
     traj_id: str
@@ -369,6 +371,7 @@ class Episode:
     timing: dict[str, float] = field(default_factory=dict)
     abandoned_threads: int = 0
     group_id: str | None = None
+    seeds: Any = None
 
     @property
     def length(self) -> int:

@@ -56,6 +56,14 @@ from verl_gigpo.rollout import (
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.execution.threads import EnvThreadPool
 from verl_gigpo.rollout.rows import episode_rows
+from verl_gigpo.rollout.seeding import (
+    DRAW_FIELD,
+    VALIDATION_STREAM,
+    EpisodeSeeds,
+    seed_param,
+    seeded_sampling_from,
+    training_stream,
+)
 
 __all__ = ["GiGPOEnvAgentLoop", "episode_config_from", "episode_to_outputs"]
 
@@ -183,6 +191,9 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
         self.text_chars = credit.max_chars if credit.enabled else 0
         folder = env_cfg.get("transcript_dir", None)  # env.transcript_dir: every episode, one line per step
         self.transcripts = self.transcript_writer(str(folder)) if folder else None
+        rollout = self.config.actor_rollout_ref.rollout
+        self.seeded = seeded_sampling_from(env_cfg)
+        self.rollout_seed, self.seed_param = int(rollout.get("seed", 0) or 0), seed_param(rollout.get("name", None))
 
     @classmethod
     def executor(cls) -> EnvThreadPool:
@@ -216,6 +227,16 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
                 cls._env_pool = EnvPool(num_workers=workers, execution=self.execution)
             return cls._env_pool
 
+    def episode_seeds(self, task: TaskSpec, row: dict[str, Any]) -> EpisodeSeeds | None:
+        """The request seeds of member ``session_id`` of ``task``'s group (None with ``env.seeded_sampling=false``):
+        a training row (one with the trainer mode's draw field) plays in the stream of its iteration
+        (``global_steps``) and draw, any other row (validation, evaluation) in the validation stream."""
+        if not self.seeded:
+            return None
+        draw = row.get(DRAW_FIELD)
+        stream = VALIDATION_STREAM if draw is None else training_stream(int(row["global_steps"]), int(draw))
+        return EpisodeSeeds(self.rollout_seed, stream, task, int(row.get("session_id", 0)), self.seed_param)
+
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:
         """Play the episode of the dataset row ``kwargs`` (env_name, seed, split, uid, session_id)."""
         env_name = kwargs.get("env_name") or self.default_env_name
@@ -241,6 +262,7 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
             config=self.episode_config,
             traj_id=traj_id,
             sampling_params=sampling_params,
+            seeds=self.episode_seeds(task, kwargs),
             executor=self.executor(),
             env_pool=self.env_pool(),
             execution=self.execution,

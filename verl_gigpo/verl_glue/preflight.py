@@ -53,6 +53,7 @@ from verl_gigpo.credit.records import CreditLogOptions
 from verl_gigpo.rollout.episode import chat_template_kwargs_from
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.health import HealthOptions
+from verl_gigpo.rollout.seeding import seeded_sampling_from
 from verl_gigpo.rules import (
     RANGES,
     SHARED_KEYS,
@@ -76,6 +77,8 @@ ENV_KEYS += ("invalid_action_penalty_mode", "transcript_dir")
 ENV_KEYS += ("prompt",)
 #: the ``env`` keys of environment execution (deadlines, worker processes), checked by EnvExecution.from_config
 ENV_KEYS += ("step_timeout_s", "reset_timeout_s", "num_workers")
+#: the request seeds (verl_gigpo.rollout.seeding), checked by seeded_sampling_from
+ENV_KEYS += ("seeded_sampling",)
 
 # verl's own agent-loop manager of the V1 path (what actor_rollout_ref.rollout.agent.agent_loop_manager_class=null
 # gives); naming it explicitly is the same thing
@@ -217,9 +220,10 @@ def _dynamic_sampling_problems(config: DictConfig) -> list[str]:
 
 def config_warnings(config: Any) -> list[str]:
     """What is valid but worth a warning: a group size (``actor_rollout_ref.rollout.n``) of 1 (what each
-    estimator then computes, :func:`verl_gigpo.config.group_size_warning`); ``val_kwargs.do_sample=false`` with a
-    sampling setting under a trainer mode other than ``gigpo_sync``, which alone makes it greedy
-    (:func:`verl_gigpo.verl_glue.trainer.apply_validation_sampling`)."""
+    estimator then computes, :func:`verl_gigpo.config.group_size_warning`); ``rollout.full_determinism`` without
+    request seeds (``env.seeded_sampling=false``: one seed for every request of a replica);
+    ``val_kwargs.do_sample=false`` with a sampling setting under a trainer mode other than ``gigpo_sync``, which
+    alone makes it greedy (:func:`verl_gigpo.verl_glue.trainer.apply_validation_sampling`)."""
     if not isinstance(config, DictConfig):
         config = OmegaConf.create(config)
     estimator = OmegaConf.select(config, "algorithm.adv_estimator", default=None)
@@ -228,6 +232,13 @@ def config_warnings(config: Any) -> list[str]:
         str(estimator), n, step_advantage_w=OmegaConf.select(config, "algorithm.gigpo.step_advantage_w", default=None)
     )
     warnings = [warning] if warning else []
+    deterministic = OmegaConf.select(config, "actor_rollout_ref.rollout.full_determinism", default=False)
+    if deterministic and OmegaConf.select(config, "env.seeded_sampling", default=True) is False:
+        warnings.append(
+            "actor_rollout_ref.rollout.full_determinism=true with env.seeded_sampling=false: verl then gives every "
+            "request of a replica the same seed, so the members of a group, which share one prompt, sample the same "
+            "tokens; set env.seeded_sampling=true (a seed per task, member and step)"
+        )
     mode = OmegaConf.select(config, "trainer.v1.trainer_mode", default=None)
     val_kwargs = OmegaConf.select(config, "actor_rollout_ref.rollout.val_kwargs", default=None) or {}
     sampling = validation_sampling(val_kwargs)
@@ -478,8 +489,9 @@ def _env_problems(env: Any) -> tuple[list[str], bool]:
             problem = RANGES[key].problem(env.get(key.removeprefix("env."), None))
             if problem:
                 type_problems.append(problem)
-    try:  # env.step_timeout_s, env.reset_timeout_s, env.num_workers: the agent loop's own reader
-        EnvExecution.from_config(env)
-    except ValueError as exc:
-        problems.append(str(exc))
+    for reader in (EnvExecution.from_config, seeded_sampling_from):  # the agent loop's own readers
+        try:
+            reader(env)
+        except ValueError as exc:
+            problems.append(str(exc))
     return problems + type_problems, not type_problems

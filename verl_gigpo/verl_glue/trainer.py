@@ -97,19 +97,22 @@ behaviours they rely on at run time (a :class:`~verl_gigpo.verl_glue.verl_versio
    log-probs copied as the old ones, no actor pass, so neither ``actor/entropy`` nor the rollout-vs-actor metrics)
    it runs verl's own non-bypass branch on the checked iterations (``trainer.v1.gigpo_sync.logprob_check_freq``) by
    turning ``bypass_mode`` off for that one call.
-9. ``_val_metrics_update`` — wrapped: verl's ``_validate`` hands it every validation episode's final-row
-   ``reward_extra_info`` (lists by key) and data source; the per-type ``val-core/<data_source>/<type>/*`` keys
-   (:func:`verl_gigpo.rollout.metrics.type_metrics`, the local engine's function) are computed from the agent loop's
-   ``acc``, ``episode_length``, ``invalid_actions``, ``task_type`` and ``env_error``, and the last two are removed
-   before verl's statistics (which average every key).
-10. ``_compute_metrics`` — wrapped: verl's V1 ``fit()`` has no per-iteration hook; this member runs once per
+9. ``_submit_batch_to_rollout`` — wrapped: numbers the iteration's training draws (:data:`~verl_gigpo.rollout.
+   seeding.DRAW_FIELD`, a non-tensor column of each submitted row; a later dynamic-sampling refill continues the
+   count), which the agent loop's request seeds read (:mod:`verl_gigpo.rollout.seeding`); then verl's.
+10. ``_val_metrics_update`` — wrapped: verl's ``_validate`` hands it every validation episode's final-row
+    ``reward_extra_info`` (lists by key) and data source; the per-type ``val-core/<data_source>/<type>/*`` keys
+    (:func:`verl_gigpo.rollout.metrics.type_metrics`, the local engine's function) are computed from the agent
+    loop's ``acc``, ``episode_length``, ``invalid_actions``, ``task_type`` and ``env_error``, and the last two are
+    removed before verl's statistics (which average every key).
+11. ``_compute_metrics`` — wrapped: verl's V1 ``fit()`` has no per-iteration hook; this member runs once per
     iteration with the iteration's whole metrics dict (validation included) just before ``fit`` logs it, so the
     training-health checks run there (:class:`~verl_gigpo.rollout.health.HealthMonitor`, ``trainer.health``) and add
     ``health/*``. With ``action=stop`` it saves a checkpoint (verl's ``_save_checkpoint``, unless ``fit`` saved this
     iteration) and sets ``total_training_steps`` to this iteration, which ends ``fit``'s loop after the log.
 
 It reads verl's attributes ``config``, ``use_critic``, ``use_reference_policy`` (set in ``PPOTrainer.__init__``),
-``total_training_steps`` (``PPOTrainer._init_dataloader``; written by item 10),
+``total_training_steps`` (``PPOTrainer._init_dataloader``; written by item 11),
 ``actor_rollout_wg`` (``PPOTrainer._setup``) and ``global_steps`` (``PPOTrainer._load_checkpoint``), and the
 ``is_padding`` tag of verl's padding rows (``verl.trainer.ppo.padding_utils.upsample_batch_to_divisible_size``).
 """
@@ -128,6 +131,7 @@ from omegaconf import open_dict
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
+from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import response_to_nested
 
 from verl_gigpo import AGENT_LOOP_NAME, STEP_CREDIT_ESTIMATORS, TRAINER_MODE, verl_logger
@@ -138,6 +142,7 @@ from verl_gigpo.credit.records import CreditLogger, CreditLogOptions
 from verl_gigpo.rollout import metrics as rollout_metrics
 from verl_gigpo.rollout.dynamic import DynamicSampling
 from verl_gigpo.rollout.health import HealthMonitor, HealthOptions
+from verl_gigpo.rollout.seeding import DRAW_FIELD
 from verl_gigpo.rollout.step_rows import StepBatch, UpdateSettings
 from verl_gigpo.rules import (
     Range,
@@ -353,6 +358,7 @@ class GiGPOTrainerSync(PPOTrainerSync):
         self._rows_to_split: int | None = None
         self.mini_batch_plan: MiniBatchPlan | None = None
         self._logprob_checked = False  # the launch's first bypass-mode iteration recomputes old log-probs
+        self._draws: tuple[int, int] = (0, 0)  # (global_steps, training tasks drawn in it so far)
         # training-health alarms (trainer.health), checked in _compute_metrics; health.jsonl in the run folder
         kl_key = "actor/kl_loss" if config.actor_rollout_ref.actor.get("use_kl_loss", False) else "actor/ppo_kl"
         options = HealthOptions.from_trainer(config.trainer)
@@ -377,6 +383,14 @@ class GiGPOTrainerSync(PPOTrainerSync):
     @trainer_mode.setter
     def trainer_mode(self, value: str) -> None:
         self.registered_mode = value
+
+    def _submit_batch_to_rollout(self, batch: TensorDict) -> int:
+        """verl's, after numbering the batch's rows as this iteration's next training draws (:data:`DRAW_FIELD`,
+        counted on across dynamic-sampling refills): the request seeds of a draw's episodes depend on it."""
+        step, drawn = self._draws if self._draws[0] == self.global_steps else (self.global_steps, 0)
+        tu.assign_non_tensor_stack(batch, DRAW_FIELD, list(range(drawn, drawn + len(batch))))
+        self._draws = (step, drawn + len(batch))
+        return super()._submit_batch_to_rollout(batch)
 
     # verl 0.9.1 has no setting for how often its ReplayBuffer polls TransferQueue for finished rollouts: the
     # constructor's default, 2 s (verl.trainer.ppo.v1.replay_buffer.ReplayBuffer.__init__), is used by
@@ -548,7 +562,7 @@ class GiGPOTrainerSync(PPOTrainerSync):
     # ------------------------------------------------------------------ training health
     def _compute_metrics(self, batch: KVBatchMeta, metrics, timing_raw, global_steps, epoch):
         """verl's metrics, then the training-health checks on the iteration's whole ``metrics`` (``health/*``; module
-        docstring, item 10); the run's alarm summary is logged on its last iteration."""
+        docstring, item 11); the run's alarm summary is logged on its last iteration."""
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
         self._check_health(metrics, int(global_steps))
 
@@ -695,6 +709,7 @@ OVERRIDDEN = (
     "_update_actor",
     "_compute_old_log_prob",
     "_compute_advantage",
+    "_submit_batch_to_rollout",
     "_val_metrics_update",
     "_compute_metrics",
 )
