@@ -312,7 +312,7 @@ def test_gigpo_advantage_step_writes_the_estimators_terms_as_credit_records(roll
 
     extra = list(data["extra_fields"])
     terms = gigpo_advantage_terms(
-        torch.tensor([ef["step_reward"] for ef in extra]),
+        torch.tensor([ef["step_reward"] for ef in extra], dtype=torch.float64),  # as StepBatch passes them
         data["response_mask"].to_padded_tensor(0),
         np.array(list(data["uid"]), dtype=object),
         np.array([ef["traj_id"] for ef in extra], dtype=object),
