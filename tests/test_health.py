@@ -46,7 +46,12 @@ def test_invalid_replies_climbing_against_their_lowest_window():
     monitor = HealthMonitor(HealthOptions(window=3))
     lines = [{**_success(0.2), "env/invalid_action_rate": r} for r in [0.02] * 5 + [0.05, 0.2, 0.3, 0.3]]
     _feed(monitor, lines)
-    assert _raised(monitor) == [("invalid_rise", 8)]  # window 0.05, 0.2, 0.3 -> 0.18 > 0.02 + 0.05 + 2 SE
+    # window 0.02, 0.05, 0.2 -> 0.09 > max(lowest 0.02 + 0.005 + 2 SE (480 steps: 0.018), 2 x 0.02) = 0.043;
+    # the window before, 0.03, is not
+    assert _raised(monitor) == [("invalid_rise", 7)]
+    steady = HealthMonitor(HealthOptions(window=3))  # a steady 5 % with noise: within 2 x its lowest window, none
+    _feed(steady, [{**_success(0.2), "env/invalid_action_rate": r} for r in [0.05, 0.04, 0.06, 0.05, 0.07, 0.06] * 3])
+    assert steady.alarms == []
 
 
 def test_entropy_collapse_against_the_early_value_and_missing_iterations():

@@ -106,7 +106,8 @@ class HealthOptions:
     cooldown: int = 20
     ignore: tuple[str, ...] = ()
     success_drop: float = 0.15
-    invalid_rise: float = 0.05
+    invalid_rise: float = 0.005
+    invalid_ratio: float = 2.0
     entropy_low: float = 0.1
     entropy_high: float = 3.0
     kl_max: float = 1.0
@@ -134,7 +135,8 @@ class HealthOptions:
             )
         for name in ("success_drop", "invalid_rise", "clipfrac_max", "step_signal_min", "singleton_max", "flat_max"):
             Range(k + name, "float", "a share", low=0, high=1).check(getattr(self, name))
-        for name in ("entropy_low", "entropy_high", "kl_max", "logprob_gap_max", "grad_norm_ratio", "length_limit_max"):
+        positive = ("entropy_low", "entropy_high", "kl_max", "logprob_gap_max", "grad_norm_ratio", "length_limit_max")
+        for name in (*positive, "invalid_ratio"):
             Range(k + name, "float", "a threshold (docs/metrics.md#health)", low=0, low_open=True).check(
                 getattr(self, name)
             )
@@ -381,7 +383,7 @@ class HealthMonitor:
 
     def _invalid_rise(self) -> tuple[bool, float, float, str] | None:
         """Windowed invalid replies per step above their lowest windowed value by more than ``invalid_rise`` plus 2
-        binomial standard errors of the difference."""
+        binomial standard errors of the difference, and above ``invalid_ratio`` x that lowest value."""
         window = self._rate_window("env/invalid_action_rate", "episode/num_trajectories", per_step=True)
         if window is None:
             return None
@@ -390,9 +392,11 @@ class HealthMonitor:
             self._low_invalid = (p, n)
         low, n_low = self._low_invalid
         se = math.sqrt(low * (1 - low) / n_low + p * (1 - p) / n)
-        bound = low + self.options.invalid_rise + 2 * se
+        opts = self.options
+        bound = max(low + opts.invalid_rise + 2 * se, opts.invalid_ratio * low)
         detail = (
-            f"env/invalid_action_rate {p:.3f} over the last {self.options.window} iterations ({n:.0f} steps), lowest "
-            f"{low:.3f}; alarm above lowest + {self.options.invalid_rise:g} + 2 binomial SE = {bound:.3f}"
+            f"env/invalid_action_rate {p:.4f} over the last {opts.window} iterations ({n:.0f} steps), lowest "
+            f"{low:.4f}; alarm above lowest + {opts.invalid_rise:g} + 2 binomial SE and {opts.invalid_ratio:g} x "
+            f"lowest = {bound:.4f}"
         )
         return p > bound, p, bound, detail
