@@ -25,21 +25,21 @@ def _success(p: float, n: int = 32) -> dict[str, float]:
     return {"env/success_rate": p, "episode/num_trajectories": float(n), "env/episode_length": 5.0}
 
 
-def test_success_drop_needs_more_than_the_margin_plus_two_standard_errors():
-    opts = HealthOptions(window=4, success_drop=0.1)
-    # 4 x 32 episodes at 0.5, then 0.4 (a drop of 0.1 over 128 episodes: 2 SE of the difference is ~0.12) -> none
+def test_success_drop_needs_half_the_best_lost_beyond_two_standard_errors():
+    opts = HealthOptions(window=4)  # success_drop 0.5: alarm below half the best window, minus 2 SE
+    # 4 x 32 episodes at 0.5, then 0.4 -> none
     noisy = HealthMonitor(opts)
     _feed(noisy, [_success(0.5)] * 4 + [_success(0.4)] * 8)
     assert noisy.alarms == []
-    # a fall to 0.1 is 0.4 below the best: raised once the window holds mostly low values, since that iteration
+    # a fall to 0.1: the window (0.5, 0.1, 0.1, 0.1) = 0.2 is above 0.25 - 2 SE = 0.137; (0.1 x 4) is below 0.147
     falling = HealthMonitor(opts)
     _feed(falling, [_success(0.5)] * 4 + [_success(0.1)] * 8)
     (alarm,) = falling.alarms
-    assert alarm.signal == "success_drop" and alarm.iteration == alarm.since == 7  # window 0.5, 0.1, 0.1, 0.1
-    best, now, n = 0.5, 0.2, 128  # the best window (4 x 0.5) and the current one (0.5, 0.1, 0.1, 0.1)
+    assert alarm.signal == "success_drop" and alarm.iteration == alarm.since == 8
+    best, now, n = 0.5, 0.1, 128  # the best window (4 x 0.5) and the current one, 128 episodes each
     assert alarm.value == pytest.approx(now)
-    assert alarm.threshold == pytest.approx(best - 0.1 - 2 * math.sqrt((best * (1 - best) + now * (1 - now)) / n))
-    assert "since iteration 7" in alarm.message and "binomial" in alarm.message
+    assert alarm.threshold == pytest.approx(best / 2 - 2 * math.sqrt((best * (1 - best) + now * (1 - now)) / n))
+    assert "since iteration 8" in alarm.message and "binomial" in alarm.message
 
 
 def test_invalid_replies_climbing_against_their_lowest_window():

@@ -105,7 +105,7 @@ class HealthOptions:
     warmup: int = 10
     cooldown: int = 20
     ignore: tuple[str, ...] = ()
-    success_drop: float = 0.15
+    success_drop: float = 0.5
     invalid_rise: float = 0.005
     invalid_ratio: float = 2.0
     entropy_low: float = 0.1
@@ -364,7 +364,7 @@ class HealthMonitor:
         return float(sum(r * c for r, c in zip(rates, counts, strict=True)) / trials), trials
 
     def _success_drop(self) -> tuple[bool, float, float, str] | None:
-        """Windowed success below its best windowed value by more than ``success_drop`` plus 2 binomial standard
+        """Windowed success below ``(1 - success_drop)`` x its best windowed value by more than 2 binomial standard
         errors of the difference (the best is biased upwards; the errors widen the margin)."""
         window = self._rate_window("env/success_rate", "episode/num_trajectories", per_step=False)
         if window is None:
@@ -374,10 +374,11 @@ class HealthMonitor:
             self._best_success = (p, n)
         best, n_best = self._best_success
         se = math.sqrt(best * (1 - best) / n_best + p * (1 - p) / n)
-        bound = best - self.options.success_drop - 2 * se
+        keep = 1 - self.options.success_drop
+        bound = keep * best - 2 * se
         detail = (
             f"env/success_rate {p:.3f} over the last {self.options.window} iterations ({n:.0f} episodes), best "
-            f"{best:.3f}; alarm below best - {self.options.success_drop:g} - 2 binomial SE = {bound:.3f}"
+            f"{best:.3f}; alarm below {keep:g} x best - 2 binomial SE = {bound:.3f}"
         )
         return p < bound, p, bound, detail
 
