@@ -29,7 +29,7 @@ ACTIONS = ("warn", "stop")
 _SIGNALS: dict[str, tuple[str, str]] = {
     "success_drop": (
         "training success fell from its best",
-        "see which health/* signal rose first; resume from a checkpoint before it with a lower "
+        "look at which health/* signal rose first; resume from a checkpoint before it with a lower "
         "actor_rollout_ref.actor.optim.lr",
     ),
     "invalid_rise": (
@@ -238,7 +238,8 @@ class HealthMonitor:
                         state.last_raised = iteration
                         what, remedy = _SIGNALS[signal]
                         message = (
-                            f"health alarm {signal}: {what} since iteration {state.since} ({detail}); try {remedy}"
+                            f"health alarm {signal}: {what} since iteration {state.since} ({detail}); "
+                            f"what to try: {remedy}"
                         )
                         raised.append(Alarm(signal, iteration, state.since, value, threshold, message))
             out[f"health/{signal}"] = float(state.since is not None)
