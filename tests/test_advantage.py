@@ -116,6 +116,7 @@ def test_golden_stats():
     assert stats["gigpo/frac_zero_std_episode_groups"] == 0.0
     assert stats["gigpo/episode_adv_abs_mean"] == pytest.approx((5 * _T + 2 * _T) / 6, abs=ATOL)
     assert stats["gigpo/step_adv_abs_mean"] == pytest.approx(2 / 6, abs=ATOL)  # |1| + |-1| over 6 rows
+    assert stats["gigpo/frac_rows_nonzero_step_adv"] == pytest.approx(2 / 6)  # the same two rows
     assert stats["gigpo/num_masked_rows"] == 0.0
 
 
@@ -134,6 +135,8 @@ def test_singleton_and_constant_groups_get_zero():
     np.testing.assert_allclose(terms.step_adv, [0, 0, 0, 0, 0.7071033, -0.7071033], atol=ATOL)
     assert terms.stats["gigpo/frac_zero_std_episode_groups"] == pytest.approx(2 / 3)
     assert terms.stats["gigpo/frac_singleton_step_groups"] == pytest.approx(2 / 4)
+    # equal step returns (group b) leave no step signal: only c's two rows have one
+    assert terms.stats["gigpo/frac_rows_nonzero_step_adv"] == pytest.approx(2 / 6)
 
 
 def test_step_id_gaps_are_consecutive_steps():

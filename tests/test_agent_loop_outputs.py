@@ -21,7 +21,13 @@ def test_one_row_per_step_with_the_final_reward_score():
     assert (first["traj_id"], first["step_id"], first["anchor_key"]) == ("u_0", 0, "key0")
     assert first["step_reward"] == -0.1 and not first["action_valid"] and first["won"]  # won: the episode's
     assert (first["min_global_steps"], first["max_global_steps"]) == (3, 4)
-    assert first["reward_extra_info"] == {"acc": 1.0, "episode_length": 2.0, "invalid_actions": 1.0}
+    assert first["reward_extra_info"] == {
+        "acc": 1.0,
+        "episode_length": 2.0,
+        "invalid_actions": 1.0,
+        "task_type": "",  # the episode has none; the trainer mode's per-type validation reads it as "all"
+        "env_error": 0.0,
+    }
 
 
 def test_an_episode_failed_at_reset_gives_one_masked_placeholder_row():

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from verl_gigpo.config import GiGPOConfig
-from verl_gigpo.rollout.metrics import TrajectorySummary
+from verl_gigpo.rollout.metrics import TrajectorySummary, type_metrics
 from verl_gigpo.rollout.metrics import episode_metrics as episode_metrics_of
 from verl_gigpo.verl_glue.trainer import StepBatch, episode_metrics
 
@@ -73,7 +73,15 @@ def test_every_episode_metric_the_local_engine_logs_is_documented():
         TrajectorySummary(won=False, length=0, episode_return=0.0, env_error=True),
     ]
     table = metrics_table()
-    for metrics in (episode_metrics_of(summaries), episode_metrics_of(summaries, prefix="val", episode_prefix="val")):
+    by_type = type_metrics("alfworld", summaries)
+    assert set(by_type) == {
+        f"val-core/alfworld/pick_and_place/{k}" for k in ("success", "length", "invalid_per_step", "count")
+    }
+    for metrics in (
+        episode_metrics_of(summaries),
+        episode_metrics_of(summaries, prefix="val", episode_prefix="val"),
+        by_type,
+    ):
         for name in metrics:
             documented(name, table)
     assert documented("val/invalid_action_rate", table) == "step row"

@@ -104,6 +104,7 @@ def test_each_iteration_logs_finite_training_and_environment_metrics(runs, name)
     assert rows, f"{name} logged no training iteration"
     needed = ["env/success_rate", "env/env_error_rate", "episode/num_step_rows", "actor/pg_loss", "actor/grad_norm"]
     needed += ["gigpo/step_group_size_mean", "gigpo/frac_singleton_step_groups", "gigpo/num_masked_rows"]
+    needed += ["gigpo/frac_rows_nonzero_step_adv", "health/alarms", "health/alarms_total"]  # trainer.health
     for row in rows:
         for key in needed:
             assert isinstance(row.get(key), int | float) and math.isfinite(row[key]), (name, row["step"], key)

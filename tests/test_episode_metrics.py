@@ -10,7 +10,13 @@ import pytest
 from step_records import make_step as _step
 
 from verl_gigpo.rollout import Episode, TaskSpec
-from verl_gigpo.rollout.metrics import TrajectorySummary, episode_metrics, summaries_from_episodes
+from verl_gigpo.rollout.metrics import (
+    TrajectorySummary,
+    episode_metrics,
+    summaries_from_episodes,
+    type_metrics,
+    validation_type,
+)
 from verl_gigpo.rollout.step_rows import StepBatch
 from verl_gigpo.verl_glue.agent_loop import episode_to_outputs
 from verl_gigpo.verl_glue.trainer import episode_metrics as trainer_episode_metrics
@@ -112,3 +118,49 @@ def test_empty_batch_and_means_over_no_trajectory():
     assert m["env/env_error_rate"] == 1.0 and m["episode/num_trajectories"] == 1.0
     assert m["env/success_rate"] == m["env/episode_length"] == m["env/invalid_action_rate"] == 0.0
     assert m["episode/return_std"] == 0.0 and not any(k.startswith("env/success_rate/") for k in m)
+
+
+def test_validation_per_task_type_is_the_same_on_both_engines():
+    """The same validation episodes through verl's own ``_val_metrics_update`` (wrapped by the trainer mode, fed the
+    final rows' ``reward_extra_info`` as verl's ``_validate`` collects them) and through the local engine's
+    function give the same ``val-core/<env>/<type>/*`` keys; verl's own keys are still there."""
+    from verl_gigpo.verl_glue.trainer import GiGPOTrainerSync
+
+    episodes = _episodes()
+    infos: dict[str, list] = {"reward": []}
+    for episode in episodes:
+        last = episode_to_outputs(episode, placeholder_prompt_ids=[5], eos_id=2, weight_version=0)[-1]
+        infos["reward"].append(last.reward_score)
+        for key, value in last.extra_fields["reward_extra_info"].items():
+            infos.setdefault(key, []).append(value)
+    uids = [f"u{i}" for i in range(len(episodes))]
+    trainer = GiGPOTrainerSync.__new__(GiGPOTrainerSync)  # the method reads no attribute of the trainer
+    verl = trainer._val_metrics_update(["gridnav"] * len(episodes), uids, infos, [2] * len(episodes))
+    local = type_metrics("gridnav", summaries_from_episodes(episodes))
+    # by hand over a, b (pick) and e (heat); c, d, f failed
+    assert local == {
+        "val-core/gridnav/heat/success": 1.0,
+        "val-core/gridnav/heat/length": 1.0,
+        "val-core/gridnav/heat/invalid_per_step": 0.0,
+        "val-core/gridnav/heat/count": 1.0,
+        "val-core/gridnav/pick/success": 0.5,
+        "val-core/gridnav/pick/length": 2.5,
+        "val-core/gridnav/pick/invalid_per_step": pytest.approx(1 / 5),
+        "val-core/gridnav/pick/count": 2.0,
+    }
+    assert {k: v for k, v in verl.items() if k in local} == local
+    assert "val-core/gridnav/acc/mean@1" in verl and not any("task_type" in k or "env_error" in k for k in verl)
+
+
+def test_validation_types_are_capped_and_named_by_their_first_part():
+    assert validation_type("1hop/capital_of") == "1hop" and validation_type("nq") == "nq"
+    assert validation_type(None) == validation_type("") == "all" and validation_type("a b") == "a_b"
+    # 5 types, cap 3: the two most frequent keep their name, the rest are pooled under "other"
+    kinds = ["x"] * 3 + ["y"] * 2 + ["z", "w", "v"]
+    summaries = [TrajectorySummary(won=k == "z", length=1, episode_return=0.0, task_type=k) for k in kinds]
+    m = type_metrics("env", summaries, max_types=3)
+    assert {k.split("/")[2] for k in m} == {"x", "y", "other"}
+    assert m["val-core/env/other/count"] == 3.0 and m["val-core/env/other/success"] == pytest.approx(1 / 3)
+    assert len({k.split("/")[2] for k in type_metrics("env", summaries, max_types=5)}) == 5
+    with pytest.raises(ValueError, match="max_types=1"):
+        type_metrics("env", summaries, max_types=1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shlex
 import time
 
 import numpy as np
@@ -17,6 +18,7 @@ from verl_gigpo.dev.smoke import val_metric
 from verl_gigpo.local.train import LocalTrainer, load_config, main
 from verl_gigpo.local.update import PPOActor
 from verl_gigpo.rollout import TaskSpec
+from verl_gigpo.rollout.health import SIGNALS
 from verl_gigpo.rollout.step_rows import StepBatch
 from verl_gigpo.verl_glue.metrics_file import TRAINING_STEP_KEY
 
@@ -470,3 +472,46 @@ def test_validation_sampling_follows_the_rule_verls_path_writes(caplog):
     params = sampling_params(sampled, None, validation=True)
     assert (params["temperature"], params["top_p"], params["top_k"]) == (0.7, 0.9, -1)
     assert sampling_params(sampled, None, validation=False)["temperature"] == 1.0  # training: rollout.temperature
+
+
+# ------------------------------------------------------------------------------------------ training-health alarms
+# Windows of 4 iterations and a warm-up of 4 so that every signal is checked within these 12-iteration runs.
+HEALTH = ["trainer.total_training_steps=12", "trainer.health.window=4", "trainer.health.warmup=4", "data.val_size=2"]
+
+
+def test_a_fast_collapse_raises_the_entropy_alarm_and_stop_leaves_a_checkpoint_that_resumes(
+    tiny_model_dir, tmp_path, caplog
+):
+    """Full-vocabulary sampling at lr 0.1 from the random-start model: entropy 5.8 -> 0.03 by iteration 7 (one
+    invalid reply, always). The entropy alarm fires by iteration 10; action=stop saves a checkpoint there, logs the
+    resume command, and that command continues the run to its end without raising the same alarm again."""
+    out = tmp_path / "run"
+    collapse = ["local.constrain_to_actions=false", "actor_rollout_ref.actor.optim.lr=0.1"]
+    cfg = _cfg(tiny_model_dir, out, *HEALTH, *collapse, "trainer.health.action=stop")
+    with caplog.at_level("WARNING", logger="verl_gigpo"):
+        history = _run(cfg)
+    records = [json.loads(x) for x in (out / "health.jsonl").read_text().splitlines()]
+    stopped = history[-1]["training_step"]
+    assert "entropy_collapse" in [r["signal"] for r in records] and stopped <= 10
+    assert all(r["iteration"] == stopped and r["action"] == "stop" for r in records)
+    assert history[-1]["health/entropy_collapse"] == 1.0 and history[-1]["actor/entropy"] < 0.1
+    assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == str(int(stopped))
+    (line,) = [r.getMessage() for r in caplog.records if "trainer.health.action=stop" in r.getMessage()]
+    command = line.split("resume with: ", 1)[1].split(" (add ", 1)[0]
+    assert command.startswith("python -m verl_gigpo.local.train ") and command.endswith(" --resume")
+    assert main(shlex.split(command)[3:]) == 0  # the printed command, as a user would paste it
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["training_step"] for m in lines] == list(range(13))  # resumed and finished the 12 iterations
+    signals = [json.loads(x)["signal"] for x in (out / "health.jsonl").read_text().splitlines()]
+    assert signals.count("entropy_collapse") == 1  # the resumed run replayed the alarm's cool-down
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_healthy_runs_raise_no_alarm(tiny_model_dir, tmp_path, seed):
+    """The default settings (actions only, lr 1e-3), the same length and windows as the collapse: no alarm, and
+    every signal's health/* key is logged."""
+    history = _run(_cfg(tiny_model_dir, tmp_path / "run", *HEALTH, f"trainer.seed={seed}"))
+    trained = [m for m in history if "training/global_step" in m]
+    assert len(trained) == 12 and all(m["health/alarms_total"] == 0.0 for m in trained)
+    assert {f"health/{s}" for s in SIGNALS} <= set(trained[-1])
+    assert not (tmp_path / "run" / "health.jsonl").exists()

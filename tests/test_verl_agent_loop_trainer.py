@@ -26,6 +26,7 @@ import ray
 import torch
 import transfer_queue as tq
 from hydra import compose, initialize_config_dir
+from omegaconf import open_dict
 from transformers import AutoTokenizer
 from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
 from verl.trainer.ppo.utils import create_rl_dataset
@@ -43,6 +44,7 @@ from verl_gigpo.credit.records import read_credit_records
 from verl_gigpo.data.prepare import write_task_files
 from verl_gigpo.local.config import load_config
 from verl_gigpo.local.rollout import LocalRollout
+from verl_gigpo.rollout.health import HealthMonitor, HealthOptions
 from verl_gigpo.verl_glue.cpu.hf_rollout import HFGenerationServer
 from verl_gigpo.verl_glue.trainer import GiGPOTrainerSync
 
@@ -366,6 +368,40 @@ def test_the_agent_loop_writes_the_logged_episodes_and_the_trainer_their_trainin
     assert (run_dir / "episodes.html").is_file()
     EpisodeLog(run_dir).write(parts, step=1)  # what the trainer mode's _validate does with them
     assert "val: task1" in (run_dir / "episodes.html").read_text()
+
+
+def test_the_health_checks_run_on_the_iterations_metrics_and_stop_ends_fit(rollout, caplog):
+    """The trainer mode's health step (run by its ``_compute_metrics`` after verl's) on the metrics of a real
+    advantage step: ``health/*`` and ``gigpo/frac_rows_nonzero_step_adv`` are there; with ``action=stop`` an alarm
+    writes health.jsonl, logs the stop line and sets ``total_training_steps`` so that verl's ``fit`` loop ends."""
+    trainer, meta = rollout["trainer"], rollout["meta"]
+    metrics: dict = {}
+    trainer._compute_advantage(meta, metrics)
+    assert 0 < metrics["gigpo/frac_rows_nonzero_step_adv"] < 1  # some rows share no anchor group with another
+    saved = trainer.health, trainer.config.trainer.save_freq
+    trainer.total_training_steps = 5  # what verl's _init_dataloader sets before fit
+    try:
+        trainer._check_health(metrics, 1)  # the module's default options: warn, and nothing to warn about yet
+        assert {f"health/{s}" for s in ("no_step_signal", "flat_groups", "success_drop")} <= set(metrics)
+        assert metrics["health/alarms_total"] == 0.0 and trainer.total_training_steps == 5
+        # a bound no batch passes (every row must have a step term), no warm-up: the alarm, then the stop
+        trainer.health = HealthMonitor(
+            HealthOptions(action="stop", window=1, warmup=0, step_signal_min=1.0),
+            run_dir=trainer.config.trainer.default_local_dir,
+        )
+        with open_dict(trainer.config):
+            trainer.config.trainer.save_freq = 1  # fit saved this iteration: no second checkpoint
+        with caplog.at_level("INFO", logger="verl_gigpo.verl_glue.trainer"):
+            trainer._check_health(metrics, 1)
+        assert metrics["health/no_step_signal"] == 1.0 and trainer.total_training_steps == 1
+        record = json.loads((rollout["run_dir"] / "health.jsonl").read_text().splitlines()[-1])
+        assert (record["signal"], record["iteration"], record["action"]) == ("no_step_signal", 1, "stop")
+        assert "stopped at iteration 1 by trainer.health.action=stop (no_step_signal)" in caplog.text
+        assert "health: 1 alarm(s): no_step_signal (iteration 1)" in caplog.text
+    finally:
+        trainer.health = saved[0]
+        with open_dict(trainer.config):
+            trainer.config.trainer.save_freq = saved[1]
 
 
 def _advantages(meta) -> torch.Tensor:

@@ -185,6 +185,7 @@ def gigpo_advantage_terms(
           group, i.e. get no step-level signal.
         * ``gigpo/frac_zero_std_episode_groups``: fraction of episode groups whose trajectories all have the
           same return (one-trajectory groups included), i.e. whose episode-level term is 0.
+        * ``gigpo/frac_rows_nonzero_step_adv``: fraction of valid rows whose step term is not 0 (|A_S| > 1e-6).
         * ``gigpo/episode_adv_abs_mean``: mean |A_E| over valid rows.
         * ``gigpo/step_adv_abs_mean``: mean |A_S| over valid rows.
         * ``gigpo/num_masked_rows``: rows with ``row_mask`` False (ignored).

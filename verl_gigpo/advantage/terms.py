@@ -22,12 +22,17 @@ STAT_NAMES = (
     "gigpo/frac_singleton_step_groups",
     "gigpo/frac_rows_in_singleton_step_groups",
     "gigpo/frac_zero_std_episode_groups",
+    "gigpo/frac_rows_nonzero_step_adv",
     "gigpo/episode_adv_abs_mean",
     "gigpo/step_adv_abs_mean",
     "gigpo/num_masked_rows",
 )
 """Diagnostics every estimator returns in :attr:`AdvantageTerms.stats` (documented in
 :func:`verl_gigpo.advantage.gigpo_advantage_terms`); HGPO, GraphGPO and G2PO add a few of their own."""
+
+STEP_ADV_ZERO = 1e-6
+"""|A_S| at or below this counts as no step signal in ``gigpo/frac_rows_nonzero_step_adv`` (equal returns leave
+rounding residues of about 1e-16)."""
 
 _NUMPY_MASK_DTYPES = (
     torch.bool,
@@ -194,6 +199,7 @@ def shared_stats(
         "gigpo/frac_singleton_step_groups": float(singleton.mean()) if num_s else 0.0,
         "gigpo/frac_rows_in_singleton_step_groups": float(singleton.sum() / m) if m else 0.0,
         "gigpo/frac_zero_std_episode_groups": float(flat_episode_groups.mean()) if rows.num_groups else 0.0,
+        "gigpo/frac_rows_nonzero_step_adv": float((np.abs(A_S) > STEP_ADV_ZERO).mean()) if m else 0.0,
         "gigpo/episode_adv_abs_mean": float(np.abs(A_E).mean()) if m else 0.0,
         "gigpo/step_adv_abs_mean": float(np.abs(A_S).mean()) if m else 0.0,
         "gigpo/num_masked_rows": float(rows.n - m),

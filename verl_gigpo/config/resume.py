@@ -75,6 +75,7 @@ COMMON_RESUMABLE: dict[str, str] = {
     "trainer.log_episodes": "the episode table (logging only)",
     "trainer.log_episodes_train_freq": "the episode table (logging only)",
     "trainer.log_episodes_max_chars": "the episode table (logging only)",
+    "trainer.health.": "the training-health alarms (what they check and do; the run's computation is the same)",
     "env.num_workers": _ENV_EXEC,
     "env.step_timeout_s": _ENV_EXEC,
     "env.reset_timeout_s": _ENV_EXEC,

@@ -29,6 +29,7 @@ from verl_gigpo.rollout.dynamic import DynamicSampling
 from verl_gigpo.rollout.episode import chat_template_kwargs_from
 from verl_gigpo.rollout.episode_log import EpisodeLogOptions, logger_names
 from verl_gigpo.rollout.execution import EnvExecution
+from verl_gigpo.rollout.health import HealthOptions
 from verl_gigpo.rollout.seeding import seeded_sampling_from
 from verl_gigpo.rollout.step_rows import UpdateSettings
 from verl_gigpo.rollout.types import PromptOptions, check_invalid_action, parse_style_from_config
@@ -125,6 +126,7 @@ def validate_config(cfg: DictConfig) -> None:
     CreditLogOptions.from_trainer(cfg.trainer)  # trainer.credit_log_*: raises naming the key
     EpisodeLogOptions.from_trainer(cfg.trainer)  # trainer.log_episodes*: the reader verl's path uses
     check_loggers(cfg.trainer.get("logger", None))
+    HealthOptions.from_trainer(cfg.trainer)  # trainer.health.*: the reader verl's trainer mode uses
     check_invalid_action(cfg.env.invalid_action)  # env.invalid_action: the episode runner's own check
     known = {*list_envs(), *(str(k) for k in cfg.env.registry or {})}
     if cfg.env.name not in known:

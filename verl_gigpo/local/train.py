@@ -50,8 +50,10 @@ Metrics: ``env/*`` and ``episode/*`` (:func:`verl_gigpo.rollout.metrics.episode_
 on, as on verl's engine), ``gigpo/*``, ``adv/abs_mean``, ``actor/*``, ``rollout/*`` (``rollout/episodes_played`` and
 ``rollout/episodes_played_total``: training episodes played, this iteration and in the run, to compare runs at equal
 episode budgets), ``dynamic/*`` with dynamic sampling (:meth:`verl_gigpo.rollout.dynamic.DynamicRounds.metrics`),
-``update/*`` (with ``mini_batch_rows``),
-``timing_s/{rollout,generate,env,adv,update}``, ``val/*`` on validation lines, and the run-level keys under verl's
+``update/*`` (with ``mini_batch_rows``), ``health/*`` (the training-health alarms, :mod:`verl_gigpo.rollout.health`;
+alarms also in ``health.jsonl``), ``timing_s/{rollout,generate,env,adv,update}``, ``val/*`` and the per-type
+``val-core/<env.name>/<type>/*`` (:func:`verl_gigpo.rollout.metrics.type_metrics`) on validation lines, and the
+run-level keys under verl's
 names (:func:`verl_gigpo.rollout.metrics.run_names`, :func:`~verl_gigpo.rollout.metrics.val_names`): ``step``,
 ``training/global_step``, ``timing_s/step`` (the iteration without validation), ``timing_s/testing``,
 ``val-core/<env.name>/acc/mean@1``, beside the local names ``training_step``, ``timing_s/iteration`` (with
@@ -67,6 +69,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -78,6 +81,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.advantage.outcome import outcome_advantages
+from verl_gigpo.config.resume import flatten_config
 from verl_gigpo.credit.records import CreditLogger, CreditLogOptions
 from verl_gigpo.local.checkpoint import (
     read_checkpoint,
@@ -104,7 +108,8 @@ from verl_gigpo.rollout.episode_log import (
     pick_validation,
     training_records,
 )
-from verl_gigpo.rollout.metrics import episode_metrics, run_names, summaries_from_episodes, val_names
+from verl_gigpo.rollout.health import HealthMonitor, HealthOptions
+from verl_gigpo.rollout.metrics import episode_metrics, run_names, summaries_from_episodes, type_metrics, val_names
 from verl_gigpo.rollout.step_rows import StepBatch
 from verl_gigpo.rules import penalty_mode
 
@@ -167,6 +172,9 @@ class LocalTrainer:
         self.tracking = _tracking(cfg, loggers, project, experiment)
         self.episode_log = EpisodeLog(self.out_dir, loggers=loggers, project=project, experiment=experiment)
         self.last_checkpoint: Path | None = None
+        # training-health alarms (trainer.health): checked on every iteration's metrics in fit()
+        kl_key = "actor/kl_loss" if cfg.actor_rollout_ref.actor.use_kl_loss else "actor/ppo_kl"
+        self.health = HealthMonitor(HealthOptions.from_trainer(cfg.trainer), kl_key=kl_key, run_dir=self.out_dir)
 
     # ------------------------------------------------------------------ rollout
     def rollout(
@@ -315,7 +323,8 @@ class LocalTrainer:
 
     def validate(self) -> dict[str, float]:
         """Play the fixed validation tasks (:meth:`verl_gigpo.local.rollout.LocalRollout.validation_episodes`);
-        returns ``val/*`` metrics (empty when ``data.val_size`` is 0)."""
+        returns ``val/*`` metrics and the per-type ``val-core/<env.name>/<type>/*`` (empty when ``data.val_size`` is
+        0)."""
         cfg = self.cfg
         if cfg.data.val_size == 0:
             return {}
@@ -328,8 +337,10 @@ class LocalTrainer:
                 for ep in pick_validation(episodes, options.episodes)
             ]
             self.episode_log.write(records, step=self.iteration)
-        val = episode_metrics(summaries_from_episodes(episodes), prefix="val", episode_prefix="val")
-        return {**val, **val_names(cfg.env.name, val, seconds=time.perf_counter() - start)}
+        summaries = summaries_from_episodes(episodes)
+        val = episode_metrics(summaries, prefix="val", episode_prefix="val")
+        by_type = type_metrics(cfg.env.name, summaries)
+        return {**val, **by_type, **val_names(cfg.env.name, val, seconds=time.perf_counter() - start)}
 
     def fit(self) -> list[dict[str, float]]:
         """Train until ``trainer.total_training_steps``, or until the training episodes played reach
@@ -359,9 +370,24 @@ class LocalTrainer:
             if last or (cfg.trainer.test_freq > 0 and self.iteration % cfg.trainer.test_freq == 0):
                 metrics.update(self.validate())
             metrics["timing_s/iteration"] = time.perf_counter() - start
+            metrics.update(self.health.observe(self.iteration, metrics))  # trainer.health: health/*, alarms
             self._record(metrics, metrics_path)
-            if last or (cfg.trainer.save_freq > 0 and self.iteration % cfg.trainer.save_freq == 0):
+            saved = last or (cfg.trainer.save_freq > 0 and self.iteration % cfg.trainer.save_freq == 0)
+            if saved:
                 self.save_checkpoint()
+            if self.health.stop_requested:  # trainer.health.action=stop: a checkpoint, then one line
+                path = self.out_dir / "checkpoints" if saved else self.save_checkpoint()
+                signals = sorted({a.signal for a in self.health.alarms if a.iteration == self.iteration})
+                logger.warning(
+                    "stopped at iteration %d by trainer.health.action=stop (%s); checkpoint %s; resume with: %s "
+                    "(add trainer.health.ignore=[%s] to silence)",
+                    self.iteration,
+                    ", ".join(signals),
+                    path,
+                    resume_command(cfg),
+                    ",".join(signals),
+                )
+                break
             if bar is not None:
                 post = {"success": f"{metrics['env/success_rate']:.2f}"}
                 val = [m["val/success_rate"] for m in self.history if "val/success_rate" in m]
@@ -371,6 +397,7 @@ class LocalTrainer:
                 bar.update(1)
         if bar is not None:
             bar.close()
+        logger.info(self.health.summary())
         if cfg.local.plot:
             plot_metrics(self.history, self.out_dir / "learning_curve.png", title=run_title(cfg))
         return self.history
@@ -424,6 +451,9 @@ class LocalTrainer:
         restore_rng_states(state, self.task_rng, self.server.generator)
         self.iteration = int(state["iteration"])
         self.history = list(state["history"])
+        for line in self.history:  # the alarms' windows, bests and cool-downs, as an uninterrupted run has them
+            if "training/global_step" in line:
+                self.health.observe(int(line["training/global_step"]), line, replay=True)
         n, size = self.cfg.actor_rollout_ref.rollout.n, self.cfg.data.train_batch_size
         # a checkpoint without the count comes from a run of data.train_batch_size x rollout.n episodes an iteration
         self.episodes_played_total = int(state.get("episodes_played_total", self.iteration * size * n))
@@ -443,6 +473,27 @@ def _tracking(cfg: DictConfig, loggers: list[str], project: str, experiment: str
 
     config = OmegaConf.to_container(cfg, resolve=True)
     return Tracking(project_name=project, experiment_name=experiment, default_backend=loggers, config=config)
+
+
+def resume_command(cfg: DictConfig) -> str:
+    """The command that resumes this run: ``python -m verl_gigpo.local.train`` with every key that differs from
+    the defaults (``local_trainer.yaml``) and ``--resume``."""
+    defaults = flatten_config(OmegaConf.to_container(OmegaConf.load(DEFAULT_CONFIG), resolve=True))
+    current = flatten_config(OmegaConf.to_container(cfg, resolve=True))
+    skip = {"trainer.resume", "trainer.overwrite"}
+    items = [f"{k}={_dot(v)}" for k, v in current.items() if k not in skip and (k not in defaults or defaults[k] != v)]
+    return " ".join(["python -m verl_gigpo.local.train", *(shlex.quote(i) for i in items), "--resume"])
+
+
+def _dot(value: Any) -> str:
+    """A value as an OmegaConf dotlist item writes it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "[" + ",".join(_dot(v) for v in value) + "]"
+    return str(value)
 
 
 def _fmt(metrics: dict[str, float]) -> str:

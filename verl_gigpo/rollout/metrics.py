@@ -29,11 +29,20 @@ Definitions (C = the trajectories whose environment did not fail, A = all trajec
 
 The ``env`` and ``episode`` namespaces are arguments (``prefix``, ``episode_prefix``): the local engine logs its
 validation episodes with both set to ``val`` (``val/success_rate``, ``val/return_mean``, ...).
+
+Validation per task type, the same keys on both engines (:func:`type_metrics`, C as above, per type T of
+:func:`validation_type`)::
+
+    val-core/<env>/<T>/success            mean over C_T of won
+    val-core/<env>/<T>/length             mean over C_T of length
+    val-core/<env>/<T>/invalid_per_step   sum over C_T of num_invalid / sum over C_T of length
+    val-core/<env>/<T>/count              |C_T|
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import re
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -41,7 +50,22 @@ import numpy as np
 
 from verl_gigpo.rollout.types import Episode
 
-__all__ = ["TrajectorySummary", "episode_metrics", "run_names", "summaries_from_episodes", "val_names"]
+__all__ = [
+    "MAX_TYPE_KEYS",
+    "TrajectorySummary",
+    "episode_metrics",
+    "run_names",
+    "summaries_from_episodes",
+    "type_metrics",
+    "val_names",
+    "validation_type",
+]
+
+MAX_TYPE_KEYS = 12
+"""Most task types one validation logs keys for: the most frequent ``MAX_TYPE_KEYS - 1`` keep their name, the
+others are pooled under ``other``."""
+
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 @dataclass(frozen=True)
@@ -151,6 +175,42 @@ def episode_metrics(
             by_type[str(t.task_type)].append(float(t.won))
     for task_type, won in sorted(by_type.items()):
         out[f"{prefix}/success_rate/{task_type}"] = mean(won)
+    return out
+
+
+def validation_type(task_type: str | None) -> str:
+    """The validation group of a task type: its part before the first ``/`` (Search's ``1hop/<template>`` ->
+    ``1hop``, a user question's ``type`` field, e.g. its data source, as it is), cleaned for a metric name; ``all``
+    when the environment gives no type."""
+    head = _NAME_UNSAFE.sub("_", str(task_type).split("/", 1)[0]).strip("_") if task_type else ""
+    return head or "all"
+
+
+def type_metrics(
+    data_source: str, trajectories: Sequence[TrajectorySummary], *, max_types: int = MAX_TYPE_KEYS
+) -> dict[str, float]:
+    """``val-core/<data_source>/<type>/{success,length,invalid_per_step,count}`` (module docstring) over the
+    trajectories whose environment did not fail, grouped by :func:`validation_type`; at most ``max_types`` (>= 2)
+    types, the rarest pooled as ``other``. Empty when no trajectory counts."""
+    if max_types < 2:
+        raise ValueError(f"max_types={max_types} must be >= 2 (the kept types and 'other')")
+    done = [t for t in trajectories if not t.env_error]
+    counts = Counter(validation_type(t.task_type) for t in done)
+    kept = {name for name, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: max_types - 1]}
+    if len(counts) <= max_types:
+        kept = set(counts)
+    groups: dict[str, list[TrajectorySummary]] = defaultdict(list)
+    for t in done:
+        name = validation_type(t.task_type)
+        groups[name if name in kept else "other"].append(t)
+    out: dict[str, float] = {}
+    for name, members in sorted(groups.items()):
+        steps = sum(t.length for t in members)
+        base = f"val-core/{data_source}/{name}"
+        out[f"{base}/success"] = float(np.mean([float(t.won) for t in members]))
+        out[f"{base}/length"] = float(np.mean([float(t.length) for t in members]))
+        out[f"{base}/invalid_per_step"] = sum(t.num_invalid for t in members) / steps if steps else 0.0
+        out[f"{base}/count"] = float(len(members))
     return out
 
 

@@ -136,6 +136,10 @@ def episode_to_outputs(
             "acc": float(episode.won),  # verl makes "acc" its core validation metric: val-core/<source>/acc/mean@n
             "episode_length": float(episode.length),
             "invalid_actions": float(episode.num_invalid),
+            # the trainer mode's per-type validation (val-core/<env>/<type>/*) reads these two and removes them
+            # before verl's statistics (GiGPOTrainerSync._val_metrics_update)
+            "task_type": episode.task_type or "",
+            "env_error": float(episode.env_error is not None),
         },
     }
     failed = episode.env_error is not None

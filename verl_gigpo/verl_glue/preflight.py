@@ -19,7 +19,8 @@ key added with ``+`` that nothing reads). :func:`preflight` checks the whole GiG
 * ``trainer.credit_log_*`` (per-step credit records) through
   :meth:`verl_gigpo.credit.records.CreditLogOptions.from_trainer`;
 * ``trainer.log_episodes*`` (the episode table) through
-  :meth:`verl_gigpo.rollout.episode_log.EpisodeLogOptions.from_trainer`;
+  :meth:`verl_gigpo.rollout.episode_log.EpisodeLogOptions.from_trainer`, ``trainer.health.*`` through
+  :meth:`verl_gigpo.rollout.health.HealthOptions.from_trainer`;
 * ``algorithm.filter_groups`` (dynamic sampling) through
   :meth:`verl_gigpo.rollout.dynamic.DynamicSampling.from_algorithm` and, when enabled, what verl's path needs (the
   ``gigpo_sync`` trainer mode, no custom sampler);
@@ -54,6 +55,7 @@ from verl_gigpo.credit.records import CreditLogOptions
 from verl_gigpo.rollout.episode import chat_template_kwargs_from
 from verl_gigpo.rollout.episode_log import EpisodeLogOptions
 from verl_gigpo.rollout.execution import EnvExecution
+from verl_gigpo.rollout.health import HealthOptions
 from verl_gigpo.rollout.seeding import seeded_sampling_from
 from verl_gigpo.rules import (
     RANGES,
@@ -152,10 +154,12 @@ def config_problems(config: Any) -> list[str]:
         CreditLogOptions.from_trainer(config.get("trainer", None))
     except ValueError as exc:
         problems.append(str(exc))
-    try:  # trainer.log_episodes*: the reader the trainer mode and the agent loop call
-        EpisodeLogOptions.from_trainer(config.get("trainer", None))
-    except ValueError as exc:
-        problems.append(str(exc))
+    # trainer.log_episodes* and trainer.health.*: the readers the trainer mode, the agent loop and the local engine call
+    for reader in (EpisodeLogOptions.from_trainer, HealthOptions.from_trainer):
+        try:
+            reader(config.get("trainer", None))
+        except ValueError as exc:
+            problems.append(str(exc))
     bypass = bypass_mode_problem(
         OmegaConf.select(config, "algorithm.rollout_correction.bypass_mode", default=False),
         OmegaConf.select(config, "actor_rollout_ref.rollout.calculate_log_probs", default=True),

@@ -103,8 +103,19 @@ behaviours they rely on at run time (a :class:`~verl_gigpo.verl_glue.verl_versio
 10. ``_validate`` — wrapped: verl's, then, with ``trainer.log_episodes``, the validation episodes the agent loops
     wrote to ``episodes_parts/`` are gathered and logged (:mod:`verl_gigpo.rollout.episode_log`; verl's ``fit``
     logs the validation's metrics after ``_validate`` returns, at the same step).
+11. ``_val_metrics_update`` — wrapped: verl's ``_validate`` hands it every validation episode's final-row
+    ``reward_extra_info`` (lists by key) and data source; the per-type ``val-core/<data_source>/<type>/*`` keys
+    (:func:`verl_gigpo.rollout.metrics.type_metrics`, the local engine's function) are computed from the agent
+    loop's ``acc``, ``episode_length``, ``invalid_actions``, ``task_type`` and ``env_error``, and the last two are
+    removed before verl's statistics (which average every key).
+12. ``_compute_metrics`` — wrapped: verl's V1 ``fit()`` has no per-iteration hook; this member runs once per
+    iteration with the iteration's whole metrics dict (validation included) just before ``fit`` logs it, so the
+    training-health checks run there (:class:`~verl_gigpo.rollout.health.HealthMonitor`, ``trainer.health``) and add
+    ``health/*``. With ``action=stop`` it saves a checkpoint (verl's ``_save_checkpoint``, unless ``fit`` saved this
+    iteration) and sets ``total_training_steps`` to this iteration, which ends ``fit``'s loop after the log.
 
 It reads verl's attributes ``config``, ``use_critic``, ``use_reference_policy`` (set in ``PPOTrainer.__init__``),
+``total_training_steps`` (``PPOTrainer._init_dataloader``; written by item 12),
 ``actor_rollout_wg`` (``PPOTrainer._setup``) and ``global_steps`` (``PPOTrainer._load_checkpoint``), and the
 ``is_padding`` tag of verl's padding rows (``verl.trainer.ppo.padding_utils.upsample_batch_to_divisible_size``).
 """
@@ -140,6 +151,7 @@ from verl_gigpo.rollout.episode_log import (
     logger_names,
     training_records,
 )
+from verl_gigpo.rollout.health import HealthMonitor, HealthOptions
 from verl_gigpo.rollout.seeding import DRAW_FIELD
 from verl_gigpo.rollout.step_rows import StepBatch, UpdateSettings
 from verl_gigpo.rules import (
@@ -169,6 +181,7 @@ __all__ = [
     "episode_metrics",
     "plan_mini_batches",
     "planned_update_actor",
+    "validation_type_metrics",
 ]
 
 logger = verl_logger(__name__)
@@ -211,6 +224,38 @@ def episode_metrics(steps: StepBatch) -> dict[str, float]:
     docs/metrics.md) over :meth:`StepBatch.trajectory_summaries`. Trajectories whose environment failed count only in
     ``env/env_error_rate``, ``episode/num_trajectories``, ``episode/num_step_rows`` and the seconds."""
     return rollout_metrics.episode_metrics(steps.trajectory_summaries())
+
+
+def validation_type_metrics(data_sources: list, infos: dict[str, list]) -> dict[str, float]:
+    """The per-type validation keys (:func:`verl_gigpo.rollout.metrics.type_metrics`) of verl's validation lists:
+    ``data_sources`` (one per episode) and ``infos`` (verl's ``reward_extra_infos_dict``: the agent loop's
+    ``reward_extra_info`` by key, one entry per episode, None where a row lacked the key). Episodes without a
+    ``task_type`` entry (another agent loop) are left out; none at all: empty."""
+    types = infos.get("task_type")
+    if not types:
+        return {}
+    by_source: dict[str, list[rollout_metrics.TrajectorySummary]] = {}
+    for i, task_type in enumerate(types):
+        if task_type is None:
+            continue
+
+        def value(key: str, i: int = i) -> float:
+            column = infos.get(key) or []
+            return float(column[i]) if i < len(column) and column[i] is not None else 0.0
+
+        summary = rollout_metrics.TrajectorySummary(
+            won=value("acc") > 0.5,
+            length=int(value("episode_length")),
+            episode_return=value("reward"),
+            num_invalid=int(value("invalid_actions")),
+            env_error=value("env_error") > 0.5,
+            task_type=str(task_type) or None,
+        )
+        by_source.setdefault(str(data_sources[i]), []).append(summary)
+    out: dict[str, float] = {}
+    for source, summaries in sorted(by_source.items()):
+        out.update(rollout_metrics.type_metrics(source, summaries))
+    return out
 
 
 def apply_validation_sampling(config: Any) -> ValidationSampling:
@@ -332,6 +377,10 @@ class GiGPOTrainerSync(PPOTrainerSync):
         self.mini_batch_plan: MiniBatchPlan | None = None
         self._logprob_checked = False  # the launch's first bypass-mode iteration recomputes old log-probs
         self._draws: tuple[int, int] = (0, 0)  # (global_steps, training tasks drawn in it so far)
+        # training-health alarms (trainer.health), checked in _compute_metrics; health.jsonl in the run folder
+        kl_key = "actor/kl_loss" if config.actor_rollout_ref.actor.get("use_kl_loss", False) else "actor/ppo_kl"
+        options = HealthOptions.from_trainer(config.trainer)
+        self.health = HealthMonitor(options, kl_key=kl_key, run_dir=config.trainer.default_local_dir)
         super().__init__(config)
         if getattr(self, "registered_mode", None) != config.trainer.v1.trainer_mode:  # set through our setter
             raise VerlMismatchError(
@@ -528,6 +577,57 @@ class GiGPOTrainerSync(PPOTrainerSync):
             with open_dict(correction):
                 correction.bypass_mode = True
 
+    # ------------------------------------------------------------------ training health
+    def _compute_metrics(self, batch: KVBatchMeta, metrics, timing_raw, global_steps, epoch):
+        """verl's metrics, then the training-health checks on the iteration's whole ``metrics`` (``health/*``; module
+        docstring, item 12); the run's alarm summary is logged on its last iteration."""
+        super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
+        self._check_health(metrics, int(global_steps))
+
+    def _check_health(self, metrics: dict, step: int) -> None:
+        """``health/*`` into ``metrics`` (:meth:`HealthMonitor.observe`); with ``action=stop`` and a new alarm,
+        :meth:`_stop_for_health`; the summary line on the run's last iteration."""
+        metrics.update(self.health.observe(step, metrics))
+        stop = self.health.stop_requested
+        if stop:
+            self._stop_for_health(step)
+        if stop or step >= self.total_training_steps:
+            logger.info(self.health.summary())
+
+    def _stop_for_health(self, step: int) -> None:
+        """``trainer.health.action=stop``: a checkpoint of this iteration (unless ``fit`` saved one), one line, and
+        ``fit``'s loop ends after this iteration's log."""
+        save_freq = self.config.trainer.save_freq
+        if not (save_freq > 0 and (step % save_freq == 0 or step >= self.total_training_steps)):
+            self._save_checkpoint()
+        signals = sorted({a.signal for a in self.health.alarms if a.iteration == step})
+        logger.warning(
+            "stopped at iteration %d by trainer.health.action=stop (%s); checkpoint %s/global_step_%d; resume with "
+            "the same command (trainer.resume_mode=auto resumes from it), adding trainer.health.ignore=[%s] to "
+            "silence",
+            step,
+            ", ".join(signals),
+            self.config.trainer.default_local_dir,
+            step,
+            ",".join(signals),
+        )
+        self.total_training_steps = step  # fit() loops while global_steps <= total_training_steps
+
+    # ------------------------------------------------------------------ validation per task type
+    def _val_metrics_update(
+        self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns, expected_acc_counts=None
+    ) -> dict[str, float]:
+        """verl's validation metrics plus ``val-core/<data_source>/<type>/*`` (:func:`validation_type_metrics`);
+        the agent loop's ``task_type`` and ``env_error`` are removed from ``reward_extra_infos_dict`` first."""
+        infos = dict(reward_extra_infos_dict)
+        by_type = validation_type_metrics(data_sources, infos)
+        infos.pop("task_type", None)
+        infos.pop("env_error", None)
+        metrics = super()._val_metrics_update(
+            data_sources, sample_uids, infos, sample_turns, expected_acc_counts=expected_acc_counts
+        )
+        return {**metrics, **by_type}
+
     def _read_steps(self, batch: KVBatchMeta) -> tuple[StepBatch, TensorDict]:
         data = tq.kv_batch_get(
             keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "response_mask", "extra_fields"]
@@ -655,6 +755,8 @@ OVERRIDDEN = (
     "_compute_advantage",
     "_submit_batch_to_rollout",
     "_validate",
+    "_val_metrics_update",
+    "_compute_metrics",
 )
 check_overrides(GiGPOTrainerSync, PPOTrainerSync, OVERRIDDEN, use="gigpo_sync trainer mode")
 if "trainer_mode" in dir(PPOTrainerSync):  # verl 0.9.1 sets it on the instance; a class member would shadow ours
