@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
@@ -20,6 +22,22 @@ def write_section(text: str, heading: str, path: Path = RESULTS) -> None:
     nxt = old.find("\n## ", start + len(heading))
     rest = "" if nxt == -1 else "\n" + old[nxt + 1 :]
     path.write_text(old[:start] + text.rstrip() + "\n" + rest)
+
+
+def emit_section(build: Callable[[], str], heading: str, args: argparse.Namespace) -> int:
+    """Print the section ``build()`` makes and (unless ``--no-results``) write it into ``--results``; a refusal of
+    the kept data (:class:`kept_data.KeptDataError`) is one ``error:`` line and exit status 1."""
+    from kept_data import KeptDataError
+
+    try:
+        text = build()
+    except KeptDataError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(text)
+    if not args.no_results:
+        write_section(text, heading, Path(args.results))
+    return 0
 
 
 def add_output_options(parser: argparse.ArgumentParser) -> None:

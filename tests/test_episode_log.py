@@ -96,7 +96,7 @@ def test_local_run_logs_episodes_to_file_html_tensorboard_wandb_and_ends_with_a_
     summary = printed[printed.index("=== run summary ===") :].splitlines()
     assert summary[1] == "iterations done: 2"
     assert summary[2].startswith(f"last validation (iteration 2): all {won}/6")
-    assert summary[3] == "health alarms: no health alarms file"
+    assert summary[3] == "health alarms: none (no health.jsonl in the run folder)"
     assert summary[4] == f"checkpoint: {out / 'checkpoints' / 'iter_2'}"
     assert summary[5] == f"evaluate: python -m verl_gigpo.evaluate {out}"
     assert summary[6].split() == ["export:", "python", "-m", "verl_gigpo.export", str(out), "--out", "exported/run"]
@@ -166,7 +166,7 @@ def test_summary_reads_counts_per_type_and_a_tolerant_health_file(tmp_path):
     }
     assert validation_lines(row) == ["all 5/14", "clean 2/4", "pick 3/10"]
     assert validation_lines({"val-core/webshop/acc/mean@1": 0.25}) == ["val-core/webshop/acc/mean@1 0.250"]
-    assert health_lines(tmp_path) == ["no health alarms file"]
+    assert health_lines(tmp_path) == ["none (no health.jsonl in the run folder)"]
     (tmp_path / "health.jsonl").write_text(
         json.dumps({"iteration": 12, "signal": "entropy", "message": "entropy collapsed: try a lower lr"})
         + "\nnot json\n\n"
@@ -181,7 +181,7 @@ def test_summary_reads_counts_per_type_and_a_tolerant_health_file(tmp_path):
     assert launch_summary([], run_dir=tmp_path / "x", iterations=None, checkpoint=None)[1:] == [
         "iterations done: unknown",
         "last validation: none",
-        "health alarms: no health alarms file",
+        "health alarms: none (no health.jsonl in the run folder)",
         "checkpoint: none written",
     ]
 
@@ -204,7 +204,7 @@ def test_a_verl_launch_summary_reads_the_metrics_file_and_the_checkpoint_folder(
     assert lines[1:4] == [
         "iterations done: 2",
         "last validation (iteration 2): val-core/gridnav/acc/mean@1 0.500",
-        "health alarms: no health alarms file",
+        "health alarms: none (no health.jsonl in the run folder)",
     ]
     assert lines[4] == f"checkpoint: {tmp_path / 'global_step_2'}"
     assert lines[6].split()[-1] == f"exported/{tmp_path.name}"
@@ -212,7 +212,7 @@ def test_a_verl_launch_summary_reads_the_metrics_file_and_the_checkpoint_folder(
     assert summary_lines(no_file)[1:] == [
         "iterations done: unknown",
         "last validation: none",
-        "health alarms: no health alarms file",
+        "health alarms: none (no health.jsonl in the run folder)",
         "checkpoint: none written",
     ]
 

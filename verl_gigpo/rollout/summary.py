@@ -60,10 +60,11 @@ def validation_lines(row: Mapping[str, Any]) -> list[str]:
 
 def health_lines(run_dir: str | Path) -> list[str]:
     """One line per alarm of ``<run_dir>/health.jsonl`` (its ``message``, with the iteration when given);
-    ``["no health alarms file"]`` without the file. Lines that are not JSON are shown as they are."""
+    ``["none (no health.jsonl in the run folder)"]`` without the file (no alarm, or the checks off). Lines that are
+    not JSON are shown as they are."""
     path = Path(run_dir) / HEALTH_JSONL
     if not path.is_file():
-        return ["no health alarms file"]
+        return ["none (no health.jsonl in the run folder)"]
     lines = []
     for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
         if not text.strip():
