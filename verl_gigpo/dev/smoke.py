@@ -387,14 +387,21 @@ def all_of(*moments: Callable[[], bool]) -> Callable[[], bool]:
 
 
 def transcribed(run_dir: Path, stream_prefix: str) -> Callable[[], bool]:
-    """A :class:`Kill` moment: true once the run's transcripts (``env.transcript_dir``) hold an episode whose request
-    seeds' stream starts with ``stream_prefix`` (``train:3:``: an episode of iteration 3 has finished)."""
+    """A :class:`Kill` moment: true once the run's transcripts (``env.transcript_dir``) hold a step of an episode
+    whose request seeds' stream starts with ``stream_prefix`` and whose environment did not fail (``train:3:``: an
+    episode of iteration 3 was played to its end)."""
     folder = run_dir / "transcripts"
 
     def done() -> bool:
         for path in folder.glob("transcripts_*.jsonl") if folder.is_dir() else []:
-            if f'"stream": "{stream_prefix}' in path.read_text():
-                return True
+            for line in path.read_text().splitlines():
+                if f'"stream": "{stream_prefix}' not in line:
+                    continue
+                try:
+                    if not json.loads(line)["env_error"]:
+                        return True
+                except ValueError:  # a line still being written
+                    continue
         return False
 
     return done
@@ -403,6 +410,7 @@ def transcribed(run_dir: Path, stream_prefix: str) -> Callable[[], bool]:
 def resume_replay(run_dir: Path, stream_prefix: str = RESUMED_STREAM) -> tuple[int, list[str]]:
     """The steps of the killed launch's episodes in streams ``stream_prefix*`` (the iteration it died in) that the
     resumed launch played again, and what differs: the same request seeds and weights must give the same replies.
+    Episodes whose environment failed in either launch are not compared.
 
     Returns:
         ``(steps compared, problems)``; a step is keyed by (stream, member, step), played once by each launch.
@@ -411,7 +419,9 @@ def resume_replay(run_dir: Path, stream_prefix: str = RESUMED_STREAM) -> tuple[i
 
     plays: dict[tuple, list[tuple]] = {}
     for r in read_transcripts(run_dir / "transcripts"):
-        if str(r.get("stream", "")).startswith(stream_prefix):
+        # an episode whose environment failed is left out: the e2e's faulty environment fails every n-th reset of a
+        # process, so which episodes fail depends on the launch, not on the seeds
+        if str(r.get("stream", "")).startswith(stream_prefix) and not r["env_error"]:
             key = (r["stream"], r["member"], r["step"])
             plays.setdefault(key, []).append((r["seed"], r["response"], r["action"], r["step_reward"]))
     twice = {key: p for key, p in plays.items() if len(p) == 2}
