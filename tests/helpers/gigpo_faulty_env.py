@@ -2,18 +2,23 @@
 
 Registered in the agent-loop workers through ``env.registry`` (``{gridnav_faulty: "gigpo_faulty_env:FaultyGridNav"}``)
 with this folder on ``PYTHONPATH``. Every ``FAIL_EVERY``-th reset in a process raises, so each training iteration
-has failed episodes while most episodes play normally.
+has failed episodes while most episodes play normally; every ``SLOW_EVERY``-th reset takes ``SLOW_S`` seconds more, so
+an iteration's rollout ends a little after most of its episodes (the e2e kills its agent-loop worker in between).
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import time
 
 from environments.gridnav.env import GridNavEnv
 
 #: every n-th reset (per process) raises; GIGPO_FAULTY_EVERY overrides
 FAIL_EVERY = int(os.environ.get("GIGPO_FAULTY_EVERY", "5"))
+
+#: every n-th reset (per process) sleeps SLOW_S seconds first; GIGPO_SLOW_EVERY overrides (0: never)
+SLOW_EVERY, SLOW_S = int(os.environ.get("GIGPO_SLOW_EVERY", "7")), 2.0
 
 _resets = itertools.count(1)
 
@@ -22,8 +27,11 @@ class FaultyGridNav(GridNavEnv):
     """``GridNavEnv`` whose every ``FAIL_EVERY``-th reset in this process raises ``RuntimeError``."""
 
     def reset(self, *, seed=None, options=None):
-        if next(_resets) % FAIL_EVERY == 0:
+        count = next(_resets)
+        if count % FAIL_EVERY == 0:
             raise RuntimeError("gridnav_faulty: injected failure at reset (tests/helpers/gigpo_faulty_env.py)")
+        if SLOW_EVERY and count % SLOW_EVERY == 0:
+            time.sleep(SLOW_S)
         return super().reset(seed=seed, options=options)
 
 
