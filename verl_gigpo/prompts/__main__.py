@@ -66,7 +66,7 @@ def _show(args: argparse.Namespace) -> int:
             env_kwargs=kwargs,
             tokenizer=tokenizer,
         )
-    except (ValueError, json.JSONDecodeError) as exc:
+    except (ValueError, FileNotFoundError) as exc:  # json.JSONDecodeError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2
     text = sample.text
