@@ -46,6 +46,13 @@ CHANGES: dict[str, list[str]] = {
 #: the health metrics of the unchanged run of seed 0, with its alarms (docs/watching-a-run.md shows it)
 HEALTH_PNG = "collapse_health.png"
 
+#: the one-seed confirmation through verl's pipeline (its kept data under --verl-data, label verl/gigpo)
+VERL_CONFIRM = (
+    "python benchmarks/learning.py --engine verl --configs gigpo --seeds 1 --task key --tasks 4 --group 8 --opt-steps 1"
+    " --iters 150 --test-freq 15 --val-size 64 --model artifacts/tiny-model-imitate-key06 --no-twin"
+    " --runs runs/collapse-verl --data benchmarks/data/collapse-verl --no-results actor_rollout_ref.actor.optim.lr=3e-4"
+)
+
 #: what the "no longer collapses" bar asks: last validation >= this x the run's best
 KEEP_SHARE = 0.8
 
@@ -64,6 +71,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", default="artifacts/tiny-model-imitate-key06", help="the start model")
     parser.add_argument("--runs", default="runs/collapse", help="run folders (not committed)")
     parser.add_argument("--data", default="benchmarks/data/collapse", help="kept data (committed)")
+    parser.add_argument(
+        "--verl-data",
+        default="benchmarks/data/collapse-verl",
+        help="kept runs of the change confirmed through verl's pipeline (VERL_CONFIRM: benchmarks/learning.py)",
+    )
     parser.add_argument("--jobs", type=int, default=2, help="runs side by side (one torch thread each)")
     parser.add_argument("--rerun", action="store_true", help="run cells that already have kept data again")
     add_output_options(parser)
@@ -171,6 +183,7 @@ def report(args: argparse.Namespace) -> str:
     for change, (mean_best, ok, n) in summary.items():
         meets = ok == n and (base is None or mean_best >= base)
         lines.append(f"| {change} | {n} | {mean_best:.3f} | {ok}/{n} | {'yes' if meets else 'no'} |")
+    lines += _verl_lines(Path(args.verl_data))
     if not args.no_results:
         _plot(cells, Path(args.results).with_name("collapse.png"))
         lines += ["", "![validation success and invalid replies per step, per change and seed](collapse.png)"]
@@ -179,6 +192,33 @@ def report(args: argparse.Namespace) -> str:
             _plot_health(rows, (header.get("launch") or {}).get("alarms", []), Path(args.results).with_name(HEALTH_PNG))
             lines += ["", f"The unchanged run of seed 0, as `trainer.health` saw it: ![health metrics]({HEALTH_PNG})"]
     return "\n".join(lines) + "\n"
+
+
+def _verl_lines(folder: Path) -> list[str]:
+    """The confirmation through verl's pipeline: one line per kept verl run under ``folder``, or none."""
+    from learning_run import val_success
+
+    lines = []
+    for path in sorted(folder.glob("verl/*-seed*.jsonl.gz")):
+        header, rows = read_kept(path)
+        curve = [(int(r["step"]), val_success(r)) for r in rows if val_success(r) is not None]
+        best_it, best = max(curve, key=lambda c: (c[1], -c[0]))
+        seed = path.name.rpartition("-seed")[2].removesuffix(".jsonl.gz")
+        run = f"{path.parent.name}/{path.name.split('-seed')[0]}"
+        lines.append(
+            f"| {run} | {seed} | {curve[0][1]:.3f} | {best:.3f} ({best_it}) | {curve[-1][1]:.3f} | "
+            f"{curve[-1][1] / best if best else float('nan'):.2f} | " + ", ".join(f"{v:.2f}" for _, v in curve) + " |"
+        )
+    if not lines:
+        return []
+    head = [
+        "",
+        f"Through verl's pipeline (`platform=cpu`, one seed, lr 3e-4, the same settings): `{VERL_CONFIRM}`.",
+        "",
+        "| run | seed | start | best (iteration) | last | last / best | validation every 15 iterations |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    return head + lines
 
 
 def _plot(cells: dict, path: Path) -> None:
