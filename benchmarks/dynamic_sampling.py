@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kept_data import NO_KEPT_DATA, KeptDataError, add_kept_options, default_data_dir, kept_file, shown  # noqa: E402
+from kept_data import NO_KEPT_DATA, add_kept_options, default_data_dir, kept_file, refused_in_one_line, shown  # noqa: E402
 from learning_report import kept_line, load_line, machine_load  # noqa: E402
 from learning_run import _run_local, cell_done, keep, load_run, val_success  # noqa: E402
 from learning_settings import CONFIGS, TASK, TASK_TITLES  # noqa: E402
@@ -311,11 +311,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the cells whose kept data do not exist yet (all with ``--rerun``), then write the report."""
-    try:
-        return _run(argv)
-    except KeptDataError as error:  # a kept file of other settings or version: one line, exit status 2
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    return refused_in_one_line(lambda: _run(argv))
 
 
 def _run(argv: list[str] | None) -> int:

@@ -40,7 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dynamic_sampling import paired_lines, plot  # noqa: E402
-from kept_data import NO_KEPT_DATA, KeptDataError, add_kept_options, default_data_dir, shown  # noqa: E402
+from kept_data import NO_KEPT_DATA, add_kept_options, default_data_dir, refused_in_one_line, shown  # noqa: E402
 from learning import parse_args as learning_args  # noqa: E402
 from learning_report import kept_line, load_line, machine_load, model_description  # noqa: E402
 from learning_run import load_run, run_verl, val_success, write_tasks  # noqa: E402
@@ -245,11 +245,7 @@ def markdown(stats: dict, args: argparse.Namespace, command: str, wall: float | 
 def main(argv: list[str] | None = None) -> int:
     """Run the cells whose kept data do not exist yet (all with ``--rerun``; ``--jobs`` launches side by side), then
     write the report."""
-    try:
-        return _run(argv)
-    except KeptDataError as error:  # a kept file of other settings or version: one line, exit status 2
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    return refused_in_one_line(lambda: _run(argv))
 
 
 def _run(argv: list[str] | None) -> int:

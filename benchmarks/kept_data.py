@@ -13,7 +13,7 @@ import math
 import os
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,16 @@ REPORT_KEYS = ("task", "model", "iters", "tasks", "group", "opt_steps", "val_siz
 
 class KeptDataError(ValueError):
     """A kept file that cannot serve the run or report asked for (other format version, other settings)."""
+
+
+def refused_in_one_line(run: Callable[[], int]) -> int:
+    """``run()``'s exit status, or 2 after one ``error:`` line when it refuses a kept file (:class:`KeptDataError`:
+    another format version, or other settings than the command asks)."""
+    try:
+        return run()
+    except KeptDataError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
 
 
 def default_data_dir(runs: str | Path) -> Path:
