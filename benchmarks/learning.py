@@ -115,6 +115,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--runs", default=None, help="run folders (runs/learning, runs/learning-verl)")
     parser.add_argument("--no-twin", action="store_true", help="verl: skip the local engine's runs beside")
+    parser.add_argument(
+        "--verl-seeds",
+        type=int,
+        default=None,
+        help="verl: launch verl for seeds 0..N-1 only (default: every seed); the twins run every seed, --jobs at a "
+        "time when no verl launch is left",
+    )
+    parser.add_argument(
+        "--verl-configs", default=None, help="verl: launch verl for these configurations only (default: --configs)"
+    )
     parser.add_argument("--micro-batch", type=int, default=None, help="verl: rows per micro-batch (16; speed only)")
     parser.add_argument(
         "--credit-freq",
@@ -154,6 +164,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     for key in ("seeds", "iters", "test_freq", "tasks", "group", "val_size", "micro_batch", "opt_steps"):
         if getattr(args, key) < 1:
             parser.error(f"--{key.replace('_', '-')} must be >= 1, got {getattr(args, key)}")
+    if args.verl_seeds is None:
+        args.verl_seeds = args.seeds
+    args.verl_names = [n for n in (args.verl_configs or ",".join(names)).split(",") if n]
+    if set(args.verl_names) - set(names):
+        parser.error(f"--verl-configs {sorted(set(args.verl_names) - set(names))} are not in --configs {names}")
+    if args.verl_seeds < 0:
+        parser.error(f"--verl-seeds must be >= 0, got {args.verl_seeds}")
     if args.tasks % args.opt_steps:
         parser.error(f"--tasks ({args.tasks}) must be a multiple of --opt-steps ({args.opt_steps})")
     return args, names

@@ -213,20 +213,23 @@ def write_tasks(args: argparse.Namespace) -> Path:
 
 
 def run_side_by_side(names: list[str], seeds: list[int], args: argparse.Namespace) -> None:
-    """verl runs one after another; the local twins alongside them, one at a time (one torch thread); the task
-    files first (:func:`write_tasks`)."""
+    """verl runs (``--verl-configs`` x ``--verl-seeds``) one after another, the local twins (every configuration
+    and seed; those of the verl configurations first) alongside them one at a time (one torch thread), or
+    ``--jobs`` at a time when no verl run is asked for; the task files first (:func:`write_tasks`)."""
     data_dir = write_tasks(args)
-    jobs = [(name, seed) for seed in seeds for name in names]
-    print(
-        f"{len(jobs)} verl runs one at a time" + ("" if args.no_twin else f", {len(jobs)} local twins beside"),
-        flush=True,
-    )
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        twins = None if args.no_twin else pool.submit(lambda: [run_twin(n, s, args) for n, s in jobs])
-        verl = pool.submit(lambda: [run_verl(n, s, args, data_dir) for n, s in jobs])
+    verl_names = getattr(args, "verl_names", names)
+    verl_jobs = [(n, s) for s in seeds[: getattr(args, "verl_seeds", len(seeds))] for n in verl_names]
+    twin_jobs = sorted(((n, s) for s in seeds for n in names), key=lambda j: (j[0] not in verl_names, j[1]))
+    twin_jobs = [] if args.no_twin else twin_jobs
+    print(f"{len(verl_jobs)} verl runs one at a time, {len(twin_jobs)} local twins beside", flush=True)
+    with ThreadPoolExecutor(max_workers=max(2, args.jobs)) as pool:
+        if not verl_jobs:
+            list(pool.map(lambda job: run_twin(*job, args), twin_jobs))
+            return
+        twins = pool.submit(lambda: [run_twin(n, s, args) for n, s in twin_jobs])
+        verl = pool.submit(lambda: [run_verl(n, s, args, data_dir) for n, s in verl_jobs])
         verl.result()
-        if twins is not None:
-            twins.result()
+        twins.result()
 
 
 def run_benchmark(names: list[str], seeds: list[int], args: argparse.Namespace) -> None:
