@@ -96,6 +96,7 @@ def overrides(change: str, seed: int, args: argparse.Namespace, out: Path) -> li
     given += ["--iters", str(args.iters), "--test-freq", "15", "--val-size", str(args.val_size)]
     given += ["--configs", "gigpo", "--model", args.model, "--runs", str(out.parent), "--no-twin"]
     bench, _ = learning_args(given)
+    bench.extra = [e for e in bench.extra if not e.startswith("actor_rollout_ref.actor.optim.lr=")]  # lr: the change's
     return [*twin_overrides("gigpo", seed, bench, out), *CHANGES[change]]
 
 

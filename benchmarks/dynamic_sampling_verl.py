@@ -9,7 +9,7 @@ Each run is ``python -m verl_gigpo.main platform=cpu`` with the settings of the 
 ``learning_settings.verl_overrides``; no local twins): gridnav with a key, 4 tasks x 8 episodes per iteration,
 one optimizer step per iteration, validation on ``--val-size`` (128) fixed tasks every ``--test-freq`` iterations.
 The start model wins a few percent of its validation episodes (``--model``, by default the tiny model fine-tuned to
-imitate the expert with probability 0.6, built when missing with :data:`IMITATE_COMMAND`).
+imitate the expert with probability 0.6, built when missing with ``learning_settings.IMITATE_COMMAND``).
 
 Unlike the local benchmark (``benchmarks/dynamic_sampling.py``, one budget of episodes for every configuration),
 every run here trains ``--iters`` iterations, as the issue asks: ``gigpo_signal`` plays more episodes per
@@ -28,8 +28,6 @@ data are kept in ``--data`` (default ``benchmarks/data/dynamic-verl``; cells alr
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -44,19 +42,13 @@ from kept_data import NO_KEPT_DATA, add_kept_options, default_data_dir, refused_
 from learning import parse_args as learning_args  # noqa: E402
 from learning_report import kept_line, load_line, machine_load, model_description  # noqa: E402
 from learning_run import load_run, run_verl, val_success, write_tasks  # noqa: E402
-from learning_settings import CONFIGS, REPO, TASK, TASK_TITLES  # noqa: E402
+from learning_settings import CONFIGS, IMITATE_MODEL, REPO, TASK, TASK_TITLES, ensure_start_model  # noqa: E402
 from results_md import add_output_options, write_section  # noqa: E402
 
 SECTION = "## Dynamic sampling through verl's pipeline"
+MODEL = IMITATE_MODEL
 PNG = "dynamic_sampling_verl.png"
 CONFIG_NAMES = ("gigpo", "gigpo_signal", "grpo")
-MODEL = "artifacts/tiny-model-imitate-key06"
-IMITATE_KWARGS = {"key": True, "min_path": 5, "observe": "target", "size": 5, "walls": [2, 4]}
-#: the default start model: 60 % expert actions (on 192 validation tasks it wins 3-4 %, sampled at temperature 1)
-IMITATE_COMMAND = (
-    f"python -m verl_gigpo.dev.tiny_model --out {MODEL} --imitate gridnav:0.6 --imitate-kwargs "
-    f"'{json.dumps(IMITATE_KWARGS)}' --imitate-max-steps 15 --imitate-history 0"
-)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -92,19 +84,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.learning, args.names = learning_args(given)
     args.data = args.learning.data
     return args
-
-
-def ensure_start_model(model: str) -> None:
-    """Build the default start model when its folder is missing (:data:`IMITATE_COMMAND`); any other missing
-    ``--model`` is an error naming it."""
-    if (Path(model) / "config.json").exists():
-        return
-    if model != MODEL:
-        raise SystemExit(f"error: --model {model}: no model there (a Hugging Face folder with config.json)")
-    print(f"building the start model: {IMITATE_COMMAND}", flush=True)
-    command = [sys.executable, "-m", "verl_gigpo.dev.tiny_model", "--out", MODEL, "--imitate", "gridnav:0.6"]
-    command += ["--imitate-kwargs", json.dumps(IMITATE_KWARGS), "--imitate-max-steps", "15", "--imitate-history", "0"]
-    subprocess.run(command, check=True)  # relative to this folder, as --model and the launches read it
 
 
 # ---------------------------------------------------------------------------------------------- report

@@ -1,10 +1,20 @@
-"""Learning benchmark: GiGPO vs GRPO vs RLOO (and a sweep of GiGPO's step weight w and norm) on gridnav.
+"""Learning benchmark: GiGPO against GRPO, paired, on both engines (the default); the local engine's estimator
+suites (``--engine local``).
 
-    python benchmarks/learning.py                          # the full benchmark (see --help; ~60-90 min on 2 cores)
-    python benchmarks/learning.py --seeds 2 --iters 20     # a quick look
-    python benchmarks/learning.py --report-only            # rebuild the table and plot from the kept data
-    python benchmarks/learning.py --suite successors --jobs 1    # GiGPO, HGPO, GraphGPO, G2PO and GRPO
-    python benchmarks/learning.py --engine verl --configs gigpo,grpo --seeds 3   # through verl's main_ppo (CPU)
+    python benchmarks/learning.py                          # the paired study (hours on 2 cores; resumable)
+    python benchmarks/learning.py --verl-seeds 0           # its local-engine part only (--jobs runs side by side)
+    python benchmarks/learning.py --report-only            # rebuild its section and plot from the kept data
+    python benchmarks/learning.py --engine local           # GiGPO's sweep, GRPO and RLOO on the local engine
+    python benchmarks/learning.py --engine local --suite successors --jobs 1    # GiGPO, HGPO, GraphGPO, G2PO, GRPO
+
+The paired study (issue "Evidence that holds", item 5): gridnav with a key, 4 tasks x 8 episodes per iteration, one
+optimizer step, 150 iterations, validation on 128 tasks every 15, from the p = 0.6 imitation model
+(``learning_settings.IMITATE_MODEL``: it wins a few percent) at the fall-back study's stable learning rate
+(``--lr 3e-4``). The local engine trains GiGPO, GRPO, GiGPO + the ``episode`` filter and GiGPO + the ``signal``
+filter on 10 seeds; verl's pipeline trains GiGPO and GRPO on seeds 0-2 (``--verl-configs``, ``--verl-seeds``).
+Every (engine, configuration, seed) cell is kept in ``benchmarks/data/learning-verl/`` as it finishes and skipped
+when run again. The section gives each configuration's paired difference from GRPO per engine, with 95 % intervals,
+and says which comparisons the data support.
 
 Every configuration trains the same tiny model (built once, ``--model``) on the same task with the same seeds,
 the same rollout budget (tasks x group size per iteration) and the same optimiser settings; only the advantage
@@ -41,16 +51,14 @@ printed into RESULTS.md). Outputs: ``benchmarks/learning_verl.png`` and the sect
 pipeline: GiGPO vs GRPO"; runs under ``--runs`` (default ``runs/learning-verl``): ``verl/<config>_s<seed>/``
 (``train.log``, ``launch.json``, ``ckpt/metrics.jsonl``, ``ckpt/credit/``) and ``local/<config>_s<seed>/``.
 
-Its defaults fit a 2-core CPU: a verl iteration of the key task at 8 tasks x 8 episodes (~950 step rows) takes
-~50 s there, so 150 iterations would be ~2 h per run. The defaults are ``make demo``'s task (``--task goal``: no
-key, 10 steps, ~8% random success), 4 tasks x 8 episodes, 50 iterations and 4 optimizer steps per iteration
-(``--opt-steps``: the same update compute as one step, more learning per rollout); ``--task key --tasks 8
---opt-steps 1 --iters 150`` is the local benchmark's budget. Deviations of the verl runs:
+A verl run of the paired study takes about 15-30 min on 2 cores (150 iterations of ~470 step rows). Deviations of
+the verl runs:
 
 1. Task seeds: verl plays the training tasks 0 .. tasks x iterations - 1 of the train split in the order of its
    dataloader (``data.seed`` = the run's seed), each once; the local engine draws fresh task seeds every iteration.
-2. The rollout server's sampling generator is seeded 0 in every verl run (the ``hf`` backend takes no seed);
-   runs differ through the task order (``data.seed``).
+2. Sampling: both engines seed each request from the run's seed, the task, the member and the step
+   (``docs/reproducibility.md``), so a seed's validations use the same random numbers for every configuration on
+   one engine; the two engines' training episodes still differ (deviation 1).
 3. Mini-batches: the local engine takes ``tasks / opt_steps`` whole tasks per optimizer step; verl's
    ``gigpo_sync`` mode at most ``ceil(tasks x group x max_steps / opt_steps)`` step rows, shuffled across tasks,
    so an iteration with shorter episodes can take fewer steps (``update/num_mini_batches`` logs them).
@@ -79,7 +87,17 @@ from learning_report import (  # benchmarks/ is on sys.path when this runs as a 
     train_window,
 )
 from learning_run import run_benchmark
-from learning_settings import CONFIGS, ENGINE_DEFAULTS, ENGINES, REPO, SECTION_VERL, SUITES, TASK_TITLES, TASKS
+from learning_settings import (
+    CONFIGS,
+    ENGINE_DEFAULTS,
+    ENGINES,
+    REPO,
+    SECTION_VERL,
+    SUITES,
+    TASK_TITLES,
+    TASKS,
+    VERL_CONFIGS,
+)
 from results_md import add_output_options, write_section
 
 
@@ -89,16 +107,17 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--engine",
         choices=ENGINES,
-        default="local",
-        help="local (default): the local engine only; verl: verl's main_ppo with local twins beside",
+        default="verl",
+        help="verl (default): the paired study, verl's pipeline with the local engine's twins beside; local: the "
+        "local engine's estimator suites",
     )
-    parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (local 5, verl 3)")
-    parser.add_argument("--iters", type=int, default=None, help="iterations per run (local 150, verl 50)")
-    parser.add_argument("--test-freq", type=int, default=None, help="validate every N iterations (local 15, verl 10)")
-    parser.add_argument("--task", choices=TASKS, default=None, help="verl: the task (key, goal; default goal)")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (local 5, verl 10: the twins)")
+    parser.add_argument("--iters", type=int, default=None, help="iterations per run (150)")
+    parser.add_argument("--test-freq", type=int, default=None, help="validate every N iterations (15)")
+    parser.add_argument("--task", choices=TASKS, default=None, help="verl: the task (key, goal; default key)")
     parser.add_argument("--tasks", type=int, default=None, help="tasks per iteration (local 8, verl 4)")
     parser.add_argument("--group", type=int, default=None, help="episodes per task (8)")
-    parser.add_argument("--opt-steps", type=int, default=None, help="verl: optimizer steps per iteration (4)")
+    parser.add_argument("--opt-steps", type=int, default=None, help="verl: optimizer steps per iteration (1)")
     parser.add_argument("--val-size", type=int, default=128, help="validation tasks (128)")
     parser.add_argument("--jobs", type=int, default=2, help="local engine: runs in parallel (one torch thread each)")
     parser.add_argument("--threshold", type=float, default=0.5, help="success level for 'iterations to reach'")
@@ -111,7 +130,7 @@ def _parser() -> argparse.ArgumentParser:
         "G2PO, GRPO): default configs, RESULTS.md section, plot and run folder",
     )
     parser.add_argument(
-        "--model", default=None, help="built when missing (local: tiny_model; verl: with --sft-actions)"
+        "--model", default=None, help="built when missing (local: tiny_model; verl: the p = 0.6 imitation model)"
     )
     parser.add_argument("--runs", default=None, help="run folders (runs/learning, runs/learning-verl)")
     parser.add_argument("--no-twin", action="store_true", help="verl: skip the local engine's runs beside")
@@ -119,12 +138,15 @@ def _parser() -> argparse.ArgumentParser:
         "--verl-seeds",
         type=int,
         default=None,
-        help="verl: launch verl for seeds 0..N-1 only (default: every seed); the twins run every seed, --jobs at a "
-        "time when no verl launch is left",
+        help="verl: launch verl for seeds 0..N-1 only (default 3); the twins run every seed, --jobs at a time when "
+        "no verl launch is left",
     )
     parser.add_argument(
-        "--verl-configs", default=None, help="verl: launch verl for these configurations only (default: --configs)"
+        "--verl-configs",
+        default=None,
+        help="verl: launch verl for these configurations only (default: gigpo and grpo of --configs)",
     )
+    parser.add_argument("--lr", default=None, help="verl: the actor's learning rate on both engines (default 3e-4)")
     parser.add_argument("--micro-batch", type=int, default=None, help="verl: rows per micro-batch (16; speed only)")
     parser.add_argument(
         "--credit-freq",
@@ -164,9 +186,17 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     for key in ("seeds", "iters", "test_freq", "tasks", "group", "val_size", "micro_batch", "opt_steps"):
         if getattr(args, key) < 1:
             parser.error(f"--{key.replace('_', '-')} must be >= 1, got {getattr(args, key)}")
-    if args.verl_seeds is None:
-        args.verl_seeds = args.seeds
-    args.verl_names = [n for n in (args.verl_configs or ",".join(names)).split(",") if n]
+    args.verl_seeds = min(args.verl_seeds, args.seeds) if args.verl_seeds is not None else args.seeds
+    if args.verl_configs is None:
+        args.verl_names = [n for n in names if n in VERL_CONFIGS] or names
+    else:
+        args.verl_names = [n for n in args.verl_configs.split(",") if n]
+    if args.lr is not None and not any(e.startswith("actor_rollout_ref.actor.optim.lr=") for e in args.extra):
+        try:
+            float(args.lr)
+        except ValueError:
+            parser.error(f"--lr must be a number, got {args.lr!r}")
+        args.extra.append(f"actor_rollout_ref.actor.optim.lr={args.lr}")
     if set(args.verl_names) - set(names):
         parser.error(f"--verl-configs {sorted(set(args.verl_names) - set(names))} are not in --configs {names}")
     if args.verl_seeds < 0:
@@ -208,7 +238,7 @@ def report(args: argparse.Namespace, names: list[str], command: str, wall: float
     print(text)
     if not args.no_results:
         results.parent.mkdir(parents=True, exist_ok=True)
-        plot(curves, png, args.threshold, title)
+        plot(curves, png, args.threshold, title, args.tasks * args.group if args.engine == "verl" else 1)
         write_section(text, section, results)
         print(f"written: {results} and {png}")
     return 0

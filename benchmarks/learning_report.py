@@ -25,7 +25,7 @@ from learning_settings import (
     TASKS,
     shared_settings,
 )
-from paired import paired_table
+from paired import format_difference, paired_difference, paired_table
 
 
 def model_description(model_dir: str | Path) -> str:
@@ -69,7 +69,7 @@ def load_curves(
     (:func:`learning_run.load_run`)."""
     out = {}
     for name in names:
-        vals, trains, secs, steps, found, lines_per_seed, launches = [], [], [], None, [], [], []
+        vals, trains, secs, steps, found, lines_per_seed, launches, played = [], [], [], None, [], [], [], []
         for seed in seeds:
             lines, launch = load_run(runs, data, label.format(name=name), seed, engine, expect)
             val = [m for m in lines if val_success(m) is not None]
@@ -77,6 +77,7 @@ def load_curves(
                 continue
             steps = np.array([m["step"] for m in val])
             vals.append([val_success(m) for m in val])
+            played.append(episodes_at(lines, steps))
             trains.append([m["env/success_rate"] for m in lines if "env/success_rate" in m])
             secs.append(sum(m["timing_s/step"] + m.get("timing_s/testing", 0.0) for m in lines if "timing_s/step" in m))
             found.append(seed)
@@ -87,6 +88,7 @@ def load_curves(
             out[label.format(name=name)] = {
                 "steps": steps[:width],
                 "val": np.array([v[:width] for v in vals]),
+                "episodes": np.array([e[:width] for e in played]),
                 "train": np.array([t[: min(len(t) for t in trains)] for t in trains]),
                 "seconds": np.array(secs),
                 "seeds": found,
@@ -94,6 +96,13 @@ def load_curves(
                 "launches": launches,
             }
     return out
+
+
+def episodes_at(lines: list[dict], steps: np.ndarray) -> list[float]:
+    """Training episodes played before each validation step (V,): the run's ``rollout/episodes_played_total`` at that
+    iteration (0 at step 0; nan where a run does not log it)."""
+    total = {int(m["step"]): m["rollout/episodes_played_total"] for m in lines if "rollout/episodes_played_total" in m}
+    return [0.0 if s == 0 else float(total.get(int(s), float("nan"))) for s in steps]
 
 
 def first_reach(steps: np.ndarray, curve: np.ndarray, threshold: float) -> float:
@@ -133,8 +142,18 @@ def summarise(curves: dict, threshold: float, window: int = 20) -> list[dict]:
     return rows
 
 
-def plot(curves: dict, path: Path, threshold: float, title: str) -> None:
-    """Validation success (mean line, min-max band over seeds) and smoothed train success per configuration.
+def x_of(curve: dict, episodes_per_step: int) -> np.ndarray:
+    """The x of a curve's validations (V,): training episodes played (mean over seeds), or ``step x
+    episodes_per_step`` where a run does not log them (verl's path without dynamic sampling)."""
+    played = curve.get("episodes")
+    if played is None or not np.isfinite(played).all():
+        return curve["steps"] * episodes_per_step
+    return played.mean(axis=0)
+
+
+def plot(curves: dict, path: Path, threshold: float, title: str, episodes_per_step: int = 1) -> None:
+    """Validation success against training episodes played (mean line, min-max band over seeds) and smoothed train
+    success per iteration, per configuration.
 
     Labels ``engine/config`` (the side-by-side runs): one colour per configuration, solid for verl, dashed for
     the local engine."""
@@ -151,15 +170,17 @@ def plot(curves: dict, path: Path, threshold: float, title: str) -> None:
         style = {"color": colours[config]} if config in colours else {}
         ls = "--" if engine == "local" else "-"
         mean = c["val"].mean(axis=0)
-        (line,) = ax1.plot(c["steps"], mean, "o", ls=ls, ms=3, label=f"{name} (n={c['val'].shape[0]})", **style)
+        x = x_of(c, episodes_per_step)
+        (line,) = ax1.plot(x, mean, "o", ls=ls, ms=3, label=f"{name} (n={c['val'].shape[0]})", **style)
         colours.setdefault(config, line.get_color())
-        ax1.fill_between(c["steps"], c["val"].min(axis=0), c["val"].max(axis=0), color=line.get_color(), alpha=0.12)
+        ax1.fill_between(x, c["val"].min(axis=0), c["val"].max(axis=0), color=line.get_color(), alpha=0.12)
         train = c["train"].mean(axis=0)
         window = max(1, len(train) // 15)
         smooth = np.convolve(train, np.ones(window) / window, mode="valid")
         ax2.plot(np.arange(window, len(train) + 1), smooth, color=line.get_color(), ls=ls, label=name)
     ax1.axhline(threshold, color="grey", lw=0.8, ls=":")
-    ax1.set(xlabel="iteration", ylabel="validation success (sampled)", title=title, ylim=(-0.02, 1.02))
+    xlabel = "training episodes played" if episodes_per_step > 1 else "iteration"
+    ax1.set(xlabel=xlabel, ylabel="validation success (sampled)", title=title, ylim=(-0.02, 1.02))
     ax2.set(xlabel="iteration", ylabel=f"train success ({window}-iteration mean)", ylim=(-0.02, 1.02))
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
@@ -350,7 +371,34 @@ def paired_lines(curves: dict[str, dict[str, Any]], baseline: str) -> list[str]:
         "",
         *table,
         "",
+        "What these data support (an interval that excludes 0; else no difference shown at this number of seeds):",
+        "",
+        *verdicts(per_seed, base),
+        "",
     ]
+
+
+def verdicts(per_seed: dict[str, dict[str, dict[int, float]]], base: dict[str, str]) -> list[str]:
+    """One markdown bullet per (configuration, metric) with a baseline: 'higher' / 'lower' than the baseline when the
+    paired 95 % interval excludes 0, else 'no difference shown'; 'one seed' when no interval exists."""
+    titles = {"final": "final validation success", "mean": "validation success averaged over training"}
+    lines = []
+    for name, values in per_seed.items():
+        ref = base.get(name)
+        if ref is None or ref == name or ref not in per_seed:
+            continue
+        for metric, title in titles.items():
+            d = paired_difference(values[metric], per_seed[ref][metric])
+            if d["n"] < 2:
+                said = f"{d['n']} paired seed(s), no interval"
+            elif d["low"] > 0:
+                said = f"higher than `{ref}` ({format_difference(d)}, {d['n']} seeds)"
+            elif d["high"] < 0:
+                said = f"lower than `{ref}` ({format_difference(d)}, {d['n']} seeds)"
+            else:
+                said = f"no difference shown from `{ref}` ({format_difference(d)}, {d['n']} seeds)"
+            lines.append(f"- `{name}`, {title}: {said}.")
+    return lines
 
 
 def kept_line(data: Path) -> str:

@@ -21,7 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from kept_data import KeptDataError, check_args, kept_file, read_kept, write_kept
-from learning_settings import REPO, TASKS, VERL_METRICS, local_overrides, twin_overrides, verl_overrides
+from learning_settings import (
+    IMITATE_MODEL,
+    REPO,
+    TASKS,
+    VERL_METRICS,
+    ensure_start_model,
+    local_overrides,
+    twin_overrides,
+    verl_overrides,
+)
 
 #: the data source of the benchmark's tasks (gridnav): verl's validation metric is ``val-core/<source>/acc/mean@1``
 VAL_SOURCE = "gridnav"
@@ -238,7 +247,10 @@ def run_benchmark(names: list[str], seeds: list[int], args: argparse.Namespace) 
     if args.engine == "verl":
         from verl_gigpo.dev.smoke import ensure_model
 
-        ensure_model(args.model)  # the action-format model (ACTION_MODEL_COMMAND) when missing
+        if args.model == IMITATE_MODEL:
+            ensure_start_model(args.model)  # IMITATE_COMMAND when missing
+        else:
+            ensure_model(args.model)  # the action-format model (ACTION_MODEL_COMMAND) when missing
         run_side_by_side(names, seeds, args)
         return
     if not (Path(args.model) / "config.json").exists():

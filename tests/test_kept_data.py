@@ -126,7 +126,7 @@ VAL = {
     "gigpo": [(1 / 128, 0.25, 0.5), (0.0, 0.5, 0.75), (3 / 128, 0.25, 0.25)],
     "grpo": [(1 / 128, 0.0, 0.25), (0.0, 0.25, 0.25), (3 / 128, 0.25, 0.25)],
 }
-ARGV = ["--configs", "gigpo,grpo", "--seeds", "3", "--iters", "4", "--test-freq", "2"]
+ARGV = ["--engine", "local", "--configs", "gigpo,grpo", "--seeds", "3", "--iters", "4", "--test-freq", "2"]
 
 
 def _write_run(run_dir: Path, val: tuple[float, ...], seed: int) -> None:

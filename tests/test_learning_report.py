@@ -173,7 +173,8 @@ def test_the_side_by_side_section_and_plot_from_the_recorded_runs(lb, runs, tmp_
 
 def test_the_local_benchmark_section_from_a_recorded_run(lb, runs, tmp_path):
     results = tmp_path / "RESULTS.md"
-    argv = ["--configs", "gigpo", "--seeds", "1", "--iters", "2", "--runs", str(runs / "local"), "--report-only"]
+    argv = ["--engine", "local", "--configs", "gigpo", "--seeds", "1", "--iters", "2", "--runs", str(runs / "local")]
+    argv += ["--report-only"]
     assert lb.cli.main([*argv, "--results", str(results)]) == 0
     section = _section(results.read_text(), lb.settings.SECTION)
     local = _raw(DATA / "local" / "gigpo_s0" / "metrics.jsonl")
@@ -195,7 +196,8 @@ def test_no_finished_runs_exit_1_and_write_nothing(lb, tmp_path, capsys):
     [
         (["--configs", "gigpo,ppo"], "unknown configs ['ppo']"),
         (["--engine", "verl", "--tasks", "3", "--opt-steps", "2"], "--tasks (3) must be a multiple of --opt-steps (2)"),
-        (["--task", "goal"], "--task and --opt-steps apply to --engine verl"),
+        (["--engine", "local", "--task", "goal"], "--task and --opt-steps apply to --engine verl"),
+        (["--configs", "gigpo", "--verl-configs", "grpo"], "--verl-configs ['grpo'] are not in --configs ['gigpo']"),
         (["--engine", "verl", "--iters", "0"], "--iters must be >= 1, got 0"),
     ],
 )
@@ -257,7 +259,7 @@ def test_every_local_benchmark_run_passes_the_local_engines_check(lb, tmp_path):
     from verl_gigpo.local.config import load_config
 
     for suite in lb.settings.SUITES:
-        args, names = lb.cli.parse_args(["--suite", suite, "--runs", str(tmp_path)])
+        args, names = lb.cli.parse_args(["--engine", "local", "--suite", suite, "--runs", str(tmp_path)])
         for name in names:
             cfg = load_config(lb.settings.local_overrides(name, 3, args, tmp_path / f"{name}_s3"))
             assert cfg.trainer.seed == 3 and cfg.trainer.total_training_steps == 150
