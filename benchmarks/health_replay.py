@@ -13,9 +13,10 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # kept_data, verl_gigpo
 
-from benchmarks.kept_data import read_kept  # noqa: E402
+from kept_data import read_kept  # noqa: E402
+
 from verl_gigpo.rollout.health import SIGNALS, HealthOptions, replay, validation_fall  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
