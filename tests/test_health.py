@@ -221,3 +221,14 @@ def test_healthy_kept_runs_raise_no_collapse_alarm(name):
     assert validation_fall(rows) is None
     raised = {a.signal for a in replay(rows).alarms}
     assert raised <= ({"grad_norm_spike"} if "lr3e-4-seed1" in name else set()), raised
+
+
+def test_the_replay_script_prints_each_kept_runs_fall_and_first_alarms(monkeypatch):
+    monkeypatch.syspath_prepend(str(KEPT.parent))
+    import health_replay  # benchmarks/health_replay.py
+
+    rows = _kept("collapse/none-seed2.jsonl.gz")
+    first = _first(replay(rows), ("success_drop",))
+    header, _, line = health_replay.table([KEPT / "collapse/none-seed2.jsonl.gz"], HealthOptions())
+    assert header.startswith("| run | validation fell by half |")
+    assert line.startswith(f"| collapse/none-seed2 | {validation_fall(rows)} | `success_drop` {first}, ")
