@@ -9,7 +9,7 @@ import json
 import logging
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ import numpy as np
 
 from verl_gigpo.rules import Range
 
-__all__ = ["ACTIONS", "SIGNALS", "Alarm", "HealthMonitor", "HealthOptions"]
+__all__ = ["ACTIONS", "SIGNALS", "Alarm", "HealthMonitor", "HealthOptions", "replay", "validation_fall"]
 
 logger = logging.getLogger(__name__)
 
@@ -106,15 +106,16 @@ class HealthOptions:
     cooldown: int = 20
     ignore: tuple[str, ...] = ()
     success_drop: float = 0.5
-    invalid_rise: float = 0.005
+    invalid_rise: float = 0.015
     invalid_ratio: float = 2.0
-    entropy_low: float = 0.1
+    entropy_low: float = 0.3
     entropy_high: float = 3.0
     kl_max: float = 1.0
     clipfrac_max: float = 0.3
     logprob_gap_max: float = 0.5
-    grad_norm_ratio: float = 5.0
-    length_limit_max: float = 0.3
+    grad_norm_ratio: float = 10.0
+    grad_norm_floor: float = 0.1
+    length_limit_rise: float = 0.2
     step_signal_min: float = 0.02
     singleton_max: float = 0.95
     flat_max: float = 0.95
@@ -133,9 +134,10 @@ class HealthOptions:
             raise ValueError(
                 f"{k}ignore={list(self.ignore)}: unknown signal(s) {unknown}; use names of {list(SIGNALS)}"
             )
-        for name in ("success_drop", "invalid_rise", "clipfrac_max", "step_signal_min", "singleton_max", "flat_max"):
+        shares = ("success_drop", "invalid_rise", "clipfrac_max", "length_limit_rise", "step_signal_min")
+        for name in (*shares, "singleton_max", "flat_max"):
             Range(k + name, "float", "a share", low=0, high=1).check(getattr(self, name))
-        positive = ("entropy_low", "entropy_high", "kl_max", "logprob_gap_max", "grad_norm_ratio", "length_limit_max")
+        positive = ("entropy_low", "entropy_high", "kl_max", "logprob_gap_max", "grad_norm_ratio", "grad_norm_floor")
         for name in (*positive, "invalid_ratio"):
             Range(k + name, "float", "a threshold (docs/metrics.md#health)", low=0, low_open=True).check(
                 getattr(self, name)
@@ -303,18 +305,16 @@ class HealthMonitor:
         if "actor/grad_norm" in present:
             last = float(metrics["actor/grad_norm"])
             checks["grad_norm_nonfinite"] = (not math.isfinite(last), last, 0.0, f"actor/grad_norm = {last}")
-            early, now = self._early("actor/grad_norm", finite=True), self._smoothed("actor/grad_norm", finite=True)
-            if early is not None and now is not None and early > 0:
-                bound = opts.grad_norm_ratio * early
+            early, now = self._early_grad_norm(), self._smoothed("actor/grad_norm", finite=True)
+            if early is not None and now is not None:
+                bound = opts.grad_norm_ratio * max(early, opts.grad_norm_floor)
                 detail = (
                     f"actor/grad_norm {now:.3g}, mean of the last {opts.baseline} values; {opts.grad_norm_ratio:g} x "
-                    f"its early value {early:.3g} = {bound:.3g}"
+                    f"its early value {early:.3g} (floor {opts.grad_norm_floor:g}) = {bound:.3g}"
                 )
                 checks["grad_norm_spike"] = (now > bound, now, bound, detail)
         if "response_length/clip_ratio" in present:
-            now = self._windowed("response_length/clip_ratio")
-            detail = f"response_length/clip_ratio {now:.3g} over the last {opts.window} iterations"
-            checks["length_limit"] = (now > opts.length_limit_max, now, opts.length_limit_max, detail)
+            checks["length_limit"] = self._length_limit()
         anchored = (
             ("no_step_signal", "gigpo/frac_rows_nonzero_step_adv", lambda v: v < opts.step_signal_min, "below"),
             ("singleton_anchors", "gigpo/frac_singleton_step_groups", lambda v: v > opts.singleton_max, "above"),
@@ -340,14 +340,18 @@ class HealthMonitor:
         n = self.options.baseline
         return float(np.mean(values[:n])) if len(values) >= 2 * n else None
 
+    def _early_grad_norm(self) -> float | None:
+        """Median of the first ``window`` finite nonzero grad norms (0 is an iteration without signal, not a small
+        norm), once ``window + baseline`` are logged; None before."""
+        values = [v for v in self.series.get("actor/grad_norm", []) if math.isfinite(v) and v > 0]
+        w = self.options.window
+        return float(np.median(values[:w])) if len(values) >= w + self.options.baseline else None
+
     def _smoothed(self, key: str, *, finite: bool = False) -> float | None:
         """Mean of the last ``baseline`` logged values (None when there is none)."""
         values = [v for v in self.series.get(key, []) if not finite or math.isfinite(v)]
         tail = values[-self.options.baseline :]
         return float(np.mean(tail)) if tail else None
-
-    def _windowed(self, key: str) -> float:
-        return float(np.mean(self._recent(key, self.options.window)))
 
     def _rate_window(self, rate_key: str, count_key: str, per_step: bool) -> tuple[float, float] | None:
         """(pooled rate, trials) over the last ``window`` logged iterations; None before a full window."""
@@ -363,6 +367,24 @@ class HealthMonitor:
         if trials <= 0:
             return None
         return float(sum(r * c for r, c in zip(rates, counts, strict=True)) / trials), trials
+
+    def _length_limit(self) -> tuple[bool, float, float, str] | None:
+        """Mean share of replies at the length limit over the last ``window`` logged values above the mean of the first
+        ``window`` by more than ``length_limit_rise`` plus 2 standard errors of the difference (from the values'
+        spread); None before ``2 x window`` values."""
+        values = self.series.get("response_length/clip_ratio", [])
+        w = self.options.window
+        if len(values) < 2 * w:
+            return None
+        early, recent = np.asarray(values[:w]), np.asarray(values[-w:])
+        se = math.sqrt((early.var(ddof=1) + recent.var(ddof=1)) / w) if w > 1 else 0.0
+        now, rise = float(recent.mean()), self.options.length_limit_rise
+        bound = float(early.mean()) + rise + 2 * se
+        detail = (
+            f"response_length/clip_ratio {now:.3g} over the last {w} iterations, early {early.mean():.3g}; alarm "
+            f"above early + {rise:g} + 2 SE = {bound:.3g}"
+        )
+        return now > bound, now, bound, detail
 
     def _success_drop(self) -> tuple[bool, float, float, str] | None:
         """Windowed success below ``(1 - success_drop)`` x its best windowed value by more than 2 binomial standard
@@ -402,3 +424,37 @@ class HealthMonitor:
             f"lowest = {bound:.4f}"
         )
         return p > bound, p, bound, detail
+
+
+def replay(lines: Iterable[Mapping[str, Any]], options: HealthOptions | None = None, **monitor: Any) -> HealthMonitor:
+    """A run's metrics lines (``metrics.jsonl``, a kept run's rows) through a fresh monitor, offline and silently: the
+    training lines (those with ``training/global_step``) in order, without their logged ``health/*`` keys. Returns
+    the monitor (:attr:`HealthMonitor.alarms`); ``monitor`` are its other arguments (``kl_key``)."""
+    health = HealthMonitor(options or HealthOptions(), **monitor)
+    for line in lines:
+        if "training/global_step" in line:
+            metrics = {k: v for k, v in line.items() if not k.startswith("health/")}
+            health.observe(int(line["training/global_step"]), metrics, replay=True)
+    return health
+
+
+def _val_success(line: Mapping[str, Any]) -> float | None:
+    """Validation success in a metrics line: ``val/success_rate`` (local engine) or ``val-core/<env>/acc/mean@1``."""
+    if "val/success_rate" in line:
+        return float(line["val/success_rate"])
+    key = next((k for k in line if k.startswith("val-core/") and k.endswith("/acc/mean@1")), None)
+    return None if key is None else float(line[key])
+
+
+def validation_fall(lines: Iterable[Mapping[str, Any]], pool: int = 2) -> int | None:
+    """The iteration at which validation success has fallen by half: its mean over the last ``pool`` validations is
+    below half of the best such mean so far (pooling, as one validation of 64 tasks moves by +-0.06 on its own).
+    None when it never falls. Iterations: ``step`` of the lines with a validation success."""
+    vals = [(int(x["step"]), v) for x in lines if (v := _val_success(x)) is not None]
+    best = 0.0
+    for i in range(pool - 1, len(vals)):
+        mean = float(np.mean([v for _, v in vals[i - pool + 1 : i + 1]]))
+        if mean < best / 2:
+            return vals[i][0]
+        best = max(best, mean)
+    return None
