@@ -113,9 +113,9 @@ command, set DRY_RUN=1."
     [[ "$device" == cuda || "$device" == cpu ]] || gigpo_fail "DEVICE=$device: use DEVICE=cuda (GPUs) or DEVICE=cpu \
 (smoke test on this CPU)"
     gigpo_python_setup
-    local driver_python=$PYTHON
+    local chosen=$PYTHON driver_python=$PYTHON
     command -v "$driver_python" >/dev/null 2>&1 || driver_python=python3
-    PYTHON=$given_python GIGPO_PYTHON=$PYTHON GIGPO_DEVICE=$device GIGPO_VISIBLE_GPUS=$visible exec "$driver_python" \
+    PYTHON=$given_python GIGPO_PYTHON=$chosen GIGPO_DEVICE=$device GIGPO_VISIBLE_GPUS=$visible exec "$driver_python" \
         -c 'import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name="__main__")' \
         "$(dirname "${BASH_SOURCE[0]}")/driver.py" "$env_name" "$0" "$@"
 }

@@ -160,7 +160,8 @@ class Recipe:
         for key, value in here.get("defaults", {}).items():
             self.default(key, value)
         _say(
-            f"{name} on {self.env}: its authors' settings wherever a variable is not set (docs/fidelity.md, the {name} tables)"
+            f"{name} on {self.env}: its authors' settings wherever a variable is not set (docs/fidelity.md, the "
+            f"{name} tables)"
         )
 
     def lora_rank(self) -> int:
@@ -202,7 +203,7 @@ class Recipe:
         raise RecipeError(f"EVAL_SPLIT={split} is not an evaluation split of {env_name}; use {names}{extra}")
 
     def eval_setup(self, env_name: str) -> None:
-        """EVAL_ONLY=1: evaluate CKPT (default MODEL_PATH) on EVAL_SPLIT / EVAL_TASKS into EVAL_OUT instead of training."""
+        """EVAL_ONLY=1: evaluate CKPT (default MODEL_PATH) on EVAL_SPLIT / EVAL_TASKS into EVAL_OUT, not train."""
         eval_only = self.get("EVAL_ONLY") or "0"
         if eval_only not in ("0", "1"):
             raise RecipeError(f"EVAL_ONLY={eval_only}: use EVAL_ONLY=1 (evaluate CKPT instead of training) or 0")
@@ -479,8 +480,9 @@ class Recipe:
                 f"written by `{self.python} -m verl_gigpo.prompts from-reference /path/to/verl-agent`"
             )
         item, actions = table.TEMPLATE_LAYOUT[self.env]
+        absolute = os.path.join(os.path.abspath(os.path.dirname(path)), os.path.basename(path))
         return [
-            f"env.prompt.template={hydra_quote(os.path.join(os.path.abspath(os.path.dirname(path)), os.path.basename(path)))}",
+            f"env.prompt.template={hydra_quote(absolute)}",
             f"env.prompt.history_item={item}",
             f"env.prompt.admissible_actions={actions}",
             "env.prompt.show_step_limit=true",
@@ -660,11 +662,11 @@ class Recipe:
             line.split(" ", 1) for line in stamp.read_text().splitlines() if line.startswith("--") and " " in line
         )
         new = {flag: value.replace("\n", "\\n") for flag, value in args}
-        flags = [*new, *(flag for flag in old if flag not in new)]
+        flags, none = [*new, *(flag for flag in old if flag not in new)], "(not given)"
         changes = [
-            f"{self.prep_setting(flag, env_name)}: {flag} {old.get(flag, '(not given)')} -> {new.get(flag, '(not given)')}"
+            f"{self.prep_setting(flag, env_name)}: {flag} {old.get(flag, none)} -> {new.get(flag, none)}"
             for flag in flags
-            if old.get(flag, "(not given)") != new.get(flag, "(not given)")
+            if old.get(flag, none) != new.get(flag, none)
         ]
         return f"the task files in {out} were prepared with other settings ({'; '.join(changes)})" if changes else ""
 
@@ -701,7 +703,7 @@ class Recipe:
 
     # ------------------------------------------------------------------------------------------------ launch
     def command(self, env_name: str, shared: list[str]) -> list[str]:
-        """``PYTHON -m verl_gigpo.main`` with the recipe's overrides, its estimator's, the shared ones and the user's."""
+        """``PYTHON -m verl_gigpo.main`` with the recipe's, its estimator's, the shared and the user's overrides."""
         values = {name: _Value(value) for name, value in self.v.items()}
         values.setdefault("RETRIEVER_URL", _Value(""))
         env_overrides = []
@@ -737,7 +739,7 @@ class Recipe:
         ]
 
     def launch(self, cmd: list[str]) -> None:
-        """Run ``cmd`` (EVAL_ONLY=1: the evaluation of the checkpoint with its overrides), or print it with DRY_RUN=1."""
+        """Run ``cmd`` (EVAL_ONLY=1: the evaluation of the checkpoint with its overrides); DRY_RUN=1 prints it."""
         if self.eval_only:
             cmd = [cmd[0], "-m", "verl_gigpo.evaluate", self.eval_model, *self.eval_args, "--", *cmd[3:]]
         if self.dry:

@@ -37,15 +37,27 @@ NVIDIA_SMI_8 = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-0000000{i})\n
 #: the exit status and line of the stand-in Python when a recipe gets as far as running a module
 MODULE_RUN, MODULE_RUN_LINE = 97, "stand-in python: would run -m "
 #: variables the recipes read that are not theirs to document: the shell's and other tools' (Python environments,
-#: CUDA, Hugging Face), and ROLLOUT_NAME, which gigpo_device_setup sets from DEVICE
-NOT_RECIPE_SETTINGS = {"CONDA_PREFIX", "VIRTUAL_ENV", "CUDA_VISIBLE_DEVICES", "HF_HUB_OFFLINE", "HOME", "ROLLOUT_NAME"}
+#: CUDA, Hugging Face), ROLLOUT_NAME, which the driver sets from DEVICE, and ALFWORLD_KWARGS, its own
+NOT_RECIPE_SETTINGS = {
+    "CONDA_PREFIX",
+    "VIRTUAL_ENV",
+    "CUDA_VISIBLE_DEVICES",
+    "HF_HUB_OFFLINE",
+    "HOME",
+    "ROLLOUT_NAME",
+    "ALFWORLD_KWARGS",
+}
 
 
 def recipe_variables() -> set[str]:
-    """Every variable the recipes read with a default or a test (``${NAME:-...}``, ``${NAME:+...}``, ``${NAME+...}``)
-    in recipes/*.sh, less :data:`NOT_RECIPE_SETTINGS`."""
-    text = "".join(path.read_text() for path in sorted((ROOT / "recipes").glob("*.sh")))
-    return set(re.findall(r"\$\{([A-Z][A-Z0-9_]*):?[-+]", text)) - NOT_RECIPE_SETTINGS
+    """Every variable the recipes read: with a default or a test in recipes/*.sh (``${NAME:-...}``, ``${NAME:+...}``,
+    ``${NAME+...}``) and every upper-case name quoted in the driver and its table (recipes/driver.py,
+    recipes/recipe_defaults.py), less :data:`NOT_RECIPE_SETTINGS` and the driver's own GIGPO_* inputs."""
+    shell = "".join(path.read_text() for path in sorted((ROOT / "recipes").glob("*.sh")))
+    python = "".join((ROOT / "recipes" / name).read_text() for name in ("driver.py", "recipe_defaults.py"))
+    names = set(re.findall(r"\$\{([A-Z][A-Z0-9_]*):?[-+]", shell))
+    names |= set(re.findall(r"[\"'](?:[a-z]+:)?([A-Z][A-Z0-9_]+)[\"']", python))
+    return {name for name in names if not name.startswith("GIGPO_")} - NOT_RECIPE_SETTINGS
 
 
 def run(recipe: str, *args: str, root: Path = ROOT, **env: str) -> subprocess.CompletedProcess:
