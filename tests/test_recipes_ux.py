@@ -1,10 +1,10 @@
-"""CPU tests of what a recipe says before it starts anything (recipes/common.sh): a finished experiment stops the
-launch (with the evaluation command to run instead), ADV_ESTIMATOR and DRY_RUN are checked, CKPT without EVAL_ONLY=1
-is warned about, the default EXPERIMENT names LoRA and THINKING, a resume that ``python -m verl_gigpo.main`` refuses
-is one error line, bad values (EVAL_TASKS and EVAL_SPLIT among them) stop the recipe before the data-prep line is
-printed, EVAL_OUT is numbered or refused, ALFWORLD_DATA's messages, task files are prepared again when their settings
-change, a launch that joins a Ray cluster (RAY_ADDRESS) leaves the GPU count to the cluster, and docs/gpu.md lists
-every variable the recipes read.
+"""CPU tests of what a recipe says before it starts anything (recipes/common.sh, recipes/driver.py): a finished
+experiment stops the launch (with the evaluation command to run instead), ADV_ESTIMATOR and DRY_RUN are checked, CKPT
+without EVAL_ONLY=1 is warned about, the default EXPERIMENT names LoRA and THINKING, a resume that
+``python -m verl_gigpo.main`` refuses is one error line, bad values (EVAL_TASKS and EVAL_SPLIT among them) stop the
+recipe before the data-prep line is printed, EVAL_OUT is numbered or refused, ALFWORLD_DATA's messages, task files
+are prepared again when their settings change, a launch that joins a Ray cluster (RAY_ADDRESS) leaves the GPU count
+to the cluster, and docs/gpu.md lists every variable the recipes read.
 
 Each test runs the real ``bash recipes/run_<env>.sh``. Runs that are not dry runs see 8 GPUs through a stand-in
 ``nvidia-smi`` and run a stand-in Python (``PYTHON``): its one-line checks (``-c``) run in this interpreter, and a
