@@ -614,14 +614,10 @@ class Recipe:
         setting, total = "TOTAL_ITERS", self.get("TOTAL_ITERS")
         if override_value("trainer.total_training_steps", self.args) is not None:
             setting, total = "trainer.total_training_steps", override_value("trainer.total_training_steps", self.args)
-        pointer = Path(folder, "latest_checkpointed_iteration.txt")
-        if not re.fullmatch(r"[1-9][0-9]{0,17}", total) or not pointer.is_file():
+        step = resumed_step(folder)
+        if not re.fullmatch(r"[1-9][0-9]{0,17}", total) or not step or step < int(total):
             return
-        match = re.fullmatch(r"\s*([0-9]{1,18})\s*", pointer.read_text(errors="replace"))
-        step = int(match.group(1)) if match else -1
         ckpt = f"{folder}/global_step_{step}"
-        if step < int(total) or not os.path.isdir(ckpt):
-            return
         name = override_value("trainer.experiment_name", self.args) or self.get("EXPERIMENT")
         start_over = "set a new EXPERIMENT"
         if override_value("trainer.experiment_name", self.args) is not None:
@@ -765,6 +761,18 @@ class Recipe:
             self.v["ALFWORLD_KWARGS"] = json.dumps({"data_path": self.get("ALFWORLD_DATA")}, ensure_ascii=False)
         self.prepare_data(env_name)
         self.launch(self.command(env_name, shared))
+
+
+def resumed_step(folder: str) -> int:
+    """The step verl's ``trainer.resume_mode=auto`` resumes ``folder`` from (0: none): the number its pointer
+    ``latest_checkpointed_iteration.txt`` names, when that ``global_step_<N>`` folder exists. The rule of
+    ``verl_gigpo.verl_glue.launch.read_checkpoint_folder`` (``.latest``), which tests/test_recipes_ux.py holds it to;
+    read here without importing the package, so that a dry run needs only the standard library."""
+    pointer = Path(folder, "latest_checkpointed_iteration.txt")
+    text = pointer.read_text(errors="replace").strip() if pointer.is_file() else ""
+    if not re.fullmatch(r"[0-9]{1,18}", text) or not Path(folder, f"global_step_{int(text)}").is_dir():
+        return 0
+    return int(text)
 
 
 def _basename(path: str) -> str:

@@ -233,6 +233,32 @@ def test_when_a_launch_counts_as_finished(steps, pointer, args, env, expected, t
     assert " -m verl_gigpo.main" in proc.stdout or " -m verl_gigpo.evaluate" in proc.stdout  # EVAL_ONLY=1
 
 
+@pytest.mark.parametrize(
+    ("steps", "pointer"),
+    [([2, 3], "3"), ([3], " 3 \n"), ([3], "absent"), ([2], "3"), ([], "3"), ([3], "three"), ([3], ""), ([], "absent")],
+)
+def test_the_recipes_read_a_checkpoint_folder_as_verl_gigpo_main_does(steps, pointer, tmp_path, monkeypatch):
+    """The driver's reader (standard library only, for dry runs with any Python) gives the step that
+    python -m verl_gigpo.main's launch preparation finds verl resuming from."""
+    import runpy
+
+    from verl_gigpo.verl_glue.launch import read_checkpoint_folder
+
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    for step in steps:
+        (folder / f"global_step_{step}").mkdir()
+    if pointer != "absent":
+        (folder / "latest_checkpointed_iteration.txt").write_text(pointer)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the driver puts recipes/ first to find its table
+    resumed_step = runpy.run_path(str(ROOT / "recipes" / "driver.py"))["resumed_step"]
+    assert (
+        resumed_step(str(folder))
+        == read_checkpoint_folder(folder).latest
+        == (3 if pointer.strip() == "3" and 3 in steps else 0)
+    )
+
+
 def test_the_finished_check_reads_the_folder_verl_resumes_from(tmp_path):
     """Without an override the folder is verl's trainer.default_local_dir of the printed command (composed by Hydra),
     relative to the repository root; trainer.project_name and trainer.experiment_name overrides move it with it."""
