@@ -123,6 +123,12 @@ class Recipe:
                 names.append(name)
         return names
 
+    def child_environ(self) -> dict[str, str]:
+        """The environment of data prep and the launch: the user's, without what recipes/common.sh passed here."""
+        drop = {"GIGPO_PYTHON", "GIGPO_DEVICE", "GIGPO_VISIBLE_GPUS"}
+        drop |= {name for name in ("PYTHON", "DEVICE") if not self.environ.get(name)}
+        return {name: value for name, value in self.environ.items() if name not in drop}
+
     # ---------------------------------------------------------------------------------------------- defaults
     def fill_defaults(self) -> None:
         """DEVICE=cpu's small run, then the estimator's authors' settings, the environment's, and COMMON."""
@@ -687,13 +693,14 @@ class Recipe:
         if Path(out, "train.parquet").is_file() and Path(out, "val.parquet").is_file():
             _say(f"{reason}: preparing them again")
         Path(out, PREP_STAMP).unlink(missing_ok=True)
-        code = subprocess.run(cmd).returncode
+        code = subprocess.run(cmd, env=self.child_environ()).returncode
         if code:
             sys.exit(code)
         lines = [
             "# the arguments of python -m verl_gigpo.data.prepare that wrote the task files here (recipes/driver.py)"
         ]
         lines += [f"{flag} {value.replace(chr(10), chr(92) + 'n')}" for flag, value in args]
+        Path(out).mkdir(parents=True, exist_ok=True)
         Path(out, PREP_STAMP + ".tmp").write_text("\n".join(lines) + "\n")
         os.replace(Path(out, PREP_STAMP + ".tmp"), Path(out, PREP_STAMP))
 
@@ -744,7 +751,7 @@ class Recipe:
             return
         sys.stdout.flush()
         sys.stderr.flush()
-        os.execvp(cmd[0], cmd)
+        os.execvpe(cmd[0], cmd, self.child_environ())
 
     def run(self) -> None:
         """The recipe, step by step: every check before data prep, data prep, then the launch."""
