@@ -792,6 +792,9 @@ def _holds_evaluation(folder: str) -> bool:
 
 def main(argv: list[str]) -> None:
     """``driver.py ENV SCRIPT [OVERRIDES...]`` with the recipe variables in the environment (recipes/common.sh)."""
+    if "GIGPO_PYTHON" not in os.environ or len(argv) < 2 or argv[0] not in table.RECIPES:
+        _say(f"error: run a recipe (bash recipes/run_<env>.sh, <env>: {', '.join(table.RECIPES)}), not this file")
+        sys.exit(2)
     env, script, *args = argv
     try:
         Recipe(env, script, args, dict(os.environ)).run()
