@@ -325,8 +325,8 @@ These rows hold for each recipe below unless its own table lists the same settin
 _LORA_INTRO = """\
 ## LoRA runs (`LORA_RANK` set)
 
-With `LORA_RANK=R` a recipe trains a rank-R LoRA adapter instead of every weight (`recipes/common.sh`,
-`gigpo_lora_setup`). The rows below then hold, checked by composing every recipe with `{env}`; they replace the rows
+With `LORA_RANK=R` a recipe trains a rank-R LoRA adapter instead of every weight (`recipes/driver.py`,
+`Recipe.lora`). The rows below then hold, checked by composing every recipe with `{env}`; they replace the rows
 of the same setting above, and every other row above still holds. The reference has LoRA scripts for {with_ref}
 (their tables follow); {without} have none, and `LORA_RANK` applies the same rule to them.
 """
@@ -335,8 +335,8 @@ of the same setting above, and every other row above still holds. The reference 
 _DYNAMIC_INTRO = """\
 ## Dynamic sampling (`{env}`)
 
-With `DYNAMIC=episode` a recipe runs the reference's "GiGPO (dynamic)" settings (`recipes/common.sh`,
-`gigpo_dynamic_setup`): a finished group whose episode returns are all equal is dropped and fresh tasks are played
+With `DYNAMIC=episode` a recipe runs the reference's "GiGPO (dynamic)" settings (`recipes/driver.py`,
+`Recipe.dynamic`): a finished group whose episode returns are all equal is dropped and fresh tasks are played
 instead ([docs/dynamic-sampling.md](dynamic-sampling.md)). The rows below then hold, checked by composing every
 recipe with `{env}`; they replace the rows of the same setting above, and every other row above still holds
 (the reference's `examples/gigpo_dynamic_trainer/run_{{alfworld,webshop,sokoban}}.sh` differ from its GiGPO
@@ -350,7 +350,7 @@ _ESTIMATORS_INTRO = """\
 ## HGPO, GraphGPO and G2PO as their authors ran them
 
 With `ADV_ESTIMATOR={methods}` a recipe runs that method with its authors' settings for the recipe's
-environment, wherever the variable is not set (`recipes/common.sh`, `gigpo_estimator_setup`): the rows below then
+environment, wherever the variable is not set (`recipes/recipe_defaults.py`, `ESTIMATOR_SETTINGS`): the rows below then
 hold, checked by composing every recipe with each method. They replace the rows of the same setting above; every other
 row above still holds, as there the authors' script sets what verl-agent's GiGPO script sets (every key of the two was
 compared). *Authors' run* is the authors' script for that environment with their trainer and code. Where they ran no

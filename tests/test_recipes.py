@@ -1,5 +1,5 @@
-"""CPU tests of the recipes' shell logic (recipes/common.sh): the GPU-count default, the checks of numeric variables,
-checkpoint retention, and paths with characters that Hydra or JSON treat specially.
+"""CPU tests of the recipes' logic (recipes/common.sh, recipes/driver.py): the GPU-count default, the checks of
+numeric variables, checkpoint retention, and paths with characters that Hydra or JSON treat specially.
 
 Each test runs the real ``bash recipes/run_<env>.sh`` (mostly with ``DRY_RUN=1``) and composes the printed command with
 Hydra over verl's own config, as ``python -m verl_gigpo.main`` would. GPUs are simulated by a stand-in ``nvidia-smi``
@@ -362,7 +362,7 @@ def test_lora_rank_sets_verls_lora_keys_and_the_reference_lora_runs_lr_and_kl(gp
 def test_lora_on_device_cpu_changes_only_the_lora_keys(tmp_path):
     """``DEVICE=cpu LORA_RANK=8``: the hf backend serves verl's unmerged adapter itself, so LoRA adds verl's LoRA keys
     and the LoRA runs' lr and KL loss to the CPU command, and its own experiment name, nothing else (no lora.merge).
-    Every recipe takes them from the same functions (common.sh gigpo_verl_overrides, gigpo_experiment_setup);
+    Every recipe takes them from the same functions (recipes/driver.py, Recipe.shared_overrides and experiment_setup);
     tests/test_fidelity.py composes each one with LoRA."""
     recipe, env = "sokoban", {"DEVICE": "cpu", "DRY_RUN": "1", "DATA_DIR": str(tmp_path)}
     plain = _flat(compose_gigpo(printed_overrides(run_recipe(recipe, **env))))
@@ -395,7 +395,7 @@ def test_bad_lora_settings_are_rejected_by_name(env, message):
 
 
 # the keys ADV_ESTIMATOR=<method> changes in each recipe, besides algorithm.adv_estimator and the experiment name
-# (recipes/common.sh gigpo_estimator_setup; the values are checked against the authors' runs in test_fidelity.py)
+# (recipes/recipe_defaults.py ESTIMATOR_SETTINGS; the values are checked against the authors' runs in test_fidelity.py)
 ESTIMATOR_KEYS = {
     ("hgpo", "alfworld"): {
         "algorithm.hgpo.weight_base",

@@ -1,10 +1,10 @@
-"""CPU tests of what a recipe says before it starts anything (recipes/common.sh): a finished experiment stops the
-launch (with the evaluation command to run instead), ADV_ESTIMATOR and DRY_RUN are checked, CKPT without EVAL_ONLY=1
-is warned about, the default EXPERIMENT names LoRA and THINKING, a resume that ``python -m verl_gigpo.main`` refuses
-is one error line, bad values (EVAL_TASKS and EVAL_SPLIT among them) stop the recipe before the data-prep line is
-printed, EVAL_OUT is numbered or refused, ALFWORLD_DATA's messages, task files are prepared again when their settings
-change, a launch that joins a Ray cluster (RAY_ADDRESS) leaves the GPU count to the cluster, and docs/gpu.md lists
-every variable the recipes read.
+"""CPU tests of what a recipe says before it starts anything (recipes/common.sh, recipes/driver.py): a finished
+experiment stops the launch (with the evaluation command to run instead), ADV_ESTIMATOR and DRY_RUN are checked, CKPT
+without EVAL_ONLY=1 is warned about, the default EXPERIMENT names LoRA and THINKING, a resume that
+``python -m verl_gigpo.main`` refuses is one error line, bad values (EVAL_TASKS and EVAL_SPLIT among them) stop the
+recipe before the data-prep line is printed, EVAL_OUT is numbered or refused, ALFWORLD_DATA's messages, task files
+are prepared again when their settings change, a launch that joins a Ray cluster (RAY_ADDRESS) leaves the GPU count
+to the cluster, and docs/gpu.md lists every variable the recipes read.
 
 Each test runs the real ``bash recipes/run_<env>.sh``. Runs that are not dry runs see 8 GPUs through a stand-in
 ``nvidia-smi`` and run a stand-in Python (``PYTHON``): its one-line checks (``-c``) run in this interpreter, and a
@@ -37,15 +37,27 @@ NVIDIA_SMI_8 = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-0000000{i})\n
 #: the exit status and line of the stand-in Python when a recipe gets as far as running a module
 MODULE_RUN, MODULE_RUN_LINE = 97, "stand-in python: would run -m "
 #: variables the recipes read that are not theirs to document: the shell's and other tools' (Python environments,
-#: CUDA, Hugging Face), and ROLLOUT_NAME, which gigpo_device_setup sets from DEVICE
-NOT_RECIPE_SETTINGS = {"CONDA_PREFIX", "VIRTUAL_ENV", "CUDA_VISIBLE_DEVICES", "HF_HUB_OFFLINE", "HOME", "ROLLOUT_NAME"}
+#: CUDA, Hugging Face), ROLLOUT_NAME, which the driver sets from DEVICE, and ALFWORLD_KWARGS, its own
+NOT_RECIPE_SETTINGS = {
+    "CONDA_PREFIX",
+    "VIRTUAL_ENV",
+    "CUDA_VISIBLE_DEVICES",
+    "HF_HUB_OFFLINE",
+    "HOME",
+    "ROLLOUT_NAME",
+    "ALFWORLD_KWARGS",
+}
 
 
 def recipe_variables() -> set[str]:
-    """Every variable the recipes read with a default or a test (``${NAME:-...}``, ``${NAME:+...}``, ``${NAME+...}``)
-    in recipes/*.sh, less :data:`NOT_RECIPE_SETTINGS`."""
-    text = "".join(path.read_text() for path in sorted((ROOT / "recipes").glob("*.sh")))
-    return set(re.findall(r"\$\{([A-Z][A-Z0-9_]*):?[-+]", text)) - NOT_RECIPE_SETTINGS
+    """Every variable the recipes read: with a default or a test in recipes/*.sh (``${NAME:-...}``, ``${NAME:+...}``,
+    ``${NAME+...}``) and every upper-case name quoted in the driver and its table (recipes/driver.py,
+    recipes/recipe_defaults.py), less :data:`NOT_RECIPE_SETTINGS` and the driver's own GIGPO_* inputs."""
+    shell = "".join(path.read_text() for path in sorted((ROOT / "recipes").glob("*.sh")))
+    python = "".join((ROOT / "recipes" / name).read_text() for name in ("driver.py", "recipe_defaults.py"))
+    names = set(re.findall(r"\$\{([A-Z][A-Z0-9_]*):?[-+]", shell))
+    names |= set(re.findall(r"[\"'](?:[a-z]+:)?([A-Z][A-Z0-9_]+)[\"']", python))
+    return {name for name in names if not name.startswith("GIGPO_")} - NOT_RECIPE_SETTINGS
 
 
 def run(recipe: str, *args: str, root: Path = ROOT, **env: str) -> subprocess.CompletedProcess:
@@ -219,6 +231,32 @@ def test_when_a_launch_counts_as_finished(steps, pointer, args, env, expected, t
     else:
         assert len(notes) == 1 and expected in notes[0], proc.stderr
     assert " -m verl_gigpo.main" in proc.stdout or " -m verl_gigpo.evaluate" in proc.stdout  # EVAL_ONLY=1
+
+
+@pytest.mark.parametrize(
+    ("steps", "pointer"),
+    [([2, 3], "3"), ([3], " 3 \n"), ([3], "absent"), ([2], "3"), ([], "3"), ([3], "three"), ([3], ""), ([], "absent")],
+)
+def test_the_recipes_read_a_checkpoint_folder_as_verl_gigpo_main_does(steps, pointer, tmp_path, monkeypatch):
+    """The driver's reader (standard library only, for dry runs with any Python) gives the step that
+    python -m verl_gigpo.main's launch preparation finds verl resuming from."""
+    import runpy
+
+    from verl_gigpo.verl_glue.launch import read_checkpoint_folder
+
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    for step in steps:
+        (folder / f"global_step_{step}").mkdir()
+    if pointer != "absent":
+        (folder / "latest_checkpointed_iteration.txt").write_text(pointer)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the driver puts recipes/ first to find its table
+    resumed_step = runpy.run_path(str(ROOT / "recipes" / "driver.py"))["resumed_step"]
+    assert (
+        resumed_step(str(folder))
+        == read_checkpoint_folder(folder).latest
+        == (3 if pointer.strip() == "3" and 3 in steps else 0)
+    )
 
 
 def test_the_finished_check_reads_the_folder_verl_resumes_from(tmp_path):
