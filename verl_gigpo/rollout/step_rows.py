@@ -299,33 +299,33 @@ class StepBatch:
         return traj_of_row, returns, self.group_ids[real[first]]
 
     def advantage_terms(self, cfg: Any, response_mask: Any = None) -> Any:
-        """The configured step-credit estimator on these rows: ``cfg.advantage_terms`` of a
-        :class:`verl_gigpo.config.GiGPOConfig` (GiGPO, HGPO, GraphGPO or G2PO; similarity keys merged there; the
-        invalid-action penalty placed by ``cfg.penalty_mode``) with the rows' rewards (step and environment), ids,
-        keys, outcome, validity and ``row_mask``. The rewards go in as float64 (no float32 round trip).
-
-        Args:
-            cfg: the estimator settings (a ``GiGPOConfig``).
-            response_mask: (N, L) torch mask of the response tokens; None: one token per row ((N, 1) ones).
+        """The configured step-credit estimator on these rows: ``cfg.estimate`` of a
+        :class:`verl_gigpo.config.GiGPOConfig` on :meth:`estimator_rows`, with the environment's rewards for
+        ``cfg.penalty_mode="reference"``. The rewards go in as float64 (no float32 round trip).
 
         Returns:
             the estimator's terms (:class:`verl_gigpo.advantage.AdvantageTerms`, arrays (N,)); masked rows get 0.
         """
+        env_rewards = np.asarray(self.env_rewards, dtype=np.float64)
+        return cfg.estimate(self.estimator_rows(response_mask), env_rewards=env_rewards)
+
+    def estimator_rows(self, response_mask: Any = None) -> Any:
+        """These rows as the estimators' input, :class:`verl_gigpo.advantage.StepRows` (step rewards float64);
+        ``response_mask`` (N, L) torch, None: one token per row ((N, 1) ones)."""
         import torch
 
-        if response_mask is None:
-            response_mask = torch.ones((len(self), 1))
-        return cfg.advantage_terms(
-            np.asarray(self.step_rewards, dtype=np.float64),
-            response_mask,
-            self.group_ids,
-            self.traj_ids,
-            self.step_ids,
-            self.anchor_keys,
+        from verl_gigpo.advantage import StepRows  # the maths imports torch: not at import time
+
+        return StepRows(
+            step_rewards=np.asarray(self.step_rewards, dtype=np.float64),
+            response_mask=torch.ones((len(self), 1)) if response_mask is None else response_mask,
+            group_ids=self.group_ids,
+            traj_ids=self.traj_ids,
+            step_ids=self.step_ids,
+            anchor_keys=self.anchor_keys,
             row_mask=self.row_mask,
             won=self.won,
             action_valid=self.action_valid,
-            env_rewards=np.asarray(self.env_rewards, dtype=np.float64),
         )
 
 
