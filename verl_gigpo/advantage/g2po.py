@@ -28,7 +28,7 @@ import torch
 
 from verl_gigpo.advantage._inputs import MethodOptions, as_flags, check_number
 from verl_gigpo.advantage._rows import basis, differs_in_groups, normalise_in_groups
-from verl_gigpo.advantage.interface import CommonOptions, StepRows, split_call
+from verl_gigpo.advantage.interface import CommonOptions, StepRows, arrays_signature, split_call
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 
 __all__ = ["G2PO_STAT_NAMES", "G2POOptions", "check_g2po_options", "g2po_advantage_terms", "g2po_terms"]
@@ -73,12 +73,9 @@ class G2POOptions(MethodOptions):
 def g2po_terms(batch: StepRows, options: G2POOptions, common: CommonOptions) -> AdvantageTerms:
     """Per-row G2PO terms (see the module docstring for the maths).
 
-    Args:
-        batch: the rows (:class:`~verl_gigpo.advantage.StepRows`): ``won`` required (the same on every row of a
-            trajectory), ``action_valid`` required when ``invalid_penalty`` > 0; ``row_penalty`` (the authors' trainer
-            placement, ``episode_stats="step"``) subtracted from the episode score only (V, V' and A_1's
-            ``c * invalid_t`` do not change).
-        options: :class:`G2POOptions`. common: the shared options (``gamma`` of the reported R_t, and of V).
+    ``batch.won`` is required and so is ``batch.action_valid`` when ``invalid_penalty`` > 0. A ``row_penalty`` (the
+    authors' trainer placement) is subtracted from the episode score only: V, V' and A_1's ``c * invalid_t`` do not
+    change. ``common.gamma`` discounts V and the reported R_t.
 
     Returns:
         :class:`~verl_gigpo.advantage.AdvantageTerms` (``method="g2po"``): ``episode_adv`` = A_E, ``step_adv`` =
@@ -129,7 +126,7 @@ def g2po_terms(batch: StepRows, options: G2POOptions, common: CommonOptions) -> 
     )
 
 
+@arrays_signature(G2POOptions, outcome=True)
 def g2po_advantage_terms(*inputs: Any, **keywords: Any) -> AdvantageTerms:
-    """:func:`g2po_terms` called with arrays, as :func:`verl_gigpo.advantage.gigpo_advantage_terms` (``won``,
-    ``action_valid`` and the :class:`G2POOptions` fields as keywords)."""
-    return g2po_terms(*split_call(G2POOptions, inputs, keywords))
+    """G2PO's arrays form (``won``, ``action_valid`` and :class:`G2POOptions` as keywords); see :func:`g2po_terms`."""
+    return g2po_terms(*split_call(G2POOptions, inputs, keywords, outcome=True))

@@ -37,7 +37,7 @@ import torch
 from verl_gigpo.advantage._ids import show
 from verl_gigpo.advantage._inputs import MethodOptions, is_real
 from verl_gigpo.advantage._rows import basis, differs_in_groups, normalise_in_groups
-from verl_gigpo.advantage.interface import CommonOptions, StepRows, split_call
+from verl_gigpo.advantage.interface import CommonOptions, StepRows, arrays_signature, split_call
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 
 __all__ = ["GiGPOOptions", "check_estimator_options", "compute_gigpo_advantage", "gigpo_advantage_terms", "gigpo_terms"]
@@ -172,12 +172,14 @@ def gigpo_terms(batch: StepRows, options: GiGPOOptions, common: CommonOptions) -
     return assemble(base, episode_adv=base.A_E, step_adv=A_S, advantage=A, method="gigpo", step_signal=moving)
 
 
+@arrays_signature(GiGPOOptions)
 def gigpo_advantage_terms(*inputs: Any, **keywords: Any) -> AdvantageTerms:
     """:func:`gigpo_terms` called with arrays: ``(step_rewards, response_mask, group_ids, traj_ids, step_ids,
     anchor_keys, *, row_mask=None, row_penalty=None, <CommonOptions and GiGPOOptions fields>)``."""
     return gigpo_terms(*split_call(GiGPOOptions, inputs, keywords))
 
 
+@arrays_signature(GiGPOOptions)
 @torch.no_grad()
 def compute_gigpo_advantage(*inputs: Any, **keywords: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """GiGPO ``(advantages, returns)``, float32 ``(N, L)`` on the mask's device, both times ``response_mask``; called

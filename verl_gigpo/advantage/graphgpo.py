@@ -34,7 +34,7 @@ import torch
 from verl_gigpo.advantage._ids import show
 from verl_gigpo.advantage._inputs import MethodOptions, as_flags, check_number
 from verl_gigpo.advantage._rows import ValidRows, basis, differs_in_groups, normalise_in_groups
-from verl_gigpo.advantage.interface import CommonOptions, StepRows, split_call
+from verl_gigpo.advantage.interface import CommonOptions, StepRows, arrays_signature, split_call
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 
 __all__ = [
@@ -113,13 +113,9 @@ class GraphGPOOptions(MethodOptions):
 
 @torch.no_grad()
 def graphgpo_terms(batch: StepRows, options: GraphGPOOptions, common: CommonOptions) -> AdvantageTerms:
-    """Per-row GraphGPO terms (see the module docstring for the maths).
-
-    Args:
-        batch: the rows (:class:`~verl_gigpo.advantage.StepRows`): ``won`` required (the same on every row of a
-            trajectory), ``action_valid`` required when ``invalid_penalty`` > 0; ``row_penalty`` (the authors' trainer
-            placement, ``episode_stats="step"``) subtracted from R_G and from the episode score.
-        options: :class:`GraphGPOOptions`. common: the shared options (``gamma`` of the reported R_t).
+    """Per-row GraphGPO terms (see the module docstring for the maths) of ``batch`` (``won`` required,
+    ``action_valid`` too when ``invalid_penalty`` > 0; ``row_penalty``, the authors' trainer placement, is subtracted
+    from R_G and from the episode score), with ``options`` and ``common`` (whose gamma discounts the reported R_t).
 
     Returns:
         :class:`~verl_gigpo.advantage.AdvantageTerms` (``method="graphgpo"``): ``episode_adv`` = A_E,
@@ -220,7 +216,7 @@ def graph_distances(
     return d_node[node], d_next, finite[node], group_won
 
 
+@arrays_signature(GraphGPOOptions, outcome=True)
 def graphgpo_advantage_terms(*inputs: Any, **keywords: Any) -> AdvantageTerms:
-    """:func:`graphgpo_terms` called with arrays, as :func:`verl_gigpo.advantage.gigpo_advantage_terms` (``won``,
-    ``action_valid`` and the :class:`GraphGPOOptions` fields as keywords)."""
-    return graphgpo_terms(*split_call(GraphGPOOptions, inputs, keywords))
+    """:func:`graphgpo_terms` in the arrays form of :func:`~verl_gigpo.advantage.gigpo_advantage_terms`."""
+    return graphgpo_terms(*split_call(GraphGPOOptions, inputs, keywords, outcome=True))

@@ -41,7 +41,7 @@ from verl_gigpo.advantage._rows import (
     episode_at_mean,
     normalise_in_groups,
 )
-from verl_gigpo.advantage.interface import CommonOptions, StepRows, split_call
+from verl_gigpo.advantage.interface import CommonOptions, StepRows, arrays_signature, split_call
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 from verl_gigpo.rules import Range
 
@@ -207,6 +207,7 @@ def _depth_mix(
     return total, weight, used, deepest
 
 
+@arrays_signature(HGPOOptions)
 def hgpo_advantage_terms(*inputs: Any, **keywords: Any) -> AdvantageTerms:
     """:func:`hgpo_terms` called with arrays, as :func:`verl_gigpo.advantage.gigpo_advantage_terms` (the
     :class:`HGPOOptions` fields as keywords)."""

@@ -8,6 +8,7 @@ walks through adding one.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -18,12 +19,13 @@ import torch
 from verl_gigpo.advantage._inputs import MethodOptions, check_common_options
 from verl_gigpo.advantage.anchors import check_similarity_threshold
 
-__all__ = ["CommonOptions", "Estimator", "EstimatorSpec", "RowValues", "StepRows", "split_call"]
+__all__ = ["CommonOptions", "Estimator", "EstimatorSpec", "RowValues", "StepRows", "arrays_signature", "split_call"]
 
 RowValues = np.ndarray | torch.Tensor | Sequence[Any]
 """One value per row: a ``(N,)`` array, tensor or sequence (ids may be any hashables)."""
 
 Options = TypeVar("Options", bound=MethodOptions)
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -81,17 +83,19 @@ _COMMON_KEYS = frozenset(f.name for f in dataclasses.fields(CommonOptions))
 
 
 def split_call(
-    options_class: type[Options], inputs: tuple[Any, ...], kwargs: dict[str, Any]
+    options_class: type[Options], inputs: tuple[Any, ...], kwargs: dict[str, Any], *, outcome: bool = False
 ) -> tuple[StepRows, Options, CommonOptions]:
     """A call in the arrays form, ``f(step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys,
     **keywords)``, as the interface's ``(rows, options, common)``: keywords that name a :class:`StepRows` field go to
-    the rows, a :class:`CommonOptions` field to ``common``, the rest to ``options_class``.
+    the rows (``won`` and ``action_valid`` only with ``outcome``), a :class:`CommonOptions` field to ``common``, the
+    rest to ``options_class``.
 
     Raises:
         TypeError: a missing input, or a keyword that none of the three knows.
         ValueError: an invalid option (naming it).
     """
-    known = _ROW_KEYS | _COMMON_KEYS | {f.name for f in dataclasses.fields(options_class)}
+    rows_known = _ROW_KEYS if outcome else _ROW_KEYS - {"won", "action_valid"}
+    known = rows_known | _COMMON_KEYS | {f.name for f in dataclasses.fields(options_class)}
     unknown = sorted(set(kwargs) - known)
     if unknown:
         raise TypeError(f"unexpected keyword argument(s) {unknown}; known: {sorted(known)}")
@@ -99,6 +103,27 @@ def split_call(
     common = CommonOptions(**{k: v for k, v in kwargs.items() if k in _COMMON_KEYS})
     rows = StepRows(*inputs, **{k: v for k, v in kwargs.items() if k in _ROW_KEYS})
     return rows, options, common
+
+
+def arrays_signature(options_class: type[MethodOptions], *, outcome: bool = False) -> Callable[[F], F]:
+    """Decorator: gives an arrays-form function (``f(*inputs, **keywords)`` read by :func:`split_call`) the signature
+    its users see, built from the dataclasses (each default stays in one place): the six inputs, then keyword-only
+    ``row_mask``, ``won`` and ``action_valid`` (with ``outcome``), the :class:`CommonOptions` fields, the
+    ``options_class`` fields and ``row_penalty``."""
+    kw, positional = inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD
+    inputs = [inspect.Parameter(f.name, positional) for f in dataclasses.fields(StepRows)[:6]]
+    rows = ["row_mask", *(["won", "action_valid"] if outcome else [])]
+    params = [inspect.Parameter(name, kw, default=None) for name in rows]
+    for cls in (CommonOptions, options_class):
+        params += [inspect.Parameter(f.name, kw, default=f.default) for f in dataclasses.fields(cls)]
+    params.append(inspect.Parameter("row_penalty", kw, default=None))
+
+    def decorate(function: F) -> F:
+        returns = inspect.signature(function).return_annotation
+        function.__signature__ = inspect.Signature(inputs + params, return_annotation=returns)  # type: ignore[attr-defined]
+        return function
+
+    return decorate
 
 
 Estimator = Callable[[StepRows, Any, CommonOptions], Any]
