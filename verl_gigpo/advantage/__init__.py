@@ -15,9 +15,12 @@ graphgpo :func:`graphgpo_advantage_terms` r_succ omega^d(next state) over the gr
 g2po     :func:`g2po_advantage_terms`     one-step TD of merged-state values V(next) - V(current)
 ======== ============================= ===================================================================
 
-Modules: :mod:`.gigpo`, :mod:`.hgpo`, :mod:`.graphgpo`, :mod:`.g2po` (one estimator each), :mod:`.terms` (what
-they return), :mod:`._rows` (the row helpers they share: trajectory structure, anchor groups, returns, group
-statistics) and :mod:`._inputs` (option and input checks; ids are read by :mod:`verl_gigpo.advantage._ids`).
+One interface (:mod:`.interface`, docs/adding-an-estimator.md): ``estimator(rows, options, common)`` takes a
+:class:`StepRows`, the method's options dataclass and :class:`CommonOptions`; :data:`ESTIMATORS` registers the four,
+and each ``<method>_advantage_terms`` is its arrays form. Modules: :mod:`.gigpo`, :mod:`.hgpo`, :mod:`.graphgpo`,
+:mod:`.g2po` (one estimator each), :mod:`.terms` (what they return), :mod:`._rows` (the row helpers they share:
+trajectory structure, anchor groups, returns, group statistics) and :mod:`._inputs` (option and input checks; ids
+are read by :mod:`verl_gigpo.advantage._ids`).
 
 Deliberate deviations from the authors' implementations, numbered once for all estimators. GiGPO: verl-agent's
 ``gigpo/core_gigpo.py`` and trainer (upstream langfengQ/verl-agent d0b9724; docs/fidelity.md names the snapshot read).

@@ -281,17 +281,10 @@ class StepBatch:
 
         from verl_gigpo.advantage import StepRows  # the maths imports torch: not at import time
 
-        return StepRows(
-            step_rewards=np.asarray(self.step_rewards, dtype=np.float64),
-            response_mask=torch.ones((len(self), 1)) if response_mask is None else response_mask,
-            group_ids=self.group_ids,
-            traj_ids=self.traj_ids,
-            step_ids=self.step_ids,
-            anchor_keys=self.anchor_keys,
-            row_mask=self.row_mask,
-            won=self.won,
-            action_valid=self.action_valid,
-        )
+        rewards = np.asarray(self.step_rewards, dtype=np.float64)
+        mask = torch.ones((len(self), 1)) if response_mask is None else response_mask
+        ids = (self.group_ids, self.traj_ids, self.step_ids, self.anchor_keys)
+        return StepRows(rewards, mask, *ids, row_mask=self.row_mask, won=self.won, action_valid=self.action_valid)
 
 
 @dataclass(frozen=True)
