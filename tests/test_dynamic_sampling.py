@@ -223,9 +223,9 @@ class _SeenRewards(GiGPOConfig):
 
     seen: list = []
 
-    def advantage_terms(self, step_rewards, *args, **kwargs):
-        self.seen.append((step_rewards, kwargs.get("env_rewards")))
-        return super().advantage_terms(step_rewards, *args, **kwargs)
+    def estimate(self, rows, *, env_rewards=None):
+        self.seen.append((rows.step_rewards, env_rewards))
+        return super().estimate(rows, env_rewards=env_rewards)
 
 
 @pytest.mark.parametrize("mode", ["reward", "reference"])

@@ -15,9 +15,12 @@ graphgpo :func:`graphgpo_advantage_terms` r_succ omega^d(next state) over the gr
 g2po     :func:`g2po_advantage_terms`     one-step TD of merged-state values V(next) - V(current)
 ======== ============================= ===================================================================
 
-Modules: :mod:`.gigpo`, :mod:`.hgpo`, :mod:`.graphgpo`, :mod:`.g2po` (one estimator each), :mod:`.terms` (what
-they return), :mod:`._rows` (the row helpers they share: trajectory structure, anchor groups, returns, group
-statistics) and :mod:`._inputs` (option and input checks; ids are read by :mod:`verl_gigpo.advantage._ids`).
+One interface (:mod:`.interface`, docs/adding-an-estimator.md): ``estimator(rows, options, common)`` takes a
+:class:`StepRows`, the method's options dataclass and :class:`CommonOptions`; :data:`ESTIMATORS` registers the four,
+and each ``<method>_advantage_terms`` is its arrays form. Modules: :mod:`.gigpo`, :mod:`.hgpo`, :mod:`.graphgpo`,
+:mod:`.g2po` (one estimator each), :mod:`.terms` (what they return), :mod:`._rows` (the row helpers they share:
+trajectory structure, anchor groups, returns, group statistics) and :mod:`._inputs` (option and input checks; ids
+are read by :mod:`verl_gigpo.advantage._ids`).
 
 Deliberate deviations from the authors' implementations, numbered once for all estimators. GiGPO: verl-agent's
 ``gigpo/core_gigpo.py`` and trainer (upstream langfengQ/verl-agent d0b9724; docs/fidelity.md names the snapshot read).
@@ -131,19 +134,28 @@ from collections.abc import Callable
 
 from verl_gigpo.advantage._inputs import EPISODE_STATS, NORMS, invalid_row_penalty
 from verl_gigpo.advantage._rows import SIGNAL_ATOL, SIGNAL_RTOL, differs_in_groups, discounted_step_returns
-from verl_gigpo.advantage.g2po import G2PO_STAT_NAMES, G2POOptions, check_g2po_options, g2po_advantage_terms
-from verl_gigpo.advantage.gigpo import check_estimator_options, compute_gigpo_advantage, gigpo_advantage_terms
+from verl_gigpo.advantage.g2po import G2PO_STAT_NAMES, G2POOptions, check_g2po_options, g2po_advantage_terms, g2po_terms
+from verl_gigpo.advantage.gigpo import (
+    GiGPOOptions,
+    check_estimator_options,
+    compute_gigpo_advantage,
+    gigpo_advantage_terms,
+    gigpo_terms,
+)
 from verl_gigpo.advantage.graphgpo import (
     GRAPHGPO_STAT_NAMES,
     GraphGPOOptions,
     check_graphgpo_options,
     graphgpo_advantage_terms,
+    graphgpo_terms,
 )
-from verl_gigpo.advantage.hgpo import HGPO_STAT_NAMES, HGPOOptions, check_hgpo_options, hgpo_advantage_terms
+from verl_gigpo.advantage.hgpo import HGPO_STAT_NAMES, HGPOOptions, check_hgpo_options, hgpo_advantage_terms, hgpo_terms
+from verl_gigpo.advantage.interface import CommonOptions, EstimatorSpec, StepRows
 from verl_gigpo.advantage.terms import STAT_NAMES, AdvantageTerms, GiGPOTerms
 
 __all__ = [
     "EPISODE_STATS",
+    "ESTIMATORS",
     "ESTIMATOR_TERMS",
     "G2PO_STAT_NAMES",
     "GRAPHGPO_STAT_NAMES",
@@ -154,10 +166,14 @@ __all__ = [
     "SIGNAL_RTOL",
     "STAT_NAMES",
     "AdvantageTerms",
+    "CommonOptions",
+    "EstimatorSpec",
     "G2POOptions",
+    "GiGPOOptions",
     "GiGPOTerms",
     "GraphGPOOptions",
     "HGPOOptions",
+    "StepRows",
     "check_estimator_options",
     "check_g2po_options",
     "check_graphgpo_options",
@@ -166,11 +182,24 @@ __all__ = [
     "differs_in_groups",
     "discounted_step_returns",
     "g2po_advantage_terms",
+    "g2po_terms",
     "gigpo_advantage_terms",
+    "gigpo_terms",
     "graphgpo_advantage_terms",
+    "graphgpo_terms",
     "hgpo_advantage_terms",
+    "hgpo_terms",
     "invalid_row_penalty",
 ]
+
+ESTIMATORS: dict[str, EstimatorSpec] = {
+    "gigpo": EstimatorSpec(gigpo_terms, GiGPOOptions),
+    "hgpo": EstimatorSpec(hgpo_terms, HGPOOptions),
+    "graphgpo": EstimatorSpec(graphgpo_terms, GraphGPOOptions, needs_outcome=True),
+    "g2po": EstimatorSpec(g2po_terms, G2POOptions, needs_outcome=True),
+}
+"""method name (``algorithm.adv_estimator``) -> ``estimator(rows, options, common)``, its options class, and whether it
+reads the outcome (docs/adding-an-estimator.md)."""
 
 ESTIMATOR_TERMS: dict[str, Callable[..., AdvantageTerms]] = {
     "gigpo": gigpo_advantage_terms,
@@ -178,7 +207,7 @@ ESTIMATOR_TERMS: dict[str, Callable[..., AdvantageTerms]] = {
     "graphgpo": graphgpo_advantage_terms,
     "g2po": g2po_advantage_terms,
 }
-"""method name (``algorithm.adv_estimator``) -> its per-row terms function."""
+"""method name -> its terms function in the arrays form (``f(step_rewards, ..., anchor_keys, **keywords)``)."""
 
-NEEDS_OUTCOME = frozenset({"graphgpo", "g2po"})
+NEEDS_OUTCOME = frozenset(name for name, spec in ESTIMATORS.items() if spec.needs_outcome)
 """The methods that also take ``won`` and ``action_valid`` per row."""

@@ -17,13 +17,14 @@ import pandas as pd
 from verl_gigpo.advantage._ids import as_id_array, id_codes, pair_codes, show
 from verl_gigpo.advantage._inputs import as_response_mask, as_rewards, as_row_mask, as_row_penalty, as_step_ids
 from verl_gigpo.advantage.anchors import anchor_group_ids, check_similarity_threshold
+from verl_gigpo.advantage.interface import CommonOptions, StepRows
 
 __all__ = [
     "AT_MEAN_RTOL",
     "SIGNAL_ATOL",
     "SIGNAL_RTOL",
     "Basis",
-    "StepRows",
+    "ValidRows",
     "anchor_groups",
     "at_group_mean",
     "basis",
@@ -41,7 +42,7 @@ __all__ = [
 
 # ---------------------------------------------------------------------------------------------------- rows
 @dataclass(frozen=True)
-class StepRows:
+class ValidRows:
     """The valid rows of a batch and their trajectory structure (M valid rows of N, T trajectories, G groups).
 
     Attributes:
@@ -105,15 +106,7 @@ class StepRows:
         return count > 0
 
 
-def prepare_rows(
-    step_rewards: Any,
-    response_mask: Any,
-    group_ids: Any,
-    traj_ids: Any,
-    step_ids: Any,
-    anchor_keys: Any,
-    row_mask: Any = None,
-) -> StepRows:
+def prepare_rows(inputs: StepRows) -> ValidRows:
     """Read and check the per-row inputs (see :func:`verl_gigpo.advantage.gigpo_advantage_terms`) and work out
     the trajectory structure of the valid rows.
 
@@ -121,14 +114,14 @@ def prepare_rows(
         ValueError: length mismatches; non-finite rewards among valid rows; bad step ids; a trajectory in two
             episode groups; duplicate (traj id, step id) among valid rows; missing or unhashable ids.
     """
-    rewards = as_rewards(step_rewards)  # (N,) float64
+    rewards = as_rewards(inputs.step_rewards)  # (N,) float64
     n = rewards.shape[0]
-    as_response_mask(response_mask, n)
-    valid = as_row_mask(row_mask, n)  # (N,) bool
-    groups = as_id_array(group_ids, "group_ids", n)
-    trajs = as_id_array(traj_ids, "traj_ids", n)
-    anchors = as_id_array(anchor_keys, "anchor_keys", n)
-    steps_raw = as_id_array(step_ids, "step_ids", n)
+    as_response_mask(inputs.response_mask, n)
+    valid = as_row_mask(inputs.row_mask, n)  # (N,) bool
+    groups = as_id_array(inputs.group_ids, "group_ids", n)
+    trajs = as_id_array(inputs.traj_ids, "traj_ids", n)
+    anchors = as_id_array(inputs.anchor_keys, "anchor_keys", n)
+    steps_raw = as_id_array(inputs.step_ids, "step_ids", n)
     rows = np.flatnonzero(valid)  # (M,) positions of the valid rows
     r = rewards[rows]  # (M,)
     bad = np.flatnonzero(~np.isfinite(r))
@@ -141,7 +134,7 @@ def prepare_rows(
     steps = as_step_ids(steps_raw[rows], rows)  # (M,) int64
     t, traj_group = _trajectory_codes(rows, trajs, groups)
     order, pos, prev, nxt = _step_order(rows, t, steps, trajs, steps_raw)
-    return StepRows(
+    return ValidRows(
         n=n,
         valid=valid,
         rows=rows,
@@ -222,7 +215,7 @@ def _order_by_traj_step(t: np.ndarray, steps: np.ndarray) -> np.ndarray:
     return np.lexsort((steps, t))
 
 
-def anchor_groups(rows: StepRows, similarity_threshold: float | None) -> tuple[np.ndarray, int]:
+def anchor_groups(rows: ValidRows, similarity_threshold: float | None) -> tuple[np.ndarray, int]:
     """The anchor group (episode group, anchor key) of each valid row, ``(M,)`` codes numbered by first appearance,
     and their number. With a ``similarity_threshold`` t < 1 the keys (str observation texts) are first merged by
     :func:`verl_gigpo.advantage.anchors.anchor_group_ids` within each episode group.
@@ -257,7 +250,7 @@ class Basis:
     ``flat_groups`` ``(G,)``, and ``episode_signal`` ``(M,)``: the row's episode group has scores (what A_E
     normalises) that differ beyond rounding (:func:`differs_in_groups`)."""
 
-    rows: StepRows
+    rows: ValidRows
     s_group: np.ndarray
     num_s: int
     R_t: np.ndarray
@@ -269,31 +262,18 @@ class Basis:
     episode_signal: np.ndarray
 
 
-def basis(
-    step_rewards: Any,
-    response_mask: Any,
-    group_ids: Any,
-    traj_ids: Any,
-    step_ids: Any,
-    anchor_keys: Any,
-    *,
-    row_mask: Any,
-    gamma: float,
-    norm: str,
-    epsilon: float,
-    episode_stats: str,
-    similarity_threshold: float | None,
-    row_penalty: Any = None,
-) -> Basis:
-    """The :class:`Basis` of a batch (options already checked): :func:`prepare_rows`, :func:`anchor_groups`,
-    :func:`step_returns` and :func:`episode_advantage`. Overflow is left to :func:`check_overflow`.
+def basis(inputs: StepRows, common: CommonOptions) -> Basis:
+    """The :class:`Basis` of a batch: :func:`prepare_rows`, :func:`anchor_groups`, :func:`step_returns` and
+    :func:`episode_advantage`. Overflow is left to :func:`check_overflow`.
 
-    ``row_penalty`` ``(N,)`` (None: no penalty) places a per-row penalty ``p`` as the reference implementation
+    ``inputs.row_penalty`` ``(N,)`` (None: no penalty) places a per-row penalty ``p`` as the reference implementation
     places its invalid-action penalty: after discounting, on the row's own step return (``R_t - p_t``), and on the
     row's own episode score (``R(tau) - p_t``), so the episode term is taken over step rows
     (``episode_stats="step"``; anything else raises, since the rows of one trajectory then score differently).
     """
-    rows = prepare_rows(step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys, row_mask)
+    gamma, norm, epsilon, episode_stats = common.gamma, common.norm, common.epsilon, common.episode_stats
+    row_penalty = inputs.row_penalty
+    rows = prepare_rows(inputs)
     if row_penalty is not None and episode_stats != "step":
         raise ValueError(
             f"row_penalty needs episode_stats='step', got {episode_stats!r}: with a penalty on its own rows a "
@@ -301,7 +281,7 @@ def basis(
             "implementation does)"
         )
     penalty = np.zeros(rows.m) if row_penalty is None else as_row_penalty(row_penalty, rows.n)[rows.rows]  # (M,)
-    s_group, num_s = anchor_groups(rows, similarity_threshold)  # (M,)
+    s_group, num_s = anchor_groups(rows, common.similarity_threshold)  # (M,)
     with np.errstate(over="ignore", invalid="ignore"):
         R_t, R_traj = step_returns(rows, gamma)  # (M,), (T,)
         R_t = R_t - penalty  # (M,)
@@ -312,7 +292,7 @@ def basis(
     return Basis(rows, s_group, num_s, R_t, R_traj, R_row, penalty, A_E, flat_groups, episode_signal)
 
 
-def step_returns(rows: StepRows, gamma: float) -> tuple[np.ndarray, np.ndarray]:
+def step_returns(rows: ValidRows, gamma: float) -> tuple[np.ndarray, np.ndarray]:
     """``R_t = r_t + gamma R_{t+1}`` along each trajectory in step order ``(M,)``, and the episode return
     ``R(tau) = sum_t r_t`` of each trajectory ``(T,)``."""
     R_t = np.empty_like(rows.r)  # (M,)
@@ -322,7 +302,7 @@ def step_returns(rows: StepRows, gamma: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 def episode_advantage(
-    rows: StepRows,
+    rows: ValidRows,
     R_traj: np.ndarray,
     norm: str,
     epsilon: float,
@@ -344,7 +324,7 @@ def episode_advantage(
 
 
 def episode_at_mean(
-    rows: StepRows, R_traj: np.ndarray, episode_stats: str, *, row_scores: np.ndarray | None = None
+    rows: ValidRows, R_traj: np.ndarray, episode_stats: str, *, row_scores: np.ndarray | None = None
 ) -> np.ndarray:
     """``(M,)`` bool: the rows whose episode score is its group's mean by :func:`at_group_mean`, over the same
     statistics as :func:`episode_advantage` (their A_E is zero in exact arithmetic, whatever rounding leaves)."""
@@ -353,7 +333,7 @@ def episode_at_mean(
 
 
 def _episode_samples(
-    rows: StepRows, R_traj: np.ndarray, episode_stats: str, row_scores: np.ndarray | None = None
+    rows: ValidRows, R_traj: np.ndarray, episode_stats: str, row_scores: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """What the episode statistics run over: ``(values, episode group codes, index of each row's value)``, one
     value per trajectory (``"trajectory"``: ``(T,)``, ``(T,)``, ``(M,)``) or per step row (``"step"``: ``(M,)``
@@ -468,7 +448,7 @@ def discounted_step_returns(rewards: np.ndarray, segments: np.ndarray, gamma: fl
     return acc
 
 
-def check_overflow(rows: StepRows, results: dict[str, np.ndarray]) -> None:
+def check_overflow(rows: ValidRows, results: dict[str, np.ndarray]) -> None:
     """Raise when a result is not finite although every reward is (float64 overflow); ``results`` in the order
     they are computed, each ``(M,)`` over the valid rows."""
     for what, values in results.items():

@@ -26,12 +26,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl_gigpo.advantage._inputs import MethodOptions, as_flags, check_common_options, check_number
+from verl_gigpo.advantage._inputs import MethodOptions, as_flags, check_number
 from verl_gigpo.advantage._rows import basis, differs_in_groups, normalise_in_groups
-from verl_gigpo.advantage.anchors import check_similarity_threshold
+from verl_gigpo.advantage.interface import CommonOptions, StepRows, arrays_signature, split_call
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 
-__all__ = ["G2PO_STAT_NAMES", "G2POOptions", "check_g2po_options", "g2po_advantage_terms"]
+__all__ = ["G2PO_STAT_NAMES", "G2POOptions", "check_g2po_options", "g2po_advantage_terms", "g2po_terms"]
 
 G2PO_STAT_NAMES = ("g2po/node_value_mean", "g2po/td_abs_mean")
 """G2PO's own diagnostics (beside :data:`~verl_gigpo.advantage.STAT_NAMES`), see :func:`g2po_advantage_terms`."""
@@ -70,38 +70,12 @@ class G2POOptions(MethodOptions):
 
 
 @torch.no_grad()
-def g2po_advantage_terms(
-    step_rewards,
-    response_mask,
-    group_ids,
-    traj_ids,
-    step_ids,
-    anchor_keys,
-    *,
-    won=None,
-    action_valid=None,
-    row_mask=None,
-    gamma=0.95,
-    norm="mean_std",
-    epsilon=1e-6,
-    episode_stats="trajectory",
-    similarity_threshold=None,
-    success_reward=10.0,
-    invalid_penalty=0.1,
-    step_advantage_w=1.0,
-    row_penalty=None,
-) -> AdvantageTerms:
+def g2po_terms(batch: StepRows, options: G2POOptions, common: CommonOptions) -> AdvantageTerms:
     """Per-row G2PO terms (see the module docstring for the maths).
 
-    Args: the per-row inputs, ``row_mask``, ``gamma`` (of V and of the R_t reported as ``step_return``),
-        ``norm``, ``epsilon``, ``episode_stats`` and ``similarity_threshold`` as
-        :func:`verl_gigpo.advantage.gigpo_advantage_terms`, plus
-        ``won``: ``(N,)`` bool, the episode was won (the same on every row of a trajectory); required.
-        ``action_valid``: ``(N,)`` bool, the step's reply held a valid action; required when ``invalid_penalty``
-        > 0. The options as :func:`check_g2po_options`. ``row_penalty``: ``(N,)`` or None, each row's own
-        penalty as the authors' trainer places the invalid-action penalty: subtracted from the row's episode score
-        only (``episode_stats="step"``; V, V' and A_1's ``c * invalid_t`` do not change; see
-        :func:`verl_gigpo.advantage.gigpo_advantage_terms`).
+    ``batch.won`` is required and so is ``batch.action_valid`` when ``invalid_penalty`` > 0. A ``row_penalty`` (the
+    authors' trainer placement) is subtracted from the episode score only: V, V' and A_1's ``c * invalid_t`` do not
+    change. ``common.gamma`` discounts V and the reported R_t.
 
     Returns:
         :class:`~verl_gigpo.advantage.AdvantageTerms` (``method="g2po"``): ``episode_adv`` = A_E, ``step_adv`` =
@@ -114,37 +88,32 @@ def g2po_advantage_terms(
             :func:`check_g2po_options`); ``won`` missing or differing within a trajectory; ``action_valid``
             missing while ``invalid_penalty`` > 0.
     """
-    options = check_g2po_options(
-        success_reward=success_reward, invalid_penalty=invalid_penalty, step_advantage_w=step_advantage_w
-    )
-    common = check_common_options(gamma=gamma, norm=norm, epsilon=epsilon, episode_stats=episode_stats)
-    threshold = None if similarity_threshold is None else check_similarity_threshold(similarity_threshold)
-    inputs = (step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys)
-    base = basis(*inputs, row_mask=row_mask, similarity_threshold=threshold, row_penalty=row_penalty, **common)
-    rows, s_group, num_s, eps = base.rows, base.s_group, base.num_s, common["epsilon"]
-    won_traj = rows.per_trajectory(as_flags(won, "won", rows.n, needed_by="g2po"), "won")  # (T,)
+    base = basis(batch, common)
+    rows, s_group, num_s, eps = base.rows, base.s_group, base.num_s, common.epsilon
+    won_traj = rows.per_trajectory(as_flags(batch.won, "won", rows.n, needed_by="g2po"), "won")  # (T,)
     invalid = np.zeros(rows.m, dtype=bool)
-    if options["invalid_penalty"] > 0:
-        invalid = ~as_flags(action_valid, "action_valid", rows.n, needed_by="g2po with invalid_penalty > 0")[rows.rows]
+    if options.invalid_penalty > 0:
+        flags = as_flags(batch.action_valid, "action_valid", rows.n, needed_by="g2po with invalid_penalty > 0")
+        invalid = ~flags[rows.rows]  # (M,)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported by assemble
-        outcome = options["success_reward"] * won_traj  # (T,) R_tau
-        visit = common["gamma"] ** (rows.traj_len[rows.t] - rows.pos) * outcome[rows.t]  # (M,) gamma^(T - t) R_tau
+        outcome = options.success_reward * won_traj  # (T,) R_tau
+        visit = common.gamma ** (rows.traj_len[rows.t] - rows.pos) * outcome[rows.t]  # (M,) gamma^(T - t) R_tau
         V = np.bincount(s_group, weights=visit, minlength=num_s) / np.bincount(s_group, minlength=num_s)  # (S,)
         has_next = rows.next >= 0
         V_next = np.where(has_next, V[s_group[np.where(has_next, rows.next, 0)]], outcome[rows.t])  # (M,)
-        x_1 = V_next - options["invalid_penalty"] * invalid  # (M,) what A_1 normalises
-        A_1, _, _ = normalise_in_groups(x_1, s_group, num_s, norm, eps)
+        x_1 = V_next - options.invalid_penalty * invalid  # (M,) what A_1 normalises
+        A_1, _, _ = normalise_in_groups(x_1, s_group, num_s, common.norm, eps)
         td = V_next - V[s_group]  # (M,)
-        A_2, _, _ = normalise_in_groups(td, rows.g, rows.num_groups, norm, eps)
+        A_2, _, _ = normalise_in_groups(td, rows.g, rows.num_groups, common.norm, eps)
         A_step = A_1 + A_2  # (M,)
-        A = base.A_E + options["step_advantage_w"] * A_step
+        A = base.A_E + options.step_advantage_w * A_step
     stats = {
         "g2po/node_value_mean": float(V[s_group].mean()) if rows.m else 0.0,
         "g2po/td_abs_mean": float(np.abs(td).mean()) if rows.m else 0.0,
     }
     extras = {"node_value": V[s_group], "next_value": V_next}
     moving = differs_in_groups(x_1, s_group, num_s)[s_group] | differs_in_groups(td, rows.g, rows.num_groups)[rows.g]
-    moving &= options["step_advantage_w"] > 0
+    moving &= options.step_advantage_w > 0
     return assemble(
         base,
         episode_adv=base.A_E,
@@ -155,3 +124,9 @@ def g2po_advantage_terms(
         stats=stats,
         extras=extras,
     )
+
+
+@arrays_signature(G2POOptions, outcome=True)
+def g2po_advantage_terms(*inputs: Any, **keywords: Any) -> AdvantageTerms:
+    """G2PO's arrays form (``won``, ``action_valid`` and :class:`G2POOptions` as keywords); see :func:`g2po_terms`."""
+    return g2po_terms(*split_call(G2POOptions, inputs, keywords, outcome=True))

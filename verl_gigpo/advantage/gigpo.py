@@ -26,114 +26,76 @@ once, for every estimator, in :mod:`verl_gigpo.advantage` (1-12 are GiGPO's).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from verl_gigpo.advantage._ids import show
-from verl_gigpo.advantage._inputs import check_common_options, is_real
+from verl_gigpo.advantage._inputs import MethodOptions, is_real
 from verl_gigpo.advantage._rows import basis, differs_in_groups, normalise_in_groups
-from verl_gigpo.advantage.anchors import check_similarity_threshold
+from verl_gigpo.advantage.interface import CommonOptions, StepRows, arrays_signature, split_call
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 
-__all__ = ["check_estimator_options", "compute_gigpo_advantage", "gigpo_advantage_terms"]
+__all__ = ["GiGPOOptions", "check_estimator_options", "compute_gigpo_advantage", "gigpo_advantage_terms", "gigpo_terms"]
 
 logger = logging.getLogger(__name__)
 
 
-@torch.no_grad()
-def compute_gigpo_advantage(
-    step_rewards,
-    response_mask,
-    group_ids,
-    traj_ids,
-    step_ids,
-    anchor_keys,
+def check_estimator_options(
     *,
-    row_mask=None,
-    gamma=0.95,
-    step_advantage_w=1.0,
-    norm="mean_std",
-    epsilon=1e-6,
-    episode_stats="trajectory",
-    similarity_threshold=None,
-    row_penalty=None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """GiGPO advantages and discounted step returns, broadcast over the response tokens.
+    gamma: Any,
+    step_advantage_w: Any,
+    norm: Any,
+    epsilon: Any,
+    episode_stats: Any,
+    similarity_threshold: Any = None,
+) -> dict[str, Any]:
+    """Validate GiGPO's options; the one check that both the estimator and ``GiGPOConfig`` use.
 
-    ``A = A_E + step_advantage_w * A_S`` (combined advantage; see paper), where ``A_E`` is the episode-level
-    relative advantage (paper Eq. 3) and ``A_S`` the step-level relative advantage over anchor groups (see
-    paper). The exact definitions, the handling of padding rows and every argument are documented in
-    :func:`gigpo_advantage_terms`, which this function calls; use that function directly to also get the
-    per-row terms and the ``gigpo/*`` diagnostics.
-
-    Args:
-        step_rewards: ``(N,)`` float tensor, the reward of each step row (environment reward + shaping).
-        response_mask: ``(N, L)`` tensor, 1 on response tokens.
-        group_ids: ``(N,)`` array of hashables, episode group (same task, same initial state).
-        traj_ids: ``(N,)`` array of hashables, trajectory id.
-        step_ids: ``(N,)`` integer array, step index inside the trajectory.
-        anchor_keys: ``(N,)`` array of hashables (str / int / tuple), the anchor state of each step.
-        row_mask: optional ``(N,)`` bool array or tensor; False marks padding/duplicate rows.
-        gamma: discount in [0, 1] for R_t (0: R_t = r_t).
-        step_advantage_w: weight w >= 0 of the step-level term.
-        (The options are checked by :func:`check_estimator_options`, as ``GiGPOConfig`` does.)
-        norm: ``"mean_std"`` or ``"mean"``.
-        epsilon: > 0, added to the std.
-        episode_stats: ``"trajectory"`` (paper) or ``"step"`` (reference code).
-        similarity_threshold: None or 1.0: anchor keys match when equal; a number in (0, 1): str anchor keys
-            (observation texts) match when :func:`verl_gigpo.advantage.anchors.anchor_group_ids` puts them in one group
-            at this threshold, within each episode group (``GiGPOConfig(key_mode="similarity")``).
-        row_penalty: None, or ``(N,)`` floats: each row's own penalty, placed as the reference implementation places
-            its invalid-action penalty (see :func:`gigpo_advantage_terms`); needs ``episode_stats="step"``.
+    Valid values: ``gamma`` a number in [0, 1] (0: R_t = r_t; 1: no discount), ``step_advantage_w`` a finite
+    number >= 0 (0: the episode-level term alone), ``norm`` in :data:`~verl_gigpo.advantage.NORMS`, ``epsilon`` a
+    finite number > 0, ``episode_stats`` in :data:`~verl_gigpo.advantage.EPISODE_STATS`, ``similarity_threshold``
+    None (exact keys) or a number in (0, 1] (:func:`verl_gigpo.advantage.anchors.check_similarity_threshold`). Booleans
+    and strings are not numbers.
 
     Returns:
-        ``(advantages, returns)``: float32 ``(N, L)`` tensors on ``response_mask``'s device, both multiplied by
-        ``response_mask``; ``returns`` holds R_t.
+        the options as a dict, numbers as Python floats (the keyword arguments of :func:`compute_gigpo_advantage`).
 
     Raises:
-        ValueError: on malformed input (see :func:`gigpo_advantage_terms`).
+        ValueError: naming the option, the value given and the valid values.
     """
-    terms = gigpo_advantage_terms(
-        step_rewards,
-        response_mask,
-        group_ids,
-        traj_ids,
-        step_ids,
-        anchor_keys,
-        row_mask=row_mask,
-        gamma=gamma,
-        step_advantage_w=step_advantage_w,
-        norm=norm,
-        epsilon=epsilon,
-        episode_stats=episode_stats,
-        similarity_threshold=similarity_threshold,
-        row_penalty=row_penalty,
+    common = CommonOptions(
+        gamma=gamma, norm=norm, epsilon=epsilon, episode_stats=episode_stats, similarity_threshold=similarity_threshold
     )
-    return terms.token_level(response_mask)
+    return {**dataclasses.asdict(common), **GiGPOOptions(step_advantage_w=step_advantage_w).kwargs()}
+
+
+def _check_gigpo_options(*, step_advantage_w: Any) -> dict[str, float]:
+    if not is_real(step_advantage_w) or not 0.0 <= step_advantage_w < float("inf"):
+        raise ValueError(
+            f"step_advantage_w={show(step_advantage_w)} must be a finite number >= 0 (the paper uses 1.0; 0 turns "
+            "the step-level term off)"
+        )
+    return {"step_advantage_w": float(step_advantage_w)}
+
+
+@dataclass(frozen=True)
+class GiGPOOptions(MethodOptions):
+    """GiGPO's own option (``algorithm.gigpo.step_advantage_w``): w >= 0, the weight of A_S (paper: 1; 0: A_E alone).
+    The shared options are :class:`~verl_gigpo.advantage.CommonOptions`."""
+
+    step_advantage_w: float = 1.0
+
+    _check = staticmethod(_check_gigpo_options)
 
 
 @torch.no_grad()
-def gigpo_advantage_terms(
-    step_rewards,
-    response_mask,
-    group_ids,
-    traj_ids,
-    step_ids,
-    anchor_keys,
-    *,
-    row_mask=None,
-    gamma=0.95,
-    step_advantage_w=1.0,
-    norm="mean_std",
-    epsilon=1e-6,
-    episode_stats="trajectory",
-    similarity_threshold=None,
-    row_penalty=None,
-) -> AdvantageTerms:
-    """Per-row GiGPO terms and diagnostics (the work behind :func:`compute_gigpo_advantage`).
+def gigpo_terms(batch: StepRows, options: GiGPOOptions, common: CommonOptions) -> AdvantageTerms:
+    """Per-row GiGPO terms and diagnostics: ``A = A_E + w A_S`` (combined advantage; see paper).
 
     Only *valid* rows (``row_mask`` True; all rows when ``row_mask`` is None) are used; the others take part in
     no statistic and no validation of ids, and get 0 in every output. verl's padding rows are deep copies of
@@ -168,10 +130,11 @@ def gigpo_advantage_terms(
       ``x - mean`` only (the paper's choice for WebShop). A group of one member, or one whose members are all
       equal, gets exactly 0.
 
-    Args: as :func:`compute_gigpo_advantage`. Ids (``group_ids``, ``traj_ids``, ``anchor_keys``) may be ints,
-        strings, or any hashable objects (tuples): pass a 1-D ``np.ndarray`` (``dtype=object`` for tuples, e.g.
-        ``np.fromiter(keys, dtype=object, count=n)``); lists are converted. ``step_ids`` must hold integers
-        (an integer dtype, or floats / objects whose values are whole numbers).
+    Args:
+        batch: the rows (:class:`~verl_gigpo.advantage.StepRows`; ``won`` and ``action_valid`` are not read). Ids
+            (``group_ids``, ``traj_ids``, ``anchor_keys``) may be ints, strings or any hashables (a 1-D
+            ``np.ndarray``, ``dtype=object`` for tuples; lists are converted); ``step_ids`` whole numbers.
+        options: w. common: gamma, norm, epsilon, episode_stats, similarity_threshold.
 
     Returns:
         :class:`~verl_gigpo.advantage.AdvantageTerms` with per-row float64 terms and ``stats``:
@@ -200,69 +163,26 @@ def gigpo_advantage_terms(
             rows; a trajectory in two episode groups; a ``row_mask`` that is not a bool ``(N,)`` array; missing
             (None/NaN) or unhashable ids; with ``similarity_threshold`` < 1, an anchor key that is not a str.
     """
-    options = check_estimator_options(
-        gamma=gamma,
-        step_advantage_w=step_advantage_w,
-        norm=norm,
-        epsilon=epsilon,
-        episode_stats=episode_stats,
-        similarity_threshold=similarity_threshold,
-    )
-    base = basis(
-        step_rewards,
-        response_mask,
-        group_ids,
-        traj_ids,
-        step_ids,
-        anchor_keys,
-        row_mask=row_mask,
-        gamma=options["gamma"],
-        norm=norm,
-        epsilon=options["epsilon"],
-        episode_stats=episode_stats,
-        similarity_threshold=options["similarity_threshold"],
-        row_penalty=row_penalty,
-    )
+    base = basis(batch, common)
+    w = options.step_advantage_w
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported by assemble
-        A_S, _, _ = normalise_in_groups(base.R_t, base.s_group, base.num_s, norm, options["epsilon"])  # (M,)
-        A = base.A_E + options["step_advantage_w"] * A_S  # (M,)
-    moving = differs_in_groups(base.R_t, base.s_group, base.num_s)[base.s_group] & (options["step_advantage_w"] > 0)
+        A_S, _, _ = normalise_in_groups(base.R_t, base.s_group, base.num_s, common.norm, common.epsilon)  # (M,)
+        A = base.A_E + w * A_S  # (M,)
+    moving = differs_in_groups(base.R_t, base.s_group, base.num_s)[base.s_group] & (w > 0)
     return assemble(base, episode_adv=base.A_E, step_adv=A_S, advantage=A, method="gigpo", step_signal=moving)
 
 
-def check_estimator_options(
-    *,
-    gamma: Any,
-    step_advantage_w: Any,
-    norm: Any,
-    epsilon: Any,
-    episode_stats: Any,
-    similarity_threshold: Any = None,
-) -> dict[str, Any]:
-    """Validate GiGPO's options; the one check that both the estimator and ``GiGPOConfig`` use.
+@arrays_signature(GiGPOOptions)
+def gigpo_advantage_terms(*inputs: Any, **keywords: Any) -> AdvantageTerms:
+    """:func:`gigpo_terms` called with arrays: ``(step_rewards, response_mask, group_ids, traj_ids, step_ids,
+    anchor_keys, *, row_mask=None, row_penalty=None, <CommonOptions and GiGPOOptions fields>)``."""
+    return gigpo_terms(*split_call(GiGPOOptions, inputs, keywords))
 
-    Valid values: ``gamma`` a number in [0, 1] (0: R_t = r_t; 1: no discount), ``step_advantage_w`` a finite
-    number >= 0 (0: the episode-level term alone), ``norm`` in :data:`~verl_gigpo.advantage.NORMS`, ``epsilon`` a
-    finite number > 0, ``episode_stats`` in :data:`~verl_gigpo.advantage.EPISODE_STATS`, ``similarity_threshold``
-    None (exact keys) or a number in (0, 1] (:func:`verl_gigpo.advantage.anchors.check_similarity_threshold`). Booleans
-    and strings are not numbers.
 
-    Returns:
-        the options as a dict, numbers as Python floats (the keyword arguments of :func:`compute_gigpo_advantage`).
-
-    Raises:
-        ValueError: naming the option, the value given and the valid values.
-    """
-    common = check_common_options(gamma=gamma, norm=norm, epsilon=epsilon, episode_stats=episode_stats)
-    if not is_real(step_advantage_w) or not 0.0 <= step_advantage_w < float("inf"):
-        raise ValueError(
-            f"step_advantage_w={show(step_advantage_w)} must be a finite number >= 0 (the paper uses 1.0; 0 turns "
-            "the step-level term off)"
-        )
-    return {
-        **common,
-        "step_advantage_w": float(step_advantage_w),
-        "similarity_threshold": None
-        if similarity_threshold is None
-        else check_similarity_threshold(similarity_threshold),
-    }
+@arrays_signature(GiGPOOptions)
+@torch.no_grad()
+def compute_gigpo_advantage(*inputs: Any, **keywords: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """GiGPO ``(advantages, returns)``, float32 ``(N, L)`` on the mask's device, both times ``response_mask``; called
+    as :func:`gigpo_advantage_terms` (``returns`` holds R_t)."""
+    rows, options, common = split_call(GiGPOOptions, inputs, keywords)
+    return gigpo_terms(rows, options, common).token_level(rows.response_mask)

@@ -32,9 +32,9 @@ import numpy as np
 import torch
 
 from verl_gigpo.advantage._ids import show
-from verl_gigpo.advantage._inputs import MethodOptions, as_flags, check_common_options, check_number
-from verl_gigpo.advantage._rows import StepRows, basis, differs_in_groups, normalise_in_groups
-from verl_gigpo.advantage.anchors import check_similarity_threshold
+from verl_gigpo.advantage._inputs import MethodOptions, as_flags, check_number
+from verl_gigpo.advantage._rows import ValidRows, basis, differs_in_groups, normalise_in_groups
+from verl_gigpo.advantage.interface import CommonOptions, StepRows, arrays_signature, split_call
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "check_graphgpo_options",
     "graph_distances",
     "graphgpo_advantage_terms",
+    "graphgpo_terms",
 ]
 
 GRAPHGPO_STAT_NAMES = (
@@ -111,40 +112,10 @@ class GraphGPOOptions(MethodOptions):
 
 
 @torch.no_grad()
-def graphgpo_advantage_terms(
-    step_rewards,
-    response_mask,
-    group_ids,
-    traj_ids,
-    step_ids,
-    anchor_keys,
-    *,
-    won=None,
-    action_valid=None,
-    row_mask=None,
-    gamma=0.95,
-    norm="mean_std",
-    epsilon=1e-6,
-    episode_stats="trajectory",
-    similarity_threshold=None,
-    omega=0.1,
-    success_reward=10.0,
-    episode_advantage_w=1.0,
-    step_advantage_w=1.0,
-    invalid_penalty=0.0,
-    progress=False,
-    row_penalty=None,
-) -> AdvantageTerms:
-    """Per-row GraphGPO terms (see the module docstring for the maths).
-
-    Args: the per-row inputs, ``row_mask``, ``gamma`` (of the R_t reported as ``step_return``), ``norm``,
-        ``epsilon``, ``episode_stats`` and ``similarity_threshold`` as
-        :func:`verl_gigpo.advantage.gigpo_advantage_terms`, plus
-        ``won``: ``(N,)`` bool, the episode was won (the same on every row of a trajectory); required.
-        ``action_valid``: ``(N,)`` bool, the step's reply held a valid action; required when ``invalid_penalty``
-        > 0. The options as :func:`check_graphgpo_options`. ``row_penalty``: ``(N,)`` or None, each row's own
-        penalty as the authors' trainer places the invalid-action penalty: subtracted from the row's R_G and from its
-        episode score (``episode_stats="step"``; see :func:`verl_gigpo.advantage.gigpo_advantage_terms`).
+def graphgpo_terms(batch: StepRows, options: GraphGPOOptions, common: CommonOptions) -> AdvantageTerms:
+    """Per-row GraphGPO terms (see the module docstring for the maths) of ``batch`` (``won`` required,
+    ``action_valid`` too when ``invalid_penalty`` > 0; ``row_penalty``, the authors' trainer placement, is subtracted
+    from R_G and from the episode score), with ``options`` and ``common`` (whose gamma discounts the reported R_t).
 
     Returns:
         :class:`~verl_gigpo.advantage.AdvantageTerms` (``method="graphgpo"``): ``episode_adv`` = A_E,
@@ -159,32 +130,21 @@ def graphgpo_advantage_terms(
             :func:`check_graphgpo_options`); ``won`` missing or differing within a trajectory; ``action_valid``
             missing while ``invalid_penalty`` > 0.
     """
-    options = check_graphgpo_options(
-        omega=omega,
-        success_reward=success_reward,
-        episode_advantage_w=episode_advantage_w,
-        step_advantage_w=step_advantage_w,
-        invalid_penalty=invalid_penalty,
-        progress=progress,
-    )
-    common = check_common_options(gamma=gamma, norm=norm, epsilon=epsilon, episode_stats=episode_stats)
-    threshold = None if similarity_threshold is None else check_similarity_threshold(similarity_threshold)
-    inputs = (step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys)
-    base = basis(*inputs, row_mask=row_mask, similarity_threshold=threshold, row_penalty=row_penalty, **common)
+    base = basis(batch, common)
     rows, s_group = base.rows, base.s_group
-    won_traj = rows.per_trajectory(as_flags(won, "won", rows.n, needed_by="graphgpo"), "won")  # (T,)
+    won_traj = rows.per_trajectory(as_flags(batch.won, "won", rows.n, needed_by="graphgpo"), "won")  # (T,)
     invalid = np.zeros(rows.m, dtype=bool)
-    if options["invalid_penalty"] > 0:
-        valid = as_flags(action_valid, "action_valid", rows.n, needed_by="graphgpo with invalid_penalty > 0")
+    if options.invalid_penalty > 0:
+        valid = as_flags(batch.action_valid, "action_valid", rows.n, needed_by="graphgpo with invalid_penalty > 0")
         invalid = ~valid[rows.rows]  # (M,)
     d_cur, d_next, reaching, group_won = graph_distances(rows, s_group, base.num_s, won_traj)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported by assemble
-        exponent = d_next - d_cur + 1 if options["progress"] else d_next  # (M,)
-        R_G = options["success_reward"] * options["omega"] ** exponent - options["invalid_penalty"] * invalid
+        exponent = d_next - d_cur + 1 if options.progress else d_next  # (M,)
+        R_G = options.success_reward * options.omega**exponent - options.invalid_penalty * invalid
         R_G = R_G - base.penalty  # (M,) the row's own penalty (row_penalty), after the graph return
-        A_G, _, _ = normalise_in_groups(R_G, s_group, base.num_s, norm, common["epsilon"])  # (M,)
+        A_G, _, _ = normalise_in_groups(R_G, s_group, base.num_s, common.norm, common.epsilon)  # (M,)
         A_G[~group_won[rows.g]] = 0.0  # a group with no win has no distance signal
-        A = options["episode_advantage_w"] * base.A_E + options["step_advantage_w"] * A_G
+        A = options.episode_advantage_w * base.A_E + options.step_advantage_w * A_G
     in_won = group_won[rows.g]  # (M,)
     stats = {
         "graphgpo/frac_groups_with_win": float(group_won.mean()) if rows.num_groups else 0.0,
@@ -192,7 +152,7 @@ def graphgpo_advantage_terms(
         "graphgpo/next_distance_mean": float(d_next[in_won].mean()) if in_won.any() else 0.0,
     }
     extras = {"distance": d_cur, "next_distance": d_next, "graph_return": R_G}
-    moving = differs_in_groups(R_G, s_group, base.num_s)[s_group] & in_won & (options["step_advantage_w"] > 0)
+    moving = differs_in_groups(R_G, s_group, base.num_s)[s_group] & in_won & (options.step_advantage_w > 0)
     return assemble(
         base,
         episode_adv=base.A_E,
@@ -200,14 +160,14 @@ def graphgpo_advantage_terms(
         advantage=A,
         method="graphgpo",
         step_signal=moving,
-        episode_signal=base.episode_signal & (options["episode_advantage_w"] > 0),
+        episode_signal=base.episode_signal & (options.episode_advantage_w > 0),
         stats=stats,
         extras=extras,
     )
 
 
 def graph_distances(
-    rows: StepRows, node: np.ndarray, num_nodes: int, won_traj: np.ndarray
+    rows: ValidRows, node: np.ndarray, num_nodes: int, won_traj: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Distances to SUCCESS in each episode group's state graph (see the module docstring).
 
@@ -254,3 +214,9 @@ def graph_distances(
     d_after_end = np.where(won_row, 0.0, d_max[rows.g] + 1.0)  # (M,) SUCCESS or a dead end
     d_next = np.where(has_next, d_node[node[np.where(has_next, rows.next, 0)]], d_after_end)
     return d_node[node], d_next, finite[node], group_won
+
+
+@arrays_signature(GraphGPOOptions, outcome=True)
+def graphgpo_advantage_terms(*inputs: Any, **keywords: Any) -> AdvantageTerms:
+    """:func:`graphgpo_terms` in the arrays form of :func:`~verl_gigpo.advantage.gigpo_advantage_terms`."""
+    return graphgpo_terms(*split_call(GraphGPOOptions, inputs, keywords, outcome=True))

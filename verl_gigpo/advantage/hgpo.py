@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from verl_gigpo.advantage._ids import pair_codes, show
-from verl_gigpo.advantage._inputs import MethodOptions, check_common_options, check_number
+from verl_gigpo.advantage._inputs import MethodOptions, check_number
 from verl_gigpo.advantage._rows import (
     Basis,
     at_group_mean,
@@ -41,11 +41,11 @@ from verl_gigpo.advantage._rows import (
     episode_at_mean,
     normalise_in_groups,
 )
-from verl_gigpo.advantage.anchors import check_similarity_threshold
+from verl_gigpo.advantage.interface import CommonOptions, StepRows, arrays_signature, split_call
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 from verl_gigpo.rules import Range
 
-__all__ = ["HGPO_STAT_NAMES", "HGPOOptions", "check_hgpo_options", "hgpo_advantage_terms"]
+__all__ = ["HGPO_STAT_NAMES", "HGPOOptions", "check_hgpo_options", "hgpo_advantage_terms", "hgpo_terms"]
 
 WEIGHT_BASES = ("depth", "depth_plus_one")
 STDS = ("unbiased", "population")
@@ -111,34 +111,13 @@ class HGPOOptions(MethodOptions):
 
 
 @torch.no_grad()
-def hgpo_advantage_terms(
-    step_rewards,
-    response_mask,
-    group_ids,
-    traj_ids,
-    step_ids,
-    anchor_keys,
-    *,
-    row_mask=None,
-    gamma=0.95,
-    norm="mean_std",
-    epsilon=1e-6,
-    episode_stats="trajectory",
-    similarity_threshold=None,
-    history_length=2,
-    alpha=1.0,
-    weight_base="depth",
-    std="unbiased",
-    episode_term=False,
-    row_penalty=None,
-) -> AdvantageTerms:
+def hgpo_terms(batch: StepRows, options: HGPOOptions, common: CommonOptions) -> AdvantageTerms:
     """Per-row HGPO terms (see the module docstring for the maths).
 
-    Args: the per-row inputs, ``row_mask``, ``gamma`` (of R_t), ``norm``, ``epsilon``, ``episode_stats`` and
-        ``similarity_threshold`` as :func:`verl_gigpo.advantage.gigpo_advantage_terms`; ``history_length``,
-        ``alpha``, ``weight_base``, ``std``, ``episode_term`` as :func:`check_hgpo_options`; ``row_penalty``
-        (``(N,)`` or None: each row's own penalty, subtracted from its R_t after discounting and from its episode
-        score) as :func:`verl_gigpo.advantage.gigpo_advantage_terms`.
+    Args:
+        batch: the rows (:class:`~verl_gigpo.advantage.StepRows`; ``won`` and ``action_valid`` are not read);
+            ``row_penalty`` is subtracted from R_t after discounting and from the episode score.
+        options: :class:`HGPOOptions`. common: the shared options (``gamma`` of R_t).
 
     Returns:
         :class:`~verl_gigpo.advantage.AdvantageTerms` (``method="hgpo"``): ``step_adv`` = the weighted mean over
@@ -153,20 +132,14 @@ def hgpo_advantage_terms(
         ValueError: bad input or options, as :func:`verl_gigpo.advantage.gigpo_advantage_terms` and
             :func:`check_hgpo_options`.
     """
-    options = check_hgpo_options(
-        history_length=history_length, alpha=alpha, weight_base=weight_base, std=std, episode_term=episode_term
-    )
-    common = check_common_options(gamma=gamma, norm=norm, epsilon=epsilon, episode_stats=episode_stats)
-    threshold = None if similarity_threshold is None else check_similarity_threshold(similarity_threshold)
-    inputs = (step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys)
-    base = basis(*inputs, row_mask=row_mask, similarity_threshold=threshold, row_penalty=row_penalty, **common)
+    base = basis(batch, common)
     A_E = base.A_E  # (M,)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported by assemble
-        total, weight, used, deepest = _depth_mix(base, options, norm, common["epsilon"])  # (M,) each
+        total, weight, used, deepest = _depth_mix(base, options, common.norm, common.epsilon)  # (M,) each
         A_step = np.where(weight > 0, total / np.where(weight > 0, weight, 1.0), 0.0)  # (M,)
-        if options["episode_term"]:
+        if options.episode_term:
             at_mean = episode_at_mean(
-                base.rows, base.R_traj, common["episode_stats"], row_scores=base.R_row
+                base.rows, base.R_traj, common.episode_stats, row_scores=base.R_row
             )  # (M,) A_E is 0 exactly
             item = (~at_mean).astype(np.float64)  # (M,) the episode item, weight 1^alpha = 1, when nonzero
             mixed = weight + item
@@ -190,14 +163,14 @@ def hgpo_advantage_terms(
         advantage=A,
         method="hgpo",
         step_signal=moving,
-        episode_signal=base.episode_signal & options["episode_term"],
+        episode_signal=base.episode_signal & options.episode_term,
         stats=stats,
         extras=extras,
     )
 
 
 def _depth_mix(
-    base: Basis, options: dict[str, Any], norm: str, epsilon: float
+    base: Basis, options: HGPOOptions, norm: str, epsilon: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The depth items of every valid row: ``(sum_k w_k a_k, sum_k w_k, |V|, max V)``, each ``(M,)``, over the
     depths k in V (unnormalised weights w_k = k^alpha or (k + 1)^alpha); k is in V when the group has more than
@@ -210,11 +183,11 @@ def _depth_mix(
     m = rows.m
     total, weight = np.zeros(m), np.zeros(m)
     used, deepest = np.zeros(m), np.zeros(m)
-    ddof = 1 if options["std"] == "unbiased" else 0
-    offset = 0 if options["weight_base"] == "depth" else 1
+    ddof = 1 if options.std == "unbiased" else 0
+    offset = 0 if options.weight_base == "depth" else 1
     key, num_keys = s_group, base.num_s  # depth 1: (u, anchor_t), defined on every row
     defined = np.ones(m, dtype=bool)
-    for k in range(1, options["history_length"] + 2):
+    for k in range(1, options.history_length + 2):
         if k > 1:
             has_prev = rows.prev >= 0
             defined = has_prev & defined[np.where(has_prev, rows.prev, 0)]  # t >= k - 1
@@ -226,9 +199,16 @@ def _depth_mix(
         a_k, size, _ = normalise_in_groups(R_t[rows_k], key[rows_k], num_keys, norm, epsilon, ddof=ddof)
         in_v = (size[key[rows_k]] > 1) & ~at_group_mean(R_t[rows_k], key[rows_k], num_keys)  # (M_k,) k in V(t)
         take = rows_k[in_v]
-        w = float(k + offset) ** options["alpha"]
+        w = float(k + offset) ** options.alpha
         total[take] += w * a_k[in_v]
         weight[take] += w
         used[take] += 1
         deepest[take] = k
     return total, weight, used, deepest
+
+
+@arrays_signature(HGPOOptions)
+def hgpo_advantage_terms(*inputs: Any, **keywords: Any) -> AdvantageTerms:
+    """:func:`hgpo_terms` called with arrays, as :func:`verl_gigpo.advantage.gigpo_advantage_terms` (the
+    :class:`HGPOOptions` fields as keywords)."""
+    return hgpo_terms(*split_call(HGPOOptions, inputs, keywords))

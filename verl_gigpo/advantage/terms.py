@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from verl_gigpo.advantage._inputs import as_response_mask
-from verl_gigpo.advantage._rows import Basis, StepRows, check_overflow
+from verl_gigpo.advantage._rows import Basis, ValidRows, check_overflow
 
 __all__ = ["STAT_NAMES", "AdvantageTerms", "GiGPOTerms", "assemble", "shared_stats"]
 
@@ -175,7 +175,7 @@ def assemble(
 
 
 def shared_stats(
-    rows: StepRows,
+    rows: ValidRows,
     A_E: np.ndarray,
     A_S: np.ndarray,
     group_size: np.ndarray,

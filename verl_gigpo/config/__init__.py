@@ -23,13 +23,15 @@ from omegaconf import DictConfig, OmegaConf
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.advantage import (
     EPISODE_STATS,
-    ESTIMATOR_TERMS,
-    NEEDS_OUTCOME,
+    ESTIMATORS,
     NORMS,
     AdvantageTerms,
+    CommonOptions,
     G2POOptions,
+    GiGPOOptions,
     GraphGPOOptions,
     HGPOOptions,
+    StepRows,
     check_estimator_options,
     invalid_row_penalty,
 )
@@ -232,82 +234,47 @@ class GiGPOConfig:
             accounting["invalid_action_penalty"] = env["invalid_action_penalty"]
         return dataclasses.replace(base, method=method, **sections, **accounting)
 
-    def advantage_terms(
-        self,
-        step_rewards: Any,
-        response_mask: Any,
-        group_ids: Any,
-        traj_ids: Any,
-        step_ids: Any,
-        anchor_keys: Any,
-        *,
-        row_mask: Any = None,
-        won: Any = None,
-        action_valid: Any = None,
-        env_rewards: Any = None,
-    ) -> AdvantageTerms:
-        """The configured estimator (:attr:`method`) with these settings, anchor keys merged by similarity when
-        ``key_mode == "similarity"`` (by :attr:`similarity_grouping`; ``difflib_first_fit`` turns the keys into
-        cluster ids here, :func:`~verl_gigpo.advantage.anchors.first_fit_anchor_ids`, in the rows' order), and the
-        invalid-action penalty placed by :attr:`penalty_mode`.
+    def advantage_terms(self, *inputs: Any, env_rewards: Any = None, **fields: Any) -> AdvantageTerms:
+        """:meth:`estimate` called with arrays: ``(step_rewards, response_mask, group_ids, traj_ids, step_ids,
+        anchor_keys, *, row_mask=None, won=None, action_valid=None, env_rewards=None)`` (the
+        :class:`~verl_gigpo.advantage.StepRows` fields)."""
+        return self.estimate(StepRows(*inputs, **fields), env_rewards=env_rewards)
 
-        Exactly the method's function of :data:`verl_gigpo.advantage.ESTIMATOR_TERMS`
-        (:func:`~verl_gigpo.advantage.gigpo_advantage_terms` with :meth:`estimator_kwargs`, or a successor with its
-        section's options) with ``similarity_threshold = self.anchor_similarity_threshold``;
-        ``terms.token_level(response_mask)`` gives the ``(advantages, returns)`` (N, L) the update uses.
-
-        Args:
-            step_rewards: ``(N,)`` float tensor or array, the reward of each step row.
-            response_mask: ``(N, L)`` tensor, 1 on response tokens (``(N, 1)`` ones when only per-row terms matter).
-            group_ids, traj_ids: ``(N,)`` hashables, episode group (task) and trajectory of each row.
-            step_ids: ``(N,)`` integers, step index inside the trajectory.
-            anchor_keys: ``(N,)`` anchor keys from the environment; str observation texts when ``key_mode`` is
-                ``"similarity"`` (environments built with :attr:`env_key_mode`).
-            row_mask: optional ``(N,)`` bool; False marks padding rows and rows of failed episodes.
-            won, action_valid: ``(N,)`` bool, the episode was won / the reply held a valid action; GraphGPO and
-                G2PO read them (:data:`verl_gigpo.advantage.NEEDS_OUTCOME`), and ``penalty_mode="reference"``
-                reads ``action_valid``.
-            env_rewards: ``(N,)`` floats, the environment's reward of each row without the penalty; needed (and
-                used instead of ``step_rewards``) when :attr:`penalty_mode` is ``"reference"``.
-
-        Returns:
-            :class:`~verl_gigpo.advantage.AdvantageTerms`, arrays ``(N,)`` and the method's stats.
+    def estimate(self, rows: StepRows, *, env_rewards: Any = None) -> AdvantageTerms:
+        """The configured estimator (:attr:`method`, :data:`verl_gigpo.advantage.ESTIMATORS`) on ``rows`` with these
+        settings: anchor keys merged by similarity when ``key_mode == "similarity"`` (``difflib_first_fit`` turns the
+        keys into cluster ids here, in the rows' order) and the invalid-action penalty placed by :attr:`penalty_mode`
+        (``"reference"``: ``env_rewards`` ``(N,)``, the environment's rewards without the penalty, replace the step
+        rewards, and ``rows.action_valid`` gives each row's penalty). ``terms.token_level(response_mask)`` gives the
+        ``(advantages, returns)`` (N, L) the update uses.
 
         Raises:
             ValueError: malformed input, as the method's function documents; ``penalty_mode="reference"`` without
                 ``env_rewards`` or ``action_valid``.
         """
         if self.penalty_mode == "reference":
-            if env_rewards is None or action_valid is None:
+            if env_rewards is None or rows.action_valid is None:
                 raise ValueError(
                     "env.invalid_action_penalty_mode=reference needs each row's env_rewards (the environment's reward "
                     "without the penalty) and action_valid; pass both (StepBatch.advantage_terms does)"
                 )
-            step_rewards = env_rewards
-            n = len(env_rewards)
+            penalty = invalid_row_penalty(rows.action_valid, self.invalid_action_penalty, len(env_rewards))
+            rows = dataclasses.replace(rows, step_rewards=env_rewards, row_penalty=penalty)
         threshold = self.anchor_similarity_threshold
         if threshold is not None and self.similarity_grouping == "difflib_first_fit":
-            anchor_keys = first_fit_anchor_ids(anchor_keys, group_ids, threshold, row_mask=row_mask)
-            threshold = None
-        kwargs: dict[str, Any] = {
-            "row_mask": row_mask,
-            "similarity_threshold": threshold,
-            "gamma": self.gamma,
-            "norm": self.norm,
-            "epsilon": self.epsilon,
-            "episode_stats": self.episode_stats,
-        }
-        if self.method == "gigpo":
-            kwargs["step_advantage_w"] = self.step_advantage_w
-        else:
-            kwargs.update(getattr(self, self.method).kwargs())
-        if self.method in NEEDS_OUTCOME:
-            kwargs.update(won=won, action_valid=action_valid)
-        if self.penalty_mode == "reference":
-            kwargs["row_penalty"] = invalid_row_penalty(action_valid, self.invalid_action_penalty, n)
-        return ESTIMATOR_TERMS[self.method](
-            step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys, **kwargs
+            keys = first_fit_anchor_ids(rows.anchor_keys, rows.group_ids, threshold, row_mask=rows.row_mask)
+            rows, threshold = dataclasses.replace(rows, anchor_keys=keys), None
+        common = CommonOptions(
+            gamma=self.gamma,
+            norm=self.norm,
+            epsilon=self.epsilon,
+            episode_stats=self.episode_stats,
+            similarity_threshold=threshold,
         )
+        spec = ESTIMATORS[self.method]
+        gigpo = self.method == "gigpo"
+        options = GiGPOOptions(step_advantage_w=self.step_advantage_w) if gigpo else getattr(self, self.method)
+        return spec.terms(rows, options, common)
 
     def estimator_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :func:`verl_gigpo.advantage.compute_gigpo_advantage` (and

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.config import GiGPOConfig
@@ -62,16 +61,7 @@ def recredit(records: Sequence[dict[str, Any]], method: str, *, gamma: float = 0
         observations=column("observation"),
         actions=column("action"),
     )
-    terms = GiGPOConfig(gamma=gamma, method=method).advantage_terms(
-        torch.as_tensor(rewards),
-        torch.ones(n, 1),
-        groups,
-        trajs,
-        steps,
-        anchors,
-        won=rows.won,
-        action_valid=rows.action_valid,
-    )
+    terms = rows.advantage_terms(GiGPOConfig(gamma=gamma, method=method))
     out = credit_records(terms, iteration=int(records[0]["iteration"]), steps=rows)
     for new, old in zip(out, records, strict=True):  # the recorded hash of the raw key, not of the group id
         new["anchor_key"] = old["anchor_key"]

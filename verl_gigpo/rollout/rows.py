@@ -2,53 +2,171 @@
 
     rows = episode_rows(episode, text_chars=200)   # one EpisodeRow per step (one placeholder row if it failed at reset)
 
-verl's agent loop (:func:`verl_gigpo.verl_glue.agent_loop.episode_to_outputs`) puts each row's :attr:`EpisodeRow.fields`
-into ``AgentLoopOutput.extra_fields``; :meth:`StepBatch.from_rows <verl_gigpo.rollout.step_rows.StepBatch.from_rows>`
-reads them back on verl's trainer mode, :meth:`StepBatch.from_episodes
-<verl_gigpo.rollout.step_rows.StepBatch.from_episodes>` reads them straight from this function on the local engine, and
-the credit records read the same columns. The fields, the same names everywhere:
-
-=====================  ===========================================================================================
-traj_id                the episode's trajectory id (verl: ``{uid}_{session_id}``), unique per trajectory
-step_id                0-based step index
-anchor_key             anchor key of the state the action was taken from (``algorithm.gigpo.key_mode``)
-step_reward            environment reward minus ``env.invalid_action_penalty`` when the reply was invalid
-env_reward             environment reward alone
-action_valid           the reply was valid under ``env.invalid_action`` (``admissible`` or ``format``)
-won                    the EPISODE was won (same on every row of the trajectory)
-env_name, task_id      environment and its task id; task_type (e.g. ALFWorld's pick/clean/...), split, seed
-env_error              the environment raised or missed a deadline; the episode stopped there and its rows are
-                       masked (no statistic, no loss); env_error_message: what happened ("" when nothing did)
-abandoned_threads      the episode's environment calls abandoned in a thread at a deadline (0 or 1)
-history_dropped        past steps dropped from this prompt to fit ``data.max_prompt_length``
-prompt_truncated       the prompt's ids were cut from the left (``env.prompt.overlong=cut_left``)
-observation_truncated  the step's observation was cut to 8 characters per prompt token before tokenising
-episode_length         number of steps of the episode (0: failed at reset); episode_return: sum of its step rewards
-env_seconds            seconds the episode spent inside the environment; generate_seconds: awaiting the generator
-observation, action    only with ``text_chars`` > 0 (credit records on): the step's observation and the parsed action
-                       (the reply when invalid), cut to ``text_chars`` characters
-=====================  ===========================================================================================
-
-The placeholder rule, written here only: an episode whose environment failed before its first step has one row
-(``step_id`` 0, empty anchor key, rewards 0, ``action_valid`` False, no tokens) carrying every field a real row
-carries, so that the failure is counted (``env/env_error_rate``) while the row takes part in no statistic and no loss.
-verl's agent loop gives that row a short prompt and one EOS token with response_mask 0 (verl needs a token).
+verl's agent loop puts each row's :attr:`EpisodeRow.fields` into ``AgentLoopOutput.extra_fields``;
+:class:`~verl_gigpo.rollout.step_rows.StepBatch` reads them back on both engines, and the credit records read the same
+columns. :data:`ROW_FIELDS` declares every field once (name, dtype, default, placeholder, doc): the writer below, the
+readers (``StepBatch``) and the table in docs/estimators.md (checked by a test) derive from it. An episode whose
+environment failed before its first step has one placeholder row carrying every field (the step fields at their
+``placeholder``, no tokens), so that the failure is counted (``env/env_error_rate``) while the row takes part in no
+statistic and no loss; verl's agent loop gives it a short prompt and one EOS token with response_mask 0.
 
 Plain Python (no verl, no numpy): :mod:`verl_gigpo.rollout` serves both engines.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from verl_gigpo.rollout.types import Episode
 
-__all__ = ["REQUIRED_FIELDS", "EpisodeRow", "action_text", "episode_rows", "truncate_text"]
+__all__ = [
+    "REQUIRED_FIELDS",
+    "ROW_FIELDS",
+    "EpisodeRow",
+    "RowField",
+    "action_text",
+    "episode_rows",
+    "schema_table",
+    "truncate_text",
+]
 
-#: the fields every row carries and a step-credit estimator cannot do without (a row lacking one was not written by
-#: :func:`episode_rows`: wrong agent loop)
-REQUIRED_FIELDS = ("traj_id", "step_id", "anchor_key", "step_reward", "action_valid", "won", "env_error")
+EPISODE = "episode"
+"""The :attr:`RowField.level` of a field that describes the whole episode (the same on each of its rows)."""
+
+
+@dataclass(frozen=True)
+class RowField:
+    """One field of a step row.
+
+    name: the key in :attr:`EpisodeRow.fields` (verl's ``extra_fields``). dtype: the numpy dtype of its
+    ``StepBatch`` column. default: the value a reader gives a row that lacks it. doc: one line for the docs table.
+    level: ``"episode"`` (read from the episode, also on the placeholder row) or ``"step"`` (read from the step;
+    the placeholder row holds ``placeholder``). read: the value from the episode or the step. column: its
+    ``StepBatch`` column (None: not read there). required: a step-credit estimator cannot do without it.
+    text: written only with ``text_chars`` > 0, cut to that many characters.
+    """
+
+    name: str
+    dtype: str
+    default: Any
+    doc: str
+    level: str
+    read: Callable[[Any], Any]
+    placeholder: Any = None
+    column: str | None = None
+    required: bool = False
+    text: bool = False
+
+
+def _timing(key: str) -> Callable[[Episode], float]:
+    return lambda ep: float(ep.timing.get(key, 0.0))
+
+
+#: every field of a step row, in the order the writer emits them
+# fmt: off
+ROW_FIELDS: tuple[RowField, ...] = (
+    RowField(
+        "traj_id", "object", "", "the trajectory id (verl: ``{uid}_{session_id}``), unique per trajectory", EPISODE,
+        lambda ep: ep.traj_id, column="traj_ids", required=True,
+    ),
+    RowField("env_name", "object", None, "the environment's registered name", EPISODE, lambda ep: ep.task.env_name),
+    RowField("task_id", "object", None, "the task's id", EPISODE, lambda ep: ep.task_id, column="task_ids"),
+    RowField(
+        "task_type", "object", None, "the task's type (e.g. ALFWorld's pick/clean/...)", EPISODE,
+        lambda ep: ep.task_type, column="task_types",
+    ),
+    RowField("split", "object", None, "the task's split", EPISODE, lambda ep: ep.task.split),
+    RowField("seed", "object", None, "the task's seed", EPISODE, lambda ep: ep.task.seed),
+    RowField(
+        "won", "bool", False, "the EPISODE was won (same on every row of the trajectory)", EPISODE,
+        lambda ep: bool(ep.won), column="won", required=True,
+    ),
+    RowField(
+        "env_error", "bool", False, "the environment raised or missed a deadline: its rows are masked", EPISODE,
+        lambda ep: ep.env_error is not None, column="env_error", required=True,
+    ),
+    RowField(
+        "env_error_message", "object", "", "what happened (empty when nothing did)", EPISODE,
+        lambda ep: ep.env_error or "",
+    ),
+    RowField(
+        "episode_length", "int64", -1, "steps of the episode (0: failed at reset; -1 when unknown)", EPISODE,
+        lambda ep: int(ep.length), column="episode_lengths",
+    ),
+    RowField(
+        "episode_return", "float64", 0.0, "the sum of the episode's step rewards", EPISODE,
+        lambda ep: float(ep.episode_return),
+    ),
+    RowField(
+        "env_seconds", "float64", 0.0, "seconds the episode spent inside the environment", EPISODE, _timing("env"),
+        column="env_seconds",
+    ),
+    RowField(
+        "generate_seconds", "float64", 0.0, "seconds the episode awaited the generator", EPISODE,
+        _timing("generate"), column="generate_seconds",
+    ),
+    RowField(
+        "abandoned_threads", "int64", 0, "environment calls abandoned in a thread at a deadline (0 or 1)", EPISODE,
+        lambda ep: int(ep.abandoned_threads), column="abandoned_threads",
+    ),
+    RowField(
+        "step_id", "int64", 0, "0-based step index", "step", lambda st: int(st.step_id), placeholder=0,
+        column="step_ids", required=True,
+    ),
+    RowField(
+        "anchor_key", "object", "", "anchor key of the state the action was taken from (``algorithm.gigpo.key_mode``)",
+        "step", lambda st: st.anchor_key, placeholder="", column="anchor_keys", required=True,
+    ),
+    RowField(
+        "step_reward", "float64", 0.0, "environment reward minus ``env.invalid_action_penalty`` when invalid", "step",
+        lambda st: float(st.step_reward), placeholder=0.0, column="step_rewards", required=True,
+    ),
+    RowField(
+        "env_reward", "float64", None, "environment reward alone (a row that lacks it: its step reward)", "step",
+        lambda st: float(st.env_reward), placeholder=0.0,
+    ),
+    RowField(
+        "action_valid", "bool", True, "the reply was valid under ``env.invalid_action``", "step",
+        lambda st: bool(st.action_valid), placeholder=False, column="action_valid", required=True,
+    ),
+    RowField(
+        "history_dropped", "int64", 0, "past steps dropped from the prompt to fit ``data.max_prompt_length``",
+        "step", lambda st: int(st.history_dropped), placeholder=0, column="history_dropped",
+    ),
+    RowField(
+        "prompt_truncated", "bool", False, "the prompt's ids were cut from the left (``env.prompt.overlong=cut_left``)",
+        "step", lambda st: bool(st.prompt_truncated), placeholder=False,
+    ),
+    RowField(
+        "observation_truncated", "bool", False, "the observation was cut to 8 characters per prompt token", "step",
+        lambda st: bool(st.observation_truncated), placeholder=False, column="observation_truncated",
+    ),
+    RowField(
+        "observation", "object", "", "the step's observation (credit records on: ``text_chars`` > 0)", "step",
+        lambda st: st.observation, placeholder="", column="observations", text=True,
+    ),
+    RowField(
+        "action", "object", "", "the parsed action, or the reply when invalid (``text_chars`` > 0)", "step",
+        lambda st: action_text(st.action, st.response_text, st.action_valid), placeholder="", column="actions",
+        text=True,
+    ),
+)
+# fmt: on
+
+#: the fields a step-credit estimator cannot do without (a row lacking one was not written by :func:`episode_rows`)
+REQUIRED_FIELDS = tuple(f.name for f in ROW_FIELDS if f.required)
+
+
+def schema_table() -> str:
+    """The Markdown table of :data:`ROW_FIELDS` that docs/estimators.md carries."""
+    lines = ["| field | level | dtype | default | placeholder | `StepBatch` | meaning |", "|---" * 7 + "|"]
+    for f in ROW_FIELDS:
+        placeholder = "the episode's" if f.level == EPISODE else repr(f.placeholder)
+        column = f"`{f.column}`" if f.column else "-"
+        lines.append(f"| `{f.name}` | {f.level} | {f.dtype} | {f.default!r} | {placeholder} | {column} | {f.doc} |")
+    return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True)
@@ -82,54 +200,17 @@ def episode_rows(episode: Episode, *, text_chars: int = 0) -> list[EpisodeRow]:
     Returns:
         ``max(episode.length, 1)`` rows.
     """
-    common = {
-        "traj_id": episode.traj_id,
-        "env_name": episode.task.env_name,
-        "task_id": episode.task_id,
-        "task_type": episode.task_type,
-        "split": episode.task.split,
-        "seed": episode.task.seed,
-        "won": bool(episode.won),
-        "env_error": episode.env_error is not None,
-        "env_error_message": episode.env_error or "",
-        "episode_length": int(episode.length),
-        "episode_return": float(episode.episode_return),
-        "env_seconds": float(episode.timing.get("env", 0.0)),
-        "generate_seconds": float(episode.timing.get("generate", 0.0)),
-        "abandoned_threads": int(episode.abandoned_threads),
-    }
+    common = {f.name: f.read(episode) for f in ROW_FIELDS if f.level == EPISODE}
+    steps = [f for f in ROW_FIELDS if f.level != EPISODE and (text_chars > 0 or not f.text)]
     if not episode.steps:
-        placeholder = {
-            **common,
-            "step_id": 0,
-            "anchor_key": "",
-            "step_reward": 0.0,
-            "env_reward": 0.0,
-            "action_valid": False,
-            "history_dropped": 0,
-            "prompt_truncated": False,
-            "observation_truncated": False,
-            **({"observation": "", "action": ""} if text_chars > 0 else {}),
-        }
+        placeholder = {**common, **{f.name: f.placeholder for f in steps}}
         return [EpisodeRow(placeholder, [], [], None, {}, placeholder=True)]
     rows = []
     for step in episode.steps:
-        fields = {
-            **common,
-            "step_id": int(step.step_id),
-            "anchor_key": step.anchor_key,
-            "step_reward": float(step.step_reward),
-            "env_reward": float(step.env_reward),
-            "action_valid": bool(step.action_valid),
-            "history_dropped": int(step.history_dropped),
-            "prompt_truncated": bool(step.prompt_truncated),
-            "observation_truncated": bool(step.observation_truncated),
-        }
-        if text_chars > 0:
-            fields["observation"] = truncate_text(step.observation, text_chars)
-            fields["action"] = truncate_text(
-                action_text(step.action, step.response_text, step.action_valid), text_chars
-            )
+        fields = {**common, **{f.name: f.read(step) for f in steps}}
+        for f in steps:
+            if f.text:
+                fields[f.name] = truncate_text(fields[f.name], text_chars)
         rows.append(
             EpisodeRow(
                 fields,

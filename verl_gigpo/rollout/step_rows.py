@@ -28,51 +28,28 @@ import pandas as pd
 
 from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, TRAINER_MODE
 from verl_gigpo.rollout.metrics import TrajectorySummary
-from verl_gigpo.rollout.rows import REQUIRED_FIELDS, episode_rows
+from verl_gigpo.rollout.rows import REQUIRED_FIELDS, ROW_FIELDS, episode_rows
 from verl_gigpo.rollout.types import Episode
 from verl_gigpo.rules import Range
 
 __all__ = ["REQUIRED_FIELDS", "StepBatch", "UpdateSettings", "episode_group_id"]
 
-#: row field (:mod:`verl_gigpo.rollout.rows`) -> (StepBatch column, value of a row that lacks it, dtype); the one
-#: mapping both :meth:`StepBatch.from_rows` and :meth:`StepBatch.from_episodes` read the rows through
-_COLUMNS: dict[str, tuple[str, Any, Any]] = {
-    "traj_id": ("traj_ids", "", object),
-    "step_id": ("step_ids", 0, np.int64),
-    "anchor_key": ("anchor_keys", "", object),
-    "step_reward": ("step_rewards", 0.0, np.float64),
-    "action_valid": ("action_valid", True, bool),
-    "won": ("won", False, bool),
-    "env_error": ("env_error", False, bool),
-    "task_type": ("task_types", None, object),
-    "task_id": ("task_ids", None, object),
-    "history_dropped": ("history_dropped", 0, np.int64),
-    "env_seconds": ("env_seconds", 0.0, np.float64),
-    "generate_seconds": ("generate_seconds", 0.0, np.float64),
-    "episode_length": ("episode_lengths", -1, np.int64),
-    "observation_truncated": ("observation_truncated", False, bool),
-    "abandoned_threads": ("abandoned_threads", 0, np.int64),
-    "observation": ("observations", "", object),
-    "action": ("actions", "", object),
-}
+#: row field -> (StepBatch column, value of a row that lacks it, dtype), from the schema
+#: (:data:`~verl_gigpo.rollout.rows.ROW_FIELDS`); the one mapping both :meth:`StepBatch.from_rows` and
+#: :meth:`StepBatch.from_episodes` read the rows through
+_COLUMNS: dict[str, tuple[str, Any, Any]] = {f.name: (f.column, f.default, f.dtype) for f in ROW_FIELDS if f.column}
 
 
 @dataclass
 class StepBatch:
     """Per-row step data of one training batch, as numpy arrays of length N (all rows, padding included).
 
-    group_ids: the episode group (task id: verl ``uid``; see :func:`episode_group_id`); traj_ids, step_ids,
-    anchor_keys, step_rewards (float64: the environment's reward minus the invalid-action penalty), action_valid,
-    won (episode won, on every row of the trajectory) and env_error (bool); task_types (str or None);
-    history_dropped (past steps dropped from the row's prompt); observation_truncated (the row's observation was
-    cut to the observation cap; default all False); row_mask: False for padding rows and rows of failed episodes;
-    env_seconds, generate_seconds (the episode's totals, on every row);
-    padding: verl's padding rows (None: rows with row_mask False and no env_error, or a ``pad...`` uid);
-    episode_lengths: the episode's steps played, on every row (-1 or None: unknown, its rows are counted instead);
-    abandoned_threads: the episode's environment calls abandoned in a thread at a deadline, on every row (None: 0);
-    env_rewards: the environment's reward alone (float64; None: the step rewards), read by
-    ``env.invalid_action_penalty_mode=reference``; task_ids (None: all None); observations, actions: the rows'
-    texts for the credit records (None: all "", as when the rows were built without texts).
+    The columns read from the rows' fields, their dtypes and defaults are the schema's
+    (:data:`~verl_gigpo.rollout.rows.ROW_FIELDS`, tabled in docs/estimators.md); an optional one left None takes the
+    schema's default. The others: group_ids, the episode group (task id: verl ``uid``; see :func:`episode_group_id`);
+    row_mask, False for padding rows and rows of failed episodes; padding, verl's padding rows (None: rows with
+    row_mask False and no env_error, or a ``pad...`` uid); env_rewards, the environment's reward alone (float64; None:
+    the step rewards), read by ``env.invalid_action_penalty_mode=reference``.
 
     Token columns, set by :meth:`from_episodes` (the local engine's update reads them; on verl the tokens stay in
     TransferQueue and these are None): prompts (N lists of prompt token ids), responses (N lists of response token
@@ -110,26 +87,14 @@ class StepBatch:
 
     def __post_init__(self) -> None:
         n = len(self.group_ids)
-        if self.observation_truncated is None:
-            self.observation_truncated = np.zeros(n, dtype=bool)
-        if self.env_seconds is None:
-            self.env_seconds = np.zeros(n)
-        if self.generate_seconds is None:
-            self.generate_seconds = np.zeros(n)
+        for column, default, dtype in _COLUMNS.values():  # an optional column left out: the schema's default
+            if getattr(self, column) is None:
+                setattr(self, column, np.full(n, default, dtype=dtype))
         if self.padding is None:
             pad_uid = np.array([str(g).startswith("pad") for g in self.group_ids], dtype=bool)
             self.padding = pad_uid | (~self.row_mask & ~self.env_error)
-        if self.episode_lengths is None:
-            self.episode_lengths = np.full(n, -1, dtype=np.int64)
-        if self.abandoned_threads is None:
-            self.abandoned_threads = np.zeros(n, dtype=np.int64)
         if self.env_rewards is None:
             self.env_rewards = np.asarray(self.step_rewards, dtype=np.float64).copy()
-        if self.task_ids is None:
-            self.task_ids = np.full(n, None, dtype=object)
-        for name in ("observations", "actions"):
-            if getattr(self, name) is None:
-                setattr(self, name, np.full(n, "", dtype=object))
         for name in ("prompts", "responses", "rollout_logprobs"):
             column = getattr(self, name)
             if column is not None and len(column) != n:
@@ -299,34 +264,27 @@ class StepBatch:
         return traj_of_row, returns, self.group_ids[real[first]]
 
     def advantage_terms(self, cfg: Any, response_mask: Any = None) -> Any:
-        """The configured step-credit estimator on these rows: ``cfg.advantage_terms`` of a
-        :class:`verl_gigpo.config.GiGPOConfig` (GiGPO, HGPO, GraphGPO or G2PO; similarity keys merged there; the
-        invalid-action penalty placed by ``cfg.penalty_mode``) with the rows' rewards (step and environment), ids,
-        keys, outcome, validity and ``row_mask``. The rewards go in as float64 (no float32 round trip).
-
-        Args:
-            cfg: the estimator settings (a ``GiGPOConfig``).
-            response_mask: (N, L) torch mask of the response tokens; None: one token per row ((N, 1) ones).
+        """The configured step-credit estimator on these rows: ``cfg.estimate`` of a
+        :class:`verl_gigpo.config.GiGPOConfig` on :meth:`estimator_rows`, with the environment's rewards for
+        ``cfg.penalty_mode="reference"``. The rewards go in as float64 (no float32 round trip).
 
         Returns:
             the estimator's terms (:class:`verl_gigpo.advantage.AdvantageTerms`, arrays (N,)); masked rows get 0.
         """
+        env_rewards = np.asarray(self.env_rewards, dtype=np.float64)
+        return cfg.estimate(self.estimator_rows(response_mask), env_rewards=env_rewards)
+
+    def estimator_rows(self, response_mask: Any = None) -> Any:
+        """These rows as the estimators' input, :class:`verl_gigpo.advantage.StepRows` (step rewards float64);
+        ``response_mask`` (N, L) torch, None: one token per row ((N, 1) ones)."""
         import torch
 
-        if response_mask is None:
-            response_mask = torch.ones((len(self), 1))
-        return cfg.advantage_terms(
-            np.asarray(self.step_rewards, dtype=np.float64),
-            response_mask,
-            self.group_ids,
-            self.traj_ids,
-            self.step_ids,
-            self.anchor_keys,
-            row_mask=self.row_mask,
-            won=self.won,
-            action_valid=self.action_valid,
-            env_rewards=np.asarray(self.env_rewards, dtype=np.float64),
-        )
+        from verl_gigpo.advantage import StepRows  # the maths imports torch: not at import time
+
+        rewards = np.asarray(self.step_rewards, dtype=np.float64)
+        mask = torch.ones((len(self), 1)) if response_mask is None else response_mask
+        ids = (self.group_ids, self.traj_ids, self.step_ids, self.anchor_keys)
+        return StepRows(rewards, mask, *ids, row_mask=self.row_mask, won=self.won, action_valid=self.action_valid)
 
 
 @dataclass(frozen=True)
