@@ -301,7 +301,7 @@ def find_dead_actor(error: BaseException, *, waited_on: str | None = None) -> De
 def stop_message(dead: DeadActor, experiment_dir: str | Path) -> str:
     """The line a launch ends with when ``dead`` died: which process, that the run stopped, and how to resume from
     the last complete checkpoint of ``experiment_dir`` (``trainer.default_local_dir``)."""
-    from verl_gigpo.verl_glue.launch import POINTER
+    from verl_gigpo.config.resume import POINTER
 
     folder = Path(experiment_dir)
     pointer = folder / POINTER

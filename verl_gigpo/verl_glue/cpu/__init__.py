@@ -143,11 +143,6 @@ def register_cpu_backends() -> None:
     never import those verl modules import nothing more. Safe to call more than once."""
     import importlib
 
-    if os.environ.get("GIGPO_TIMELINE"):
-        # start-up timestamps (benchmarks/bench_verl_cpu.py), dev-only: imported only when asked for
-        from verl_gigpo.dev.timeline import install as install_timeline
-
-        install_timeline()
     platform = importlib.import_module("verl_gigpo.verl_glue.cpu.platform")
     # a process whose first import is verl_gigpo.verl_glue.cpu.platform reaches here (via verl's plug-in loading) while
     # that module is still importing verl; it registers itself at its end, so there is nothing to do yet
