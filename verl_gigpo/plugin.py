@@ -185,6 +185,10 @@ def ensure_registered() -> None:
         from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
         from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
         from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+
+        from verl_gigpo.verl_glue.contract import check_contract
+
+        check_contract(__name__)  # the registries read below
     except Exception as exc:
         raise RuntimeError(f"verl_gigpo could not register itself into verl: {exc!r}") from exc
     registries = (

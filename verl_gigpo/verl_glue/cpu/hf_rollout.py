@@ -43,6 +43,7 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutMode, RolloutReplica, TokenOutput
 
 from verl_gigpo import verl_logger
+from verl_gigpo.verl_glue.contract import check_contract
 from verl_gigpo.verl_glue.cpu import ROLLOUT_NAME
 from verl_gigpo.verl_glue.lora import merge_lora
 
@@ -447,3 +448,6 @@ class HFServerAdapter(BaseRollout):
             await server.update_adapter.remote(state, dict(peft_config), global_steps)
         else:
             await server.update_weights.remote(state, global_steps)
+
+
+check_contract(__name__)  # RolloutReplica's _server_handle and _server_address, which HFReplica sets
