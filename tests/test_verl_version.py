@@ -232,23 +232,40 @@ def test_the_table_prints_as_markdown_with_one_row_per_entry():
     assert "| `verl.trainer.ppo.v1.replay_buffer:ReplayBuffer._wait_for_next_poll` | wraps |" in markdown()
 
 
-def test_the_trainer_and_the_buffer_override_what_the_table_lists():
+def test_the_subclasses_of_verl_classes_override_what_the_table_lists():
     """Every member of verl's class (or attribute its ``__init__`` sets) that our subclass defines is a table row."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopBase
     from verl.trainer.ppo.v1 import PPOTrainerSync
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+    from verl.workers.rollout.base import BaseRollout
+    from verl.workers.rollout.replica import RolloutReplica
 
+    from verl_gigpo.verl_glue.agent_loop import GiGPOEnvAgentLoop
+    from verl_gigpo.verl_glue.cpu.hf_rollout import HFReplica, HFServerAdapter
     from verl_gigpo.verl_glue.replay_buffer import DynamicReplayBuffer
     from verl_gigpo.verl_glue.trainer import OVERRIDDEN, GiGPOTrainerSync
 
-    for ours, base in ((GiGPOTrainerSync, PPOTrainerSync), (DynamicReplayBuffer, ReplayBuffer)):
-        listed = {e.name for e in CONTRACT if e.ours == ours.__module__ and e.kind == "overrides"}
+    pairs = (
+        (GiGPOTrainerSync, PPOTrainerSync),
+        (DynamicReplayBuffer, ReplayBuffer),
+        (GiGPOEnvAgentLoop, AgentLoopBase),
+        (HFReplica, RolloutReplica),
+        (HFServerAdapter, BaseRollout),
+    )
+    for ours, base in pairs:
+        listed = {
+            e.name
+            for e in CONTRACT
+            if e.ours == ours.__module__ and e.kind == "overrides" and e.owner() in base.__mro__
+        }
         members = (set(dir(base)) | init_attributes(base)) - {"_abc_impl"}  # _abc_impl: ABCMeta's bookkeeping
         overridden = {name for name in vars(ours) if name in members and (name == "__init__" or name[:2] != "__")}
         if ours is DynamicReplayBuffer:
             overridden.discard("__init__")  # takes verl's arguments through (*args, **kwargs), plus its own
         assert overridden == listed, (ours.__name__, sorted(overridden ^ listed))
-        if ours is GiGPOTrainerSync:
-            assert set(OVERRIDDEN) == listed - {"trainer_mode"}
+    assert set(OVERRIDDEN) == {e.name for e in CONTRACT if e.ours == GiGPOTrainerSync.__module__} & set(
+        vars(GiGPOTrainerSync)
+    ) - {"trainer_mode"}
 
 
 @cache
@@ -305,13 +322,13 @@ def test_the_table_holds_every_private_verl_name_the_package_uses():
 def test_a_class_member_or_a_missing_instance_attribute_is_refused(monkeypatch):
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
-    check_contract("verl_gigpo.verl_glue.replay_buffer", "_dapo_classification_cache")
+    check_contract("verl_gigpo.verl_glue.replay_buffer", "._dapo_classification_cache")
     monkeypatch.setattr(ReplayBuffer, "_dapo_classification_cache", {}, raising=False)
     with pytest.raises(VerlMismatchError, match=r"ReplayBuffer\._dapo_classification_cache.*a class member"):
-        check_contract("verl_gigpo.verl_glue.replay_buffer", "_dapo_classification_cache")
+        check_contract("verl_gigpo.verl_glue.replay_buffer", "._dapo_classification_cache")
     monkeypatch.setattr(ReplayBuffer, "__init__", lambda self, refill_fn=None: None)
     with pytest.raises(VerlMismatchError, match=r"ReplayBuffer\.refill_fn.*not assigned in __init__"):
-        check_contract("verl_gigpo.verl_glue.replay_buffer", "refill_fn")
+        check_contract("verl_gigpo.verl_glue.replay_buffer", ".refill_fn")
 
 
 def test_a_trainer_mode_class_member_is_refused(monkeypatch):
@@ -355,7 +372,7 @@ def test_a_changed_override_of_the_buffer_is_refused(monkeypatch):
 
     monkeypatch.setattr(ReplayBuffer, "_select_prompt_uids", lambda self, partition_id, batch_size: None)
     with pytest.raises(VerlMismatchError, match=r"_select_prompt_uids.*\('self', 'partition_id', 'batch_size'\)"):
-        check_contract("verl_gigpo.verl_glue.replay_buffer", "_select_prompt_uids")
+        check_contract("verl_gigpo.verl_glue.replay_buffer", "._select_prompt_uids")
 
 
 def test_a_checkpoint_pointer_renamed_by_verl_is_refused(monkeypatch):

@@ -67,6 +67,7 @@ from verl_gigpo.rollout.seeding import (
     training_stream,
 )
 from verl_gigpo.rollout.transcripts import TranscriptWriter, episode_records
+from verl_gigpo.verl_glue.contract import check_contract
 
 __all__ = ["GiGPOEnvAgentLoop", "episode_config_from", "episode_to_outputs"]
 
@@ -311,3 +312,6 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
             weight_version=int(version) - 1 if version is not None else None,
             text_chars=self.text_chars,
         )
+
+
+check_contract(__name__)  # register and AgentLoopBase, as verl 0.9.1 defines them

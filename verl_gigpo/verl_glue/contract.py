@@ -76,6 +76,12 @@ class Entry:
         """The symbol's last component, e.g. ``_update_actor``."""
         return self.symbol.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
 
+    def owner(self) -> Any:
+        """The verl object holding the symbol (its class or module); imports it."""
+        module, _, qualname = self.symbol.partition(":")
+        head = qualname.rpartition(".")[0]
+        return _resolve(f"{module}:{head}" if head else module)
+
 
 _V1 = "verl.trainer.ppo.v1"
 _BUFFER = "verl.trainer.ppo.v1.replay_buffer:ReplayBuffer"
@@ -84,6 +90,7 @@ _DYNAMIC = "verl_gigpo.verl_glue.replay_buffer"
 _WATCH = "verl_gigpo.verl_glue.dead_actor"
 _CPU = "verl_gigpo.verl_glue.cpu"
 _SHIMS = "verl_gigpo.verl_glue.cpu.shims"
+_AGENT_LOOP = "verl_gigpo.verl_glue.agent_loop"
 
 _TRAINER_OVERRIDES = (
     ("__init__", "reads and checks the GiGPO config first, greedy validation sampling, then verl's"),
@@ -230,6 +237,64 @@ CONTRACT: tuple[Entry, ...] = (
             ("_server_address", "HFReplica sets it; verl's server_address property returns it"),
         )
     ),
+    *(
+        Entry(f"verl.experimental.agent_loop.agent_loop:{name}", kind, _AGENT_LOOP, why, "signature", params)
+        for name, kind, why, params in (
+            ("register", "registers into", "the gigpo_env_agent agent loop", ("agent_name",)),
+            (
+                "AgentLoopBase.__init__",
+                "overrides",
+                "takes verl's arguments through to verl's, then reads the episode settings",
+                ("self", "trainer_config", "server_manager", "tokenizer", "processor", "dataset_cls", "data_config")
+                + ("hf_model_type", "kwargs"),
+            ),
+            ("AgentLoopBase.run", "overrides", "one episode, as verl's rows", None),
+        )
+    ),
+    *(
+        Entry(f"verl.workers.rollout.{symbol}", kind, f"{_CPU}.hf_rollout", why, "signature", params)
+        for symbol, kind, why, params in (
+            ("replica:RolloutReplica.launch_servers", "overrides", "starts the hf generation server", None),
+            (
+                "base:BaseRollout.__init__",
+                "overrides",
+                "the in-worker adapter, built by verl's worker",
+                ("self", "config", "model_config", "device_mesh", "args", "kwargs"),
+            ),
+            ("base:BaseRollout.resume", "overrides", "wakes the server", None),
+            ("base:BaseRollout.release", "overrides", "puts the server to sleep", None),
+            (
+                "base:BaseRollout.update_weights",
+                "overrides",
+                "weight sync into the server (peft_config, base_sync_done: keywords verl passes)",
+                ("self", "weights", "wire_format", "kwargs"),
+            ),
+        )
+    ),
+    Entry(
+        "verl.workers.rollout.replica:RolloutReplicaRegistry.register",
+        "registers into",
+        _CPU,
+        "the hf rollout replica, loaded lazily",
+        "signature",
+        ("name", "loader"),
+    ),
+    Entry(
+        "verl.workers.engine.base:EngineRegistry.register",
+        "registers into",
+        _CPU,
+        "verl's FSDP engines for device cpu",
+        "signature",
+        ("model_type", "backend", "device", "vendor"),
+    ),
+    Entry(
+        "verl.plugin.platform:PlatformRegistry.register",
+        "registers into",
+        f"{_CPU}.platform",
+        "the cpu platform (CPUPlatform implements PlatformBase's abstract methods: a new one fails at its creation)",
+        "signature",
+        ("platform",),
+    ),
     Entry(
         "verl.utils.distributed:initialize_global_process_group_ray",
         "patches",
@@ -357,13 +422,6 @@ def _resolve(path: str) -> Any:
     return found
 
 
-def _owner(entry: Entry) -> tuple[Any, str]:
-    """``(the object holding the symbol, the symbol's name)``."""
-    module, _, qualname = entry.symbol.partition(":")
-    head, _, name = qualname.rpartition(".")
-    return _resolve(f"{module}:{head}" if head else module), name
-
-
 def _our_override(entry: Entry, base: type) -> Any:
     ours = sys.modules[entry.ours]
     for value in vars(ours).values():
@@ -381,7 +439,7 @@ def check_entry(entry: Entry) -> None:
     use = f"{entry.ours} ({entry.why})"
     target = entry.symbol.replace(":", ".")
     try:
-        owner, name = _owner(entry)
+        owner, name = entry.owner(), entry.name
     except (ImportError, AttributeError) as exc:
         raise VerlMismatchError(target, "an importable verl module and class", repr(exc), use=use) from None
     if entry.guard == "binding":
@@ -442,15 +500,15 @@ def _check_fields(entry: Entry, verl_config: type, ours: type, *, target: str, u
             )
 
 
-def check_contract(ours: str, name: str | None = None) -> None:
+def check_contract(ours: str, symbol: str | None = None) -> None:
     """Run the guard of every :data:`CONTRACT` entry of module ``ours`` (called at that module's import, or where it
-    touches verl); with ``name``, of its entries for that verl name only.
+    touches verl); with ``symbol``, of its entries whose verl symbol ends with it only (e.g. ``"._engines"``).
 
     Raises:
         VerlMismatchError: a verl symbol it relies on is not what it was written for.
     """
     for entry in CONTRACT:
-        if entry.ours == ours and name in (None, entry.name):
+        if entry.ours == ours and (symbol is None or entry.symbol.endswith(symbol)):
             check_entry(entry)
 
 

@@ -61,6 +61,9 @@ def register_rollout_replica(_module: Any = None) -> None:
     """Register the ``hf`` replica class in verl's ``RolloutReplicaRegistry`` (idempotent; the class loads lazily)."""
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
+    from verl_gigpo.verl_glue.contract import check_contract
+
+    check_contract(__name__, "RolloutReplicaRegistry.register")
     RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_hf_replica)
 
 
@@ -72,7 +75,7 @@ def register_rollout_adapter(_module: Any = None) -> None:
 
     # verl.workers.rollout.base keeps the in-worker rollout classes in a module-private dict (_ROLLOUT_REGISTRY), no
     # register function (get_rollout_class reads it); adding our entry is the only way in.
-    check_contract(__name__, "_ROLLOUT_REGISTRY")
+    check_contract(__name__, ":_ROLLOUT_REGISTRY")
     base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = _ADAPTER_PATH
 
 
@@ -94,7 +97,8 @@ def register_cpu_engines(_module: Any = None) -> None:
 
     from verl_gigpo.verl_glue.contract import check_contract
 
-    check_contract(__name__, "_engines")
+    check_contract(__name__, "EngineRegistry._engines")
+    check_contract(__name__, "EngineRegistry.register")
     for model_type, cls in (("language_model", FSDPEngineWithLMHead), ("value_model", FSDPEngineWithValueHead)):
         registered = EngineRegistry._engines.get(model_type, {})
         for backend in ("fsdp", "fsdp2"):
