@@ -45,9 +45,9 @@ test: lint pytest
 # CPU demo: build artifacts/tiny-model if missing, train it with GiGPO on gridnav (a few minutes on 2 cores).
 # DEMO_ITERS=2 make demo for a quick check; DEMO_SEED, DEMO_OUT (runs/demo) and DEMO_MODEL also apply.
 # DEMO_START=imitate: start from a model that reads its observation, sampling over the full vocabulary (no
-# action-token constraint; see verl_gigpo/local/demo.py).
+# action-token constraint; see verl_gigpo/dev/demo.py).
 demo: $(STAMP)
-	$(BIN)/python -m verl_gigpo.local.demo
+	$(BIN)/python -m verl_gigpo.dev.demo
 
 # verl's main_ppo with GiGPO on CPU (platform=cpu): validation, iterations + checkpoints until a kill after step 2, a
 # refused training-key change, the resume to iteration 4 (metrics kept), GRPO with a LoRA adapter; builds

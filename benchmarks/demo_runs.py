@@ -4,7 +4,7 @@
     python benchmarks/demo_runs.py --starts random --seeds 0 --rerun
     python benchmarks/demo_runs.py --report-only            # the section from benchmarks/data/demo/ alone
 
-Each cell is one ``python -m verl_gigpo.local.demo --start START --seed SEED --out runs/demo-bench/START-seedSEED``
+Each cell is one ``python -m verl_gigpo.dev.demo --start START --seed SEED --out runs/demo-bench/START-seedSEED``
 (what ``make demo`` runs; the start model is built where the demo builds it when missing). Its metrics go to
 ``benchmarks/data/demo/START-seedSEED.jsonl.gz`` as soon as it finishes.
 """
@@ -46,14 +46,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def run_cell(start: str, seed: int, args: argparse.Namespace) -> Path:
     """Run one demo and keep its metrics; return the kept file."""
     out = Path(args.runs) / f"{start}-seed{seed}"
-    cmd = [sys.executable, "-m", "verl_gigpo.local.demo", "--start", start, "--seed", str(seed), "--out", str(out)]
+    cmd = [sys.executable, "-m", "verl_gigpo.dev.demo", "--start", start, "--seed", str(seed), "--out", str(out)]
     began = time.perf_counter()
     done = subprocess.run(cmd, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"error: the demo {start} seed {seed} failed (exit {done.returncode}): {done.stderr[-2000:]}")
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
     launch = {"wall_s": round(time.perf_counter() - began, 1), "returncode": 0}
-    command = " ".join(["python", "-m", "verl_gigpo.local.demo", *cmd[3:]])
+    command = " ".join(["python", "-m", "verl_gigpo.dev.demo", *cmd[3:]])
     return write_kept(
         kept_file(args.data, start, seed),
         rows,

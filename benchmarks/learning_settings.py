@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from verl_gigpo.local.demo import KEY_TASK
+from verl_gigpo.dev.demo import KEY_TASK
 
 REPO = Path(__file__).resolve().parent.parent
 SECTION = "## Learning: GiGPO vs GRPO"

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_make_demo_target_runs_the_demo_module():
     out = subprocess.run(["make", "-n", "demo"], cwd=REPO, capture_output=True, text=True, check=True).stdout
-    assert "-m verl_gigpo.local.demo" in out
+    assert "-m verl_gigpo.dev.demo" in out
 
 
 def _shortened_demo(model_dir, tmp_path):
@@ -30,7 +30,7 @@ def _shortened_demo(model_dir, tmp_path):
         "HF_HUB_OFFLINE": "1",
     }
     # a smaller validation set keeps the shortened mode quick; everything else is the demo's configuration
-    cmd = [sys.executable, "-m", "verl_gigpo.local.demo", "data.val_size=16", "local.progress=false"]
+    cmd = [sys.executable, "-m", "verl_gigpo.dev.demo", "data.val_size=16", "local.progress=false"]
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return tmp_path / "run", done.stdout
@@ -87,7 +87,7 @@ def test_demo_shortened_mode(demo_run):
 
 def test_demo_start_is_checked_before_anything_is_built(tmp_path, capsys):
     """DEMO_START names one of the two starts (random weights + action constraint, or the imitation model)."""
-    from verl_gigpo.local.demo import START_OVERRIDES, main
+    from verl_gigpo.dev.demo import START_OVERRIDES, main
 
     assert set(START_OVERRIDES) == {"random", "imitate"}
     # the imitation start samples over the full vocabulary, with room for the action word, EOS and one spare token
@@ -101,8 +101,8 @@ def test_demo_start_is_checked_before_anything_is_built(tmp_path, capsys):
 
 def test_the_imitation_start_plays_the_task_its_model_imitates():
     """The imitation start's overrides are the task its model is built on (gridnav with a key, no history)."""
+    from verl_gigpo.dev.demo import DEMO_OVERRIDES, IMITATE_TASK, START_ITERS, START_OVERRIDES
     from verl_gigpo.local.config import load_config
-    from verl_gigpo.local.demo import DEMO_OVERRIDES, IMITATE_TASK, START_ITERS, START_OVERRIDES
 
     cfg = load_config([*DEMO_OVERRIDES, *START_OVERRIDES["imitate"][1]])
     assert dict(cfg.env.kwargs) == IMITATE_TASK
@@ -138,7 +138,7 @@ def test_evaluating_the_demo_checkpoint_repeats_its_final_validation(demo_run, t
     assert "| **all** | 16 | 16 |" in (out / "table.md").read_text()
     assert (out / "success_by_type.png").stat().st_size > 1000
     from verl_gigpo.credit.records import read_credit_records
-    from verl_gigpo.evaluate.transcripts import episode_outcomes, read_transcripts
+    from verl_gigpo.rollout.transcripts import episode_outcomes, read_transcripts
 
     records = read_transcripts(out / "transcripts")
     assert len(episode_outcomes(records)) == 16 and {r["split"] for r in records} == {"test"}
@@ -186,7 +186,7 @@ def test_greedy_decoding_repeats_each_task_and_pass_at_k_counts_tasks(demo_run, 
     assert greedy.overall.pass_k == greedy.overall.rate
     head = greedy.table.read_text().splitlines()[:3]
     assert head[2] == "local engine, greedy decoding, restricted to the action words; 3 episode(s) per task; seed 1"
-    from verl_gigpo.evaluate.transcripts import read_transcripts
+    from verl_gigpo.rollout.transcripts import read_transcripts
 
     actions: dict = {}
     for r in read_transcripts(greedy.transcripts):

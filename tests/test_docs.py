@@ -151,7 +151,7 @@ def test_the_add_your_own_environment_example_runs(tmp_path, tiny_model_dir, mon
     through ``env.registry``."""
     from environments.checker import main as checker_main
     from verl_gigpo.data.prepare import main as prepare_main
-    from verl_gigpo.local.train import main as train_main
+    from verl_gigpo.local.cli import main as train_main
 
     package = tmp_path / "my_envs"
     package.mkdir()

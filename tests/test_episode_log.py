@@ -9,7 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from verl_gigpo.local.train import load_config, main
+from verl_gigpo.local.cli import main
+from verl_gigpo.local.train import load_config
 from verl_gigpo.rollout.episode_log import (
     CUT_MARKER,
     EpisodeLogOptions,

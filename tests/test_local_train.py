@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from verl_gigpo.dev.smoke import val_metric
-from verl_gigpo.local.train import LocalTrainer, load_config, main
+from verl_gigpo.local.cli import main
+from verl_gigpo.local.train import LocalTrainer, load_config
 from verl_gigpo.local.update import PPOActor
 from verl_gigpo.rollout import TaskSpec
 from verl_gigpo.rollout.health import SIGNALS

@@ -1,4 +1,4 @@
-"""CPU tests of LoRA merging (``verl_gigpo.export.lora``) against peft, the library verl's FSDP actor trains adapters
+"""CPU tests of LoRA merging (``verl_gigpo.verl_glue.lora``) against peft, the library verl's FSDP actor trains adapters
 with.
 
 The oracle is peft itself: a real ``LoraConfig`` adapter on the tiny Qwen2 model, with random ``A`` and ``B`` (peft
@@ -14,7 +14,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 
-from verl_gigpo.export.lora import adapted_weight_name, lora_scale, merge_lora
+from verl_gigpo.verl_glue.lora import adapted_weight_name, lora_scale, merge_lora
 
 Q = "model.layers.0.self_attn.q_proj.weight"
 

@@ -558,7 +558,7 @@ def unwritable():
 
 
 def _local_cli_error(argv: list[str], capsys) -> str:
-    from verl_gigpo.local.train import main
+    from verl_gigpo.local.cli import main
 
     with pytest.raises(SystemExit) as info:
         main(argv)

@@ -241,7 +241,7 @@ def test_the_agent_loop_writes_each_episode_as_transcript_records(rollout, tmp_p
     record per training row with the row's group (uid), trajectory, step and rewards; the evaluation's report reads
     them (verl_gigpo.evaluate.report_from_transcripts, what an EVAL_ONLY launch ends with)."""
     from verl_gigpo.evaluate import report_from_transcripts
-    from verl_gigpo.evaluate.transcripts import episode_outcomes, read_transcripts
+    from verl_gigpo.rollout.transcripts import episode_outcomes, read_transcripts
 
     folder = rollout["run_dir"] / "transcripts"
     [file] = list(folder.glob("transcripts_*.jsonl"))  # one worker process, one file

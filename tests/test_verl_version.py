@@ -1,22 +1,58 @@
-"""The guards of verl_gigpo's patches and overrides of verl internals (``verl_gigpo.verl_glue.verl_version``): the
-versions they were checked against pass, any other fails with what to do, unless the escape hatch is set; and each patch
-or override refuses, when installed, a verl symbol that is not what it was written for (real verl module objects,
-patched for the test and restored by ``monkeypatch``)."""
+"""verl's contract (``verl_gigpo.verl_glue.contract``, ``verl_gigpo.verl_glue.verl_version``), the tests to run first
+on a new verl (``pytest -m verl_contract``, docs/upgrading.md): the versions the package was checked against pass, any
+other fails with what to do, unless the escape hatch is set; every guard of the contract table passes on the installed
+verl, and each refuses a verl symbol that is not what it was written for (real verl module objects, patched for the
+test and restored by ``monkeypatch``); and the table holds every private verl name the package uses, found by the AST
+rule of :func:`private_verl_uses`."""
 
 from __future__ import annotations
 
+import ast
+import importlib
+import importlib.util
 import inspect
+from collections import Counter
+from functools import cache
+from pathlib import Path
 
 import pytest
 
+import verl_gigpo
+from verl_gigpo.verl_glue.contract import (
+    CONTRACT,
+    GUARDS,
+    check_contract,
+    check_entry,
+    check_overrides,
+    init_attributes,
+    markdown,
+)
 from verl_gigpo.verl_glue.verl_version import (
     ALLOW_ENV,
     SUPPORTED_VERL_VERSIONS,
     VerlMismatchError,
-    check_overrides,
     check_verl_version,
     installed_verl_version,
 )
+
+pytestmark = pytest.mark.verl_contract
+
+PACKAGE_DIR = Path(verl_gigpo.__file__).parent
+
+#: private verl names the AST rule finds in the package that are not verl's: this package's own attributes and methods
+#: that happen to share a name with something of verl, (module, name) -> why
+NOT_VERL = {
+    ("verl_gigpo.rollout.transcripts", "_lock"): "TranscriptWriter's own lock",
+    ("verl_gigpo.rollout.episode_log", "_lock"): "PartWriter's own lock",
+    ("verl_gigpo.rollout.execution.pool", "_lock"): "EnvPool's own lock",
+    ("verl_gigpo.rollout.execution.threads", "_lock"): "the thread pool's own locks",
+    ("verl_gigpo.rollout.execution.threads", "_run"): "the thread pool's own method",
+    ("verl_gigpo.verl_glue.quiet", "_lock"): "the warning filter's own lock",
+    ("verl_gigpo.local.server", "_pending"): "LocalGenerationServer's own queue",
+    ("verl_gigpo.local.update", "_rows"): "PPOActor's own method",
+    ("verl_gigpo.verl_glue.cpu.hf_rollout", "_server_handle"): "also HFServerAdapter's own method (BaseRollout has "
+    "none); HFReplica's assignment of verl's attribute is in the table",
+}
 
 
 def test_the_installed_verl_is_a_supported_one():
@@ -173,3 +209,195 @@ def test_rollout_adapter_registration_refuses_a_changed_registry(monkeypatch):
     monkeypatch.setattr(base, "_ROLLOUT_REGISTRY", None)  # verl replaced its module-private dict
     with pytest.raises(VerlMismatchError, match=r"_ROLLOUT_REGISTRY.*None"):
         register_rollout_adapter()
+
+
+# ------------------------------------------------------------------ the contract table
+def _entry(symbol_end: str):
+    return next(e for e in CONTRACT if e.symbol.endswith(symbol_end))
+
+
+def test_every_guard_of_the_table_passes_on_the_installed_verl():
+    for entry in CONTRACT:
+        importlib.import_module(entry.ours)
+        check_entry(entry)
+    assert {e.guard for e in CONTRACT} == set(GUARDS)  # every kind of guard is used (and so tested here)
+    kinds = Counter(e.kind for e in CONTRACT)
+    assert set(kinds) == {"overrides", "reads", "wraps", "patches", "registers into"}, kinds
+
+
+def test_the_table_prints_as_markdown_with_one_row_per_entry():
+    table = markdown().splitlines()
+    assert table[0] == "| verl symbol | kind | used by | why | guard |"
+    assert len(table) == 2 + len(CONTRACT)
+    assert "| `verl.trainer.ppo.v1.replay_buffer:ReplayBuffer._wait_for_next_poll` | wraps |" in markdown()
+
+
+def test_the_subclasses_of_verl_classes_override_what_the_table_lists():
+    """Every member of verl's class (or attribute its ``__init__`` sets) that our subclass defines is a table row."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopBase
+    from verl.trainer.ppo.v1 import PPOTrainerSync
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+    from verl.workers.rollout.base import BaseRollout
+    from verl.workers.rollout.replica import RolloutReplica
+
+    from verl_gigpo.verl_glue.agent_loop import GiGPOEnvAgentLoop
+    from verl_gigpo.verl_glue.cpu.hf_rollout import HFReplica, HFServerAdapter
+    from verl_gigpo.verl_glue.replay_buffer import DynamicReplayBuffer
+    from verl_gigpo.verl_glue.trainer import OVERRIDDEN, GiGPOTrainerSync
+
+    pairs = (
+        (GiGPOTrainerSync, PPOTrainerSync),
+        (DynamicReplayBuffer, ReplayBuffer),
+        (GiGPOEnvAgentLoop, AgentLoopBase),
+        (HFReplica, RolloutReplica),
+        (HFServerAdapter, BaseRollout),
+    )
+    for ours, base in pairs:
+        listed = {
+            e.name
+            for e in CONTRACT
+            if e.ours == ours.__module__ and e.kind == "overrides" and e.owner() in base.__mro__
+        }
+        members = (set(dir(base)) | init_attributes(base)) - {"_abc_impl"}  # _abc_impl: ABCMeta's bookkeeping
+        overridden = {name for name in vars(ours) if name in members and (name == "__init__" or name[:2] != "__")}
+        if ours is DynamicReplayBuffer:
+            overridden.discard("__init__")  # takes verl's arguments through (*args, **kwargs), plus its own
+        assert overridden == listed, (ours.__name__, sorted(overridden ^ listed))
+    assert set(OVERRIDDEN) == {e.name for e in CONTRACT if e.ours == GiGPOTrainerSync.__module__} & set(
+        vars(GiGPOTrainerSync)
+    ) - {"trainer_mode"}
+
+
+@cache
+def verl_private_names() -> frozenset[str]:
+    """Every underscore name (not dunder) that the installed verl defines: functions, classes, and names and
+    attributes it assigns, from verl's own AST."""
+    verl_dir = Path(importlib.util.find_spec("verl").origin).parent
+    names = set()
+    for path in verl_dir.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_bytes())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, ast.Name | ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.id if isinstance(node, ast.Name) else node.attr)
+    return frozenset(n for n in names if n.startswith("_") and not n.startswith("__"))
+
+
+def private_verl_uses() -> set[tuple[str, str]]:
+    """``(module, name)`` for every ``from verl... import _x``, every attribute ``._x`` and every method ``_x`` a
+    class defines, in the package, where ``_x`` is an underscore name of the installed verl."""
+    private = verl_private_names()
+    found = set()
+    for path in PACKAGE_DIR.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "verl":
+                found |= {(module, a.name) for a in node.names if a.name in private}
+            elif isinstance(node, ast.Attribute) and node.attr in private:
+                found.add((module, node.attr))
+            elif isinstance(node, ast.ClassDef):
+                found |= {
+                    (module, item.name)
+                    for item in node.body
+                    if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item.name in private
+                }
+    return found
+
+
+def test_the_table_holds_every_private_verl_name_the_package_uses():
+    uses = private_verl_uses()
+    assert ("verl_gigpo.verl_glue.dead_actor", "_wait_for_next_poll") in uses  # the rule sees an attribute
+    assert ("verl_gigpo.plugin", "_agent_loop_registry") in uses  # an import
+    assert ("verl_gigpo.verl_glue.replay_buffer", "_dapo_filtered_keys") in uses  # a method override
+    listed = {(e.ours, e.name) for e in CONTRACT}
+    missing = sorted(use for use in uses if use not in listed and use not in NOT_VERL)
+    assert not missing, f"private verl names used but not in verl_gigpo/verl_glue/contract.py's CONTRACT: {missing}"
+    stale = sorted(set(NOT_VERL) - uses)
+    assert not stale, f"NOT_VERL entries the rule no longer finds: {stale}"
+
+
+# ------------------------------------------------------------------ each kind of guard refuses a changed verl
+def test_a_class_member_or_a_missing_instance_attribute_is_refused(monkeypatch):
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+    check_contract("verl_gigpo.verl_glue.replay_buffer", "._dapo_classification_cache")
+    monkeypatch.setattr(ReplayBuffer, "_dapo_classification_cache", {}, raising=False)
+    with pytest.raises(VerlMismatchError, match=r"ReplayBuffer\._dapo_classification_cache.*a class member"):
+        check_contract("verl_gigpo.verl_glue.replay_buffer", "._dapo_classification_cache")
+    monkeypatch.setattr(ReplayBuffer, "__init__", lambda self, refill_fn=None: None)
+    with pytest.raises(VerlMismatchError, match=r"ReplayBuffer\.refill_fn.*not assigned in __init__"):
+        check_contract("verl_gigpo.verl_glue.replay_buffer", ".refill_fn")
+
+
+def test_a_trainer_mode_class_member_is_refused(monkeypatch):
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    monkeypatch.setattr(PPOTrainer, "trainer_mode", "sync", raising=False)
+    with pytest.raises(VerlMismatchError, match=r"PPOTrainer\.trainer_mode.*a class member"):
+        check_entry(_entry("PPOTrainer.trainer_mode"))
+
+
+def test_a_poll_the_wrap_would_not_see_is_refused(monkeypatch):
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+    from verl_gigpo.verl_glue.dead_actor import ActorWatch, guard_replay_buffer
+
+    def sample(self, global_steps, partition_id, batch_size):  # polls some other way
+        return None
+
+    monkeypatch.setattr(ReplayBuffer, "sample", sample)
+    with pytest.raises(VerlMismatchError, match=r"_wait_for_next_poll.*a method sample calls"):
+        guard_replay_buffer(object.__new__(ReplayBuffer), ActorWatch(list))
+
+
+def test_a_replaced_registry_is_refused(monkeypatch):
+    from verl.experimental.agent_loop import agent_loop
+    from verl.workers.engine.base import EngineRegistry
+
+    from verl_gigpo.plugin import ensure_registered
+    from verl_gigpo.verl_glue.cpu import register_cpu_engines
+
+    monkeypatch.setattr(EngineRegistry, "_engines", None)
+    with pytest.raises(VerlMismatchError, match=r"EngineRegistry\._engines.*None"):
+        register_cpu_engines()
+    monkeypatch.setattr(agent_loop, "_agent_loop_registry", None)
+    with pytest.raises(RuntimeError, match=r"_agent_loop_registry.*None"):
+        ensure_registered()
+
+
+def test_a_changed_override_of_the_buffer_is_refused(monkeypatch):
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+    monkeypatch.setattr(ReplayBuffer, "_select_prompt_uids", lambda self, partition_id, batch_size: None)
+    with pytest.raises(VerlMismatchError, match=r"_select_prompt_uids.*\('self', 'partition_id', 'batch_size'\)"):
+        check_contract("verl_gigpo.verl_glue.replay_buffer", "._select_prompt_uids")
+
+
+def test_a_checkpoint_pointer_renamed_by_verl_is_refused(monkeypatch):
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    def _save_checkpoint(self):
+        return "latest.txt"
+
+    monkeypatch.setattr(PPOTrainer, "_save_checkpoint", _save_checkpoint)
+    with pytest.raises(VerlMismatchError, match=r"_save_checkpoint.*latest_checkpointed_iteration\.txt"):
+        check_entry(_entry("PPOTrainer._save_checkpoint"))
+
+
+def test_a_verl_loss_reading_a_field_the_local_engine_does_not_pass_is_refused(monkeypatch):
+    from verl.trainer.ppo import core_algos
+
+    from verl_gigpo.local.update import _LossConfig
+
+    def compute_policy_loss_new(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config):
+        return config.get("tau_pos", 1.0)
+
+    monkeypatch.setitem(core_algos.POLICY_LOSS_REGISTRY, "new", compute_policy_loss_new)
+    with pytest.raises(VerlMismatchError, match=r"verl policy loss 'new'.*\['tau_pos'\]"):
+        check_entry(_entry(":ActorConfig"))
+    config = _LossConfig(0.2, 0.2, 0.28, 3.0, "token-mean", {})
+    assert config.get("clip_ratio_high") == 0.28
+    with pytest.raises(KeyError, match=r"actor\.tau_pos, which the local engine does not pass"):
+        compute_policy_loss_new(None, None, None, None, "token-mean", config)

@@ -23,6 +23,7 @@ and one INFO line on success (shown when ``VERL_LOGGING_LEVEL`` is INFO, the def
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -157,6 +158,11 @@ def _register() -> None:
     from verl_gigpo.verl_glue.cpu import register_cpu_backends
     from verl_gigpo.verl_glue.quiet import quiet_repeated_warnings
 
+    if os.environ.get("GIGPO_TIMELINE"):
+        # start-up timestamps (benchmarks/bench_verl_cpu.py), dev-only: imported only when asked for
+        from verl_gigpo.dev.timeline import install as install_timeline
+
+        install_timeline()
     register_cpu_backends()
     quiet_repeated_warnings()  # TransferQueue's thread-count warning: once per process, not on every put and get
     for module, hook in _LAZY:
@@ -179,6 +185,10 @@ def ensure_registered() -> None:
         from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
         from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
         from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+
+        from verl_gigpo.verl_glue.contract import check_contract
+
+        check_contract(__name__)  # the registries read below
     except Exception as exc:
         raise RuntimeError(f"verl_gigpo could not register itself into verl: {exc!r}") from exc
     registries = (

@@ -39,6 +39,7 @@ __all__ = [
     "LOCAL_RESUMABLE",
     "LORA_ADAPTER_KEYS",
     "LR_KEY",
+    "POINTER",
     "ResumePolicy",
     "ResumeRefused",
     "VERL_RESUME",
@@ -46,6 +47,10 @@ __all__ = [
     "describe",
     "flatten_config",
 ]
+
+#: verl's pointer to the last complete checkpoint (written by ``PPOTrainer._save_checkpoint``); the local engine's
+#: ``checkpoints/`` folder uses the same name (:func:`verl_gigpo.local.run_folder.write_latest`)
+POINTER = "latest_checkpointed_iteration.txt"
 
 #: how a key present in only one of the two configs shows its missing value
 ABSENT = "(absent)"

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verl_gigpo.verl_glue.launch import POINTER
+from verl_gigpo.config.resume import POINTER
 from verl_gigpo.verl_glue.metrics_file import METRICS_NAME, iteration_gaps, read_metrics, training_steps
 
 __all__ = [
@@ -415,7 +415,7 @@ def resume_replay(run_dir: Path, stream_prefix: str = RESUMED_STREAM) -> tuple[i
     Returns:
         ``(steps compared, problems)``; a step is keyed by (stream, member, step), played once by each launch.
     """
-    from verl_gigpo.evaluate.transcripts import read_transcripts
+    from verl_gigpo.rollout.transcripts import read_transcripts
 
     plays: dict[tuple, list[tuple]] = {}
     for r in read_transcripts(run_dir / "transcripts"):

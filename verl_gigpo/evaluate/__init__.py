@@ -49,7 +49,7 @@ from verl_gigpo.evaluate.models import (
     verl_run_settings,
 )
 from verl_gigpo.evaluate.report import SuccessRow, markdown_table, plot_success, success_rows
-from verl_gigpo.evaluate.transcripts import (
+from verl_gigpo.rollout.transcripts import (
     TranscriptWriter,
     episode_outcomes,
     episode_records,

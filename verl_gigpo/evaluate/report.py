@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from verl_gigpo.evaluate.transcripts import EpisodeOutcome
+from verl_gigpo.rollout.transcripts import EpisodeOutcome
 
 __all__ = ["Z_95", "SuccessRow", "markdown_table", "plot_success", "success_rows", "wilson_interval"]
 

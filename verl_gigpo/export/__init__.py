@@ -22,8 +22,8 @@ The folder written loads offline with ``AutoTokenizer.from_pretrained(HF_DIR)`` 
    replicated tensors, the ranks of one FSDP group) but without its cast of every tensor to bfloat16, so that
    ``--dtype float32`` gives the actor's weights bit for bit. A local-engine checkpoint holds the full state dict.
 2. **LoRA.** When the checkpoint holds a LoRA adapter (verl's ``actor_rollout_ref.model.lora_rank`` > 0), it is
-   merged into the weights it adapts, ``W' = W + (alpha / r) B A`` (:func:`verl_gigpo.export.lora.merge_lora`), with the
-   rank and alpha verl recorded in ``lora_train_meta.json``; the folder is then a plain model (no peft needed).
+   merged into the weights it adapts, ``W' = W + (alpha / r) B A`` (:func:`verl_gigpo.verl_glue.lora.merge_lora`),
+   with the rank and alpha verl recorded in ``lora_train_meta.json``; the folder is then a plain model (no peft needed).
 3. **Writing.** verl's model merger writes the folder (``BaseModelMerger.save_hf_model_and_tokenizer``: the model
    class from the checkpoint's ``huggingface/config.json``, tied weights saved once, the generation config, the
    tokenizer with its chat template, a check that the folder is complete). The weights are cast to ``--dtype``
@@ -271,12 +271,12 @@ def merged_state_dict(
 
     Returns:
         ``(weights, layers merged)``: name -> tensor (``W + (alpha / r) B A`` for every adapted layer, see
-        :func:`verl_gigpo.export.lora.merge_lora`), and how many layers had an adapter.
+        :func:`verl_gigpo.verl_glue.lora.merge_lora`), and how many layers had an adapter.
 
     Raises:
         ExportError: adapter tensors without ``lora_config``.
     """
-    from verl_gigpo.export.lora import PEFT_PREFIX, adapted_weight_name, merge_lora
+    from verl_gigpo.verl_glue.lora import PEFT_PREFIX, adapted_weight_name, merge_lora
 
     adapter = {k: v for k, v in state.items() if adapted_weight_name(k) is not None}
     base = {}
@@ -403,8 +403,8 @@ def export_checkpoint(
 def _run_settings(source: Source, state: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The settings of the run that wrote ``source``, as :data:`RUN_SETTINGS` holds them (``origin``, ``layer``:
     local-engine config keys, ``dropped``): a local checkpoint's saved config, a verl checkpoint's launch record
-    (:func:`verl_gigpo.evaluate.models.verl_run_settings`); None when unknown."""
-    from verl_gigpo.evaluate.models import local_run_layer, verl_run_settings
+    (:func:`verl_gigpo.export.run_settings.verl_run_settings`); None when unknown."""
+    from verl_gigpo.export.run_settings import local_run_layer, verl_run_settings
 
     if source.kind == "local":
         return {"origin": f"local run {source.path}", "layer": local_run_layer(state["config"]), "dropped": []}

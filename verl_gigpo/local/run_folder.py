@@ -29,7 +29,7 @@ import re
 import shutil
 from pathlib import Path
 
-from verl_gigpo.verl_glue.launch import POINTER
+from verl_gigpo.config.resume import POINTER
 
 __all__ = [
     "RUN_OUTPUTS",
@@ -130,7 +130,7 @@ def check_writable(out_dir: str | Path) -> None:
 
 def write_latest(checkpoints: str | Path, iteration: int) -> None:
     """Point ``checkpoints/latest_checkpointed_iteration.txt`` (verl's name,
-    :data:`verl_gigpo.verl_glue.launch.POINTER`) at ``iteration``, atomically: a temporary file, flushed to disk,
+    :data:`verl_gigpo.config.resume.POINTER`) at ``iteration``, atomically: a temporary file, flushed to disk,
     renamed."""
     checkpoints = Path(checkpoints)
     tmp = checkpoints / (POINTER + ".tmp")

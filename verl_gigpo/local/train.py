@@ -90,7 +90,6 @@ from verl_gigpo.local.checkpoint import (
     set_learning_rate,
     write_checkpoint,
 )
-from verl_gigpo.local.cli import main
 from verl_gigpo.local.config import DEFAULT_CONFIG, check_loggers, gigpo_config, load_config
 from verl_gigpo.local.plots import plot_metrics, run_title
 from verl_gigpo.local.rollout import LocalRollout, local_device
@@ -113,7 +112,7 @@ from verl_gigpo.rollout.metrics import episode_metrics, run_names, summaries_fro
 from verl_gigpo.rollout.step_rows import StepBatch
 from verl_gigpo.rules import penalty_mode
 
-__all__ = ["DEFAULT_CONFIG", "LocalTrainer", "load_config", "main"]
+__all__ = ["DEFAULT_CONFIG", "LocalTrainer", "load_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -510,5 +509,7 @@ def _progress(cfg: DictConfig, *, initial: int, total: int):
     return tqdm(total=total, initial=initial, desc=f"{cfg.algorithm.adv_estimator} {cfg.env.name}", unit="it")
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python -m verl_gigpo.local.train: the command line lives in local/cli.py
+    from verl_gigpo.local.cli import main
+
     sys.exit(main())

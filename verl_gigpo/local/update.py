@@ -86,8 +86,15 @@ class _LossConfig:
     global_batch_info: dict
 
     def get(self, key: str, default: Any = None) -> Any:
-        """``dict.get``-style access, as verl's configs offer."""
-        return getattr(self, key, default)
+        """``dict.get``-style access, as verl's configs offer, for the fields above only: a verl loss reading another
+        field would otherwise get ``default`` silently (verl_gigpo.verl_glue.contract checks verl's losses)."""
+        if key not in self.__dataclass_fields__:
+            raise KeyError(
+                f"verl's policy loss reads actor.{key}, which the local engine does not pass it (it passes "
+                f"{sorted(self.__dataclass_fields__)}): use another actor.policy_loss.loss_mode, or add {key} to "
+                "_LossConfig in verl_gigpo/local/update.py"
+            )
+        return getattr(self, key)
 
     @classmethod
     def from_actor(cls, actor: DictConfig, *, batch_num_tokens: float, global_batch_size: int) -> _LossConfig:

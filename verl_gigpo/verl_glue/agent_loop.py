@@ -27,7 +27,7 @@ divided among its agent-loop workers). Every call has a deadline (``env.step_tim
 docs/environments-execution.md.
 
 With ``env.transcript_dir`` set, every episode is also written there as transcript records, one JSON line per step
-(:mod:`verl_gigpo.evaluate.transcripts`): the evaluation command sets it for a ``trainer.val_only`` launch. With
+(:mod:`verl_gigpo.rollout.transcripts`): the evaluation command sets it for a ``trainer.val_only`` launch. With
 ``trainer.log_episodes`` = N, member 0 of validation tasks ``0..N-1`` is appended to
 ``<trainer.default_local_dir>/episodes_parts/`` (:mod:`verl_gigpo.rollout.episode_log`), which the trainer mode gathers.
 """
@@ -45,7 +45,6 @@ from environments import register_envs
 from verl_gigpo import AGENT_LOOP_NAME, verl_logger
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit.records import CreditLogOptions
-from verl_gigpo.evaluate.transcripts import TranscriptWriter, episode_records
 from verl_gigpo.rollout import (
     ChatPromptEncoder,
     EnvPool,
@@ -67,6 +66,8 @@ from verl_gigpo.rollout.seeding import (
     seeded_sampling_from,
     training_stream,
 )
+from verl_gigpo.rollout.transcripts import TranscriptWriter, episode_records
+from verl_gigpo.verl_glue.contract import check_contract
 
 __all__ = ["GiGPOEnvAgentLoop", "episode_config_from", "episode_to_outputs"]
 
@@ -311,3 +312,6 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
             weight_version=int(version) - 1 if version is not None else None,
             text_chars=self.text_chars,
         )
+
+
+check_contract(__name__)  # register and AgentLoopBase, as verl 0.9.1 defines them

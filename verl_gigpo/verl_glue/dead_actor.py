@@ -301,7 +301,7 @@ def find_dead_actor(error: BaseException, *, waited_on: str | None = None) -> De
 def stop_message(dead: DeadActor, experiment_dir: str | Path) -> str:
     """The line a launch ends with when ``dead`` died: which process, that the run stopped, and how to resume from
     the last complete checkpoint of ``experiment_dir`` (``trainer.default_local_dir``)."""
-    from verl_gigpo.verl_glue.launch import POINTER
+    from verl_gigpo.config.resume import POINTER
 
     folder = Path(experiment_dir)
     pointer = folder / POINTER
@@ -324,6 +324,9 @@ def guard_replay_buffer(buffer: Any, watch: ActorWatch) -> Any:
     iteration (:class:`DeadActorError`) instead of leaving ``sample`` waiting (polls look at Ray's table at most once
     per ``watch.every_s``; ``sample`` always looks), and no batch generated while one died is trained on. Both are
     wrapped on the instance; returns ``buffer``."""
+    from verl_gigpo.verl_glue.contract import check_contract
+
+    check_contract(__name__)  # verl's sample still polls through _wait_for_next_poll
     wait, sample = buffer._wait_for_next_poll, buffer.sample
 
     def checked_wait(*args: Any, **kwargs: Any) -> Any:

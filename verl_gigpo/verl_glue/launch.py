@@ -35,7 +35,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl_gigpo.config.resume import VERL_RESUME, ResumeRefused, describe
+from verl_gigpo.config.resume import POINTER, VERL_RESUME, ResumeRefused, describe
 from verl_gigpo.rollout.summary import launch_summary
 from verl_gigpo.verl_glue.metrics_file import (
     APPEND_ENV,
@@ -60,9 +60,6 @@ __all__ = [
     "write_launch_record",
 ]
 
-#: verl's pointer to the last complete checkpoint (written by ``PPOTrainer._save_checkpoint``); the local engine's
-#: ``checkpoints/`` folder uses the same name (:func:`verl_gigpo.local.run_folder.write_latest`)
-POINTER = "latest_checkpointed_iteration.txt"
 #: where each launch's resolved config is saved, inside the experiment folder
 LAUNCHES_DIR = "launches"
 _STEP_DIR = re.compile(r"global_step_(\d+)")

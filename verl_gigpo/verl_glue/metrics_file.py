@@ -237,17 +237,13 @@ def append_file_logger(_module: Any = None) -> None:
 
     Raises:
         VerlMismatchError: verl's ``FileLogger`` is not a class taking ``(project_name, experiment_name)`` with
-            ``log`` and ``finish`` (:mod:`verl_gigpo.verl_glue.verl_version`); RuntimeError: an unsupported verl
+            ``log`` and ``finish`` (:mod:`verl_gigpo.verl_glue.contract`); RuntimeError: an unsupported verl
             version.
     """
     from verl.utils import tracking
 
-    from verl_gigpo.verl_glue.verl_version import (
-        VerlMismatchError,
-        check_signature,
-        check_verl_version,
-        installed_verl_version,
-    )
+    from verl_gigpo.verl_glue.contract import check_signature
+    from verl_gigpo.verl_glue.verl_version import VerlMismatchError, check_verl_version, installed_verl_version
 
     base = tracking.FileLogger
     if getattr(base, "_gigpo_append", False):

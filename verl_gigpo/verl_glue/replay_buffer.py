@@ -48,6 +48,7 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl_gigpo import verl_logger
 from verl_gigpo.rollout.dynamic import DynamicSampling, GroupRecord, dynamic_metrics, group_records, group_signal
 from verl_gigpo.rollout.step_rows import StepBatch
+from verl_gigpo.verl_glue.contract import check_contract
 
 __all__ = ["FILTER_METRIC", "DynamicReplayBuffer"]
 
@@ -206,3 +207,6 @@ class DynamicReplayBuffer(ReplayBuffer):
 
         ordered = sorted(sampleable_keys, key=rank)
         return ordered[:batch_size], dict(self.partitions[partition_id]), dict(self.prompt_global_steps[partition_id])
+
+
+check_contract(__name__)  # the ReplayBuffer members above, as verl 0.9.1 defines them

@@ -51,9 +51,9 @@ Contract with verl. :class:`GiGPOTrainerSync` subclasses ``verl.trainer.ppo.v1.P
 with ``verl.trainer.ppo.v1.register_trainer``. It overrides or wraps these members of ``PPOTrainer``
 (``verl.trainer.ppo.v1.trainer_base``, verl 0.9.1); each is private to verl and may change in another release. Two
 guards (:mod:`verl_gigpo.verl_glue.verl_version`) run when this module is imported: the version guard
-(:data:`~verl_gigpo.verl_glue.verl_version.SUPPORTED_VERL_VERSIONS`), then
-:func:`~verl_gigpo.verl_glue.verl_version.check_overrides`,
-which refuses a verl whose overridden methods (:data:`OVERRIDDEN`) are gone or take other parameters, and a
+(:data:`~verl_gigpo.verl_glue.verl_version.SUPPORTED_VERL_VERSIONS`), then the entries of this module in
+:data:`verl_gigpo.verl_glue.contract.CONTRACT` (:func:`~verl_gigpo.verl_glue.contract.check_contract`),
+which refuse a verl whose overridden methods (:data:`OVERRIDDEN`) are gone or take other parameters, and a
 ``trainer_mode`` that became a class member; the constructor and :func:`planned_update_actor` check the two
 behaviours they rely on at run time (a :class:`~verl_gigpo.verl_glue.verl_version.VerlMismatchError` each):
 
@@ -163,13 +163,9 @@ from verl_gigpo.rules import (
     training_sampling_problem,
     validation_sampling,
 )
+from verl_gigpo.verl_glue.contract import CONTRACT, check_contract
 from verl_gigpo.verl_glue.dead_actor import ActorWatch, guard_replay_buffer
-from verl_gigpo.verl_glue.verl_version import (
-    VerlMismatchError,
-    check_overrides,
-    check_verl_version,
-    installed_verl_version,
-)
+from verl_gigpo.verl_glue.verl_version import VerlMismatchError, check_verl_version, installed_verl_version
 
 __all__ = [
     "OVERRIDDEN",
@@ -744,25 +740,7 @@ class GiGPOTrainerSync(PPOTrainerSync):
         return out
 
 
-#: the members of verl's trainer that :class:`GiGPOTrainerSync` overrides (module docstring, "Contract with verl")
-OVERRIDDEN = (
-    "__init__",
-    "_build_replay_buffer",
-    "_balance_batch",
-    "_get_required_batch_multiple",
-    "_update_actor",
-    "_compute_old_log_prob",
-    "_compute_advantage",
-    "_submit_batch_to_rollout",
-    "_validate",
-    "_val_metrics_update",
-    "_compute_metrics",
-)
-check_overrides(GiGPOTrainerSync, PPOTrainerSync, OVERRIDDEN, use="gigpo_sync trainer mode")
-if "trainer_mode" in dir(PPOTrainerSync):  # verl 0.9.1 sets it on the instance; a class member would shadow ours
-    raise VerlMismatchError(
-        "PPOTrainer.trainer_mode",
-        "an instance attribute set in __init__",
-        f"a class member {PPOTrainerSync.trainer_mode!r}",
-        use="gigpo_sync trainer mode (its trainer_mode property)",
-    )
+#: the members of verl's trainer that :class:`GiGPOTrainerSync` overrides (module docstring, "Contract with verl"),
+#: from the contract table
+OVERRIDDEN = tuple(e.name for e in CONTRACT if e.ours == __name__ and e.kind == "overrides" and e.guard == "signature")
+check_contract(__name__)  # the overrides above, trainer_mode, and the trainer members and literals this module reads

@@ -8,9 +8,9 @@ guards, both run when a patch or override is installed:
 
 * :func:`check_verl_version`: the installed verl must be one of :data:`SUPPORTED_VERL_VERSIONS` (importing the
   trainer mode runs it before any verl import; each shim runs it too);
-* :func:`check_signature`, :func:`check_overrides` and :func:`check_binding`: what is patched or overridden must
-  still be what it was written for (its parameters; the object a module bound at import), else
-  :class:`VerlMismatchError` says which verl symbol changed and what to do, instead of a patch silently not applying.
+* the guards of :mod:`verl_gigpo.verl_glue.contract` (the table of every verl symbol touched): what is patched or
+  overridden must still be what it was written for, else :class:`VerlMismatchError` says which verl symbol changed
+  and what to do, instead of a patch silently not applying.
 
     check_verl_version("0.9.1")    # returns None
     check_verl_version("0.10.0")   # RuntimeError: which verl is installed, which are supported, what to do
@@ -21,24 +21,16 @@ warning.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
-import sys
-from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
 
 __all__ = [
     "ALLOW_ENV",
     "SUPPORTED_VERL_VERSIONS",
     "VerlMismatchError",
-    "check_binding",
-    "check_overrides",
-    "check_signature",
     "check_verl_version",
     "installed_verl_version",
-    "parameter_names",
 ]
 
 logger = logging.getLogger(__name__)
@@ -109,70 +101,4 @@ class VerlMismatchError(RuntimeError):
             f"verl {installed_verl_version()}: {target} is not what verl_gigpo's {use} was written for (verl "
             f"{supported}): expected {expected}, found {found}. Install a supported verl (pip install "
             f"'verl[verl-core]=={SUPPORTED_VERL_VERSIONS[-1]}'), or adapt verl_gigpo to this verl."
-        )
-
-
-def parameter_names(function: Callable[..., Any]) -> tuple[str, ...]:
-    """The names of ``function``'s parameters, in order (``self`` included for a function read off its class)."""
-    return tuple(inspect.signature(function).parameters)
-
-
-def check_signature(function: Any, params: Sequence[str], *, target: str, use: str) -> None:
-    """Refuse a verl callable whose parameters are not ``params`` (names, in order).
-
-    Args:
-        function: the verl function, method (read off its class) or class (its ``__init__`` is read, ``self``
-            included).
-        params: the parameter names the patch was written for, e.g. ``("timeout_second", "backend")``.
-        target: the verl symbol, for the message.
-        use: what of verl_gigpo relies on it, for the message.
-
-    Raises:
-        VerlMismatchError: ``function`` is not callable or its parameters differ.
-    """
-    if not callable(function):
-        raise VerlMismatchError(target, f"a callable with parameters {tuple(params)}", repr(function), use=use)
-    found = parameter_names(function.__init__ if inspect.isclass(function) else function)
-    if found != tuple(params):
-        raise VerlMismatchError(target, f"parameters {tuple(params)}", f"{found}", use=use)
-
-
-def check_overrides(cls: type, base: type, names: Sequence[str], *, use: str) -> None:
-    """Refuse a verl base class whose methods ``names`` are gone or take other parameters than ``cls``'s overrides.
-
-    Args:
-        cls: the subclass, e.g. :class:`verl_gigpo.verl_glue.trainer.GiGPOTrainerSync`.
-        base: the verl class whose methods it overrides, e.g. ``verl.trainer.ppo.v1.PPOTrainer``.
-        names: the overridden method names; each must be defined on ``cls`` itself.
-        use: what of verl_gigpo relies on them, for the message.
-
-    Raises:
-        VerlMismatchError: a method is missing on ``base`` or its parameter names differ from the override's.
-    """
-    for name in names:
-        ours = vars(cls)[name]
-        verl_method = getattr(base, name, None)
-        target = f"{base.__name__}.{name}"
-        if verl_method is None:
-            raise VerlMismatchError(target, f"a method overridden by {cls.__name__}.{name}", "no such member", use=use)
-        check_signature(verl_method, parameter_names(ours), target=target, use=use)
-
-
-def check_binding(module_name: str, attr: str, expected: Any, *, use: str) -> None:
-    """Refuse a loaded verl module whose name ``attr`` is not ``expected`` (the object it bound at import and a patch
-    replaces); a module not imported yet passes (it binds the patched object when it is imported).
-
-    Raises:
-        VerlMismatchError: ``sys.modules[module_name].attr`` is missing or another object.
-    """
-    module = sys.modules.get(module_name)
-    if module is None:
-        return
-    found = getattr(module, attr, None)
-    if found is not expected:
-        raise VerlMismatchError(
-            f"{module_name}.{attr}",
-            f"{expected!r} (bound at import)",
-            "nothing" if found is None else repr(found),
-            use=use,
         )

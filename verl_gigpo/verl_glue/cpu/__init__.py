@@ -61,6 +61,9 @@ def register_rollout_replica(_module: Any = None) -> None:
     """Register the ``hf`` replica class in verl's ``RolloutReplicaRegistry`` (idempotent; the class loads lazily)."""
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
+    from verl_gigpo.verl_glue.contract import check_contract
+
+    check_contract(__name__, "RolloutReplicaRegistry.register")
     RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_hf_replica)
 
 
@@ -68,19 +71,12 @@ def register_rollout_adapter(_module: Any = None) -> None:
     """Register the ``hf`` in-worker rollout class (what ``get_rollout_class("hf")`` returns; idempotent)."""
     from verl.workers.rollout import base
 
-    from verl_gigpo.verl_glue.verl_version import VerlMismatchError
+    from verl_gigpo.verl_glue.contract import check_contract
 
     # verl.workers.rollout.base keeps the in-worker rollout classes in a module-private dict (_ROLLOUT_REGISTRY), no
     # register function (get_rollout_class reads it); adding our entry is the only way in.
-    registry = getattr(base, "_ROLLOUT_REGISTRY", None)
-    if not isinstance(registry, dict):
-        raise VerlMismatchError(
-            "verl.workers.rollout.base._ROLLOUT_REGISTRY",
-            "a dict of (name, mode) -> class path, read by get_rollout_class",
-            repr(registry),
-            use="hf rollout backend (verl_gigpo.verl_glue.cpu.register_rollout_adapter)",
-        )
-    registry[(ROLLOUT_NAME, "async")] = _ADAPTER_PATH
+    check_contract(__name__, ":_ROLLOUT_REGISTRY")
+    base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = _ADAPTER_PATH
 
 
 def register_rollout_backend() -> None:
@@ -99,6 +95,10 @@ def register_cpu_engines(_module: Any = None) -> None:
     from verl.workers.engine.base import EngineRegistry
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
 
+    from verl_gigpo.verl_glue.contract import check_contract
+
+    check_contract(__name__, "EngineRegistry._engines")
+    check_contract(__name__, "EngineRegistry.register")
     for model_type, cls in (("language_model", FSDPEngineWithLMHead), ("value_model", FSDPEngineWithValueHead)):
         registered = EngineRegistry._engines.get(model_type, {})
         for backend in ("fsdp", "fsdp2"):
@@ -143,11 +143,6 @@ def register_cpu_backends() -> None:
     never import those verl modules import nothing more. Safe to call more than once."""
     import importlib
 
-    if os.environ.get("GIGPO_TIMELINE"):
-        # start-up timestamps (benchmarks/bench_verl_cpu.py), dev-only: imported only when asked for
-        from verl_gigpo.dev.timeline import install as install_timeline
-
-        install_timeline()
     platform = importlib.import_module("verl_gigpo.verl_glue.cpu.platform")
     # a process whose first import is verl_gigpo.verl_glue.cpu.platform reaches here (via verl's plug-in loading) while
     # that module is still importing verl; it registers itself at its end, so there is nothing to do yet

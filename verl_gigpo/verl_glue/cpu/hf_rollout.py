@@ -20,7 +20,7 @@ the trainer -> agent loops) runs on a CPU. Three pieces, as verl's vLLM backend 
 LoRA (``actor_rollout_ref.model.lora_rank`` > 0). verl's default (``model.lora.merge=false``) syncs as it does for
 vLLM: the base weights once (``base_sync_done=False``, layer names with peft's ``.base_layer``), then only the
 adapter's ``A`` and ``B`` after every update. The server keeps the base weights and serves ``W + s B A`` merged in
-float32 (:func:`verl_gigpo.export.lora.merge_lora`), the same function as the actor's unmerged adapter: rollout and
+float32 (:func:`verl_gigpo.verl_glue.lora.merge_lora`), the same function as the actor's unmerged adapter: rollout and
 actor log-probs agree to float rounding. With ``model.lora.merge=true`` verl merges in the actor and sends every weight
 cast to bfloat16 (``FSDPEngine._merged_lora_per_tensor_param``): the server then holds bf16-rounded weights
 (measured gap to the fp32 actor ~4e-3 in token probability, 4e-4 after an update), so keep the default on a CPU.
@@ -43,8 +43,9 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutMode, RolloutReplica, TokenOutput
 
 from verl_gigpo import verl_logger
-from verl_gigpo.export.lora import merge_lora
+from verl_gigpo.verl_glue.contract import check_contract
 from verl_gigpo.verl_glue.cpu import ROLLOUT_NAME
+from verl_gigpo.verl_glue.lora import merge_lora
 
 __all__ = ["DUMP_WEIGHTS_ENV", "HFGenerationServer", "HFReplica", "HFServerAdapter", "server_actor_name"]
 
@@ -217,15 +218,15 @@ class HFGenerationServer:
         self, adapter: dict[str, torch.Tensor], peft_config: dict[str, Any], global_steps: int | None = None
     ) -> int:
         """Serve the base weights with a LoRA adapter merged: ``W' = W + s B A`` for every adapted layer, in float32
-        (:func:`verl_gigpo.export.lora.merge_lora`). The base ``W`` is what the last full sync (:meth:`update_weights`)
-        or the model folder gave, never an earlier merge. Returns the number of layers merged.
+        (:func:`verl_gigpo.verl_glue.lora.merge_lora`). The base ``W`` is what the last full sync
+        (:meth:`update_weights`) or the model folder gave, never an earlier merge. Returns the number of layers merged.
 
         Args:
             adapter: the adapter's ``lora_A``/``lora_B`` tensors as verl sends them (peft names, full tensors).
             peft_config: the adapter's peft ``LoraConfig`` as a dict (rank, alpha, ...).
 
         Raises:
-            ValueError / NotImplementedError: from :func:`~verl_gigpo.export.lora.merge_lora` (names, shapes, a LoRA
+            ValueError / NotImplementedError: from :func:`~verl_gigpo.verl_glue.lora.merge_lora` (names, shapes, a LoRA
                 variant the formula does not cover); the served weights are then unchanged.
         """
         if self._base is None:  # before the first merge the served weights are the base
@@ -447,3 +448,6 @@ class HFServerAdapter(BaseRollout):
             await server.update_adapter.remote(state, dict(peft_config), global_steps)
         else:
             await server.update_weights.remote(state, global_steps)
+
+
+check_contract(__name__)  # RolloutReplica's _server_handle and _server_address, which HFReplica sets

@@ -24,6 +24,7 @@ from typing import Any
 
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 
+from verl_gigpo.verl_glue.contract import check_contract
 from verl_gigpo.verl_glue.cpu import PLATFORM_NAME
 
 __all__ = ["CPUPlatform", "register_cpu_platform"]
@@ -122,4 +123,5 @@ def register_cpu_platform() -> None:
         PlatformRegistry.register(platform=PLATFORM_NAME)(CPUPlatform)
 
 
+check_contract(__name__)  # PlatformRegistry.register, as verl 0.9.1 defines it
 register_cpu_platform()  # importing this module is enough (see verl_gigpo.verl_glue.cpu.register_cpu_backends)

@@ -54,8 +54,8 @@ def gloo_process_group() -> None:
     """
     from verl.utils import distributed
 
+    from verl_gigpo.verl_glue.contract import check_binding, check_signature
     from verl_gigpo.verl_glue.cpu import _when_imported
-    from verl_gigpo.verl_glue.verl_version import check_binding, check_signature
 
     original = distributed.initialize_global_process_group_ray
     if getattr(original, "_gigpo_cpu", False):
@@ -106,7 +106,8 @@ def unpinned_ref_offload() -> None:
     from verl.utils import fsdp_utils
     from verl.workers.engine.fsdp import transformer_impl
 
-    from verl_gigpo.verl_glue.verl_version import VerlMismatchError, check_binding, parameter_names
+    from verl_gigpo.verl_glue.contract import check_binding, parameter_names
+    from verl_gigpo.verl_glue.verl_version import VerlMismatchError
 
     policy = transformer_impl.CPUOffloadPolicy
     if getattr(policy, "_gigpo_cpu", False):
@@ -157,7 +158,7 @@ def length_sorted_micro_batches() -> None:
     from verl.utils import tensordict_utils as tu
     from verl.workers.engine import utils as engine_utils
 
-    from verl_gigpo.verl_glue.verl_version import check_binding, check_signature
+    from verl_gigpo.verl_glue.contract import check_binding, check_signature
 
     original = engine_utils.rearrange_micro_batches
     if getattr(original, "_gigpo_cpu", False):

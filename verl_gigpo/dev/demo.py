@@ -1,8 +1,8 @@
 """``make demo``: a tiny model learns gridnav from scratch with GiGPO, on a CPU, in a few minutes.
 
-    make demo                                   # = python -m verl_gigpo.local.demo
+    make demo                                   # = python -m verl_gigpo.dev.demo
     DEMO_ITERS=2 make demo                      # shortened run (what tests/test_demo.py does)
-    python -m verl_gigpo.local.demo --seed 3 --out runs/demo-3 algorithm.adv_estimator=grpo
+    python -m verl_gigpo.dev.demo --seed 3 --out runs/demo-3 algorithm.adv_estimator=grpo
 
 Builds the tiny model into ``artifacts/tiny-model`` when it is missing (``DEMO_MODEL`` / ``--model``), trains it
 with the local engine (:mod:`verl_gigpo.local.train`) on gridnav with the settings of :data:`DEMO_OVERRIDES`, and
