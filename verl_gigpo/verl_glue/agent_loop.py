@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from environments import register_envs
-from verl_gigpo import AGENT_LOOP_NAME, verl_logger
+from verl_gigpo import AGENT_LOOP_NAME
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit.records import CreditLogOptions
 from verl_gigpo.rollout import (
@@ -70,8 +70,6 @@ from verl_gigpo.rollout.transcripts import TranscriptWriter, episode_records
 from verl_gigpo.verl_glue.contract import check_contract
 
 __all__ = ["GiGPOEnvAgentLoop", "episode_config_from", "episode_to_outputs"]
-
-logger = verl_logger(__name__)
 
 
 def episode_config_from(config: Any) -> EpisodeConfig:
