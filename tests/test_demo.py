@@ -83,6 +83,24 @@ def test_demo_shortened_mode(demo_run):
     assert f"credit report: {credit / 'report' / 'credit_report.html'}" in text
     assert "top-credited (state, action) pairs" in text
     assert (credit / "report" / "credit_report.html").read_text().count("data:image/png;base64,") == 2
+    # the closing hint works pasted into a fresh shell: another folder, no virtual environment on PATH
+    hint = [line for line in text.splitlines() if line.startswith("another iteration or group: ")]
+    assert len(hint) == 1, text
+    command = hint[0].removeprefix("another iteration or group: ")
+    assert command.startswith(f"{sys.executable} -m verl_gigpo.inspect {run} --iter 2 --group ")
+    fresh = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=fresh, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"graph: {credit / 'report' / 'credit_graph_iter2_group'}" in done.stdout
+
+
+def test_the_inspect_hint_names_this_python_and_the_absolute_run_folder(tmp_path, monkeypatch):
+    from verl_gigpo.dev.demo import inspect_command
+
+    monkeypatch.chdir(tmp_path)
+    assert inspect_command("runs/demo", 3, "g 7") == (
+        f"{sys.executable} -m verl_gigpo.inspect {tmp_path / 'runs' / 'demo'} --iter 3 --group 'g 7'"
+    )
 
 
 def test_demo_start_is_checked_before_anything_is_built(tmp_path, capsys):
