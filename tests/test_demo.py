@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -101,6 +102,17 @@ def test_the_inspect_hint_names_this_python_and_the_absolute_run_folder(tmp_path
     assert inspect_command("runs/demo", 3, "g 7") == (
         f"{sys.executable} -m verl_gigpo.inspect {tmp_path / 'runs' / 'demo'} --iter 3 --group 'g 7'"
     )
+
+
+def test_building_the_bm25_environments_logs_no_debug_lines(caplog):
+    """``make demo`` builds its tiny model's tokenizer from every environment's text, webshop's and search's BM25
+    indexes included; bm25s sets its logger to DEBUG at import, which printed its indexing chatter."""
+    from environments import make_env
+
+    with caplog.at_level(logging.DEBUG):
+        make_env("webshop")
+        make_env("search")
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("bm25s")] == []
 
 
 def test_demo_start_is_checked_before_anything_is_built(tmp_path, capsys):
