@@ -277,3 +277,18 @@ def test_no_module_logger_is_left_unused(tmp_path):
     assert _unused_module_loggers(planted)
     planted.write_text("import logging\n\nlogger = logging.getLogger(__name__)\nlogger.info('x')\n")
     assert not _unused_module_loggers(planted)
+
+
+def test_every_benchmark_spells_its_print_only_flag_no_results():
+    """One spelling of "print, do not write RESULTS.md" over the benchmarks (``--no-write``, the old one of three,
+    stays as an alias)."""
+    spellings = {"--no-results", "--no-write", "--dry-run", "--no-save"}
+    found = {}
+    for path in sorted((PACKAGE_DIR.parent / "benchmarks").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+                names = [a.value for a in node.args if isinstance(a, ast.Constant)]
+                if spellings & set(names):
+                    found[path.name] = names[0]
+    assert len(found) >= 6, found
+    assert {name for name, first in found.items() if first != "--no-results"} == set()
