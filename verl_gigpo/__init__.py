@@ -34,7 +34,16 @@ AGENT_LOOP_NAME = "gigpo_env_agent"
 #: name of the V1 trainer mode registered into verl (``trainer.v1.trainer_mode``)
 TRAINER_MODE = "gigpo_sync"
 
-__all__ = ["AGENT_LOOP_NAME", "ESTIMATOR_NAME", "STEP_CREDIT_ESTIMATORS", "TRAINER_MODE", "__version__", "verl_logger"]
+__all__ = [
+    "AGENT_LOOP_NAME",
+    "COMMAND_DEPS",
+    "ESTIMATOR_NAME",
+    "STEP_CREDIT_ESTIMATORS",
+    "TRAINER_MODE",
+    "__version__",
+    "verl_logger",
+    "wrong_python_line",
+]
 
 #: what every ``python -m verl_gigpo.<command>`` imports (requirements.txt), looked up before the command's own imports
 COMMAND_DEPS = ("numpy", "omegaconf", "torch", "transformers")
