@@ -89,7 +89,9 @@ def build_tiny_vl_model(
     from verl_gigpo.dev.tiny_vl_processor import Qwen2_5_VLProcessor
 
     if hidden_size // num_heads != 16 or hidden_size % num_heads:
-        raise ValueError(f"hidden_size/num_heads must be 16 for mrope sections [2, 3, 3], got {hidden_size}/{num_heads}")
+        raise ValueError(
+            f"hidden_size/num_heads must be 16 for mrope sections [2, 3, 3], got {hidden_size}/{num_heads}"
+        )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     texts, action_words, used = env_corpus(envs)
@@ -141,7 +143,9 @@ def build_tiny_vl_model(
     image_processor = Qwen2VLImageProcessor(
         patch_size=14, merge_size=2, temporal_patch_size=2, min_pixels=min_pixels, max_pixels=max_pixels
     )
-    processor = Qwen2_5_VLProcessor(image_processor=image_processor, tokenizer=tokenizer, chat_template=VL_CHAT_TEMPLATE)
+    processor = Qwen2_5_VLProcessor(
+        image_processor=image_processor, tokenizer=tokenizer, chat_template=VL_CHAT_TEMPLATE
+    )
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     processor.save_pretrained(out)
