@@ -401,6 +401,8 @@ class StepRecord:
     prompt_truncated: bool = False
     observation_truncated: bool = False
     generation_info: dict[str, Any] = field(default_factory=dict)
+    #: the observation's images shown in the prompt (RGB PIL images; none for a text environment)
+    images: list[Any] = field(default_factory=list)
 
 
 @dataclass
