@@ -10,13 +10,11 @@ import torch
 from PIL import Image
 from transformers import AutoModelForImageTextToText
 
-from verl_gigpo.dev.tiny_vl_model import build_tiny_vl_model
 
-
-def test_tiny_vl_model_builds_and_runs_on_an_image(tmp_path):
+def test_tiny_vl_model_builds_and_runs_on_an_image(tiny_vl_model_dir):
     from verl.utils.tokenizer import hf_processor
 
-    out = build_tiny_vl_model(tmp_path / "vl", envs=("gridnav",), seed=0)
+    out = tiny_vl_model_dir
     info = json.loads((out / "tiny_model_info.json").read_text())
     assert info["family"] == "qwen2_5_vl" and 1e5 < info["parameters"] < 6e5
     processor = hf_processor(str(out), trust_remote_code=True)  # verl binds Qwen2.5-VL's 3-D rope index to it

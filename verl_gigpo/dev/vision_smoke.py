@@ -70,6 +70,7 @@ def text_replay(transcript_dir: Path) -> tuple[int, list[str]]:
     """Replay every transcribed training episode's actions on the text Sokoban; ``(steps compared, mismatches)``
     where a mismatch is a step whose anchor key differs from the text episode's."""
     from environments import make_env
+    from verl_gigpo.rollout.transcripts import anchor_key_hash
 
     steps: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for path in sorted(transcript_dir.glob("*.jsonl")):
@@ -84,9 +85,10 @@ def text_replay(transcript_dir: Path) -> tuple[int, list[str]]:
         _, info = env.reset(seed=int(records[0]["seed"]), options={"split": records[0]["split"]})
         for record in records:
             compared += 1
-            if info["anchor_key"] != record["anchor_key"]:
+            if anchor_key_hash(info["anchor_key"]) != record["anchor_key"]:  # transcripts keep the key's hash
                 bad.append(f"{traj} step {record['step']}")
-            _, _, terminated, truncated, info = env.step(record["action"] or None)
+            # an invalid reply is the invalid-action step (the launch's rule: admissible)
+            _, _, terminated, truncated, info = env.step(record["action"] if record["action_valid"] else None)
             if terminated or truncated:
                 break
     return compared, bad
