@@ -19,7 +19,8 @@ from verl.utils.tokenizer import hf_processor
 
 from environments import make_env
 from environments.images import IMAGE_INFO_KEY
-from verl_gigpo.rollout import ChatPromptEncoder
+from verl_gigpo.rollout import ChatPromptEncoder, EpisodeConfig, PromptOptions, TaskSpec, run_episode
+from verl_gigpo.rollout.execution.threads import EnvThreadPool
 from verl_gigpo.verl_glue.cpu.hf_rollout import HFGenerationServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,3 +95,37 @@ def test_an_image_step_scores_the_same_in_the_rollout_and_in_verls_actor_inputs(
     # computes for itself (docs/vision.md)
     assert (scored(logits) - rollout).abs().max().item() <= 1e-3
     assert (scored(blind) - rollout).abs().max().item() > 1e-2  # the images matter
+
+
+@pytest.mark.parametrize("image_history", [0, 1])
+def test_an_image_episode_through_the_runner_shows_past_images_as_configured(served, image_history):
+    """``env.prompt.image_history``: 0 (default) shows the current image only; 1 adds the previous step's first."""
+    server, processor = served
+    config = EpisodeConfig(
+        max_steps=3,
+        history_length=1,
+        max_prompt_length=1024,
+        max_response_length=4,
+        prompt=PromptOptions(image_history=image_history),
+    )
+    task = TaskSpec("sokoban", seed=4, env_kwargs={"observation": "image", "tile_size": 8})
+    encoder = ChatPromptEncoder(processor.tokenizer, processor=processor)
+    episode = asyncio.run(
+        run_episode(
+            task,
+            generator=server,
+            encoder=encoder,
+            tokenizer=processor.tokenizer,
+            config=config,
+            traj_id="t",
+            sampling_params={"temperature": 1.0, "top_k": -1, "seed": 1},
+            executor=EnvThreadPool(0),
+        )
+    )
+    assert episode.env_error is None and episode.length == 3
+    pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    for step in episode.steps:
+        shown = 1 + min(image_history, step.step_id)
+        assert len(step.images) == shown and step.prompt_ids.count(pad) == 4 * shown
+    with pytest.raises(ValueError, match="env.prompt.image_history"):
+        PromptOptions(image_history=-1)

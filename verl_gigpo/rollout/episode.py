@@ -251,6 +251,7 @@ def build_prompt(
     history: list[tuple[str, str]],
     encoder: Callable[[str], list[int]],
     config: EpisodeConfig,
+    images: Sequence[Any] | None = None,
 ) -> tuple[str, list[int], int, bool]:
     """Render and encode the prompt in ``config.prompt``'s style, with the last ``config.history_length`` steps of
     ``history``, and fit it into ``config.max_prompt_length`` tokens.
@@ -269,11 +270,15 @@ def build_prompt(
     (a removed block that starts or ends inside a token), and for a plain callable encoder, the shorter prompts are
     encoded again, one by one.
 
+    ``images`` (default: the observation's, ``info["images"]``) go before the text, encoded with the processor
+    (:meth:`ChatPromptEncoder.encode_with_images`); such a prompt is never cut (:class:`PromptTooLongError`).
+
     Raises:
-        PromptTooLongError: the prompt is over budget and ``config.prompt.overlong`` is ``fail_episode``.
+        PromptTooLongError: the prompt is over budget and ``config.prompt.overlong`` is ``fail_episode``, or it holds
+            images and cannot fit without a cut.
     """
     options, limit = config.prompt, config.max_prompt_length
-    images = info.get(IMAGE_INFO_KEY) or []
+    images = list(info.get(IMAGE_INFO_KEY) or []) if images is None else list(images)
     if images:  # the current observation's images only (the reference's visual prompt keeps no past images)
         encode_images = getattr(encoder, "encode_with_images", None)
         if encode_images is None:
@@ -443,12 +448,16 @@ async def run_episode(
     step_id = 0
     observation, observation_cut = cap_observation(observation, config.max_observation_chars)
     keep = config.history_length
+    # env.prompt.image_history: past steps whose images the prompt shows before the current observation's
+    image_history, history_images = config.prompt.image_history, []
+    current_images = list(info.get(IMAGE_INFO_KEY) or [])
     try:
         while True:
             glue_start = time.perf_counter()
             shown = history[len(history) - keep :] if keep else []
             shown_chars = len(observation) + sum(len(obs) for obs, _ in shown)
-            prompt_args = (env, observation, info, history, encoder, config)
+            images = [*(image for past in history_images[-image_history:] for image in past), *current_images]
+            prompt_args = (env, observation, info, history, encoder, config, images)
             try:
                 if shown_chars > OFFLOAD_PROMPT_CHARS:  # long prompts are tokenised off the event loop
                     built = await asyncio.get_running_loop().run_in_executor(None, build_prompt, *prompt_args)
@@ -463,7 +472,6 @@ async def run_episode(
 
             gen_start = time.perf_counter()
             params = sampling_params if seeds is None else seeds.sampling_params(sampling_params, step_id)
-            images = info.get(IMAGE_INFO_KEY) or []
             if images:  # verl's server manager and rollout servers take images as image_data
                 out = await generator.generate(
                     traj_id, prompt_ids=prompt_ids, sampling_params=params, image_data=list(images)
@@ -517,6 +525,9 @@ async def run_episode(
             )
             episode.episode_return += step_reward
             history.append((observation, config.prompt.history_action(action, response_text)))
+            if image_history:
+                history_images.append(current_images)
+            current_images = list(next_info.get(IMAGE_INFO_KEY) or [])
             (observation, observation_cut), info = cap_observation(next_obs, config.max_observation_chars), next_info
             step_id += 1
             if terminated or truncated:
