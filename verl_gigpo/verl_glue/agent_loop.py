@@ -164,9 +164,9 @@ def episode_to_outputs(
                 num_turns=0 if row.placeholder else 2,
                 metrics=AgentLoopMetrics() if row.placeholder else AgentLoopMetrics(generate_sequences=per_step_time),
                 extra_fields={**row.fields, **verl_fields},
-                # verl's postprocess turns them into multi_modal_inputs (pixel_values, image_grid_thw) and 3-D
-                # rope positions for the actor
-                multi_modal_data={"images": images} if images else None,
+                # verl's postprocess turns images into multi_modal_inputs (pixel_values, image_grid_thw) and 3-D
+                # rope positions for the actor; text rows leave the field unset, as before
+                **({"multi_modal_data": {"images": images}} if images else {}),
             )
         )
     return outputs
