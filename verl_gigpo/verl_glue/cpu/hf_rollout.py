@@ -192,10 +192,11 @@ class HFGenerationServer:
     ) -> tuple[list[int], list[float]]:
         """One request with images: ``(token ids, log-probs)``, decoded one token per full forward (no KV cache).
 
-        The model computes its own 3-D rope positions from the ids and ``image_grid_thw`` (as verl's actor does from
-        the same ids), and the images' pixels come from the processor's image processor, as verl's agent loop
-        computes ``multi_modal_inputs``. Sampling and log-probs as the local server's
-        (:func:`verl_gigpo.local.sampling.sample_tokens`).
+        The positions are those verl's agent loop gives the actor (:meth:`_positions`); the pixels come from the
+        processor's image processor, as verl's agent loop computes ``multi_modal_inputs``. Sampling and log-probs as
+        the local server's (:func:`verl_gigpo.local.sampling.sample_tokens`). Vision placeholder tokens (image/video
+        pad, vision start/end) are never drawn (verl would read one in a reply as an image without pixels; a random
+        model draws them), but the log-prob returned is the full policy's, as the actor computes it.
         """
         from verl_gigpo.local.sampling import parse_sampling_params, sample_tokens
 
@@ -210,10 +211,12 @@ class HFGenerationServer:
         logprobs: list[float] = []
         self.model.eval()
         for _ in range(p.max_tokens):
+            attention = torch.ones_like(ids)  # (1, L)
             logits = (
                 self.model(
                     input_ids=ids,
-                    attention_mask=torch.ones_like(ids),
+                    attention_mask=attention,
+                    position_ids=self._positions(ids, attention, vision["image_grid_thw"]),  # (4, 1, L)
                     pixel_values=vision["pixel_values"],
                     image_grid_thw=vision["image_grid_thw"],
                     use_cache=False,
@@ -239,6 +242,17 @@ class HFGenerationServer:
         server.stats["requests"] += 1
         server.stats["generated_tokens"] += len(tokens)
         return tokens, logprobs
+
+    def _positions(self, ids: torch.Tensor, attention: torch.Tensor, grid_thw: torch.Tensor) -> torch.Tensor:
+        """(4, 1, L) positions as verl's agent loop computes them for the actor: the text positions, then the
+        model's 3 rope axes (``get_rope_index``). The text row changes how the model builds its attention mask."""
+        image_id = int(self.model.config.image_token_id)
+        token_types = (ids == image_id).to(torch.int)  # (1, L): 1 = image token
+        rope, _ = self.model.model.get_rope_index(
+            ids, mm_token_type_ids=token_types, image_grid_thw=grid_thw, attention_mask=attention
+        )  # (3, 1, L)
+        text = torch.arange(ids.shape[1], dtype=rope.dtype)[None, None, :]  # (1, 1, L)
+        return torch.cat([text, rope], dim=0)
 
     def _sampling_params(self, prompt_ids: list[int], sampling_params: dict[str, Any]) -> dict[str, Any]:
         params: dict[str, Any] = {}
