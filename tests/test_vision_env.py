@@ -26,6 +26,7 @@ def test_sokoban_image_modes_pass_the_checker(mode):
     (image,) = info[IMAGE_INFO_KEY]
     assert image.mode == "RGB" and image.size == (6 * 6, 6 * 6)  # 6x6 room, 6 pixels per cell
     assert ("# # #" in obs) == (mode == "both")
+    assert "blue disc" in info["task"] and ("# wall" in info["task"]) == (mode == "both")  # the legend of what it sees
 
 
 def test_text_mode_has_no_images_and_keys_do_not_depend_on_the_mode():

@@ -65,7 +65,7 @@ import numpy as np
 from environments.base import StepResult, TextEnv
 from environments.sokoban.generator import check_room_config, generate_room
 from environments.sokoban.prompt import SOKOBAN_HISTORY_ITEM, SOKOBAN_PROMPT, SOKOBAN_STEP_LIMIT_PHRASES, SOKOBAN_TASK
-from environments.sokoban.render import check_tile_size, render_room_image
+from environments.sokoban.render import IMAGE_LEGEND, check_tile_size, render_room_image
 from environments.sokoban.room import (
     ACTIONS,
     DIRECTIONS,
@@ -186,7 +186,8 @@ class SokobanEnv(TextEnv):
         self._generate(np.random.default_rng(0))
         height, width = self.dim_room
         self.task_type = f"sokoban-{height}x{width}-{self.num_boxes}box"
-        self.task_description = SOKOBAN_TASK.format(legend=LEGEND)
+        legend = {"text": LEGEND, "image": IMAGE_LEGEND, "both": f"{LEGEND}; {IMAGE_LEGEND}"}[observation]
+        self.task_description = SOKOBAN_TASK.format(legend=legend)
         self._room: Room | None = None
         self._unseeded_resets = 0
 

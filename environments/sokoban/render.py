@@ -12,7 +12,7 @@ import numpy as np
 
 from environments.sokoban.room import Room
 
-__all__ = ["COLORS", "check_tile_size", "render_room_image"]
+__all__ = ["COLORS", "IMAGE_LEGEND", "check_tile_size", "render_room_image"]
 
 #: RGB colour of each thing drawn.
 COLORS: dict[str, tuple[int, int, int]] = {
@@ -23,6 +23,13 @@ COLORS: dict[str, tuple[int, int, int]] = {
     "box_on_target": (40, 200, 80),
     "player": (60, 120, 240),
 }
+
+
+#: What the drawing shows, for the task description of the image observation.
+IMAGE_LEGEND = (
+    "in the image, brick-red squares are walls, dark grey squares floor, a red outline a target, an amber square a "
+    "box (green when on a target), the blue disc you"
+)
 
 
 def check_tile_size(tile: object) -> int:
