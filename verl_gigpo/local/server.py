@@ -37,6 +37,7 @@ from verl_gigpo.local.sampling import (
 )
 from verl_gigpo.local.tensors import left_pad
 from verl_gigpo.rollout.types import GenerationOutput
+from verl_gigpo.vision import image_inputs, rope_positions, vision_token_ids
 
 __all__ = ["LocalGenerationServer", "SamplingParams", "parse_sampling_params"]
 
@@ -62,6 +63,8 @@ class LocalGenerationServer:
         eos_token_ids: stop ids (default: the tokenizer's EOS id, plus the model's generation-config EOS ids).
         pad_token_id: padding id (default: the tokenizer's pad id, else the first EOS id); it also stops.
         seed: seed of the server's own generator, used by requests that bring neither ``seed`` nor ``generator``.
+        image_processor: a vision-language model's image processor (:func:`verl_gigpo.vision.load_pretrained`);
+            requests with ``image_data`` need it. None: a text model.
 
     Attributes:
         stats: counters — ``requests``, ``batches`` (batched generations), ``forward_passes`` (model calls),
@@ -80,6 +83,7 @@ class LocalGenerationServer:
         eos_token_ids: Sequence[int] | None = None,
         pad_token_id: int | None = None,
         seed: int = 0,
+        image_processor: Any = None,
     ) -> None:
         if not isinstance(max_batch_size, int) or max_batch_size < 1:
             raise ValueError(f"max_batch_size must be a positive int, got {max_batch_size!r}")
@@ -103,6 +107,8 @@ class LocalGenerationServer:
             pad_token_id = getattr(tokenizer, "pad_token_id", None)
         self.pad_token_id = int(pad_token_id) if pad_token_id is not None else self.eos_token_ids[0]
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
+        self.image_processor = image_processor
+        self.vision_ids = sorted(vision_token_ids(model.config)) if image_processor is not None else []
         self.stats = {
             "requests": 0,
             "batches": 0,
@@ -121,7 +127,12 @@ class LocalGenerationServer:
 
     # ------------------------------------------------------------------ public API
     async def generate(
-        self, request_id: str, *, prompt_ids: Sequence[int], sampling_params: dict[str, Any] | None = None
+        self,
+        request_id: str,
+        *,
+        prompt_ids: Sequence[int],
+        sampling_params: dict[str, Any] | None = None,
+        image_data: Sequence[Any] | None = None,
     ) -> GenerationOutput:
         """Generate a continuation of ``prompt_ids`` (batched with whatever other requests are waiting).
 
@@ -129,6 +140,8 @@ class LocalGenerationServer:
             request_id: caller's id (may repeat across the steps of one episode); used in error messages.
             prompt_ids: prompt token ids (P,), P >= 1.
             sampling_params: see the module docstring.
+            image_data: the prompt's images (its image placeholders already expanded); such a request runs alone
+                (:meth:`_generate_with_images`). Needs ``image_processor``.
 
         Returns:
             :class:`GenerationOutput` with ``token_ids`` (R,), ``log_probs`` (R,) and ``stop_reason``
@@ -149,6 +162,14 @@ class LocalGenerationServer:
             sampling_params, vocab_size=self.vocab_size, default_max_tokens=self.default_max_tokens
         )
         loop = asyncio.get_running_loop()
+        if image_data:
+            if self.image_processor is None:
+                raise ValueError(f"request {request_id}: images for a text model; use a vision-language model")
+            self.stats["requests"] += 1
+            # the one generation thread: image requests and text batches never share the model
+            return await loop.run_in_executor(
+                self._executor, self._generate_with_images, prompt, list(image_data), params
+            )
         self._ensure_worker(loop)
         future = loop.create_future()
         self._pending.append(_Request(prompt, params, future))
@@ -298,6 +319,52 @@ class LocalGenerationServer:
             step_pos = step_pos[:, -1:] + 1  # (B, 1)
             attention = torch.cat([attention, torch.ones((batch, 1), dtype=attention.dtype, device=dev)], dim=1)
         return out.tokens, out.logprobs, out.stop_reason
+
+    @torch.inference_mode()
+    def _generate_with_images(self, prompt_ids: list[int], images: list[Any], p: SamplingParams) -> GenerationOutput:
+        """One request with images, decoded one token per full forward (no KV cache), with the positions and pixels
+        the actor scores it with (:mod:`verl_gigpo.vision`). Vision placeholder ids are never drawn, but the
+        log-prob returned is the full policy's, as the actor computes it (docs/vision.md)."""
+        start = time.perf_counter()
+        self.model.eval()
+        vision = {k: v.to(self.device) for k, v in image_inputs(self.image_processor, images).items()}
+        generator = p.generator or (torch.Generator().manual_seed(p.seed) if p.seed is not None else self.generator)
+        stops = set(self.eos_token_ids) | {self.pad_token_id} | set(p.stop_token_ids)
+        temperature = torch.tensor([p.temperature], dtype=torch.float32, device=self.device)  # (1,)
+        ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)  # (1, P)
+        tokens: list[int] = []
+        logprobs: list[float] = []
+        for _ in range(p.max_tokens):
+            attention = torch.ones_like(ids)  # (1, L)
+            forward = self.model(
+                input_ids=ids,
+                attention_mask=attention,
+                position_ids=rope_positions(self.model, ids, attention, vision["image_grid_thw"]),  # (4, 1, L)
+                **vision,
+                use_cache=False,
+                logits_to_keep=1,
+            )
+            self.stats["forward_passes"] += 1
+            logits = forward.logits[:, -1, :].float()  # (1, V)
+            if p.allowed_token_ids is not None:
+                allowed = torch.zeros_like(logits, dtype=torch.bool)
+                allowed[0, list(p.allowed_token_ids)] = True
+                logits = logits.masked_fill(~allowed, float("-inf"))
+            drawable = logits.clone()
+            drawable[0, self.vision_ids] = float("-inf")  # (1, V)
+            token, _ = sample_tokens(drawable, temperature, temperature == 0, [p], [generator], [0])
+            scale = p.temperature if p.temperature > 0 else 1.0
+            tokens.append(int(token[0]))
+            logprobs.append(float(torch.log_softmax(logits / scale, dim=-1)[0, token[0]]))
+            if tokens[-1] in stops:
+                break
+            ids = torch.cat([ids, token[:, None]], dim=1)  # (1, P + t)
+        self.stats["batches"] += 1
+        self.stats["max_batch"] = max(self.stats["max_batch"], 1)
+        self.stats["generated_tokens"] += len(tokens)
+        self.stats["busy_s"] += time.perf_counter() - start
+        stop = "completed" if tokens and tokens[-1] in stops else "length"
+        return GenerationOutput(token_ids=tokens, log_probs=logprobs, stop_reason=stop)
 
     def _controls(self, params: list[SamplingParams]) -> DecodeControls:
         """The B requests' sampling parameters as the tensors and lists the decoding loop reads."""

@@ -1,0 +1,65 @@
+"""Vision-language models on both engines: loading one, and the inputs its forward pass takes with images.
+
+    model, processor = load_pretrained(path, trust_remote_code=True)     # processor None for a text model
+    vision = image_inputs(processor.image_processor, images)              # pixel_values, image_grid_thw
+    positions = rope_positions(model, ids, attention, vision["image_grid_thw"])   # (4, 1, L)
+
+Shared by the ``hf`` CPU rollout backend (:mod:`verl_gigpo.verl_glue.cpu.hf_rollout`), the local engine's
+generation server (:mod:`verl_gigpo.local.server`) and its update (:mod:`verl_gigpo.local.update`), so the rollout
+and the actor score a step with images the same way. Rationale: docs/vision.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["image_inputs", "is_vision_config", "load_pretrained", "rope_positions", "vision_token_ids"]
+
+#: config attributes of Qwen-VL's vision placeholder ids (image/video pad, vision start/end)
+_VISION_ID_NAMES = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+
+
+def is_vision_config(config: Any) -> bool:
+    """True when a model config has a vision tower (``vision_config``): load it with
+    ``AutoModelForImageTextToText`` (``AutoModelForCausalLM`` has no Qwen-VL mapping)."""
+    return getattr(config, "vision_config", None) is not None
+
+
+def load_pretrained(path: str, *, trust_remote_code: bool = False, dtype: Any = torch.float32) -> tuple[Any, Any]:
+    """``(model, processor)`` of the Hugging Face folder ``path``: a vision-language model (a ``vision_config``)
+    through ``AutoModelForImageTextToText`` with its ``AutoProcessor``, else a causal LM and ``None``."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor
+
+    if is_vision_config(AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)):
+        model = AutoModelForImageTextToText.from_pretrained(path, trust_remote_code=trust_remote_code, dtype=dtype)
+        return model, AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
+    return AutoModelForCausalLM.from_pretrained(path, trust_remote_code=trust_remote_code, dtype=dtype), None
+
+
+def vision_token_ids(config: Any) -> set[int]:
+    """The vision placeholder ids of a model config, never drawn in a reply (verl's rope index would read one as an
+    image without pixels; a random model draws them); empty for a text model."""
+    return {int(i) for i in (getattr(config, name, None) for name in _VISION_ID_NAMES) if i is not None}
+
+
+def image_inputs(image_processor: Any, images: Sequence[Any]) -> dict[str, torch.Tensor]:
+    """``pixel_values`` (patches, C) and ``image_grid_thw`` (n_images, 3) of one prompt's images, as verl's agent
+    loop computes its ``multi_modal_inputs``."""
+    out = image_processor(images=list(images), return_tensors="pt")
+    return {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"]}
+
+
+def rope_positions(model: Any, ids: torch.Tensor, attention: torch.Tensor, grid_thw: torch.Tensor) -> torch.Tensor:
+    """(4, B, L) positions of ``ids`` (B, L) as verl's agent loop gives them to the actor: the text positions
+    (``cumsum(attention) - 1``), then the model's 3 rope axes (``get_rope_index``). The text row changes how
+    transformers' Qwen-VL builds its attention mask, so the rollout must pass it too."""
+    image_id = int(model.config.image_token_id)
+    token_types = (ids == image_id).to(torch.int)  # (B, L): 1 = image token
+    rope, _ = model.model.get_rope_index(
+        ids, mm_token_type_ids=token_types, image_grid_thw=grid_thw, attention_mask=attention
+    )  # (3, B, L)
+    text = (attention.cumsum(-1) - 1).clamp(min=0).to(rope.dtype)[None]  # (1, B, L)
+    return torch.cat([text, rope], dim=0)
