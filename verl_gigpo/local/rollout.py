@@ -26,6 +26,7 @@ from verl_gigpo.rollout import ChatPromptEncoder, EnvPool, Episode, TaskSpec, ch
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.execution.threads import EnvThreadPool
 from verl_gigpo.rollout.seeding import VALIDATION_STREAM, EpisodeSeeds, seeded_sampling_from, training_stream
+from verl_gigpo.rollout.vision import is_vision_config, load_processor
 
 __all__ = ["LocalRollout", "local_device"]
 
@@ -62,7 +63,8 @@ class LocalRollout:
         model: an already loaded model (the trainer's); None loads ``actor_rollout_ref.model.path``.
         tokenizer: its tokenizer (with ``model``).
 
-    Attributes: ``device``, ``tokenizer``, ``model``, ``server``, ``encoder``, ``episode_config``, ``env_kwargs``,
+    Attributes: ``device``, ``tokenizer``, ``model``, ``processor`` and ``image_processor`` (a vision-language
+    model's, else None), ``server``, ``encoder``, ``episode_config``, ``env_kwargs``,
     ``allowed_ids`` (the token ids decoding is restricted to, ``local.constrain_to_actions``; None: all),
     ``execution``, ``env_executor``, ``env_pool``, ``loop``.
 
@@ -76,9 +78,16 @@ class LocalRollout:
         self.cfg = cfg
         register_envs(OmegaConf.to_container(cfg.env.registry, resolve=True))  # env.registry: the user's environments
         self.device = local_device(cfg)
+        model_cfg = cfg.actor_rollout_ref.model
+        trust = bool(model_cfg.trust_remote_code)
         if model is None:
-            tokenizer, model = load_model(cfg.actor_rollout_ref.model.path, self.device, seed=cfg.trainer.seed)
+            tokenizer, model = load_model(model_cfg.path, self.device, seed=cfg.trainer.seed, trust_remote_code=trust)
         self.tokenizer, self.model = tokenizer, model
+        # a vision-language model: its processor encodes image prompts and its image processor the pixels
+        self.processor = None
+        if is_vision_config(model.config):
+            self.processor = load_processor(model_cfg.path, trust_remote_code=trust)
+        self.image_processor = self.processor.image_processor if self.processor is not None else None
         self.server = LocalGenerationServer(
             self.model,
             self.tokenizer,
@@ -86,10 +95,11 @@ class LocalRollout:
             max_batch_size=cfg.local.max_batch_size,
             default_max_tokens=cfg.actor_rollout_ref.rollout.response_length,
             seed=cfg.trainer.seed,
+            image_processor=self.image_processor,
         )
         # data.apply_chat_template_kwargs (e.g. enable_thinking=false): the prompt verl's agent loop renders
         template_kwargs = chat_template_kwargs_from(cfg.data.get("apply_chat_template_kwargs", None))
-        self.encoder = ChatPromptEncoder(self.tokenizer, chat_template_kwargs=template_kwargs)
+        self.encoder = ChatPromptEncoder(self.tokenizer, chat_template_kwargs=template_kwargs, processor=self.processor)
         self.episode_config = episode_config(cfg, gigpo)
         self.env_kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
         self.allowed_ids = None

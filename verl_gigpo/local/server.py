@@ -37,7 +37,7 @@ from verl_gigpo.local.sampling import (
 )
 from verl_gigpo.local.tensors import left_pad
 from verl_gigpo.rollout.types import GenerationOutput
-from verl_gigpo.vision import image_inputs, rope_positions, vision_token_ids
+from verl_gigpo.rollout.vision import image_inputs, rope_positions, vision_token_ids
 
 __all__ = ["LocalGenerationServer", "SamplingParams", "parse_sampling_params"]
 
@@ -63,8 +63,9 @@ class LocalGenerationServer:
         eos_token_ids: stop ids (default: the tokenizer's EOS id, plus the model's generation-config EOS ids).
         pad_token_id: padding id (default: the tokenizer's pad id, else the first EOS id); it also stops.
         seed: seed of the server's own generator, used by requests that bring neither ``seed`` nor ``generator``.
-        image_processor: a vision-language model's image processor (:func:`verl_gigpo.vision.load_pretrained`);
-            requests with ``image_data`` need it. None: a text model.
+        image_processor: a vision-language model's image processor
+            (:func:`verl_gigpo.rollout.vision.load_pretrained`); requests with ``image_data`` need it. None: a text
+            model.
 
     Attributes:
         stats: counters — ``requests``, ``batches`` (batched generations), ``forward_passes`` (model calls),
@@ -323,7 +324,7 @@ class LocalGenerationServer:
     @torch.inference_mode()
     def _generate_with_images(self, prompt_ids: list[int], images: list[Any], p: SamplingParams) -> GenerationOutput:
         """One request with images, decoded one token per full forward (no KV cache), with the positions and pixels
-        the actor scores it with (:mod:`verl_gigpo.vision`). Vision placeholder ids are never drawn, but the
+        the actor scores it with (:mod:`verl_gigpo.rollout.vision`). Vision placeholder ids are never drawn, but the
         log-prob returned is the full policy's, as the actor computes it (docs/vision.md)."""
         start = time.perf_counter()
         self.model.eval()

@@ -20,25 +20,29 @@ __all__ = ["action_token_ids", "load_model", "sampling_params", "update_settings
 logger = logging.getLogger(__name__)
 
 
-def load_model(path: str, device: torch.device, *, seed: int) -> tuple[Any, Any]:
-    """``(tokenizer, model)`` of the Hugging Face causal LM folder ``path``, the model in float32 on ``device``
-    (built under ``seed`` with the global torch RNG left as it was, for weights a checkpoint does not hold).
+def load_model(path: str, device: torch.device, *, seed: int, trust_remote_code: bool = False) -> tuple[Any, Any]:
+    """``(tokenizer, model)`` of the Hugging Face folder ``path``, the model in float32 on ``device`` (built under
+    ``seed`` with the global torch RNG left as it was, for weights a checkpoint does not hold). A vision-language
+    model (a ``vision_config``) loads with ``AutoModelForImageTextToText``
+    (:func:`verl_gigpo.rollout.vision.load_pretrained`).
 
     Raises:
         ValueError: ``path`` is not a directory (the message says how to build a tiny model there).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
+
+    from verl_gigpo.rollout.vision import load_pretrained
 
     if not Path(path).is_dir():
         raise ValueError(
             f"actor_rollout_ref.model.path={path!r} is not a directory; build a tiny model with "
             f"`python -m verl_gigpo.dev.tiny_model --out {path}` or point it at a Hugging Face model folder"
         )
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
-    return tokenizer, model
+        model, _ = load_pretrained(path, trust_remote_code=trust_remote_code)
+    return tokenizer, model.to(device)
 
 
 def action_token_ids(

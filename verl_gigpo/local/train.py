@@ -154,6 +154,7 @@ class LocalTrainer:
             mini_batch_rows=update.mini_batch_rows,
             shuffle_rows=update.shuffle_rows,
             seed=cfg.trainer.seed,
+            image_processor=self.rollouts.image_processor,
         )
         self.ref_model, self.optimizer = self.actor.ref_model, self.actor.optimizer
         self.task_rng = np.random.default_rng(cfg.trainer.seed)

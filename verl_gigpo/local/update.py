@@ -39,8 +39,10 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from environments.images import pixel_key
 from verl_gigpo.local.tensors import left_pad
 from verl_gigpo.rollout.step_rows import StepBatch
+from verl_gigpo.rollout.vision import image_inputs, rope_positions
 
 __all__ = ["PPOActor", "split_rows"]
 
@@ -52,6 +54,7 @@ class _Rows:
     inputs: list[tuple[int, ...]]  # (U,) prompt + response[:-1]
     resp_lens: list[int]  # (U,) response length of each input
     inverse: np.ndarray  # (N,) int64: the input that scores each row
+    images: list[list[Any]]  # (U,) the images each input's prompt shows (empty for text)
     tokens: torch.Tensor  # (N, R) int64: response tokens (their columns in allowed_ids when constrained)
     mask: torch.Tensor  # (N, R) float32: 1 on the response tokens
     adv: torch.Tensor | None = None  # (N, R) float32: the row's advantage on its response tokens
@@ -129,6 +132,9 @@ class PPOActor:
         shuffle_rows: with ``mini_batch_rows``, shuffle the rows before each pass (``trainer.v1.gigpo_sync.
             shuffle_rows``), from an RNG seeded by ``(seed, iteration, pass)``.
         seed: the run's seed (``trainer.seed``).
+        image_processor: a vision-language model's image processor; rows with images are then scored one input per
+            forward with their pixels and Qwen-VL's 4-row positions (:mod:`verl_gigpo.rollout.vision`), as the
+            server generated them. None: a text model.
 
     Attributes:
         ref_model: a frozen copy of ``model`` as it was at construction when ``actor.use_kl_loss``, else None.
@@ -146,6 +152,7 @@ class PPOActor:
         mini_batch_rows: int | None = None,
         shuffle_rows: bool = True,
         seed: int = 0,
+        image_processor: Any = None,
     ) -> None:
         from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
@@ -160,6 +167,7 @@ class PPOActor:
         )
         self.policy_loss_fn = get_policy_loss_fn(actor.policy_loss.loss_mode)
         self.mini_batch_rows, self.shuffle_rows, self.seed = mini_batch_rows, shuffle_rows, int(seed)
+        self.image_processor = image_processor
 
     def update(self, batch: StepBatch, advantages: np.ndarray, *, iteration: int = 0) -> dict[str, float]:
         """PPO update on the batch's unmasked rows (``row_mask``) with per-row ``advantages`` (N,); ``iteration``
@@ -209,12 +217,17 @@ class PPOActor:
         }
 
     def forward_logprobs(
-        self, model: Any, inputs: Sequence[Sequence[int]], resp_lens: Sequence[int]
+        self,
+        model: Any,
+        inputs: Sequence[Sequence[int]],
+        resp_lens: Sequence[int],
+        images: Sequence[Sequence[Any]] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probs and entropies at the response positions of de-duplicated inputs.
 
         ``inputs[u]`` = prompt + response[:-1]; the logits at positions ``P-1 .. P+R-2`` score the R response
-        tokens. Inputs are left-padded, so those positions are the last ``R`` of each row.
+        tokens. Inputs are left-padded, so those positions are the last ``R`` of each row. With ``images`` (one list
+        per input), inputs that have images are forwarded alone (:meth:`_image_logits`).
 
         Returns:
             ``(logp (U, R_max, V'), entropy (U, R_max))`` left-aligned (index j = j-th response token), where
@@ -224,9 +237,14 @@ class PPOActor:
         from verl.utils.torch_functional import entropy_from_logits
 
         r_max = max(resp_lens)
-        ids, attn, pos = left_pad(inputs, self.pad_token_id, device=self.device)  # (U, W) each
-        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=r_max).logits  # (U,R,V)
-        logits = logits.float()
+        if images is not None and any(images):
+            logits = torch.cat(
+                [self._image_logits(model, ids, shown, r_max) for ids, shown in zip(inputs, images, strict=True)]
+            )  # (U, R_max, V)
+        else:
+            ids, attn, pos = left_pad(inputs, self.pad_token_id, device=self.device)  # (U, W) each
+            logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=r_max).logits
+        logits = logits.float()  # (U, R_max, V)
         if self.allowed_ids is not None:
             logits = logits.index_select(-1, torch.tensor(self.allowed_ids, device=self.device))  # (U, R_max, V')
         shift = torch.tensor([r_max - r for r in resp_lens], device=self.device)  # (U,)
@@ -234,20 +252,38 @@ class PPOActor:
         logits = logits.gather(1, index[:, :, None].expand(-1, -1, logits.shape[-1]))  # (U, R_max, V') aligned
         return torch.log_softmax(logits, dim=-1), entropy_from_logits(logits)
 
+    def _image_logits(self, model: Any, input_ids: Sequence[int], images: Sequence[Any], keep: int) -> torch.Tensor:
+        """(1, keep, V) logits of the last ``keep`` positions of one unpadded input, with its images' pixels and
+        the 4-row positions the server generated with (text inputs too, then without pixels)."""
+        if images and self.image_processor is None:
+            raise ValueError("step rows with images need PPOActor(image_processor=...): use a vision-language model")
+        ids = torch.tensor([list(input_ids)], dtype=torch.long, device=self.device)  # (1, L)
+        attention = torch.ones_like(ids)  # (1, L)
+        if not images:
+            return model(input_ids=ids, attention_mask=attention, logits_to_keep=keep).logits
+        vision = {k: v.to(self.device) for k, v in image_inputs(self.image_processor, images).items()}
+        positions = rope_positions(model, ids, attention, vision["image_grid_thw"])  # (4, 1, L)
+        return model(
+            input_ids=ids, attention_mask=attention, position_ids=positions, **vision, logits_to_keep=keep
+        ).logits
+
     # ------------------------------------------------------------------ the rows
     def _rows(self, batch: StepBatch) -> _Rows:
         """De-duplicate the batch's inputs and lay its response tokens out as (N, R) tensors on the device."""
         n_rows = len(batch)
         key_index: dict[tuple, int] = {}
         inverse = np.empty(n_rows, dtype=np.int64)  # (N,)
-        inputs, resp_lens = [], []
-        for i, (p, r) in enumerate(zip(batch.prompts, batch.responses, strict=True)):
-            key = (tuple(p), tuple(r[:-1]))  # the same prompt and response-but-last-token: one forward
+        inputs, resp_lens, images = [], [], []
+        shown = batch.images if batch.images is not None else [[] for _ in range(n_rows)]
+        for i, (p, r, pics) in enumerate(zip(batch.prompts, batch.responses, shown, strict=True)):
+            # the same prompt, images and response-but-last-token: one forward
+            key = (tuple(p), tuple(r[:-1]), tuple(pixel_key(image) for image in pics))
             j = key_index.get(key)
             if j is None:
                 j = key_index[key] = len(inputs)
                 inputs.append(key[0] + key[1])
                 resp_lens.append(len(r))
+                images.append(list(pics))
             inverse[i] = j
         r_max = max(resp_lens)
         tokens = torch.zeros((n_rows, r_max), dtype=torch.long)  # (N, R) response token columns
@@ -256,7 +292,7 @@ class PPOActor:
         for i, r in enumerate(batch.responses):
             tokens[i, : len(r)] = torch.tensor([col[t] for t in r] if col is not None else r)
             mask[i, : len(r)] = 1.0
-        return _Rows(inputs, resp_lens, inverse, tokens.to(self.device), mask.to(self.device))
+        return _Rows(inputs, resp_lens, inverse, images, tokens.to(self.device), mask.to(self.device))
 
     def _fixed_logprobs(self, rows: _Rows, n_steps: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """``(old, ref)`` log-probs (N, R) that stay fixed during the update: old only with several optimizer
@@ -276,7 +312,9 @@ class PPOActor:
         out = torch.zeros(rows.tokens.shape, dtype=torch.float32, device=self.device)  # (N, R)
         for start in range(0, len(rows.inputs), micro):
             stop = min(start + micro, len(rows.inputs))
-            lp, _ = self.forward_logprobs(model, rows.inputs[start:stop], rows.resp_lens[start:stop])
+            lp, _ = self.forward_logprobs(
+                model, rows.inputs[start:stop], rows.resp_lens[start:stop], rows.images[start:stop]
+            )
             picked = np.flatnonzero((rows.inverse >= start) & (rows.inverse < stop))
             rows_t = torch.as_tensor(picked, device=self.device)
             sel = torch.as_tensor(rows.inverse[picked] - start, device=self.device)
@@ -350,7 +388,10 @@ class PPOActor:
         zero-padded on the right to the batch's longest response."""
         local = {int(u): k for k, u in enumerate(chunk)}
         logp_u, ent_u = self.forward_logprobs(
-            self.model, [rows.inputs[u] for u in chunk], [rows.resp_lens[u] for u in chunk]
+            self.model,
+            [rows.inputs[u] for u in chunk],
+            [rows.resp_lens[u] for u in chunk],
+            [rows.images[u] for u in chunk],
         )
         sel = torch.tensor([local[int(rows.inverse[r])] for r in picked], device=self.device)  # (n,)
         rows_t = torch.as_tensor(picked, device=self.device)

@@ -16,7 +16,7 @@ Plain Python (no verl, no numpy): :mod:`verl_gigpo.rollout` serves both engines.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from verl_gigpo.rollout.types import Episode
@@ -178,6 +178,7 @@ class EpisodeRow:
     response_logprobs: the generator's log-probs of the response tokens (R,), or None (placeholder, or none reported).
     generation_info: the generator output's extra fields (verl's servers report the weight versions there).
     placeholder: the row stands for an episode that failed at reset (it is no step).
+    images: the images its prompt showed (RGB PIL images; empty for a text environment).
     """
 
     fields: dict[str, Any]
@@ -186,6 +187,7 @@ class EpisodeRow:
     response_logprobs: list[float] | None
     generation_info: dict[str, Any]
     placeholder: bool = False
+    images: list[Any] = field(default_factory=list)
 
 
 def episode_rows(episode: Episode, *, text_chars: int = 0) -> list[EpisodeRow]:
@@ -218,6 +220,7 @@ def episode_rows(episode: Episode, *, text_chars: int = 0) -> list[EpisodeRow]:
                 list(step.response_ids),
                 step.response_logprobs,
                 dict(step.generation_info),
+                images=list(step.images),
             )
         )
     return rows

@@ -53,7 +53,8 @@ class StepBatch:
 
     Token columns, set by :meth:`from_episodes` (the local engine's update reads them; on verl the tokens stay in
     TransferQueue and these are None): prompts (N lists of prompt token ids), responses (N lists of response token
-    ids), rollout_logprobs (N lists of the server's log-probs of the response tokens, or None per row).
+    ids), rollout_logprobs (N lists of the server's log-probs of the response tokens, or None per row), images (N
+    lists of the images each prompt showed; empty lists for text).
     """
 
     group_ids: np.ndarray
@@ -80,6 +81,7 @@ class StepBatch:
     prompts: list[list[int]] | None = None
     responses: list[list[int]] | None = None
     rollout_logprobs: list[list[float] | None] | None = None
+    images: list[list[Any]] | None = None
 
     def __len__(self) -> int:
         """N, the number of rows (padding and masked rows included)."""
@@ -95,7 +97,7 @@ class StepBatch:
             self.padding = pad_uid | (~self.row_mask & ~self.env_error)
         if self.env_rewards is None:
             self.env_rewards = np.asarray(self.step_rewards, dtype=np.float64).copy()
-        for name in ("prompts", "responses", "rollout_logprobs"):
+        for name in ("prompts", "responses", "rollout_logprobs", "images"):
             column = getattr(self, name)
             if column is not None and len(column) != n:
                 raise ValueError(f"StepBatch.{name} has {len(column)} rows, group_ids {n}")
@@ -198,6 +200,7 @@ class StepBatch:
             prompts=[r.prompt_ids for r in rows],
             responses=[r.response_ids for r in rows],
             rollout_logprobs=[r.response_logprobs for r in rows],
+            images=[r.images for r in rows],
         )
 
     @classmethod

@@ -28,8 +28,8 @@ cast to bfloat16 (``FSDPEngine._merged_lora_per_tensor_param``): the server then
 Limits (stated, not hidden): only verl's synchronous trainer (hybrid replicas) is supported; aborting requests does
 not interrupt a running batch (in-flight requests finish); video and audio inputs are rejected. Requests with images
 (a vision-language model, loaded with ``AutoModelForImageTextToText``) run one at a time without a KV cache, in
-the local server (:mod:`verl_gigpo.vision`; docs/vision.md). It is a correctness tool, not a fast one: use vLLM on
-GPUs.
+the local server (:mod:`verl_gigpo.rollout.vision`; docs/vision.md). It is a correctness tool, not a fast one: use
+vLLM on GPUs.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class HFGenerationServer:
         from transformers import AutoTokenizer
 
         from verl_gigpo.local.server import LocalGenerationServer
-        from verl_gigpo.vision import load_pretrained
+        from verl_gigpo.rollout.vision import load_pretrained
 
         self.config = config
         self.replica_rank = replica_rank

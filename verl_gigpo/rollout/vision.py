@@ -16,7 +16,14 @@ from typing import Any
 
 import torch
 
-__all__ = ["image_inputs", "is_vision_config", "load_pretrained", "rope_positions", "vision_token_ids"]
+__all__ = [
+    "image_inputs",
+    "is_vision_config",
+    "load_pretrained",
+    "load_processor",
+    "rope_positions",
+    "vision_token_ids",
+]
 
 #: config attributes of Qwen-VL's vision placeholder ids (image/video pad, vision start/end)
 _VISION_ID_NAMES = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
@@ -31,12 +38,32 @@ def is_vision_config(config: Any) -> bool:
 def load_pretrained(path: str, *, trust_remote_code: bool = False, dtype: Any = torch.float32) -> tuple[Any, Any]:
     """``(model, processor)`` of the Hugging Face folder ``path``: a vision-language model (a ``vision_config``)
     through ``AutoModelForImageTextToText`` with its ``AutoProcessor``, else a causal LM and ``None``."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     if is_vision_config(AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)):
         model = AutoModelForImageTextToText.from_pretrained(path, trust_remote_code=trust_remote_code, dtype=dtype)
-        return model, AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
+        return model, load_processor(path, trust_remote_code=trust_remote_code)
     return AutoModelForCausalLM.from_pretrained(path, trust_remote_code=trust_remote_code, dtype=dtype), None
+
+
+def load_processor(path: str, *, trust_remote_code: bool = False) -> Any:
+    """The ``AutoProcessor`` of the vision-language model folder ``path`` (the tiny model's images-only processor
+    class lives in its folder: ``trust_remote_code=True``, docs/vision.md).
+
+    Raises:
+        ValueError: the processor needs remote code and ``trust_remote_code`` is false.
+    """
+    from transformers import AutoProcessor
+
+    try:
+        return AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except ValueError as exc:
+        if trust_remote_code or "trust_remote_code" not in str(exc):
+            raise
+        raise ValueError(
+            f"the processor of {path} is code in the model folder: set actor_rollout_ref.model.trust_remote_code=true "
+            "if you trust it"
+        ) from exc
 
 
 def vision_token_ids(config: Any) -> set[int]:
