@@ -1,16 +1,21 @@
 """The local engine on images (CPU only, seconds): a tiny random Qwen2.5-VL plays Sokoban from its drawing through
 the local engine's server and trains on it; the update scores each step with its pixels and Qwen-VL's 4-row
-positions, so the rollout-vs-update log-prob gap stays at float rounding (docs/vision.md, the local engine)."""
+positions, so the rollout-vs-update log-prob gap stays at float rounding (docs/vision.md, the local engine). Credit
+records and transcripts store the images as PNG files; the credit report shows them beside each step."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+from PIL import Image
 
 from environments.images import pixel_key
+from verl_gigpo.credit.records import read_credit_records
+from verl_gigpo.credit.report import STEP_IMAGE_STYLE, make_report
 from verl_gigpo.local.train import LocalTrainer, load_config
 from verl_gigpo.rollout import TaskSpec
 from verl_gigpo.rollout.step_rows import StepBatch
+from verl_gigpo.rollout.transcripts import episode_records
 
 
 def _cfg(model_dir, out_dir, *extra):
@@ -37,7 +42,8 @@ def _cfg(model_dir, out_dir, *extra):
 
 
 def test_two_local_iterations_on_sokoban_images(tiny_vl_model_dir, tmp_path):
-    trainer = LocalTrainer(_cfg(tiny_vl_model_dir, tmp_path))
+    credit = ["trainer.credit_log_freq=1", "trainer.credit_log_groups=1"]
+    trainer = LocalTrainer(_cfg(tiny_vl_model_dir, tmp_path, *credit))
     try:
         assert trainer.rollouts.processor is not None
         assert type(trainer.model).__name__ == "Qwen2_5_VLForConditionalGeneration"
@@ -52,6 +58,16 @@ def test_two_local_iterations_on_sokoban_images(tiny_vl_model_dir, tmp_path):
         assert np.isfinite(m["actor/pg_loss"]) and m["actor/grad_norm"] > 0
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert any(not torch.equal(before[k], after[k]) for k in before if "visual" in k)  # the vision tower trains
+
+    # the credit records name each step's drawing, stored once as a PNG in credit/images/; the report shows them
+    records = read_credit_records(tmp_path / "credit" / "iter_2.jsonl")
+    assert records and all(len(r["images"]) == 1 for r in records)
+    for r in records:
+        png = tmp_path / "credit" / r["images"][0]
+        assert png.name == f"{pixel_key(Image.open(png))}.png"  # the file holds the pixels its name hashes
+    report = make_report(tmp_path, iteration=2)
+    page = report.html.read_text(encoding="utf-8")
+    assert page.count(STEP_IMAGE_STYLE) == len(records)  # one image beside each step of the drawn group
 
 
 def test_update_rows_keep_the_pixels_apart_and_the_images_change_the_logprobs(tiny_vl_model_dir, tmp_path):
@@ -84,5 +100,13 @@ def test_update_rows_keep_the_pixels_apart_and_the_images_change_the_logprobs(ti
         column = trainer.allowed_ids.index(batch.responses[0][0])  # log-probs over the allowed ids, in their order
         token_lp = own[0, :1, column]
         assert float((token_lp - served).abs().max()) <= 1e-4
+
+        # transcripts store each step's image by reference: a PNG in the transcript folder, equal to the drawing
+        records = episode_records(episodes[0], group="task0", image_folder=tmp_path / "transcripts")
+        assert len(records) == episodes[0].length
+        for record, step in zip(records, episodes[0].steps, strict=True):
+            png = tmp_path / "transcripts" / record["images"][0]
+            assert np.array_equal(np.asarray(Image.open(png).convert("RGB")), np.asarray(step.images[0]))
+        assert "images" not in episode_records(episodes[0], group="task0")[0]  # no folder: no images
     finally:
         trainer.close()

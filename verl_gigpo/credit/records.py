@@ -40,9 +40,11 @@ next_distance      d(s_{t+1}), 0 after a winning last step); graph_return: r_suc
 node_value         G2PO: V(s_t), the merged state's mean discounted outcome; next_value: V'(t) = V(s_{t+1})
 depths_used        HGPO: how many history depths gave the row a nonzero group advantage; deepest_depth: the
                    deepest of them (0: none)
+images             with image observations (local engine): the PNGs the prompt showed, as paths relative to the
+                   ``credit/`` folder (``images/<sha1 of the pixels>.png``, each drawing stored once)
 ================== ===========================================================================================
 
-The last five rows are written only by the method named (the extras of its terms).
+The method rows above ``images`` are written only by the method named (the extras of its terms).
 
 Size: about ``rows * (2 * credit_log_max_chars + 400)`` bytes per logged iteration (gridnav demo: 2 groups, about
 100 rows, 40 KB). Sampling uses its own generator seeded by (seed, iteration): with logging on or off, training
@@ -66,6 +68,7 @@ from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.advantage import AdvantageTerms
 from verl_gigpo.rollout.rows import truncate_text
 from verl_gigpo.rollout.step_rows import StepBatch
+from verl_gigpo.rollout.vision import save_images
 from verl_gigpo.rules import Range
 
 __all__ = [
@@ -211,6 +214,7 @@ def credit_records(
     steps: StepBatch,
     groups: Iterable[Any] | None = None,
     max_chars: int = 200,
+    image_folder: str | Path | None = None,
 ) -> list[dict[str, Any]]:
     """One record per valid row of ``groups`` (all groups when None), in batch order.
 
@@ -224,6 +228,8 @@ def credit_records(
             ids, raw anchor keys (hashed into ``anchor_key``), step rewards, flags and texts.
         groups: the episode groups to write.
         max_chars: texts are cut to this many characters.
+        image_folder: where the rows' images (``steps.images``) are stored as PNGs, named by the records'
+            ``images`` (:func:`verl_gigpo.rollout.vision.save_images`); None leaves images out.
 
     Raises:
         ValueError: ``steps`` has not the N rows of ``terms``.
@@ -261,6 +267,8 @@ def credit_records(
                 **{name: float(values[i]) for name, values in terms.extras.items()},
             }
         )
+        if image_folder is not None and steps.images is not None and steps.images[i]:
+            records[-1]["images"] = save_images(steps.images[i], image_folder)
     return records
 
 
@@ -340,7 +348,12 @@ class CreditLogger:
         rng = np.random.default_rng([self.seed & 0xFFFFFFFF, int(iteration)])
         groups = select_groups(np.asarray(steps.group_ids, dtype=object), terms.row_mask, self.options.groups, rng)
         records = credit_records(
-            terms, iteration=iteration, steps=steps, groups=groups, max_chars=self.options.max_chars
+            terms,
+            iteration=iteration,
+            steps=steps,
+            groups=groups,
+            max_chars=self.options.max_chars,
+            image_folder=self.run_dir / CREDIT_DIR,
         )
         path = write_credit_records(records, self.run_dir, iteration)
         logger.info(

@@ -27,6 +27,8 @@ __all__ = ["CreditReport", "default_group", "make_report", "plot_distributions"]
 DISTRIBUTIONS_PNG = "credit_distributions.png"
 HTML_PAGE = "credit_report.html"
 SUMMARY_TXT = "credit_summary.txt"
+#: a step's observation image in the trajectories table: drawn small, pixels kept sharp
+STEP_IMAGE_STYLE = "height:48px;image-rendering:pixelated;vertical-align:middle;margin:0 2px"
 
 
 @dataclass
@@ -185,7 +187,7 @@ def make_report(
     page = out / HTML_PAGE
     method = graph.graph["method"]
     page.write_text(
-        _html(summary, graph_png, dist_png, records, iteration, group, method, compare_png, methods_png),
+        _html(summary, graph_png, dist_png, records, iteration, group, method, compare_png, methods_png, folder),
         encoding="utf-8",
     )
     return CreditReport(
@@ -211,12 +213,21 @@ def _html(
     method: str,
     compare_png: Path | None,
     methods_png: Path | None,
+    folder: Path,
 ) -> str:
-    """One self-contained page: the PNGs inlined as base64, the summary, the group's trajectories."""
+    """One self-contained page: the PNGs inlined as base64, the summary, the group's trajectories (each step's
+    observation images beside its action when the records name them, read from ``folder``)."""
 
-    def img(path: Path) -> str:
+    def img(path: Path, style: str = "max-width:100%") -> str:
         data = base64.b64encode(path.read_bytes()).decode("ascii")
-        return f'<img alt="{html.escape(path.name)}" src="data:image/png;base64,{data}" style="max-width:100%">'
+        return f'<img alt="{html.escape(path.name)}" src="data:image/png;base64,{data}" style="{style}">'
+
+    def shown(record: dict[str, Any]) -> str:  # the step's images, or a note when a file is missing
+        parts = []
+        for ref in record.get("images") or []:
+            path = folder / ref
+            parts.append(img(path, STEP_IMAGE_STYLE) if path.is_file() else f"[missing {html.escape(ref)}]")
+        return "".join(parts)
 
     trajs: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
@@ -225,7 +236,7 @@ def _html(
     for traj, steps in trajs.items():
         steps.sort(key=lambda r: r["step"])
         moves = " ".join(
-            f'<span style="color:{_sign_colour(r["step_adv"])}">{html.escape(r["action"][:24])} '
+            f'{shown(r)}<span style="color:{_sign_colour(r["step_adv"])}">{html.escape(r["action"][:24])} '
             f"({r['step_adv']:+.2f})</span>"
             for r in steps
         )
@@ -247,7 +258,7 @@ grey = no step signal.</p>
 {img(graph_png)}
 {"<h2>Beside the other run</h2>" + img(compare_png) if compare_png is not None else ""}
 {"<h2>The same rows credited by each method</h2>" + img(methods_png) if methods_png is not None else ""}
-<h2>Trajectories of this group (action and its step term)</h2>
+<h2>Trajectories of this group (action and its step term, after the observation's image when it had one)</h2>
 <table><tr><th>trajectory</th><th>steps</th><th>return</th><th>won</th><th>A_E</th><th>actions (step term)</th></tr>
 {"".join(rows)}</table>
 <h2>Over the run</h2>

@@ -279,7 +279,7 @@ def evaluate_local(
         seconds = time.perf_counter() - start
         writer = TranscriptWriter(out / TRANSCRIPTS)
         for episode in episodes:
-            writer.write(episode_records(episode, group=episode.group_id))
+            writer.write(episode_records(episode, group=episode.group_id, image_folder=writer.folder))
         settings_used = {
             "engine": "local",
             "model": description,

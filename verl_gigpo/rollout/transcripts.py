@@ -26,6 +26,8 @@ env_error          the environment raised or missed a deadline (the episode is n
 episode_length     steps played; episode_return: the sum of the step rewards; num_invalid: invalid replies
 rollout_seed       with seeded requests: the rollout seed, the stream (``val`` or ``train:<iteration>:<draw>``) and
 stream, member     the member of the group, which with the task give each request's seed (docs/reproducibility.md)
+images             with image observations: the PNGs the prompt showed, as paths relative to the transcript folder
+                   (``images/<sha1 of the pixels>.png``, :func:`verl_gigpo.rollout.vision.save_images`)
 ================== ===========================================================================================
 
 An episode whose environment failed before its first step has one record with ``step`` 0, empty texts and
@@ -51,6 +53,7 @@ from verl_gigpo.credit.records import (
     read_json_lines,
 )
 from verl_gigpo.rollout.rows import action_text, truncate_text
+from verl_gigpo.rollout.vision import save_images
 
 __all__ = [
     "MAX_CHARS",
@@ -94,9 +97,13 @@ TRANSCRIPT_FIELDS = (
 #: the keys that follow them when the episode's requests were seeded (docs/reproducibility.md: with the task they
 #: give every request's seed, so the episode can be replayed)
 SEED_FIELDS = ("rollout_seed", "stream", "member")
+#: the key that follows them on a step with image observations (the PNG files, relative to the transcript folder)
+IMAGE_FIELDS = ("images",)
 
 
-def episode_records(episode: Any, *, group: Any, max_chars: int = MAX_CHARS) -> list[dict[str, Any]]:
+def episode_records(
+    episode: Any, *, group: Any, max_chars: int = MAX_CHARS, image_folder: str | Path | None = None
+) -> list[dict[str, Any]]:
     """The transcript records of one finished episode (:class:`verl_gigpo.rollout.Episode`): one per step, or one
     placeholder when its environment failed before the first step.
 
@@ -104,6 +111,8 @@ def episode_records(episode: Any, *, group: Any, max_chars: int = MAX_CHARS) -> 
         episode: the episode.
         group: its episode group (the task draw's id).
         max_chars: texts are cut to this many characters.
+        image_folder: the transcript folder: a step's images are stored there as PNGs and its record names them
+            (``images``); None leaves images out.
     """
     common = {
         "group": _plain(group),
@@ -138,6 +147,7 @@ def episode_records(episode: Any, *, group: Any, max_chars: int = MAX_CHARS) -> 
                 "action_valid": bool(step.action_valid),
                 "env_reward": float(step.env_reward),
                 "step_reward": float(step.step_reward),
+                **({"images": save_images(step.images, image_folder)} if image_folder and step.images else {}),
             }
         )
         for step in episode.steps
@@ -159,7 +169,7 @@ class TranscriptWriter:
         self._lock = threading.Lock()
 
     def write(self, records: Iterable[dict[str, Any]]) -> None:
-        """Append ``records`` (one episode's) as JSON lines."""
+        """Append ``records`` (one episode's, their images stored in :attr:`folder`) as JSON lines."""
         text = "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in records)
         with self._lock, self.path.open("a", encoding="utf-8") as fh:
             fh.write(text)
@@ -261,4 +271,5 @@ def step_rows(records: Sequence[dict[str, Any]]) -> Any:
 
 
 def _ordered(record: dict[str, Any]) -> dict[str, Any]:
-    return {key: record[key] for key in (*TRANSCRIPT_FIELDS, *SEED_FIELDS) if key in record or key in TRANSCRIPT_FIELDS}
+    keys = (*TRANSCRIPT_FIELDS, *SEED_FIELDS, *IMAGE_FIELDS)
+    return {key: record[key] for key in keys if key in record or key in TRANSCRIPT_FIELDS}

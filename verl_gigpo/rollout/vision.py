@@ -11,19 +11,28 @@ and the actor score a step with images the same way. Rationale: docs/vision.md.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
+
+from environments.images import pixel_key
 
 __all__ = [
     "image_inputs",
     "is_vision_config",
     "load_pretrained",
     "load_processor",
+    "IMAGE_DIR",
     "rope_positions",
+    "save_images",
     "vision_token_ids",
 ]
+
+#: the folder, beside the records that name them, that holds the PNGs of transcripts and credit records
+IMAGE_DIR = "images"
 
 #: config attributes of Qwen-VL's vision placeholder ids (image/video pad, vision start/end)
 _VISION_ID_NAMES = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
@@ -90,3 +99,25 @@ def rope_positions(model: Any, ids: torch.Tensor, attention: torch.Tensor, grid_
     )  # (3, B, L)
     text = (attention.cumsum(-1) - 1).clamp(min=0).to(rope.dtype)[None]  # (1, B, L)
     return torch.cat([text, rope], dim=0)
+
+
+def save_images(images: Sequence[Any], folder: str | Path) -> list[str]:
+    """Store ``images`` as PNG files ``<folder>/images/<sha1 of the pixels>.png`` and return their paths relative to
+    ``folder`` (``images/<sha1>.png``), the reference a record keeps. A drawing seen before is written once (the
+    name is its :func:`~environments.images.pixel_key`); each file appears whole (written aside, then renamed), so
+    several processes may share the folder."""
+    from environments.images import to_pil
+
+    out = Path(folder) / IMAGE_DIR
+    refs = []
+    for image in images:
+        pil = to_pil(image)
+        name = f"{pixel_key(pil)}.png"
+        path = out / name
+        if not path.exists():
+            out.mkdir(parents=True, exist_ok=True)
+            tmp = out / f".{name}.{os.getpid()}.tmp"
+            pil.save(tmp, format="PNG")
+            os.replace(tmp, path)
+        refs.append(f"{IMAGE_DIR}/{name}")
+    return refs

@@ -300,7 +300,8 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
             execution=self.execution,
         )
         if self.transcripts is not None:
-            self.transcripts.write(episode_records(episode, group=kwargs.get("uid", "nouid")))
+            records = episode_records(episode, group=kwargs.get("uid", "nouid"), image_folder=self.transcripts.folder)
+            self.transcripts.write(records)
         options = self.episode_options
         # a row without the trainer mode's draw field is a validation row (as for the request seeds)
         if (
