@@ -28,6 +28,9 @@ Variants (constructor arguments; defaults = the demo task):
   the offset of the current target: the key until it is held, then the goal).
 * ``show_blocked`` (True): name the blocked sides (``walls: ...``) in the observation.
 * ``key_reward`` (0.0): reward for picking up the key (0 keeps the reward sparse).
+* ``observation`` (``"text"``): ``"image"`` draws the grid (``render.py``, ``tile_size`` pixels per cell, default
+  16) and the text says only that it is in the image; ``"both"`` shows the text and the drawing. For a
+  vision-language model (docs/vision.md).
 
 Anchor keys: ``state`` = task id + agent position (+ key status); ``observation`` = the observation text (it
 identifies the position too, since the offset to a fixed target does).
@@ -44,6 +47,7 @@ import numpy as np
 
 from environments.base import StepResult, TextEnv
 from environments.gridnav.prompt import HISTORY_ITEM_TEMPLATE, PROMPT_TEMPLATE
+from environments.gridnav.render import IMAGE_ONLY_TEXT, check_tile_size, render_grid_image
 
 __all__ = ["ACTIONS", "GridNavEnv", "GridTask", "generate_task", "shortest_path"]
 
@@ -197,6 +201,7 @@ class GridNavEnv(TextEnv):
         observe: ``"all"`` or ``"target"`` (key variant only; see the module docstring).
         show_blocked: name the blocked sides of the agent's cell in the observation.
         key_reward: reward for picking up the key.
+        observation: ``"text"``, ``"image"`` or ``"both"``; tile_size: pixels per cell of the drawing.
     """
 
     name = "gridnav"
@@ -216,8 +221,20 @@ class GridNavEnv(TextEnv):
         observe: str = "all",
         show_blocked: bool = True,
         key_reward: float = 0.0,
+        observation: str = "text",
+        tile_size: int = 16,
     ) -> None:
         super().__init__(key_mode=key_mode, max_steps=max_steps)
+        if observation not in ("text", "image", "both"):
+            raise ValueError(f"gridnav: observation must be 'text', 'image' or 'both', got {observation!r}")
+        if observation == "image" and self.key_kind == "observation":
+            raise ValueError(
+                "gridnav: key_mode='observation' keys by the observation text, which observation='image' does not "
+                "show; use key_mode='state' (the same groups: the drawing is one-to-one)"
+            )
+        self.observation = observation
+        self.images_per_step = 0 if observation == "text" else 1
+        self.tile_size = check_tile_size(tile_size)
         if isinstance(size, bool) or not isinstance(size, int) or not 3 <= size <= MAX_SIZE:
             raise ValueError(
                 f"gridnav: size must be an int in [3, {MAX_SIZE}], got {size!r} (layouts are drawn and solved by "
@@ -288,9 +305,15 @@ class GridNavEnv(TextEnv):
         digest = f"{self.task_id}|agent={self.agent[0]},{self.agent[1]}"
         return digest + (f"|key={'held' if self.has_key else 'no'}" if self.with_key else "")
 
+    def _observation_images(self) -> list[np.ndarray]:
+        assert self.task is not None
+        return [render_grid_image(self.task, self.agent, self.has_key, self.tile_size)]
+
     def _state_observation(self) -> str:
         task = self.task
         assert task is not None
+        if self.observation == "image":
+            return IMAGE_ONLY_TEXT
         parts = []
         if self.with_key and not (self.observe == "target" and self.has_key):
             parts.append("key: held" if self.has_key else f"key: {_offset_words(self.agent, task.key)}")

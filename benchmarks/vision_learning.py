@@ -1,0 +1,207 @@
+"""Learning on images, locally (issue 40, item 6): a tiny random-init Qwen2.5-VL learns visual gridnav with GiGPO
+and with GRPO, on paired seeds.
+
+    python benchmarks/vision_learning.py                           # gigpo, grpo x seeds 0-2; skips kept cells
+    python benchmarks/vision_learning.py --configs gigpo --seeds 0 --iters 20 --no-results   # a quick look
+    python benchmarks/vision_learning.py --report-only             # table from benchmarks/data/vision/
+
+The task: gridnav drawn as an image (``env.kwargs.observation=image``: the text says only that the grid is in the
+image), 3x3 with no walls, the goal 1+ steps away, 4 steps. The model: ``python -m verl_gigpo.dev.tiny_vl_model``
+(built into ``--model`` when missing; random init, ~0.3M parameters). Each cell is ``python -m
+verl_gigpo.local.train`` with ``--tasks`` tasks x ``--group`` episodes per iteration, one optimizer step, validation
+every ``--test-freq`` iterations on ``--val-size`` test tasks (sampled replies, seeded). A finished run's metrics go
+to ``benchmarks/data/vision/<config>-seed<k>.jsonl.gz`` at once.
+
+Deviations: one torch thread per run, at most ``--jobs`` runs side by side (the machine is shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from kept_data import check_args, kept_file, read_kept, shown, write_kept  # noqa: E402
+from results_md import add_output_options, emit_section  # noqa: E402
+
+HEADING = "## Learning on images: a tiny vision-language model, GiGPO vs GRPO (local engine)"
+
+#: the task: visual gridnav, 3x3, no walls, goal 1+ steps away, 4 steps, the state in the image only
+TASK = [
+    "env.name=gridnav",
+    "env.kwargs.observation=image",
+    "env.kwargs.tile_size=16",
+    "env.kwargs.size=3",
+    "env.kwargs.walls=0",
+    "env.kwargs.min_path=1",
+    "env.max_steps=4",
+    "env.history_length=0",
+]
+
+#: the estimator of each configuration
+CONFIGS = {"gigpo": ["algorithm.adv_estimator=gigpo"], "grpo": ["algorithm.adv_estimator=grpo"]}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (module docstring); bad values are refused by name."""
+    parser = argparse.ArgumentParser(description="a tiny VL model learning visual gridnav: GiGPO vs GRPO")
+    parser.add_argument("--configs", default="gigpo,grpo", help=f"comma-separated, of {list(CONFIGS)}")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--iters", type=int, default=80)
+    parser.add_argument("--tasks", type=int, default=8, help="tasks (episode groups) per iteration")
+    parser.add_argument("--group", type=int, default=8, help="episodes per task")
+    parser.add_argument("--val-size", type=int, default=32, help="validation tasks")
+    parser.add_argument("--test-freq", type=int, default=20, help="validate every N iterations")
+    parser.add_argument("--model", default="artifacts/tiny-vl-gridnav", help="the tiny VL model (built if missing)")
+    parser.add_argument("--runs", default="runs/vision", help="run folders (not committed)")
+    parser.add_argument("--data", default="benchmarks/data/vision", help="kept data (committed)")
+    parser.add_argument("--jobs", type=int, default=2, help="runs side by side (one torch thread each)")
+    parser.add_argument("--rerun", action="store_true", help="run cells that already have kept data again")
+    add_output_options(parser)
+    args = parser.parse_args(argv)
+    args.config_names = [c for c in args.configs.split(",") if c]
+    unknown = sorted(set(args.config_names) - set(CONFIGS))
+    if unknown:
+        parser.error(f"unknown --configs {unknown}; known: {list(CONFIGS)}")
+    for key in ("iters", "tasks", "group", "val_size", "test_freq", "jobs"):
+        if getattr(args, key) < 1:
+            parser.error(f"--{key.replace('_', '-')} must be >= 1, got {getattr(args, key)}")
+    return args
+
+
+def overrides(config: str, seed: int, args: argparse.Namespace, out: Path) -> list[str]:
+    """The local engine's overrides of one cell."""
+    return [
+        f"actor_rollout_ref.model.path={args.model}",
+        "actor_rollout_ref.model.trust_remote_code=true",  # the tiny model's images-only processor class
+        *TASK,
+        *CONFIGS[config],
+        f"actor_rollout_ref.rollout.n={args.group}",
+        f"data.train_batch_size={args.tasks}",
+        f"data.val_size={args.val_size}",
+        "data.max_prompt_length=512",
+        f"trainer.total_training_steps={args.iters}",
+        f"trainer.test_freq={args.test_freq}",
+        f"trainer.seed={seed}",
+        f"trainer.default_local_dir={out}",
+        "trainer.save_freq=-1",
+        "local.num_threads=1",
+        "local.progress=false",
+        "local.plot=false",
+    ]
+
+
+def ensure_model(path: str) -> None:
+    """Build the tiny VL model into ``path`` when it is not there."""
+    if (Path(path) / "config.json").is_file():
+        return
+    cmd = [sys.executable, "-m", "verl_gigpo.dev.tiny_vl_model", "--out", path]
+    subprocess.run(cmd, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+def run_cell(config: str, seed: int, args: argparse.Namespace) -> str:
+    """Train one cell and keep its metrics; returns a line saying so."""
+    out = Path(args.runs) / f"{config}-seed{seed}"
+    items = overrides(config, seed, args, out)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    began = time.perf_counter()
+    cmd = ["nice", "-n", "10", sys.executable, "-m", "verl_gigpo.local.train", *items, "--overwrite"]
+    done = subprocess.run(cmd, env=env, capture_output=True)
+    if done.returncode != 0:
+        return f"{config} seed {seed}: FAILED (exit {done.returncode}): {done.stderr.decode()[-1500:]}"
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    launch = {"wall_s": round(time.perf_counter() - began, 1), "returncode": 0}
+    path = write_kept(
+        kept_file(args.data, config, seed),
+        rows,
+        overrides=items,
+        args={
+            "config": config,
+            "seed": seed,
+            "iters": args.iters,
+            "tasks": args.tasks,
+            "group": args.group,
+            "val_size": args.val_size,
+            "test_freq": args.test_freq,
+        },
+        command="python -m verl_gigpo.local.train " + " ".join(items),
+        launch=launch,
+    )
+    return f"{config} seed {seed}: kept {shown(path)} ({launch['wall_s']:.0f} s)"
+
+
+def _curve(rows: list[dict]) -> list[tuple[int, float]]:
+    return [(int(r["training_step"]), float(r["val/success_rate"])) for r in rows if "val/success_rate" in r]
+
+
+def report(args: argparse.Namespace) -> str:
+    """The RESULTS.md section from the kept files under ``args.data``."""
+    lines = [
+        HEADING,
+        "",
+        f"`python benchmarks/vision_learning.py` (kept data: `{shown(args.data)}`). A random-init tiny Qwen2.5-VL "
+        "(`verl_gigpo.dev.tiny_vl_model`, ~0.3M parameters) on gridnav drawn as a 48x48 image (3x3, no walls, "
+        f"4 steps; the text holds no state), {args.tasks} tasks x {args.group} episodes per iteration, "
+        f"{args.iters} iterations, validation success on {args.val_size} test tasks (sampled replies). Local "
+        "engine, one CPU thread per run.",
+        "",
+        "| method | seed | before | best | after | train success, first 10 -> last 10 iterations | minutes |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    means: dict[str, list[tuple[float, float]]] = {}
+    for config in CONFIGS:
+        for seed in args.seeds:
+            path = kept_file(args.data, config, seed)
+            if not path.exists():
+                continue
+            header, rows = read_kept(path)
+            check_args(path, header, args)
+            curve = _curve(rows)
+            train = [float(r["env/success_rate"]) for r in rows if "env/success_rate" in r]
+            if not curve or not train:
+                continue
+            before, after, best = curve[0][1], curve[-1][1], max(v for _, v in curve)
+            head, tail = sum(train[:10]) / len(train[:10]), sum(train[-10:]) / len(train[-10:])
+            minutes = header["launch"]["wall_s"] / 60
+            lines.append(
+                f"| {config} | {seed} | {before:.2f} | {best:.2f} | {after:.2f} | {head:.2f} -> {tail:.2f} | "
+                f"{minutes:.1f} |"
+            )
+            means.setdefault(config, []).append((before, after))
+    if not means:
+        return "\n".join([*lines, "", "no kept data"])
+    lines.append("")
+    for config, pairs in means.items():
+        b = sum(p[0] for p in pairs) / len(pairs)
+        a = sum(p[1] for p in pairs) / len(pairs)
+        lines.append(f"- {config}: mean validation success {b:.2f} -> {a:.2f} over {len(pairs)} seed(s)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point (module docstring)."""
+    args = parse_args(argv)
+    if not args.report_only:
+        ensure_model(args.model)
+        todo = [
+            (c, s)
+            for c in args.config_names
+            for s in args.seeds
+            if args.rerun or not kept_file(args.data, c, s).exists()
+        ]
+        print(f"{len(todo)} cell(s) to run, {args.jobs} at a time", flush=True)
+        with ThreadPoolExecutor(args.jobs) as pool:
+            for line in pool.map(lambda cell: run_cell(*cell, args), todo):
+                print(line, flush=True)
+    return emit_section(lambda: report(args), HEADING, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
