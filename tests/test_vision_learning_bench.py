@@ -1,0 +1,52 @@
+"""``benchmarks/vision_learning.py --report-only`` (CPU only, no training): its RESULTS.md section from kept data
+alone, with the before / best / after values and the training means computed by hand."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import kept_data
+        import vision_learning
+
+        yield kept_data, vision_learning
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_the_section_from_kept_data(bench, tmp_path):
+    kept_data, vl = bench
+    argv = ["--seeds", "0", "--iters", "4", "--tasks", "2", "--group", "2", "--val-size", "4", "--test-freq", "2"]
+    argv += ["--data", str(tmp_path / "kept"), "--runs", str(tmp_path / "runs")]
+    args = vl.parse_args(argv)
+    train = {"gigpo": [0.25, 0.5, 0.5, 0.75], "grpo": [0.25, 0.25, 0.5, 0.25]}
+    val = {"gigpo": {0: 0.25, 2: 0.75, 4: 0.5}, "grpo": {0: 0.25, 2: 0.25, 4: 0.5}}
+    for config in ("gigpo", "grpo"):
+        rows = [{"training_step": 0, "val/success_rate": val[config][0]}]
+        for step, success in enumerate(train[config], start=1):
+            rows.append({"training_step": step, "env/success_rate": success})
+            if step in val[config]:
+                rows[-1]["val/success_rate"] = val[config][step]
+        items = vl.overrides(config, 0, args, tmp_path / "runs" / config)
+        settings = {"config": config, "seed": 0, "iters": 4, "tasks": 2, "group": 2, "val_size": 4, "test_freq": 2}
+        kept_data.write_kept(
+            kept_data.kept_file(args.data, config, 0), rows, overrides=items, args=settings, launch={"wall_s": 90.0}
+        )
+    results = tmp_path / "RESULTS.md"
+    assert vl.main([*argv, "--report-only", "--results", str(results)]) == 0
+    text = results.read_text()
+    assert vl.HEADING in text
+    assert "| gigpo | 0 | 0.25 | 0.75 | 0.50 | 0.50 -> 0.50 | 1.5 |" in text  # train mean of 4 iterations: 0.5
+    assert "| grpo | 0 | 0.25 | 0.50 | 0.50 | 0.31 -> 0.31 | 1.5 |" in text
+    assert "- gigpo: mean validation success 0.25 -> 0.50 over 1 seed(s)" in text
+    # a kept file made with other settings is refused, naming the option
+    assert vl.main([*argv[:-4], "--iters", "8", *argv[-4:], "--report-only", "--no-results"]) == 1
