@@ -28,10 +28,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kept_data import check_args, kept_file, read_kept, shown, write_kept  # noqa: E402
+from kept_data import KeptDataError, check_args, kept_file, read_kept, shown, write_kept  # noqa: E402
 from results_md import add_output_options, emit_section  # noqa: E402
 
 HEADING = "## Learning on images: a tiny vision-language model, GiGPO vs GRPO (local engine)"
+
+
+def heading(args: argparse.Namespace) -> str:
+    """The section's heading: :data:`HEADING`, naming the learning rate when it is not the default (its own section)."""
+    return HEADING if args.lr == 1e-3 else f"{HEADING}, learning rate {args.lr:g}"
+
 
 #: the task: visual gridnav, 3x3, no walls, goal 1+ steps away, 4 steps, the state in the image only
 TASK = [
@@ -59,6 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--group", type=int, default=8, help="episodes per task")
     parser.add_argument("--val-size", type=int, default=32, help="validation tasks")
     parser.add_argument("--test-freq", type=int, default=20, help="validate every N iterations")
+    parser.add_argument("--lr", type=float, default=1e-3, help="actor learning rate (the local engine's default)")
     parser.add_argument("--model", default="artifacts/tiny-vl-gridnav", help="the tiny VL model (built if missing)")
     parser.add_argument("--runs", default="runs/vision", help="run folders (not committed)")
     parser.add_argument("--data", default="benchmarks/data/vision", help="kept data (committed)")
@@ -85,6 +92,7 @@ def overrides(config: str, seed: int, args: argparse.Namespace, out: Path) -> li
         *CONFIGS[config],
         f"actor_rollout_ref.rollout.n={args.group}",
         f"data.train_batch_size={args.tasks}",
+        f"actor_rollout_ref.actor.optim.lr={args.lr:g}",
         f"data.val_size={args.val_size}",
         "data.max_prompt_length=512",
         f"trainer.total_training_steps={args.iters}",
@@ -130,6 +138,7 @@ def run_cell(config: str, seed: int, args: argparse.Namespace) -> str:
             "group": args.group,
             "val_size": args.val_size,
             "test_freq": args.test_freq,
+            "lr": args.lr,
         },
         command="python -m verl_gigpo.local.train " + " ".join(items),
         launch=launch,
@@ -144,13 +153,13 @@ def _curve(rows: list[dict]) -> list[tuple[int, float]]:
 def report(args: argparse.Namespace) -> str:
     """The RESULTS.md section from the kept files under ``args.data``."""
     lines = [
-        HEADING,
+        heading(args),
         "",
         f"`python benchmarks/vision_learning.py` (kept data: `{shown(args.data)}`). A random-init tiny Qwen2.5-VL "
         "(`verl_gigpo.dev.tiny_vl_model`, ~0.3M parameters) on gridnav drawn as a 48x48 image (3x3, no walls, "
         f"4 steps; the text holds no state), {args.tasks} tasks x {args.group} episodes per iteration, "
-        f"{args.iters} iterations, validation success on {args.val_size} test tasks (sampled replies). Local "
-        "engine, one CPU thread per run.",
+        f"{args.iters} iterations, learning rate {args.lr:g}, one optimizer step per iteration, validation success on "
+        f"{args.val_size} test tasks (sampled replies). Local engine, one CPU thread per run.",
         "",
         "| method | seed | before | best | after | train success, first 10 -> last 10 iterations | minutes |",
         "|---|---|---|---|---|---|---|",
@@ -163,6 +172,10 @@ def report(args: argparse.Namespace) -> str:
                 continue
             header, rows = read_kept(path)
             check_args(path, header, args)
+            if header["args"].get("lr", 1e-3) != args.lr:
+                raise KeptDataError(
+                    f"{path}: kept with --lr {header['args'].get('lr', 1e-3)}, this report asks {args.lr}"
+                )
             curve = _curve(rows)
             train = [float(r["env/success_rate"]) for r in rows if "env/success_rate" in r]
             if not curve or not train:
@@ -200,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         with ThreadPoolExecutor(args.jobs) as pool:
             for line in pool.map(lambda cell: run_cell(*cell, args), todo):
                 print(line, flush=True)
-    return emit_section(lambda: report(args), HEADING, args)
+    return emit_section(lambda: report(args), heading(args), args)
 
 
 if __name__ == "__main__":
