@@ -165,6 +165,7 @@ def report(args: argparse.Namespace) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     means: dict[str, list[tuple[float, float]]] = {}
+    entropy: dict[str, list[tuple[float, float]]] = {}  # per seed: mean entropy of the first and last 10 iterations
     for config in CONFIGS:
         for seed in args.seeds:
             path = kept_file(args.data, config, seed)
@@ -188,13 +189,20 @@ def report(args: argparse.Namespace) -> str:
                 f"{minutes:.1f} |"
             )
             means.setdefault(config, []).append((before, after))
+            ent = [float(r["actor/entropy"]) for r in rows if "actor/entropy" in r]
+            if ent:
+                entropy.setdefault(config, []).append((sum(ent[:10]) / len(ent[:10]), sum(ent[-10:]) / len(ent[-10:])))
     if not means:
         return "\n".join([*lines, "", "no kept data"])
     lines.append("")
     for config, pairs in means.items():
         b = sum(p[0] for p in pairs) / len(pairs)
         a = sum(p[1] for p in pairs) / len(pairs)
-        lines.append(f"- {config}: mean validation success {b:.2f} -> {a:.2f} over {len(pairs)} seed(s)")
+        moved = ""
+        if entropy.get(config):  # how far the policy moved from uniform over the 4 actions (ln 4 = 1.39)
+            first, last = (sum(e[k] for e in entropy[config]) / len(entropy[config]) for k in (0, 1))
+            moved = f"; policy entropy {first:.2f} -> {last:.2f} (uniform over 4 actions: 1.39)"
+        lines.append(f"- {config}: mean validation success {b:.2f} -> {a:.2f} over {len(pairs)} seed(s){moved}")
     return "\n".join(lines)
 
 
