@@ -12,10 +12,11 @@ from PIL import Image
 from environments.images import pixel_key
 from verl_gigpo.credit.records import read_credit_records
 from verl_gigpo.credit.report import STEP_IMAGE_STYLE, make_report
+from verl_gigpo.evaluate import evaluate_local
 from verl_gigpo.local.train import LocalTrainer, load_config
 from verl_gigpo.rollout import TaskSpec
 from verl_gigpo.rollout.step_rows import StepBatch
-from verl_gigpo.rollout.transcripts import episode_records
+from verl_gigpo.rollout.transcripts import episode_records, read_transcripts
 
 
 def _cfg(model_dir, out_dir, *extra):
@@ -50,6 +51,7 @@ def test_two_local_iterations_on_sokoban_images(tiny_vl_model_dir, tmp_path):
         before = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
         metrics = [trainer.train_step() for _ in range(2)]
         after = trainer.model.state_dict()
+        trainer.save_checkpoint()  # evaluated below
     finally:
         trainer.close()
     for m in metrics:
@@ -68,6 +70,12 @@ def test_two_local_iterations_on_sokoban_images(tiny_vl_model_dir, tmp_path):
     report = make_report(tmp_path, iteration=2)
     page = report.html.read_text(encoding="utf-8")
     assert page.count(STEP_IMAGE_STYLE) == len(records)  # one image beside each step of the drawn group
+
+    # the evaluation command plays the checkpoint with its processor (trust_remote_code from the run's config)
+    # and its transcripts name each step's drawing
+    evaluate_local(tmp_path, out=tmp_path / "eval", progress=False)
+    transcripts = read_transcripts(tmp_path / "eval" / "transcripts")
+    assert transcripts and all((tmp_path / "eval" / "transcripts" / t["images"][0]).is_file() for t in transcripts)
 
 
 def test_update_rows_keep_the_pixels_apart_and_the_images_change_the_logprobs(tiny_vl_model_dir, tmp_path):

@@ -267,7 +267,8 @@ def evaluate_local(
             description += f", played through its float32 export {exported.hf_dir}"
             source = exported
         gigpo = gigpo_config(cfg) if cfg.algorithm.adv_estimator in STEP_CREDIT_ESTIMATORS else None
-        tokenizer, loaded = load_model(str(source.hf_dir), device, seed=cfg.trainer.seed)
+        trust = bool(cfg.actor_rollout_ref.model.get("trust_remote_code", False))  # a VL model's processor code
+        tokenizer, loaded = load_model(str(source.hf_dir), device, seed=cfg.trainer.seed, trust_remote_code=trust)
         if source.kind == "local":
             loaded.load_state_dict(load_local_weights(source))
         start = time.perf_counter()

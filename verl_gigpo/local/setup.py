@@ -24,14 +24,14 @@ def load_model(path: str, device: torch.device, *, seed: int, trust_remote_code:
     """``(tokenizer, model)`` of the Hugging Face folder ``path``, the model in float32 on ``device`` (built under
     ``seed`` with the global torch RNG left as it was, for weights a checkpoint does not hold). A vision-language
     model (a ``vision_config``) loads with ``AutoModelForImageTextToText``
-    (:func:`verl_gigpo.rollout.vision.load_pretrained`).
+    (:func:`verl_gigpo.rollout.vision.load_model_only`).
 
     Raises:
         ValueError: ``path`` is not a directory (the message says how to build a tiny model there).
     """
     from transformers import AutoTokenizer
 
-    from verl_gigpo.rollout.vision import load_pretrained
+    from verl_gigpo.rollout.vision import load_model_only
 
     if not Path(path).is_dir():
         raise ValueError(
@@ -41,7 +41,7 @@ def load_model(path: str, device: torch.device, *, seed: int, trust_remote_code:
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model, _ = load_pretrained(path, trust_remote_code=trust_remote_code)
+        model = load_model_only(path, trust_remote_code=trust_remote_code)
     return tokenizer, model.to(device)
 
 

@@ -23,6 +23,7 @@ from environments.images import pixel_key
 __all__ = [
     "image_inputs",
     "is_vision_config",
+    "load_model_only",
     "load_pretrained",
     "load_processor",
     "IMAGE_DIR",
@@ -47,12 +48,19 @@ def is_vision_config(config: Any) -> bool:
 def load_pretrained(path: str, *, trust_remote_code: bool = False, dtype: Any = torch.float32) -> tuple[Any, Any]:
     """``(model, processor)`` of the Hugging Face folder ``path``: a vision-language model (a ``vision_config``)
     through ``AutoModelForImageTextToText`` with its ``AutoProcessor``, else a causal LM and ``None``."""
+    model = load_model_only(path, trust_remote_code=trust_remote_code, dtype=dtype)
+    if is_vision_config(model.config):
+        return model, load_processor(path, trust_remote_code=trust_remote_code)
+    return model, None
+
+
+def load_model_only(path: str, *, trust_remote_code: bool = False, dtype: Any = torch.float32) -> Any:
+    """The model of :func:`load_pretrained`, without its processor."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
-    if is_vision_config(AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)):
-        model = AutoModelForImageTextToText.from_pretrained(path, trust_remote_code=trust_remote_code, dtype=dtype)
-        return model, load_processor(path, trust_remote_code=trust_remote_code)
-    return AutoModelForCausalLM.from_pretrained(path, trust_remote_code=trust_remote_code, dtype=dtype), None
+    vision = is_vision_config(AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code))
+    auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
+    return auto.from_pretrained(path, trust_remote_code=trust_remote_code, dtype=dtype)
 
 
 def load_processor(path: str, *, trust_remote_code: bool = False) -> Any:
@@ -60,18 +68,18 @@ def load_processor(path: str, *, trust_remote_code: bool = False) -> Any:
     class lives in its folder: ``trust_remote_code=True``, docs/vision.md).
 
     Raises:
-        ValueError: the processor needs remote code and ``trust_remote_code`` is false.
+        ValueError: it does not load without remote code and ``trust_remote_code`` is false (names the key).
     """
     from transformers import AutoProcessor
 
+    if trust_remote_code:
+        return AutoProcessor.from_pretrained(path, trust_remote_code=True)
     try:
-        return AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
-    except ValueError as exc:
-        if trust_remote_code or "trust_remote_code" not in str(exc):
-            raise
+        return AutoProcessor.from_pretrained(path, trust_remote_code=False)
+    except (OSError, ValueError) as exc:  # e.g. the tiny model's processor class is code in its folder
         raise ValueError(
-            f"the processor of {path} is code in the model folder: set actor_rollout_ref.model.trust_remote_code=true "
-            "if you trust it"
+            f"the processor of {path} did not load without remote code ({type(exc).__name__}: {str(exc)[:160]}); "
+            "set actor_rollout_ref.model.trust_remote_code=true if you trust the code in that folder"
         ) from exc
 
 
