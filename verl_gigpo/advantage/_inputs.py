@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from verl_gigpo.advantage._ids import as_id_array, show
-from verl_gigpo.rules import Range
+from verl_gigpo.config.rules import Range
 
 __all__ = [
     "EPISODE_STATS",

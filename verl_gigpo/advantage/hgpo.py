@@ -43,7 +43,7 @@ from verl_gigpo.advantage._rows import (
 )
 from verl_gigpo.advantage.interface import CommonOptions, StepRows, arrays_signature, split_call
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
-from verl_gigpo.rules import Range
+from verl_gigpo.config.rules import Range
 
 __all__ = ["HGPO_STAT_NAMES", "HGPOOptions", "check_hgpo_options", "hgpo_advantage_terms", "hgpo_terms"]
 

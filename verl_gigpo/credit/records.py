@@ -64,9 +64,9 @@ import numpy as np
 
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.advantage import AdvantageTerms
+from verl_gigpo.config.rules import Range
 from verl_gigpo.rollout.rows import truncate_text
 from verl_gigpo.rollout.step_rows import StepBatch
-from verl_gigpo.rules import Range
 
 __all__ = [
     "CREDIT_DIR",

@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from verl_gigpo.config.rules import Range
 from verl_gigpo.rollout.rows import action_text
 from verl_gigpo.rollout.types import Episode
-from verl_gigpo.rules import Range
 
 __all__ = [
     "EPISODES_HTML",

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from verl_gigpo.rules import Range
+from verl_gigpo.config.keys import rename_deprecated
+from verl_gigpo.config.rules import Range
 
 __all__ = ["ACTIONS", "SIGNALS", "Alarm", "HealthMonitor", "HealthOptions", "replay", "validation_fall"]
 
@@ -151,6 +152,7 @@ class HealthOptions:
             ValueError: an unknown key or a bad value, naming the key.
         """
         section = dict((trainer or {}).get("health", None) or {})
+        rename_deprecated(section, "trainer.health")  # length_limit_max -> length_limit_rise, with a warning
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(section) - known)
         if unknown:

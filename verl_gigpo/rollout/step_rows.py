@@ -27,10 +27,10 @@ import numpy as np
 import pandas as pd
 
 from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, TRAINER_MODE
+from verl_gigpo.config.rules import Range
 from verl_gigpo.rollout.metrics import TrajectorySummary
 from verl_gigpo.rollout.rows import REQUIRED_FIELDS, ROW_FIELDS, episode_rows
 from verl_gigpo.rollout.types import Episode
-from verl_gigpo.rules import Range
 
 __all__ = ["REQUIRED_FIELDS", "StepBatch", "UpdateSettings", "episode_group_id"]
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from environments.base import INVALID_ACTION_RULES, ParseStyle, PromptStyle
+from verl_gigpo.config.rules import RANGES, Range
 from verl_gigpo.rollout.prompts import HISTORY_ITEMS, load_template, moot_key_warnings
-from verl_gigpo.rules import RANGES, Range
 
 __all__ = [
     "INVALID_IN_HISTORY",
@@ -35,7 +35,7 @@ __all__ = [
 #: and keeps the same end, while a huge observation costs bounded tokenising time.
 OBSERVATION_CHARS_PER_PROMPT_TOKEN = 8
 
-#: EpisodeConfig field -> the config key whose rule (:data:`verl_gigpo.rules.RANGES`) it obeys
+#: EpisodeConfig field -> the config key whose rule (:data:`verl_gigpo.config.rules.RANGES`) it obeys
 #: ``EpisodeConfig.<field>`` in a rule's message (the field, mapped back to the config key by ``from_env``)
 _EPISODE_FIELD = re.compile(r"EpisodeConfig\.(\w+)")
 
