@@ -36,12 +36,16 @@ from verl_gigpo.advantage import (
     invalid_row_penalty,
 )
 from verl_gigpo.advantage.anchors import check_similarity_grouping, check_similarity_threshold, first_fit_anchor_ids
-from verl_gigpo.config.rules import RANGES, group_size_warning, penalty_mode  # group_size_warning: both engines give it
+from verl_gigpo.config.rules import (  # group_size_warning: both engines give it
+    RANGES,
+    KeyValueError,
+    group_size_warning,
+    penalty_mode,
+)
 
 __all__ = ["EPISODE_STATS", "METHOD_OPTIONS", "NORMS", "STEP_CREDIT_ESTIMATORS", "GiGPOConfig", "group_size_warning"]
 
 _HISTORY = re.compile(r"history:(\d+)")
-_FIELD_MESSAGE = re.compile(r"(\w+)=")
 
 #: the successors' option sections: ``algorithm.<name>`` -> the options class that validates it
 METHOD_OPTIONS: dict[str, type] = {"hgpo": HGPOOptions, "graphgpo": GraphGPOOptions, "g2po": G2POOptions}
@@ -139,10 +143,12 @@ class GiGPOConfig:
         if not isinstance(self.key_mode, str) or not (
             self.key_mode in ("observation", "state", "similarity") or _HISTORY.fullmatch(self.key_mode)
         ):
-            raise ValueError(
-                f"key_mode={self.key_mode!r} is not valid; use 'observation' (observation text, as in the paper), "
+            raise KeyValueError(
+                "key_mode",
+                self.key_mode,
+                "is not valid; use 'observation' (observation text, as in the paper), "
                 "'state' (the environment's true state), 'history:K' (state plus the last K actions, e.g. "
-                "'history:2') or 'similarity' (observation texts grouped by similarity_threshold)"
+                "'history:2') or 'similarity' (observation texts grouped by similarity_threshold)",
             )
         self.similarity_threshold = check_similarity_threshold(self.similarity_threshold)  # the estimator's check
         self.similarity_grouping = check_similarity_grouping(self.similarity_grouping)
@@ -164,10 +170,11 @@ class GiGPOConfig:
             )
 
     @classmethod
-    def from_mapping(cls, mapping: Any) -> GiGPOConfig:
+    def from_mapping(cls, mapping: Any, *, section: str = "GiGPO config") -> GiGPOConfig:
         """Build from a dict or an OmegaConf ``DictConfig`` (e.g. ``config.algorithm.gigpo``).
 
-        Missing keys take their defaults; ``None`` is accepted as "not set". Interpolations are resolved.
+        Missing keys take their defaults; ``None`` is accepted as "not set". Interpolations are resolved. ``section``
+        names the mapping in the unknown-key message.
 
         Raises:
             ValueError: on unknown keys (listing the known ones), a non-mapping, or invalid values.
@@ -178,7 +185,7 @@ class GiGPOConfig:
         known = list(_GIGPO_KEYS)
         unknown = sorted(str(k) for k in mapping if k not in known)
         if unknown:
-            raise ValueError(f"unknown GiGPO config key(s) {unknown}; known keys: {known}")
+            raise ValueError(f"unknown {section} key(s) {unknown}; known keys: {known}")
         return cls(**{k: v for k, v in mapping.items() if v is not None})
 
     @classmethod
@@ -225,9 +232,11 @@ class GiGPOConfig:
             for name, kind in METHOD_OPTIONS.items()
         }
         try:
-            base = cls.from_mapping(gigpo)
-        except ValueError as exc:
-            raise ValueError(_algorithm_key_message(str(exc))) from None
+            base = cls.from_mapping(gigpo, section="algorithm.gigpo")
+        except KeyValueError as exc:  # a field of the section: named as the user types it (gamma: algorithm.gamma)
+            if exc.key not in _GIGPO_KEYS:
+                raise
+            raise exc.under("algorithm" if exc.key == "gamma" else "algorithm.gigpo") from None
         accounting: dict[str, Any] = {}
         mode = penalty_mode(env)  # checked for every estimator
         if algorithm.get("adv_estimator") in (None, *STEP_CREDIT_ESTIMATORS):
@@ -304,18 +313,6 @@ class GiGPOConfig:
         return self.similarity_threshold if self.key_mode == "similarity" else None
 
 
-def _algorithm_key_message(message: str) -> str:
-    """A :class:`GiGPOConfig` error as the user typed the key in verl's config: ``step_advantage_w=-1 ...`` ->
-    ``algorithm.gigpo.step_advantage_w=-1 ...``, ``gamma=...`` -> ``algorithm.gamma=...``."""
-    if message.startswith("unknown GiGPO config key(s)"):
-        return message.replace("unknown GiGPO config key(s)", "unknown algorithm.gigpo key(s)", 1)
-    match = _FIELD_MESSAGE.match(message)
-    if match is None or match.group(1) not in {f.name for f in dataclasses.fields(GiGPOConfig)}:
-        return message
-    field = match.group(1)
-    return ("algorithm.gamma" if field == "gamma" else f"algorithm.gigpo.{field}") + message[len(field) :]
-
-
 def _method_options(name: str, kind: type, section: Any, inherited: dict[str, Any]) -> Any:
     """``algorithm.<name>`` (a mapping, or None for the defaults) as a validated ``kind``; null values take
     ``inherited`` (an env value, when not None) or the default. Errors name the key."""
@@ -328,9 +325,9 @@ def _method_options(name: str, kind: type, section: Any, inherited: dict[str, An
     values.update({k: v for k, v in section.items() if v is not None})
     try:
         return kind(**values)
-    except ValueError as exc:  # the options' messages start with "<key>=<value>"
-        source = next((f" (from env.{_FROM_ENV[name][k]})" for k in inherited if str(exc).startswith(f"{k}=")), "")
-        raise ValueError(f"algorithm.{name}.{exc}{source}") from exc
+    except KeyValueError as exc:  # the options' checks name their field: named here in its section
+        source = f" (from env.{_FROM_ENV[name][exc.key]})" if exc.key in inherited else ""
+        raise exc.under(f"algorithm.{name}", source) from exc
 
 
 def _as_mapping(value: Any, caller: str) -> Mapping:

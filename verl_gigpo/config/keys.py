@@ -75,6 +75,10 @@ DEPRECATED_KEYS: dict[str, Deprecated] = {
 }
 """old key -> :class:`Deprecated` (docs/configuration.md#deprecated-keys)."""
 
+#: undeclared keys that the preflight (:mod:`verl_gigpo.verl_glue.preflight`) names with its own fix, among the
+#: config's other problems: :func:`check_argv` lets them through
+PREFLIGHT_KEYS = {"algorithm.gigpo.gamma": "not read: the discount is algorithm.gamma"}
+
 _OVERRIDE = re.compile(r"^(\+\+|\+|~)?([A-Za-z_][\w.\-]*)(=|$)")
 
 
@@ -131,7 +135,7 @@ def _free_form(key: str, known: Mapping[str, Any]) -> bool:
 def unknown_key_message(key: str, known: Mapping[str, Any], *, everywhere: bool = False) -> str | None:
     """None when ``key`` is known, free-form or (unless ``everywhere``) outside :data:`PROJECT_SECTIONS`; else the
     one line naming the nearest known keys."""
-    if key in known or key in DEPRECATED_KEYS or _free_form(key, known):
+    if key in known or key in DEPRECATED_KEYS or key in PREFLIGHT_KEYS or _free_form(key, known):
         return None
     if not everywhere and not any(key == s or key.startswith(s + ".") for s in PROJECT_SECTIONS):
         return None

@@ -44,6 +44,7 @@ from verl_gigpo import STEP_CREDIT_ESTIMATORS
 
 __all__ = [
     "GREEDY_SAMPLING",
+    "KeyValueError",
     "PENALTY_MODES",
     "RANGES",
     "SHARED_KEYS",
@@ -66,6 +67,19 @@ PENALTY_MODES = ("reward", "reference")
 carry it; ``reference``: as the reference implementation's trainer places it (``apply_invalid_action_penalty``),
 subtracted from the invalid row's own step return after discounting and from that row's own episode score, with the
 episode statistics over step rows."""
+
+
+class KeyValueError(ValueError):
+    """A bad value of one config key: ``str()`` is ``"<key>=<value> <detail>"``. :meth:`under` names the key in its
+    section (``gamma`` -> ``algorithm.gamma``) without reading the message text."""
+
+    def __init__(self, key: str, value: Any, detail: str):
+        super().__init__(f"{key}={_show(value)} {detail}")
+        self.key, self.value, self.detail = key, value, detail
+
+    def under(self, section: str, suffix: str = "") -> KeyValueError:
+        """The same error with its key ``<section>.<key>`` (and ``suffix`` after the detail)."""
+        return KeyValueError(f"{section}.{self.key}", self.value, self.detail + suffix)
 
 
 @dataclass(frozen=True)
@@ -121,10 +135,9 @@ class Range:
         return f"{key or self.key}={_show(value)} must be {self.allowed} ({self.meaning})"
 
     def check(self, value: Any, *, key: str | None = None) -> Any:
-        """``value`` unchanged when it obeys the rule; else ``ValueError`` with :meth:`problem`'s message."""
-        message = self.problem(value, key=key)
-        if message is not None:
-            raise ValueError(message)
+        """``value`` unchanged when it obeys the rule; else :class:`KeyValueError` with :meth:`problem`'s message."""
+        if self.problem(value) is not None:
+            raise KeyValueError(key or self.key, value, f"must be {self.allowed} ({self.meaning})")
         return value
 
     def _ok(self, value: Any) -> bool:
