@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
@@ -51,6 +51,11 @@ __all__ = [
     "Range",
     "ValidationSampling",
     "bypass_mode_problem",
+    "check_settings",
+    "choice",
+    "flag",
+    "number",
+    "whole",
     "estimator_problem",
     "group_size_warning",
     "kl_in_reward_problem",
@@ -150,6 +155,43 @@ class Range:
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return False
         return self.high is None or value <= self.high
+
+
+def number(default: Any, meaning: str, **bounds: Any) -> Any:
+    """A dataclass field holding a finite number, its :class:`Range` (``low``, ``high``, ``low_open``, ``nullable``)
+    declared with it; :func:`check_settings` checks it under the section's key."""
+    return field(default=default, metadata={"rule": Range("", "float", meaning, **bounds)})
+
+
+def whole(default: Any, meaning: str, **bounds: Any) -> Any:
+    """A dataclass field holding a whole number (:func:`number`'s int counterpart)."""
+    return field(default=default, metadata={"rule": Range("", "int", meaning, **bounds)})
+
+
+def flag(default: bool, meaning: str) -> Any:
+    """A dataclass field holding true or false."""
+    return field(default=default, metadata={"rule": Range("", "bool", meaning)})
+
+
+def choice(default: str, choices: Sequence[str], meaning: str) -> Any:
+    """A dataclass field holding one of ``choices``."""
+    return field(default=default, metadata={"choices": tuple(choices), "meaning": meaning})
+
+
+def check_settings(settings: Any, section: str) -> None:
+    """Check every field of a settings dataclass that declares its rule (:func:`number`, :func:`whole`,
+    :func:`flag`, :func:`choice`), naming it ``<section>.<field>``.
+
+    Raises:
+        KeyValueError: the first bad value: its key, the value and what is allowed.
+    """
+    for spec in fields(settings):
+        key, value = f"{section}.{spec.name}", getattr(settings, spec.name)
+        if "rule" in spec.metadata:
+            spec.metadata["rule"].check(value, key=key)
+        elif "choices" in spec.metadata and value not in spec.metadata["choices"]:
+            allowed = f"one of {list(spec.metadata['choices'])}"
+            raise KeyValueError(key, value, f"must be {allowed} ({spec.metadata['meaning']})")
 
 
 def _show(value: Any) -> str:
