@@ -112,11 +112,11 @@ class GiGPOConfig:
             ``algorithm.hgpo``, ``algorithm.graphgpo``, ``algorithm.g2po``), defaults the papers'.
     """
 
-    gamma: float = 0.95
-    step_advantage_w: float = 1.0
-    norm: str = "mean_std"
-    epsilon: float = 1e-6
-    episode_stats: str = "trajectory"
+    gamma: float = CommonOptions.gamma
+    step_advantage_w: float = GiGPOOptions.step_advantage_w
+    norm: str = CommonOptions.norm
+    epsilon: float = CommonOptions.epsilon
+    episode_stats: str = CommonOptions.episode_stats
     key_mode: str = "observation"
     similarity_threshold: float = 0.9
     similarity_grouping: str = "dice_components"

@@ -43,6 +43,7 @@ from typing import Any
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 
 __all__ = [
+    "DEFAULT_GAMMA",
     "GREEDY_SAMPLING",
     "KeyValueError",
     "PENALTY_MODES",
@@ -65,6 +66,10 @@ __all__ = [
 ]
 
 _KINDS = ("bool", "int", "float")
+
+DEFAULT_GAMMA = 0.95
+"""``algorithm.gamma``, the discount of the step return (the paper's): the one default every estimator, the
+``algorithm`` settings and the commands take (the yaml files repeat it; a test holds them equal)."""
 
 PENALTY_MODES = ("reward", "reference")
 """Values of ``env.invalid_action_penalty_mode``, where the invalid-action penalty enters the advantage:
