@@ -16,7 +16,7 @@ from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.config.keys import DEPRECATED_KEYS, GIGPO_YAML, LOCAL_YAML, check_argv, rename_deprecated_tree
 from verl_gigpo.config.rules import DEFAULT_GAMMA, KeyValueError
 from verl_gigpo.config.sections import LOCAL_DEFAULTS, SECTIONS, section_defaults
-from verl_gigpo.config.trainer import HEALTH_SIGNALS, HealthOptions, UpdateSettings
+from verl_gigpo.config.trainer import HEALTH_SIGNALS, HealthOptions, LocalSettings, UpdateSettings
 from verl_gigpo.rollout import health
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,6 +152,14 @@ def test_the_local_engine_reads_a_saved_config_with_the_old_spelling(capsys):
 
 
 def test_declared_checks_cover_every_number_of_the_moved_settings():
-    for cls in (HealthOptions, UpdateSettings):
+    for cls in (HealthOptions, UpdateSettings, LocalSettings):
         unchecked = [f.name for f in dataclasses.fields(cls) if not f.metadata and f.name != "ignore"]
         assert unchecked == [], f"{cls.__name__}: fields without a declared check: {unchecked}"
+
+
+def test_the_local_section_is_checked_by_its_declared_fields():
+    from verl_gigpo.local.config import load_config
+
+    with pytest.raises(KeyValueError, match=r"^local\.max_batch_size=0 must be a whole number >= 1"):
+        load_config(["local.max_batch_size=0"])
+    assert load_config(["local.num_threads=2"]).local.num_threads == 2

@@ -257,18 +257,14 @@ _RULES = (
     Range("trainer.resume", "bool", "continue the run in the folder"),
     Range("trainer.overwrite", "bool", "delete the run in the folder first"),
     Range("trainer.allow_config_change", "bool", "resume with a changed config"),
-    Range("local.constrain_to_actions", "bool", "decode action tokens only"),
-    Range("local.max_batch_size", "int", "requests per batched generation", low=1),
-    Range("local.env_workers", "int", "environment threads, 0 = inline", low=0),
-    Range("local.num_threads", "int", "torch threads, null = torch's default", low=1, nullable=True),
-    Range("local.progress", "bool", "progress bar"),
-    Range("local.plot", "bool", "write learning_curve.png"),
 )
 
 RANGES: dict[str, Range] = {rule.key: rule for rule in _RULES}
 """config key -> its :class:`Range`: every numeric and boolean key of the local engine's
 ``local_trainer.yaml`` outside ``algorithm.gamma``, ``algorithm.gigpo`` and the successors' sections (the
-estimator's check) and ``trainer.credit_log_*`` (:class:`verl_gigpo.credit.records.CreditLogOptions`)."""
+estimator's check), ``trainer.credit_log_*`` (:class:`verl_gigpo.credit.records.CreditLogOptions`) and the sections
+whose settings class declares its checks on its fields (``local``, ``trainer.health``, ``trainer.v1.gigpo_sync``:
+:mod:`verl_gigpo.config.trainer`)."""
 
 SHARED_KEYS = (
     "actor_rollout_ref.rollout.n",

@@ -58,9 +58,9 @@ SECTIONS: dict[str, tuple[Section, ...]] = {
     ),
     "trainer.health": (Section("verl_gigpo.config.trainer:HealthOptions"),),
     "trainer.v1.gigpo_sync": (Section("verl_gigpo.config.trainer:UpdateSettings"),),
+    "local": (Section("verl_gigpo.config.trainer:LocalSettings"),),
 }
-"""section -> the settings classes that read its keys (``local.*`` has none: the local engine reads it directly,
-checked by :data:`verl_gigpo.config.rules.RANGES`)."""
+"""section -> the settings classes that read its keys."""
 
 
 LOCAL_DEFAULTS: dict[str, Any] = {"algorithm.gigpo.key_mode": "state", "env.max_steps": 10, "env.history_length": 0}

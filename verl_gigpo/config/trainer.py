@@ -1,5 +1,6 @@
 """Settings of this project's ``trainer.*`` sections: ``trainer.health`` (:class:`HealthOptions`) and
-``trainer.v1.gigpo_sync`` (:class:`UpdateSettings`), read the same way by both engines. Each field declares its check
+``trainer.v1.gigpo_sync`` (:class:`UpdateSettings`), read the same way by both engines; and the local engine's own
+``local`` section (:class:`LocalSettings`). Each field declares its check
 (:func:`~verl_gigpo.config.rules.number` and friends); defaults here, the yaml files repeat them (a test holds them
 equal). Standard library only.
 """
@@ -14,7 +15,7 @@ from verl_gigpo import TRAINER_MODE
 from verl_gigpo.config.keys import rename_deprecated
 from verl_gigpo.config.rules import check_settings, choice, flag, number, whole
 
-__all__ = ["HEALTH_ACTIONS", "HEALTH_SIGNALS", "HealthOptions", "UpdateSettings"]
+__all__ = ["HEALTH_ACTIONS", "HEALTH_SIGNALS", "HealthOptions", "LocalSettings", "UpdateSettings"]
 
 HEALTH_ACTIONS = ("warn", "stop")
 """Values of ``trainer.health.action``: ``warn`` logs the alarm; ``stop`` also saves a checkpoint and ends the run."""
@@ -153,3 +154,32 @@ class UpdateSettings:
         if unknown:
             raise ValueError(f"unknown key(s) {unknown} in trainer.v1.{TRAINER_MODE}; known: {', '.join(known)}")
         return cls(**{k: node[k] for k in known if k in node})
+
+
+@dataclass(frozen=True)
+class LocalSettings:
+    """The local engine's ``local.*`` keys (``local_trainer.yaml`` says what each does)."""
+
+    constrain_to_actions: bool = flag(True, "decode action tokens only")
+    max_batch_size: int = whole(512, "requests per batched generation", low=1)
+    env_workers: int = whole(0, "environment threads, 0 = inline", low=0)
+    num_threads: int | None = whole(None, "torch threads, null = torch's default", low=1, nullable=True)
+    progress: bool = flag(True, "progress bar")
+    plot: bool = flag(True, "write learning_curve.png")
+
+    def __post_init__(self) -> None:
+        check_settings(self, "local")
+
+    @classmethod
+    def from_section(cls, section: Mapping[str, Any] | None) -> LocalSettings:
+        """Read and validate ``local`` (missing keys take the defaults).
+
+        Raises:
+            ValueError: an unknown key or a bad value, naming the key.
+        """
+        section = dict(section or {})
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(str(k) for k in section if k not in known)
+        if unknown:
+            raise ValueError(f"local has unknown key(s) {unknown}; known: {known}")
+        return cls(**section)

@@ -33,12 +33,12 @@ from verl_gigpo.config.rules import (
     training_sampling_problem,
     validation_sampling,
 )
+from verl_gigpo.config.trainer import HealthOptions, LocalSettings
 from verl_gigpo.credit.records import CreditLogOptions
 from verl_gigpo.rollout.dynamic import DynamicSampling
 from verl_gigpo.rollout.episode import chat_template_kwargs_from
 from verl_gigpo.rollout.episode_log import EpisodeLogOptions, logger_names
 from verl_gigpo.rollout.execution import EnvExecution
-from verl_gigpo.rollout.health import HealthOptions
 from verl_gigpo.rollout.seeding import seeded_sampling_from
 from verl_gigpo.rollout.step_rows import UpdateSettings
 from verl_gigpo.rollout.types import PromptOptions, check_invalid_action, parse_style_from_config
@@ -108,6 +108,7 @@ def validate_config(cfg: DictConfig) -> None:
     and ``algorithm.filter_groups``.
     """
     _check_numbers(cfg)
+    LocalSettings.from_section(OmegaConf.to_container(cfg.local, resolve=True))  # local.*: checks on its fields
     rollout, actor, algorithm = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.actor, cfg.algorithm
     for problem in (
         estimator_problem(algorithm.adv_estimator, ESTIMATORS, engine="the local engine"),
