@@ -162,36 +162,41 @@ class Range:
         return self.high is None or value <= self.high
 
 
-def number(default: Any, meaning: str, **bounds: Any) -> Any:
+def _named(metadata: dict[str, Any], key: str | None) -> dict[str, Any]:
+    return metadata if key is None else {**metadata, "key": key}
+
+
+def number(default: Any, meaning: str, *, key: str | None = None, **bounds: Any) -> Any:
     """A dataclass field holding a finite number, its :class:`Range` (``low``, ``high``, ``low_open``, ``nullable``)
-    declared with it; :func:`check_settings` checks it under the section's key."""
-    return field(default=default, metadata={"rule": Range("", "float", meaning, **bounds)})
+    declared with it; :func:`check_settings` checks it under the section's key. ``key``: its config key in the
+    section where it differs from the field's name."""
+    return field(default=default, metadata=_named({"rule": Range("", "float", meaning, **bounds)}, key))
 
 
-def whole(default: Any, meaning: str, **bounds: Any) -> Any:
+def whole(default: Any, meaning: str, *, key: str | None = None, **bounds: Any) -> Any:
     """A dataclass field holding a whole number (:func:`number`'s int counterpart)."""
-    return field(default=default, metadata={"rule": Range("", "int", meaning, **bounds)})
+    return field(default=default, metadata=_named({"rule": Range("", "int", meaning, **bounds)}, key))
 
 
-def flag(default: bool, meaning: str) -> Any:
+def flag(default: bool, meaning: str, *, key: str | None = None) -> Any:
     """A dataclass field holding true or false."""
-    return field(default=default, metadata={"rule": Range("", "bool", meaning)})
+    return field(default=default, metadata=_named({"rule": Range("", "bool", meaning)}, key))
 
 
-def choice(default: str, choices: Sequence[str], meaning: str) -> Any:
+def choice(default: str, choices: Sequence[str], meaning: str, *, key: str | None = None) -> Any:
     """A dataclass field holding one of ``choices``."""
-    return field(default=default, metadata={"choices": tuple(choices), "meaning": meaning})
+    return field(default=default, metadata=_named({"choices": tuple(choices), "meaning": meaning}, key))
 
 
 def check_settings(settings: Any, section: str) -> None:
     """Check every field of a settings dataclass that declares its rule (:func:`number`, :func:`whole`,
-    :func:`flag`, :func:`choice`), naming it ``<section>.<field>``.
+    :func:`flag`, :func:`choice`), naming it ``<section>.<key>`` (its declared key, else the field's name).
 
     Raises:
         KeyValueError: the first bad value: its key, the value and what is allowed.
     """
     for spec in fields(settings):
-        key, value = f"{section}.{spec.name}", getattr(settings, spec.name)
+        key, value = f"{section}.{spec.metadata.get('key', spec.name)}", getattr(settings, spec.name)
         if "rule" in spec.metadata:
             spec.metadata["rule"].check(value, key=key)
         elif "choices" in spec.metadata and value not in spec.metadata["choices"]:

@@ -20,7 +20,7 @@ __all__ = ["LOCAL_DEFAULTS", "SECTIONS", "Section", "section_defaults"]
 @dataclass(frozen=True)
 class Section:
     """A settings class (``"module:Class"``) that reads keys of one section; ``renamed``: yaml key -> field name
-    where they differ."""
+    where they differ and the field does not declare its key (:func:`~verl_gigpo.config.rules.whole` ``key=``)."""
 
     cls: str
     renamed: dict[str, str] = field(default_factory=dict)
@@ -43,18 +43,8 @@ SECTIONS: dict[str, tuple[Section, ...]] = {
     "env": (Section("verl_gigpo.rollout.types:EpisodeConfig"), Section("verl_gigpo.rollout.execution:EnvExecution")),
     "env.prompt": (Section("verl_gigpo.rollout.types:PromptOptions"),),
     "trainer": (
-        Section(
-            "verl_gigpo.credit.records:CreditLogOptions",
-            {"credit_log_freq": "freq", "credit_log_groups": "groups", "credit_log_max_chars": "max_chars"},
-        ),
-        Section(
-            "verl_gigpo.rollout.episode_log:EpisodeLogOptions",
-            {
-                "log_episodes": "episodes",
-                "log_episodes_train_freq": "train_freq",
-                "log_episodes_max_chars": "max_chars",
-            },
-        ),
+        Section("verl_gigpo.credit.records:CreditLogOptions", {"credit_log_groups": "groups"}),
+        Section("verl_gigpo.rollout.episode_log:EpisodeLogOptions"),
     ),
     "trainer.health": (Section("verl_gigpo.config.trainer:HealthOptions"),),
     "trainer.v1.gigpo_sync": (Section("verl_gigpo.config.trainer:UpdateSettings"),),
@@ -77,5 +67,5 @@ def section_defaults(section: str) -> dict[str, Any]:
         names = {v: k for k, v in entry.renamed.items()}
         for spec in fields(entry.load()):
             if spec.default is not MISSING:
-                out[names.get(spec.name, spec.name)] = spec.default
+                out[spec.metadata.get("key", names.get(spec.name, spec.name))] = spec.default
     return out
