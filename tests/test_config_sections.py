@@ -126,6 +126,8 @@ def test_verl_keys_and_free_form_keys_pass_the_argv_check():
     with pytest.raises(SystemExit) as stop:
         check_argv(["data.train_batch_sise=2"], local=True)  # the local engine's yaml is all of its keys
     assert stop.value.code == 2
+    with pytest.raises(SystemExit):  # trainer.* mixes verl's keys and ours: checked against both (verl's yaml found)
+        check_argv(["trainer.total_epoch=3"])
 
 
 def test_deprecated_key_is_renamed_with_one_warning(capsys):

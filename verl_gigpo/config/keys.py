@@ -37,7 +37,8 @@ GIGPO_YAML = CONFIG_DIR / "gigpo_trainer.yaml"
 LOCAL_YAML = CONFIG_DIR / "local_trainer.yaml"
 
 #: the sections whose keys this project declares (verl's own keys outside them pass through to Hydra); ``trainer``
-#: and ``algorithm.filter_groups`` mix verl's keys and ours, so both yaml files give their known keys
+#: and ``algorithm.filter_groups`` mix verl's keys and ours (:data:`MIXED_SECTIONS`), so both yaml files give their
+#: known keys, and they are checked only where the installed verl ships its composed config
 PROJECT_SECTIONS = (
     "algorithm.gigpo",
     "algorithm.hgpo",
@@ -48,6 +49,7 @@ PROJECT_SECTIONS = (
     "trainer",
     "local",
 )
+MIXED_SECTIONS = ("algorithm.filter_groups", "trainer")
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ def _yaml_keys(path: str) -> dict[str, Any]:
     return flat_keys({k: v for k, v in tree.items() if k not in ("defaults", "hydra")})
 
 
+@cache
 def _verl_yaml() -> Path | None:
     """verl's composed ``ppo_trainer`` config, where the installed verl ships one (found without importing verl)."""
     import importlib.util
@@ -137,7 +140,8 @@ def unknown_key_message(key: str, known: Mapping[str, Any], *, everywhere: bool 
     one line naming the nearest known keys."""
     if key in known or key in DEPRECATED_KEYS or key in PREFLIGHT_KEYS or _free_form(key, known):
         return None
-    if not everywhere and not any(key == s or key.startswith(s + ".") for s in PROJECT_SECTIONS):
+    sections = [s for s in PROJECT_SECTIONS if s not in MIXED_SECTIONS or everywhere or _verl_yaml() is not None]
+    if not everywhere and not any(key == s or key.startswith(s + ".") for s in sections):
         return None
     section = key.rsplit(".", 1)[0]
     siblings = [k for k in known if k.rsplit(".", 1)[0] == section] or list(known)
