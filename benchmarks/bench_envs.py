@@ -1,7 +1,7 @@
 """Environment speed: median ``reset`` and ``step`` wall time of every registered environment (CPU).
 
     python benchmarks/bench_envs.py                  # writes the table into benchmarks/RESULTS.md
-    python benchmarks/bench_envs.py --no-write --episodes 20
+    python benchmarks/bench_envs.py --no-results --episodes 20
 
 Each environment plays ``--episodes`` tasks (seeds 0..E-1) with uniformly random example actions (the admissible
 actions, or representative ones for free-text environments) for up to ``--steps`` steps. ALFWorld plays synthetic
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--episodes", type=int, default=30)
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--no-write", action="store_true", help="print only; do not update RESULTS.md")
+    parser.add_argument("--no-results", "--no-write", action="store_true", help="print only (--no-write: its old name)")
     args = parser.parse_args(argv)
 
     rows = []
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
     )
     print(text)
-    if not args.no_write:
+    if not args.no_results:
         write_section(text, SECTION)
     return 0
 

@@ -1,7 +1,7 @@
 """One huge observation must not stall the other episodes: normal episodes' generate seconds with and without it.
 
     python benchmarks/bench_observation.py               # writes its section into benchmarks/RESULTS.md
-    python benchmarks/bench_observation.py --no-write --repeats 1
+    python benchmarks/bench_observation.py --no-results --repeats 1
 
 Sixteen gridnav episodes play ten steps each through the real episode runner (verl_gigpo.rollout.run_episode), the
 real chat template and a real Hugging Face tokenizer (trained locally), against a generator that answers every
@@ -15,7 +15,7 @@ generate seconds grow. Target: within 20 % of the run without the huge episode. 
 ``--repeats`` times; medians are reported.
 
 The same script runs on an older checkout of the package (``PYTHONPATH=old_checkout python
-benchmarks/bench_observation.py --no-write``) to show the figures before the observation cap.
+benchmarks/bench_observation.py --no-results``) to show the figures before the observation cap.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--obs-mb", type=float, default=2.0, help="size of the huge observation in MB (default 2)")
     parser.add_argument("--prompt-length", type=int, default=2048, help="data.max_prompt_length (default 2048)")
     parser.add_argument("--repeats", type=int, default=3, help="(without, with) pairs; medians reported")
-    parser.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
+    parser.add_argument("--no-results", "--no-write", action="store_true", help="print only (--no-write: its old name)")
     args = parser.parse_args(argv)
     config = EpisodeConfig(
         max_steps=args.steps, history_length=2, max_prompt_length=args.prompt_length, max_response_length=64
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
     )
     print(text)
-    if not args.no_write:
+    if not args.no_results:
         write_section(text, SECTION)
     return 0
 

@@ -1,7 +1,7 @@
 """Rollout glue overhead per step: prompt render + tokenise + decode + parse + bookkeeping (target < 1 ms/step).
 
     python benchmarks/bench_rollout.py               # writes the table into benchmarks/RESULTS.md
-    python benchmarks/bench_rollout.py --no-write
+    python benchmarks/bench_rollout.py --no-results
 
 The episode runner (verl_gigpo.rollout.run_episode) is timed with a generator that answers instantly with a
 valid action (tokenised once), so what remains besides environment time is the runner's own work: rendering
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     """CLI entry point (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--episodes", type=int, default=64)
-    parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--no-results", "--no-write", action="store_true", help="print only (--no-write: its old name)")
     args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
     )
     print(text)
-    if not args.no_write:
+    if not args.no_results:
         write_section(text, SECTION)
     return 0
 

@@ -83,8 +83,9 @@ def load_run(
 ) -> tuple[list[dict], dict | None]:
     """One (configuration, seed)'s metric rows and verl launch record (``wall_s``, ``returncode``; None for the local
     engine): from its kept file (:func:`kept_data.kept_file` of ``label``) when there is one, else from its run
-    folder ``runs/<config>_s<seed>`` (``([], None)`` when neither exists). A kept file made with other options than
-    ``expect`` is refused (:func:`kept_data.check_args`)."""
+    folder ``runs/<config>_s<seed>`` (``([], None)`` when neither exists, or when the folder's run has not reached
+    ``expect.iters``: a run still training is not reported). A kept file made with other options than ``expect`` is
+    refused (:func:`kept_data.check_args`)."""
     kept = kept_file(data, label, seed) if data is not None else None
     if kept is not None and kept.exists():
         header, rows = read_kept(kept)
@@ -92,6 +93,8 @@ def load_run(
             check_args(kept, header, expect)
         return rows, header["launch"]
     run_dir = runs / f"{label.rpartition('/')[2]}_s{seed}"
+    if expect is not None and not finished(run_dir, engine, expect.iters):
+        return [], None
     launch = run_dir / "launch.json"
     return read_run(run_dir, engine), json.loads(launch.read_text()) if launch.exists() else None
 

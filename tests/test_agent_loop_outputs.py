@@ -59,3 +59,28 @@ def test_rows_of_an_episode_that_failed_mid_way_carry_no_loss():
     )
     (row,) = episode_to_outputs(ep, placeholder_prompt_ids=[], eos_id=0)
     assert row.response_mask == [0, 0] and row.extra_fields["env_error"]
+
+
+def test_each_worker_wide_object_has_its_own_lock(tmp_path):
+    """Making the environment pool starts processes under its lock: the thread pool and the writers, each under its
+    own lock, are handed out meanwhile (one lock for all four held every agent loop of the worker back)."""
+    import threading
+
+    from verl_gigpo.verl_glue.agent_loop import GiGPOEnvAgentLoop as Loop
+
+    locks = [Loop._executor_lock, Loop._env_pool_lock, Loop._transcripts_lock, Loop._episode_parts_lock]
+    assert len({id(lock) for lock in locks}) == 4
+    got = {}
+
+    def others():
+        got["writer"] = Loop.transcript_writer(str(tmp_path / "transcripts"))
+        got["parts"] = Loop.part_writer(str(tmp_path / "run"))
+        got["executor"] = Loop.executor()
+
+    with Loop._env_pool_lock:  # as while the first agent loop builds the environment pool
+        thread = threading.Thread(target=others, daemon=True)
+        thread.start()
+        thread.join(timeout=30)
+        assert not thread.is_alive(), "a worker-wide object waited on the environment pool's lock"
+    assert got["writer"] is Loop.transcript_writer(str(tmp_path / "transcripts"))  # made once per key
+    assert got["parts"].folder == tmp_path / "run" / "episodes_parts" and got["executor"] is Loop.executor()

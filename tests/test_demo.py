@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -83,6 +84,35 @@ def test_demo_shortened_mode(demo_run):
     assert f"credit report: {credit / 'report' / 'credit_report.html'}" in text
     assert "top-credited (state, action) pairs" in text
     assert (credit / "report" / "credit_report.html").read_text().count("data:image/png;base64,") == 2
+    # the closing hint works pasted into a fresh shell: another folder, no virtual environment on PATH
+    hint = [line for line in text.splitlines() if line.startswith("another iteration or group: ")]
+    assert len(hint) == 1, text
+    command = hint[0].removeprefix("another iteration or group: ")
+    assert command.startswith(f"{sys.executable} -m verl_gigpo.inspect {run} --iter 2 --group ")
+    fresh = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=fresh, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"graph: {credit / 'report' / 'credit_graph_iter2_group'}" in done.stdout
+
+
+def test_the_inspect_hint_names_this_python_and_the_absolute_run_folder(tmp_path, monkeypatch):
+    from verl_gigpo.dev.demo import inspect_command
+
+    monkeypatch.chdir(tmp_path)
+    assert inspect_command("runs/demo", 3, "g 7") == (
+        f"{sys.executable} -m verl_gigpo.inspect {tmp_path / 'runs' / 'demo'} --iter 3 --group 'g 7'"
+    )
+
+
+def test_building_the_bm25_environments_logs_no_debug_lines(caplog):
+    """``make demo`` builds its tiny model's tokenizer from every environment's text, webshop's and search's BM25
+    indexes included; bm25s sets its logger to DEBUG at import, which printed its indexing chatter."""
+    from environments import make_env
+
+    with caplog.at_level(logging.DEBUG):
+        make_env("webshop")
+        make_env("search")
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("bm25s")] == []
 
 
 def test_demo_start_is_checked_before_anything_is_built(tmp_path, capsys):

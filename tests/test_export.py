@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -92,6 +94,16 @@ def test_the_default_dtype_is_bfloat16_the_trained_weights_rounded(local_run, tm
     assert result.num_parameters == sum(p.numel() for p in model.parameters())  # tied embeddings counted once
     for name, tensor in model.state_dict().items():
         torch.testing.assert_close(tensor, trained[name].to(torch.bfloat16), rtol=0, atol=0, msg=name)
+
+
+def test_the_command_writes_no_torch_dtype_deprecation(local_run, tmp_path):
+    """verl's merger passes ``torch_dtype=``, which transformers calls deprecated once per process: a fresh one."""
+    run, _ = local_run
+    cmd = [sys.executable, "-m", "verl_gigpo.export", str(run), "--out", str(tmp_path / "hf")]
+    done = subprocess.run(cmd, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "in bfloat16, tokenizer included" in done.stdout
+    assert "torch_dtype" not in done.stderr
 
 
 def test_every_path_to_a_local_checkpoint_resolves_to_the_one_a_resume_would_use(local_run):

@@ -119,6 +119,43 @@ def test_graph_of_a_hand_built_group_has_the_expected_nodes_edges_and_colours():
     assert (graph.graph["trajectories"], graph.graph["won_trajectories"]) == (3, 2)
 
 
+# a: s0 -left-> s0, s0 -up-> s0 (two walls), s0 -right-> s1 -down-> goal (won); b: s0 -right-> s1 -right-> limit
+LOOPS = [
+    ("a", 0, "s0", "left", True, 0.0, True),
+    ("a", 1, "s0", "up", True, 0.0, True),
+    ("a", 2, "s0", "right", True, 0.0, True),
+    ("a", 3, "s1", "down", True, 1.0, True),
+    ("b", 0, "s0", "right", True, 0.0, False),
+    ("b", 1, "s1", "right", True, 0.0, False),
+]
+
+
+def _box(text, renderer):
+    return text.get_window_extent(renderer)
+
+
+def test_a_states_loops_get_one_label_under_it_apart_from_its_own_label():
+    """The loops' labels used to be drawn at each loop, over the state's label and over each other."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from verl_gigpo.credit.graph import anchor_graph_figure, loop_labels
+
+    records = _records(LOOPS)
+    graph = anchor_graph(records)
+    s0 = records[0]["anchor_group"]
+    assert loop_labels(graph) == {s0: "stay: left (1), up (1)"}
+    fig = anchor_graph_figure(graph)
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    texts = {t.get_text(): t for t in fig.axes[0].texts}
+    assert "left (1)" not in texts and "up (1)" not in texts  # no label at the loops themselves
+    assert {"right (2)", "down (1)", "right (1)"} <= set(texts)  # the moves keep theirs
+    stay, own = _box(texts["stay: left (1), up (1)"], renderer), _box(texts["you are in s0"], renderer)
+    assert not stay.overlaps(own) and stay.y1 < own.y0  # under the state's label
+    others = [_box(t, renderer) for name, t in texts.items() if name != "stay: left (1), up (1)"]
+    assert not any(stay.overlaps(box) for box in others)
+
+
 def test_graph_wants_one_group_of_one_iteration():
     with pytest.raises(ValueError, match="got none"):
         anchor_graph([])

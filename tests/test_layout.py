@@ -251,3 +251,44 @@ def test_every_folder_of_the_package_is_in_the_readme_layout():
     assert folders and "verl_glue/cpu" in folders
     missing = [folder for folder in folders if Path(folder).name not in listed]
     assert not missing, f"folders of verl_gigpo/ missing from README's Layout section: {missing}"
+
+
+def _unused_module_loggers(path: Path) -> bool:
+    """Whether the module at ``path`` binds a module-level ``logger`` (or ``log``) and never reads it."""
+    tree = ast.parse(path.read_text())
+    bound = {
+        target.id
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+        for target in node.targets
+        if isinstance(target, ast.Name) and target.id in ("logger", "log", "_logger")
+    }
+    read = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    return bool(bound - read)
+
+
+def test_no_module_logger_is_left_unused(tmp_path):
+    """``logger = logging.getLogger(__name__)`` that nothing logs to (ruff does not see it: an assignment is a use)."""
+    roots = (PACKAGE_DIR, PACKAGE_DIR.parent / "environments")
+    unused = [str(p) for root in roots for p in sorted(root.rglob("*.py")) if _unused_module_loggers(p)]
+    assert unused == []
+    planted = tmp_path / "planted.py"
+    planted.write_text("import logging\n\nlogger = logging.getLogger(__name__)\n")
+    assert _unused_module_loggers(planted)
+    planted.write_text("import logging\n\nlogger = logging.getLogger(__name__)\nlogger.info('x')\n")
+    assert not _unused_module_loggers(planted)
+
+
+def test_every_benchmark_spells_its_print_only_flag_no_results():
+    """One spelling of "print, do not write RESULTS.md" over the benchmarks (``--no-write``, the old one of three,
+    stays as an alias)."""
+    spellings = {"--no-results", "--no-write", "--dry-run", "--no-save"}
+    found = {}
+    for path in sorted((PACKAGE_DIR.parent / "benchmarks").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+                names = [a.value for a in node.args if isinstance(a, ast.Constant)]
+                if spellings & set(names):
+                    found[path.name] = names[0]
+    assert len(found) >= 6, found
+    assert {name for name, first in found.items() if first != "--no-results"} == set()

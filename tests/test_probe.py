@@ -198,6 +198,43 @@ def test_every_mode_is_read_from_one_play_and_similarity_reads_the_observation_k
     assert (config.key_mode, config.similarity_threshold, config.env_key_mode) == ("similarity", 0.9, "observation")
 
 
+def _plain_random_episode(env, task, rng, penalty):
+    """The oracle: one episode of uniformly drawn example actions as a plain loop over the environment, with every
+    mode's key read before each step: ``(steps as (action, valid, step reward, won, state key), keys)``."""
+    env.reset(seed=task.seed, options={"split": task.split})
+    steps, keys = [], []
+    while True:
+        choices = env.example_actions()
+        action = choices[int(rng.integers(len(choices)))]
+        keys.append((env.anchor_key("state"), env.anchor_key("observation")))
+        _, reward, terminated, truncated, info = env.step(action)
+        valid = bool(info["action_valid"])
+        steps.append((action, valid, float(reward) - (0.0 if valid else penalty), bool(info["won"]), keys[-1][0]))
+        if terminated or truncated:
+            return steps, keys
+
+
+@pytest.mark.parametrize(("env_name", "seed"), [("gridnav", 0), ("sokoban", 3), ("webshop", 1)])
+def test_random_play_through_the_episode_runner_is_the_plain_loop(env_name, seed):
+    """The random policy plays through the engines' episode runner (``run_episode``): the same episodes, step for
+    step, and the same keys of every mode as a plain loop over the environment with the same draws."""
+    played = play_random(env_name, groups=3, n=3, modes=["state", "observation"], seed=seed)
+    env = make_env(env_name, key_mode="state")
+    penalty = EpisodeConfig().invalid_action_penalty
+    offset = 0
+    for i, episode in enumerate(played.episodes):
+        g, k = divmod(i, 3)
+        steps, keys = _plain_random_episode(env, episode.task, np.random.default_rng([seed, g, k]), penalty)
+        got = [(s.action, s.action_valid, s.step_reward, s.won, s.anchor_key) for s in episode.steps]
+        assert got == steps, episode.traj_id
+        rows = slice(offset, offset + len(steps))
+        assert list(zip(played.keys["state"][rows], played.keys["observation"][rows], strict=True)) == keys
+        assert episode.won == steps[-1][3] and episode.episode_return == pytest.approx(sum(s[2] for s in steps))
+        assert episode.steps[0].prompt_text  # the runner rendered the prompt a model would have seen
+        offset += len(steps)
+    env.close()
+
+
 def test_random_play_is_reproducible_per_seed():
     a = play_random("gridnav", groups=3, n=4, modes=["state"], seed=7)
     b = play_random("gridnav", groups=3, n=4, modes=["state"], seed=7)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -615,12 +616,17 @@ def _recipe_logger(**env: str) -> subprocess.CompletedProcess:
     )
 
 
+def _printed_overrides(stdout: str) -> list[str]:
+    """The words of the printed launch command as the shell would pass them (quotes and escapes undone)."""
+    return shlex.split(stdout.replace("\\\n", " "), comments=True)
+
+
 def test_recipes_log_to_the_console_and_verls_file_logger_by_default():
     proc = _recipe_logger()
     assert proc.returncode == 0, proc.stderr
-    assert "trainer.logger=\\[console\\,file\\]" in proc.stdout
+    assert "trainer.logger=[console,file]" in _printed_overrides(proc.stdout)
     proc = _recipe_logger(LOGGER="console,file,tensorboard")
-    assert "trainer.logger=\\[console\\,file\\,tensorboard\\]" in proc.stdout
+    assert "trainer.logger=[console,file,tensorboard]" in _printed_overrides(proc.stdout)
     proc = _recipe_logger(LOGGER="console;rm")
     assert (
         proc.returncode == 1 and "LOGGER=console;rm is not a comma-separated list of verl logger names" in proc.stderr

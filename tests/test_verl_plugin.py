@@ -3,6 +3,7 @@ line, and the registered estimator's behaviour through verl's generic path."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import numpy as np
@@ -13,6 +14,12 @@ from omegaconf import OmegaConf
 from subprocs import Started
 
 from verl_gigpo.advantage import compute_gigpo_advantage
+
+#: the plug-in's line on success, in its one format (README, "Troubleshooting")
+LOADED = (
+    "INFO verl_gigpo.plugin: verl_gigpo plug-in loaded: adv_estimator=gigpo|hgpo|graphgpo|g2po, agent loop "
+    "'gigpo_env_agent', trainer mode 'gigpo_sync' (registered when verl imports their registries)"
+)
 
 # The first line is the issue's acceptance command verbatim: nothing but `import verl` loads the plug-in.
 CHECK = """
@@ -49,6 +56,16 @@ def test_fresh_process_registers_estimator_agent_loop_and_trainer_mode_and_logs_
         "GiGPOTrainerSync",
     ]
     assert proc.stderr.count("verl_gigpo plug-in loaded") == 1
+    assert f"\n{LOADED}" in f"\n{proc.stderr}"  # verl's basicConfig came first: the plug-in's format all the same
+
+
+def test_the_loaded_line_has_one_format_whoever_configures_logging_first():
+    """A command that configures logging before it imports verl (the demo, the evaluation) gets the same line."""
+    first = "import logging; logging.basicConfig(format='%(asctime)s|%(name)s|%(message)s', level=logging.INFO)"
+    code = f"{first}; from verl.trainer.ppo.core_algos import get_adv_estimator_fn; get_adv_estimator_fn('gigpo')"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [line for line in done.stderr.splitlines() if "plug-in loaded" in line] == [LOADED]
 
 
 def test_runtime_imports_no_dev_code(fresh):

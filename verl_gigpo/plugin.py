@@ -23,6 +23,7 @@ and one INFO line on success (shown when ``VERL_LOGGING_LEVEL`` is INFO, the def
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -42,6 +43,14 @@ __all__ = [
 ]
 
 logger = verl_logger(__name__)
+#: the plug-in's lines (loaded, failed) in one format, whoever configured logging first (verl's basicConfig in its
+#: processes, a command's own before it imports verl)
+LINE_FORMAT = "%(levelname)s %(name)s: %(message)s"
+if not logger.handlers:
+    _handler = logging.StreamHandler()
+    _handler.setFormatter(logging.Formatter(LINE_FORMAT))
+    logger.addHandler(_handler)
+logger.propagate = False
 
 
 _STEP_FIELDS = ("step_rewards", "group_ids", "traj_ids", "step_ids", "anchor_keys")

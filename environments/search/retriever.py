@@ -199,6 +199,8 @@ class BM25Retriever(Retriever):
     def __init__(self, corpus: Sequence[Passage | Mapping[str, Any]] | str | Path, *, k1: float = 1.5, b: float = 0.75):
         import bm25s  # local import: the module is importable (for HTTPRetriever) without bm25s
 
+        logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG at import: its indexing chatter
+
         if isinstance(corpus, str | Path):
             passages = load_corpus_jsonl(corpus)
         elif isinstance(corpus, Sequence):

@@ -53,6 +53,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG at import: its indexing chatter
 
 #: Size of the fixed evaluation split (goals 0..499), as in WebShop.
 NUM_TEST_GOALS = 500

@@ -39,7 +39,6 @@ sub-page. ``observation``: the page text (a pure function of that state).
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from environments.base import StepResult, TextEnv
@@ -57,7 +56,6 @@ from environments.webshop.reward import check_success_reward, episode_reward, pu
 
 __all__ = ["WebShopEnv"]
 
-logger = logging.getLogger(__name__)
 
 _PRICE_CLAUSE = ", and price lower than"
 

@@ -35,7 +35,6 @@ and GitHub).
 from __future__ import annotations
 
 import itertools
-import logging
 import threading
 from typing import Any
 
@@ -53,7 +52,6 @@ from environments.webshop.reward import check_success_reward, episode_reward
 
 __all__ = ["INSTALL_HINT", "WebShopRealEnv"]
 
-logger = logging.getLogger(__name__)
 
 INSTALL_HINT = (
     "environment 'webshop_real' needs a working WebShop installation (princeton-nlp/WebShop; the PyPI package "

@@ -27,7 +27,6 @@ once, for every estimator, in :mod:`verl_gigpo.advantage` (1-12 are GiGPO's).
 from __future__ import annotations
 
 import dataclasses
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,8 +40,6 @@ from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 from verl_gigpo.config.rules import KeyValueError
 
 __all__ = ["GiGPOOptions", "check_estimator_options", "compute_gigpo_advantage", "gigpo_advantage_terms", "gigpo_terms"]
-
-logger = logging.getLogger(__name__)
 
 
 def check_estimator_options(

@@ -41,9 +41,11 @@ __all__ = [
     "STEP_TERMS",
     "WON",
     "anchor_graph",
+    "anchor_graph_figure",
     "credit_colour",
     "draw_anchor_graph",
     "draw_side_by_side",
+    "loop_labels",
 ]
 
 #: terminal node ids
@@ -172,13 +174,19 @@ def anchor_graph(records: Sequence[dict[str, Any]], *, label_chars: int = 40) ->
 
 def draw_anchor_graph(graph: nx.MultiDiGraph, path: str | Path, *, title: str | None = None) -> Path:
     """Draw :func:`anchor_graph`'s graph to a PNG at ``path`` (see the module docstring for the encoding)."""
+    fig = anchor_graph_figure(graph, title=title)
+    path = Path(path)
+    fig.savefig(path)
+    return path
+
+
+def anchor_graph_figure(graph: nx.MultiDiGraph, *, title: str | None = None) -> Figure:
+    """The figure :func:`draw_anchor_graph` writes."""
     width, height = _figure_size(graph)
     fig = Figure(figsize=(width, height), dpi=100)
     _draw(fig, fig.add_subplot(), graph, title, graph.graph["vmax"])
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    return path
+    return fig
 
 
 def draw_side_by_side(
@@ -273,10 +281,11 @@ def _draw(fig: Figure, ax: Any, graph: nx.MultiDiGraph, title: str | None, vmax:
         node_size=[size[n] for n in nodes],
         ax=ax,
     )
+    moves = {(u, v, k): f"{_excerpt(str(k), 14)} ({d['count']})" for u, v, k, d in edges if u != v}
     nx.draw_networkx_edge_labels(
         graph,
         pos,
-        edge_labels={(u, v, k): f"{_excerpt(str(k), 14)} ({d['count']})" for u, v, k, d in edges},
+        edge_labels=moves,
         connectionstyle=styles,
         font_size=7,
         bbox={"alpha": 0.0},
@@ -286,6 +295,9 @@ def _draw(fig: Figure, ax: Any, graph: nx.MultiDiGraph, title: str | None, vmax:
     )
     labels = {n: graph.nodes[n]["label"] for n in graph}
     nx.draw_networkx_labels(graph, pos, labels=labels, font_size=7, ax=ax)
+    for node, text in loop_labels(graph).items():  # one line under the node: loop labels overlapped its label
+        below = -(size[node] ** 0.5) / 2 - 2  # the node's radius in points (node_size is its area), and a gap
+        ax.annotate(text, pos[node], xytext=(0, below), textcoords="offset points", ha="center", va="top", fontsize=7)
 
     mappable = _scalar_mappable(vmax)
     term = STEP_TERMS.get(graph.graph.get("method", "gigpo"), "step term")
@@ -305,6 +317,15 @@ def _draw(fig: Figure, ax: Any, graph: nx.MultiDiGraph, title: str | None, vmax:
     )
     ax.margins(0.08)
     ax.set_axis_off()
+
+
+def loop_labels(graph: nx.MultiDiGraph) -> dict[Any, str]:
+    """Per state with self-loops (actions that kept the state), one label: ``stay: up (3), left (1)``."""
+    loops: dict[Any, list[str]] = defaultdict(list)
+    for u, v, k, d in graph.edges(keys=True, data=True):
+        if u == v:
+            loops[u].append(f"{_excerpt(str(k), 14)} ({d['count']})")
+    return {node: "stay: " + ", ".join(actions) for node, actions in loops.items()}
 
 
 def _scalar_mappable(vmax: float):

@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import sys
 import time
 import warnings
@@ -174,6 +175,13 @@ def run_demo(
     }
 
 
+def inspect_command(out_dir: str | Path, iteration: int, group: str) -> str:
+    """The command that draws ``group`` of ``iteration`` again, as pasted into a fresh shell: this Python and the run
+    folder as absolute paths (any other iteration and group go in their place)."""
+    args = [sys.executable, "-m", "verl_gigpo.inspect", str(Path(out_dir).resolve()), "--iter", str(iteration)]
+    return shlex.join([*args, "--group", str(group)])
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point (see the module docstring)."""
     parser = argparse.ArgumentParser(description="Train a tiny model on gridnav with GiGPO (CPU demo)")
@@ -197,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.start not in START_OVERRIDES:
         parser.error(f"--start / DEMO_START must be one of {', '.join(START_OVERRIDES)}, got {args.start!r}")
     args.model = args.model or START_OVERRIDES[args.start][0]
+    args.out = str(Path(args.out).resolve())  # the paths printed are absolute, as the evaluation's of both engines
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # verl warns at import about training engines it cannot load (megatron, torchtitan, ...); none is used here
     warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
@@ -220,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"\n{report.summary}\n")
         print(f"credit graph: {report.graph_png}")
-        print(f"credit report: {report.html}  (python -m verl_gigpo.inspect {args.out} --iter K --group ID)")
+        print(f"credit report: {report.html}")
+        print(f"another iteration or group: {inspect_command(args.out, report.iteration, report.group)}")
     return 0
 
 

@@ -245,7 +245,7 @@ def evaluate_local(
     device = _device(cfg)
     if found is None:
         logger.warning(_defaults_warning(source, cfg))
-    out = Path(out) if out is not None else default_out(source, cfg.env.val_split)
+    out = Path(out if out is not None else default_out(source, cfg.env.val_split)).resolve()  # absolute, as verl's
     _fresh_output(out)
     with _cleanup_on_failure(out):
         val_kwargs = cfg.actor_rollout_ref.rollout.val_kwargs

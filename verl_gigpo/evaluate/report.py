@@ -18,6 +18,7 @@ interval counts tasks.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any
 
 from verl_gigpo.rollout.transcripts import EpisodeOutcome
 
-__all__ = ["Z_95", "SuccessRow", "markdown_table", "plot_success", "success_rows", "wilson_interval"]
+__all__ = ["Z_95", "SuccessRow", "markdown_table", "plot_success", "success_figure", "success_rows", "wilson_interval"]
 
 #: the normal quantile of a two-sided 95 % interval
 Z_95 = 1.959963984540054
@@ -158,6 +159,17 @@ def _pct(x: float) -> str:
 
 def plot_success(rows: Sequence[SuccessRow], path: str | Path, *, title: str = "") -> Path:
     """A bar per row (success rate) with its 95 % interval as an error bar, written to ``path`` (PNG)."""
+    import matplotlib.pyplot as plt
+
+    fig = success_figure(rows, title=title)
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def success_figure(rows: Sequence[SuccessRow], *, title: str = "") -> Any:
+    """The figure :func:`plot_success` writes; the title's lines are wrapped to the figure's width."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -181,9 +193,8 @@ def plot_success(rows: Sequence[SuccessRow], path: str | Path, *, title: str = "
     )
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("success rate (95% CI)")
-    ax.set_title(title or "success per task type", fontsize=10)
+    width = int(fig.get_figwidth() * 72 / (10 * 0.62)) - 2  # characters of 10 pt text across the figure
+    lines = (title or "success per task type").splitlines()
+    ax.set_title("\n".join(textwrap.fill(line, width) for line in lines), fontsize=10)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig

@@ -312,6 +312,26 @@ def _prepare_target(out: Path, overwrite: bool) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
 
 
+class _NoTorchDtypeWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "`torch_dtype` is deprecated" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _without_torch_dtype_warning():
+    """verl 0.9.1's merger builds the model with ``from_config(..., torch_dtype=...)``, which transformers calls
+    deprecated on every export; the folder's dtype is ``--dtype`` anyway, so that one line is dropped."""
+    loggers = [logging.getLogger(f"transformers.{name}") for name in ("modeling_utils", "configuration_utils")]
+    quiet = _NoTorchDtypeWarning()
+    for log in loggers:
+        log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for log in loggers:
+            log.removeFilter(quiet)
+
+
 def _write_folder(weights: dict[str, torch.Tensor], hf_config_dir: Path, target: Path, dtype: str) -> int:
     """Write ``weights`` (cast to ``dtype``) with the config, generation config and tokenizer of ``hf_config_dir``
     through verl's model merger; returns the number of parameters written."""
@@ -327,7 +347,7 @@ def _write_folder(weights: dict[str, torch.Tensor], hf_config_dir: Path, target:
         operation="merge", backend="fsdp", target_dir=str(target), hf_model_config_path=str(hf_config_dir)
     )
     printed = io.StringIO()  # verl's merger prints progress lines naming the staging folder
-    with contextlib.redirect_stdout(printed):
+    with contextlib.redirect_stdout(printed), _without_torch_dtype_warning():
         FSDPModelMerger(config).save_hf_model_and_tokenizer(weights)
     logger.debug("verl's model merger: %s", printed.getvalue().strip())
     config_file = target / "config.json"

@@ -81,6 +81,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.advantage.outcome import outcome_advantages
+from verl_gigpo.advantage.terms import AdvantageTerms
 from verl_gigpo.config.resume import flatten_config
 from verl_gigpo.config.rules import penalty_mode
 from verl_gigpo.credit.records import CreditLogger, CreditLogOptions
@@ -160,10 +161,10 @@ class LocalTrainer:
         self.episodes_played_total = 0  # training episodes played so far (rollout/episodes_played_total)
         self.iteration = 0
         self.history: list[dict[str, float]] = []
-        # credit records (trainer.credit_log_*, verl_gigpo.credit): the estimator's terms of the last gigpo batch
+        # credit records (trainer.credit_log_*, verl_gigpo.credit)
         credit = CreditLogOptions.from_trainer(cfg.trainer, estimator=cfg.algorithm.adv_estimator)
         self.credit_logger = CreditLogger(credit, self.out_dir, seed=cfg.trainer.seed)
-        self.gigpo_terms = None
+        self.gigpo_terms: AdvantageTerms | None = None  # the last iteration's terms (compute_advantages), as logged
         # whole episodes (trainer.log_episodes*) and the metrics backends besides metrics.jsonl (trainer.logger)
         self.episode_options = EpisodeLogOptions.from_trainer(cfg.trainer)
         loggers = check_loggers(cfg.trainer.get("logger", None))
@@ -185,21 +186,20 @@ class LocalTrainer:
         return self.rollouts.play(tasks, n, validation=validation, iteration=iteration, first_task=first_task)
 
     # ------------------------------------------------------------------ advantages
-    def compute_advantages(self, batch: StepBatch) -> tuple[np.ndarray, dict[str, float]]:
-        """One advantage per step row (N,) and the estimator's metrics.
+    def compute_advantages(self, batch: StepBatch) -> tuple[np.ndarray, dict[str, float], AdvantageTerms | None]:
+        """One advantage per step row (N,), the estimator's metrics, and its terms (None for grpo / rloo, or a batch
+        with no unmasked row): what the credit records and the episode log of the iteration read.
 
         gigpo, hgpo, graphgpo, g2po: the configured estimator, :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms`.
         grpo / rloo: verl's outcome estimators on one score per trajectory (its return), grouped by task,
         broadcast to the trajectory's rows (:func:`verl_gigpo.advantage.outcome.outcome_advantages`, as on verl's
         engine).
         """
-        self.gigpo_terms = None
         if not batch.row_mask.any():  # no episode ran without an environment error
-            return np.zeros(len(batch)), {}
+            return np.zeros(len(batch)), {}, None
         if self.gigpo is not None:
             terms = batch.advantage_terms(self.gigpo)  # masked rows get 0; similarity keys merged there
-            self.gigpo_terms = terms
-            return np.asarray(terms.advantage, dtype=np.float64), dict(terms.stats)
+            return np.asarray(terms.advantage, dtype=np.float64), dict(terms.stats), terms
         norm = bool(self.cfg.algorithm.norm_adv_by_std_in_grpo)
         env = self.cfg.env
         advantages = outcome_advantages(
@@ -209,7 +209,7 @@ class LocalTrainer:
             penalty_mode=penalty_mode(env),
             invalid_action_penalty=float(env.invalid_action_penalty),
         )
-        return advantages, {}
+        return advantages, {}, None
 
     # ------------------------------------------------------------------ update
     def update(self, batch: StepBatch, advantages: np.ndarray) -> dict[str, float]:
@@ -235,7 +235,7 @@ class LocalTrainer:
         )
         # groups from the task draws; failed episodes masked
         batch = StepBatch.from_episodes(episodes, text_chars=texts)
-        advantages, adv_metrics = self.compute_advantages(batch)
+        advantages, adv_metrics, self.gigpo_terms = self.compute_advantages(batch)
         if self.gigpo_terms is not None and credit_due:
             self.credit_logger.write(self.iteration, self.gigpo_terms, batch)
         if episodes_due:

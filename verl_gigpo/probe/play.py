@@ -6,8 +6,9 @@ Two policies, the same records (:class:`~verl_gigpo.rollout.types.Episode` with 
 * :func:`play_random`: the environment's own valid actions, drawn uniformly from
   :meth:`TextEnv.example_actions <environments.base.TextEnv.example_actions>` (the admissible actions; a few
   representative ones where the action space is unbounded: search queries, WebShop's search page), episode ``k`` of
-  task ``g`` from ``np.random.default_rng([seed, g, k])``: reproducible, and independent of the order of play. The
-  keys of every mode are read from the environment before each step.
+  task ``g`` from ``np.random.default_rng([seed, g, k])``: reproducible, and independent of the order of play.
+  Played by the engines' episode runner (:func:`~verl_gigpo.rollout.episode.run_episode`) with
+  :class:`RandomActions` as its generator, which draws each action and reads every mode's key before the step.
 * :func:`play_model`: a Hugging Face model on the local engine (:class:`~verl_gigpo.local.rollout.LocalRollout`, as
   ``python -m verl_gigpo.evaluate`` plays), with the training rollout's sampling; episode ``k`` of task ``g`` samples
   with the request seeds of the stream :data:`PROBE_STREAM` (:mod:`verl_gigpo.rollout.seeding`). The episode
@@ -22,21 +23,34 @@ Tasks are seeds ``0 .. groups - 1`` of the split; each is played ``n`` times, on
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
-from environments import TextEnv, make_env
+from environments import EnvError, TextEnv, make_env
+from verl_gigpo.rollout.episode import run_episode
+from verl_gigpo.rollout.execution.pool import EnvPool
+from verl_gigpo.rollout.execution.threads import EnvThreadPool
 from verl_gigpo.rollout.factory import make_task_env
 from verl_gigpo.rollout.step_rows import StepBatch
-from verl_gigpo.rollout.types import Episode, EpisodeConfig, StepRecord, TaskSpec
+from verl_gigpo.rollout.types import Episode, EpisodeConfig, TaskSpec
 
-__all__ = ["PROBE_STREAM", "PlayedEpisodes", "ProbeError", "play_model", "play_random", "replay_keys"]
+__all__ = [
+    "PROBE_STREAM",
+    "PlayedEpisodes",
+    "ProbeError",
+    "RandomActions",
+    "play_model",
+    "play_random",
+    "replay_keys",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -149,80 +163,110 @@ def play_random(
         EnvError: the environment failed (it names the task and the step).
     """
     max_steps, kwargs = split_max_steps(env_kwargs or {})
-    env = build_env(env_name, kwargs, max_steps)
-    split = checked_split(env, split)
+    policy = RandomActions(env_name, kwargs, max_steps, modes)
+    split = checked_split(policy.env, split)
     tasks = probe_tasks(env_name, groups, split, kwargs)
-    penalty = EpisodeConfig().invalid_action_penalty  # the runner's rule; valid actions never pay it
+    # the runner's rule and penalty; no history and unbounded lengths: the prompt is rendered, never sent, and the
+    # reply is the whole action
+    limits = {"history_length": 0, "max_prompt_length": 10**9, "max_response_length": 10**9}
+    config = EpisodeConfig(max_steps=policy.env.max_steps, **limits)
     keys: dict[str, list[str]] = {mode: [] for mode in modes}
     episodes: list[Episode] = []
     bar = _bar(len(tasks) * n, f"{env_name} episodes (random valid actions)", progress)
+    pool, threads = EnvPool(policy.factory, max_idle=1), EnvThreadPool(0)  # one environment, calls inline
+    pool.release(tasks[0], config, policy.env)  # the one built first serves every episode (unless one breaks it)
     try:
         for g, task in enumerate(tasks):
             for k in range(n):
-                rng = np.random.default_rng([seed, g, k])
-                episodes.append(_random_episode(env, task, rng, f"random-{g}-{k}", f"task{g}", keys, penalty))
+                policy.start(np.random.default_rng([seed, g, k]))
+                episode = asyncio.run(
+                    run_episode(
+                        task,
+                        generator=policy,
+                        encoder=_no_tokens,
+                        tokenizer=policy,
+                        config=config,
+                        traj_id=f"random-{g}-{k}",
+                        sampling_params={},
+                        executor=threads,
+                        env_pool=pool,
+                        group_id=f"task{g}",
+                    )
+                )
+                if episode.env_error is not None:  # the runner recorded it; the probe stops, naming it
+                    where = f"task seed {task.seed}, episode {episode.traj_id}"
+                    raise EnvError(env_name, episode.task_id, len(episode.steps), f"{where}: {episode.env_error}")
+                rows = policy.rows(episode)
+                for mode, column in keys.items():
+                    column.extend(rows[mode])
+                episodes.append(episode)
                 if bar is not None:
                     bar.update(1)
-        limit = env.max_steps
     finally:
         if bar is not None:
             bar.close()
-        env.close()
+        pool.close()
+        threads.shutdown()
     invalid = sum(ep.num_invalid for ep in episodes)
     if invalid:
         logger.warning("%d random example actions were not valid actions (penalised as the runner does)", invalid)
-    policy = f"random valid actions (seed {seed})"
-    return _played(episodes, keys, policy, limit)
+    policy_text = f"random valid actions (seed {seed})"
+    return _played(episodes, keys, policy_text, config.max_steps)
 
 
-def _random_episode(
-    env: TextEnv, task: TaskSpec, rng: np.random.Generator, traj_id: str, group_id: str, keys: dict, penalty: float
-) -> Episode:
-    """One episode of uniformly drawn example actions; appends each step's key of every mode to ``keys``."""
-    observation, info = env.reset(seed=task.seed, options={"split": task.split})
-    episode = Episode(
-        traj_id=traj_id, task=task, task_id=info["task_id"], task_type=info["task_type"], group_id=group_id
-    )
-    step_id = 0
-    while True:
-        choices = env.example_actions()
+class RandomActions:
+    """The random policy as :func:`~verl_gigpo.rollout.episode.run_episode`'s generator and tokenizer: each request
+    draws one of the environment's :meth:`~environments.base.TextEnv.example_actions` (its reply is the action's
+    UTF-8 bytes as token ids) and reads every mode's anchor key first, from the state the action is taken in."""
+
+    def __init__(self, env_name: str, kwargs: Mapping[str, Any], max_steps: int | None, modes: Sequence[str]):
+        self.build = lambda: build_env(env_name, kwargs, max_steps)
+        self.env = self.build()
+        self.modes = list(modes)
+        self.rng = np.random.default_rng(0)
+        self.keys: dict[str, list[str]] = {}
+
+    def factory(self, task: TaskSpec, config: EpisodeConfig) -> TextEnv:
+        """The pool's factory, called when a failed episode closed the environment: a new one, the one drawn from."""
+        self.env = self.build()
+        return self.env
+
+    def start(self, rng: np.random.Generator) -> None:
+        """A new episode: its action draws from ``rng``, its keys from none yet."""
+        self.rng, self.keys = rng, {mode: [] for mode in self.modes}
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any]) -> Any:
+        """One uniformly drawn example action, as its UTF-8 bytes.
+
+        Raises:
+            ProbeError: the environment offers no action in this state.
+        """
+        choices = self.env.example_actions()
         if not choices:
             raise ProbeError(
-                f"{env.name} task {task.seed} ({info['task_id']}) offers no action at step {step_id} "
-                "(example_actions() is empty), so the random policy cannot play it; probe it with --model"
+                f"{self.env.name} episode {request_id} reached a state with no action (example_actions() is "
+                "empty), so the random policy cannot play it; probe it with --model"
             )
-        action = choices[int(rng.integers(len(choices)))]
-        for mode, column in keys.items():
-            column.append(env.anchor_key(mode))
-        next_observation, reward, terminated, truncated, next_info = env.step(action)
-        valid = bool(next_info["action_valid"])
-        step_reward = float(reward) - (0.0 if valid else penalty)
-        episode.steps.append(
-            StepRecord(
-                step_id=step_id,
-                observation=observation,
-                anchor_key=info["anchor_key"],
-                prompt_text="",
-                prompt_ids=[],
-                response_ids=[],
-                response_logprobs=None,
-                response_text=action,
-                action=action,
-                action_valid=valid,
-                env_reward=float(reward),
-                step_reward=step_reward,
-                terminated=terminated,
-                truncated=truncated,
-                won=bool(next_info["won"]),
-            )
-        )
-        episode.episode_return += step_reward
-        observation, info = next_observation, next_info
-        step_id += 1
-        if terminated or truncated:
-            break
-    episode.won = episode.steps[-1].won
-    return episode
+        action = choices[int(self.rng.integers(len(choices)))]
+        for mode, column in self.keys.items():
+            column.append(self.env.anchor_key(mode))
+        return SimpleNamespace(token_ids=list(action.encode()), log_probs=None)
+
+    @staticmethod
+    def decode(token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """The action text of :meth:`generate`'s reply."""
+        return bytes(token_ids).decode()
+
+    def rows(self, episode: Episode) -> dict[str, list[str]]:
+        """Every mode's keys of ``episode``'s step rows (one per step)."""
+        for mode, column in self.keys.items():
+            if len(column) != len(episode.steps):
+                raise ProbeError(f"episode {episode.traj_id}: {len(column)} {mode} keys for {len(episode.steps)} steps")
+        return self.keys
+
+
+def _no_tokens(prompt_text: str) -> list[int]:
+    return []
 
 
 def play_model(

@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from environments import register_envs
-from verl_gigpo import AGENT_LOOP_NAME, verl_logger
+from verl_gigpo import AGENT_LOOP_NAME
 from verl_gigpo.config import GiGPOConfig
 from verl_gigpo.credit.records import CreditLogOptions
 from verl_gigpo.rollout import (
@@ -71,8 +71,6 @@ from verl_gigpo.rollout.transcripts import TranscriptWriter, episode_records
 from verl_gigpo.verl_glue.contract import check_contract
 
 __all__ = ["GiGPOEnvAgentLoop", "episode_config_from", "episode_to_outputs"]
-
-logger = verl_logger(__name__)
 
 
 def episode_config_from(config: Any) -> EpisodeConfig:
@@ -216,14 +214,19 @@ def episode_to_outputs(
 class GiGPOEnvAgentLoop(AgentLoopBase):
     """Plays one environment episode per trajectory and returns one training row per step (see module doc)."""
 
+    # worker-wide objects, each made once by the first agent loop that asks, under its own lock (making the
+    # environment pool starts processes: it holds up no one who wants the thread pool or a writer)
     _executor: ClassVar[EnvThreadPool | None] = None
     _executor_lock: ClassVar[threading.Lock] = threading.Lock()
     #: environments are reused across the worker's episodes (building an ALFWorld engine is expensive)
     _env_pool: ClassVar[EnvPool | None] = None
+    _env_pool_lock: ClassVar[threading.Lock] = threading.Lock()
     #: env.transcript_dir -> the writer of this process
     _transcripts: ClassVar[dict[str, TranscriptWriter]] = {}
+    _transcripts_lock: ClassVar[threading.Lock] = threading.Lock()
     #: trainer.default_local_dir -> the writer of this process's logged validation episodes
     _episode_parts: ClassVar[dict[str, PartWriter]] = {}
+    _episode_parts_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -259,7 +262,7 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
     @classmethod
     def transcript_writer(cls, folder: str) -> TranscriptWriter:
         """The worker-wide writer of ``env.transcript_dir`` (one file per process)."""
-        with cls._executor_lock:
+        with cls._transcripts_lock:
             if folder not in cls._transcripts:
                 cls._transcripts[folder] = TranscriptWriter(folder)
             return cls._transcripts[folder]
@@ -268,7 +271,7 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
     def part_writer(cls, run_dir: str) -> PartWriter:
         """The worker-wide writer of logged validation episodes (``<run_dir>/episodes_parts/``, one file per
         process)."""
-        with cls._executor_lock:
+        with cls._episode_parts_lock:
             if run_dir not in cls._episode_parts:
                 cls._episode_parts[run_dir] = PartWriter(run_dir)
             return cls._episode_parts[run_dir]
@@ -279,7 +282,7 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
         ``actor_rollout_ref.rollout.agent.num_workers`` round-robin over ``trainer.nnodes`` nodes) host the
         environments that are not thread-parallel."""
         cls = type(self)
-        with cls._executor_lock:
+        with cls._env_pool_lock:
             if cls._env_pool is None:
                 agent_workers = int(self.config.actor_rollout_ref.rollout.agent.get("num_workers", 8) or 1)
                 nodes = int(self.config.trainer.get("nnodes", 1) or 1)

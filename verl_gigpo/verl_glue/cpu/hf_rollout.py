@@ -42,14 +42,12 @@ import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutMode, RolloutReplica, TokenOutput
 
-from verl_gigpo import verl_logger
 from verl_gigpo.verl_glue.contract import check_contract
 from verl_gigpo.verl_glue.cpu import ROLLOUT_NAME
 from verl_gigpo.verl_glue.lora import merge_lora
 
 __all__ = ["DUMP_WEIGHTS_ENV", "HFGenerationServer", "HFReplica", "HFServerAdapter", "server_actor_name"]
 
-logger = verl_logger(__name__)
 
 #: environment variable: a folder where every server saves the weights it serves after each sync (safetensors,
 #: ``sync<NNN>_step<global_steps>_replica<R>.safetensors``: the weights received, or after a LoRA adapter sync the

@@ -14,7 +14,6 @@ file it serves: :func:`verl_gigpo.verl_glue.metrics_file.append_file_logger`.
 from __future__ import annotations
 
 import functools
-import logging
 import sys
 from typing import Any
 
@@ -26,7 +25,6 @@ __all__ = [
     "unpinned_ref_offload",
 ]
 
-logger = logging.getLogger(__name__)
 
 #: the verl modules that bind ``initialize_global_process_group_ray`` by name at import
 GLOO_BOUND_BY = ("verl.workers.engine_workers", "verl.checkpoint_engine.base")
