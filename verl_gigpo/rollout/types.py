@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from environments.base import INVALID_ACTION_RULES, ParseStyle, PromptStyle
-from verl_gigpo.config.rules import RANGES, Range
+from verl_gigpo.config.rules import RANGES, check_settings, choice, whole
 from verl_gigpo.rollout.prompts import HISTORY_ITEMS, load_template, moot_key_warnings
 
 __all__ = [
@@ -146,41 +146,32 @@ class PromptOptions:
     """
 
     style: PromptStyle = field(default_factory=PromptStyle)
-    invalid_reply_tail: int | None = None
-    overlong: str = "drop_history"
-    history_free_above_chars: int | None = None
+    invalid_reply_tail: int | None = whole(
+        None,
+        f"null: the history shows {INVALID_IN_HISTORY!r} for a reply that sent no command; N: its last N "
+        "characters, as the reference: ALFWorld 30, WebShop 20, search 0",
+        low=0,
+        nullable=True,
+    )
+    overlong: str = choice(
+        "drop_history", OVERLONG_RULES, "; ".join(f"{rule}: {meaning}" for rule, meaning in OVERLONG_RULES.items())
+    )
+    history_free_above_chars: int | None = whole(
+        None,
+        "a prompt longer than that many characters with history is shown without it; the reference's "
+        "WebShop: 13000; null = never",
+        low=1,
+        nullable=True,
+    )
     template: str | None = None
-    history_item: str = "env"
+    history_item: str = choice(
+        "env", HISTORY_ITEMS, "; ".join(f"{name}: {meaning}" for name, meaning in HISTORY_ITEMS.items())
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.style, PromptStyle):
             raise ValueError(f"PromptOptions.style must be an environments.base.PromptStyle, got {self.style!r}")
-        tail = self.invalid_reply_tail
-        Range(
-            "env.prompt.invalid_reply_tail",
-            "int",
-            f"null: the history shows {INVALID_IN_HISTORY!r} for a reply that sent no command; N: its last N "
-            "characters, as the reference: ALFWorld 30, WebShop 20, search 0",
-            low=0,
-            nullable=True,
-        ).check(tail)
-        if self.overlong not in OVERLONG_RULES:
-            rules = "; ".join(f"{rule}: {meaning}" for rule, meaning in OVERLONG_RULES.items())
-            raise ValueError(f"env.prompt.overlong={self.overlong!r} must be one of {list(OVERLONG_RULES)} ({rules})")
-        above = self.history_free_above_chars
-        Range(
-            "env.prompt.history_free_above_chars",
-            "int",
-            "a prompt longer than that many characters with history is shown without it; the reference's "
-            "WebShop: 13000; null = never",
-            low=1,
-            nullable=True,
-        ).check(above)
-        if self.history_item not in HISTORY_ITEMS:
-            items = "; ".join(f"{name}: {meaning}" for name, meaning in HISTORY_ITEMS.items())
-            raise ValueError(
-                f"env.prompt.history_item={self.history_item!r} must be one of {list(HISTORY_ITEMS)} ({items})"
-            )
+        check_settings(self, "env.prompt")
         if self.template is not None:
             if not isinstance(self.template, str) or not self.template:
                 raise ValueError(
