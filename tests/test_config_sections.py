@@ -132,7 +132,7 @@ def test_verl_keys_and_free_form_keys_pass_the_argv_check():
 
 def test_deprecated_key_is_renamed_with_one_warning(capsys):
     assert "trainer.health.length_limit_max" in DEPRECATED_KEYS
-    assert check_argv(["+trainer.health.length_limit_max=0.3"]) == ["+trainer.health.length_limit_rise=0.3"]
+    assert check_argv(["+trainer.health.length_limit_max=0.3"]) == ["++trainer.health.length_limit_rise=0.3"]
     warning = capsys.readouterr().err.strip().splitlines()
     assert len(warning) == 1 and "length_limit_max is deprecated" in warning[0] and "meaning changed" in warning[0]
     assert HealthOptions.from_trainer({"health": {"length_limit_max": 0.4}}).length_limit_rise == 0.4

@@ -194,14 +194,16 @@ def _warn(line: str) -> None:
 
 
 def rename_override(item: str, *, warn: Any = _warn) -> str:
-    """A ``key=value`` override (``+``/``++``/``~`` prefixes kept) with a deprecated key renamed, ``warn`` called with
-    the warning line; any other item unchanged."""
+    """A ``key=value`` override with a deprecated key renamed (``~`` and ``++`` kept; ``+`` becomes ``++``, since the
+    new key is declared and Hydra refuses to add a declared key), ``warn`` called with the warning line; any other
+    item unchanged."""
     match = _OVERRIDE.match(item)
     if match is None or match.group(2) not in DEPRECATED_KEYS:
         return item
     entry = DEPRECATED_KEYS[match.group(2)]
     warn(entry.warning(match.group(2)))
-    return item[: match.start(2)] + entry.new + item[match.end(2) :]
+    prefix = "++" if match.group(1) == "+" else item[: match.start(2)]
+    return prefix + entry.new + item[match.end(2) :]
 
 
 def rename_deprecated_tree(tree: Mapping[str, Any], *, warn: Any = _warn) -> dict[str, Any]:
