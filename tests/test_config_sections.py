@@ -165,3 +165,17 @@ def test_the_local_section_is_checked_by_its_declared_fields():
     with pytest.raises(KeyValueError, match=r"^local\.max_batch_size=0 must be a whole number >= 1"):
         load_config(["local.max_batch_size=0"])
     assert load_config(["local.num_threads=2"]).local.num_threads == 2
+
+
+def test_the_agent_loop_parses_a_config_once_per_process():
+    from hydra import compose, initialize_config_module
+
+    from verl_gigpo.verl_glue.agent_loop import loop_settings
+
+    with initialize_config_module("verl_gigpo.config", version_base=None):
+        first = compose("gigpo_trainer", overrides=["env.max_steps=7", "trainer.log_episodes=2"])
+        second = compose("gigpo_trainer", overrides=["env.max_steps=9"])
+    settings = loop_settings(first)
+    assert (settings.episode_config.max_steps, settings.episode_options.episodes) == (7, 2)
+    assert loop_settings(first) is settings  # every trajectory of the worker: the same parsed settings
+    assert loop_settings(second).episode_config.max_steps == 9  # another config object: parsed on its own
