@@ -41,7 +41,8 @@ SECTIONS: dict[str, tuple[Section, ...]] = {
         Section("verl_gigpo.rollout.dynamic:DynamicSampling", {"max_num_gen_batches": "max_rounds"}),
     ),
     "env": (Section("verl_gigpo.rollout.types:EpisodeConfig"), Section("verl_gigpo.rollout.execution:EnvExecution")),
-    "env.prompt": (Section("verl_gigpo.rollout.types:PromptOptions"),),
+    "env.prompt": (Section("verl_gigpo.rollout.types:PromptOptions"), Section("environments.base:PromptStyle")),
+    "env.parse": (Section("environments.base:ParseStyle"),),
     "trainer": (
         Section("verl_gigpo.credit.records:CreditLogOptions", {"credit_log_groups": "groups"}),
         Section("verl_gigpo.rollout.episode_log:EpisodeLogOptions"),
