@@ -52,9 +52,11 @@ demo: $(STAMP)
 # verl's main_ppo with GiGPO on CPU (platform=cpu): validation, iterations + checkpoints until a kill after step 2, a
 # refused training-key change, the resume to iteration 4 (metrics kept), GRPO with a LoRA adapter; builds
 # artifacts/tiny-model-actions if missing; checks metrics, weight sync and resume (verl_gigpo/dev/smoke.py).
-# E2E_OUT (runs/e2e) and E2E_RANKS (1) also apply.
+# E2E_OUT (runs/e2e) and E2E_RANKS (1) also apply. Then a tiny Qwen2.5-VL trains 2 iterations on Sokoban images
+# (verl_gigpo/dev/vision_smoke.py, ~1 min; builds artifacts/tiny-vl if missing; docs/vision.md).
 e2e: $(STAMP)
 	$(BIN)/python -m verl_gigpo.dev.smoke --out $${E2E_OUT:-runs/e2e} --ranks $${E2E_RANKS:-1}
+	$(BIN)/python -m verl_gigpo.dev.vision_smoke --out $${E2E_OUT:-runs/e2e}-vision
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_advantage.py

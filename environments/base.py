@@ -68,6 +68,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from environments.images import IMAGE_INFO_KEY, MAX_IMAGE_PIXELS, check_images
+
 __all__ = [
     "INFO_KEYS",
     "ACTION_LIST_FORMATS",
@@ -356,6 +358,8 @@ class TextEnv(abc.ABC):
         ``_step(action: str) -> StepResult``: apply a canonical action (what ``_match_action`` returned; never
             None).
         ``_state_digest() -> str``: the true state as a string (same state <=> same string).
+        ``_observation_images() -> list``: the ``images_per_step`` images of the current observation (PIL images or
+            uint8 arrays), for an environment that sets ``self.images_per_step`` > 0 (environments/images.py).
         ``_state_observation() -> str``: canonical observation of the current state, used by the
             ``observation`` key mode and after an invalid step (default: the last observation).
         ``_match_action(candidate: str) -> str | None``: map a candidate action string (tag content, the whole
@@ -412,6 +416,9 @@ class TextEnv(abc.ABC):
         self._won = False
         self._started = False
         self._done = False
+        #: images returned with every observation under ``info["images"]`` (0: text only; environments/images.py)
+        self.images_per_step = 0
+        self.max_image_pixels = MAX_IMAGE_PIXELS
 
     # ------------------------------------------------------------------ public API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
@@ -504,7 +511,7 @@ class TextEnv(abc.ABC):
             self._last_obs = result.observation  # an invalid step leaves the state, and its observation, as it was
         info = self._info(action_valid=valid)
         if result.extra:
-            clash = set(result.extra) & set(INFO_KEYS)
+            clash = set(result.extra) & {*INFO_KEYS, IMAGE_INFO_KEY}
             if clash:
                 raise EnvError(self.name, self.task_id, self._step_count, f"_step extra overrides info keys {clash}")
             info.update(result.extra)
@@ -693,6 +700,11 @@ class TextEnv(abc.ABC):
     @abc.abstractmethod
     def _match_action(self, candidate: str) -> str | None: ...
 
+    def _observation_images(self) -> list[Any]:
+        """The images of the current observation (``images_per_step`` PIL images or uint8 arrays); none by
+        default."""
+        return []
+
     def _state_observation(self) -> str:
         return self._last_obs  # the last observation of a real transition (invalid steps do not change it)
 
@@ -760,7 +772,7 @@ class TextEnv(abc.ABC):
 
     def _info(self, *, action_valid: bool) -> dict[str, Any]:
         admissible = self._admissible_actions()
-        return {
+        info = {
             "anchor_key": self.anchor_key(),
             "admissible_actions": list(admissible) if admissible is not None else None,
             "won": self._won,
@@ -771,3 +783,9 @@ class TextEnv(abc.ABC):
             "step": self._step_count,
             "env_name": self.name,
         }
+        if self.images_per_step:
+            images = self._observation_images()
+            info[IMAGE_INFO_KEY] = check_images(
+                images, count=self.images_per_step, max_pixels=self.max_image_pixels, name=self.name
+            )
+        return info

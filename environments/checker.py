@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from environments.base import INFO_KEYS, INVALID_ACTION_RULES, INVALID_ACTION_TEXT, TextEnv
+from environments.images import IMAGE_INFO_KEY, pixel_key
 
 __all__ = ["UNMATCHED_PROBE", "EnvCheckError", "check_env", "main"]
 
@@ -89,7 +90,7 @@ def _random_text(rng: np.random.Generator) -> str:
     return "".join(out)
 
 
-def _check_info(info: Any, where: str, failures: list[str]) -> None:
+def _check_info(info: Any, where: str, failures: list[str], env: TextEnv | None = None) -> None:
     if not isinstance(info, dict):
         failures.append(f"{where}: info must be a dict, got {type(info).__name__}")
         return
@@ -114,9 +115,34 @@ def _check_info(info: Any, where: str, failures: list[str]) -> None:
         failures.append(f"{where}: info['admissible_actions'] must be list[str] or None")
     if info["task_type"] is not None and not isinstance(info["task_type"], str):
         failures.append(f"{where}: info['task_type'] must be str or None")
+    if env is not None:
+        _check_images(info, where, env, failures)
+
+
+def _check_images(info: dict[str, Any], where: str, env: TextEnv, failures: list[str]) -> None:
+    """The image part: ``images_per_step`` RGB PIL images within ``max_image_pixels`` when declared, none else."""
+    from PIL import Image
+
+    count = int(getattr(env, "images_per_step", 0))
+    images = info.get(IMAGE_INFO_KEY)
+    if not count:
+        if images is not None:
+            failures.append(f"{where}: info['images'] is set but the environment declares images_per_step=0")
+        return
+    if not isinstance(images, list) or len(images) != count:
+        failures.append(f"{where}: info['images'] must be a list of images_per_step={count} images, got {images!r:.80}")
+        return
+    for image in images:
+        if not isinstance(image, Image.Image) or image.mode != "RGB":
+            failures.append(f"{where}: every info['images'] entry must be an RGB PIL image, got {image!r:.80}")
+        elif not 0 < image.size[0] * image.size[1] <= env.max_image_pixels:
+            failures.append(f"{where}: image of {image.size} outside (0, max_image_pixels={env.max_image_pixels}]")
 
 
 def _comparable(info: dict[str, Any]) -> str:
+    """``info`` as canonical JSON (images as the sha1 of their pixels)."""
+    if IMAGE_INFO_KEY in info:
+        info = {**info, IMAGE_INFO_KEY: [pixel_key(image) for image in info[IMAGE_INFO_KEY]]}
     return json.dumps(info, sort_keys=True, default=repr)
 
 
@@ -158,7 +184,7 @@ def _check_types(env: TextEnv, seed: int, split: str, failures: list[str]) -> No
     obs, info = env.reset(seed=seed, options={"split": split})
     if not isinstance(obs, str):
         failures.append(f"reset: observation must be str, got {type(obs).__name__}")
-    _check_info(info, "reset", failures)
+    _check_info(info, "reset", failures, env)
     if info.get("step") != 0 or info.get("action_valid") is not True:
         failures.append("reset: info['step'] must be 0 and info['action_valid'] True")
     choices = env.example_actions()
@@ -176,7 +202,7 @@ def _check_types(env: TextEnv, seed: int, split: str, failures: list[str]) -> No
         failures.append(f"step: reward must be float, got {type(reward).__name__}")
     if not isinstance(terminated, bool) or not isinstance(truncated, bool):
         failures.append("step: terminated and truncated must be bool")
-    _check_info(info, "step", failures)
+    _check_info(info, "step", failures, env)
 
 
 def _check_determinism(env: TextEnv, seeds: tuple[int, ...], split: str, n_steps: int, failures: list[str]) -> int:

@@ -112,6 +112,17 @@ def tiny_model_dir(tmp_path_factory):
     return _built_once(tmp_path_factory, "tiny-model", build)
 
 
+@pytest.fixture(scope="session")
+def tiny_vl_model_dir(tmp_path_factory):
+    """A tiny random Qwen2.5-VL (verl_gigpo.dev.tiny_vl_model; tokenizer of gridnav and Sokoban), built once (~3 s)."""
+    from verl_gigpo.dev.tiny_vl_model import build_tiny_vl_model
+
+    def build(out: Path) -> Path:
+        return build_tiny_vl_model(out, envs=("gridnav", "sokoban"))
+
+    return _built_once(tmp_path_factory, "tiny-vl-model", build)
+
+
 # ---------------------------------------------------------------------------------------- Ray + TransferQueue (verl)
 @pytest.fixture(scope="session")
 def ray_tq():

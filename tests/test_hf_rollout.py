@@ -121,8 +121,10 @@ def test_parameters_it_cannot_honour_are_errors(server, params, message):
 
 
 def test_multimodal_input_and_a_full_context_are_errors(server):
-    with pytest.raises(ValueError, match="text models only"):
+    with pytest.raises(ValueError, match="images for a text model"):
         asyncio.run(server.generate("r", PROMPT, {}, image_data=["img"]))
+    with pytest.raises(ValueError, match="text and images only"):
+        asyncio.run(server.generate("r", PROMPT, {}, video_data=["clip"]))
     too_long = list(range(5, 5 + server.max_model_len))
     with pytest.raises(ValueError, match="leaves no room"):
         _generate(server, too_long)

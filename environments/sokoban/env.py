@@ -22,6 +22,10 @@ After a step a one-line feedback (``You moved up.``, ``You pushed a box left ont
 down: a wall is in the way. Nothing changed.`` ...) comes before the grid. The grid alone is the canonical
 observation (``observation`` key mode) and the state digest (``state`` key mode): equal states give equal text.
 
+**Images** (``observation='image'`` or ``'both'``, ``tile_size`` pixels per cell, default 8): each observation
+also carries the room drawn by :func:`environments.sokoban.render.render_room_image` under ``info["images"]``; with
+``'image'`` the text holds :data:`IMAGE_ONLY_TEXT` in place of the grid. The anchor key stays the state digest.
+
 **Actions.** ``up``, ``down``, ``left``, ``right`` — always all four admissible. :meth:`SokobanEnv._match_action`
 accepts, case-insensitively and with surrounding whitespace ignored: the bare word (``Up``), the word after
 ``move``, ``go`` or ``push`` and whitespace (``move left``), with an optional quote or backtick on either side
@@ -61,6 +65,7 @@ import numpy as np
 from environments.base import StepResult, TextEnv
 from environments.sokoban.generator import check_room_config, generate_room
 from environments.sokoban.prompt import SOKOBAN_HISTORY_ITEM, SOKOBAN_PROMPT, SOKOBAN_STEP_LIMIT_PHRASES, SOKOBAN_TASK
+from environments.sokoban.render import IMAGE_LEGEND, check_tile_size, render_room_image
 from environments.sokoban.room import (
     ACTIONS,
     DIRECTIONS,
@@ -78,6 +83,10 @@ logger = logging.getLogger(__name__)
 
 #: Most room states the generator may keep (``max_gen_states``): bounds the memory and time of one reset.
 MAX_GEN_STATES = 2_000_000
+#: ``observation=``: the grid as text (default, for text models), the room as an image, or both.
+OBSERVATION_MODES = ("text", "image", "both")
+#: What the text observation holds in place of the grid with ``observation='image'``.
+IMAGE_ONLY_TEXT = "(The room is shown in the image.)"
 
 #: The reference's sokoban_projection looks for these words, in this order, in the action block; "still" is a no-op.
 FORMAT_WORDS = ("up", "down", "left", "right", "still")
@@ -125,8 +134,20 @@ class SokobanEnv(TextEnv):
         reward_box_off_target: float = -1.0,
         reward_solved: float = 10.0,
         max_gen_states: int = 200_000,
+        observation: str = "text",
+        tile_size: int = 8,
     ) -> None:
         super().__init__(key_mode=key_mode, max_steps=max_steps)
+        if observation not in OBSERVATION_MODES:
+            raise ValueError(f"sokoban: observation must be one of {OBSERVATION_MODES}, got {observation!r}")
+        if observation == "image" and self.key_kind == "observation":
+            raise ValueError(
+                "sokoban: key_mode='observation' keys by the grid text, which observation='image' does not show; "
+                "use key_mode='state' (the same groups: the drawing is one-to-one)"
+            )
+        self.observation = observation
+        self.images_per_step = 0 if observation == "text" else 1
+        self.tile_size = check_tile_size(tile_size)
         if num_gen_steps is None:
             num_gen_steps = max(1, max_steps // 2)
         self.dim_room = check_room_config(dim_room, num_boxes, num_gen_steps)
@@ -165,7 +186,8 @@ class SokobanEnv(TextEnv):
         self._generate(np.random.default_rng(0))
         height, width = self.dim_room
         self.task_type = f"sokoban-{height}x{width}-{self.num_boxes}box"
-        self.task_description = SOKOBAN_TASK.format(legend=LEGEND)
+        legend = {"text": LEGEND, "image": IMAGE_LEGEND, "both": f"{LEGEND}; {IMAGE_LEGEND}"}[observation]
+        self.task_description = SOKOBAN_TASK.format(legend=legend)
         self._room: Room | None = None
         self._unseeded_resets = 0
 
@@ -198,14 +220,14 @@ class SokobanEnv(TextEnv):
                 raise ValueError("sokoban: options['room'] is already solved (every box on a target); nothing to play")
             digest = hashlib.sha1(render_room(self._room).encode()).hexdigest()[:12]
             self.task_id = f"{split}/room-{digest}"
-            return render_room(self._room)
+            return self._shown(self._room)
         self._room = self._generate(self.np_random)
         if self.seed is not None:
             self.task_id = f"{split}/seed-{self.seed}"
         else:
             self._unseeded_resets += 1
             self.task_id = f"{split}/unseeded-{self._unseeded_resets}"
-        return render_room(self._room)
+        return self._shown(self._room)
 
     def _step(self, action: str) -> StepResult:
         room = self._require_room()
@@ -236,13 +258,21 @@ class SokobanEnv(TextEnv):
         if won:
             reward += self.reward_solved
             feedback += " Every box is on a target: puzzle solved!"
-        return StepResult(observation=f"{feedback}\n{render_room(new_room)}", reward=reward, terminated=won, won=won)
+        return StepResult(observation=f"{feedback}\n{self._shown(new_room)}", reward=reward, terminated=won, won=won)
 
     def _state_digest(self) -> str:
         return render_room(self._require_room())
 
     def _state_observation(self) -> str:
-        return render_room(self._require_room())
+        return self._shown(self._require_room())
+
+    def _shown(self, room: Room) -> str:
+        """The room as the text observation shows it: the grid, or with ``observation='image'`` a pointer to the
+        image."""
+        return IMAGE_ONLY_TEXT if self.observation == "image" else render_room(room)
+
+    def _observation_images(self) -> list[np.ndarray]:
+        return [render_room_image(self._require_room(), self.tile_size)]
 
     def _match_action(self, candidate: str) -> str | None:
         """Map ``candidate`` to ``"up"``/``"down"``/``"left"``/``"right"`` or None (syntax: module docstring)."""
@@ -268,7 +298,7 @@ class SokobanEnv(TextEnv):
         """A command that is not a move (e.g. the format rule's ``still``): nothing changes; the move is charged
         ``reward_step``."""
         return StepResult(
-            observation=f"You stay where you are. Nothing changed.\n{render_room(self._require_room())}",
+            observation=f"You stay where you are. Nothing changed.\n{self._shown(self._require_room())}",
             reward=self.reward_step,
         )
 

@@ -33,12 +33,14 @@ them (the verl agent loop masks them out of training). A prompt over budget unde
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from environments import TextEnv
+from environments.images import IMAGE_INFO_KEY
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.execution.envcalls import EnvCalls
 from verl_gigpo.rollout.execution.pool import EnvPool
@@ -135,12 +137,21 @@ class ChatPromptEncoder:
         system_prompt: optional system message placed before the user message.
         chat_template_kwargs: extra arguments for ``apply_chat_template`` (e.g. ``{"enable_thinking": False}``;
             both engines pass ``data.apply_chat_template_kwargs`` through :func:`chat_template_kwargs_from`).
+        processor: a multimodal processor (verl's ``model_config.processor``) for observations with images
+            (:meth:`encode_with_images`); None for text models.
             Arguments the template does not read change nothing: that, and arguments given to a tokenizer without
             a chat template, is logged as a warning once per process.
     """
 
-    def __init__(self, tokenizer: Any, system_prompt: str | None = None, chat_template_kwargs: dict | None = None):
+    def __init__(
+        self,
+        tokenizer: Any,
+        system_prompt: str | None = None,
+        chat_template_kwargs: dict | None = None,
+        processor: Any = None,
+    ):
         self.tokenizer = tokenizer
+        self.processor = processor
         self.system_prompt = system_prompt
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         if self.chat_template_kwargs:
@@ -166,6 +177,27 @@ class ChatPromptEncoder:
                 "them (data.apply_chat_template_kwargs)",
                 ", ".join(unread),
             )
+
+    def encode_with_images(self, text: str, images: Sequence[Any]) -> list[int]:
+        """The prompt ids (P,) of one user turn holding ``images`` (before the text), with each image's placeholder
+        token repeated as often as the processor's grid asks (verl's vLLM path sends the same expanded ids).
+
+        Raises:
+            ValueError: there is no processor (a text model was given image observations).
+        """
+        if self.processor is None:
+            raise ValueError(
+                "the observation has images but the model has no processor: use a vision-language model "
+                "(e.g. python -m verl_gigpo.dev.tiny_vl_model) or the environment's text observation"
+            )
+        content = [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]
+        messages = [{"role": "user", "content": content}]
+        if self.system_prompt:
+            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        rendered = self.processor.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False, **self.chat_template_kwargs
+        )
+        return [int(i) for i in self.processor(text=[rendered], images=list(images))["input_ids"][0]]
 
     def __call__(self, text: str) -> list[int]:
         """Return the token ids (P,) of ``text`` wrapped as a user turn plus the generation prompt."""
@@ -219,6 +251,7 @@ def build_prompt(
     history: list[tuple[str, str]],
     encoder: Callable[[str], list[int]],
     config: EpisodeConfig,
+    images: Sequence[Any] | None = None,
 ) -> tuple[str, list[int], int, bool]:
     """Render and encode the prompt in ``config.prompt``'s style, with the last ``config.history_length`` steps of
     ``history``, and fit it into ``config.max_prompt_length`` tokens.
@@ -237,10 +270,20 @@ def build_prompt(
     (a removed block that starts or ends inside a token), and for a plain callable encoder, the shorter prompts are
     encoded again, one by one.
 
+    ``images`` (default: the observation's, ``info["images"]``) go before the text, encoded with the processor
+    (:meth:`ChatPromptEncoder.encode_with_images`); such a prompt is never cut (:class:`PromptTooLongError`).
+
     Raises:
-        PromptTooLongError: the prompt is over budget and ``config.prompt.overlong`` is ``fail_episode``.
+        PromptTooLongError: the prompt is over budget and ``config.prompt.overlong`` is ``fail_episode``, or it holds
+            images and cannot fit without a cut.
     """
     options, limit = config.prompt, config.max_prompt_length
+    images = list(info.get(IMAGE_INFO_KEY) or []) if images is None else list(images)
+    if images:  # the current observation's images only (the reference's visual prompt keeps no past images)
+        encode_images = getattr(encoder, "encode_with_images", None)
+        if encode_images is None:
+            raise ValueError("the observation has images; encode prompts with ChatPromptEncoder(processor=...)")
+        encoder = functools.partial(encode_images, images=images)  # a plain callable: no token offsets
     keep = min(config.history_length, len(history))
     shown = list(history[len(history) - keep :]) if keep else []
     text = render_prompt(env, observation, info, shown, options)
@@ -260,6 +303,12 @@ def build_prompt(
             f"the prompt at step {info.get('step', 0)} has {len(ids)} tokens with {keep} history item(s), over "
             f"data.max_prompt_length={limit}; env.prompt.overlong=fail_episode ends the episode (its rows are left "
             "out of training); drop_history or cut_left would shorten the prompt instead"
+        )
+    if images and (options.overlong == "cut_left" or keep == 0):
+        raise PromptTooLongError(
+            f"the prompt at step {info.get('step', 0)} has {len(ids)} tokens with its image(s), over "
+            f"data.max_prompt_length={limit}; a prompt with images cannot be cut: raise data.max_prompt_length or "
+            "draw smaller images"
         )
     if options.overlong == "cut_left" or keep == 0:
         return text, ids[-limit:], keep, True
@@ -288,6 +337,11 @@ def build_prompt(
         if len(ids) <= limit:
             return shorter, ids, keep - drop, False
         if drop >= keep:
+            if images:
+                raise PromptTooLongError(
+                    f"the prompt at step {info.get('step', 0)} has {len(ids)} tokens with its image(s) and no history, "
+                    f"over data.max_prompt_length={limit}: raise data.max_prompt_length or draw smaller images"
+                )
             return shorter, ids[-limit:], 0, True
 
 
@@ -394,12 +448,16 @@ async def run_episode(
     step_id = 0
     observation, observation_cut = cap_observation(observation, config.max_observation_chars)
     keep = config.history_length
+    # env.prompt.image_history: past steps whose images the prompt shows before the current observation's
+    image_history, history_images = config.prompt.image_history, []
+    current_images = list(info.get(IMAGE_INFO_KEY) or [])
     try:
         while True:
             glue_start = time.perf_counter()
             shown = history[len(history) - keep :] if keep else []
             shown_chars = len(observation) + sum(len(obs) for obs, _ in shown)
-            prompt_args = (env, observation, info, history, encoder, config)
+            images = [*(image for past in history_images[-image_history:] for image in past), *current_images]
+            prompt_args = (env, observation, info, history, encoder, config, images)
             try:
                 if shown_chars > OFFLOAD_PROMPT_CHARS:  # long prompts are tokenised off the event loop
                     built = await asyncio.get_running_loop().run_in_executor(None, build_prompt, *prompt_args)
@@ -414,7 +472,12 @@ async def run_episode(
 
             gen_start = time.perf_counter()
             params = sampling_params if seeds is None else seeds.sampling_params(sampling_params, step_id)
-            out = await generator.generate(traj_id, prompt_ids=prompt_ids, sampling_params=params)
+            if images:  # verl's server manager and rollout servers take images as image_data
+                out = await generator.generate(
+                    traj_id, prompt_ids=prompt_ids, sampling_params=params, image_data=list(images)
+                )
+            else:
+                out = await generator.generate(traj_id, prompt_ids=prompt_ids, sampling_params=params)
             timing["generate"] += time.perf_counter() - gen_start
 
             glue_start = time.perf_counter()
@@ -457,10 +520,14 @@ async def run_episode(
                     prompt_truncated=cut,
                     observation_truncated=observation_cut,
                     generation_info=dict(getattr(out, "extra_fields", None) or {}),
+                    images=list(images),
                 )
             )
             episode.episode_return += step_reward
             history.append((observation, config.prompt.history_action(action, response_text)))
+            if image_history:
+                history_images.append(current_images)
+            current_images = list(next_info.get(IMAGE_INFO_KEY) or [])
             (observation, observation_cut), info = cap_observation(next_obs, config.max_observation_chars), next_info
             step_id += 1
             if terminated or truncated:

@@ -89,6 +89,7 @@ PROMPT_KEYS = (
     "history_free_above_chars",
     "template",
     "history_item",
+    "image_history",
 )
 
 
@@ -140,6 +141,8 @@ class PromptOptions:
         prompt instead of the environment's own; None = the environment's own (:mod:`verl_gigpo.rollout.prompts`).
     history_item: how a template's ``{history}`` writes the past steps, one of
         :data:`~verl_gigpo.rollout.prompts.HISTORY_ITEMS`.
+    image_history: the images of how many past steps a prompt shows before the current observation's (oldest
+        first; 0 = none, as the reference's visual Sokoban prompt). Text history is ``env.history_length``'s.
 
     Raises:
         ValueError: a bad value, naming the key (``env.prompt.<field>``).
@@ -166,6 +169,12 @@ class PromptOptions:
     template: str | None = None
     history_item: str = choice(
         "env", HISTORY_ITEMS, "; ".join(f"{name}: {meaning}" for name, meaning in HISTORY_ITEMS.items())
+    )
+    image_history: int = whole(
+        0,
+        "the images of that many past steps shown before the current one's; 0 = none (the reference's visual "
+        "Sokoban prompt)",
+        low=0,
     )
 
     def __post_init__(self) -> None:
@@ -213,6 +222,7 @@ class PromptOptions:
             history_free_above_chars=prompt.get("history_free_above_chars", base.history_free_above_chars),
             template=prompt.get("template", base.template),
             history_item=prompt.get("history_item", base.history_item),
+            image_history=prompt.get("image_history", base.image_history),
         )
         moot_key_warnings(options)
         return options
@@ -392,6 +402,8 @@ class StepRecord:
     prompt_truncated: bool = False
     observation_truncated: bool = False
     generation_info: dict[str, Any] = field(default_factory=dict)
+    #: the observation's images shown in the prompt (RGB PIL images; none for a text environment)
+    images: list[Any] = field(default_factory=list)
 
 
 @dataclass

@@ -190,10 +190,12 @@ def episode_to_outputs(
     per_step_time = episode.timing.get("generate", 0.0) / max(episode.length, 1)
     outputs = []
     for i, row in enumerate(rows):
+        images = None
         if row.placeholder:
             prompt_ids, response_ids, logprobs = list(placeholder_prompt_ids), [eos_id], [0.0]
         else:
             prompt_ids, response_ids, logprobs = row.prompt_ids, row.response_ids, row.response_logprobs
+            images = episode.steps[i].images or None  # rows are the steps, in order
         last = i == len(rows) - 1
         outputs.append(
             AgentLoopOutput(
@@ -205,6 +207,9 @@ def episode_to_outputs(
                 num_turns=0 if row.placeholder else 2,
                 metrics=AgentLoopMetrics() if row.placeholder else AgentLoopMetrics(generate_sequences=per_step_time),
                 extra_fields={**row.fields, **verl_fields},
+                # verl's postprocess turns images into multi_modal_inputs (pixel_values, image_grid_thw) and 3-D
+                # rope positions for the actor; text rows leave the field unset, as before
+                **({"multi_modal_data": {"images": images}} if images else {}),
             )
         )
     return outputs
@@ -238,7 +243,9 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
         # data.apply_chat_template_kwargs (AgentLoopBase reads it), e.g. enable_thinking=false for Qwen3; the local
         # engine passes the same key through the same reader
         self.encoder = ChatPromptEncoder(
-            self.tokenizer, chat_template_kwargs=chat_template_kwargs_from(self.apply_chat_template_kwargs)
+            self.tokenizer,
+            chat_template_kwargs=chat_template_kwargs_from(self.apply_chat_template_kwargs),
+            processor=self.processor,  # verl's model_config.processor: None for a text model
         )
         trainer = self.config.get("trainer", None)
         self.episode_options, self.text_chars = settings.episode_options, settings.text_chars

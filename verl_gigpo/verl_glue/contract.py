@@ -251,6 +251,22 @@ CONTRACT: tuple[Entry, ...] = (
             ("AgentLoopBase.run", "overrides", "one episode, as verl's rows", None),
         )
     ),
+    Entry(
+        "verl.experimental.agent_loop.agent_loop:AgentLoopBase.processor",
+        "reads",
+        _AGENT_LOOP,
+        "the model's multimodal processor: prompts with images (docs/vision.md)",
+        "attribute",
+    ),
+    Entry(
+        "verl.workers.rollout.llm_server:LLMServerClient.generate",
+        "reads",
+        _AGENT_LOOP,
+        "the episode runner sends an observation's images as image_data",
+        "signature",
+        ("self", "request_id", "prompt_ids", "sampling_params", "image_data", "video_data", "audio_data")
+        + ("mm_processor_kwargs", "kwargs"),
+    ),
     *(
         Entry(f"verl.workers.rollout.{symbol}", kind, f"{_CPU}.hf_rollout", why, "signature", params)
         for symbol, kind, why, params in (

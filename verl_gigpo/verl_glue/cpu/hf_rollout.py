@@ -26,8 +26,10 @@ cast to bfloat16 (``FSDPEngine._merged_lora_per_tensor_param``): the server then
 (measured gap to the fp32 actor ~4e-3 in token probability, 4e-4 after an update), so keep the default on a CPU.
 
 Limits (stated, not hidden): only verl's synchronous trainer (hybrid replicas) is supported; aborting requests does
-not interrupt a running batch (in-flight requests finish); multi-modal inputs are rejected. It is a correctness
-tool, not a fast one: use vLLM on GPUs.
+not interrupt a running batch (in-flight requests finish); video and audio inputs are rejected. Requests with images
+(a vision-language model, loaded with ``AutoModelForImageTextToText``) run one at a time without a KV cache
+(:meth:`HFGenerationServer._generate_with_images`; docs/vision.md). It is a correctness tool, not a fast one: use vLLM
+on GPUs.
 """
 
 from __future__ import annotations
@@ -85,16 +87,34 @@ class HFGenerationServer:
     """
 
     def __init__(self, config: Any, model_path: str, replica_rank: int, trust_remote_code: bool = False):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
         from verl_gigpo.local.server import LocalGenerationServer
 
         self.config = config
         self.replica_rank = replica_rank
         tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(
-            model_path, trust_remote_code=trust_remote_code, torch_dtype=torch.float32
+        vision = getattr(
+            AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code), "vision_config", None
         )
+        #: the image processor of a vision-language model (None: a text model, image requests are refused)
+        self.image_processor = None
+        #: the vision placeholder ids, never drawn in a reply (verl's rope index would read one as an image)
+        self._vision_ids: set[int] = set()
+        if vision is not None:  # AutoModelForCausalLM has no mapping for Qwen-VL models
+            from transformers import AutoProcessor
+
+            model = AutoModelForImageTextToText.from_pretrained(
+                model_path, trust_remote_code=trust_remote_code, dtype=torch.float32
+            )
+            processor = AutoProcessor.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+            self.image_processor = processor.image_processor
+            names = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+            self._vision_ids = {int(i) for i in (getattr(model.config, n, None) for n in names) if i is not None}
+        else:
+            model = AutoModelForCausalLM.from_pretrained(
+                model_path, trust_remote_code=trust_remote_code, torch_dtype=torch.float32
+            )
         self.model = model
         max_batch = int(getattr(config, "max_num_seqs", 0) or 0)
         self.server = LocalGenerationServer(
@@ -136,24 +156,101 @@ class HFGenerationServer:
         replaced); fails after ``abort_all_requests(reject_request=True)``.
 
         Raises:
-            ValueError: multi-modal input, a sampling parameter the local server cannot honour, or a prompt that
-                leaves no room in the model's context.
+            ValueError: video/audio input, images for a text model, a sampling parameter the local server cannot
+                honour, or a prompt that leaves no room in the model's context.
         """
-        if image_data is not None or video_data is not None or kwargs.get("audio_data") is not None:
-            raise ValueError("the 'hf' rollout backend serves text models only (image/video/audio data given)")
+        if video_data is not None or kwargs.get("audio_data") is not None:
+            raise ValueError("the 'hf' rollout backend takes text and images only (video/audio data given)")
+        if image_data is not None and self.image_processor is None:
+            raise ValueError("the 'hf' rollout backend got images for a text model: use a vision-language model")
         while not self._awake.is_set():
             if self._reject:
                 raise RuntimeError(f"hf server {self.replica_rank}: requests are rejected (replica leaving)")
             await self._awake.wait()
         params = self._sampling_params(prompt_ids, sampling_params)
-        out = await self.server.generate(request_id, prompt_ids=list(prompt_ids), sampling_params=params)
+        if image_data:
+            # the local server's one generation thread: image requests and text batches never share the model
+            token_ids, log_probs = await asyncio.get_running_loop().run_in_executor(
+                self.server._executor, self._generate_with_images, list(prompt_ids), list(image_data), params
+            )
+        else:
+            out = await self.server.generate(request_id, prompt_ids=list(prompt_ids), sampling_params=params)
+            token_ids, log_probs = list(out.token_ids), list(out.log_probs)
         version = self.global_steps
         return TokenOutput(
-            token_ids=list(out.token_ids),
-            log_probs=list(out.log_probs),
+            token_ids=token_ids,
+            log_probs=log_probs,
             stop_reason="completed",  # eos and length both end a request normally (vLLM maps both the same way)
             extra_fields={"global_steps": version, "min_global_steps": version, "max_global_steps": version},
         )
+
+    @torch.inference_mode()
+    def _generate_with_images(
+        self, prompt_ids: list[int], images: list[Any], params: dict[str, Any]
+    ) -> tuple[list[int], list[float]]:
+        """One request with images: ``(token ids, log-probs)``, decoded one token per full forward (no KV cache).
+
+        The positions are those verl's agent loop gives the actor (:meth:`_positions`); the pixels come from the
+        processor's image processor, as verl's agent loop computes ``multi_modal_inputs``. Sampling and log-probs as
+        the local server's (:func:`verl_gigpo.local.sampling.sample_tokens`). Vision placeholder tokens (image/video
+        pad, vision start/end) are never drawn (verl would read one in a reply as an image without pixels; a random
+        model draws them), but the log-prob returned is the full policy's, as the actor computes it.
+        """
+        from verl_gigpo.local.sampling import parse_sampling_params, sample_tokens
+
+        server = self.server
+        p = parse_sampling_params(params, vocab_size=server.vocab_size)
+        vision = self.image_processor(images=images, return_tensors="pt")
+        generator = p.generator or (torch.Generator().manual_seed(p.seed) if p.seed is not None else server.generator)
+        stops = set(server.eos_token_ids) | {server.pad_token_id} | set(p.stop_token_ids)
+        temperature = torch.tensor([p.temperature], dtype=torch.float32)  # (1,)
+        ids = torch.tensor([prompt_ids], dtype=torch.long)  # (1, P)
+        tokens: list[int] = []
+        logprobs: list[float] = []
+        self.model.eval()
+        for _ in range(p.max_tokens):
+            attention = torch.ones_like(ids)  # (1, L)
+            logits = (
+                self.model(
+                    input_ids=ids,
+                    attention_mask=attention,
+                    position_ids=self._positions(ids, attention, vision["image_grid_thw"]),  # (4, 1, L)
+                    pixel_values=vision["pixel_values"],
+                    image_grid_thw=vision["image_grid_thw"],
+                    use_cache=False,
+                    logits_to_keep=1,
+                )
+                .logits[:, -1, :]
+                .float()
+            )  # (1, V)
+            if p.allowed_token_ids is not None:
+                allowed = torch.zeros_like(logits, dtype=torch.bool)
+                allowed[0, list(p.allowed_token_ids)] = True
+                logits = logits.masked_fill(~allowed, float("-inf"))
+            drawable = logits.clone()
+            drawable[0, list(self._vision_ids)] = float("-inf")  # (1, V)
+            token, _ = sample_tokens(drawable, temperature, temperature == 0, [p], [generator], [0])
+            scale = p.temperature if p.temperature > 0 else 1.0
+            logprob = torch.log_softmax(logits / scale, dim=-1)[0, token[0]]  # the policy's, as the actor computes
+            tokens.append(int(token[0]))
+            logprobs.append(float(logprob))
+            if tokens[-1] in stops:
+                break
+            ids = torch.cat([ids, token[:, None]], dim=1)  # (1, P + t)
+        server.stats["requests"] += 1
+        server.stats["generated_tokens"] += len(tokens)
+        return tokens, logprobs
+
+    def _positions(self, ids: torch.Tensor, attention: torch.Tensor, grid_thw: torch.Tensor) -> torch.Tensor:
+        """(4, 1, L) positions as verl's agent loop computes them for the actor: the text positions, then the
+        model's 3 rope axes (``get_rope_index``). The text row changes how the model builds its attention mask."""
+        image_id = int(self.model.config.image_token_id)
+        token_types = (ids == image_id).to(torch.int)  # (1, L): 1 = image token
+        rope, _ = self.model.model.get_rope_index(
+            ids, mm_token_type_ids=token_types, image_grid_thw=grid_thw, attention_mask=attention
+        )  # (3, 1, L)
+        text = torch.arange(ids.shape[1], dtype=rope.dtype)[None, None, :]  # (1, 1, L)
+        return torch.cat([text, rope], dim=0)
 
     def _sampling_params(self, prompt_ids: list[int], sampling_params: dict[str, Any]) -> dict[str, Any]:
         params: dict[str, Any] = {}
