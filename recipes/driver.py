@@ -140,6 +140,8 @@ class Recipe:
             for name, value in table.CPU.items():
                 self.default(name, value)
             self.default("DATA_DIR", f"{self.environ.get('HOME', '')}/data/verl-gigpo/cpu/{self.env}")
+        for name, value in table.OBSERVATION_DEFAULTS.get(self.env, {}).get(self.get("OBSERVATION"), {}).items():
+            self.default(name, value)
         self.v["ROLLOUT_NAME"] = "hf" if self.cpu else "vllm"
         recipe = table.RECIPES[self.env]
         self.default("MODEL_PATH", recipe["defaults"].get("MODEL_PATH", table.COMMON["MODEL_PATH"]))
@@ -153,7 +155,8 @@ class Recipe:
             self.default(name, value)
 
     def observation_setup(self) -> None:
-        """OBSERVATION (image recipes: sokoban and the card games): image, both or text, and its defaults."""
+        """OBSERVATION (image recipes: sokoban and the card games): image, both or text (its defaults:
+        recipe_defaults.OBSERVATION_DEFAULTS, after DEVICE=cpu's)."""
         recipe = table.RECIPES[self.env]
         given = self.get("OBSERVATION")
         if "OBSERVATION" not in recipe["defaults"]:
@@ -170,8 +173,6 @@ class Recipe:
                 f"OBSERVATION={mode}: use image (the reference's run, a vision-language model), both (image and text) "
                 "or text (the text observation, for text models)"
             )
-        for name, value in table.OBSERVATION_DEFAULTS.get(self.env, {}).get(mode, {}).items():
-            self.default(name, value)
         self.images = mode != "text"
 
     def tiny_model(self) -> None:
