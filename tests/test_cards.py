@@ -165,3 +165,49 @@ def test_bad_settings_are_refused_with_the_key_named():
         make_env("numberline", observation="image", key_mode="observation")
     with pytest.raises(ValueError, match=r"numberline: max_position"):
         make_env("numberline", max_position=1)
+
+
+@pytest.fixture(scope="module")
+def vl_server(tiny_vl_model_dir):
+    """The ``hf`` rollout backend's server on the tiny vision model, and its processor."""
+    from omegaconf import OmegaConf
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.utils.tokenizer import hf_processor
+
+    from verl_gigpo.verl_glue.cpu.hf_rollout import HFGenerationServer
+
+    rollout = omega_conf_to_dataclass(
+        OmegaConf.create({"_target_": "verl.workers.config.RolloutConfig", "name": "hf", "response_length": 4})
+    )
+    server = HFGenerationServer(rollout, str(tiny_vl_model_dir), 0, trust_remote_code=True)
+    return server, hf_processor(str(tiny_vl_model_dir), trust_remote_code=True)
+
+
+@pytest.mark.parametrize("name", GAMES)
+def test_a_card_game_plays_from_images_through_the_episode_runner(name, vl_server):
+    """The tiny vision model plays each game from its drawing (DEVICE=cpu's 112-pixel tables): every step's prompt
+    holds its image's tokens, as the verl agent loop builds it."""
+    import asyncio
+
+    from verl_gigpo.rollout import ChatPromptEncoder, EpisodeConfig, TaskSpec, run_episode
+    from verl_gigpo.rollout.execution.threads import EnvThreadPool
+
+    server, processor = vl_server
+    config = EpisodeConfig(max_steps=3, history_length=0, max_prompt_length=1024, max_response_length=4)
+    task = TaskSpec(name, seed=1, env_kwargs={"observation": "image", "image_size": 112})
+    episode = asyncio.run(
+        run_episode(
+            task,
+            generator=server,
+            encoder=ChatPromptEncoder(processor.tokenizer, processor=processor),
+            tokenizer=processor.tokenizer,
+            config=config,
+            traj_id="t",
+            sampling_params={"temperature": 1.0, "top_k": -1, "seed": 1},
+            executor=EnvThreadPool(0),
+        )
+    )
+    assert episode.env_error is None and episode.length >= 1
+    pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    for step in episode.steps:
+        assert len(step.images) == 1 and step.prompt_ids.count(pad) == 16  # 112x112: 4x4 merged patches

@@ -43,6 +43,15 @@ class CardGameEnv(TextEnv):
         self.images_per_step = 0 if observation == "text" else 1
         self.image_size = check_image_size(image_size, self.name)
 
+    def task_type_of(self, seed: int, split: str) -> str:
+        """The game's name: every task of a game has the same type.
+
+        Raises:
+            ValueError: unknown split.
+        """
+        self._check_split(split)
+        return self.name
+
     def _task_id(self, split: str, deal: str) -> str:
         return f"{split}-{hashlib.sha1(deal.encode()).hexdigest()[:12]}"
 
