@@ -9,7 +9,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 from recipe_config import compose_recipe
+from verl.trainer.ppo.utils import need_critic, need_reference_policy
+from verl.utils.config import validate_config
+
+from environments import make_env
+from verl_gigpo.verl_glue.cpu import check_cpu_config
+from verl_gigpo.verl_glue.preflight import config_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,3 +93,17 @@ def test_observation_is_refused_where_it_does_not_apply_and_checked_where_it_doe
     )
     proc = _dry("ezpoints", OBSERVATION="pixels")
     assert proc.returncode == 1 and "OBSERVATION=pixels: use image" in proc.stderr
+
+
+@pytest.mark.parametrize("recipe", ["sokoban", "ezpoints", "numberline", "blackjack"])
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_image_recipes_pass_verls_and_the_launchs_config_checks(recipe, device, tmp_path):
+    cfg, _ = compose_recipe(recipe, DEVICE=device, DATA_DIR=str(tmp_path))
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    assert config_problems(cfg) == []  # python -m verl_gigpo.main's own checks
+    env = make_env(cfg.env.name, max_steps=cfg.env.max_steps, **OmegaConf.to_container(cfg.env.kwargs))
+    _, info = env.reset(seed=0)
+    assert len(info["images"]) == 1  # the environment the agent loop builds from the recipe shows its image
+    if device == "cpu":
+        check_cpu_config(cfg)
+        assert cfg.actor_rollout_ref.model.path == "artifacts/tiny-vl" and cfg.data.max_prompt_length == 512
