@@ -175,6 +175,18 @@ class Recipe:
             )
         self.images = mode != "text"
 
+    def check_image_settings(self) -> None:
+        """HISTORY_LENGTH, TILE_SIZE and IMAGE_SIZE, where a recipe reads them, are whole numbers."""
+        recipe = table.RECIPES[self.env]["defaults"]
+        hints = {
+            "HISTORY_LENGTH": "it is the past steps the prompt shows (env.history_length), e.g. HISTORY_LENGTH=2",
+            "TILE_SIZE": "it is Sokoban's pixels per cell (env.kwargs.tile_size, 4 to 64), e.g. TILE_SIZE=16",
+            "IMAGE_SIZE": "it is a card table's pixels a side (env.kwargs.image_size, 96 to 512), e.g. IMAGE_SIZE=300",
+        }
+        for name, hint in hints.items():
+            if name in recipe:
+                (self.whole_number if name == "HISTORY_LENGTH" else self.positive_int)(name, hint)
+
     def tiny_model(self) -> None:
         """DEVICE=cpu with its default tiny model folder missing: build it (DRY_RUN=1 prints the command)."""
         model = self.get("MODEL_PATH")
@@ -564,6 +576,7 @@ class Recipe:
             "PROMPT_LENGTH", "it is the most tokens of a prompt (data.max_prompt_length), e.g. PROMPT_LENGTH=4096"
         )
         self.check_mini_batch()
+        self.check_image_settings()
         attn, remove_padding = self.attention()
         lora, thinking, dynamic, template = self.lora(), self.thinking(), self.dynamic(), self.prompt_template()
         gpu = "false" if self.cpu else "true"

@@ -93,6 +93,9 @@ def test_observation_is_refused_where_it_does_not_apply_and_checked_where_it_doe
     )
     proc = _dry("ezpoints", OBSERVATION="pixels")
     assert proc.returncode == 1 and "OBSERVATION=pixels: use image" in proc.stderr
+    proc = _dry("sokoban", TILE_SIZE="big")
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines()[-1].startswith("error: TILE_SIZE=big is not a whole number")
 
 
 @pytest.mark.parametrize("recipe", ["sokoban", "ezpoints", "numberline", "blackjack"])
