@@ -65,12 +65,57 @@ GPU_COUNTS = (1, 2, 4, 8)
 #: memory sizes of common cards, GB as sold (24: RTX 4090, L4, A10; 40: A100 40GB; 48: L40S, RTX 6000 Ada, A6000;
 #: 80: A100 / H100 80GB; 141: H200)
 CARDS_GB = (24, 40, 48, 80, 141)
-RECIPES = ("alfworld", "webshop", "sokoban", "search")
+RECIPES = ("alfworld", "webshop", "sokoban", "search", "ezpoints", "numberline", "blackjack")
 
 FP32, BF16 = 4, 2
 #: bytes per trained parameter on the GPU between updates (fp32 weight + AdamW's two fp32 moments) and during one
 #: (+ the fp32 gradient)
 TRAINED_RESIDENT, TRAINED_UPDATE = FP32 + 2 * FP32, FP32 + 2 * FP32 + FP32
+
+
+@dataclass(frozen=True)
+class VisionSpec:
+    """The vision tower of a Qwen-VL model, by the fields of its ``config.json``'s ``vision_config``.
+
+    ``family``: ``qwen2_vl`` (LayerNorm, a GELU MLP of ``intermediate`` = mlp_ratio x hidden), ``qwen2_5_vl``
+    (RMSNorm, a gated MLP with biases) or ``qwen3_vl`` (LayerNorm, a biased two-layer MLP, learned position
+    embeddings, a biased patch embedding and one extra merger per ``deepstack`` layer). ``out``: the merger's output
+    width (the decoder's hidden size).
+    """
+
+    family: str
+    depth: int
+    hidden: int
+    intermediate: int
+    out: int
+    patch: int = 14
+    positions: int = 0
+    deepstack: int = 0
+
+    def _linears(self) -> list[tuple[int, int, int]]:
+        """Every linear layer of the tower as (in, out, count)."""
+        e, i, m = self.hidden, self.intermediate, 4 * self.hidden  # m: 2x2 merged patches
+        mlp = [(e, i, 2), (i, e, 1)] if self.family == "qwen2_5_vl" else [(e, i, 1), (i, e, 1)]
+        mergers = 1 + self.deepstack
+        return [(e, 3 * e, self.depth), (e, e, self.depth), *((a, b, n * self.depth) for a, b, n in mlp)] + [
+            (m, m, mergers),
+            (m, self.out, mergers),
+        ]
+
+    def params(self) -> int:
+        """Parameters: the patch embedding (3 x 2 x p x p x E [+ E bias]), [position embeddings x E], depth blocks
+        (qkv, proj, MLP with biases; 2 norms), the merger(s) (a norm over E, or 4E post-shuffle for deepstack ones,
+        and two biased linears)."""
+        e = self.hidden
+        linears = sum(n * (a * b + b) for a, b, n in self._linears())
+        norm = e if self.family == "qwen2_5_vl" else 2 * e  # RMSNorm: weight; LayerNorm: weight and bias
+        patch = 3 * 2 * self.patch * self.patch * e + (e if self.family == "qwen3_vl" else 0)
+        merger_norms = norm + self.deepstack * 2 * 4 * e
+        return patch + self.positions * e + linears + 2 * norm * self.depth + merger_norms
+
+    def lora_params(self, rank: int) -> int:
+        """Parameters of a rank-``rank`` LoRA adapter on every linear layer of the tower: r (in + out) each."""
+        return rank * sum(n * (a + b) for a, b, n in self._linears())
 
 
 @dataclass(frozen=True)
@@ -94,6 +139,7 @@ class ModelSpec:
     qkv_bias: bool
     qk_norm: bool
     public: str
+    vision: VisionSpec | None = None
 
     def params(self) -> int:
         """Parameters P = V h (embedding) + [V h if untied] + h (final norm) + layers x (attention + MLP + 2 norms):
@@ -109,15 +155,26 @@ class ModelSpec:
             attention += 2 * self.head_dim
         layer = attention + 3 * h * self.intermediate + 2 * h
         embeddings = self.vocab * h * (1 if self.tied else 2)
-        return embeddings + h + self.layers * layer
+        return embeddings + h + self.layers * layer + (self.vision.params() if self.vision else 0)
 
     def lora_params(self, rank: int) -> int:
         """Parameters L of a rank-``rank`` LoRA adapter on every linear layer of the decoder (PEFT's
         ``all-linear``: q, k, v, o, gate, up, down; not the output layer): r (in + out) per layer, summed."""
         h, q, kv, inter = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim, self.intermediate
         per_layer = (h + q) + 2 * (h + kv) + (q + h) + 2 * (h + inter) + (inter + h)
-        return rank * per_layer * self.layers
+        return rank * per_layer * self.layers + (self.vision.lora_params(rank) if self.vision else 0)
 
+
+#: The vision towers of the vision-language models (``vision_config`` of each config.json; sources: docs/models.md)
+_V2_2B = VisionSpec("qwen2_vl", depth=32, hidden=1280, intermediate=4 * 1280, out=1536)
+_V25_3B = VisionSpec("qwen2_5_vl", depth=32, hidden=1280, intermediate=3420, out=2048)
+_V25_7B = VisionSpec("qwen2_5_vl", depth=32, hidden=1280, intermediate=3420, out=3584)
+_V3_4B = VisionSpec(
+    "qwen3_vl", depth=24, hidden=1024, intermediate=4096, out=2560, patch=16, positions=2304, deepstack=3
+)
+_V3_8B = VisionSpec(
+    "qwen3_vl", depth=27, hidden=1152, intermediate=4304, out=4096, patch=16, positions=2304, deepstack=3
+)
 
 #: The families the recipes are composed for (Qwen2.5-Instruct) and Qwen3 (with THINKING=0), from their config.json
 MODELS = (
@@ -129,6 +186,12 @@ MODELS = (
     ModelSpec("Qwen3-1.7B", 2048, 28, 16, 8, 128, 6144, 151936, True, False, True, "1.7B"),
     ModelSpec("Qwen3-4B", 2560, 36, 32, 8, 128, 9728, 151936, True, False, True, "4.0B"),
     ModelSpec("Qwen3-8B", 4096, 36, 32, 8, 128, 12288, 151936, False, False, True, "8.2B"),
+    # vision-language models (the image recipes): the decoder as above plus the vision tower (VISION_TOWERS)
+    ModelSpec("Qwen2-VL-2B-Instruct", 1536, 28, 12, 2, 128, 8960, 151936, True, True, False, "2B (name)", _V2_2B),
+    ModelSpec("Qwen2.5-VL-3B-Instruct", 2048, 36, 16, 2, 128, 11008, 151936, True, True, False, "3B (name)", _V25_3B),
+    ModelSpec("Qwen2.5-VL-7B-Instruct", 3584, 28, 28, 4, 128, 18944, 152064, False, True, False, "7B (name)", _V25_7B),
+    ModelSpec("Qwen3-VL-4B-Instruct", 2560, 36, 32, 8, 128, 9728, 151936, True, False, True, "4B (name)", _V3_4B),
+    ModelSpec("Qwen3-VL-8B-Instruct", 4096, 36, 32, 8, 128, 12288, 151936, False, False, True, "8B (name)", _V3_8B),
 )
 
 
@@ -227,7 +290,8 @@ def tables(lora_rank: int = 64) -> str:
         f"parallel size {tp}; assumed overheads: {OVERHEAD_GIB:g} GiB per GPU outside vLLM's share, "
         f"{VLLM_RUNTIME_GIB:g} GiB inside it besides the weights; activations not counted.",
         "",
-        "**Per model** (P: parameters; LoRA: rank " + f"{lora_rank} on every linear layer of the decoder)",
+        "**Per model** (P: parameters, the vision tower's included; LoRA: rank "
+        + f"{lora_rank} on every linear layer of the decoder and, for the -VL models, of the vision tower)",
         "",
         "| model | P (config arithmetic) | P (model card) | vLLM weights per GPU, bf16 | LoRA parameters "
         "| host RAM: reference model (full fine-tuning) | host RAM per GPU: vLLM weights asleep (LoRA) |",

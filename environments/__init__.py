@@ -30,7 +30,10 @@ __all__ = [
 # name -> "module:Class". Extra dependencies needed by an entry are named in its module's ImportError.
 _REGISTRY: dict[str, str] = {
     "alfworld": "environments.alfworld.env:AlfWorldEnv",
+    "blackjack": "environments.cards.blackjack:BlackjackEnv",
+    "ezpoints": "environments.cards.ezpoints:EZPointsEnv",
     "gridnav": "environments.gridnav.env:GridNavEnv",
+    "numberline": "environments.cards.numberline:NumberLineEnv",
     "search": "environments.search.env:SearchQAEnv",
     "sokoban": "environments.sokoban.env:SokobanEnv",
     "webshop": "environments.webshop.env:WebShopEnv",

@@ -132,10 +132,16 @@ class Recipe:
     # ---------------------------------------------------------------------------------------------- defaults
     def fill_defaults(self) -> None:
         """DEVICE=cpu's small run, then the estimator's authors' settings, the environment's, and COMMON."""
+        self.observation_setup()
+        if self.cpu and self.images:
+            for name, value in table.CPU_IMAGE.items():
+                self.default(name, value)
         if self.cpu:
             for name, value in table.CPU.items():
                 self.default(name, value)
             self.default("DATA_DIR", f"{self.environ.get('HOME', '')}/data/verl-gigpo/cpu/{self.env}")
+        for name, value in table.OBSERVATION_DEFAULTS.get(self.env, {}).get(self.get("OBSERVATION"), {}).items():
+            self.default(name, value)
         self.v["ROLLOUT_NAME"] = "hf" if self.cpu else "vllm"
         recipe = table.RECIPES[self.env]
         self.default("MODEL_PATH", recipe["defaults"].get("MODEL_PATH", table.COMMON["MODEL_PATH"]))
@@ -147,6 +153,60 @@ class Recipe:
         self.estimator_setup()
         for name, value in {**table.COMMON, **recipe["defaults"]}.items():
             self.default(name, value)
+
+    def observation_setup(self) -> None:
+        """OBSERVATION (image recipes: sokoban and the card games): image, both or text (its defaults:
+        recipe_defaults.OBSERVATION_DEFAULTS, after DEVICE=cpu's)."""
+        recipe = table.RECIPES[self.env]
+        given = self.get("OBSERVATION")
+        if "OBSERVATION" not in recipe["defaults"]:
+            if given:
+                names = ", ".join(name for name, spec in table.RECIPES.items() if "OBSERVATION" in spec["defaults"])
+                raise RecipeError(
+                    f"OBSERVATION={given}: {self.env} has text observations only; OBSERVATION is for {names}"
+                )
+            self.images = False
+            return
+        mode = self.default("OBSERVATION", recipe["defaults"]["OBSERVATION"])
+        if mode not in ("image", "both", "text"):
+            raise RecipeError(
+                f"OBSERVATION={mode}: use image (the reference's run, a vision-language model), both (image and text) "
+                "or text (the text observation, for text models)"
+            )
+        self.images = mode != "text"
+
+    def check_image_settings(self) -> None:
+        """HISTORY_LENGTH, TILE_SIZE and IMAGE_SIZE, where a recipe reads them, are whole numbers."""
+        recipe = table.RECIPES[self.env]["defaults"]
+        hints = {
+            "HISTORY_LENGTH": "it is the past steps the prompt shows (env.history_length), e.g. HISTORY_LENGTH=2",
+            "TILE_SIZE": "it is Sokoban's pixels per cell (env.kwargs.tile_size, 4 to 64), e.g. TILE_SIZE=16",
+            "IMAGE_SIZE": "it is a card table's pixels a side (env.kwargs.image_size, 96 to 512), e.g. IMAGE_SIZE=300",
+        }
+        for name, hint in hints.items():
+            if name in recipe:
+                (self.whole_number if name == "HISTORY_LENGTH" else self.positive_int)(name, hint)
+
+    def tiny_model(self) -> None:
+        """DEVICE=cpu with its default tiny model folder missing: build it (DRY_RUN=1 prints the command)."""
+        model = self.get("MODEL_PATH")
+        builder = table.TINY_MODELS.get(model)
+        if not self.cpu or builder is None or os.path.isdir(model) or self.eval_only:
+            return
+        cmd = [self.python, "-m", builder, "--out", model]
+        if self.dry:
+            print(f"# tiny model (runs: {model} is missing):\n# {' '.join(shlex.quote(a) for a in cmd)} ", flush=True)
+            return
+        _say(f"building the tiny model {model} for DEVICE=cpu (seconds)")
+        code = subprocess.run(cmd, env=self.child_environ()).returncode
+        if code:
+            sys.exit(code)
+
+    def vision_overrides(self) -> list[str]:
+        """DEVICE=cpu with images: the tiny vision model's images-only processor class is in its folder."""
+        if self.cpu and self.images and self.get("MODEL_PATH") == table.CPU_IMAGE["MODEL_PATH"]:
+            return ["actor_rollout_ref.model.trust_remote_code=true", "data.trust_remote_code=true"]
+        return []
 
     def estimator_setup(self) -> None:
         """ADV_ESTIMATOR is one the recipes know; hgpo, graphgpo and g2po bring their authors' settings."""
@@ -304,7 +364,7 @@ class Recipe:
         if self.dry:
             return
         model = self.get("MODEL_PATH")
-        if self.cpu and not os.path.isdir(model):
+        if self.cpu and not os.path.isdir(model) and model not in table.TINY_MODELS:
             raise RecipeError(
                 f"MODEL_PATH={model} is not a model folder. DEVICE=cpu runs a tiny local model: build one with "
                 f"`{self.python} -m verl_gigpo.dev.tiny_model --out artifacts/tiny-model` (or `make e2e`, which "
@@ -516,6 +576,7 @@ class Recipe:
             "PROMPT_LENGTH", "it is the most tokens of a prompt (data.max_prompt_length), e.g. PROMPT_LENGTH=4096"
         )
         self.check_mini_batch()
+        self.check_image_settings()
         attn, remove_padding = self.attention()
         lora, thinking, dynamic, template = self.lora(), self.thinking(), self.dynamic(), self.prompt_template()
         gpu = "false" if self.cpu else "true"
@@ -737,6 +798,7 @@ class Recipe:
             "data.filter_overlong_prompts=false",
             "data.return_raw_chat=true",
             *self.estimator_overrides,
+            *self.vision_overrides(),
             *shared,
             *self.args,
         ]
@@ -766,6 +828,7 @@ class Recipe:
         self.check_resume()
         if self.env == "alfworld":
             self.v["ALFWORLD_KWARGS"] = json.dumps({"data_path": self.get("ALFWORLD_DATA")}, ensure_ascii=False)
+        self.tiny_model()
         self.prepare_data(env_name)
         self.launch(self.command(env_name, shared))
 

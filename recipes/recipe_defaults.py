@@ -103,6 +103,13 @@ RECIPES = {
     },
     "sokoban": {
         "defaults": {
+            # the reference's run plays Sokoban from images with a vision-language model; OBSERVATION=text: the text
+            # grid for text models (OBSERVATION_DEFAULTS below)
+            "OBSERVATION": "image",
+            "MODEL_PATH": "Qwen/Qwen2.5-VL-3B-Instruct",
+            "HISTORY_LENGTH": "0",
+            # 16 pixels a cell: a 6x6 room is 96x96, the size of gym-sokoban's rgb_array image
+            "TILE_SIZE": "16",
             "PROMPT_LENGTH": "1024",
             "ADV_NORM": "mean",
             "MAX_STEPS": "15",
@@ -115,7 +122,9 @@ RECIPES = {
         },
         "overrides": [
             "algorithm.gigpo.key_mode=state",
-            "env.history_length=2",
+            "env.history_length={HISTORY_LENGTH}",
+            "+env.kwargs.observation={OBSERVATION}",
+            "+env.kwargs.tile_size={TILE_SIZE}",
             "env.invalid_action_penalty=0.1",
             "env.invalid_action=format",
             "env.parse.lowercase=true",
@@ -162,6 +171,54 @@ RECIPES = {
         ],
         "prep": [("--val-size", "VAL_SIZE"), ("--val-split", "VAL_SPLIT")],
     },
+}
+
+
+def _cards(model: str, tasks: str, steps: str, iters: str, test_freq: str, rows: str, micro: str, log_prob: str):
+    """A card game's recipe (the reference's examples/gigpo_trainer/run_<game>.sh): images, no history, the default
+    invalid-reply rule (the reference's gym_projection judges the action named, not the format)."""
+    return {
+        "defaults": {
+            "OBSERVATION": "image",
+            "MODEL_PATH": model,
+            "HISTORY_LENGTH": "0",
+            "IMAGE_SIZE": "300",
+            "PROMPT_LENGTH": "1024",
+            "ADV_NORM": "mean",
+            "MAX_STEPS": steps,
+            "TRAIN_SIZE": "4096",
+            "VAL_SIZE": "128",
+            "TRAIN_TASKS_PER_ITER": tasks,
+            "TOTAL_ITERS": iters,
+            "TEST_FREQ": test_freq,
+            "MINI_BATCH_ROWS": rows,
+            "MICRO_BATCH_PER_GPU": micro,
+            "LOG_PROB_MICRO_BATCH_PER_GPU": log_prob,
+        },
+        "overrides": [
+            "algorithm.gigpo.key_mode=state",
+            "algorithm.use_kl_in_reward=false",
+            "env.history_length={HISTORY_LENGTH}",
+            "+env.kwargs.observation={OBSERVATION}",
+            "+env.kwargs.image_size={IMAGE_SIZE}",
+            "env.invalid_action_penalty=0.1",
+            "env.invalid_action=admissible",
+            "env.parse.lowercase=true",
+            "env.parse.collapse_whitespace=false",
+            "env.prompt.admissible_actions=comma",
+            "env.prompt.overlong={PROMPT_OVERLONG}",
+        ],
+        "prep": [("--val-size", "VAL_SIZE"), ("--val-split", "VAL_SPLIT")],
+    }
+
+
+RECIPES["ezpoints"] = _cards("Qwen/Qwen2.5-VL-3B-Instruct", "16", "8", "100", "5", "128", "8", "16")
+RECIPES["numberline"] = _cards("Qwen/Qwen2-VL-2B-Instruct", "16", "10", "20", "5", "16", "4", "8")
+RECIPES["blackjack"] = _cards("Qwen/Qwen2.5-VL-3B-Instruct", "32", "15", "200", "10", "32", "8", "16")
+
+#: OBSERVATION=text: the defaults that differ from the image run (a text model, the text prompt's history)
+OBSERVATION_DEFAULTS = {
+    "sokoban": {"text": {"MODEL_PATH": "Qwen/Qwen2.5-1.5B-Instruct", "HISTORY_LENGTH": "2"}},
 }
 
 #: per estimator: its options (Hydra overrides) and, per environment, ``overrides`` and ``defaults`` where its
@@ -211,6 +268,18 @@ CPU = {
     "PROMPT_OVERLONG": "drop_history",
 }
 
+#: DEVICE=cpu with images (OBSERVATION=image or both): the tiny vision-language model, built when missing, and small
+#: images; its images-only processor class lives in the model folder (trust_remote_code, docs/vision.md)
+CPU_IMAGE = {
+    "MODEL_PATH": "artifacts/tiny-vl",
+    "TILE_SIZE": "8",
+    "IMAGE_SIZE": "112",
+    "PROMPT_LENGTH": "512",
+}
+
+#: the tiny models DEVICE=cpu builds when its default MODEL_PATH is missing: folder -> builder module
+TINY_MODELS = {"artifacts/tiny-model": "verl_gigpo.dev.tiny_model", "artifacts/tiny-vl": "verl_gigpo.dev.tiny_vl_model"}
+
 #: the variables the suggested evaluation of a finished run repeats when the user set them; ENV:NAME only in ENV's
 EVAL_REPEATS = (
     "DEVICE",
@@ -234,4 +303,7 @@ TEMPLATE_LAYOUT = {
     "webshop": ("bracketed", "quoted_comma"),
     "sokoban": ("bracketed", "comma"),
     "search": ("step_blocks", "comma"),
+    "ezpoints": ("bracketed", "comma"),
+    "numberline": ("bracketed", "comma"),
+    "blackjack": ("bracketed", "comma"),
 }

@@ -103,7 +103,9 @@ def test_recipe_thinking_switch_reaches_the_prompt_of_verls_agent_loop(
     prompt; ``THINKING=1`` and unset: the plain generation prompt (Qwen3's template thinks by default)."""
     monkeypatch.delenv("THINKING", raising=False)
     env = {"THINKING": thinking} if thinking is not None else {}
-    cfg, _ = compose_recipe("sokoban", DEVICE="cpu", MODEL_PATH=str(qwen3_style_dir), DATA_DIR=str(tmp_path), **env)
+    cfg, _ = compose_recipe(
+        "sokoban", DEVICE="cpu", MODEL_PATH=str(qwen3_style_dir), DATA_DIR=str(tmp_path), OBSERVATION="text", **env
+    )  # the text Sokoban: a text model
     switch = {None: {}, "0": {"enable_thinking": False}, "1": {"enable_thinking": True}}[thinking]
     assert OmegaConf.to_container(cfg.data.apply_chat_template_kwargs) == switch
     loop = verl_agent_loop(cfg, tokenizer)

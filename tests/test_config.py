@@ -164,7 +164,7 @@ def test_method_and_sections_from_algorithm():
             None,
             r"unknown algorithm\.graphgpo key\(s\) \['gamma'\]; known keys: \['omega'",
         ),
-        # an inherited env value is named as the env key, by the rule both engines check (verl_gigpo.rules)
+        # an inherited env value is named as the env key, by the rule both engines check (verl_gigpo.config.rules)
         ({"hgpo": {}}, {"history_length": -2}, r"^env\.history_length=-2 .*>= 0"),
         ({}, {"invalid_action_penalty": -0.5}, r"^env\.invalid_action_penalty=-0\.5 .*>= 0"),
         ({"hgpo": [1]}, None, r"algorithm\.hgpo .*dict or DictConfig.*list"),

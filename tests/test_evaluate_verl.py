@@ -51,7 +51,7 @@ def test_eval_only_runs_the_evaluation_of_ckpt_with_the_recipes_launch(tmp_path)
     assert head[1:4] == ["-m", "verl_gigpo.evaluate", "/ckpts/exp/global_step_150"]
     assert head[4:6] == ["--engine", "verl"] and head[head.index("--episodes") + 1] == "4" and "--greedy" in head
     out = head[head.index("--out") + 1]
-    assert out == "runs/eval/sokoban_gigpo_Qwen2.5-1.5B-Instruct-global_step_150-test"
+    assert out == "runs/eval/sokoban_gigpo_Qwen2.5-VL-3B-Instruct-global_step_150-test"
     # the recipe's own overrides, with its own task files for the evaluation split and size
     assert "env.name=sokoban" in launch and "trainer.val_only=true" not in launch
     val = next(a for a in launch if a.startswith("data.val_files="))

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from recipe_config import compose_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPES = ["alfworld", "webshop", "sokoban", "search"]
+RECIPES = ["alfworld", "webshop", "sokoban", "search", "ezpoints", "numberline", "blackjack"]
 ESTIMATORS = ["hgpo", "graphgpo", "g2po"]
 
 # the settings every recipe's table must cover (a row may come from the common rows)

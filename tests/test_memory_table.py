@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
-from transformers import AutoModelForCausalLM, Qwen2Config, Qwen3Config
+from transformers import (
+    AutoModelForCausalLM,
+    AutoModelForImageTextToText,
+    Qwen2_5_VLConfig,
+    Qwen2Config,
+    Qwen2VLConfig,
+    Qwen3Config,
+    Qwen3VLConfig,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -33,10 +41,41 @@ def hf_model(spec: ModelSpec):
         "vocab_size": spec.vocab,
         "tie_word_embeddings": spec.tied,
     }
+    if spec.vision is not None:
+        return hf_vl_model(spec, common)
     config = Qwen3Config(head_dim=spec.head_dim, **common) if spec.qk_norm else Qwen2Config(**common)
     assert config.head_dim == spec.head_dim if spec.qk_norm else spec.hidden // spec.heads == spec.head_dim
     with torch.device("meta"):
         return AutoModelForCausalLM.from_config(config)
+
+
+def hf_vl_model(spec: ModelSpec, common: dict):
+    """A vision-language ``spec`` as transformers builds it (Qwen2-VL, Qwen2.5-VL or Qwen3-VL), on the meta device."""
+    v, tied = spec.vision, common.pop("tie_word_embeddings")
+    if v.family == "qwen2_vl":
+        vision = {"embed_dim": v.hidden, "mlp_ratio": v.intermediate // v.hidden, "hidden_size": v.out}
+        config = Qwen2VLConfig(text_config=common, vision_config={**vision, "depth": v.depth}, tie_word_embeddings=tied)
+    elif v.family == "qwen2_5_vl":
+        vision = {"hidden_size": v.hidden, "intermediate_size": v.intermediate, "out_hidden_size": v.out}
+        config = Qwen2_5_VLConfig(
+            text_config=common, vision_config={**vision, "depth": v.depth}, tie_word_embeddings=tied
+        )
+    else:
+        vision = {
+            "hidden_size": v.hidden,
+            "intermediate_size": v.intermediate,
+            "out_hidden_size": v.out,
+            "patch_size": v.patch,
+            "num_position_embeddings": v.positions,
+            "deepstack_visual_indexes": list(range(v.deepstack)),
+        }
+        config = Qwen3VLConfig(
+            text_config={**common, "head_dim": spec.head_dim},
+            vision_config={**vision, "depth": v.depth},
+            tie_word_embeddings=tied,
+        )
+    with torch.device("meta"):
+        return AutoModelForImageTextToText.from_config(config)
 
 
 @pytest.mark.parametrize("spec", MODELS, ids=lambda s: s.name)
@@ -48,9 +87,10 @@ def test_parameter_count_is_the_one_transformers_builds(spec):
 def test_lora_count_is_the_one_peft_builds(spec):
     """PEFT's ``all-linear`` adapter on two decoder layers (the count is per layer, so two layers check it)."""
     short = dataclasses.replace(spec, layers=2)
-    model = get_peft_model(
-        hf_model(short), LoraConfig(r=8, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM")
-    )
+    task = {"task_type": "CAUSAL_LM"}
+    if spec.vision is not None:  # all-linear adapts the vision tower's linear layers too: two of its blocks
+        short, task = dataclasses.replace(short, vision=dataclasses.replace(spec.vision, depth=2)), {}
+    model = get_peft_model(hf_model(short), LoraConfig(r=8, lora_alpha=8, target_modules="all-linear", **task))
     assert sum(p.numel() for p in model.parameters() if p.requires_grad) == short.lora_params(8)
 
 

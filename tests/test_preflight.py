@@ -21,8 +21,13 @@ from verl.utils.import_utils import load_class_from_fqn
 
 from environments import list_envs
 from verl_gigpo.config import GiGPOConfig
+from verl_gigpo.config.rules import (
+    bypass_mode_problem,
+    estimator_problem,
+    kl_in_reward_problem,
+    training_sampling_problem,
+)
 from verl_gigpo.local.config import ESTIMATORS, load_config
-from verl_gigpo.rules import bypass_mode_problem, estimator_problem, kl_in_reward_problem, training_sampling_problem
 from verl_gigpo.verl_glue.agent_loop import episode_config_from
 from verl_gigpo.verl_glue.preflight import GiGPOConfigError, config_problems, config_warnings, preflight
 
@@ -266,7 +271,7 @@ def test_invalid_action_rule_is_read_by_the_agent_loop_and_named_when_wrong():
     assert problem.startswith("env.invalid_action must be one of ['admissible', 'format'] (") and "'Format'" in problem
 
 
-# ---------------------------------------------------------------- one rule, both engines (verl_gigpo.rules)
+# ---------------------------------------------------------------- one rule, both engines (verl_gigpo.config.rules)
 
 
 def local_message(override: str) -> str:

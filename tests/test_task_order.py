@@ -28,6 +28,7 @@ pytestmark = pytest.mark.slow  # two fresh Python processes that import verl (~1
 def recipe_overrides(data_dir: Path, model_dir: Path, **env: str) -> list[str]:
     """The Hydra overrides of ``DRY_RUN=1 bash recipes/run_sokoban.sh`` with ``env`` (task files in ``data_dir``)."""
     base = {k: v for k, v in os.environ.items() if k not in ("N_GPUS", "CUDA_VISIBLE_DEVICES", "DEVICE", "SEED")}
+    base["OBSERVATION"] = "text"  # the text Sokoban, for the tiny text model
     proc = subprocess.run(
         ["bash", str(ROOT / "recipes" / "run_sokoban.sh")],
         env={**base, "DRY_RUN": "1", "DATA_DIR": str(data_dir), "MODEL_PATH": str(model_dir), **env},

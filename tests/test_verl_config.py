@@ -182,7 +182,8 @@ def test_cpu_recipe_dry_run_selects_the_cpu_platform_with_small_defaults(recipe)
     cfg = compose_gigpo(argv[3:])
     assert cfg.trainer.device == "cpu" and cfg.actor_rollout_ref.rollout.name == "hf"
     assert cfg.actor_rollout_ref.actor.strategy == "fsdp2" and not cfg.actor_rollout_ref.model.use_remove_padding
-    assert cfg.actor_rollout_ref.model.path == "artifacts/tiny-model"
+    # the image recipes (Sokoban's default, the card games) run the tiny vision model (tests/test_recipes_vision.py)
+    assert cfg.actor_rollout_ref.model.path == ("artifacts/tiny-vl" if recipe == "sokoban" else "artifacts/tiny-model")
     assert cfg.data.train_batch_size == 4 and cfg.actor_rollout_ref.rollout.n == 4 and cfg.env.max_steps == 4
     assert cfg.trainer.total_training_steps == 2 and cfg.trainer.n_gpus_per_node == 1
     assert "/verl-gigpo/cpu/" in cfg.data.train_files  # small task files of its own, not the GPU run's

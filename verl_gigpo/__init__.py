@@ -4,7 +4,7 @@ Importing this package is cheap (no verl, no torch). Each folder is one concern 
 
 * :mod:`verl_gigpo.advantage` — the estimators (pure maths: GiGPO, HGPO, GraphGPO, G2PO) and the anchor grouping
   (:mod:`verl_gigpo.advantage.anchors`); :mod:`verl_gigpo.config` — :class:`~verl_gigpo.config.GiGPOConfig`, the
-  Hydra yaml and the resume policy; :mod:`verl_gigpo.rules` — the validator of every number and choice;
+  Hydra yaml and the resume policy; :mod:`verl_gigpo.config.rules` — the validator of every number and choice;
 * :mod:`verl_gigpo.plugin` — the verl plug-in entry point (estimators ``"gigpo"``, ``"hgpo"``, ``"graphgpo"``,
   ``"g2po"``, agent loop ``"gigpo_env_agent"``, trainer mode ``"gigpo_sync"``); :mod:`verl_gigpo.main` —
   ``python -m verl_gigpo.main``; :mod:`verl_gigpo.verl_glue` — everything that subclasses, registers into or patches

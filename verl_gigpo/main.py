@@ -101,4 +101,8 @@ def main(config: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    from verl_gigpo.config.keys import check_argv
+
+    # a typo'd key of this project's sections: one line naming the nearest keys, before Hydra composes (exit 2)
+    sys.argv[1:] = check_argv(sys.argv[1:])
     main()

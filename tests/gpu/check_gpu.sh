@@ -50,8 +50,9 @@ echo "checking verl-gigpo on $N_GPUS GPU(s) with $MODEL_PATH and $PYTHON; logs i
 
 # the run's exit status is kept (not fatal under set -e) so that the summary below is printed either way
 run_status=0
+# OBSERVATION=text: the text Sokoban, for the small text model (the recipe's default is the image run)
 PYTHON="$PYTHON" ATTN_IMPLEMENTATION="$ATTN" MODEL_PATH="$MODEL_PATH" N_GPUS="$N_GPUS" DATA_DIR="$OUT/data" \
-    TOTAL_ITERS="$ITERS" TEST_FREQ="$ITERS" \
+    OBSERVATION=text TOTAL_ITERS="$ITERS" TEST_FREQ="$ITERS" \
     TRAIN_TASKS_PER_ITER=8 GROUP_SIZE=4 VAL_SIZE=16 EXPERIMENT=gpu_check \
     timeout 450 bash recipes/run_sokoban.sh \
     actor_rollout_ref.rollout.gpu_memory_utilization=0.4 \

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from verl_gigpo.advantage._ids import as_id_array, show
-from verl_gigpo.rules import Range
+from verl_gigpo.config.rules import KeyValueError, Range
 
 __all__ = [
     "EPISODE_STATS",
@@ -56,14 +56,18 @@ def check_common_options(*, gamma: Any, norm: Any, epsilon: Any, episode_stats: 
             "mean_std_norm": " (the reference code's 'mean_std_norm' is 'mean_std')",
         }
         hint = hints.get(norm, "") if isinstance(norm, str) else ""
-        raise ValueError(
-            f"norm={norm!r} is not a norm{hint}; use 'mean_std' (subtract the group mean, divide by std + epsilon) "
-            "or 'mean' (only subtract the group mean)"
+        raise KeyValueError(
+            "norm",
+            norm,
+            f"is not a norm{hint}; use 'mean_std' (subtract the group mean, divide by std + epsilon) "
+            "or 'mean' (only subtract the group mean)",
         )
     if episode_stats not in EPISODE_STATS:
-        raise ValueError(
-            f"episode_stats={episode_stats!r} is not valid; use 'trajectory' (each trajectory counts once, paper "
-            "Eq. 3) or 'step' (every step row counts, as the reference code does)"
+        raise KeyValueError(
+            "episode_stats",
+            episode_stats,
+            "is not valid; use 'trajectory' (each trajectory counts once, paper "
+            "Eq. 3) or 'step' (every step row counts, as the reference code does)",
         )
     why = "the paper uses 0.95; 1.0 = no discount, 0 = each step's own reward"
     gamma = check_number("gamma", gamma, low=0.0, high=1.0, why=why)

@@ -88,6 +88,7 @@ from verl_gigpo.advantage._similarity_graph import (
     pairs_in_runs,
     sorted_unique,
 )
+from verl_gigpo.config.rules import KeyValueError
 
 __all__ = [
     "SIMILARITY_GROUPINGS",
@@ -440,10 +441,11 @@ def check_similarity_threshold(threshold: Any) -> float:
     """
     ok = isinstance(threshold, (int, float, np.integer, np.floating)) and not isinstance(threshold, (bool, np.bool_))
     if not ok or math.isnan(threshold) or not 0.0 < threshold <= 1.0:
-        shown = threshold.item() if isinstance(threshold, np.generic) else threshold
-        raise ValueError(
-            f"similarity_threshold={shown!r} must be a number in (0, 1]: 1.0 = exact match, 0.9 = texts whose "
-            "5-byte shingle sets have Dice similarity >= 0.9 (observations that differ in a few words)"
+        raise KeyValueError(
+            "similarity_threshold",
+            threshold,
+            "must be a number in (0, 1]: 1.0 = exact match, 0.9 = texts whose "
+            "5-byte shingle sets have Dice similarity >= 0.9 (observations that differ in a few words)",
         )
     return float(threshold)
 
@@ -455,10 +457,12 @@ def check_similarity_grouping(value: Any) -> str:
         ValueError: naming ``similarity_grouping``, the value and what each grouping is.
     """
     if value not in SIMILARITY_GROUPINGS:
-        raise ValueError(
-            f"similarity_grouping={value!r} must be one of {list(SIMILARITY_GROUPINGS)}: dice_components = connected "
+        raise KeyValueError(
+            "similarity_grouping",
+            value,
+            f"must be one of {list(SIMILARITY_GROUPINGS)}: dice_components = connected "
             "components of 5-byte shingle Dice >= threshold (order-independent, the default); difflib_first_fit = "
-            "difflib ratio >= threshold against each cluster's first member, greedy in row order (the reference's)"
+            "difflib ratio >= threshold against each cluster's first member, greedy in row order (the reference's)",
         )
     return value
 

@@ -33,11 +33,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl_gigpo.advantage._ids import show
 from verl_gigpo.advantage._inputs import MethodOptions, is_real
 from verl_gigpo.advantage._rows import basis, differs_in_groups, normalise_in_groups
 from verl_gigpo.advantage.interface import CommonOptions, StepRows, arrays_signature, split_call
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
+from verl_gigpo.config.rules import KeyValueError
 
 __all__ = ["GiGPOOptions", "check_estimator_options", "compute_gigpo_advantage", "gigpo_advantage_terms", "gigpo_terms"]
 
@@ -73,9 +73,10 @@ def check_estimator_options(
 
 def _check_gigpo_options(*, step_advantage_w: Any) -> dict[str, float]:
     if not is_real(step_advantage_w) or not 0.0 <= step_advantage_w < float("inf"):
-        raise ValueError(
-            f"step_advantage_w={show(step_advantage_w)} must be a finite number >= 0 (the paper uses 1.0; 0 turns "
-            "the step-level term off)"
+        raise KeyValueError(
+            "step_advantage_w",
+            step_advantage_w,
+            "must be a finite number >= 0 (the paper uses 1.0; 0 turns the step-level term off)",
         )
     return {"step_advantage_w": float(step_advantage_w)}
 

@@ -31,11 +31,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl_gigpo.advantage._ids import show
 from verl_gigpo.advantage._inputs import MethodOptions, as_flags, check_number
 from verl_gigpo.advantage._rows import ValidRows, basis, differs_in_groups, normalise_in_groups
 from verl_gigpo.advantage.interface import CommonOptions, StepRows, arrays_signature, split_call
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
+from verl_gigpo.config.rules import KeyValueError
 
 __all__ = [
     "GRAPHGPO_STAT_NAMES",
@@ -73,9 +73,11 @@ def check_graphgpo_options(
         ValueError: ``"<option>=<value> must be ..."`` naming the valid values.
     """
     if not isinstance(progress, bool | np.bool_):
-        raise ValueError(
-            f"progress={show(progress)} must be true or false (true: R_G = r_succ * omega^(d(next) - d(current) + 1), "
-            "the authors' normalize_distance)"
+        raise KeyValueError(
+            "progress",
+            progress,
+            "must be true or false (true: R_G = r_succ * omega^(d(next) - d(current) + 1), "
+            "the authors' normalize_distance)",
         )
     why_w = "weight of the {} term; the paper uses 1, 0 turns it off"
     return {

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl_gigpo.advantage._ids import pair_codes, show
+from verl_gigpo.advantage._ids import pair_codes
 from verl_gigpo.advantage._inputs import MethodOptions, check_number
 from verl_gigpo.advantage._rows import (
     Basis,
@@ -43,7 +43,7 @@ from verl_gigpo.advantage._rows import (
 )
 from verl_gigpo.advantage.interface import CommonOptions, StepRows, arrays_signature, split_call
 from verl_gigpo.advantage.terms import AdvantageTerms, assemble
-from verl_gigpo.rules import Range
+from verl_gigpo.config.rules import KeyValueError, Range
 
 __all__ = ["HGPO_STAT_NAMES", "HGPOOptions", "check_hgpo_options", "hgpo_advantage_terms", "hgpo_terms"]
 
@@ -74,19 +74,24 @@ def check_hgpo_options(
         low=0,
     ).check(history_length)
     if weight_base not in WEIGHT_BASES:
-        raise ValueError(
-            f"weight_base={weight_base!r} is not valid; use 'depth' (depth k weighs k^alpha, the paper) or "
-            "'depth_plus_one' ((k + 1)^alpha, the authors' code)"
+        raise KeyValueError(
+            "weight_base",
+            weight_base,
+            "is not valid; use 'depth' (depth k weighs k^alpha, the paper) or "
+            "'depth_plus_one' ((k + 1)^alpha, the authors' code)",
         )
     if std not in STDS:
-        raise ValueError(
-            f"std={std!r} is not valid; use 'unbiased' (divide by n - 1, as GiGPO) or 'population' (divide by n, "
-            "the authors' code)"
+        raise KeyValueError(
+            "std",
+            std,
+            "is not valid; use 'unbiased' (divide by n - 1, as GiGPO) or 'population' (divide by n, the authors' code)",
         )
     if not isinstance(episode_term, bool | np.bool_):
-        raise ValueError(
-            f"episode_term={show(episode_term)} must be true or false (true adds the episode-level advantage to the "
-            "mix with weight 1, the authors' base_group)"
+        raise KeyValueError(
+            "episode_term",
+            episode_term,
+            "must be true or false (true adds the episode-level advantage to the "
+            "mix with weight 1, the authors' base_group)",
         )
     return {
         "history_length": int(history_length),

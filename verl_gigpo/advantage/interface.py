@@ -18,6 +18,7 @@ import torch
 
 from verl_gigpo.advantage._inputs import MethodOptions, check_common_options
 from verl_gigpo.advantage.anchors import check_similarity_threshold
+from verl_gigpo.config.rules import DEFAULT_GAMMA
 
 __all__ = ["CommonOptions", "Estimator", "EstimatorSpec", "RowValues", "StepRows", "arrays_signature", "split_call"]
 
@@ -62,7 +63,7 @@ class CommonOptions:
     similarity_threshold: None (exact anchor keys) or t in (0, 1]: str keys merged by similarity.
     """
 
-    gamma: float = 0.95
+    gamma: float = DEFAULT_GAMMA
     norm: str = "mean_std"
     epsilon: float = 1e-6
     episode_stats: str = "trajectory"

@@ -58,7 +58,7 @@ def outcome_advantages(
         steps: the batch's step rows (a :class:`~verl_gigpo.rollout.step_rows.StepBatch`, N rows).
         estimator: ``"grpo"`` or ``"rloo"``.
         norm_adv_by_std: ``algorithm.norm_adv_by_std_in_grpo`` (GRPO only).
-        penalty_mode: ``env.invalid_action_penalty_mode`` (:data:`verl_gigpo.rules.PENALTY_MODES`).
+        penalty_mode: ``env.invalid_action_penalty_mode`` (:data:`verl_gigpo.config.rules.PENALTY_MODES`).
         invalid_action_penalty: ``env.invalid_action_penalty`` (read in ``"reference"`` mode).
 
     Returns:
@@ -66,10 +66,10 @@ def outcome_advantages(
 
     Raises:
         ValueError: for an estimator other than ``grpo`` or ``rloo``, or a ``penalty_mode`` outside
-            :data:`verl_gigpo.rules.PENALTY_MODES`.
+            :data:`verl_gigpo.config.rules.PENALTY_MODES`.
     """
     from verl_gigpo.advantage._inputs import invalid_row_penalty
-    from verl_gigpo.rules import penalty_mode as check_mode
+    from verl_gigpo.config.rules import penalty_mode as check_mode
 
     if estimator not in OUTCOME_ESTIMATORS:
         raise ValueError(f"outcome_advantages computes {list(OUTCOME_ESTIMATORS)}, not {estimator!r}")

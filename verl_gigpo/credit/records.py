@@ -66,10 +66,10 @@ import numpy as np
 
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.advantage import AdvantageTerms
+from verl_gigpo.config.rules import Range, check_settings, whole
 from verl_gigpo.rollout.rows import truncate_text
 from verl_gigpo.rollout.step_rows import StepBatch
 from verl_gigpo.rollout.vision import save_images
-from verl_gigpo.rules import Range
 
 __all__ = [
     "CREDIT_DIR",
@@ -125,14 +125,12 @@ class CreditLogOptions:
         the text the agent loop adds to each row's ``extra_fields``).
     """
 
-    freq: int = 0
+    freq: int = whole(0, "log every N iterations; 0 turns credit records off", low=0, key="credit_log_freq")
     groups: int = 2
-    max_chars: int = 200
+    max_chars: int = whole(200, "characters kept of each text, e.g. 200", low=1, key="credit_log_max_chars")
 
     def __post_init__(self) -> None:
-        Range("trainer.credit_log_freq", "int", "log every N iterations; 0 turns credit records off", low=0).check(
-            self.freq
-        )
+        check_settings(self, "trainer")
         groups = Range(
             "trainer.credit_log_groups",
             "int",
@@ -141,9 +139,6 @@ class CreditLogOptions:
         )
         if self.groups != -1:  # -1: every episode group
             groups.check(self.groups)
-        Range("trainer.credit_log_max_chars", "int", "characters kept of each text, e.g. 200", low=1).check(
-            self.max_chars
-        )
 
     @classmethod
     def from_trainer(cls, trainer: Mapping[str, Any] | None, *, estimator: str | None = None) -> CreditLogOptions:

@@ -17,13 +17,14 @@ import numpy as np
 
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.config import GiGPOConfig
+from verl_gigpo.config.rules import DEFAULT_GAMMA
 from verl_gigpo.credit.records import credit_records
 from verl_gigpo.rollout.step_rows import StepBatch
 
 __all__ = ["recredit"]
 
 
-def recredit(records: Sequence[dict[str, Any]], method: str, *, gamma: float = 0.95) -> list[dict[str, Any]]:
+def recredit(records: Sequence[dict[str, Any]], method: str, *, gamma: float = DEFAULT_GAMMA) -> list[dict[str, Any]]:
     """The records of ``records``' rows as ``method`` credits them (same rows, same order, same texts).
 
     Args:

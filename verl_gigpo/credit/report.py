@@ -15,6 +15,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from verl_gigpo.config.rules import DEFAULT_GAMMA
 from verl_gigpo.credit.graph import STEP_TERMS, anchor_graph, draw_anchor_graph, draw_side_by_side
 from verl_gigpo.credit.load import CreditRun, load_credit_run
 from verl_gigpo.credit.recredit import recredit
@@ -114,7 +115,7 @@ def make_report(
     out_dir: str | Path | None = None,
     compare: str | Path | None = None,
     methods: Sequence[str] = (),
-    gamma: float = 0.95,
+    gamma: float = DEFAULT_GAMMA,
 ) -> CreditReport:
     """Read the credit records at ``source`` and write the report (PNGs, HTML page, summary text).
 

@@ -32,7 +32,7 @@ import pandas as pd
 
 from environments import TextEnv, list_envs, make_env, resolve_env
 from verl_gigpo import AGENT_LOOP_NAME
-from verl_gigpo.rules import Range
+from verl_gigpo.config.rules import Range
 
 __all__ = ["DEFAULT_VAL_SPLIT", "REPORT_NAME", "main", "task_rows", "task_type_counts", "write_task_files"]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from verl_gigpo.rules import Range
+from verl_gigpo.config.rules import Range
 
 __all__ = ["IMITATE_P", "action_probabilities", "expert_examples", "imitate_expert", "sft_action_format"]
 

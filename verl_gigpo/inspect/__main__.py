@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
+from verl_gigpo.config.rules import DEFAULT_GAMMA
 from verl_gigpo.credit.load import CreditReportError
 from verl_gigpo.credit.report import make_report
 
@@ -34,7 +35,9 @@ def main(argv: list[str] | None = None) -> int:
         help="credit the drawn group's rows again with these estimators and draw them side by side, e.g. "
         "gigpo,hgpo,graphgpo,g2po (their default options)",
     )
-    parser.add_argument("--gamma", type=float, default=0.95, help="the discount --methods uses (default 0.95)")
+    parser.add_argument(
+        "--gamma", type=float, default=DEFAULT_GAMMA, help=f"the discount --methods uses (default {DEFAULT_GAMMA})"
+    )
     args = parser.parse_args(argv)
     methods = [m for m in args.methods.split(",") if m]
     unknown = [m for m in methods if m not in STEP_CREDIT_ESTIMATORS]

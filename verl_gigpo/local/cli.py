@@ -19,6 +19,7 @@ import os
 import warnings
 from pathlib import Path
 
+from verl_gigpo.config.keys import check_argv
 from verl_gigpo.local.config import DEFAULT_CONFIG, load_config
 from verl_gigpo.rollout.summary import launch_summary
 
@@ -49,10 +50,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point (see the module docstring); returns the exit status."""
-    from verl_gigpo.local.train import LocalTrainer  # the training stack (torch, transformers) loads here
-
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.config is None:  # a typo'd key of local_trainer.yaml: one line and exit 2, before torch loads
+        args.overrides = check_argv(args.overrides, local=True)
+    from verl_gigpo.local.train import LocalTrainer  # the training stack (torch, transformers) loads here
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # verl warns at import about training engines it cannot load (megatron, torchtitan, ...); none is used here
     warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)

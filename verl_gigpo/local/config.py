@@ -4,7 +4,7 @@
 
 Defaults: ``verl_gigpo/config/local_trainer.yaml`` (:data:`DEFAULT_CONFIG`), with the key names of the verl
 recipes; overrides are OmegaConf dotlist items ``key=value`` and unknown keys are an error. Every numeric and
-boolean key is type- and range-checked (:func:`validate_config`) by the rules of :mod:`verl_gigpo.rules` (those
+boolean key is type- and range-checked (:func:`validate_config`) by the rules of :mod:`verl_gigpo.config.rules` (those
 verl's preflight applies to the keys both engines have), so a typo fails at once rather than after the first
 iteration; ``algorithm.gigpo.*`` and the successors' sections (``algorithm.hgpo``, ``algorithm.graphgpo``,
 ``algorithm.g2po``) are checked by :class:`verl_gigpo.config.GiGPOConfig`, ``trainer.credit_log_*`` by
@@ -24,16 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 from environments import list_envs
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.advantage.outcome import OUTCOME_ESTIMATORS
-from verl_gigpo.credit.records import CreditLogOptions
-from verl_gigpo.rollout.dynamic import DynamicSampling
-from verl_gigpo.rollout.episode import chat_template_kwargs_from
-from verl_gigpo.rollout.episode_log import EpisodeLogOptions, logger_names
-from verl_gigpo.rollout.execution import EnvExecution
-from verl_gigpo.rollout.health import HealthOptions
-from verl_gigpo.rollout.seeding import seeded_sampling_from
-from verl_gigpo.rollout.step_rows import UpdateSettings
-from verl_gigpo.rollout.types import PromptOptions, check_invalid_action, parse_style_from_config
-from verl_gigpo.rules import (
+from verl_gigpo.config.keys import rename_deprecated_tree, rename_override
+from verl_gigpo.config.rules import (
     RANGES,
     estimator_problem,
     group_size_warning,
@@ -41,6 +33,15 @@ from verl_gigpo.rules import (
     training_sampling_problem,
     validation_sampling,
 )
+from verl_gigpo.config.trainer import HealthOptions, LocalSettings
+from verl_gigpo.credit.records import CreditLogOptions
+from verl_gigpo.rollout.dynamic import DynamicSampling
+from verl_gigpo.rollout.episode import chat_template_kwargs_from
+from verl_gigpo.rollout.episode_log import EpisodeLogOptions, logger_names
+from verl_gigpo.rollout.execution import EnvExecution
+from verl_gigpo.rollout.seeding import seeded_sampling_from
+from verl_gigpo.rollout.step_rows import UpdateSettings
+from verl_gigpo.rollout.types import PromptOptions, check_invalid_action, parse_style_from_config
 
 __all__ = ["DEFAULT_CONFIG", "ESTIMATORS", "check_loggers", "gigpo_config", "load_config", "validate_config"]
 
@@ -70,6 +71,8 @@ def load_config(
     OmegaConf.set_struct(base.env.registry, False)  # the user's environments: {name: "package.module:Class"}
     if isinstance(base.data.get("apply_chat_template_kwargs", None), DictConfig):
         OmegaConf.set_struct(base.data.apply_chat_template_kwargs, False)  # whatever the chat template reads
+    overrides = [rename_override(item) for item in overrides]  # deprecated spellings (verl_gigpo.config.keys)
+    layers = [rename_deprecated_tree(layer) for layer in layers]
     for item in overrides:
         if "=" not in item:
             raise ValueError(f"override {item!r} is not key=value (e.g. trainer.seed=3)")
@@ -87,7 +90,7 @@ def load_config(
 
 
 def _check_numbers(cfg: DictConfig) -> None:
-    """Type and range of every numeric and boolean key, by its rule in :data:`verl_gigpo.rules.RANGES` (the rules
+    """Type and range of every numeric and boolean key, by its rule in :data:`verl_gigpo.config.rules.RANGES` (the rules
     verl's preflight uses for the keys both engines have); raises ``ValueError`` naming the key, the value, the
     allowed values and what the key means."""
     for key, rule in RANGES.items():
@@ -97,7 +100,7 @@ def _check_numbers(cfg: DictConfig) -> None:
 def validate_config(cfg: DictConfig) -> None:
     """Check values and combinations; raise ``ValueError`` saying what to change.
 
-    The rules are those of :mod:`verl_gigpo.rules` (the ones verl's preflight checks too: ranges,
+    The rules are those of :mod:`verl_gigpo.config.rules` (the ones verl's preflight checks too: ranges,
     ``algorithm.use_kl_in_reward``, ``algorithm.adv_estimator``, the group-size warning), then what only this
     engine needs (training rollouts that sample, the mini-batch size, the policy loss), then the checks of the
     components: ``trainer.credit_log_*``, ``env.invalid_action``, ``env.name``, the environment deadlines and worker
@@ -105,6 +108,7 @@ def validate_config(cfg: DictConfig) -> None:
     and ``algorithm.filter_groups``.
     """
     _check_numbers(cfg)
+    LocalSettings.from_section(OmegaConf.to_container(cfg.local, resolve=True))  # local.*: checks on its fields
     rollout, actor, algorithm = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.actor, cfg.algorithm
     for problem in (
         estimator_problem(algorithm.adv_estimator, ESTIMATORS, engine="the local engine"),

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from verl_gigpo.rules import Range
+from verl_gigpo.config.rules import Range
 
 __all__ = ["DecodeControls", "DecodeOutputs", "SamplingParams", "parse_sampling_params", "sample_tokens"]
 

@@ -11,9 +11,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from verl_gigpo.config import GiGPOConfig
+from verl_gigpo.config.rules import validation_sampling
 from verl_gigpo.rollout import EpisodeConfig, TaskSpec, make_task_env
 from verl_gigpo.rollout.step_rows import UpdateSettings
-from verl_gigpo.rules import validation_sampling
 
 __all__ = ["action_token_ids", "load_model", "sampling_params", "update_settings"]
 
@@ -79,8 +79,8 @@ def action_token_ids(
 
 def sampling_params(cfg: DictConfig, allowed_ids: list[int] | None, *, validation: bool) -> dict[str, Any]:
     """The generation server's sampling parameters of the training rollouts (``actor_rollout_ref.rollout.*``) or of
-    validation (``val_kwargs``, as :func:`verl_gigpo.rules.validation_sampling` reads it on both engines: greedy when
-    ``do_sample`` is false), restricted to ``allowed_ids``."""
+    validation (``val_kwargs``, as :func:`~verl_gigpo.config.rules.validation_sampling` reads it on both engines:
+    greedy when ``do_sample`` is false), restricted to ``allowed_ids``."""
     rollout = cfg.actor_rollout_ref.rollout
     if validation:
         decoding = validation_sampling(rollout.val_kwargs).params

@@ -83,6 +83,7 @@ from verl_gigpo import STEP_CREDIT_ESTIMATORS
 from verl_gigpo.advantage.outcome import outcome_advantages
 from verl_gigpo.advantage.terms import AdvantageTerms
 from verl_gigpo.config.resume import flatten_config
+from verl_gigpo.config.rules import penalty_mode
 from verl_gigpo.credit.records import CreditLogger, CreditLogOptions
 from verl_gigpo.local.checkpoint import (
     read_checkpoint,
@@ -111,7 +112,6 @@ from verl_gigpo.rollout.episode_log import (
 from verl_gigpo.rollout.health import HealthMonitor, HealthOptions
 from verl_gigpo.rollout.metrics import episode_metrics, run_names, summaries_from_episodes, type_metrics, val_names
 from verl_gigpo.rollout.step_rows import StepBatch
-from verl_gigpo.rules import penalty_mode
 
 __all__ = ["DEFAULT_CONFIG", "LocalTrainer", "load_config"]
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
+from verl_gigpo.config.rules import DEFAULT_GAMMA
 from verl_gigpo.probe.keys import DEFAULT_KEYS
 
 
@@ -77,7 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--method", default="gigpo", help=f"step-credit estimator: {', '.join(STEP_CREDIT_ESTIMATORS)} (default gigpo)"
     )
-    parser.add_argument("--gamma", type=_number, default=0.95, help="discount of the step return (default 0.95)")
+    parser.add_argument(
+        "--gamma", type=_number, default=DEFAULT_GAMMA, help=f"discount of the step return (default {DEFAULT_GAMMA})"
+    )
     parser.add_argument("--out", default=None, help="output folder (default runs/probe/<env>, numbered when taken)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("env_kwargs", nargs="*", metavar="KEY=VALUE", help="the environment's constructor arguments")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from environments.base import parse_key_mode
 from verl_gigpo.advantage.anchors import check_similarity_threshold
 from verl_gigpo.config import GiGPOConfig
+from verl_gigpo.config.rules import DEFAULT_GAMMA
 
 __all__ = ["DEFAULT_KEYS", "KeySpec", "parse_keys"]
 
@@ -47,7 +48,7 @@ class KeySpec:
         """``"state"``, ``"observation"``, ``"history"`` or ``"similarity"``."""
         return "similarity" if self.similarity_threshold is not None else parse_key_mode(self.env_mode)[0]
 
-    def gigpo_config(self, *, method: str = "gigpo", gamma: float = 0.95) -> GiGPOConfig:
+    def gigpo_config(self, *, method: str = "gigpo", gamma: float = DEFAULT_GAMMA) -> GiGPOConfig:
         """The estimator settings of this mode (everything else at ``GiGPOConfig``'s defaults: the paper's).
 
         Raises:

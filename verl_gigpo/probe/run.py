@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
+from verl_gigpo.config.rules import DEFAULT_GAMMA, Range, group_size_warning
 from verl_gigpo.probe.keys import DEFAULT_KEYS, KeySpec, parse_keys
 from verl_gigpo.probe.play import PlayedEpisodes, play_model, play_random, split_max_steps
 from verl_gigpo.probe.stats import KeyModeStats, Recommendation, key_mode_stats, recommend
-from verl_gigpo.rules import Range, group_size_warning
 
 __all__ = ["ProbeOptions", "ProbeResult", "run_probe"]
 
@@ -55,7 +55,7 @@ class ProbeOptions:
     model: str | None = None
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     method: str = "gigpo"
-    gamma: float = 0.95
+    gamma: float = DEFAULT_GAMMA
     device: str | None = None
     overrides: Sequence[str] = ()
     registry: Mapping[str, str] | None = None

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from verl_gigpo.config.rules import DEFAULT_GAMMA
 from verl_gigpo.credit.stats import ZERO
 from verl_gigpo.probe.keys import KeySpec
 from verl_gigpo.rollout.dynamic import group_signal
@@ -110,7 +111,7 @@ def key_mode_stats(
     *,
     state_keys: np.ndarray,
     method: str = "gigpo",
-    gamma: float = 0.95,
+    gamma: float = DEFAULT_GAMMA,
 ) -> KeyModeStats:
     """The numbers of one key mode: the estimator's terms on ``steps`` with ``anchor_keys`` as the rows' keys.
 

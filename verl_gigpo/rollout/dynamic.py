@@ -41,8 +41,8 @@ import numpy as np
 import pandas as pd
 
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
+from verl_gigpo.config.rules import Range
 from verl_gigpo.rollout.step_rows import StepBatch
-from verl_gigpo.rules import Range
 
 __all__ = [
     "FILTERS",

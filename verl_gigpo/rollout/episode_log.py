@@ -21,15 +21,15 @@ import os
 import socket
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from verl_gigpo.config.rules import check_settings, whole
 from verl_gigpo.rollout.rows import action_text
 from verl_gigpo.rollout.types import Episode
-from verl_gigpo.rules import Range
 
 __all__ = [
     "EPISODES_HTML",
@@ -71,32 +71,21 @@ class EpisodeLogOptions:
     """``trainer.log_episodes`` (N episodes per validation; 0 = off), ``trainer.log_episodes_train_freq`` (also N
     training episodes every K iterations; 0 = never) and ``trainer.log_episodes_max_chars`` (text cap)."""
 
-    episodes: int = 0
-    train_freq: int = 0
-    max_chars: int = 1000
+    episodes: int = whole(0, "whole episodes logged per validation; 0 = off", low=0, key="log_episodes")
+    train_freq: int = whole(
+        0, "also log training episodes every K iterations; 0 = never", low=0, key="log_episodes_train_freq"
+    )
+    max_chars: int = whole(1000, "characters kept of each logged text", low=20, key="log_episodes_max_chars")
 
     def __post_init__(self) -> None:
-        Range("trainer.log_episodes", "int", "whole episodes logged per validation; 0 = off", low=0).check(
-            self.episodes
-        )
-        Range(
-            "trainer.log_episodes_train_freq", "int", "also log training episodes every K iterations; 0 = never", low=0
-        ).check(self.train_freq)
-        Range("trainer.log_episodes_max_chars", "int", "characters kept of each logged text", low=20).check(
-            self.max_chars
-        )
+        check_settings(self, "trainer")
 
     @classmethod
     def from_trainer(cls, trainer: Mapping[str, Any] | None) -> EpisodeLogOptions:
         """Read and validate the ``trainer.log_episodes*`` keys (missing keys take the defaults); raises
         ``ValueError`` naming the key."""
         trainer = trainer or {}
-        default = cls.__dataclass_fields__
-        return cls(
-            episodes=trainer.get("log_episodes", default["episodes"].default),
-            train_freq=trainer.get("log_episodes_train_freq", default["train_freq"].default),
-            max_chars=trainer.get("log_episodes_max_chars", default["max_chars"].default),
-        )
+        return cls(**{f.name: trainer[f.metadata["key"]] for f in fields(cls) if f.metadata["key"] in trainer})
 
     @property
     def enabled(self) -> bool:

@@ -10,20 +10,19 @@ import logging
 import math
 import numbers
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from verl_gigpo.rules import Range
+from verl_gigpo.config.trainer import HEALTH_ACTIONS, HEALTH_SIGNALS, HealthOptions
 
 __all__ = ["ACTIONS", "SIGNALS", "Alarm", "HealthMonitor", "HealthOptions", "replay", "validation_fall"]
 
 logger = logging.getLogger(__name__)
 
-ACTIONS = ("warn", "stop")
-"""Values of ``trainer.health.action``: ``warn`` logs the alarm; ``stop`` also saves a checkpoint and ends the run."""
+ACTIONS = HEALTH_ACTIONS
 
 # signal -> (what it saw, what to try)
 _SIGNALS: dict[str, tuple[str, str]] = {
@@ -81,84 +80,9 @@ _SIGNALS: dict[str, tuple[str, str]] = {
         "dynamic sampling (algorithm.filter_groups.enable=true, docs/dynamic-sampling.md) or easier tasks",
     ),
 }
-SIGNALS = tuple(_SIGNALS)
-"""The alarms, in the order they are checked; ``trainer.health.ignore`` takes these names."""
+SIGNALS = HEALTH_SIGNALS
 
 _GAP_KEYS = ("training/rollout_probs_diff_max", "rollout/logprob_diff_max")  # verl's path, the local engine
-
-
-@dataclass(frozen=True)
-class HealthOptions:
-    """``trainer.health.*`` (both engines; defaults in the yaml configs, the thresholds calibrated on CPU runs).
-
-    enable: check at all. action: ``warn`` or ``stop`` (:data:`ACTIONS`). window: iterations a windowed mean spans
-    (success, invalid replies, the anchor-aware signals). baseline: first logged values whose mean is the run's
-    early value (entropy, grad norm), and values the current one is smoothed over. warmup: iterations before the
-    anchor-aware alarms may fire. cooldown: iterations before one alarm is raised again. ignore: signals silenced.
-    The rest are the thresholds of the signals (docs/metrics.md#health).
-    """
-
-    enable: bool = True
-    action: str = "warn"
-    window: int = 10
-    baseline: int = 3
-    warmup: int = 10
-    cooldown: int = 20
-    ignore: tuple[str, ...] = ()
-    success_drop: float = 0.5
-    invalid_rise: float = 0.015
-    invalid_ratio: float = 2.0
-    entropy_low: float = 0.3
-    entropy_high: float = 3.0
-    kl_max: float = 1.0
-    clipfrac_max: float = 0.3
-    logprob_gap_max: float = 0.5
-    grad_norm_ratio: float = 10.0
-    grad_norm_floor: float = 0.1
-    length_limit_rise: float = 0.2
-    step_signal_min: float = 0.02
-    singleton_max: float = 0.95
-    flat_max: float = 0.95
-
-    def __post_init__(self) -> None:
-        k = "trainer.health."
-        Range(k + "enable", "bool", "check the run's health").check(self.enable)
-        if self.action not in ACTIONS:
-            raise ValueError(f"{k}action={self.action!r} must be one of {list(ACTIONS)} (what an alarm does)")
-        for name, meaning in (("window", "iterations of a windowed mean"), ("baseline", "early values averaged")):
-            Range(k + name, "int", meaning, low=1).check(getattr(self, name))
-        for name in ("warmup", "cooldown"):
-            Range(k + name, "int", "iterations", low=0).check(getattr(self, name))
-        unknown = [s for s in self.ignore if s not in SIGNALS]
-        if unknown:
-            raise ValueError(
-                f"{k}ignore={list(self.ignore)}: unknown signal(s) {unknown}; use names of {list(SIGNALS)}"
-            )
-        shares = ("success_drop", "invalid_rise", "clipfrac_max", "length_limit_rise", "step_signal_min")
-        for name in (*shares, "singleton_max", "flat_max"):
-            Range(k + name, "float", "a share", low=0, high=1).check(getattr(self, name))
-        positive = ("entropy_low", "entropy_high", "kl_max", "logprob_gap_max", "grad_norm_ratio", "grad_norm_floor")
-        for name in (*positive, "invalid_ratio"):
-            Range(k + name, "float", "a threshold (docs/metrics.md#health)", low=0, low_open=True).check(
-                getattr(self, name)
-            )
-
-    @classmethod
-    def from_trainer(cls, trainer: Mapping[str, Any] | None) -> HealthOptions:
-        """Read and validate ``trainer.health`` (missing keys take the defaults).
-
-        Raises:
-            ValueError: an unknown key or a bad value, naming the key.
-        """
-        section = dict((trainer or {}).get("health", None) or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(section) - known)
-        if unknown:
-            raise ValueError(f"trainer.health has unknown key(s) {unknown}; known: {sorted(known)}")
-        if "ignore" in section:
-            ignore = section["ignore"]
-            section["ignore"] = (ignore,) if isinstance(ignore, str) else tuple(str(s) for s in ignore or ())
-        return cls(**section)
 
 
 @dataclass(frozen=True)

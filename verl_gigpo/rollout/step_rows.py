@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME, TRAINER_MODE
+from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME
+from verl_gigpo.config.trainer import UpdateSettings  # noqa: F401 - its home was here
 from verl_gigpo.rollout.metrics import TrajectorySummary
 from verl_gigpo.rollout.rows import REQUIRED_FIELDS, ROW_FIELDS, episode_rows
 from verl_gigpo.rollout.types import Episode
-from verl_gigpo.rules import Range
 
 __all__ = ["REQUIRED_FIELDS", "StepBatch", "UpdateSettings", "episode_group_id"]
 
@@ -288,64 +288,6 @@ class StepBatch:
         mask = torch.ones((len(self), 1)) if response_mask is None else response_mask
         ids = (self.group_ids, self.traj_ids, self.step_ids, self.anchor_keys)
         return StepRows(rewards, mask, *ids, row_mask=self.row_mask, won=self.won, action_valid=self.action_valid)
-
-
-@dataclass(frozen=True)
-class UpdateSettings:
-    """How an iteration's step rows are split into optimizer steps (``trainer.v1.gigpo_sync``), on both engines: verl's
-    ``gigpo_sync`` trainer mode and the local engine's update read the same keys with this one validator.
-
-    Attributes:
-        mini_batch_rows: most step rows per optimizer step; None = verl's own split (``ppo_mini_batch_size *
-            rollout.n`` rows per mini-batch). Default 256: the reference implementation's ``ppo_mini_batch_size``
-            in its ALFWorld run and config, which are step rows there (its ``rollout.n`` is 1).
-        shuffle_rows: shuffle the rows (of each data-parallel rank) before splitting, so that a mini-batch mixes
-            episode groups instead of holding one task's consecutive trajectories.
-        logprob_check_freq: verl only, in bypass mode (``algorithm.rollout_correction.bypass_mode=true``, where the
-            rollout's log-probs serve as PPO's old log-probs): recompute them with the actor anyway on the first
-            iteration of each launch and on every iteration divisible by this, so that ``actor/entropy`` and the
-            rollout-vs-actor gap (``training/rollout_probs_diff_max``) are still logged; 0 = never. Outside bypass
-            mode verl recomputes every iteration. The local engine has no separate pass (its update's first forward
-            pass gives the gap) and ignores it.
-    """
-
-    mini_batch_rows: int | None = 256
-    shuffle_rows: bool = True
-    logprob_check_freq: int = 10
-
-    @classmethod
-    def from_config(cls, config: Any) -> UpdateSettings:
-        """Read ``trainer.v1.gigpo_sync`` of a verl config (missing keys take the defaults).
-
-        Raises:
-            ValueError: ``mini_batch_rows`` not null or an int >= 1, ``shuffle_rows`` not a bool,
-                ``logprob_check_freq`` not an int >= 0, an unknown key.
-        """
-        node = ((config.get("trainer") or {}).get("v1") or {}).get(TRAINER_MODE) or {}
-        known = ("mini_batch_rows", "shuffle_rows", "logprob_check_freq")
-        unknown = sorted(str(k) for k in node if k not in known)
-        if unknown:
-            raise ValueError(f"unknown key(s) {unknown} in trainer.v1.{TRAINER_MODE}; known: {', '.join(known)}")
-        rows = node.get("mini_batch_rows", cls.mini_batch_rows)
-        Range(
-            f"trainer.v1.{TRAINER_MODE}.mini_batch_rows",
-            "int",
-            "most step rows per optimizer step, e.g. 256 as the reference's ALFWorld run; null = verl's own split "
-            "by tasks",
-            low=1,
-            nullable=True,
-        ).check(rows)
-        shuffle = node.get("shuffle_rows", cls.shuffle_rows)
-        Range(f"trainer.v1.{TRAINER_MODE}.shuffle_rows", "bool", "shuffle the rows across groups").check(shuffle)
-        check = node.get("logprob_check_freq", cls.logprob_check_freq)
-        Range(
-            f"trainer.v1.{TRAINER_MODE}.logprob_check_freq",
-            "int",
-            "in bypass mode, recompute the old log-probs with the actor every N iterations to log the "
-            "rollout-vs-actor gap; 0 = never",
-            low=0,
-        ).check(check)
-        return cls(mini_batch_rows=rows, shuffle_rows=shuffle, logprob_check_freq=check)
 
 
 def episode_group_id(episode: Episode) -> str:

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from environments.base import INVALID_ACTION_RULES, ParseStyle, PromptStyle
+from verl_gigpo.config.rules import RANGES, check_settings, choice, whole
 from verl_gigpo.rollout.prompts import HISTORY_ITEMS, load_template, moot_key_warnings
-from verl_gigpo.rules import RANGES, Range
 
 __all__ = [
     "INVALID_IN_HISTORY",
@@ -35,7 +35,7 @@ __all__ = [
 #: and keeps the same end, while a huge observation costs bounded tokenising time.
 OBSERVATION_CHARS_PER_PROMPT_TOKEN = 8
 
-#: EpisodeConfig field -> the config key whose rule (:data:`verl_gigpo.rules.RANGES`) it obeys
+#: EpisodeConfig field -> the config key whose rule (:data:`verl_gigpo.config.rules.RANGES`) it obeys
 #: ``EpisodeConfig.<field>`` in a rule's message (the field, mapped back to the config key by ``from_env``)
 _EPISODE_FIELD = re.compile(r"EpisodeConfig\.(\w+)")
 
@@ -149,49 +149,38 @@ class PromptOptions:
     """
 
     style: PromptStyle = field(default_factory=PromptStyle)
-    invalid_reply_tail: int | None = None
-    overlong: str = "drop_history"
-    history_free_above_chars: int | None = None
+    invalid_reply_tail: int | None = whole(
+        None,
+        f"null: the history shows {INVALID_IN_HISTORY!r} for a reply that sent no command; N: its last N "
+        "characters, as the reference: ALFWorld 30, WebShop 20, search 0",
+        low=0,
+        nullable=True,
+    )
+    overlong: str = choice(
+        "drop_history", OVERLONG_RULES, "; ".join(f"{rule}: {meaning}" for rule, meaning in OVERLONG_RULES.items())
+    )
+    history_free_above_chars: int | None = whole(
+        None,
+        "a prompt longer than that many characters with history is shown without it; the reference's "
+        "WebShop: 13000; null = never",
+        low=1,
+        nullable=True,
+    )
     template: str | None = None
-    history_item: str = "env"
-    image_history: int = 0
+    history_item: str = choice(
+        "env", HISTORY_ITEMS, "; ".join(f"{name}: {meaning}" for name, meaning in HISTORY_ITEMS.items())
+    )
+    image_history: int = whole(
+        0,
+        "the images of that many past steps shown before the current one's; 0 = none (the reference's visual "
+        "Sokoban prompt)",
+        low=0,
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.style, PromptStyle):
             raise ValueError(f"PromptOptions.style must be an environments.base.PromptStyle, got {self.style!r}")
-        tail = self.invalid_reply_tail
-        Range(
-            "env.prompt.invalid_reply_tail",
-            "int",
-            f"null: the history shows {INVALID_IN_HISTORY!r} for a reply that sent no command; N: its last N "
-            "characters, as the reference: ALFWorld 30, WebShop 20, search 0",
-            low=0,
-            nullable=True,
-        ).check(tail)
-        if self.overlong not in OVERLONG_RULES:
-            rules = "; ".join(f"{rule}: {meaning}" for rule, meaning in OVERLONG_RULES.items())
-            raise ValueError(f"env.prompt.overlong={self.overlong!r} must be one of {list(OVERLONG_RULES)} ({rules})")
-        above = self.history_free_above_chars
-        Range(
-            "env.prompt.history_free_above_chars",
-            "int",
-            "a prompt longer than that many characters with history is shown without it; the reference's "
-            "WebShop: 13000; null = never",
-            low=1,
-            nullable=True,
-        ).check(above)
-        Range(
-            "env.prompt.image_history",
-            "int",
-            "the images of that many past steps shown before the current one's; 0 = none (the reference's visual "
-            "Sokoban prompt)",
-            low=0,
-        ).check(self.image_history)
-        if self.history_item not in HISTORY_ITEMS:
-            items = "; ".join(f"{name}: {meaning}" for name, meaning in HISTORY_ITEMS.items())
-            raise ValueError(
-                f"env.prompt.history_item={self.history_item!r} must be one of {list(HISTORY_ITEMS)} ({items})"
-            )
+        check_settings(self, "env.prompt")
         if self.template is not None:
             if not isinstance(self.template, str) or not self.template:
                 raise ValueError(

@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
@@ -94,6 +95,50 @@ def episode_config_from(config: Any) -> EpisodeConfig:
         key_mode=key_mode,
         field_keys={"max_prompt_length": "data.max_prompt_length", "max_response_length": "data.max_response_length"},
     )
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """What the agent loop reads from verl's config (:func:`loop_settings`): the episode settings, the environment
+    execution, the episode-log options, the texts kept per row (credit records, logged episodes) and seeding."""
+
+    episode_config: EpisodeConfig
+    execution: EnvExecution
+    episode_options: EpisodeLogOptions
+    text_chars: int
+    seeded: bool
+
+
+_SETTINGS: dict[int, tuple[Any, LoopSettings]] = {}  # id(config) -> (config, its settings); the config kept alive
+_SETTINGS_LOCK = threading.Lock()
+_SETTINGS_KEPT = 4
+
+
+def loop_settings(config: Any) -> LoopSettings:
+    """The :class:`LoopSettings` of a verl config, parsed once per process and config object (verl makes one agent
+    loop per trajectory, each with its worker's one config); the ``env.registry`` environments are registered then.
+
+    Raises:
+        ValueError: a bad value, naming the key (:func:`episode_config_from` and the options' readers).
+    """
+    with _SETTINGS_LOCK:
+        cached = _SETTINGS.get(id(config))
+        if cached is not None and cached[0] is config:
+            return cached[1]
+        episode_config = episode_config_from(config)  # first: it names a missing env section
+        env_cfg, trainer = config.env, config.get("trainer", None)
+        execution = EnvExecution.from_config(env_cfg)
+        register_envs(env_cfg.get("registry", None))
+        credit = CreditLogOptions.from_trainer(trainer)  # texts for credit records
+        # trainer.log_episodes*: validation episodes go to episodes_parts/; logged training episodes need the texts
+        options = EpisodeLogOptions.from_trainer(trainer)
+        train_texts = options.max_chars + 1 if options.train_freq else 0
+        text_chars = max(credit.max_chars if credit.enabled else 0, train_texts if options.enabled else 0)
+        settings = LoopSettings(episode_config, execution, options, text_chars, seeded_sampling_from(env_cfg))
+        if len(_SETTINGS) >= _SETTINGS_KEPT:  # a config object per trajectory would otherwise pile up
+            _SETTINGS.pop(next(iter(_SETTINGS)))
+        _SETTINGS[id(config)] = (config, settings)
+        return settings
 
 
 def episode_to_outputs(
@@ -190,10 +235,9 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.episode_config = episode_config_from(self.config)
+        settings = loop_settings(self.config)  # parsed once per process, not per trajectory
+        self.episode_config, self.execution = settings.episode_config, settings.execution
         env_cfg = self.config.env
-        self.execution = EnvExecution.from_config(env_cfg)
-        register_envs(env_cfg.get("registry", None))
         self.default_env_name = env_cfg.get("name", None)
         self.env_kwargs = dict(env_cfg.get("kwargs", None) or {})
         # data.apply_chat_template_kwargs (AgentLoopBase reads it), e.g. enable_thinking=false for Qwen3; the local
@@ -204,18 +248,12 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
             processor=self.processor,  # verl's model_config.processor: None for a text model
         )
         trainer = self.config.get("trainer", None)
-        credit = CreditLogOptions.from_trainer(trainer)  # texts for credit records
-        # trainer.log_episodes*: validation episodes go to episodes_parts/; logged training episodes need the texts
-        self.episode_options = EpisodeLogOptions.from_trainer(trainer)
-        train_texts = self.episode_options.max_chars + 1 if self.episode_options.train_freq else 0
-        self.text_chars = max(
-            credit.max_chars if credit.enabled else 0, train_texts if self.episode_options.enabled else 0
-        )
+        self.episode_options, self.text_chars = settings.episode_options, settings.text_chars
         self.episode_parts = self.part_writer(str(trainer.default_local_dir)) if self.episode_options.enabled else None
         folder = env_cfg.get("transcript_dir", None)  # env.transcript_dir: every episode, one line per step
         self.transcripts = self.transcript_writer(str(folder)) if folder else None
         rollout = self.config.actor_rollout_ref.rollout
-        self.seeded = seeded_sampling_from(env_cfg)
+        self.seeded = settings.seeded
         self.rollout_seed, self.seed_param = int(rollout.get("seed", 0) or 0), seed_param(rollout.get("name", None))
 
     @classmethod

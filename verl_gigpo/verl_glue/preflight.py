@@ -4,7 +4,7 @@ verl reads ``algorithm.gigpo.*`` and ``env.*`` only inside its Ray actors (the t
 workers), so without this check a typo there surfaces minutes after launch, deep in a Ray traceback, or never (a
 key added with ``+`` that nothing reads). :func:`preflight` checks the whole GiGPO part of the config on the driver:
 
-* the rules both engines check (:mod:`verl_gigpo.rules`, the local engine's config check uses them too):
+* the rules both engines check (:mod:`verl_gigpo.config.rules`, the local engine's config check uses them too):
   ``actor_rollout_ref.rollout.n``, ``env.max_steps``, ``env.history_length``, ``env.invalid_action_penalty`` (a
   finite number >= 0), ``algorithm.use_kl_in_reward`` (refused with a step-credit estimator, whose rewards are
   per step), ``algorithm.adv_estimator`` (one of verl's registry) and the training rollouts' sampling
@@ -51,13 +51,7 @@ from omegaconf import DictConfig, OmegaConf
 from environments import env_class, list_envs
 from verl_gigpo import AGENT_LOOP_NAME, STEP_CREDIT_ESTIMATORS, TRAINER_MODE
 from verl_gigpo.config import GiGPOConfig
-from verl_gigpo.credit.records import CreditLogOptions
-from verl_gigpo.rollout.episode import chat_template_kwargs_from
-from verl_gigpo.rollout.episode_log import EpisodeLogOptions
-from verl_gigpo.rollout.execution import EnvExecution
-from verl_gigpo.rollout.health import HealthOptions
-from verl_gigpo.rollout.seeding import seeded_sampling_from
-from verl_gigpo.rules import (
+from verl_gigpo.config.rules import (
     RANGES,
     SHARED_KEYS,
     bypass_mode_problem,
@@ -67,6 +61,12 @@ from verl_gigpo.rules import (
     training_sampling_problem,
     validation_sampling,
 )
+from verl_gigpo.credit.records import CreditLogOptions
+from verl_gigpo.rollout.episode import chat_template_kwargs_from
+from verl_gigpo.rollout.episode_log import EpisodeLogOptions
+from verl_gigpo.rollout.execution import EnvExecution
+from verl_gigpo.rollout.health import HealthOptions
+from verl_gigpo.rollout.seeding import seeded_sampling_from
 from verl_gigpo.verl_glue.agent_loop import episode_config_from
 
 __all__ = ["ENV_KEYS", "GiGPOConfigError", "config_problems", "config_warnings", "file_problems", "preflight"]
@@ -181,7 +181,7 @@ def config_problems(config: Any) -> list[str]:
     problems += _dynamic_sampling_problems(config)
     if not gigpo_problems and env_readable:
         # the agent loop's own reader: env section present, prompt/response lengths (the env.* ranges are checked
-        # above by the same rules, verl_gigpo.rules, which EpisodeConfig applies)
+        # above by the same rules, verl_gigpo.config.rules, which EpisodeConfig applies)
         try:
             episode_config_from(config)
         except (ValueError, TypeError) as exc:
@@ -401,7 +401,7 @@ def _path_problems(config: DictConfig) -> list[str]:
 
 
 def _rule_problems(config: DictConfig) -> list[str]:
-    """The rules of :mod:`verl_gigpo.rules` that the local engine checks too, outside ``env.*``
+    """The rules of :mod:`verl_gigpo.config.rules` that the local engine checks too, outside ``env.*``
     (:func:`_env_problems`): the group size, ``algorithm.use_kl_in_reward`` (refused with a step-credit estimator)
     and ``algorithm.adv_estimator`` (one that verl's registry holds, the plug-in's included)."""
     problems = []
@@ -489,7 +489,7 @@ def _env_problems(env: Any) -> tuple[list[str], bool]:
         for key, owner in _EPISODE_OWNED_KWARGS.items():
             if key in kwargs:
                 problems.append(f"env.kwargs.{key} is set by the agent loop from {owner}; set {owner} instead")
-    type_problems = []  # the env.* rules of verl_gigpo.rules (the local engine checks them too)
+    type_problems = []  # the env.* rules of verl_gigpo.config.rules (the local engine checks them too)
     for key in SHARED_KEYS:
         if key.startswith("env."):
             problem = RANGES[key].problem(env.get(key.removeprefix("env."), None))

@@ -141,6 +141,15 @@ from verl_gigpo import AGENT_LOOP_NAME, STEP_CREDIT_ESTIMATORS, TRAINER_MODE, ve
 from verl_gigpo.advantage import GiGPOTerms
 from verl_gigpo.advantage.outcome import OUTCOME_ESTIMATORS, outcome_advantages
 from verl_gigpo.config import GiGPOConfig
+from verl_gigpo.config.rules import (
+    Range,
+    ValidationSampling,
+    group_size_warning,
+    kl_in_reward_problem,
+    penalty_mode,
+    training_sampling_problem,
+    validation_sampling,
+)
 from verl_gigpo.credit.records import CreditLogger, CreditLogOptions
 from verl_gigpo.rollout import metrics as rollout_metrics
 from verl_gigpo.rollout.dynamic import DynamicSampling
@@ -154,15 +163,6 @@ from verl_gigpo.rollout.episode_log import (
 from verl_gigpo.rollout.health import HealthMonitor, HealthOptions
 from verl_gigpo.rollout.seeding import DRAW_FIELD
 from verl_gigpo.rollout.step_rows import StepBatch, UpdateSettings
-from verl_gigpo.rules import (
-    Range,
-    ValidationSampling,
-    group_size_warning,
-    kl_in_reward_problem,
-    penalty_mode,
-    training_sampling_problem,
-    validation_sampling,
-)
 from verl_gigpo.verl_glue.contract import CONTRACT, check_contract
 from verl_gigpo.verl_glue.dead_actor import ActorWatch, guard_replay_buffer
 from verl_gigpo.verl_glue.verl_version import VerlMismatchError, check_verl_version, installed_verl_version
@@ -257,7 +257,7 @@ def validation_type_metrics(data_sources: list, infos: dict[str, list]) -> dict[
 def apply_validation_sampling(config: Any) -> ValidationSampling:
     """Write what validation decodes with into ``config.actor_rollout_ref.rollout.val_kwargs`` (in place) and log
     it once: with ``do_sample`` false, ``temperature`` 0, ``top_p`` 1 and ``top_k`` -1
-    (:func:`verl_gigpo.rules.validation_sampling`, the rule the local engine follows too).
+    (:func:`verl_gigpo.config.rules.validation_sampling`, the rule the local engine follows too).
 
     verl 0.9.1 builds a validation request's sampling parameters from ``val_kwargs.temperature``, ``top_p`` and
     ``top_k`` alone (``AgentLoopWorkerTQ.generate_sequences``); ``do_sample`` feeds only an assertion of

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from environments import EnvError
-from verl_gigpo.rules import Range
+from verl_gigpo.config.rules import Range
 
 __all__ = [
     "DEFAULT_RESET_TIMEOUT_S",

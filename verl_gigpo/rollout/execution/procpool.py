@@ -48,10 +48,10 @@ from typing import Any
 
 from environments import EnvError, TextEnv, env_class, env_target
 from environments.base import PromptStyle
+from verl_gigpo.config.rules import Range
 from verl_gigpo.rollout.execution import EnvDeadlineError, EnvExecution
 from verl_gigpo.rollout.execution.wire import Wire, rebuild_error
 from verl_gigpo.rollout.types import EpisodeConfig, TaskSpec
-from verl_gigpo.rules import Range
 
 __all__ = ["ProcessEnvHost", "RemoteEnv", "view_class"]
 

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any
 
-from verl_gigpo.rules import Range
+from verl_gigpo.config.rules import Range
 
 __all__ = ["CallAbandoned", "EnvCallFuture", "EnvThreadPool", "TurnLock"]
 

@@ -37,19 +37,26 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from verl_gigpo import STEP_CREDIT_ESTIMATORS
 
 __all__ = [
+    "DEFAULT_GAMMA",
     "GREEDY_SAMPLING",
+    "KeyValueError",
     "PENALTY_MODES",
     "RANGES",
     "SHARED_KEYS",
     "Range",
     "ValidationSampling",
     "bypass_mode_problem",
+    "check_settings",
+    "choice",
+    "flag",
+    "number",
+    "whole",
     "estimator_problem",
     "group_size_warning",
     "kl_in_reward_problem",
@@ -60,12 +67,29 @@ __all__ = [
 
 _KINDS = ("bool", "int", "float")
 
+DEFAULT_GAMMA = 0.95
+"""``algorithm.gamma``, the discount of the step return (the paper's): the one default every estimator, the
+``algorithm`` settings and the commands take (the yaml files repeat it; a test holds them equal)."""
+
 PENALTY_MODES = ("reward", "reference")
 """Values of ``env.invalid_action_penalty_mode``, where the invalid-action penalty enters the advantage:
 ``reward``: part of the step reward r_t before discounting, so earlier steps' R_t and the episode return R(tau)
 carry it; ``reference``: as the reference implementation's trainer places it (``apply_invalid_action_penalty``),
 subtracted from the invalid row's own step return after discounting and from that row's own episode score, with the
 episode statistics over step rows."""
+
+
+class KeyValueError(ValueError):
+    """A bad value of one config key: ``str()`` is ``"<key>=<value> <detail>"``. :meth:`under` names the key in its
+    section (``gamma`` -> ``algorithm.gamma``) without reading the message text."""
+
+    def __init__(self, key: str, value: Any, detail: str):
+        super().__init__(f"{key}={_show(value)} {detail}")
+        self.key, self.value, self.detail = key, value, detail
+
+    def under(self, section: str, suffix: str = "") -> KeyValueError:
+        """The same error with its key ``<section>.<key>`` (and ``suffix`` after the detail)."""
+        return KeyValueError(f"{section}.{self.key}", self.value, self.detail + suffix)
 
 
 @dataclass(frozen=True)
@@ -121,10 +145,9 @@ class Range:
         return f"{key or self.key}={_show(value)} must be {self.allowed} ({self.meaning})"
 
     def check(self, value: Any, *, key: str | None = None) -> Any:
-        """``value`` unchanged when it obeys the rule; else ``ValueError`` with :meth:`problem`'s message."""
-        message = self.problem(value, key=key)
-        if message is not None:
-            raise ValueError(message)
+        """``value`` unchanged when it obeys the rule; else :class:`KeyValueError` with :meth:`problem`'s message."""
+        if self.problem(value) is not None:
+            raise KeyValueError(key or self.key, value, f"must be {self.allowed} ({self.meaning})")
         return value
 
     def _ok(self, value: Any) -> bool:
@@ -137,6 +160,48 @@ class Range:
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return False
         return self.high is None or value <= self.high
+
+
+def _named(metadata: dict[str, Any], key: str | None) -> dict[str, Any]:
+    return metadata if key is None else {**metadata, "key": key}
+
+
+def number(default: Any, meaning: str, *, key: str | None = None, **bounds: Any) -> Any:
+    """A dataclass field holding a finite number, its :class:`Range` (``low``, ``high``, ``low_open``, ``nullable``)
+    declared with it; :func:`check_settings` checks it under the section's key. ``key``: its config key in the
+    section where it differs from the field's name."""
+    return field(default=default, metadata=_named({"rule": Range("", "float", meaning, **bounds)}, key))
+
+
+def whole(default: Any, meaning: str, *, key: str | None = None, **bounds: Any) -> Any:
+    """A dataclass field holding a whole number (:func:`number`'s int counterpart)."""
+    return field(default=default, metadata=_named({"rule": Range("", "int", meaning, **bounds)}, key))
+
+
+def flag(default: bool, meaning: str, *, key: str | None = None) -> Any:
+    """A dataclass field holding true or false."""
+    return field(default=default, metadata=_named({"rule": Range("", "bool", meaning)}, key))
+
+
+def choice(default: str, choices: Sequence[str], meaning: str, *, key: str | None = None) -> Any:
+    """A dataclass field holding one of ``choices``."""
+    return field(default=default, metadata=_named({"choices": tuple(choices), "meaning": meaning}, key))
+
+
+def check_settings(settings: Any, section: str) -> None:
+    """Check every field of a settings dataclass that declares its rule (:func:`number`, :func:`whole`,
+    :func:`flag`, :func:`choice`), naming it ``<section>.<key>`` (its declared key, else the field's name).
+
+    Raises:
+        KeyValueError: the first bad value: its key, the value and what is allowed.
+    """
+    for spec in fields(settings):
+        key, value = f"{section}.{spec.metadata.get('key', spec.name)}", getattr(settings, spec.name)
+        if "rule" in spec.metadata:
+            spec.metadata["rule"].check(value, key=key)
+        elif "choices" in spec.metadata and value not in spec.metadata["choices"]:
+            allowed = f"one of {list(spec.metadata['choices'])}"
+            raise KeyValueError(key, value, f"must be {allowed} ({spec.metadata['meaning']})")
 
 
 def _show(value: Any) -> str:
@@ -197,18 +262,14 @@ _RULES = (
     Range("trainer.resume", "bool", "continue the run in the folder"),
     Range("trainer.overwrite", "bool", "delete the run in the folder first"),
     Range("trainer.allow_config_change", "bool", "resume with a changed config"),
-    Range("local.constrain_to_actions", "bool", "decode action tokens only"),
-    Range("local.max_batch_size", "int", "requests per batched generation", low=1),
-    Range("local.env_workers", "int", "environment threads, 0 = inline", low=0),
-    Range("local.num_threads", "int", "torch threads, null = torch's default", low=1, nullable=True),
-    Range("local.progress", "bool", "progress bar"),
-    Range("local.plot", "bool", "write learning_curve.png"),
 )
 
 RANGES: dict[str, Range] = {rule.key: rule for rule in _RULES}
 """config key -> its :class:`Range`: every numeric and boolean key of the local engine's
 ``local_trainer.yaml`` outside ``algorithm.gamma``, ``algorithm.gigpo`` and the successors' sections (the
-estimator's check) and ``trainer.credit_log_*`` (:class:`verl_gigpo.credit.records.CreditLogOptions`)."""
+estimator's check), ``trainer.credit_log_*`` (:class:`verl_gigpo.credit.records.CreditLogOptions`) and the sections
+whose settings class declares its checks on its fields (``local``, ``trainer.health``, ``trainer.v1.gigpo_sync``:
+:mod:`verl_gigpo.config.trainer`)."""
 
 SHARED_KEYS = (
     "actor_rollout_ref.rollout.n",
