@@ -436,6 +436,9 @@ def markdown_verl(curves: dict, args: argparse.Namespace, command: str, wall: fl
         local = "<br>".join(f"`{o}`" for o in s.local) or "–"
         verl = "<br>".join(f"`{o}`" for o in s.verl) or "(always the full vocabulary)"
         lines.append(f"| {s.what} | {local} | {verl} |")
+    if args.extra:
+        said = "<br>".join(f"`{o}`" for o in args.extra)
+        lines.append(f"| given last on both engines (wins over the rows above) | {said} | {said} |")
     lines += [
         "| seed | `trainer.seed=S` | `data.seed=S` (order of the training tasks) |",
         "| training tasks | fresh seeds of the train split every iteration | train-split tasks 0 .. "
