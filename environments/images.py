@@ -13,7 +13,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["IMAGE_INFO_KEY", "MAX_IMAGE_PIXELS", "check_images", "pixel_key", "to_pil"]
+__all__ = [
+    "IMAGE_INFO_KEY",
+    "MAX_IMAGE_PIXELS",
+    "anchor_groups",
+    "check_images",
+    "check_tile_size",
+    "pixel_key",
+    "to_pil",
+]
 
 #: ``info`` key of the observation's images (a list of RGB ``PIL.Image``).
 IMAGE_INFO_KEY = "images"
@@ -73,3 +81,32 @@ def pixel_key(image: Any) -> str:
 
     pil = to_pil(image)
     return hashlib.sha1(f"{pil.size}".encode() + pil.tobytes()).hexdigest()
+
+
+def check_tile_size(tile: object, env: str) -> int:
+    """``tile`` when it is an int in [4, 64] (pixels per cell), else a ValueError naming ``env``'s ``tile_size``."""
+    if isinstance(tile, bool) or not isinstance(tile, int) or not 4 <= tile <= 64:
+        raise ValueError(f"{env}: tile_size must be an int in [4, 64] (pixels per cell), got {tile!r}")
+    return tile
+
+
+def anchor_groups(
+    env: Any, seeds: Sequence[int], members: int, actions: Sequence[str], rng: np.random.Generator, max_steps: int = 50
+) -> tuple[list[list[int]], list[list[int]]]:
+    """Play ``members`` random episodes from each seed (one episode group per seed) and group their steps twice: by
+    the state's anchor key and by the hash of the step's first image (:func:`pixel_key`), within each seed. Returns
+    both groupings as sorted lists of step indices; equal when the drawing is one-to-one on the states."""
+    by_state: dict[str, list[int]] = {}
+    by_pixels: dict[str, list[int]] = {}
+    row = 0
+    for seed in seeds:
+        for _ in range(members):
+            _, info = env.reset(seed=seed)
+            for _ in range(max_steps):
+                by_state.setdefault(f"{seed}/{info['anchor_key']}", []).append(row)
+                by_pixels.setdefault(f"{seed}/{pixel_key(info[IMAGE_INFO_KEY][0])}", []).append(row)
+                row += 1
+                _, _, terminated, truncated, info = env.step(str(rng.choice(list(actions))))
+                if terminated or truncated:
+                    break
+    return sorted(by_state.values()), sorted(by_pixels.values())

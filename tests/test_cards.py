@@ -3,15 +3,13 @@ as state keys on played episodes, and the contract checker in every observation 
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 import pytest
 
 from environments import make_env
 from environments.cards import evaluate_formula, hand_total
 from environments.checker import check_env
-from environments.images import IMAGE_INFO_KEY, pixel_key
+from environments.images import IMAGE_INFO_KEY, anchor_groups
 
 GAMES = ("ezpoints", "numberline", "blackjack")
 
@@ -137,23 +135,9 @@ def test_drawing_is_a_pure_function_of_the_state(name):
 def test_pixel_keys_give_the_same_groups_as_state_keys(name):
     """Played episodes of one task per group: grouping steps by the pixels' hash equals grouping by the state."""
     env = make_env(name, observation="image", image_size=128)
-    rng = np.random.default_rng(1)
-    by_state: dict[str, set[int]] = defaultdict(set)
-    by_pixels: dict[str, set[int]] = defaultdict(set)
-    row = 0
-    for seed in range(6):
-        for _member in range(6):
-            _, info = env.reset(seed=seed)
-            while True:
-                by_state[f"{seed}/{info['anchor_key']}"].add(row)
-                by_pixels[f"{seed}/{pixel_key(info[IMAGE_INFO_KEY][0])}"].add(row)
-                row += 1
-                _, _, terminated, truncated, info = env.step(str(rng.choice(env.example_actions())))
-                if terminated or truncated:
-                    break
-    groups = sorted(sorted(g) for g in by_state.values())
-    assert groups == sorted(sorted(g) for g in by_pixels.values())
-    assert any(len(g) > 1 for g in groups) and len(groups) > 6  # real grouping, neither all-one nor singletons
+    by_state, by_pixels = anchor_groups(env, range(6), 6, env.example_actions(), np.random.default_rng(1))
+    assert by_state == by_pixels
+    assert any(len(g) > 1 for g in by_state) and len(by_state) > 6  # real grouping, neither all-one nor singletons
 
 
 def test_bad_settings_are_refused_with_the_key_named():

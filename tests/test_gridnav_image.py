@@ -3,14 +3,12 @@ text then hides, pixel keys group steps as state keys do, and bad settings fail 
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 import pytest
 
 from environments import make_env
 from environments.gridnav.render import COLORS, IMAGE_ONLY_TEXT
-from environments.images import IMAGE_INFO_KEY, pixel_key
+from environments.images import IMAGE_INFO_KEY, anchor_groups
 
 
 def test_the_image_shows_the_state_and_the_text_hides_it():
@@ -29,23 +27,10 @@ def test_the_image_shows_the_state_and_the_text_hides_it():
 
 def test_pixel_keys_give_the_same_groups_as_state_keys():
     env = make_env("gridnav", observation="image", tile_size=4, size=4, walls=2, max_steps=8)
-    rng = np.random.default_rng(0)
-    by_state: dict[str, set[int]] = defaultdict(set)
-    by_pixels: dict[str, set[int]] = defaultdict(set)
-    row = 0
-    for seed in (0, 1, 2):
-        for _member in range(6):  # one episode group per seed: same start, random walks
-            _, info = env.reset(seed=seed)
-            for _ in range(8):
-                by_state[f"{seed}/{info['anchor_key']}"].add(row)
-                by_pixels[f"{seed}/{pixel_key(info[IMAGE_INFO_KEY][0])}"].add(row)
-                row += 1
-                _, _, terminated, truncated, info = env.step(str(rng.choice(["up", "down", "left", "right"])))
-                if terminated or truncated:
-                    break
-    groups = sorted(sorted(g) for g in by_state.values())
-    assert groups == sorted(sorted(g) for g in by_pixels.values())
-    assert any(len(g) > 1 for g in groups) and len(groups) > 10  # real grouping, not all-one or singletons
+    moves = ["up", "down", "left", "right"]
+    by_state, by_pixels = anchor_groups(env, (0, 1, 2), 6, moves, np.random.default_rng(0))
+    assert by_state == by_pixels
+    assert any(len(g) > 1 for g in by_state) and len(by_state) > 10  # real grouping, not all-one or singletons
 
 
 @pytest.mark.parametrize(

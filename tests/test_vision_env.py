@@ -3,15 +3,13 @@ its state, and pixel keys grouping as state keys do on rendered episodes."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 import pytest
 from PIL import Image
 
 from environments import make_env
 from environments.checker import check_env
-from environments.images import IMAGE_INFO_KEY, check_images, pixel_key, to_pil
+from environments.images import IMAGE_INFO_KEY, anchor_groups, check_images, to_pil
 from environments.sokoban.render import COLORS, render_room_image
 from environments.sokoban.room import parse_room
 
@@ -77,20 +75,7 @@ def test_bad_settings_and_images_are_refused_with_the_key_named():
 def test_pixel_keys_give_the_same_groups_as_state_keys():
     """Rendered episodes of one task group: grouping steps by the pixels' hash equals grouping by the state key."""
     env = make_env("sokoban", observation="image", tile_size=4, max_steps=10)
-    rng = np.random.default_rng(0)
-    by_state: dict[str, set[int]] = defaultdict(set)
-    by_pixels: dict[str, set[int]] = defaultdict(set)
-    row = 0
-    for seed in (0, 1, 2):
-        for _member in range(6):  # one episode group per seed: same start, random walks
-            _, info = env.reset(seed=seed)
-            for _ in range(10):
-                by_state[f"{seed}/{info['anchor_key']}"].add(row)
-                by_pixels[f"{seed}/{pixel_key(info[IMAGE_INFO_KEY][0])}"].add(row)
-                row += 1
-                _, _, terminated, truncated, info = env.step(str(rng.choice(["up", "down", "left", "right"])))
-                if terminated or truncated:
-                    break
-    groups_state = sorted(sorted(g) for g in by_state.values())
-    assert groups_state == sorted(sorted(g) for g in by_pixels.values())
-    assert any(len(g) > 1 for g in groups_state) and len(groups_state) > 10  # real grouping, not all-one or singletons
+    moves = ["up", "down", "left", "right"]
+    by_state, by_pixels = anchor_groups(env, (0, 1, 2), 6, moves, np.random.default_rng(0))
+    assert by_state == by_pixels
+    assert any(len(g) > 1 for g in by_state) and len(by_state) > 10  # real grouping, not all-one or singletons

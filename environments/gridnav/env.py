@@ -47,7 +47,8 @@ import numpy as np
 
 from environments.base import StepResult, TextEnv
 from environments.gridnav.prompt import HISTORY_ITEM_TEMPLATE, PROMPT_TEMPLATE
-from environments.gridnav.render import IMAGE_ONLY_TEXT, check_tile_size, render_grid_image
+from environments.gridnav.render import IMAGE_ONLY_TEXT, render_grid_image
+from environments.images import check_tile_size
 
 __all__ = ["ACTIONS", "GridNavEnv", "GridTask", "generate_task", "shortest_path"]
 
@@ -234,7 +235,7 @@ class GridNavEnv(TextEnv):
             )
         self.observation = observation
         self.images_per_step = 0 if observation == "text" else 1
-        self.tile_size = check_tile_size(tile_size)
+        self.tile_size = check_tile_size(tile_size, "gridnav")
         if isinstance(size, bool) or not isinstance(size, int) or not 3 <= size <= MAX_SIZE:
             raise ValueError(
                 f"gridnav: size must be an int in [3, {MAX_SIZE}], got {size!r} (layouts are drawn and solved by "

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["COLORS", "IMAGE_ONLY_TEXT", "check_tile_size", "render_grid_image"]
+from environments.images import check_tile_size
+
+__all__ = ["COLORS", "IMAGE_ONLY_TEXT", "render_grid_image"]
 
 #: RGB colour of each thing drawn.
 COLORS: dict[str, tuple[int, int, int]] = {
@@ -26,17 +28,10 @@ COLORS: dict[str, tuple[int, int, int]] = {
 IMAGE_ONLY_TEXT = "(The grid is shown in the image.)"
 
 
-def check_tile_size(tile: object) -> int:
-    """``tile`` when it is an int in [4, 64], else a ValueError naming ``tile_size``."""
-    if isinstance(tile, bool) or not isinstance(tile, int) or not 4 <= tile <= 64:
-        raise ValueError(f"gridnav: tile_size must be an int in [4, 64] (pixels per cell), got {tile!r}")
-    return tile
-
-
 def render_grid_image(task: object, agent: tuple[int, int], has_key: bool, tile: int = 16) -> np.ndarray:
     """The grid as a uint8 RGB array (size * tile, size * tile, 3); ``task`` a gridnav ``GridTask``, ``agent`` the
     agent's cell, ``has_key`` whether the key is taken."""
-    check_tile_size(tile)
+    check_tile_size(tile, "gridnav")
     size = task.size
     img = np.empty((size * tile, size * tile, 3), dtype=np.uint8)  # (H, W, 3)
     yy, xx = np.mgrid[0:tile, 0:tile]  # (t, t) each

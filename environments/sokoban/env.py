@@ -63,9 +63,10 @@ from typing import Any
 import numpy as np
 
 from environments.base import StepResult, TextEnv
+from environments.images import check_tile_size
 from environments.sokoban.generator import check_room_config, generate_room
 from environments.sokoban.prompt import SOKOBAN_HISTORY_ITEM, SOKOBAN_PROMPT, SOKOBAN_STEP_LIMIT_PHRASES, SOKOBAN_TASK
-from environments.sokoban.render import IMAGE_LEGEND, check_tile_size, render_room_image
+from environments.sokoban.render import IMAGE_LEGEND, render_room_image
 from environments.sokoban.room import (
     ACTIONS,
     DIRECTIONS,
@@ -147,7 +148,7 @@ class SokobanEnv(TextEnv):
             )
         self.observation = observation
         self.images_per_step = 0 if observation == "text" else 1
-        self.tile_size = check_tile_size(tile_size)
+        self.tile_size = check_tile_size(tile_size, "sokoban")
         if num_gen_steps is None:
             num_gen_steps = max(1, max_steps // 2)
         self.dim_room = check_room_config(dim_room, num_boxes, num_gen_steps)

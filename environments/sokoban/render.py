@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from environments.images import check_tile_size
 from environments.sokoban.room import Room
 
-__all__ = ["COLORS", "IMAGE_LEGEND", "check_tile_size", "render_room_image"]
+__all__ = ["COLORS", "IMAGE_LEGEND", "render_room_image"]
 
 #: RGB colour of each thing drawn.
 COLORS: dict[str, tuple[int, int, int]] = {
@@ -32,16 +33,9 @@ IMAGE_LEGEND = (
 )
 
 
-def check_tile_size(tile: object) -> int:
-    """``tile`` when it is an int in [4, 64], else a ValueError naming ``tile_size``."""
-    if isinstance(tile, bool) or not isinstance(tile, int) or not 4 <= tile <= 64:
-        raise ValueError(f"sokoban: tile_size must be an int in [4, 64] (pixels per cell), got {tile!r}")
-    return tile
-
-
 def render_room_image(room: Room, tile: int = 8) -> np.ndarray:
     """The room as a uint8 RGB array of shape (height * tile, width * tile, 3); ``tile``: pixels per cell."""
-    check_tile_size(tile)
+    check_tile_size(tile, "sokoban")
     img = np.empty((room.height * tile, room.width * tile, 3), dtype=np.uint8)  # (H*t, W*t, 3)
     yy, xx = np.mgrid[0:tile, 0:tile]  # (t, t) each
     centre = (tile - 1) / 2
