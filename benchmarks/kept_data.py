@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -160,3 +161,15 @@ def add_kept_options(parser: argparse.ArgumentParser) -> None:
     whose kept data exist too, replacing them)."""
     parser.add_argument("--data", default=None, help="kept-data folder (default benchmarks/data/<name of --runs>)")
     parser.add_argument("--rerun", action="store_true", help="re-run (configuration, seed) cells already kept")
+
+
+def run_missing_cells(
+    labels: list[str], seeds: list[int], args: argparse.Namespace, run: Callable[[str, int, argparse.Namespace], str]
+) -> None:
+    """Run ``run(label, seed, args)`` (it returns one line to print) for each (label, seed) cell without a kept file
+    under ``args.data`` (every cell with ``args.rerun``), ``args.jobs`` at a time."""
+    todo = [(c, s) for c in labels for s in seeds if args.rerun or not kept_file(args.data, c, s).exists()]
+    print(f"{len(todo)} cell(s) to run, {args.jobs} at a time", flush=True)
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for line in pool.map(lambda cell: run(*cell, args), todo):
+            print(line, flush=True)

@@ -23,12 +23,11 @@ import os
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kept_data import KeptDataError, check_args, kept_file, read_kept, shown, write_kept  # noqa: E402
+from kept_data import KeptDataError, check_args, kept_file, read_kept, run_missing_cells, shown, write_kept  # noqa: E402
 from results_md import add_output_options, emit_section  # noqa: E402
 
 HEADING = "## Learning on images: a tiny vision-language model, GiGPO vs GRPO (local engine)"
@@ -211,16 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not args.report_only:
         ensure_model(args.model)
-        todo = [
-            (c, s)
-            for c in args.config_names
-            for s in args.seeds
-            if args.rerun or not kept_file(args.data, c, s).exists()
-        ]
-        print(f"{len(todo)} cell(s) to run, {args.jobs} at a time", flush=True)
-        with ThreadPoolExecutor(args.jobs) as pool:
-            for line in pool.map(lambda cell: run_cell(*cell, args), todo):
-                print(line, flush=True)
+        run_missing_cells(args.config_names, args.seeds, args, run_cell)
     return emit_section(lambda: report(args), heading(args), args)
 
 
