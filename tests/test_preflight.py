@@ -258,7 +258,8 @@ def test_main_rejects_a_bad_config_before_ray_starts():
     )
     assert proc.returncode == 1
     assert "ray init kwargs" not in proc.stdout  # verl's run_ppo prints this just before ray.init
-    assert "GiGPOConfigError: the config has 3 problem(s), found before starting Ray" in proc.stderr
+    assert "error: the config has 3 problem(s), found before starting Ray" in proc.stderr
+    assert "Traceback" not in proc.stderr and "HYDRA_FULL_ERROR" not in proc.stderr
     assert "algorithm.gigpo.norm='foo' is not a norm" in proc.stderr
     assert "set algorithm.gamma=0.9 and drop algorithm.gigpo.gamma" in proc.stderr
     assert "set trainer.use_v1=true" in proc.stderr

@@ -427,8 +427,8 @@ def test_missing_task_files_are_rejected_naming_the_key(tmp_path, files):
     )
     assert problems == [
         f"data.train_files={tmp_path / 'no' / 'train.parquet'} does not exist: write the task files with `python -m "
-        "verl_gigpo.data.prepare --env sokoban --out DIR` (train.parquet and val.parquet) and set data.train_files and "
-        "data.val_files to them"
+        "verl_gigpo.data.prepare --env sokoban --train-size N --out DIR` (train.parquet and val.parquet) and set "
+        "data.train_files and data.val_files to them"
     ]
 
 

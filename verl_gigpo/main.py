@@ -66,10 +66,14 @@ def main(config: DictConfig) -> None:
     from verl_gigpo.verl_glue.cluster import ClusterError, check_cluster, prepare_ray_init
     from verl_gigpo.verl_glue.dead_actor import dead_actor_in_job, find_dead_actor, raised_by_ray, stop_message
     from verl_gigpo.verl_glue.launch import LaunchError, prepare_launch, summary_lines
-    from verl_gigpo.verl_glue.preflight import preflight
+    from verl_gigpo.verl_glue.preflight import GiGPOConfigError, preflight
 
     ensure_registered()
-    preflight(config)  # algorithm.gigpo.*, env.*, paths and the V1 path, checked here rather than inside Ray
+    try:
+        preflight(config)  # algorithm.gigpo.*, env.*, paths and the V1 path, checked here rather than inside Ray
+    except GiGPOConfigError as error:  # each problem on its line, not inside Hydra's traceback
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
     # joining a running Ray cluster (ray_kwargs.ray_init.address or RAY_ADDRESS): no num_cpus/num_gpus for Ray
     address = prepare_ray_init(config)
     try:

@@ -326,7 +326,7 @@ def file_problems(config: Any) -> list[str]:
         if problem:
             problems.append(problem)
     env_name = OmegaConf.select(config, "env.name", default=None)
-    prepare = f"`python -m verl_gigpo.data.prepare --env {env_name or 'NAME'} --out DIR`"
+    prepare = f"`python -m verl_gigpo.data.prepare --env {env_name or 'NAME'} --train-size N --out DIR`"
     for key in ("data.train_files", "data.val_files"):
         value = OmegaConf.select(config, key, default=None)
         files = _listed(value)
