@@ -2,6 +2,7 @@
 iteration at which validation success fell by half and the first iteration of each alarm, as a markdown table.
 
     python benchmarks/health_replay.py [kept files ...] [--set entropy_low=0.2 ...]
+    python benchmarks/health_replay.py runs/demo                 # a run folder (its metrics.jsonl) or the file
 
 Default files: benchmarks/data/collapse/*.jsonl.gz and benchmarks/data/collapse-verl/*/*.jsonl.gz.
 docs/watching-a-run.md shows the table of the defaults.
@@ -10,6 +11,7 @@ docs/watching-a-run.md shows the table of the defaults.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -30,11 +32,26 @@ def kl_key(header: dict) -> str:
     return "actor/kl_loss" if any("use_kl_loss=true" in str(o).lower() for o in overrides) else "actor/ppo_kl"
 
 
+def load(path: Path) -> tuple[dict, list[dict]]:
+    """A kept file's (header, rows), or a run's metrics (``{}``, rows): a ``metrics.jsonl`` or a run folder holding one
+    (the local engine's, or verl's under ``ckpt/``)."""
+    if path.is_dir():
+        found = [p for p in (path / "metrics.jsonl", path / "ckpt" / "metrics.jsonl") if p.is_file()]
+        if not found:
+            raise ValueError(f"{path}: no metrics.jsonl in this run folder (nor in its ckpt/)")
+        path = found[0]
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file (give kept .jsonl.gz files, metrics.jsonl files or run folders)")
+    if path.name.endswith(".jsonl.gz"):
+        return read_kept(path)
+    return {}, [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def table(paths: list[Path], options: HealthOptions) -> list[str]:
     """Markdown lines: run, validation fall, then each alarm's first iterations (raised again after the cool-down)."""
     lines = ["| run | validation fell by half | alarms (first iterations) |", "|---|---|---|"]
     for path in paths:
-        header, rows = read_kept(path)
+        header, rows = load(path)
         monitor = replay(rows, options, kl_key=kl_key(header))
         first: dict[str, list[int]] = {}
         for alarm in monitor.alarms:
@@ -53,17 +70,23 @@ def table(paths: list[Path], options: HealthOptions) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the table; ``--set key=value`` overrides a ``trainer.health`` option."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("files", nargs="*", type=Path)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
-    section = {
-        k: float(v) if k not in ("window", "baseline", "warmup", "cooldown") else int(v)
-        for k, v in (item.split("=", 1) for item in args.set)
-    }
-    options = HealthOptions.from_trainer({"health": section})
-    paths = args.files or sorted(p for pattern in DEFAULT for p in DATA.glob(pattern))
-    print("\n".join(table(paths, options)))
+    try:
+        section = {}
+        for item in args.set:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ValueError(f"--set {item}: give KEY=VALUE, e.g. --set entropy_low=0.2")
+            section[key] = int(value) if key in ("window", "baseline", "warmup", "cooldown") else float(value)
+        options = HealthOptions.from_trainer({"health": section})
+        paths = args.files or sorted(p for pattern in DEFAULT for p in DATA.glob(pattern))
+        print("\n".join(table(paths, options)))
+    except (ValueError, OSError) as error:  # a bad --set value or key, an unreadable file: one line
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     return 0
 
 
