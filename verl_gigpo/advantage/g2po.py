@@ -27,7 +27,7 @@ from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 __all__ = ["G2PO_STAT_NAMES", "G2POOptions", "check_g2po_options", "g2po_advantage_terms", "g2po_terms"]
 
 G2PO_STAT_NAMES = ("g2po/node_value_mean", "g2po/td_abs_mean")
-"""G2PO's own diagnostics (beside :data:`~verl_gigpo.advantage.STAT_NAMES`), see :func:`g2po_advantage_terms`."""
+"""G2PO's own diagnostics (beside :data:`~verl_gigpo.advantage.STAT_NAMES`), docs/estimators.md, "Metrics"."""
 
 
 def check_g2po_options(*, success_reward: Any, invalid_penalty: Any, step_advantage_w: Any) -> dict[str, float]:

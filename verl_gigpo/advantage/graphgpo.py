@@ -39,8 +39,7 @@ GRAPHGPO_STAT_NAMES = (
     "graphgpo/frac_rows_reaching_success",
     "graphgpo/next_distance_mean",
 )
-"""GraphGPO's own diagnostics (beside :data:`~verl_gigpo.advantage.STAT_NAMES`), see
-:func:`graphgpo_advantage_terms`."""
+"""GraphGPO's own diagnostics (beside :data:`~verl_gigpo.advantage.STAT_NAMES`), docs/estimators.md, "Metrics"."""
 
 
 def check_graphgpo_options(

@@ -39,7 +39,7 @@ WEIGHT_BASES = ("depth", "depth_plus_one")
 STDS = ("unbiased", "population")
 
 HGPO_STAT_NAMES = ("hgpo/depths_used_mean", "hgpo/deepest_depth_mean", "hgpo/frac_rows_without_group")
-"""HGPO's own diagnostics (beside :data:`~verl_gigpo.advantage.STAT_NAMES`), see :func:`hgpo_advantage_terms`."""
+"""HGPO's own diagnostics (beside :data:`~verl_gigpo.advantage.STAT_NAMES`), docs/estimators.md, "Metrics"."""
 
 
 def check_hgpo_options(

@@ -26,8 +26,8 @@ STAT_NAMES = (
     "gigpo/step_adv_abs_mean",
     "gigpo/num_masked_rows",
 )
-"""Diagnostics every estimator returns in :attr:`AdvantageTerms.stats` (documented in
-:func:`verl_gigpo.advantage.gigpo_advantage_terms`); HGPO, GraphGPO and G2PO add a few of their own."""
+"""Diagnostics every estimator returns in :attr:`AdvantageTerms.stats` (docs/metrics.md); HGPO, GraphGPO and G2PO
+add a few of their own."""
 
 STEP_ADV_ZERO = 1e-6
 """|A_S| at or below this counts as no step signal in ``gigpo/frac_rows_nonzero_step_adv`` (equal returns leave

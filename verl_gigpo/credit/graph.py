@@ -143,7 +143,7 @@ def anchor_graph(records: Sequence[dict[str, Any]], *, label_chars: int = 40) ->
 
 
 def draw_anchor_graph(graph: nx.MultiDiGraph, path: str | Path, *, title: str | None = None) -> Path:
-    """Draw :func:`anchor_graph`'s graph to a PNG at ``path`` (see the module docstring for the encoding)."""
+    """Draw :func:`anchor_graph`'s graph to a PNG at ``path`` (encoding: docs/credit-report.md)."""
     fig = anchor_graph_figure(graph, title=title)
     path = Path(path)
     fig.savefig(path)
