@@ -1,4 +1,5 @@
-"""MinHash-LSH candidate pairs for the similarity grouping of low-entropy text (docs/estimators.md, step 3).
+"""MinHash-LSH candidate pairs for the similarity grouping of low-entropy text (docs/estimators.md, "How
+``dice_components`` is computed", step 3).
 
 Private: the public entry is :func:`verl_gigpo.advantage.anchors.similarity_groups`.
 """

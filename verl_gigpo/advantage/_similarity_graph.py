@@ -1,6 +1,7 @@
 """Exact Dice verification of candidate pairs and connected components, shared by the prefix-filter and LSH paths.
 
-Private: the public entry is :func:`verl_gigpo.advantage.anchors.similarity_groups` (docs/estimators.md, step 4).
+Private: the public entry is :func:`verl_gigpo.advantage.anchors.similarity_groups` (docs/estimators.md, "How
+``dice_components`` is computed", step 4).
 """
 
 from __future__ import annotations
