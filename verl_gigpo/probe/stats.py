@@ -147,7 +147,7 @@ class Recommendation:
 
 
 def _preference(spec: KeySpec) -> tuple[int, float]:
-    """Sort key of rule 1: state, observation, history:K by K, similarity by falling threshold."""
+    """Sort key of the advice's rule 2: state, observation, history:K by K, similarity by falling threshold."""
     kind = spec.kind
     if kind == "similarity":
         return 3, -float(spec.similarity_threshold or 0.0)
