@@ -296,7 +296,8 @@ class Generator(Protocol):
 class StepRecord:
     """One environment step = one training row: ``prompt_ids`` (P,), ``response_ids`` (R,), ``response_logprobs``
     (R,) or None. ``anchor_key`` is the state before the action; ``action`` is None when no command was sent;
-    ``step_reward = env_reward - penalty`` if invalid; ``generation_info`` is the output's ``extra_fields``."""
+    ``step_reward = env_reward - penalty`` if invalid; ``generation_info``: the output's ``extra_fields`` (verl's weight
+    versions)."""
 
     step_id: int
     observation: str
@@ -325,8 +326,8 @@ class StepRecord:
 @dataclass
 class Episode:
     """A finished episode: its steps (empty if reset failed) and a summary. ``env_error``: why it ended early;
-    ``timing``: seconds in ``generate``, ``env`` and ``glue``; ``group_id``: verl's ``uid`` (None: the task);
-    ``seeds``: its requests' :class:`~verl_gigpo.rollout.seeding.EpisodeSeeds`, enough to replay it."""
+    ``timing``: seconds in ``generate``, ``env`` and ``glue`` (render, tokenise, parse); ``group_id``: verl's ``uid``
+    (None: the task); ``seeds``: its :class:`~verl_gigpo.rollout.seeding.EpisodeSeeds`, enough to replay it."""
 
     traj_id: str
     task: TaskSpec
