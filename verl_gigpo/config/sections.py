@@ -1,5 +1,5 @@
-"""Each section of this project's keys and the settings classes that read it (docs/configuration.md#where-the-
-sections-live); ``tests/test_config_sections.py`` holds each yaml default equal to its class's.
+"""Each section of this project's keys and the settings classes that read it (docs/configuration.md, "Where the
+sections live"); ``tests/test_config_sections.py`` holds each yaml default equal to its class's.
 """
 
 from __future__ import annotations

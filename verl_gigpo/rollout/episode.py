@@ -210,8 +210,8 @@ def build_prompt(
     images: Sequence[Any] | None = None,
 ) -> tuple[str, list[int], int, bool]:
     """Render and encode the prompt with the last ``config.history_length`` steps of ``history`` and fit it into
-    ``config.max_prompt_length`` tokens by ``config.prompt.overlong`` (docs/environments.md#long-observations-and-
-    the-prompt-budget). ``images`` default to ``info["images"]``; a prompt with images is never cut.
+    ``config.max_prompt_length`` tokens by ``config.prompt.overlong`` (docs/environments.md, "Long observations and
+    the prompt budget"). ``images`` default to ``info["images"]``; a prompt with images is never cut.
 
     Returns ``(prompt_text, prompt_ids (P,), history_used, prompt_truncated)``.
     Raises PromptTooLongError under ``fail_episode``, or when a prompt with images cannot fit.
