@@ -57,8 +57,9 @@ def check_verl_version(installed: str) -> None:
         return
     raise RuntimeError(
         f"verl {installed} is installed, but verl_gigpo was checked against verl {supported} only: it overrides "
-        "private methods of verl's V1 trainer (the gigpo_sync trainer mode, listed in the docstring of "
-        "verl_gigpo/verl_glue/trainer.py) and patches a few verl functions (verl_gigpo/verl_glue/cpu/shims.py, "
+        "private methods of verl's V1 trainer (the gigpo_sync trainer mode, verl_gigpo/verl_glue/trainer.py; every "
+        "one is a row of verl_gigpo/verl_glue/contract.py, docs/upgrading.md) and patches a few verl functions "
+        "(verl_gigpo/verl_glue/cpu/shims.py, "
         "verl_gigpo/verl_glue/metrics_file.py), which another verl release may have renamed or changed. Install a "
         f"supported verl (pip install 'verl[verl-core]=={SUPPORTED_VERL_VERSIONS[-1]}'), or set {ALLOW_ENV}=1 to run "
         "with this one at your own risk (then check those methods against it)."
