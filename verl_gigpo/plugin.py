@@ -130,9 +130,7 @@ _LAZY = (
 
 
 def _register() -> None:
-    """Register everything, each piece as a post-import hook on the verl module that holds its registry (``import
-    verl`` loads this plug-in in every process; eager registration would import verl's trainer stack into all of
-    them); the CPU platform now."""
+    """Register the CPU platform now, every other piece when verl imports its registry (a post-import hook)."""
     import wrapt
 
     from verl_gigpo.verl_glue.cpu import register_cpu_backends
