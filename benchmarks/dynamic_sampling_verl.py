@@ -18,10 +18,14 @@ therefore gives both views: validation success after the iterations, and validat
 validation within the episodes the runs without dynamic sampling played (``iters x tasks x group``), with the
 curves plotted against training episodes played.
 
+Its runs are the learning benchmark's verl cells (``--runs runs/learning-verl``, kept data in
+``benchmarks/data/learning-verl/verl``): the launches are the same overrides, so the GiGPO and GRPO runs of the
+paired study (``benchmarks/learning.py``) serve both sections, and only ``gigpo_signal`` is launched here.
+
 ``--jobs`` runs go side by side (default 3: on 2 cores three launches keep both busy through their start-ups and
 validations). Outputs: ``benchmarks/dynamic_sampling_verl.png`` and the section
 "## Dynamic sampling through verl's pipeline" of ``benchmarks/RESULTS.md`` (replaced in place). Each finished run's
-data are kept in ``--data`` (default ``benchmarks/data/dynamic-verl``; cells already kept are skipped unless
+data are kept in ``--data`` (default ``benchmarks/data/learning-verl``; cells already kept are skipped unless
 ``--rerun``).
 """
 
@@ -62,7 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--iters", type=int, default=150, help="training iterations per run")
     parser.add_argument("--test-freq", type=int, default=15, help="validate every N iterations")
     parser.add_argument("--model", default=MODEL, help=f"start model (the default is built when missing: {MODEL})")
-    parser.add_argument("--runs", default="runs/dynamic-verl", help="run folders")
+    parser.add_argument("--runs", default="runs/learning-verl", help="run folders (shared with benchmarks/learning.py)")
     parser.add_argument("--jobs", type=int, default=3, help="launches side by side")
     parser.add_argument("--val-size", type=int, default=128, help="validation tasks (128)")
     parser.add_argument("--verl-timeout", type=float, default=10000, help="seconds one launch may take")

@@ -1,14 +1,7 @@
-"""Supervised fine-tuning of a tiny model (:mod:`verl_gigpo.dev.tiny_model`) into a starting policy for RL.
-
-* :func:`sft_action_format` — answer a gridnav prompt with one uniformly random action word and EOS (the CLI's
-  ``--sft-actions``): the model speaks the action format and samples every action;
-* :func:`imitate_expert` — a weak policy that reads its observation (the CLI's ``--imitate ENV[:P]``): the label
-  of each state of walks through training tasks is the environment's shortest-path expert's action with
-  probability P (default :data:`IMITATE_P`) and a uniformly random action otherwise
-  (:func:`expert_examples`); :func:`action_probabilities` reads what the fine-tuned model then does.
-
-Both load the model folder, fine-tune it in place (AdamW on the reply tokens only) and save it back, recording the
-fine-tuning in its ``tiny_model_info.json``. Deterministic for a given seed.
+"""Supervised fine-tuning of a tiny model (:mod:`verl_gigpo.dev.tiny_model`) into a starting policy for RL:
+:func:`sft_action_format` (``--sft-actions``: random action words, the action format) and :func:`imitate_expert`
+(``--imitate ENV[:P]``: the expert's action with probability P). Both fine-tune the folder in place (AdamW on the
+reply tokens only) and record it in ``tiny_model_info.json``. docs/models.md ("The tiny models").
 """
 
 from __future__ import annotations
@@ -42,19 +35,12 @@ def sft_action_format(
     lr: float = 3e-3,
     seed: int = 0,
 ) -> Path:
-    """Fine-tune the model in ``model_dir`` in place to reply to ``env_name`` prompts with a random action + EOS.
+    """Fine-tune ``model_dir`` in place to reply to ``env_name`` prompts with a uniformly random action word + EOS.
 
-    Examples: 64 seeded tasks, up to 3 steps each along a uniformly random walk; each example is the chat prompt
-    (:class:`verl_gigpo.rollout.ChatPromptEncoder`) and, as target, one action word drawn uniformly from the
-    environment's fixed action set followed by EOS. ``steps`` AdamW steps of ``batch_size`` examples, loss on the
-    target tokens only. The environment must have a fixed action set (``info["admissible_actions"]`` words that the
-    tokenizer keeps whole), e.g. gridnav's up/down/left/right.
-
-    Returns:
-        ``model_dir`` (model and tokenizer saved back; ``tiny_model_info.json`` records the fine-tuning).
+    ``steps`` AdamW steps of ``batch_size`` examples (:func:`_sft_examples`); returns ``model_dir``.
 
     Raises:
-        ValueError: ``steps`` or ``batch_size`` < 1, or the environment exposes no admissible actions.
+        ValueError: ``steps`` or ``batch_size`` < 1, or an environment without admissible actions.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -80,8 +66,7 @@ def sft_action_format(
 
 
 def _sft_examples(env_name: str, tokenizer, rng: np.random.Generator) -> list[tuple[list[int], list[int]]]:
-    """``(prompt ids, target ids)`` pairs: 64 seeded tasks, up to 3 steps each along a uniformly random walk, the
-    target one action word drawn uniformly from the admissible ones followed by EOS."""
+    """``(prompt ids, target ids)``: 64 seeded tasks, up to 3 random-walk steps each, target a random action + EOS."""
     from environments import make_env
     from verl_gigpo.rollout import ChatPromptEncoder
 
@@ -118,29 +103,15 @@ def imitate_expert(
     history_length: int = 0,
     seed: int = 0,
 ) -> Path:
-    """Fine-tune the model in ``model_dir`` in place into a weak policy that reads its observation.
+    """Fine-tune ``model_dir`` in place into a weak policy that reads its observation; returns ``model_dir``.
 
-    Supervised on (prompt, label) pairs from the environment's shortest-path expert (its ``oracle_action()``):
-    at every state of a walk through training tasks ``0 .. tasks-1`` the label is the expert's action with
-    probability ``p_expert`` and a uniformly random admissible action otherwise; the walk then takes the label
-    with probability ``follow`` and a uniformly random action otherwise, so off-path states are seen too. Each
-    prompt is rendered as the engines render it (:meth:`TextEnv.render_prompt` with the last ``history_length``
-    steps, then the chat template), the target is the label word + EOS, and the loss covers the target only.
-    ``steps`` AdamW steps of ``batch_size`` examples at ``lr``.
-
-    The result is like an instruct model that sometimes acts right: its action distribution depends on the
-    observation (about ``p_expert + (1 - p_expert) / |A|`` on the expert's action where it fits the labels), so
-    group RL starts from rollouts that win now and then, with sampling over the full vocabulary.
-
-    Deterministic: the same arguments and model give byte-identical files.
-
-    Returns:
-        ``model_dir`` (model and tokenizer saved back; ``tiny_model_info.json`` records the fine-tuning under
-        ``"imitate"``).
+    Label at each state of a walk through tasks ``0 .. tasks-1``: the expert's ``oracle_action()`` with probability
+    ``p_expert``, else a random admissible action; the walk follows the label with probability ``follow``. Prompts as
+    the engines render them (``history_length``); the loss covers the label word + EOS. Deterministic.
 
     Raises:
-        ValueError: a probability outside [0, 1], ``steps``/``tasks``/``batch_size``/``max_steps`` < 1, or an
-            environment without ``oracle_action()`` or a fixed action set.
+        ValueError: a probability outside [0, 1], a count < 1, or an environment without ``oracle_action()`` or a
+            fixed action set.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -204,12 +175,8 @@ def expert_examples(
     max_steps: int = 15,
     history_length: int = 0,
 ) -> list[tuple[list[int], list[int], bool]]:
-    """The supervised examples of :func:`imitate_expert`: ``(prompt ids, target ids, label is the expert's)``
-    for every state of one walk per training task ``0 .. tasks-1`` (see there for the labels and the walk).
-
-    Raises:
-        ValueError: the environment has no ``oracle_action()`` or lists no admissible actions.
-    """
+    """``(prompt ids, target ids, label is the expert's)`` for every state of one walk per task, as
+    :func:`imitate_expert` labels them. ValueError: no ``oracle_action()`` or no admissible actions."""
     from environments import make_env
     from verl_gigpo.rollout import ChatPromptEncoder
 
@@ -249,14 +216,8 @@ def action_probabilities(
     split: str = "test",
     max_steps: int = 15,
 ) -> list[dict]:
-    """The model's first-token probability of each action word at the first state of a few tasks: evidence that
-    a start model conditions on its observation (rows differ) or not (rows alike).
-
-    Returns:
-        one dict per seed: ``{"observation", "expert", "probs": {action: p}, "other": 1 - sum(probs)}``; the
-        expert is the environment's ``oracle_action()`` (None when it has none). Each action word is scored by its
-        first token after the chat template's generation prompt.
-    """
+    """First-token probability of each action word at the first state of each seed's task: one dict per seed,
+    ``{"observation", "expert", "probs": {action: p}, "other": 1 - sum(probs)}`` (``expert`` None without an oracle)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from environments import make_env
@@ -302,9 +263,8 @@ def _supervised_steps(
     seed: int,
     width: int | None = None,
 ) -> None:
-    """``steps`` AdamW steps of ``batch_size`` examples drawn by ``rng``, loss on the targets (the second item of
-    each example), under a torch RNG seeded with ``seed`` (the global one is left as it was). Each batch is
-    right-padded to ``width`` tokens (None: its own longest example)."""
+    """``steps`` AdamW steps on batches drawn by ``rng`` (right-padded to ``width``), loss on the targets, under a torch
+    RNG seeded with ``seed``."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
@@ -323,8 +283,7 @@ def _supervised_steps(
 def _right_padded(
     batch: Sequence[tuple[list[int], list[int]]], width: int, pad_id: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(input_ids, attention_mask, labels)``, each (B, W): prompt + target then ``pad_id`` on the right; labels
-    are the target tokens and -100 (no loss) elsewhere."""
+    """``(input_ids, attention_mask, labels)``, each (B, W): prompt + target, right-padded; labels -100 off targets."""
     ids = torch.full((len(batch), width), pad_id)  # (B, W)
     labels = torch.full((len(batch), width), -100)  # (B, W)
     attention = torch.zeros((len(batch), width), dtype=torch.long)  # (B, W)
