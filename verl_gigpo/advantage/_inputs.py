@@ -91,17 +91,21 @@ class MethodOptions:
 
 
 # ---------------------------------------------------------------------------------------------------- inputs
+def _float64(values: Any, name: str) -> np.ndarray:
+    """``values`` (tensor or array-like) as a float64 array; complex tensors and unconvertible values refused."""
+    if isinstance(values, torch.Tensor):
+        if values.is_complex():
+            raise ValueError(f"{name} must be a real tensor, got a complex one")
+        return values.detach().to(device="cpu", dtype=torch.float64).numpy()
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a (N,) float array or tensor; could not convert it: {err}") from err
+
+
 def as_rewards(step_rewards: Any) -> np.ndarray:
     """``step_rewards`` as a ``(N,)`` float64 array (tensor or array-like; complex and multi-dimensional refused)."""
-    if isinstance(step_rewards, torch.Tensor):
-        if step_rewards.is_complex():
-            raise ValueError("step_rewards must be a real tensor, got a complex one")
-        arr = step_rewards.detach().to(device="cpu", dtype=torch.float64).numpy()
-    else:
-        try:
-            arr = np.asarray(step_rewards, dtype=np.float64)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"step_rewards must be a (N,) float tensor; could not convert it: {err}") from err
+    arr = _float64(step_rewards, "step_rewards")
     if arr.ndim != 1:
         raise ValueError(
             f"step_rewards must be 1-D (N,), one reward per step row; got shape {tuple(arr.shape)} "
@@ -147,13 +151,7 @@ def as_row_mask(row_mask: Any, n: int) -> np.ndarray:
 
 def as_row_penalty(row_penalty: Any, n: int) -> np.ndarray:
     """``row_penalty`` as a (N,) float64 array of finite numbers."""
-    if isinstance(row_penalty, torch.Tensor):
-        arr = row_penalty.detach().to(device="cpu", dtype=torch.float64).numpy()
-    else:
-        try:
-            arr = np.asarray(row_penalty, dtype=np.float64)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"row_penalty must be a (N,) float array; could not convert it: {err}") from err
+    arr = _float64(row_penalty, "row_penalty")
     if arr.shape != (n,):
         raise ValueError(f"row_penalty must have shape ({n},) like step_rewards, one penalty per row; got {arr.shape}")
     bad = np.flatnonzero(~np.isfinite(arr))

@@ -196,27 +196,18 @@ def _draw(fig: Figure, ax: Any, graph: nx.MultiDiGraph, title: str | None, vmax:
 
     states = [n for n in graph if not graph.nodes[n]["terminal"]]
     starts = [n for n in states if graph.nodes[n]["start"]]
-    nx.draw_networkx_nodes(
-        graph,
-        pos,
-        nodelist=states,
-        node_size=[size[n] for n in states],
-        node_color="#f3f3f3",
-        edgecolors="#555555",
-        linewidths=1.0,
-        ax=ax,
-    )
-    if starts:
-        nx.draw_networkx_nodes(
-            graph,
-            pos,
-            nodelist=starts,
-            node_size=[size[n] for n in starts],
-            node_color="#f3f3f3",
-            edgecolors="#2ca02c",
-            linewidths=3.5,
-            ax=ax,
-        )
+    for subset, edge, width in ((states, "#555555", 1.0), (starts, "#2ca02c", 3.5)):  # start states: a green ring
+        if subset:
+            nx.draw_networkx_nodes(
+                graph,
+                pos,
+                nodelist=subset,
+                node_size=[size[n] for n in subset],
+                node_color="#f3f3f3",
+                edgecolors=edge,
+                linewidths=width,
+                ax=ax,
+            )
     for end, shape, colour in ((WON, "*", "#f2c12e"), (NOT_WON, "s", "#b0b0b0")):
         if end in graph:
             nx.draw_networkx_nodes(

@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from environments import TextEnv, list_envs, make_env, resolve_env
+from environments import TextEnv, kwargs_from_json, list_envs, make_env, resolve_env
 from verl_gigpo import AGENT_LOOP_NAME
 from verl_gigpo.config.rules import Range
 
@@ -160,14 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ImportError) as exc:
         parser.error(f"--env {args.env}: {exc}")
     try:
-        env_kwargs = json.loads(args.env_kwargs)
-    except json.JSONDecodeError as exc:
-        parser.error(f"--env-kwargs is not valid JSON: {exc}")
-    if not isinstance(env_kwargs, dict):
-        parser.error(
-            f"--env-kwargs must be a JSON object of constructor arguments, e.g. '{{\"size\": 7}}'; "
-            f"got {args.env_kwargs}"
-        )
+        env_kwargs = kwargs_from_json(args.env_kwargs)
+    except ValueError as exc:
+        parser.error(str(exc))
     try:
         train_path, val_path = write_task_files(
             env_name,

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from verl_gigpo.config.rules import Range
+from verl_gigpo.dev.walks import walk
 
 __all__ = ["IMITATE_P", "action_probabilities", "expert_examples", "imitate_expert", "sft_action_format"]
 
@@ -72,18 +73,18 @@ def _sft_examples(env_name: str, tokenizer, rng: np.random.Generator) -> list[tu
     encoder = ChatPromptEncoder(tokenizer)
     env = make_env(env_name, max_steps=10)
     examples = []
+
+    def choose(obs: str, info: dict, history: list) -> str:
+        actions = list(info.get("admissible_actions") or [])
+        if not actions:
+            raise ValueError(f"{env_name} lists no admissible actions; --sft-actions needs a fixed action set")
+        action = actions[int(rng.integers(len(actions)))]
+        prompt = encoder(env.render_prompt(obs, info))
+        examples.append((prompt, tokenizer.encode(action, add_special_tokens=False) + [tokenizer.eos_token_id]))
+        return action
+
     for task_seed in range(64):
-        obs, info = env.reset(seed=task_seed)
-        for _ in range(3):
-            actions = list(info.get("admissible_actions") or [])
-            if not actions:
-                raise ValueError(f"{env_name} lists no admissible actions; --sft-actions needs a fixed action set")
-            action = actions[int(rng.integers(len(actions)))]
-            prompt = encoder(env.render_prompt(obs, info))
-            examples.append((prompt, tokenizer.encode(action, add_special_tokens=False) + [tokenizer.eos_token_id]))
-            obs, _, terminated, truncated, info = env.step(action)
-            if terminated or truncated:
-                break
+        walk(env, task_seed, choose, steps=3)
     return examples
 
 
@@ -184,26 +185,23 @@ def expert_examples(
     if not callable(getattr(env, "oracle_action", None)):
         raise ValueError(f"{env_name} has no oracle_action(): --imitate needs an environment with an expert")
     examples = []
+
+    def choose(obs: str, info: dict, history: list) -> str:
+        actions = list(info.get("admissible_actions") or [])
+        if not actions:
+            raise ValueError(f"{env_name} lists no admissible actions; --imitate needs a fixed action set")
+        expert = env.oracle_action()
+        is_expert = bool(rng.random() < p_expert)
+        label = expert if is_expert else actions[int(rng.integers(len(actions)))]
+        shown = history[len(history) - history_length :] if history_length else []
+        prompt = encoder(env.render_prompt(obs, info, shown))
+        target = tokenizer.encode(label, add_special_tokens=False) + [tokenizer.eos_token_id]
+        examples.append((prompt, target, is_expert))
+        return label if rng.random() < follow else actions[int(rng.integers(len(actions)))]  # the move taken
+
     try:
         for task_seed in range(tasks):
-            obs, info = env.reset(seed=task_seed, options={"split": "train"})
-            history: list[tuple[str, str]] = []
-            while True:
-                actions = list(info.get("admissible_actions") or [])
-                if not actions:
-                    raise ValueError(f"{env_name} lists no admissible actions; --imitate needs a fixed action set")
-                expert = env.oracle_action()
-                is_expert = bool(rng.random() < p_expert)
-                label = expert if is_expert else actions[int(rng.integers(len(actions)))]
-                shown = history[len(history) - history_length :] if history_length else []
-                prompt = encoder(env.render_prompt(obs, info, shown))
-                target = tokenizer.encode(label, add_special_tokens=False) + [tokenizer.eos_token_id]
-                examples.append((prompt, target, is_expert))
-                move = label if rng.random() < follow else actions[int(rng.integers(len(actions)))]
-                history.append((obs, move))
-                obs, _, terminated, truncated, info = env.step(move)
-                if terminated or truncated:
-                    break
+            walk(env, task_seed, choose, options={"split": "train"})
     finally:
         env.close()
     return examples

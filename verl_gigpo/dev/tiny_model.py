@@ -18,6 +18,7 @@ import logging
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,6 +30,7 @@ from verl_gigpo.dev.imitation import (  # re-exported: the fine-tuning the CLI r
     imitate_expert,
     sft_action_format,
 )
+from verl_gigpo.dev.walks import walk
 
 __all__ = [
     "CHAT_TEMPLATE",
@@ -92,29 +94,33 @@ def env_corpus(
             logger.warning("tokenizer corpus: skipping environment %r (%s: %s)", name, type(exc).__name__, exc)
             continue
         used.append(name)
-        seen_actions: set[str] = set()
-        try:
-            for seed in range(seeds):
-                obs, info = env.reset(seed=seed)
-                history: list[tuple[str, str]] = []
-                for _ in range(walk_steps):
-                    texts.append(env.render_prompt(obs, info, history[-1:]))
-                    choices = env.example_actions()
-                    if not choices:
-                        break
-                    action = choices[int(rng.integers(len(choices)))]
-                    seen_actions.update(choices)
-                    texts.append(f"<think>ok</think><action>{action}</action>")
-                    history.append((obs, action))
-                    obs, _, terminated, truncated, info = env.step(action)
-                    if terminated or truncated:
-                        break
-        finally:
-            env.close()
+        seen_actions = _walk_texts(env, seeds, walk_steps, rng, texts)
         # a small fixed action vocabulary of single words: make each word one token
         if 0 < len(seen_actions) <= 16 and all(a.isalpha() for a in seen_actions):
             action_words.update(seen_actions)
     return texts, sorted(action_words), used
+
+
+def _walk_texts(env: Any, seeds: int, walk_steps: int, rng: np.random.Generator, texts: list[str]) -> set[str]:
+    """Append the prompts and replies of ``env``'s seeded random walks to ``texts``, then close it; the actions seen."""
+    seen_actions: set[str] = set()
+
+    def choose(obs: str, info: dict, history: list) -> str | None:
+        texts.append(env.render_prompt(obs, info, history[-1:]))
+        choices = env.example_actions()
+        if not choices:
+            return None
+        action = choices[int(rng.integers(len(choices)))]
+        seen_actions.update(choices)
+        texts.append(f"<think>ok</think><action>{action}</action>")
+        return action
+
+    try:
+        for seed in range(seeds):
+            walk(env, seed, choose, steps=walk_steps)
+    finally:
+        env.close()
+    return seen_actions
 
 
 def build_tokenizer(texts: Sequence[str], *, vocab_size: int = 2048, single_token_words: Sequence[str] = ()):
@@ -243,12 +249,12 @@ def _parse_imitate(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         parser.error(f"--imitate {args.imitate}: P must be a number in [0, 1], got {p_text!r}")
     if not 0.0 <= p_expert <= 1.0:
         parser.error(f"--imitate {args.imitate}: P must be in [0, 1], got {p_expert}")
+    from environments import kwargs_from_json
+
     try:
-        env_kwargs = json.loads(args.imitate_kwargs)
-    except json.JSONDecodeError as exc:
-        parser.error(f"--imitate-kwargs is not JSON ({exc}): {args.imitate_kwargs!r}")
-    if not isinstance(env_kwargs, dict):
-        parser.error(f"--imitate-kwargs must be a JSON object of environment arguments, got {args.imitate_kwargs!r}")
+        env_kwargs = kwargs_from_json(args.imitate_kwargs, "--imitate-kwargs")
+    except ValueError as exc:
+        parser.error(str(exc))
     for option in ("imitate_steps", "imitate_tasks", "imitate_max_steps"):
         if getattr(args, option) < 1:
             parser.error(f"--{option.replace('_', '-')} must be >= 1, got {getattr(args, option)}")

@@ -30,6 +30,14 @@ def _check_version() -> None:
     check_verl_version(installed_verl_version())
 
 
+def _already_installed(current: Any) -> bool:
+    """Whether ``current`` is a shim's replacement already; when it is verl's own, the verl version is checked first."""
+    if getattr(current, "_gigpo_cpu", False):
+        return True
+    _check_version()
+    return False
+
+
 def gloo_process_group() -> None:
     """Default the backend of verl's ``initialize_global_process_group_ray`` to plain ``gloo`` (verl's
     ``"cpu:gloo,cpu:gloo"`` is refused by torch), in every module of :data:`GLOO_BOUND_BY` that binds it.
@@ -40,9 +48,8 @@ def gloo_process_group() -> None:
     from verl_gigpo.verl_glue.cpu import _when_imported
 
     original = distributed.initialize_global_process_group_ray
-    if getattr(original, "_gigpo_cpu", False):
+    if _already_installed(original):
         return
-    _check_version()
     use = "CPU platform's gloo shim (verl_gigpo.verl_glue.cpu.shims.gloo_process_group)"
     name = "initialize_global_process_group_ray"
     check_signature(original, ("timeout_second", "backend"), target=f"verl.utils.distributed.{name}", use=use)
@@ -85,9 +92,8 @@ def unpinned_ref_offload() -> None:
     from verl_gigpo.verl_glue.verl_version import VerlMismatchError
 
     policy = transformer_impl.CPUOffloadPolicy
-    if getattr(policy, "_gigpo_cpu", False):
+    if _already_installed(policy):
         return
-    _check_version()
     use = "CPU platform's offload shim (verl_gigpo.verl_glue.cpu.shims.unpinned_ref_offload)"
     check_binding(transformer_impl.__name__, "CPUOffloadPolicy", fsdp_utils.CPUOffloadPolicy, use=use)
     if policy is None or "pin_memory" not in parameter_names(policy):
@@ -121,9 +127,8 @@ def length_sorted_micro_batches() -> None:
     from verl_gigpo.verl_glue.contract import check_binding, check_signature
 
     original = engine_utils.rearrange_micro_batches
-    if getattr(original, "_gigpo_cpu", False):
+    if _already_installed(original):
         return
-    _check_version()
     use = "CPU platform's micro-batch shim (verl_gigpo.verl_glue.cpu.shims.length_sorted_micro_batches)"
     check_binding(engine_utils.__name__, "rearrange_micro_batches", seqlen_balancing.rearrange_micro_batches, use=use)
     check_signature(original, REARRANGE_PARAMS, target="verl.utils.seqlen_balancing.rearrange_micro_batches", use=use)
