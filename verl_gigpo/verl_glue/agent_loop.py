@@ -170,6 +170,14 @@ def episode_to_outputs(
 
 
 @register(AGENT_LOOP_NAME)
+def _one_per_key(lock: threading.Lock, table: dict[str, Any], key: str, make: Any) -> Any:
+    """``table[key]``, made by ``make(key)`` on first use, under ``lock`` (one worker-wide object per key)."""
+    with lock:
+        if key not in table:
+            table[key] = make(key)
+        return table[key]
+
+
 class GiGPOEnvAgentLoop(AgentLoopBase):
     """Plays one environment episode per trajectory and returns one training row per step (see module doc)."""
 
@@ -222,18 +230,12 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
     @classmethod
     def transcript_writer(cls, folder: str) -> TranscriptWriter:
         """The worker-wide writer of ``env.transcript_dir`` (one file per process)."""
-        with cls._transcripts_lock:
-            if folder not in cls._transcripts:
-                cls._transcripts[folder] = TranscriptWriter(folder)
-            return cls._transcripts[folder]
+        return _one_per_key(cls._transcripts_lock, cls._transcripts, folder, TranscriptWriter)
 
     @classmethod
     def part_writer(cls, run_dir: str) -> PartWriter:
         """The worker-wide writer of logged validation episodes (``<run_dir>/episodes_parts/``)."""
-        with cls._episode_parts_lock:
-            if run_dir not in cls._episode_parts:
-                cls._episode_parts[run_dir] = PartWriter(run_dir)
-            return cls._episode_parts[run_dir]
+        return _one_per_key(cls._episode_parts_lock, cls._episode_parts, run_dir, PartWriter)
 
     def env_pool(self) -> EnvPool:
         """The worker-wide environment pool (``env.num_workers``; ``auto``: the node's cores over its agent-loop
