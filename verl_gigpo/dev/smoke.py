@@ -263,7 +263,7 @@ def run_pipeline(
         **(env or {}),
     }
     cmd = [sys.executable, "-m", "verl_gigpo.main", *overrides]
-    print(f"[{name}] python -m verl_gigpo.main ... (about 1-2 minutes; log: {run_dir / 'train.log'})", flush=True)
+    print(f"[{name}] python -m verl_gigpo.main ... (log: {run_dir / 'train.log'})", flush=True)
     launches_before = len(list((run_dir / "ckpt" / "launches").glob("launch_*.json")))
     log_start = (run_dir / "train.log").stat().st_size if (run_dir / "train.log").exists() else 0
     started = time.time()
