@@ -13,6 +13,8 @@ of the module's own ancestor package (Python imports it first anyway) and one un
    (:data:`COMMAND_ROOMS`) or ``dev/``: model builders live in ``dev/``; a command (``make demo``) may call one,
    the library's run-time code may not.
 4. Every folder of the package is listed in README's Layout section.
+5. Docstrings are short: the package's share at most 15 % (``python -m verl_gigpo.dev.docstring_share``), module
+   docstrings at most 15 lines, no docstring quoting a file's line numbers; the rationale lives in ``docs/``.
 """
 
 from __future__ import annotations
