@@ -169,7 +169,6 @@ def episode_to_outputs(
     return outputs
 
 
-@register(AGENT_LOOP_NAME)
 def _one_per_key(lock: threading.Lock, table: dict[str, Any], key: str, make: Any) -> Any:
     """``table[key]``, made by ``make(key)`` on first use, under ``lock`` (one worker-wide object per key)."""
     with lock:
@@ -178,6 +177,7 @@ def _one_per_key(lock: threading.Lock, table: dict[str, Any], key: str, make: An
         return table[key]
 
 
+@register(AGENT_LOOP_NAME)
 class GiGPOEnvAgentLoop(AgentLoopBase):
     """Plays one environment episode per trajectory and returns one training row per step (see module doc)."""
 
