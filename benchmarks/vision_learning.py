@@ -33,22 +33,36 @@ from results_md import add_output_options, emit_section  # noqa: E402
 HEADING = "## Learning on images: a tiny vision-language model, GiGPO vs GRPO (local engine)"
 
 
+#: the options that change the task or the update, their defaults and how a heading names them
+VARIANTS = {
+    "lr": (1e-3, "learning rate {:g}"),
+    "tile_size": (16, "{0}-pixel cells"),
+    "max_steps": (4, "{} steps"),
+    "entropy_coeff": (0.0, "entropy bonus {:g}"),
+}
+
+
 def heading(args: argparse.Namespace) -> str:
-    """The section's heading: :data:`HEADING`, naming the learning rate when it is not the default (its own section)."""
-    return HEADING if args.lr == 1e-3 else f"{HEADING}, learning rate {args.lr:g}"
+    """The section's heading: :data:`HEADING`, naming each of :data:`VARIANTS` that is not at its default (each such
+    setting has its own section)."""
+    named = [text.format(getattr(args, k)) for k, (default, text) in VARIANTS.items() if getattr(args, k) != default]
+    return ", ".join([HEADING, *named])
 
 
-#: the task: visual gridnav, 3x3, no walls, goal 1+ steps away, 4 steps, the state in the image only
-TASK = [
-    "env.name=gridnav",
-    "env.kwargs.observation=image",
-    "env.kwargs.tile_size=16",
-    "env.kwargs.size=3",
-    "env.kwargs.walls=0",
-    "env.kwargs.min_path=1",
-    "env.max_steps=4",
-    "env.history_length=0",
-]
+def task(args: argparse.Namespace) -> list[str]:
+    """The task: visual gridnav, 3x3, no walls, goal 1+ steps away, ``--max-steps`` steps, the state in the image only
+    (``--tile-size`` pixels per cell)."""
+    return [
+        "env.name=gridnav",
+        "env.kwargs.observation=image",
+        f"env.kwargs.tile_size={args.tile_size}",
+        "env.kwargs.size=3",
+        "env.kwargs.walls=0",
+        "env.kwargs.min_path=1",
+        f"env.max_steps={args.max_steps}",
+        "env.history_length=0",
+    ]
+
 
 #: the estimator of each configuration
 CONFIGS = {"gigpo": ["algorithm.adv_estimator=gigpo"], "grpo": ["algorithm.adv_estimator=grpo"]}
@@ -65,6 +79,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--val-size", type=int, default=32, help="validation tasks")
     parser.add_argument("--test-freq", type=int, default=20, help="validate every N iterations")
     parser.add_argument("--lr", type=float, default=1e-3, help="actor learning rate (the local engine's default)")
+    parser.add_argument("--tile-size", type=int, default=16, help="pixels per grid cell (28: one image token a cell)")
+    parser.add_argument("--max-steps", type=int, default=4, help="steps per episode")
+    parser.add_argument("--entropy-coeff", type=float, default=0.0, help="entropy bonus of the actor loss")
     parser.add_argument("--model", default="artifacts/tiny-vl-gridnav", help="the tiny VL model (built if missing)")
     parser.add_argument("--runs", default="runs/vision", help="run folders (not committed)")
     parser.add_argument("--data", default="benchmarks/data/vision", help="kept data (committed)")
@@ -76,7 +93,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = sorted(set(args.config_names) - set(CONFIGS))
     if unknown:
         parser.error(f"unknown --configs {unknown}; known: {list(CONFIGS)}")
-    for key in ("iters", "tasks", "group", "val_size", "test_freq", "jobs"):
+    if not 4 <= args.tile_size <= 64:
+        parser.error(f"--tile-size must be in [4, 64] (gridnav's tile_size), got {args.tile_size}")
+    for key in ("iters", "tasks", "group", "val_size", "test_freq", "jobs", "max_steps"):
         if getattr(args, key) < 1:
             parser.error(f"--{key.replace('_', '-')} must be >= 1, got {getattr(args, key)}")
     return args
@@ -87,11 +106,12 @@ def overrides(config: str, seed: int, args: argparse.Namespace, out: Path) -> li
     return [
         f"actor_rollout_ref.model.path={args.model}",
         "actor_rollout_ref.model.trust_remote_code=true",  # the tiny model's images-only processor class
-        *TASK,
+        *task(args),
         *CONFIGS[config],
         f"actor_rollout_ref.rollout.n={args.group}",
         f"data.train_batch_size={args.tasks}",
         f"actor_rollout_ref.actor.optim.lr={args.lr:g}",
+        f"actor_rollout_ref.actor.entropy_coeff={args.entropy_coeff:g}",
         f"data.val_size={args.val_size}",
         "data.max_prompt_length=512",
         f"trainer.total_training_steps={args.iters}",
@@ -119,7 +139,7 @@ def run_cell(config: str, seed: int, args: argparse.Namespace) -> str:
     items = overrides(config, seed, args, out)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     began = time.perf_counter()
-    cmd = ["nice", "-n", "10", sys.executable, "-m", "verl_gigpo.local.train", *items, "--overwrite"]
+    cmd = ["nice", "-n", "15", sys.executable, "-m", "verl_gigpo.local.train", *items, "--overwrite"]
     done = subprocess.run(cmd, env=env, capture_output=True)
     if done.returncode != 0:
         return f"{config} seed {seed}: FAILED (exit {done.returncode}): {done.stderr.decode()[-1500:]}"
@@ -138,6 +158,9 @@ def run_cell(config: str, seed: int, args: argparse.Namespace) -> str:
             "val_size": args.val_size,
             "test_freq": args.test_freq,
             "lr": args.lr,
+            "tile_size": args.tile_size,
+            "max_steps": args.max_steps,
+            "entropy_coeff": args.entropy_coeff,
         },
         command="python -m verl_gigpo.local.train " + " ".join(items),
         launch=launch,
@@ -155,10 +178,12 @@ def report(args: argparse.Namespace) -> str:
         heading(args),
         "",
         f"`python benchmarks/vision_learning.py` (kept data: `{shown(args.data)}`). A random-init tiny Qwen2.5-VL "
-        "(`verl_gigpo.dev.tiny_vl_model`, ~0.3M parameters) on gridnav drawn as a 48x48 image (3x3, no walls, "
-        f"4 steps; the text holds no state), {args.tasks} tasks x {args.group} episodes per iteration, "
-        f"{args.iters} iterations, learning rate {args.lr:g}, one optimizer step per iteration, validation success on "
-        f"{args.val_size} test tasks (sampled replies). Local engine, one CPU thread per run.",
+        "(`verl_gigpo.dev.tiny_vl_model`, ~0.3M parameters) on gridnav drawn as a "
+        f"{3 * args.tile_size}x{3 * args.tile_size} image (3x3, no walls, {args.max_steps} steps; the text holds no "
+        f"state), {args.tasks} tasks x {args.group} episodes per iteration, "
+        f"{args.iters} iterations, learning rate {args.lr:g}, entropy bonus {args.entropy_coeff:g}, one optimizer "
+        f"step per iteration, validation success on {args.val_size} test tasks (sampled replies). Local engine, one "
+        "CPU thread per run.",
         "",
         "| method | seed | before | best | after | train success, first 10 -> last 10 iterations | minutes |",
         "|---|---|---|---|---|---|---|",
@@ -172,10 +197,13 @@ def report(args: argparse.Namespace) -> str:
                 continue
             header, rows = read_kept(path)
             check_args(path, header, args)
-            if header["args"].get("lr", 1e-3) != args.lr:
-                raise KeptDataError(
-                    f"{path}: kept with --lr {header['args'].get('lr', 1e-3)}, this report asks {args.lr}"
-                )
+            for key, (default, _) in VARIANTS.items():
+                if header["args"].get(key, default) != getattr(args, key):
+                    flag = "--" + key.replace("_", "-")
+                    raise KeptDataError(
+                        f"{path}: kept with {flag} {header['args'].get(key, default)}, this report asks "
+                        f"{getattr(args, key)}: give the options of the command that made it"
+                    )
             curve = _curve(rows)
             train = [float(r["env/success_rate"]) for r in rows if "env/success_rate" in r]
             if not curve or not train:

@@ -50,3 +50,23 @@ def test_the_section_from_kept_data(bench, tmp_path):
     assert "- gigpo: mean validation success 0.25 -> 0.50 over 1 seed(s)" in text
     # a kept file made with other settings is refused, naming the option
     assert vl.main([*argv[:-4], "--iters", "8", *argv[-4:], "--report-only", "--no-results"]) == 1
+
+
+def test_a_variant_has_its_own_heading_overrides_and_kept_data(bench, tmp_path):
+    kept_data, vl = bench
+    argv = ["--seeds", "0", "--iters", "4", "--data", str(tmp_path / "kept"), "--runs", str(tmp_path / "runs")]
+    args = vl.parse_args([*argv, "--tile-size", "28", "--max-steps", "3", "--lr", "5e-3"])
+    assert vl.heading(args) == f"{vl.HEADING}, learning rate 0.005, 28-pixel cells, 3 steps"
+    assert vl.heading(vl.parse_args(argv)) == vl.HEADING  # the defaults: the first section's heading
+    items = vl.overrides("gigpo", 0, args, tmp_path / "runs" / "gigpo")
+    assert {"env.kwargs.tile_size=28", "env.max_steps=3", "actor_rollout_ref.actor.optim.lr=0.005"} <= set(items)
+    rows = [{"training_step": 0, "val/success_rate": 0.25}, {"training_step": 1, "env/success_rate": 0.5}]
+    settings = {"config": "gigpo", "seed": 0, "iters": 4, "lr": 5e-3, "tile_size": 28, "max_steps": 3}
+    kept_data.write_kept(
+        kept_data.kept_file(args.data, "gigpo", 0), rows, overrides=items, args=settings, launch={"wall_s": 60.0}
+    )
+    assert "| gigpo | 0 | 0.25 | 0.25 | 0.25 | 0.50 -> 0.50 |" in vl.report(args)
+    with pytest.raises(kept_data.KeptDataError, match="--tile-size 28"):  # kept at 28-pixel cells, asked at 16
+        vl.report(vl.parse_args([*argv, "--max-steps", "3", "--lr", "5e-3"]))
+    with pytest.raises(SystemExit):
+        vl.parse_args([*argv, "--tile-size", "3"])

@@ -172,6 +172,7 @@ class LocalRollout:
         the training rollout's sampling parameters or validation's (``val_kwargs``: greedy when ``do_sample`` is
         false). ``progress`` shows a bar over the finished episodes."""
         params = sampling_params(self.cfg, self.allowed_ids, validation=validation)
+        self.server.forget_image_logits()  # the weights may have changed since the last rollout
         if iteration is None:
             streams = [stream] * len(tasks)
         else:

@@ -14,6 +14,11 @@ Sampling parameters (vLLM names) and how tokens are drawn: :mod:`verl_gigpo.loca
 Reproducibility: each request draws its uniforms from its own generator (``seed``/``generator``, else the
 server's generator), so the sampled tokens do not depend on which other requests share the batch (up to
 float rounding of the batched forward, which only matters when a uniform falls within ~1e-7 of a boundary).
+
+Requests with images run one at a time; the logits of each (token ids, images) they score are kept until
+:meth:`LocalGenerationServer.forget_image_logits` (the local engine calls it before each rollout, the weights fixed
+within one), so the members of a group that reach the same state share one forward. Tokens and log-probs are those
+of an uncached forward: each request still draws with its own generator.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 
 import torch
 
+from environments.images import pixel_key
 from verl_gigpo.local.sampling import (
     DecodeControls,
     DecodeOutputs,
@@ -85,6 +91,7 @@ class LocalGenerationServer:
         pad_token_id: int | None = None,
         seed: int = 0,
         image_processor: Any = None,
+        image_cache_size: int = 4096,
     ) -> None:
         if not isinstance(max_batch_size, int) or max_batch_size < 1:
             raise ValueError(f"max_batch_size must be a positive int, got {max_batch_size!r}")
@@ -118,7 +125,10 @@ class LocalGenerationServer:
             "max_batch": 0,
             "busy_s": 0.0,
             "prefill_rows": 0,
+            "image_cache_hits": 0,
         }
+        self.image_cache_size = image_cache_size
+        self._image_logits: dict[tuple, torch.Tensor] = {}  # (ids, pixel keys) -> (1, V) logits
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-generate")
         self._pending: list[_Request] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -199,6 +209,10 @@ class LocalGenerationServer:
         if self._worker is not None and not self._worker.done():
             self._worker.cancel()
         self._executor.shutdown(wait=True)
+
+    def forget_image_logits(self) -> None:
+        """Drop the kept logits of image requests; call it whenever the model's weights change."""
+        self._image_logits.clear()
 
     # ------------------------------------------------------------------ batching
     def _ensure_worker(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -328,7 +342,8 @@ class LocalGenerationServer:
         log-prob returned is the full policy's, as the actor computes it (docs/vision.md)."""
         start = time.perf_counter()
         self.model.eval()
-        vision = {k: v.to(self.device) for k, v in image_inputs(self.image_processor, images).items()}
+        pixels = tuple(pixel_key(image) for image in images)
+        vision: dict[str, torch.Tensor] | None = None
         generator = p.generator or (torch.Generator().manual_seed(p.seed) if p.seed is not None else self.generator)
         stops = set(self.eos_token_ids) | {self.pad_token_id} | set(p.stop_token_ids)
         temperature = torch.tensor([p.temperature], dtype=torch.float32, device=self.device)  # (1,)
@@ -336,17 +351,27 @@ class LocalGenerationServer:
         tokens: list[int] = []
         logprobs: list[float] = []
         for _ in range(p.max_tokens):
-            attention = torch.ones_like(ids)  # (1, L)
-            forward = self.model(
-                input_ids=ids,
-                attention_mask=attention,
-                position_ids=rope_positions(self.model, ids, attention, vision["image_grid_thw"]),  # (4, 1, L)
-                **vision,
-                use_cache=False,
-                logits_to_keep=1,
-            )
-            self.stats["forward_passes"] += 1
-            logits = forward.logits[:, -1, :].float()  # (1, V)
+            key = (tuple(ids[0].tolist()), pixels)
+            logits = self._image_logits.get(key)  # (1, V)
+            if logits is None:
+                if vision is None:
+                    vision = {k: v.to(self.device) for k, v in image_inputs(self.image_processor, images).items()}
+                attention = torch.ones_like(ids)  # (1, L)
+                forward = self.model(
+                    input_ids=ids,
+                    attention_mask=attention,
+                    position_ids=rope_positions(self.model, ids, attention, vision["image_grid_thw"]),  # (4, 1, L)
+                    **vision,
+                    use_cache=False,
+                    logits_to_keep=1,
+                )
+                self.stats["forward_passes"] += 1
+                logits = forward.logits[:, -1, :].float()  # (1, V)
+                if len(self._image_logits) >= self.image_cache_size:
+                    self._image_logits.clear()
+                self._image_logits[key] = logits
+            else:
+                self.stats["image_cache_hits"] += 1
             if p.allowed_token_ids is not None:
                 allowed = torch.zeros_like(logits, dtype=torch.bool)
                 allowed[0, list(p.allowed_token_ids)] = True
