@@ -2,6 +2,8 @@
 
     python -m verl_gigpo.dev.tiny_vl_model --out artifacts/tiny-vl
     python -m verl_gigpo.dev.tiny_vl_model --out /tmp/vl --seed 1 --max-pixels 12544
+    python -m verl_gigpo.dev.tiny_vl_model --out artifacts/tiny-vl-imitate --imitate gridnav:0.3 \
+        --imitate-kwargs '{"observation": "image", "tile_size": 28, "size": 3, "walls": 0, "min_path": 1}'
 
 What it writes (``save_pretrained``; loads with ``AutoProcessor`` and ``AutoModelForImageTextToText`` under
 ``HF_HUB_OFFLINE=1``):
@@ -13,7 +15,9 @@ What it writes (``save_pretrained``; loads with ``AutoProcessor`` and ``AutoMode
 * a ``Qwen2_5_VLProcessor`` (Qwen2-VL image processor: patch 14, merge 2, so a 56x56 image is 4 image tokens;
   ``--max-pixels`` caps the resized image);
 * a ``Qwen2_5_VLForConditionalGeneration`` (text: 2 layers, hidden 64, mrope sections [2, 3, 3]; vision: depth 2,
-  hidden 32) with random weights drawn from ``--seed``: about 0.4M parameters.
+  hidden 32) with random weights drawn from ``--seed``: about 0.4M parameters;
+* with ``--imitate ENV[:P]`` (the options of :mod:`verl_gigpo.dev.tiny_model`), then fine-tuned on the drawn
+  environment's expert actions with probability P (:func:`verl_gigpo.dev.imitation.imitate_expert`).
 
 Why Qwen2.5-VL: the reference's visual Sokoban and card recipes train Qwen2.5-VL-3B; verl 0.9.1's FSDP actor patches
 its forward (3-D mrope positions, ``multi_modal_inputs``), and the installed transformers generates with it on CPU
@@ -31,7 +35,17 @@ from pathlib import Path
 
 import torch
 
-from verl_gigpo.dev.tiny_model import BOS_TOKEN, DEFAULT_ENVS, EOS_TOKEN, PAD_TOKEN, build_tokenizer, env_corpus
+from verl_gigpo.dev.imitation import imitate_expert
+from verl_gigpo.dev.tiny_model import (
+    BOS_TOKEN,
+    DEFAULT_ENVS,
+    EOS_TOKEN,
+    PAD_TOKEN,
+    add_imitate_options,
+    build_tokenizer,
+    env_corpus,
+    parse_imitate_options,
+)
 
 _REMOTE_MODULE = "processing_tiny_vl.py"
 
@@ -187,13 +201,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
     parser.add_argument("--max-pixels", type=int, default=112 * 112, help="image processor's resize cap (pixels)")
     parser.add_argument("--envs", default=",".join(DEFAULT_ENVS), help="comma-separated environments for the corpus")
+    add_imitate_options(parser)
     args = parser.parse_args(argv)
     if args.max_pixels < 56 * 56:
         parser.error(f"--max-pixels must be >= {56 * 56} (one 56x56 image), got {args.max_pixels}")
+    imitate = parse_imitate_options(parser, args) if args.imitate is not None else None
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     out = build_tiny_vl_model(
         args.out, max_pixels=args.max_pixels, envs=[e for e in args.envs.split(",") if e], seed=args.seed
     )
+    if imitate is not None:
+        imitate_expert(out, **imitate, seed=args.seed)
     info = json.loads((out / "tiny_model_info.json").read_text())
     print(f"tiny VL model: {info['parameters']:,} parameters, vocab {info['vocab_size']}, written to {out}")
     return 0
