@@ -39,6 +39,7 @@ VARIANTS = {
     "tile_size": (16, "{0}-pixel cells"),
     "max_steps": (4, "{} steps"),
     "entropy_coeff": (0.0, "entropy bonus {:g}"),
+    "imitate": (None, "imitation start (expert labels p = {:g})"),
 }
 
 
@@ -49,19 +50,15 @@ def heading(args: argparse.Namespace) -> str:
     return ", ".join([HEADING, *named])
 
 
+def env_kwargs(args: argparse.Namespace) -> dict:
+    """gridnav's arguments: 3x3, no walls, goal 1+ steps away, the state in the image only (``--tile-size``)."""
+    return {"observation": "image", "tile_size": args.tile_size, "size": 3, "walls": 0, "min_path": 1}
+
+
 def task(args: argparse.Namespace) -> list[str]:
-    """The task: visual gridnav, 3x3, no walls, goal 1+ steps away, ``--max-steps`` steps, the state in the image only
-    (``--tile-size`` pixels per cell)."""
-    return [
-        "env.name=gridnav",
-        "env.kwargs.observation=image",
-        f"env.kwargs.tile_size={args.tile_size}",
-        "env.kwargs.size=3",
-        "env.kwargs.walls=0",
-        "env.kwargs.min_path=1",
-        f"env.max_steps={args.max_steps}",
-        "env.history_length=0",
-    ]
+    """The task's overrides: :func:`env_kwargs`, ``--max-steps`` steps, no history."""
+    kwargs = [f"env.kwargs.{k}={v}" for k, v in env_kwargs(args).items()]
+    return ["env.name=gridnav", *kwargs, f"env.max_steps={args.max_steps}", "env.history_length=0"]
 
 
 #: the estimator of each configuration
@@ -82,9 +79,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tile-size", type=int, default=16, help="pixels per grid cell (28: one image token a cell)")
     parser.add_argument("--max-steps", type=int, default=4, help="steps per episode")
     parser.add_argument("--entropy-coeff", type=float, default=0.0, help="entropy bonus of the actor loss")
-    parser.add_argument("--model", default="artifacts/tiny-vl-gridnav", help="the tiny VL model (built if missing)")
+    parser.add_argument("--model", default=None, help="the tiny VL model (built if missing; default under artifacts/)")
+    parser.add_argument(
+        "--imitate",
+        type=float,
+        default=None,
+        metavar="P",
+        help="start from the model fine-tuned on the task's expert actions with probability P (tiny_vl --imitate)",
+    )
     parser.add_argument("--runs", default="runs/vision", help="run folders (not committed)")
     parser.add_argument("--data", default="benchmarks/data/vision", help="kept data (committed)")
+    parser.add_argument(
+        "--tried", default="benchmarks/data/vision-tried", help="kept data of the settings tried on the way (a table)"
+    )
     parser.add_argument("--jobs", type=int, default=2, help="runs side by side (one torch thread each)")
     parser.add_argument("--rerun", action="store_true", help="run cells that already have kept data again")
     add_output_options(parser)
@@ -95,6 +102,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"unknown --configs {unknown}; known: {list(CONFIGS)}")
     if not 4 <= args.tile_size <= 64:
         parser.error(f"--tile-size must be in [4, 64] (gridnav's tile_size), got {args.tile_size}")
+    if args.imitate is not None and not 0 <= args.imitate <= 1:
+        parser.error(f"--imitate takes a probability in [0, 1], got {args.imitate}")
+    if args.model is None:
+        start = "" if args.imitate is None else f"-imitate{args.imitate:g}-tile{args.tile_size}-steps{args.max_steps}"
+        args.model = f"artifacts/tiny-vl-gridnav{start}"
     for key in ("iters", "tasks", "group", "val_size", "test_freq", "jobs", "max_steps"):
         if getattr(args, key) < 1:
             parser.error(f"--{key.replace('_', '-')} must be >= 1, got {getattr(args, key)}")
@@ -125,11 +137,21 @@ def overrides(config: str, seed: int, args: argparse.Namespace, out: Path) -> li
     ]
 
 
-def ensure_model(path: str) -> None:
-    """Build the tiny VL model into ``path`` when it is not there."""
-    if (Path(path) / "config.json").is_file():
+def model_command(args: argparse.Namespace) -> list[str]:
+    """The command that builds ``--model``: random init, then with ``--imitate P`` the imitation fine-tuning on the
+    task (walks of ``--max-steps`` steps)."""
+    cmd = [sys.executable, "-m", "verl_gigpo.dev.tiny_vl_model", "--out", args.model]
+    if args.imitate is not None:
+        cmd += ["--imitate", f"gridnav:{args.imitate:g}", "--imitate-kwargs", json.dumps(env_kwargs(args))]
+        cmd += ["--imitate-max-steps", str(args.max_steps)]
+    return cmd
+
+
+def ensure_model(args: argparse.Namespace) -> None:
+    """Build the tiny VL model into ``--model`` (:func:`model_command`) when it is not there."""
+    if (Path(args.model) / "config.json").is_file():
         return
-    cmd = [sys.executable, "-m", "verl_gigpo.dev.tiny_vl_model", "--out", path]
+    cmd = model_command(args)
     subprocess.run(cmd, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
 
 
@@ -161,6 +183,8 @@ def run_cell(config: str, seed: int, args: argparse.Namespace) -> str:
             "tile_size": args.tile_size,
             "max_steps": args.max_steps,
             "entropy_coeff": args.entropy_coeff,
+            "imitate": args.imitate,
+            "model_command": " ".join(["python", *model_command(args)[1:]]),
         },
         command="python -m verl_gigpo.local.train " + " ".join(items),
         launch=launch,
@@ -174,11 +198,17 @@ def _curve(rows: list[dict]) -> list[tuple[int, float]]:
 
 def report(args: argparse.Namespace) -> str:
     """The RESULTS.md section from the kept files under ``args.data``."""
+    start = "A random-init tiny Qwen2.5-VL (`verl_gigpo.dev.tiny_vl_model`, ~0.3M parameters)"
+    if args.imitate is not None:
+        start = (
+            "A tiny Qwen2.5-VL (~0.3M parameters) fine-tuned, supervised, to imitate the task's shortest-path expert "
+            f"from the drawings: the expert's action with probability {args.imitate:g}, a random one otherwise "
+            f"(`{' '.join(['python', *model_command(args)[1:]])}`),"
+        )
     lines = [
         heading(args),
         "",
-        f"`python benchmarks/vision_learning.py` (kept data: `{shown(args.data)}`). A random-init tiny Qwen2.5-VL "
-        "(`verl_gigpo.dev.tiny_vl_model`, ~0.3M parameters) on gridnav drawn as a "
+        f"`python benchmarks/vision_learning.py` (kept data: `{shown(args.data)}`). {start} on gridnav drawn as a "
         f"{3 * args.tile_size}x{3 * args.tile_size} image (3x3, no walls, {args.max_steps} steps; the text holds no "
         f"state), {args.tasks} tasks x {args.group} episodes per iteration, "
         f"{args.iters} iterations, learning rate {args.lr:g}, entropy bonus {args.entropy_coeff:g}, one optimizer "
@@ -230,14 +260,45 @@ def report(args: argparse.Namespace) -> str:
             first, last = (sum(e[k] for e in entropy[config]) / len(entropy[config]) for k in (0, 1))
             moved = f"; policy entropy {first:.2f} -> {last:.2f} (uniform over 4 actions: 1.39)"
         lines.append(f"- {config}: mean validation success {b:.2f} -> {a:.2f} over {len(pairs)} seed(s){moved}")
+    if args.imitate is not None:  # the settings tried before the imitation start: shown with the runs that learned
+        lines += tried_table(args.tried)
     return "\n".join(lines)
+
+
+def tried_table(folder: str | Path) -> list[str]:
+    """The "what was tried" table: one row per kept file under ``folder`` (one GiGPO run of a setting, its header's
+    ``setting`` and ``outcome`` written when it was kept), with its first and last training means; [] when none."""
+    lines = []
+    for path in sorted(Path(folder).glob("*.jsonl.gz")):
+        header, rows = read_kept(path)
+        train = [float(r["env/success_rate"]) for r in rows if "env/success_rate" in r]
+        ent = [float(r["actor/entropy"]) for r in rows if "actor/entropy" in r]
+        val = [f"{v:.2f}" for _, v in _curve(rows)]
+        if not train or not ent:
+            continue
+        mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+        lines.append(
+            f"| {header['args']['setting']} | {len(train)} | {mean(train[:10]):.2f} -> {mean(train[-10:]):.2f} | "
+            f"{mean(ent[:10]):.2f} -> {mean(ent[-10:]):.2f} | {' '.join(val)} | {header['args']['outcome']} |"
+        )
+    if not lines:
+        return []
+    head = [
+        "",
+        f"What was tried on the way (one GiGPO run each, seed 0, stopped when flat; kept data: `{shown(folder)}`):",
+        "",
+        "| setting | iterations | train success, first 10 -> last 10 | entropy, first 10 -> last 10 | "
+        "validation success | outcome |",
+        "|---|---|---|---|---|---|",
+    ]
+    return head + lines
 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point (module docstring)."""
     args = parse_args(argv)
     if not args.report_only:
-        ensure_model(args.model)
+        ensure_model(args)
         run_missing_cells(args.config_names, args.seeds, args, run_cell)
     return emit_section(lambda: report(args), heading(args), args)
 
