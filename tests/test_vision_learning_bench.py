@@ -70,3 +70,20 @@ def test_a_variant_has_its_own_heading_overrides_and_kept_data(bench, tmp_path):
         vl.report(vl.parse_args([*argv, "--max-steps", "3", "--lr", "5e-3"]))
     with pytest.raises(SystemExit):
         vl.parse_args([*argv, "--tile-size", "3"])
+
+
+def test_the_what_was_tried_section(bench, tmp_path):
+    kept_data, vl = bench
+    rows = [{"training_step": 0, "val/success_rate": 0.25}]
+    rows += [{"training_step": i, "env/success_rate": 0.1 * (i > 10), "actor/entropy": 1.0} for i in range(1, 21)]
+    kept_data.write_kept(
+        kept_data.kept_file(tmp_path / "tried", "a-setting", 0),
+        rows,
+        overrides=[],
+        args={"setting": "random init, lr 3e-3", "outcome": "flat"},
+    )
+    results = tmp_path / "RESULTS.md"
+    assert vl.main(["--tried-only", "--tried", str(tmp_path / "tried"), "--results", str(results)]) == 0
+    text = results.read_text()
+    assert vl.TRIED_HEADING in text
+    assert "| random init, lr 3e-3 | 20 | 0.00 -> 0.10 | 1.00 -> 1.00 | 0.25 | flat |" in text
