@@ -40,6 +40,7 @@ VARIANTS = {
     "max_steps": (4, "{} steps"),
     "entropy_coeff": (0.0, "entropy bonus {:g}"),
     "imitate": (None, "imitation start (expert labels p = {:g})"),
+    "probe_start": (None, "supervised start (an optimal move with probability {:g})"),
 }
 
 
@@ -87,6 +88,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="P",
         help="start from the model fine-tuned on the task's expert actions with probability P (tiny_vl --imitate)",
     )
+    parser.add_argument(
+        "--probe-start",
+        type=float,
+        default=None,
+        metavar="P",
+        help="start from the random model trained by benchmarks/vision_probe.py --expert P (--probe-steps steps)",
+    )
+    parser.add_argument("--probe-steps", type=int, default=150, help="full-batch steps of --probe-start")
     parser.add_argument("--runs", default="runs/vision", help="run folders (not committed)")
     parser.add_argument("--data", default="benchmarks/data/vision", help="kept data (committed)")
     parser.add_argument(
@@ -105,8 +114,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--tile-size must be in [4, 64] (gridnav's tile_size), got {args.tile_size}")
     if args.imitate is not None and not 0 <= args.imitate <= 1:
         parser.error(f"--imitate takes a probability in [0, 1], got {args.imitate}")
+    if args.probe_start is not None and not 0 <= args.probe_start <= 1:
+        parser.error(f"--probe-start takes a probability in [0, 1], got {args.probe_start}")
+    if args.probe_start is not None and args.imitate is not None:
+        parser.error("give one start: --imitate or --probe-start, not both")
     if args.model is None:
         start = "" if args.imitate is None else f"-imitate{args.imitate:g}-tile{args.tile_size}-steps{args.max_steps}"
+        if args.probe_start is not None:
+            start = f"-probe{args.probe_start:g}-tile{args.tile_size}-s{args.probe_steps}"
         args.model = f"artifacts/tiny-vl-gridnav{start}"
     for key in ("iters", "tasks", "group", "val_size", "test_freq", "jobs", "max_steps"):
         if getattr(args, key) < 1:
@@ -141,6 +156,16 @@ def overrides(config: str, seed: int, args: argparse.Namespace, out: Path) -> li
 def model_command(args: argparse.Namespace) -> list[str]:
     """The command that builds ``--model``: random init, then with ``--imitate P`` the imitation fine-tuning on the
     task (walks of ``--max-steps`` steps)."""
+    if args.probe_start is not None:
+        base = "artifacts/tiny-vl-gridnav"  # the random model, built by vision_probe.py when missing
+        return [sys.executable, "benchmarks/vision_probe.py", "--model", base, "--tile-sizes", str(args.tile_size)] + [
+            "--expert",
+            f"{args.probe_start:g}",
+            "--steps",
+            str(args.probe_steps),
+            "--save",
+            args.model,
+        ]
     cmd = [sys.executable, "-m", "verl_gigpo.dev.tiny_vl_model", "--out", args.model]
     if args.imitate is not None:
         cmd += ["--imitate", f"gridnav:{args.imitate:g}", "--imitate-kwargs", json.dumps(env_kwargs(args))]
@@ -185,6 +210,7 @@ def run_cell(config: str, seed: int, args: argparse.Namespace) -> str:
             "max_steps": args.max_steps,
             "entropy_coeff": args.entropy_coeff,
             "imitate": args.imitate,
+            "probe_start": args.probe_start,
             "model_command": " ".join(["python", *model_command(args)[1:]]),
         },
         command="python -m verl_gigpo.local.train " + " ".join(items),
@@ -200,6 +226,13 @@ def _curve(rows: list[dict]) -> list[tuple[int, float]]:
 def report(args: argparse.Namespace) -> str:
     """The RESULTS.md section from the kept files under ``args.data``."""
     start = "A random-init tiny Qwen2.5-VL (`verl_gigpo.dev.tiny_vl_model`, ~0.3M parameters)"
+    if args.probe_start is not None:
+        start = (
+            "A tiny Qwen2.5-VL (~0.3M parameters) trained from random init, supervised and full-batch, on the 72 "
+            f"drawings of the task's states towards an optimal move with probability {args.probe_start:g} (a "
+            f"uniformly random action otherwise) for {args.probe_steps} steps, just past the plateau where it starts "
+            f"to read the drawing (`{' '.join(['python', *model_command(args)[1:]])}`),"
+        )
     if args.imitate is not None:
         start = (
             "A tiny Qwen2.5-VL (~0.3M parameters) fine-tuned, supervised, to imitate the task's shortest-path expert "

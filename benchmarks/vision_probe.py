@@ -2,13 +2,18 @@
 
     python benchmarks/vision_probe.py                       # tile sizes 16 and 28, lr 3e-3, 100 steps
     python benchmarks/vision_probe.py --tile-sizes 16 --steps 150
+    python benchmarks/vision_probe.py --tile-sizes 16 --expert 0.5 --steps 150 --save artifacts/tiny-vl-gridnav-probe05
 
 Every state of 3x3 gridnav without walls (72 agent/goal pairs) is drawn (``render_grid_image``) and encoded as the
 engines encode it (the chat template, the processor, Qwen-VL's 4-row positions). The model at ``--model`` (built
 by ``verl_gigpo.dev.tiny_vl_model`` when missing) is trained full-batch with Adam on the loss
 ``-log sum_{a in optimal moves} pi(a | image)`` over the four action tokens; every 25 steps it prints the loss,
-the accuracy (its most likely action is an optimal move) and the mean probability of the optimal moves. Nothing is
-kept: it is a diagnostic, read next to the RL runs of ``benchmarks/vision_learning.py`` (docs/vision.md).
+the accuracy (its most likely action is an optimal move) and the mean probability of the optimal moves.
+
+With ``--expert P`` the target is soft: an optimal move with probability P (spread over the optimal moves), a
+uniformly random action otherwise, i.e. ``-sum_a q(a) log pi(a | image)`` with ``q = P * 1[a optimal] / n_opt +
+(1 - P) / 4``; ``--save DIR`` then writes the trained model (one tile size) there, a weak start that reads the
+drawing for ``benchmarks/vision_learning.py --model DIR``. Otherwise nothing is kept (docs/vision.md).
 """
 
 from __future__ import annotations
@@ -42,9 +47,11 @@ def states(tile: int) -> tuple[list, torch.Tensor]:
     return images, torch.stack(optimal)
 
 
-def probe(model_dir: str, tile: int, lr: float, steps: int) -> list[tuple[int, float, float, float]]:
-    """Train a fresh copy of the model on the drawings at ``tile`` pixels a cell; ``(step, loss, accuracy, p(optimal))``
-    every 25 steps."""
+def probe(
+    model_dir: str, tile: int, lr: float, steps: int, expert: float | None = None, save: str | None = None
+) -> list[tuple[int, float, float, float]]:
+    """Train a fresh copy of the model on the drawings at ``tile`` pixels a cell (the soft target of ``expert``, see
+    the module docstring), saved to ``save`` when given; ``(step, loss, accuracy, p(optimal))`` every 25 steps."""
     from verl_gigpo.rollout.vision import image_inputs, load_pretrained, rope_positions
 
     torch.manual_seed(0)
@@ -63,7 +70,11 @@ def probe(model_dir: str, tile: int, lr: float, steps: int) -> list[tuple[int, f
     for step in range(steps + 1):
         logits = model(input_ids=ids, attention_mask=attention, position_ids=positions, **vision).logits
         logp = logits[:, -1, action_ids].log_softmax(-1)  # (72, 4)
-        loss = -logp.masked_fill(~optimal, float("-inf")).logsumexp(-1).mean()
+        if expert is None:
+            loss = -logp.masked_fill(~optimal, float("-inf")).logsumexp(-1).mean()
+        else:
+            target = expert * optimal / optimal.sum(-1, keepdim=True) + (1 - expert) / 4  # (72, 4)
+            loss = -(target * logp).sum(-1).mean()
         if step % 25 == 0:
             accuracy = optimal[torch.arange(len(optimal)), logp.argmax(-1)].float().mean()
             p_opt = logp.exp()[optimal].sum() / len(optimal)
@@ -71,6 +82,11 @@ def probe(model_dir: str, tile: int, lr: float, steps: int) -> list[tuple[int, f
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+    if save is not None:
+        import shutil
+
+        shutil.copytree(model_dir, save, dirs_exist_ok=True)
+        model.save_pretrained(save)
     return out
 
 
@@ -81,7 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tile-sizes", type=int, nargs="+", default=[16, 28], help="pixels per cell to probe")
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--expert", type=float, default=None, help="soft target: an optimal move with probability P")
+    parser.add_argument("--save", default=None, help="write the trained model here (one --tile-sizes value)")
     args = parser.parse_args(argv)
+    if args.expert is not None and not 0 <= args.expert <= 1:
+        parser.error(f"--expert takes a probability in [0, 1], got {args.expert}")
+    if args.save is not None and len(args.tile_sizes) != 1:
+        parser.error(f"--save writes one model: give one --tile-sizes value, got {args.tile_sizes}")
     if args.steps < 1:
         parser.error(f"--steps must be >= 1, got {args.steps}")
     if not (Path(args.model) / "config.json").is_file():
@@ -90,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     for tile in args.tile_sizes:
         began = time.perf_counter()
-        for step, loss, accuracy, p_opt in probe(args.model, tile, args.lr, args.steps):
+        for step, loss, accuracy, p_opt in probe(args.model, tile, args.lr, args.steps, args.expert, args.save):
             print(f"tile {tile}: step {step:4d}  loss {loss:.3f}  accuracy {accuracy:.2f}  p(optimal) {p_opt:.2f}")
         print(f"tile {tile}: {time.perf_counter() - began:.0f} s", flush=True)
     return 0

@@ -87,3 +87,30 @@ def test_the_what_was_tried_section(bench, tmp_path):
     text = results.read_text()
     assert vl.TRIED_HEADING in text
     assert "| random init, lr 3e-3 | 20 | 0.00 -> 0.10 | 1.00 -> 1.00 | 0.25 | flat |" in text
+
+
+def test_the_starts_are_built_by_their_commands(bench, tmp_path):
+    _, vl = bench
+    argv = ["--data", str(tmp_path / "kept"), "--runs", str(tmp_path / "runs")]
+    probe = vl.parse_args([*argv, "--probe-start", "0.5", "--probe-steps", "150"])
+    assert probe.model == "artifacts/tiny-vl-gridnav-probe0.5-tile16-s150"
+    assert vl.model_command(probe)[1:] == [
+        "benchmarks/vision_probe.py",
+        "--model",
+        "artifacts/tiny-vl-gridnav",
+        "--tile-sizes",
+        "16",
+        "--expert",
+        "0.5",
+        "--steps",
+        "150",
+        "--save",
+        probe.model,
+    ]
+    assert vl.heading(probe).endswith("supervised start (an optimal move with probability 0.5)")
+    imitate = vl.parse_args([*argv, "--imitate", "0.3", "--max-steps", "3"])
+    assert vl.model_command(imitate)[-6:-4] == ["--imitate", "gridnav:0.3"]
+    assert "--imitate-max-steps" in vl.model_command(imitate)
+    for bad in (["--probe-start", "1.5"], ["--imitate", "0.3", "--probe-start", "0.5"]):
+        with pytest.raises(SystemExit):
+            vl.parse_args([*argv, *bad])
