@@ -10,6 +10,7 @@ made, so optional heavy dependencies (ALFWorld's TextWorld engine, ...) cost not
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +21,7 @@ __all__ = [
     "TextEnv",
     "env_class",
     "env_target",
+    "kwargs_from_json",
     "list_envs",
     "make_env",
     "register_env",
@@ -128,3 +130,20 @@ def env_target(name: str) -> str:
     if name not in _REGISTRY:
         raise ValueError(f"unknown environment {name!r}; known environments: {', '.join(list_envs())}")
     return _REGISTRY[name]
+
+
+def kwargs_from_json(text: str, option: str = "--env-kwargs") -> dict[str, Any]:
+    """``text``, an environment's constructor arguments as a JSON object, as a dict.
+
+    Raises:
+        ValueError: ``text`` is not JSON, or not a JSON object (naming ``option``).
+    """
+    try:
+        kwargs = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{option} is not valid JSON ({exc}): {text!r}") from exc
+    if not isinstance(kwargs, dict):
+        raise ValueError(
+            f"{option} must be a JSON object of constructor arguments, e.g. '{{\"size\": 7}}'; got {text!r}"
+        )
+    return kwargs

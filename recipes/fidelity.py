@@ -355,8 +355,8 @@ hold, checked by composing every recipe with each method. They replace the rows 
 row above still holds, as there the authors' script sets what verl-agent's GiGPO script sets (every key of the two was
 compared). *Authors' run* is the authors' script for that environment with their trainer and code. Where they ran no
 script for an environment, only the method's rows for every recipe change. The deviations of each method's maths from
-the authors' code are numbered in [`verl_gigpo/advantage/__init__.py`](../verl_gigpo/advantage/__init__.py) (items
-13-25); the paper equations' forms stay available as overrides (e.g. `algorithm.hgpo.weight_base=depth`,
+the authors' code are numbered in [docs/estimators.md](estimators.md#deliberate-deviations-from-the-authors-code)
+(items 13-25); the paper equations' forms stay available as overrides (e.g. `algorithm.hgpo.weight_base=depth`,
 [docs/estimators.md](estimators.md)).
 """
 

@@ -13,6 +13,8 @@ of the module's own ancestor package (Python imports it first anyway) and one un
    (:data:`COMMAND_ROOMS`) or ``dev/``: model builders live in ``dev/``; a command (``make demo``) may call one,
    the library's run-time code may not.
 4. Every folder of the package is listed in README's Layout section.
+5. Docstrings are short: the package's share at most 15 % (``python -m verl_gigpo.dev.docstring_share``), module
+   docstrings at most 15 lines, no docstring quoting a file's line numbers; the rationale lives in ``docs/``.
 """
 
 from __future__ import annotations
@@ -292,3 +294,27 @@ def test_every_benchmark_spells_its_print_only_flag_no_results():
                     found[path.name] = names[0]
     assert len(found) >= 6, found
     assert {name for name, first in found.items() if first != "--no-results"} == set()
+
+
+def test_docstrings_are_short_and_the_package_share_is_at_most_15_percent():
+    """Issue 39 item 5: the package's docstring share (``python -m verl_gigpo.dev.docstring_share``) is at most 15 %,
+    every module docstring is at most 15 lines, and no docstring quotes another repository's line numbers."""
+    from verl_gigpo.dev.docstring_share import docstring_lines, measure
+
+    assert docstring_lines('"""a\nb"""\nclass A:\n    """c"""\n    def f(self):\n        return 1\n') == 3
+    doc, lines, _ = measure()
+    assert doc / lines <= 0.15, f"docstring share {doc}/{lines} = {doc / lines:.1%}: move rationale to docs/"
+    long_modules, line_numbers = [], []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        module_doc = tree.body[0] if tree.body and isinstance(tree.body[0], ast.Expr) else None
+        if module_doc is not None and isinstance(module_doc.value, ast.Constant):
+            if module_doc.end_lineno - module_doc.lineno + 1 > 15:
+                long_modules.append(path.relative_to(PACKAGE_DIR).as_posix())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                text = ast.get_docstring(node) or ""
+                if re.search(r"\.py[:#]L?\d+|\blines? \d+(-\d+)? of\b", text):
+                    line_numbers.append(f"{path.relative_to(PACKAGE_DIR).as_posix()}:{getattr(node, 'name', '')}")
+    assert not long_modules, f"module docstrings longer than 15 lines: {long_modules}"
+    assert not line_numbers, f"docstrings quoting line numbers of a file: {line_numbers}"

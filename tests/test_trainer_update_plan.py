@@ -251,8 +251,8 @@ def _split_through_verl(trainer, rows: int) -> dict:
 @pytest.mark.parametrize("rows", [5, 37, 50, 83, 205])  # step rows vary per episode: none a multiple of n = 4
 def test_public_route_same_rows_and_steps_but_not_the_same_split(tmp_path, rows):
     """The answer to "could ppo_mini_batch_size = mini_batch_rows / rollout.n with actor.shuffle=true replace the
-    overrides?" (module docstring of verl_gigpo.verl_glue.trainer): the same rows and optimizer steps, not the same
-    split.
+    overrides?" (docs/verl-integration.md, "Why not verl's public route"): the same rows and optimizer steps, not the
+    same split.
 
     The plan pads to its adapted mini-batch size m = ceil(R / k) rounded to the multiple (here 1), so fewer than
     ``multiple`` padding rows and equal mini-batches; the public route always pads to a multiple of M, up to M - 1

@@ -15,7 +15,7 @@ from subprocs import Started
 
 from verl_gigpo.advantage import compute_gigpo_advantage
 
-#: the plug-in's line on success, in its one format (README, "Troubleshooting")
+#: the plug-in's line on success, in its one format (docs/troubleshooting.md)
 LOADED = (
     "INFO verl_gigpo.plugin: verl_gigpo plug-in loaded: adv_estimator=gigpo|hgpo|graphgpo|g2po, agent loop "
     "'gigpo_env_agent', trainer mode 'gigpo_sync' (registered when verl imports their registries)"

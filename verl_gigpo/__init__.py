@@ -1,19 +1,9 @@
 """verl-gigpo: GiGPO (Group-in-Group Policy Optimization, arXiv 2505.10978) for multi-turn LLM agents on verl 0.9.1.
 
-Importing this package is cheap (no verl, no torch). Each folder is one concern (README, "Layout"):
-
-* :mod:`verl_gigpo.advantage` — the estimators (pure maths: GiGPO, HGPO, GraphGPO, G2PO) and the anchor grouping
-  (:mod:`verl_gigpo.advantage.anchors`); :mod:`verl_gigpo.config` — :class:`~verl_gigpo.config.GiGPOConfig`, the
-  Hydra yaml and the resume policy; :mod:`verl_gigpo.config.rules` — the validator of every number and choice;
-* :mod:`verl_gigpo.plugin` — the verl plug-in entry point (estimators ``"gigpo"``, ``"hgpo"``, ``"graphgpo"``,
-  ``"g2po"``, agent loop ``"gigpo_env_agent"``, trainer mode ``"gigpo_sync"``); :mod:`verl_gigpo.main` —
-  ``python -m verl_gigpo.main``; :mod:`verl_gigpo.verl_glue` — everything that subclasses, registers into or patches
-  verl (trainer mode, agent loop, preflight, launch, metrics file, version guard, the CPU platform);
-* :mod:`verl_gigpo.rollout` — the episode runner shared by both engines (environment execution in
-  :mod:`verl_gigpo.rollout.execution`); :mod:`verl_gigpo.local` — the embedded single-machine engine;
-* :mod:`verl_gigpo.credit` — per-step credit records and their report (``python -m verl_gigpo.inspect``);
-  :mod:`verl_gigpo.evaluate`, :mod:`verl_gigpo.probe`, :mod:`verl_gigpo.export` (a checkpoint of either engine as a
-  Hugging Face folder) — the other commands; :mod:`verl_gigpo.dev` — dev-only tools, off the runtime path.
+Importing this package is cheap (no verl, no torch). Each folder is one concern: :mod:`.advantage` (the maths),
+:mod:`.config`, :mod:`.rollout` (shared by both engines), :mod:`.verl_glue` (everything that touches verl; the plug-in
+entry point is :mod:`.plugin`, the command :mod:`.main`), :mod:`.local` (the single-machine engine), :mod:`.credit`,
+the commands :mod:`.evaluate`, :mod:`.probe`, :mod:`.export`, and :mod:`.dev` (off the runtime path). README, "Layout".
 """
 
 import importlib.util
@@ -69,8 +59,7 @@ def wrong_python_line(command: str, missing: list[str], executable: str, root: P
 
 
 def _command_python_check() -> None:
-    """``python -m verl_gigpo.<command>`` with a Python lacking :data:`COMMAND_DEPS`: one line and exit status 2, in
-    place of a ``ModuleNotFoundError`` from deep inside the command's imports (``find_spec`` imports nothing)."""
+    """A Python lacking :data:`COMMAND_DEPS`: one line and exit status 2, not a ``ModuleNotFoundError``."""
     missing = [name for name in COMMAND_DEPS if importlib.util.find_spec(name) is None]
     if missing:
         args = getattr(sys, "orig_argv", [])

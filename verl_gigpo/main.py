@@ -2,36 +2,10 @@
 
     python -m verl_gigpo.main env.name=alfworld data.train_files=... data.val_files=... [overrides...]
 
-The config is ``verl_gigpo/config/gigpo_trainer.yaml`` (verl's ``ppo_trainer`` plus the GiGPO keys). verl's own
-entry point trains with the same config and plug-in,
-
-    python -m verl.trainer.main_ppo -cp pkg://verl_gigpo.config -cn gigpo_trainer [overrides...]
-
-but skips what this one does before verl starts Ray (the plug-in does not add it there: it is imported in every
-verl process, and ``python -m verl.trainer.main_ppo`` runs verl's module as ``__main__``, offering no hook on the
-composed config before Ray starts). Inside Ray the trainer mode and the agent loop still refuse a bad
-``algorithm.gigpo.*``, ``env.*`` or ``algorithm.use_kl_in_reward`` with the same messages, but only after Ray and
-TransferQueue have started. Before Ray, this entry point
-
-1. checks that the plug-in really registered itself into verl (verl hides plug-in import errors);
-2. checks the config (:func:`verl_gigpo.verl_glue.preflight.preflight`: the GiGPO keys, the model, data and environment
-   paths), naming each bad key;
-3. when it joins a running Ray cluster (``ray_kwargs.ray_init.address`` or ``RAY_ADDRESS``), leaves the node
-   settings (``ray_init.num_cpus``/``num_gpus``) to the cluster and checks that ``trainer.nnodes`` x
-   ``trainer.n_gpus_per_node`` ranks fit on its nodes (:mod:`verl_gigpo.verl_glue.cluster`; docs/multi-node.md);
-4. prepares the experiment folder (:func:`verl_gigpo.verl_glue.launch.prepare_launch`): sets partial checkpoints aside,
-   says whether and from where it resumes, stops when a key that changes training differs from the checkpointed run's
-   (``trainer.allow_config_change=true`` overrides), and keeps the metrics file across launches.
-
-A launch refused in 3 or 4 (:class:`verl_gigpo.verl_glue.cluster.ClusterError`,
-:class:`verl_gigpo.verl_glue.launch.LaunchError`) ends
-with one line, ``error: <what to do>``, and exit status 1. So does a launch whose Ray actor died during training (an
-agent-loop worker, a rollout server, a training worker: :mod:`verl_gigpo.verl_glue.dead_actor`): the line names the
-process and the checkpoint that a relaunch with ``trainer.resume_mode=auto`` resumes from. An error out of Ray that
-names no dead process (a client of a service on a node that left may fail on its own first) is checked against Ray's
-actor table for up to :data:`TABLE_WAIT_S` seconds: a process of the run that died unasked is named the same way.
-
-See ``recipes/`` for complete commands and ``docs/runs.md`` for resuming, checkpoints and metrics.
+The config is ``verl_gigpo/config/gigpo_trainer.yaml`` (verl's ``ppo_trainer`` plus the GiGPO keys). Before verl
+starts Ray it checks the plug-in's registration, the config and the files (preflight), the Ray cluster it joins and
+the experiment folder; a refused launch, or one whose Ray actor died, ends with one ``error:`` line and exit status 1.
+Why not verl's own ``main_ppo``: docs/verl-integration.md ("Before Ray"); resuming and metrics: docs/runs.md.
 """
 
 from __future__ import annotations

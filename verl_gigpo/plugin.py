@@ -1,24 +1,10 @@
 """verl plug-in entry point (``[project.entry-points."verl.plugins"] gigpo = "verl_gigpo.plugin"``).
 
-``import verl`` imports every ``verl.plugins`` entry point, so importing this module registers, through verl's
-own registries:
-
-* the advantage estimators ``"gigpo"``, ``"hgpo"``, ``"graphgpo"`` and ``"g2po"``
-  (``verl.trainer.ppo.core_algos.register_adv_est``; :data:`verl_gigpo.STEP_CREDIT_ESTIMATORS`);
-* the agent loop ``"gigpo_env_agent"`` (``verl.experimental.agent_loop.agent_loop.register``),
-  see :mod:`verl_gigpo.verl_glue.agent_loop`;
-* the V1 trainer mode ``"gigpo_sync"`` (``verl.trainer.ppo.v1.register_trainer``), see
-  :mod:`verl_gigpo.verl_glue.trainer`;
-* the ``cpu`` platform and the ``hf`` rollout backend that run verl's pipeline on a CPU, see
-  :mod:`verl_gigpo.verl_glue.cpu`;
-* a filter that shows TransferQueue's repeated thread-count warning once per process
-  (:mod:`verl_gigpo.verl_glue.quiet`);
-* a file logger that appends across the launches of one experiment (``verl.utils.tracking.FileLogger``, active only
-  where ``python -m verl_gigpo.main`` asks for it), see :func:`verl_gigpo.verl_glue.metrics_file.append_file_logger`.
-
-verl swallows plug-in import errors at DEBUG level; this module logs a failure at ERROR level (and re-raises),
-and one INFO line on success (shown when ``VERL_LOGGING_LEVEL`` is INFO, the default for this logger).
-:func:`ensure_registered` lets entry points check that the registration really happened.
+``import verl`` imports this module in every process; it registers, through verl's own registries, the advantage
+estimators (:data:`verl_gigpo.STEP_CREDIT_ESTIMATORS`), the agent loop ``gigpo_env_agent``, the V1 trainer mode
+``gigpo_sync``, the ``cpu`` platform and ``hf`` rollout backend, the once-per-process warning filter and the
+appending file logger, each when verl imports its registry. A failure is logged at ERROR (verl would hide it at
+DEBUG); :func:`ensure_registered` lets entry points check. docs/configuration.md ("How the plug-in fits into verl").
 """
 
 from __future__ import annotations
@@ -58,22 +44,13 @@ _STEP_FIELDS = ("step_rewards", "group_ids", "traj_ids", "step_ids", "anchor_key
 
 def make_adv_estimator(method: str) -> Any:
     """The function registered as verl's ``method`` advantage estimator (``"gigpo"``, ``"hgpo"``, ``"graphgpo"`` or
-    ``"g2po"``), named ``<method>_adv_estimator``.
+    ``"g2po"``): ``(token_level_rewards (N, L), response_mask (N, L), config=None, index=None, **kwargs) ->
+    (advantages (N, L), returns (N, L))``.
 
-    verl's generic dispatch passes only ``token_level_rewards`` (N, L), ``response_mask`` (N, L), ``config`` and
-    ``index`` (uid); the step-credit estimators also need per-row step rewards, trajectory ids, step ids and anchor
-    keys (GraphGPO and G2PO the episode outcome ``won`` and ``action_valid`` too), which the trainer mode
-    ``gigpo_sync`` (:class:`verl_gigpo.verl_glue.trainer.GiGPOTrainerSync`) reads from the rollout's ``extra_fields``.
-    Called with ``step_rewards``, ``group_ids`` (defaults to ``index``), ``traj_ids``, ``step_ids`` and ``anchor_keys``
-    (and optionally ``row_mask``, ``won``, ``action_valid``) as keyword arguments the function computes the
-    estimator configured by ``config`` (verl's ``algorithm`` section: ``algorithm.gamma``, ``algorithm.gigpo.*``
-    and ``algorithm.<method>.*``) through :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms`, the entry the
-    trainer mode and the local engine use too (so ``key_mode=similarity`` merges near-identical observation keys
-    here as well); called without them it raises ``ValueError`` naming the trainer mode to use.
-
-    Returns:
-        the function ``(token_level_rewards, response_mask, config=None, index=None, **kwargs) -> (advantages (N, L),
-        returns (N, L))``.
+    It needs ``step_rewards``, ``traj_ids``, ``step_ids``, ``anchor_keys`` (``group_ids`` defaults to ``index``;
+    optional ``row_mask``, ``won``, ``action_valid``) as keyword arguments, which only the ``gigpo_sync`` trainer mode
+    passes, and computes :meth:`GiGPOConfig.advantage_terms` from ``config`` (verl's ``algorithm`` section); without
+    them it raises ``ValueError`` naming the trainer mode.
     """
     if method not in STEP_CREDIT_ESTIMATORS:
         raise ValueError(f"{method!r} is not a step-credit estimator; use one of {list(STEP_CREDIT_ESTIMATORS)}")
@@ -153,15 +130,7 @@ _LAZY = (
 
 
 def _register() -> None:
-    """Register everything, each piece when verl imports the module that holds its registry.
-
-    ``import verl`` loads this plug-in in every process (rollout servers, FSDP workers, reward workers, ...);
-    registering eagerly would import verl's trainer stack (~1,500 modules) into all of them. So each registration
-    is a post-import hook (``wrapt.register_post_import_hook``): the estimator when ``core_algos`` is imported, the
-    agent loop with verl's agent-loop module, the trainer mode with ``verl.trainer.ppo.v1``, the appending file
-    logger with ``verl.utils.tracking``; a hook runs at once when its module is already imported. The CPU platform
-    registers now (verl resolves the platform early).
-    """
+    """Register the CPU platform now, every other piece when verl imports its registry (a post-import hook)."""
     import wrapt
 
     from verl_gigpo.verl_glue.cpu import register_cpu_backends
@@ -179,12 +148,8 @@ def _register() -> None:
 
 
 def ensure_registered() -> None:
-    """Run every registration now (importing verl's registries) and raise ``RuntimeError`` (with the cause) unless
-    the estimator, agent loop and trainer mode are registered.
-
-    Use in entry points: verl hides plug-in import errors, so a broken install would otherwise surface later as
-    "Unknown advantage estimator".
-    """
+    """Run every registration now and raise ``RuntimeError`` (with the cause) unless the estimators, agent loop and
+    trainer mode are registered: verl hides plug-in import errors, so entry points check."""
     try:
         from verl_gigpo.verl_glue.cpu import register_cpu_backends
 

@@ -1,15 +1,7 @@
 """Id arrays: the one place that reads and checks ids and keys and turns them into integer codes.
 
-Shared by the estimators (:mod:`verl_gigpo.advantage`) and anchor grouping (:mod:`verl_gigpo.advantage.anchors`), so
-both accept the same inputs and word their errors the same way. Rules:
-
-* an id array is a 1-D ``np.ndarray``, a torch tensor (moved to the CPU) or a sequence that is not a string (its
-  items kept whole, so tuple keys stay tuples: ``np.fromiter(keys, dtype=object, count=n)``);
-* its length matches the rows it describes (the error names both arrays);
-* codes are equal exactly where the values are equal (``==``), whatever the hashes do; a missing value (None,
-  NaN) or an unhashable one (a list, an array) is an error naming the row and what to pass instead.
-
-Nothing here imports torch or any other part of the package.
+Shared by the estimators and anchor grouping, so both accept the same inputs and word their errors alike; the rules
+are in docs/adding-an-estimator.md, "The shared row helpers". Imports no torch and no other part of the package.
 """
 
 from __future__ import annotations
@@ -24,16 +16,7 @@ __all__ = ["as_id_array", "hashable", "id_codes", "pair_codes", "show"]
 
 
 def as_id_array(values: Any, name: str, n: int | None = None, *, other: str = "step_rewards") -> np.ndarray:
-    """``values`` as a 1-D array ``(N,)``.
-
-    Args:
-        values: ``np.ndarray``, torch tensor or non-string sequence.
-        name: the argument's name, for errors.
-        n: the expected length (None: any); ``other`` names the array it must match.
-
-    Raises:
-        ValueError: another type, more than one dimension, or a length other than ``n``.
-    """
+    """``values`` (array, tensor or non-string sequence) as a 1-D (N,) array; ``n`` its expected length."""
     if isinstance(values, np.ndarray):
         arr = values
     elif callable(getattr(values, "detach", None)):  # a torch tensor (this module does not import torch)
@@ -53,19 +36,9 @@ def as_id_array(values: Any, name: str, n: int | None = None, *, other: str = "s
 
 
 def id_codes(values: np.ndarray, name: str, rows: np.ndarray | None = None) -> np.ndarray:
-    """Codes ``(M,)`` int64 in ``[0, K)``, numbered by first appearance, equal exactly where the values are equal.
+    """Codes (M,) int64 in [0, K), numbered by first appearance, equal exactly where the values are ``==``.
 
-    Object arrays go through Python's own (cached) ``hash`` and an integer factorisation, then every entry is
-    checked against its code's first entry with ``==``; on any mismatch (a 64-bit hash collision, NaN) or a
-    missing value it falls back to ``pandas.factorize``, exact but slower on objects. O(M).
-
-    Args:
-        values: ``(M,)`` ids.
-        name: the argument's name, for errors.
-        rows: ``(M,)`` the batch row of each entry, for errors (default: the entry's position).
-
-    Raises:
-        ValueError: a missing (None/NaN) or unhashable value, naming its row.
+    Hash factorisation checked entry by entry, else ``pandas.factorize``; O(M). ``rows`` (M,) names rows in errors.
     """
     where = np.arange(values.shape[0]) if rows is None else rows
     if values.dtype == object and values.size:
@@ -102,11 +75,7 @@ def id_codes(values: np.ndarray, name: str, rows: np.ndarray | None = None) -> n
 
 
 def pair_codes(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, int]:
-    """Codes of the pairs ``(first[i], second[i])`` of two code arrays (non-negative int64, ``(M,)`` each).
-
-    Returns:
-        ``(codes (M,) int64 numbered by first appearance, number of distinct pairs)``.
-    """
+    """``(codes (M,) int64, number of distinct pairs)`` of the pairs ``(first[i], second[i])`` of two code arrays."""
     if first.size == 0:
         return np.zeros(0, dtype=np.int64), 0
     span = int(second.max()) + 1

@@ -1,6 +1,4 @@
-"""Reading the estimators' inputs: the options every estimator shares, a successor's options base, and the per-row
-arrays (rewards, masks, outcome flags, step ids), each checked with a message that names the argument, the row and
-the fix. Ids and keys are read by :mod:`verl_gigpo.advantage._ids`."""
+"""Reading the estimators' options and per-row arrays, each checked with an error naming the argument, row and fix."""
 
 from __future__ import annotations
 
@@ -44,12 +42,7 @@ def is_real(x: Any) -> bool:
 
 
 def check_common_options(*, gamma: Any, norm: Any, epsilon: Any, episode_stats: Any) -> dict[str, Any]:
-    """The options every estimator shares: ``norm`` in :data:`NORMS`, ``episode_stats`` in :data:`EPISODE_STATS`,
-    ``gamma`` a number in [0, 1], ``epsilon`` a finite number > 0. Returns them with numbers as floats.
-
-    Raises:
-        ValueError: naming the option, the value given and the valid values.
-    """
+    """Check the shared options (``norm``, ``episode_stats``, ``gamma`` in [0, 1], ``epsilon`` > 0); floats back."""
     if norm not in NORMS:
         hints = {
             "mean_norm": " (the reference code's mode='mean_norm' meant 'mean')",
@@ -78,16 +71,13 @@ def check_common_options(*, gamma: Any, norm: Any, epsilon: Any, episode_stats: 
 def check_number(
     key: str, value: Any, *, low: float, high: float = math.inf, low_open: bool = False, why: str
 ) -> float:
-    """``value`` as a float when it is a real number in ``[low, high]`` (``(low, high]`` with ``low_open``); else
-    ``ValueError("<key>=<value> must be ... (<why>)")``. Infinity and NaN are never valid."""
+    """``value`` as a float when it is a real number in [low, high] (``low_open``: (low, high]); else one error."""
     Range(key, "float", why, low=low, high=None if high == math.inf else high, low_open=low_open).check(value)
     return float(value)
 
 
 class MethodOptions:
-    """Base of a successor's frozen options dataclass (:class:`~verl_gigpo.advantage.HGPOOptions`, ...): at
-    construction every field goes through the method's check, ``_check`` (a ``staticmethod`` taking the fields as
-    keywords and returning them validated, numbers as floats)."""
+    """Base of an estimator's frozen options dataclass: ``_check`` validates every field at construction."""
 
     _check: Any = None
 
@@ -101,17 +91,21 @@ class MethodOptions:
 
 
 # ---------------------------------------------------------------------------------------------------- inputs
+def _float64(values: Any, name: str) -> np.ndarray:
+    """``values`` (tensor or array-like) as a float64 array; complex tensors and unconvertible values refused."""
+    if isinstance(values, torch.Tensor):
+        if values.is_complex():
+            raise ValueError(f"{name} must be a real tensor, got a complex one")
+        return values.detach().to(device="cpu", dtype=torch.float64).numpy()
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a (N,) float array or tensor; could not convert it: {err}") from err
+
+
 def as_rewards(step_rewards: Any) -> np.ndarray:
     """``step_rewards`` as a ``(N,)`` float64 array (tensor or array-like; complex and multi-dimensional refused)."""
-    if isinstance(step_rewards, torch.Tensor):
-        if step_rewards.is_complex():
-            raise ValueError("step_rewards must be a real tensor, got a complex one")
-        arr = step_rewards.detach().to(device="cpu", dtype=torch.float64).numpy()
-    else:
-        try:
-            arr = np.asarray(step_rewards, dtype=np.float64)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"step_rewards must be a (N,) float tensor; could not convert it: {err}") from err
+    arr = _float64(step_rewards, "step_rewards")
     if arr.ndim != 1:
         raise ValueError(
             f"step_rewards must be 1-D (N,), one reward per step row; got shape {tuple(arr.shape)} "
@@ -156,18 +150,8 @@ def as_row_mask(row_mask: Any, n: int) -> np.ndarray:
 
 
 def as_row_penalty(row_penalty: Any, n: int) -> np.ndarray:
-    """``row_penalty`` as a ``(N,)`` float64 array of finite numbers (tensor or array-like).
-
-    Raises:
-        ValueError: another shape, or a value that is not a finite number (naming the first bad row).
-    """
-    if isinstance(row_penalty, torch.Tensor):
-        arr = row_penalty.detach().to(device="cpu", dtype=torch.float64).numpy()
-    else:
-        try:
-            arr = np.asarray(row_penalty, dtype=np.float64)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"row_penalty must be a (N,) float array; could not convert it: {err}") from err
+    """``row_penalty`` as a (N,) float64 array of finite numbers."""
+    arr = _float64(row_penalty, "row_penalty")
     if arr.shape != (n,):
         raise ValueError(f"row_penalty must have shape ({n},) like step_rewards, one penalty per row; got {arr.shape}")
     bad = np.flatnonzero(~np.isfinite(arr))
@@ -177,22 +161,13 @@ def as_row_penalty(row_penalty: Any, n: int) -> np.ndarray:
 
 
 def invalid_row_penalty(action_valid: Any, penalty: float, n: int) -> np.ndarray:
-    """The ``row_penalty`` of the reference implementation's invalid-action penalty: ``penalty`` on each row whose
-    reply held no valid action, 0 elsewhere, ``(N,)`` float64 (``p_t = c * (1 - valid_t)``).
-
-    Raises:
-        ValueError: ``action_valid`` missing, of another length, or not bool (0/1) values.
-    """
+    """Reference placement of the invalid-action penalty: (N,) float64 ``p_t = penalty * (1 - valid_t)``."""
     valid = as_flags(action_valid, "action_valid", n, needed_by="the reference placement of the invalid-action penalty")
     return np.where(valid, 0.0, float(penalty))
 
 
 def as_flags(values: Any, name: str, n: int, *, needed_by: str) -> np.ndarray:
-    """A per-row flag (``won``, ``action_valid``) as a ``(N,)`` bool array: booleans, or numbers that are 0 or 1.
-
-    Raises:
-        ValueError: None (``needed_by`` says which estimator needs it), another length, or other values.
-    """
+    """A per-row flag (``won``, ``action_valid``) as a (N,) bool array: booleans, or numbers 0 or 1."""
     if values is None:
         raise ValueError(f"{needed_by} needs {name}: one bool per step row ({name}[i] of the row's trajectory step)")
     arr = as_id_array(values, name, n)
@@ -207,8 +182,7 @@ def as_flags(values: Any, name: str, n: int, *, needed_by: str) -> np.ndarray:
 
 
 def as_step_ids(steps: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Step ids as int64, exactly: integers, or floats / objects holding whole numbers, all within int64 (a
-    uint64 or float id >= 2^63 would wrap negative and silently reverse the step order)."""
+    """Step ids as int64, exactly: whole numbers within int64 (larger ones would wrap and reverse the order)."""
     kind = steps.dtype.kind
     limit = 2**63
     if kind == "i":

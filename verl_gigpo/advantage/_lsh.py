@@ -1,7 +1,7 @@
-"""MinHash-LSH candidate pairs for the similarity grouping of :mod:`verl_gigpo.advantage.anchors` on low-entropy text
-(see that module's docstring, step 3): fixed hash functions, one band at a time, oversized buckets split with more rows.
-Private: the public entry is :func:`verl_gigpo.advantage.anchors.similarity_groups`; :func:`lsh_bands` and the constants
-are re-exported there.
+"""MinHash-LSH candidate pairs for the similarity grouping of low-entropy text (docs/estimators.md, "How
+``dice_components`` is computed", step 3).
+
+Private: the public entry is :func:`verl_gigpo.advantage.anchors.similarity_groups`.
 """
 
 from __future__ import annotations
@@ -30,9 +30,7 @@ LSH_SPLIT_DEPTH = 6
 
 
 def lsh_bands(threshold: float) -> tuple[int, int]:
-    """``(rows r, bands b)`` of the MinHash-LSH fallback for a Dice ``threshold``: the largest r whose
-    ``b = LSH_BINS // r`` bands miss a pair at the threshold with probability ``(1 - J^r)^b <= LSH_MISS``
-    (J = t / (2 - t), the Jaccard equivalent; independent bins assumed)."""
+    """``(rows r, bands b = LSH_BINS // r)`` for Dice ``threshold``: the largest r with ``(1 - J^r)^b <= LSH_MISS``."""
     jaccard_t = threshold / (2.0 - threshold)
     for r in range(LSH_BINS, 0, -1):
         if (1.0 - jaccard_t**r) ** (LSH_BINS // r) <= LSH_MISS:
@@ -50,19 +48,9 @@ def lsh_components(
     verifier: Verifier,
     threshold: float,
 ) -> np.ndarray:
-    """Connected components from MinHash-LSH candidates, one band at a time, in memory linear in the input.
+    """Component ids (D,) int64 from MinHash-LSH candidates, one band at a time, in memory linear in the input.
 
-    ``code_id[start[d] : start[d] + size[d]]`` index doc d's distinct shingle codes in ``codes``; ``block`` (D,)
-    is each doc's block. Signature row k of a doc is ``min h_k`` over its shingles, for fixed hash functions
-    ``h_k`` (splitmix64 of the shingle code mixed with a seed: functions of the shingle bytes only); two docs
-    agree on a row with probability J (their Jaccard similarity). A band is r rows (:func:`lsh_bands`); docs of
-    one block whose band rows all agree share a bucket. Buckets of at most :data:`LSH_BUCKET_MAX` docs give all
-    their pairs as candidates. A larger bucket (low-entropy text, where the minima fall on shingles that every
-    text shares) is split with r more rows of fresh hash functions, repeatedly (at most :data:`LSH_SPLIT_DEPTH`
-    times); a bucket still too large after that gives the pairs of consecutive docs in text order. So a band
-    gives at most ``D * LSH_BUCKET_MAX / 2`` pairs, whatever the input. Candidates are verified exactly and
-    merged into the components band by band; pairs and whole buckets already inside one component are skipped.
-    Returns ``(D,)`` int64 component ids.
+    ``code_id[start[d] : start[d] + size[d]]`` index doc d's shingle codes in ``codes``; ``block`` (D,): its block.
     """
     num_docs = size.shape[0]
     r, b = lsh_bands(threshold)
@@ -81,8 +69,7 @@ def lsh_components(
         return key
 
     def bucket_pairs(members: np.ndarray, key: np.ndarray, band: int, depth: int, star: list, rest: list) -> None:
-        """Append the candidate pairs of the buckets of ``members`` under ``key``: the pairs of each bucket's
-        first member (or a chain) to ``star``, all pairs of small buckets to ``rest``."""
+        """Append the candidate pairs of the buckets of ``members`` under ``key`` to ``star`` and ``rest``."""
         order = np.argsort(key, kind="stable")
         members, key = members[order], key[order]
         run_start = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
@@ -145,14 +132,7 @@ def _minhash(
     members: np.ndarray,
     seeds: np.ndarray,
 ) -> np.ndarray:
-    """MinHash signature rows ``(K, m)`` uint32 of docs ``members`` for the hash functions ``seeds`` (K,):
-    row k of doc d is ``min over d's shingles x of h_k(x)``, with the multiply-add-shift hash
-    ``h_k(x) = (code_hash[x] * a_k + c_k) mod 2^64 >> 32`` (``a_k`` odd, both from splitmix64 of ``seeds[k]``;
-    ``code_hash`` is already a well-mixed 64-bit hash of the shingle bytes).
-
-    Docs are processed in chunks of about 64k shingles so that a chunk's shingle ids stay in cache over the K
-    rows; memory is O(m K + chunk).
-    """
+    """MinHash rows (K, m) uint32 of docs ``members``: ``min_x (code_hash[x] * a_k + c_k) mod 2^64 >> 32`` per seed."""
     m = members.shape[0]
     out = np.empty((seeds.shape[0], m), dtype=np.uint32)
     mult = mix64(seeds) | np.uint64(1)  # (K,) odd multipliers

@@ -1,9 +1,6 @@
-"""Row helpers shared by every estimator of :mod:`verl_gigpo.advantage`: the trajectory structure of the valid rows
-(codes, step order, previous/next step), anchor groups, discounted returns, the episode-level term and group
-statistics.
+"""Row helpers shared by every estimator: trajectory structure, anchor groups, returns, group statistics.
 
-Ids are read and coded by :mod:`verl_gigpo.advantage._ids` (the module anchor grouping uses too); the other inputs by
-:mod:`._inputs`.
+docs/adding-an-estimator.md, "The shared row helpers", says what each computes and why.
 """
 
 from __future__ import annotations
@@ -43,19 +40,11 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------------- rows
 @dataclass(frozen=True)
 class ValidRows:
-    """The valid rows of a batch and their trajectory structure (M valid rows of N, T trajectories, G groups).
+    """The M valid rows of a batch of N and their structure (T trajectories, G episode groups).
 
-    Attributes:
-        n: batch rows N. valid: ``(N,)`` bool, rows that take part. rows: ``(M,)`` batch position of each valid row.
-        r: ``(M,)`` float64 step rewards. steps: ``(M,)`` int64 step ids.
-        t: ``(M,)`` trajectory code in ``[0, T)``; traj_group: ``(T,)`` episode group code of each trajectory;
-            g: ``(M,)`` episode group code in ``[0, G)``; num_trajs T, num_groups G.
-        order: ``(M,)`` permutation sorting the valid rows by (trajectory, step id).
-        pos: ``(M,)`` 0-based position of the row in its trajectory (step-id order: ids 0, 2, 5 are positions
-            0, 1, 2); traj_len: ``(T,)`` rows per trajectory.
-        prev, next: ``(M,)`` the valid-row index of the previous / next step of the same trajectory, -1 at its
-            start / end.
-        traj_ids, anchor_keys: ``(N,)`` the inputs as given (for messages and anchor grouping).
+    ``rows``, ``r``, ``steps``, ``t``, ``g``, ``order``, ``pos``, ``prev``, ``next``: (M,) per valid row (``pos``:
+    position in its trajectory in step-id order; ``prev``/``next``: valid-row index of the neighbouring step, or -1);
+    ``traj_group``, ``traj_len``: (T,); ``valid``, ``traj_ids``, ``anchor_keys``: (N,) as given.
     """
 
     n: int
@@ -82,17 +71,13 @@ class ValidRows:
         return int(self.rows.shape[0])
 
     def scatter(self, x: np.ndarray, dtype: Any = np.float64, fill: Any = 0) -> np.ndarray:
-        """``(M,)`` values of the valid rows into a ``(N,)`` array, ``fill`` on the other rows."""
+        """(M,) values of the valid rows into an (N,) array, ``fill`` elsewhere."""
         out = np.full(self.n, fill, dtype=dtype)
         out[self.rows] = x
         return out
 
     def per_trajectory(self, flags: np.ndarray, name: str) -> np.ndarray:
-        """A ``(N,)`` bool flag that must be equal on every row of a trajectory (``won``), as ``(T,)``.
-
-        Raises:
-            ValueError: a trajectory whose valid rows disagree, naming it and two of its rows.
-        """
+        """An (N,) bool flag equal on every row of a trajectory (``won``), as (T,); raises if rows disagree."""
         f = flags[self.rows]  # (M,)
         count = np.bincount(self.t, weights=f.astype(np.float64), minlength=self.num_trajs)  # (T,)
         mixed = np.flatnonzero((count > 0) & (count < self.traj_len))
@@ -107,13 +92,7 @@ class ValidRows:
 
 
 def prepare_rows(inputs: StepRows) -> ValidRows:
-    """Read and check the per-row inputs (see :func:`verl_gigpo.advantage.gigpo_advantage_terms`) and work out
-    the trajectory structure of the valid rows.
-
-    Raises:
-        ValueError: length mismatches; non-finite rewards among valid rows; bad step ids; a trajectory in two
-            episode groups; duplicate (traj id, step id) among valid rows; missing or unhashable ids.
-    """
+    """Check the per-row inputs of ``inputs`` and work out the trajectory structure of the valid rows."""
     rewards = as_rewards(inputs.step_rewards)  # (N,) float64
     n = rewards.shape[0]
     as_response_mask(inputs.response_mask, n)
@@ -156,8 +135,7 @@ def prepare_rows(inputs: StepRows) -> ValidRows:
 
 
 def _trajectory_codes(rows: np.ndarray, trajs: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Trajectory codes ``(M,)`` of the valid rows and the episode group code ``(T,)`` of each trajectory; every
-    row of a trajectory must carry its group id."""
+    """Trajectory codes (M,) of the valid rows and the episode group code (T,) of each trajectory."""
     t = id_codes(trajs[rows], "traj_ids", rows)  # (M,) in [0, T)
     num_trajs = int(t.max(initial=-1)) + 1
     rep = np.empty(num_trajs, dtype=np.int64)  # (T,) one valid row of each trajectory
@@ -180,8 +158,7 @@ def _trajectory_codes(rows: np.ndarray, trajs: np.ndarray, groups: np.ndarray) -
 def _step_order(
     rows: np.ndarray, t: np.ndarray, steps: np.ndarray, trajs: np.ndarray, steps_raw: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The permutation sorting the valid rows by (trajectory, step id), each row's position in its trajectory, and
-    its previous / next step (-1 at the ends), all ``(M,)``. Duplicate (traj id, step id) pairs are an error."""
+    """Step-order permutation, position in trajectory, previous and next step (-1 at the ends), each (M,)."""
     m = rows.shape[0]
     order = _order_by_traj_step(t, steps)  # (M,)
     t_sorted, s_sorted = t[order], steps[order]
@@ -216,13 +193,7 @@ def _order_by_traj_step(t: np.ndarray, steps: np.ndarray) -> np.ndarray:
 
 
 def anchor_groups(rows: ValidRows, similarity_threshold: float | None) -> tuple[np.ndarray, int]:
-    """The anchor group (episode group, anchor key) of each valid row, ``(M,)`` codes numbered by first appearance,
-    and their number. With a ``similarity_threshold`` t < 1 the keys (str observation texts) are first merged by
-    :func:`verl_gigpo.advantage.anchors.anchor_group_ids` within each episode group.
-
-    Raises:
-        ValueError: missing or unhashable keys; with t < 1, a key that is not a str.
-    """
+    """Anchor-group codes (M,) of the valid rows: (episode group, key), merged by similarity if t < 1; and the count."""
     keys = rows.anchor_keys[rows.rows]  # (M,)
     if similarity_threshold in (None, 1.0):
         return pair_codes(rows.g, id_codes(keys, "anchor_keys", rows.rows))
@@ -242,13 +213,11 @@ def anchor_groups(rows: ValidRows, similarity_threshold: float | None) -> tuple[
 # ---------------------------------------------------------------------------------------------------- maths
 @dataclass(frozen=True)
 class Basis:
-    """What every estimator computes the same way from a batch (M valid rows, S anchor groups, T trajectories,
-    G episode groups): the rows, their anchor groups ``s_group`` ``(M,)`` (``num_s`` of them), R_t ``(M,)`` (each
-    row's own penalty ``p`` already subtracted), the episode returns ``R_traj`` ``(T,)``, each row's episode score
-    ``R_row = R_traj - p`` ``(M,)`` (what ``A_E`` normalises), the row penalties ``penalty`` ``(M,)`` (zeros without
-    ``row_penalty``), the episode term ``A_E`` ``(M,)``, the episode groups whose scores are all equal,
-    ``flat_groups`` ``(G,)``, and ``episode_signal`` ``(M,)``: the row's episode group has scores (what A_E
-    normalises) that differ beyond rounding (:func:`differs_in_groups`)."""
+    """What every estimator computes alike from a batch (M valid rows, T trajectories, G episode groups).
+
+    ``s_group`` (M,) anchor groups (``num_s``); ``R_t`` (M,) minus the row penalty; ``R_traj`` (T,) episode returns;
+    ``R_row = R_traj - penalty`` (M,); ``A_E`` (M,); ``flat_groups`` (G,); ``episode_signal`` (M,).
+    """
 
     rows: ValidRows
     s_group: np.ndarray
@@ -263,14 +232,7 @@ class Basis:
 
 
 def basis(inputs: StepRows, common: CommonOptions) -> Basis:
-    """The :class:`Basis` of a batch: :func:`prepare_rows`, :func:`anchor_groups`, :func:`step_returns` and
-    :func:`episode_advantage`. Overflow is left to :func:`check_overflow`.
-
-    ``inputs.row_penalty`` ``(N,)`` (None: no penalty) places a per-row penalty ``p`` as the reference implementation
-    places its invalid-action penalty: after discounting, on the row's own step return (``R_t - p_t``), and on the
-    row's own episode score (``R(tau) - p_t``), so the episode term is taken over step rows
-    (``episode_stats="step"``; anything else raises, since the rows of one trajectory then score differently).
-    """
+    """The :class:`Basis` of a batch; ``inputs.row_penalty`` (N,) needs ``episode_stats='step'``."""
     gamma, norm, epsilon, episode_stats = common.gamma, common.norm, common.epsilon, common.episode_stats
     row_penalty = inputs.row_penalty
     rows = prepare_rows(inputs)
@@ -293,8 +255,7 @@ def basis(inputs: StepRows, common: CommonOptions) -> Basis:
 
 
 def step_returns(rows: ValidRows, gamma: float) -> tuple[np.ndarray, np.ndarray]:
-    """``R_t = r_t + gamma R_{t+1}`` along each trajectory in step order ``(M,)``, and the episode return
-    ``R(tau) = sum_t r_t`` of each trajectory ``(T,)``."""
+    """``R_t = r_t + gamma R_{t+1}`` in step order (M,) and ``R(tau) = sum_t r_t`` (T,)."""
     R_t = np.empty_like(rows.r)  # (M,)
     R_t[rows.order] = discounted_step_returns(rows.r[rows.order], rows.t[rows.order], gamma)
     R_traj = np.bincount(rows.t, weights=rows.r, minlength=rows.num_trajs)  # (T,)
@@ -310,13 +271,9 @@ def episode_advantage(
     *,
     row_scores: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The episode-level relative advantage (GiGPO paper Eq. 3): ``R(tau)`` normalised within its episode group,
-    over trajectories (``episode_stats="trajectory"``) or over step rows (``"step"``). With ``"step"``, each row
-    contributes ``row_scores`` ``(M,)`` when given (its trajectory's return minus its own penalty, see
-    :func:`basis`), else its trajectory's return.
+    """A_E (M,): R(tau) normalised within its episode group (GiGPO Eq. 3), and ``flat`` (G,) equal-score groups.
 
-    Returns:
-        ``(A_E (M,), flat (G,))``: ``flat`` marks episode groups whose scores are all equal (their A_E is 0).
+    Over trajectories or, with ``episode_stats="step"``, over step rows scoring ``row_scores`` (M,) when given.
     """
     x, codes, to_rows = _episode_samples(rows, R_traj, episode_stats, row_scores)
     adv, _, flat = normalise_in_groups(x, codes, rows.num_groups, norm, epsilon)  # (T,) or (M,)
@@ -326,8 +283,7 @@ def episode_advantage(
 def episode_at_mean(
     rows: ValidRows, R_traj: np.ndarray, episode_stats: str, *, row_scores: np.ndarray | None = None
 ) -> np.ndarray:
-    """``(M,)`` bool: the rows whose episode score is its group's mean by :func:`at_group_mean`, over the same
-    statistics as :func:`episode_advantage` (their A_E is zero in exact arithmetic, whatever rounding leaves)."""
+    """(M,) bool: the row's episode score is its group's mean (:func:`at_group_mean`)."""
     x, codes, to_rows = _episode_samples(rows, R_traj, episode_stats, row_scores)
     return at_group_mean(x, codes, rows.num_groups)[to_rows]
 
@@ -335,9 +291,7 @@ def episode_at_mean(
 def _episode_samples(
     rows: ValidRows, R_traj: np.ndarray, episode_stats: str, row_scores: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """What the episode statistics run over: ``(values, episode group codes, index of each row's value)``, one
-    value per trajectory (``"trajectory"``: ``(T,)``, ``(T,)``, ``(M,)``) or per step row (``"step"``: ``(M,)``
-    each; ``row_scores`` when given, else each row's trajectory return)."""
+    """(values, group codes, index of each row's value) the episode statistics run over."""
     if episode_stats == "trajectory":
         return R_traj, rows.traj_group, rows.t
     return (R_traj[rows.t] if row_scores is None else row_scores), rows.g, np.arange(rows.m)
@@ -348,20 +302,13 @@ AT_MEAN_RTOL = 1e-12
 
 
 def group_means(x: np.ndarray, codes: np.ndarray, num_groups: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(mean (G,), size (G,))`` of ``x`` ``(n,)`` within groups ``codes`` ``(n,)`` (mean 0 for an empty group):
-    the one mean that :func:`normalise_in_groups` and :func:`at_group_mean` use."""
+    """``(mean (G,), size (G,))`` of ``x`` (n,) within groups ``codes`` (n,); 0 for an empty group."""
     size = np.bincount(codes, minlength=num_groups)  # (G,)
     return np.bincount(codes, weights=x, minlength=num_groups) / np.maximum(size, 1), size
 
 
 def at_group_mean(x: np.ndarray, codes: np.ndarray, num_groups: int) -> np.ndarray:
-    """``(n,)`` bool: ``|x - mean| <= 1e-12 * max(1, |mean|)`` (:data:`AT_MEAN_RTOL`), mean over x's group.
-
-    The exact-arithmetic test of "x - mean is zero", made on x and the mean before any division: a value at its
-    group's mean can leave a float remainder of ~1e-16 (``mean(0.1, 0.2, 0.3) - 0.2``), and after dividing by a
-    small std and epsilon that remainder is no longer small. A value 1e-9 from a mean of order 1 is not at the mean;
-    a non-finite value never is.
-    """
+    """(n,) bool: ``|x - mean| <= 1e-12 * max(1, |mean|)``, decided before any division."""
     mean, _ = group_means(x, codes, num_groups)
     m = mean[codes]  # (n,)
     return np.abs(x - m) <= AT_MEAN_RTOL * np.maximum(1.0, np.abs(m))
@@ -375,11 +322,7 @@ SIGNAL_ATOL = 1e-9
 
 
 def differs_in_groups(x: np.ndarray, codes: np.ndarray, num_groups: int) -> np.ndarray:
-    """``(G,)`` bool: the group's values differ beyond rounding, ``max - min > SIGNAL_RTOL * max |x| + SIGNAL_ATOL``.
-
-    Made on the values a term normalises, before any division (docs/dynamic-sampling.md): after ``mean_std`` a
-    rounding remainder of ~1e-9 divided by (std + epsilon) becomes ~1e-3. A group of one member, or none, is False.
-    """
+    """(G,) bool: ``max - min > SIGNAL_RTOL * max |x| + SIGNAL_ATOL`` within each group of ``x`` (n,)."""
     hi = np.full(num_groups, -np.inf)
     lo = np.full(num_groups, np.inf)
     np.maximum.at(hi, codes, x)
@@ -392,11 +335,9 @@ def differs_in_groups(x: np.ndarray, codes: np.ndarray, num_groups: int) -> np.n
 def normalise_in_groups(
     x: np.ndarray, codes: np.ndarray, num_groups: int, norm: str, epsilon: float, *, ddof: int = 1
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Normalise ``x`` ``(n,)`` within groups ``codes`` ``(n,)``: ``(x - mean) / (std + eps)`` or ``x - mean``, with
-    ``std = sqrt(sum (x - mean)^2 / (size - ddof))`` (ddof 1: unbiased, 0: population).
+    """``(x - mean) / (std + eps)`` or ``x - mean`` within groups; std over ``size - ddof``.
 
-    Returns ``(adv (n,), size (G,), flat (G,))``; ``flat`` marks groups whose members are all equal (singletons
-    included), which get exactly 0.
+    ``x``, ``codes``: (n,). Returns ``(adv (n,), size (G,), flat (G,))``; flat (all-equal) groups get exactly 0.
     """
     mean, size = group_means(x, codes, num_groups)  # (G,), (G,)
     hi = np.full(num_groups, -np.inf)
@@ -414,24 +355,9 @@ def normalise_in_groups(
 
 
 def discounted_step_returns(rewards: np.ndarray, segments: np.ndarray, gamma: float) -> np.ndarray:
-    """Segmented discounted return-to-go: ``R_i = r_i + gamma * R_{i+1}`` inside each run of equal ``segments``.
+    """Segmented discounted return-to-go ``R_i = r_i + gamma * R_{i+1}`` within each run of ``segments``.
 
-    Rows must already be in time order within each segment, and each segment must be contiguous.
-
-    Computed by a doubling (Hillis-Steele) scan over contiguous shifts: with ``d = 2^k``, after pass k
-    ``acc[i] = sum_{j=i}^{min(i+2d, e)-1} gamma^(j-i) r_j`` (e = end of i's segment), obtained as
-    ``acc[i] += gamma^d * acc[i+d]`` where ``i + d < e``. ``ceil(log2 T_max)`` passes over the whole array
-    (T_max = longest segment): O(M log T_max) work in contiguous vector operations, about 0.1 s for one segment
-    of 10^6 rows. Only non-negative powers of gamma appear (no ``gamma^-t`` rescaling), so it is stable for any
-    length; a contribution is dropped only when its weight ``gamma^d`` underflows float64 (below ~1e-308).
-
-    Args:
-        rewards: ``(M,)`` float array.
-        segments: ``(M,)`` array of segment labels (e.g. trajectory codes), contiguous runs.
-        gamma: discount factor.
-
-    Returns:
-        ``(M,)`` float64 array of discounted returns.
+    ``rewards``, ``segments``: (M,), time-ordered, each segment contiguous. Returns (M,) float64 (a doubling scan).
     """
     acc = np.asarray(rewards, dtype=np.float64).copy()  # (M,)
     m = acc.shape[0]
@@ -449,8 +375,7 @@ def discounted_step_returns(rewards: np.ndarray, segments: np.ndarray, gamma: fl
 
 
 def check_overflow(rows: ValidRows, results: dict[str, np.ndarray]) -> None:
-    """Raise when a result is not finite although every reward is (float64 overflow); ``results`` in the order
-    they are computed, each ``(M,)`` over the valid rows."""
+    """Raise when a result (M,) is not finite although every reward is (float64 overflow)."""
     for what, values in results.items():
         bad = np.flatnonzero(~np.isfinite(values))
         if bad.size:

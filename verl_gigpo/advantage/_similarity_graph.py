@@ -1,7 +1,7 @@
-"""Candidate pairs to similarity components: exact Dice verification and connected components (the part of
-:mod:`verl_gigpo.advantage.anchors`' similarity grouping that the exact prefix-filter path and the MinHash-LSH path,
-:mod:`verl_gigpo.advantage._lsh`, share). Private: the public entry is
-:func:`verl_gigpo.advantage.anchors.similarity_groups`.
+"""Exact Dice verification of candidate pairs and connected components, shared by the prefix-filter and LSH paths.
+
+Private: the public entry is :func:`verl_gigpo.advantage.anchors.similarity_groups` (docs/estimators.md, "How
+``dice_components`` is computed", step 4).
 """
 
 from __future__ import annotations
@@ -22,14 +22,9 @@ def fit_sizes(a: np.ndarray, b: np.ndarray, size: np.ndarray, jaccard_t: float) 
 
 
 class Verifier:
-    """Exact Dice verification of candidate pairs over distinct-token lists.
+    """Exact Dice verification of candidate pairs: bitset popcounts for a small vocabulary, else bounds then sets.
 
-    ``tokens[start[d] : start[d] + size[d]]`` are doc d's distinct token ids. With a small token vocabulary
-    (bitsets of all docs within :data:`BITSET_WORDS`) the intersections are popcounts of ANDed bitsets,
-    vectorised. Otherwise candidates first pass an exact upper bound on the intersection (per-bucket counts),
-    then a loop intersects Python sets, skipping pairs already joined through pairs accepted in the same call.
-    Memory: the bitsets (at most :data:`BITSET_WORDS` words) or ``(D, 128)`` counts, plus cached sets of the
-    docs met so far (at most the input).
+    ``tokens[start[d] : start[d] + size[d]]`` are doc d's distinct token ids.
     """
 
     def __init__(self, tokens: np.ndarray, start: np.ndarray, size: np.ndarray, threshold: float) -> None:
@@ -49,8 +44,7 @@ class Verifier:
             self.sets: dict[int, frozenset[int]] = {}
 
     def edges(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The candidate pairs ``(a, b)`` whose exact Dice similarity is >= threshold (the set-intersection path
-        may leave out a pair whose two docs are already joined through pairs it accepted in this call)."""
+        """The candidate pairs ``(a, b)`` with Dice >= threshold (pairs already joined in this call may be left out)."""
         size, threshold = self.size, self.threshold
         if self.bits is not None:
             rows = max(1, 2**17 // self.bits.shape[1])  # pairs per chunk: temporaries of at most 1 MB

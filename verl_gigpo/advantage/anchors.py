@@ -1,70 +1,9 @@
 """Anchor-state grouping: exact keys, and order-independent similarity grouping of free-text observations.
 
-GiGPO compares actions taken from the same environment state (an *anchor state*) inside one episode group.
-With exact keys that is plain equality of the anchor key. Free-text observations that differ only in a few
-words (a counter, an object number) can instead be grouped by similarity; this module defines that similarity
-precisely and groups by it in a way that does not depend on the order of the input.
-
-Similarity measure (:func:`shingle_similarity`):
-    Each text is encoded as UTF-8 and cut into its set of overlapping 5-byte shingles (for ASCII text: the set
-    of character 5-grams; a text shorter than 5 bytes has one shingle, the whole text). The similarity of two
-    texts with shingle sets A and B is the Sorensen-Dice coefficient ``2 |A & B| / (|A| + |B|)``, in [0, 1].
-    For a ~300-character observation, changing one character ("apple 1" -> "apple 2") changes about 5 of ~300
-    shingles (similarity ~0.98), one 6-letter word about 10 (~0.97), two words ~0.93, three words ~0.90.
-    Unrelated observations built from the same template and vocabulary (ALFWorld-like) score around 0.5.
-
-Grouping (:func:`similarity_groups`):
-    Two texts are linked when they are identical or their similarity is >= threshold; the groups are the
-    connected components of that graph. Components are transitive closures, so the partition is a function of
-    the multiset of texts only: permuting the input permutes the labels of the same partition. Labels are
-    canonical: component ids are numbered 0, 1, ... in the sorted order of each component's smallest text.
-    ``threshold == 1.0`` means exact string equality (not "equal shingle sets").
-
-How it is computed, and how it scales:
-    1. Exact duplicates are collapsed (hash factorisation, O(n)); the rest works on the D distinct texts and
-       their S shingles (O(S log S) to build).
-    2. Candidate pairs, exact: prefix filtering (as in all-pairs set-similarity joins). Shingles are ordered
-       globally by (document frequency, value) and each text indexes only its ``|A| - ceil(t' |A|) + 1``
-       rarest shingles, with ``t' = t / (2 - t)`` the Jaccard equivalent of Dice threshold t. Two texts with
-       Dice >= t share at least ``ceil(t' |A|)`` shingles, hence at least one indexed shingle: this never misses
-       a pair. It is cheap when texts contain rare shingles (free text), but on low-entropy text (a template
-       and a small vocabulary, where every shingle is frequent) nearly all pairs become candidates.
-    3. So when prefix filtering would give more than ``PREFIX_PAIR_BUDGET + 50 D`` candidate pairs (counted
-       before they are built), candidates come from MinHash-LSH instead: 256 fixed hash functions of the
-       shingle bytes, banded into b bands of r rows (:func:`lsh_bands`; r = 8, b = 32 at t = 0.9); texts whose
-       r rows of a band all agree share a bucket. This is deterministic (fixed hash functions, no random state)
-       and still order-independent, but it can miss a pair: with probability ``(1 - J^r)^b`` for a pair of
-       Jaccard similarity J (independent hash functions assumed), at t = 0.9 about 7.7e-4 for a pair exactly at
-       the threshold, 3e-6 at Dice 0.93, 5e-9 at 0.95. A missed pair inside a cluster of near-duplicates is
-       usually still connected through other members.
-       Dense clusters (thousands of texts that share most of their shingles, e.g. ``"... step {i}"``) put
-       thousands of texts in one bucket, and all pairs of a bucket would be O(n^2) memory and time. So a bucket
-       of more than :data:`LSH_BUCKET_MAX` texts is split by r more rows of fresh hash functions, up to
-       :data:`LSH_SPLIT_DEPTH` times (an LSH-forest-style longer key, only where the short key does not
-       discriminate), and one still larger after that links its texts in sorted text order. Inside such a
-       bucket a pair must agree on more rows, so its miss probability is higher than the figure above; a bucket
-       whose texts are already in one component is skipped. Bands are processed one at a time, each giving at
-       most ``D * LSH_BUCKET_MAX / 2`` pairs: memory is linear in the input whatever it is.
-       ``similarity_groups(..., candidates="exact")`` forces step 2 (no misses, but quadratic memory and time
-       on such input).
-    4. Every candidate passes a size filter and is verified exactly: popcounts of shingle bitsets when the
-       vocabulary is small (at most :data:`verl_gigpo.advantage._similarity_graph.BITSET_WORDS` words in all); otherwise
-       an exact upper bound (per-bucket shingle counts) and then set intersections that skip already-connected
-       pairs. LSH verifies a band's pairs with each bucket's first text before the others, so most pairs of a
-       near-duplicate bucket are skipped as already connected.
-    Code: steps 1, 2 and the shingles here; step 3 in :mod:`verl_gigpo.advantage._lsh`; step 4 and the components in
-    :mod:`verl_gigpo.advantage._similarity_graph`.
-    Measured (benchmarks/RESULTS.md, 2 shared CPU cores): 10,000 ALFWorld-like observations of ~300 characters
-    (duplicates, near-duplicates, distinct ones from a 16-word object vocabulary) take ~1.1-1.6 s through the
-    LSH path, with exactly the partition of the exact path (checked; the exact path needs 15-80 s and 8 GB
-    there); 10,000 free-text observations (3,000-word vocabulary) stay on the exact path and take ~0.7-1.0 s;
-    10,000 dense near-duplicates ``"You are in the middle of a room. step {i}"`` take ~0.5-0.8 s with a
-    tracemalloc peak of ~34 MB (before the bucket splitting: 3,000 of them took 10 s and 1.6 GB, 10,000 did
-    not fit in memory).
-
-The reference implementation's grouping, as an option (:func:`first_fit_anchor_ids`, ``similarity_grouping =
-"difflib_first_fit"``): difflib's ``SequenceMatcher.ratio`` with greedy first-fit clustering in row order. It depends
-on the row order; docs/estimators.md, "Similarity grouping", gives its cost.
+Rows share an anchor group when they are in one episode group and their keys match: exactly, or (free text) by
+5-byte shingle Dice similarity >= t, as connected components (:func:`similarity_groups`). The reference's
+difflib first-fit grouping is an option (:func:`first_fit_anchor_ids`). The measure, the algorithm (prefix filter,
+MinHash-LSH for low-entropy text) and its miss probability: docs/estimators.md, "Similarity grouping".
 """
 
 from __future__ import annotations
@@ -125,8 +64,7 @@ SIMILARITY_GROUPINGS = ("dice_components", "difflib_first_fit")
 
 
 def shingle_set(text: str) -> frozenset[bytes]:
-    """The shingle set of ``text``: all overlapping 5-byte substrings of its UTF-8 encoding, or the whole
-    encoding when it is shorter than 5 bytes (so the set is never empty)."""
+    """All overlapping 5-byte substrings of ``text``'s UTF-8 encoding, or the whole encoding if shorter."""
     if not isinstance(text, str):
         raise ValueError(f"shingle_set needs a str, got {type(text).__name__}: {text!r}")
     data = text.encode("utf-8")
@@ -136,35 +74,17 @@ def shingle_set(text: str) -> frozenset[bytes]:
 
 
 def shingle_similarity(a: str, b: str) -> float:
-    """Sorensen-Dice similarity of the shingle sets: ``2 |A & B| / (|A| + |B|)`` with ``A = shingle_set(a)``.
-
-    1.0 for identical texts (and for texts with equal shingle sets), 0.0 for texts sharing no shingle.
-    This is the reference definition of the similarity used by :func:`similarity_groups`.
-    """
+    """Sorensen-Dice similarity of the shingle sets: ``2 |A & B| / (|A| + |B|)``, in [0, 1]."""
     sa, sb = shingle_set(a), shingle_set(b)
     return 2.0 * len(sa & sb) / (len(sa) + len(sb))
 
 
 def similarity_groups(texts: Sequence[str] | np.ndarray, threshold: float, *, candidates: str = "auto") -> np.ndarray:
-    """Group near-identical texts: connected components of "identical or shingle similarity >= threshold".
+    """Connected components of "identical or shingle similarity >= threshold" over ``texts`` (n,).
 
-    See the module docstring for the similarity measure, why the partition is order-independent, how candidate
-    pairs are found (exactly, or by MinHash-LSH with a stated miss probability on low-entropy text), and how it
-    scales.
-
-    Args:
-        texts: ``(n,)`` sequence or array of str.
-        threshold: in (0, 1]; 1.0 = exact string equality.
-        candidates: how candidate pairs are found: ``"auto"`` (exact prefix filtering while it stays within
-            :data:`PREFIX_PAIR_BUDGET` + 50 candidates per distinct text, else MinHash-LSH), ``"exact"`` (always
-            prefix filtering: never misses a pair, but quadratic on low-entropy text) or ``"lsh"``.
-
-    Returns:
-        ``(n,)`` int64 group ids in ``[0, G)``; equal ids = same group. Ids are canonical: groups are numbered
-        in the sorted order of their smallest text, so they do not depend on the input order.
-
-    Raises:
-        ValueError: a threshold outside (0, 1], or a non-str entry (naming its index and type).
+    ``threshold`` in (0, 1] (1.0: exact equality); ``candidates``: ``"auto"`` (exact prefix filter within
+    :data:`PREFIX_PAIR_BUDGET`, else MinHash-LSH), ``"exact"`` or ``"lsh"``. Returns (n,) int64 ids in [0, G), numbered
+    in the sorted order of each group's smallest text, so independent of the input order.
     """
     check_similarity_threshold(threshold)
     if candidates not in ("auto", "exact", "lsh"):
@@ -188,30 +108,18 @@ def similarity_groups(texts: Sequence[str] | np.ndarray, threshold: float, *, ca
 
 
 def difflib_ratio(a: str, b: str) -> float:
-    """difflib's ``SequenceMatcher(None, a, b).ratio()`` = 2 M / (len(a) + len(b)), M the matched characters
-    (autojunk on, as the reference calls it: in a ``b`` of 200+ characters, characters more frequent than 1% + 1 are
-    junk). Not symmetric in general: the reference passes the new text as ``a``, the cluster's first member as ``b``."""
+    """``SequenceMatcher(None, a, b).ratio()`` = 2 M / (len(a) + len(b)), autojunk on as the reference calls it.
+
+    Not symmetric: the reference passes the new text as ``a`` and the cluster's first member as ``b``.
+    """
     return SequenceMatcher(None, a, b).ratio()
 
 
 def first_fit_groups(texts: Sequence[str] | np.ndarray, threshold: float) -> np.ndarray:
-    """Greedy first-fit clustering in input order (the reference's ``build_step_group`` with similarity on): text i
-    joins the first cluster c whose first member r_c has ``difflib_ratio(text_i, r_c) >= threshold``, else starts a
-    new cluster. Order-dependent: permuting the input can change the partition.
+    """The reference's greedy first-fit clustering of ``texts`` (n,) in input order; order-dependent.
 
-    Exactly the reference's clusters; identical texts are decided once (a text always joins the cluster its first
-    copy joined, as the clusters before it never change), and difflib's cheap upper bounds
-    (``real_quick_ratio``, ``quick_ratio``) skip pairs that cannot reach the threshold.
-
-    Args:
-        texts: ``(n,)`` str.
-        threshold: in (0, 1].
-
-    Returns:
-        ``(n,)`` int64 cluster ids, numbered by first appearance.
-
-    Raises:
-        ValueError: a threshold outside (0, 1], or a non-str entry (naming its index and type).
+    Text i joins the first cluster whose first member r has ``difflib_ratio(text_i, r) >= threshold``, else starts one.
+    Returns (n,) int64 cluster ids numbered by first appearance.
     """
     check_similarity_threshold(threshold)
     arr = _as_text_array(texts, "texts")
@@ -245,20 +153,9 @@ def first_fit_anchor_ids(
     *,
     row_mask: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Anchor-group id of each row under the reference's grouping: :func:`first_fit_groups` of the str keys of each
-    episode group, in row order. The ids serve as exact anchor keys (any two rows with one id share an anchor group).
+    """Anchor-group ids (N,) int64 under :func:`first_fit_groups` within each episode group, in row order.
 
-    Args:
-        anchor_keys: ``(N,)`` str observation texts.
-        group_ids: ``(N,)`` hashables, the episode group of each row.
-        threshold: in (0, 1].
-        row_mask: optional ``(N,)`` bool array or tensor; rows with False take part in no cluster and get id -1.
-
-    Returns:
-        ``(N,)`` int64 ids (-1 for masked rows), distinct across episode groups.
-
-    Raises:
-        ValueError: as :func:`anchor_group_ids` in similarity mode.
+    ``anchor_keys`` (N,) str, ``group_ids`` (N,), ``row_mask`` (N,) bool: masked rows get -1.
     """
     threshold = check_similarity_threshold(threshold)
     groups = as_id_array(group_ids, "group_ids")
@@ -286,30 +183,11 @@ def anchor_group_ids(
     *,
     row_mask: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Anchor-group id of each row: rows share an id iff they are in the same episode group and their anchor
-    keys match.
+    """Anchor-group id per row: same episode group and matching anchor keys.
 
-    "Match" is exact equality of the keys when ``similarity_threshold`` is None or 1.0 (any hashable keys), and
-    otherwise the similarity grouping of :func:`similarity_groups` (str keys only), applied *within each episode
-    group*: texts of different episode groups are never compared, and a chain of similar texts is never built
-    through another group. (GiGPO only compares steps inside one episode group, so that is all that matters.)
-
-    The result can be passed as ``anchor_keys`` to :func:`verl_gigpo.advantage.compute_gigpo_advantage`.
-
-    Args:
-        anchor_keys: ``(N,)`` hashables (exact mode) or str (similarity mode).
-        group_ids: ``(N,)`` hashables, the episode group of each row.
-        similarity_threshold: None / 1.0 for exact keys, else a threshold in (0, 1).
-        row_mask: optional ``(N,)`` bool; rows with False (padding, failed episodes) are left out: not
-            validated, never compared, id -1.
-
-    Returns:
-        ``(N,)`` int64 ids in ``[0, K)`` (-1 for masked rows). The partition does not depend on the row order; the
-        id values are numbered by first appearance and carry no meaning.
-
-    Raises:
-        ValueError: length mismatch, missing (None/NaN) or unhashable keys/ids, a threshold outside (0, 1],
-            non-str keys in similarity mode, or a row_mask that is not a bool (N,) array.
+    ``anchor_keys`` (N,) hashable (str for similarity), ``group_ids`` (N,), ``row_mask`` (N,) bool (False: id -1).
+    Keys match exactly when ``similarity_threshold`` is None or 1.0, else by :func:`similarity_groups` within each
+    episode group. Returns (N,) int64 ids in [0, K); the partition does not depend on the row order.
     """
     if similarity_threshold is not None:  # first, whatever the input: True is no threshold though True == 1.0
         similarity_threshold = check_similarity_threshold(similarity_threshold)
@@ -344,11 +222,7 @@ def anchor_group_ids(
 def _components(
     docs: np.ndarray, blocks: np.ndarray, threshold: float, *, pair_budget: int | None = None
 ) -> np.ndarray:
-    """Connected components over distinct texts ``docs`` (D,) of "same block and similarity >= threshold".
-
-    ``pair_budget`` (default :data:`PREFIX_PAIR_BUDGET` + 50 D) caps the exact prefix-filter candidates before
-    switching to MinHash-LSH. Returns ``(D,)`` int64 component ids (arbitrary numbering).
-    """
+    """Component ids (D,) over distinct ``docs`` (D,) of "same block and similarity >= threshold"."""
     num_docs = docs.shape[0]
     if threshold >= 1.0 or num_docs < 2:
         return np.arange(num_docs, dtype=np.int64)
@@ -388,11 +262,7 @@ def _components(
 
 
 def _shingles(docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct (doc, shingle code) pairs of the texts ``docs``, sorted by doc then code.
-
-    A shingle of bytes ``b0 .. b4`` has code ``b0 << 32 | b1 << 24 | ... | b4`` (< 2^40); a text of ``k < 5``
-    bytes has the single code ``(k + 1) << 40 | bytes``, which no full shingle can take.
-    """
+    """Distinct (doc, shingle code) pairs of ``docs``, sorted; a text under 5 bytes gets ``(k + 1) << 40 | bytes``."""
     w = SHINGLE_BYTES
     encoded = [s.encode("utf-8") for s in docs.tolist()]
     lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))  # (D,)
@@ -428,17 +298,7 @@ def _shingles(docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def check_similarity_threshold(threshold: Any) -> float:
-    """Validate a similarity threshold; the one check behind ``GiGPOConfig.similarity_threshold``, the estimator's
-    ``similarity_threshold`` option and the functions of this module.
-
-    Valid: a number in (0, 1] (1.0 = exact string equality). Booleans, strings, None and NaN are not numbers.
-
-    Returns:
-        the threshold as a Python float.
-
-    Raises:
-        ValueError: naming the value given and what the valid values mean.
-    """
+    """Return ``threshold`` as a float when it is a number in (0, 1]; else one error naming the key."""
     ok = isinstance(threshold, (int, float, np.integer, np.floating)) and not isinstance(threshold, (bool, np.bool_))
     if not ok or math.isnan(threshold) or not 0.0 < threshold <= 1.0:
         raise KeyValueError(
@@ -451,11 +311,7 @@ def check_similarity_threshold(threshold: Any) -> float:
 
 
 def check_similarity_grouping(value: Any) -> str:
-    """Return ``value`` when it is one of :data:`SIMILARITY_GROUPINGS`.
-
-    Raises:
-        ValueError: naming ``similarity_grouping``, the value and what each grouping is.
-    """
+    """Return ``value`` when it is one of :data:`SIMILARITY_GROUPINGS`; else one error naming the key."""
     if value not in SIMILARITY_GROUPINGS:
         raise KeyValueError(
             "similarity_grouping",

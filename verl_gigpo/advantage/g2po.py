@@ -1,21 +1,14 @@
 """G2PO (Group-Graph Policy Optimization, Wang et al., arXiv 2606.22995): one-step TD over merged states.
 
-Per episode group u, the rows that share an anchor state form a node whose value is the mean discounted outcome of
-its visits; a step is credited by the value of the state it leads to::
+Per episode group u, g(s) = its rows whose anchor is s, T_tau = steps of tau, t the 0-based position::
 
-    g(s)   = the rows of u whose anchor is s (the anchor group)
-    V(g)   = mean over the rows (tau, t) of g of gamma^(T_tau - t) * R_tau     R_tau = r_succ if tau won, else 0;
-                                                                              T_tau = steps of tau, t 0-based
-    V'(t)  = V(g(s_{t+1}));  on a trajectory's last step V'(t) = r_succ if it won, else 0
+    V(g)   = mean over the rows (tau, t) of g of gamma^(T_tau - t) * R_tau      R_tau = r_succ if tau won, else 0
+    V'(t)  = V(g(s_{t+1}));  on a trajectory's last step r_succ if it won, else 0
     A_1(t) = norm(V'(t) - c * invalid_t  within g(s_t))        0 for a singleton
     A_2(t) = norm(V'(t) - V(g(s_t))      over all rows of u)
     A(t)   = A_E(t) + w * (A_1(t) + A_2(t))
 
-Options (:func:`check_g2po_options`): ``success_reward`` (r_succ, 10 as in the authors' code), ``invalid_penalty``
-(c: the environment's invalid-action penalty, 0.1) and ``step_advantage_w`` (w, 1); gamma is ``algorithm.gamma``
-(0.95, the constant of the authors' code). t counts positions in step-id order, and the next state is the next step
-of the same trajectory by step id, never the next row of the batch. Deviations from the authors' code: see
-:mod:`verl_gigpo.advantage` (22-25).
+The method, its options and the deviations from the authors' code (items 22-25): docs/estimators.md.
 """
 
 from __future__ import annotations
@@ -34,17 +27,11 @@ from verl_gigpo.advantage.terms import AdvantageTerms, assemble
 __all__ = ["G2PO_STAT_NAMES", "G2POOptions", "check_g2po_options", "g2po_advantage_terms", "g2po_terms"]
 
 G2PO_STAT_NAMES = ("g2po/node_value_mean", "g2po/td_abs_mean")
-"""G2PO's own diagnostics (beside :data:`~verl_gigpo.advantage.STAT_NAMES`), see :func:`g2po_advantage_terms`."""
+"""G2PO's own diagnostics (beside :data:`~verl_gigpo.advantage.STAT_NAMES`), docs/estimators.md, "Metrics"."""
 
 
 def check_g2po_options(*, success_reward: Any, invalid_penalty: Any, step_advantage_w: Any) -> dict[str, float]:
-    """Validate G2PO's options (the one check of the estimator and of ``algorithm.g2po``).
-
-    Valid: ``success_reward`` > 0, ``invalid_penalty`` and ``step_advantage_w`` finite numbers >= 0.
-
-    Raises:
-        ValueError: ``"<option>=<value> must be ..."`` naming the valid values.
-    """
+    """Validate G2PO's options (estimator and ``algorithm.g2po`` alike); errors name the option and value."""
     return {
         "success_reward": check_number(
             "success_reward", success_reward, low=0.0, low_open=True, why="R_tau of a won episode; code: 10"
@@ -71,22 +58,10 @@ class G2POOptions(MethodOptions):
 
 @torch.no_grad()
 def g2po_terms(batch: StepRows, options: G2POOptions, common: CommonOptions) -> AdvantageTerms:
-    """Per-row G2PO terms (see the module docstring for the maths).
+    """Per-row G2PO terms, (N,) each: ``episode_adv`` A_E, ``step_adv`` A_1 + A_2, ``advantage`` A_E + w (A_1 + A_2).
 
-    ``batch.won`` is required and so is ``batch.action_valid`` when ``invalid_penalty`` > 0. A ``row_penalty`` (the
-    authors' trainer placement) is subtracted from the episode score only: V, V' and A_1's ``c * invalid_t`` do not
-    change. ``common.gamma`` discounts V and the reported R_t.
-
-    Returns:
-        :class:`~verl_gigpo.advantage.AdvantageTerms` (``method="g2po"``): ``episode_adv`` = A_E, ``step_adv`` =
-        A_1 + A_2, ``advantage`` = A_E + w (A_1 + A_2); ``anchor_group`` = g(s_t). ``extras``: ``node_value``
-        V(g(s_t)), ``next_value`` V'(t). ``stats``: the shared ``gigpo/*`` ones, ``g2po/node_value_mean`` (mean
-        V(g(s_t)) over valid rows) and ``g2po/td_abs_mean`` (mean |V'(t) - V(g(s_t))|).
-
-    Raises:
-        ValueError: bad input or options (as :func:`verl_gigpo.advantage.gigpo_advantage_terms` and
-            :func:`check_g2po_options`); ``won`` missing or differing within a trajectory; ``action_valid``
-            missing while ``invalid_penalty`` > 0.
+    Needs ``won`` (and ``action_valid`` when ``invalid_penalty`` > 0); ``row_penalty`` changes the episode score only.
+    ``extras``: ``node_value`` V(g(s_t)), ``next_value`` V'(t); ``stats``: also ``g2po/*`` (docs/estimators.md).
     """
     base = basis(batch, common)
     rows, s_group, num_s, eps = base.rows, base.s_group, base.num_s, common.epsilon

@@ -1,26 +1,14 @@
 """GraphGPO (Graph-based Group Policy Optimization, Cheng et al., arXiv 2605.26684): credit by distance to success.
 
-Per episode group u, the trajectories are merged into one state graph and each step is credited by how close its
-next state is to a win::
+Per episode group u, its trajectories merged into one state graph (nodes: anchor groups of u, plus SUCCESS)::
 
-    nodes    the anchor groups (u, anchor key) of u, plus SUCCESS
-    edges    s_t -> s_{t+1} for every step with a next step; the last step of a won trajectory -> SUCCESS; the
-             last step of a lost or truncated one -> a dead end (no way on)
-    d(s)     shortest distance (unit edges) from s to SUCCESS, by breadth-first search on the reversed edges;
-             d(SUCCESS) = 0; unreachable states and dead ends get d_max(u) + 1, d_max(u) = the group's largest
-             finite distance (0 when u has no win)
-    R_G(t)   = r_succ * omega^d(s_{t+1})                         (s_{t+1} = SUCCESS on a winning last step)
-    A_G(t)   = norm(R_G within the anchor group of s_t)          0 for a singleton, 0 in a group with no win
+    edges    s_t -> s_{t+1}; a won trajectory's last step -> SUCCESS; a lost one's -> a dead end
+    d(s)     breadth-first distance from s to SUCCESS; unreachable and dead ends: d_max(u) + 1
+    R_G(t)   = r_succ * omega^d(s_{t+1})
+    A_G(t)   = norm(R_G within the anchor group of s_t)          0 in a group with no win
     A(t)     = beta_E A_E(t) + beta_G A_G(t)
 
-The paper writes the return as omega^(d + 1): the factor omega is the same on every row, so with
-``norm="mean_std"`` A_G is unchanged (up to epsilon) and with ``norm="mean"`` it scales A_G by omega. Options
-(:func:`check_graphgpo_options`): ``omega`` (ALFWorld 0.1, WebShop 0.2), ``success_reward`` (r_succ, 10 as in the
-authors' code), ``episode_advantage_w`` (beta_E, 1) and ``step_advantage_w`` (beta_G, 1); from the authors' code
-``progress`` (R_G = r_succ * omega^(d(s_{t+1}) - d(s_t) + 1), their ``normalize_distance``, off there too) and
-``invalid_penalty`` (subtracted from R_G on a step without a valid action; their trainer subtracts its
-invalid-action penalty there). Next states come from step ids, never from row order. Deviations from the authors'
-code: see :mod:`verl_gigpo.advantage` (18-21).
+The method, its options and the deviations from the authors' code (items 18-21): docs/estimators.md.
 """
 
 from __future__ import annotations
@@ -51,8 +39,7 @@ GRAPHGPO_STAT_NAMES = (
     "graphgpo/frac_rows_reaching_success",
     "graphgpo/next_distance_mean",
 )
-"""GraphGPO's own diagnostics (beside :data:`~verl_gigpo.advantage.STAT_NAMES`), see
-:func:`graphgpo_advantage_terms`."""
+"""GraphGPO's own diagnostics (beside :data:`~verl_gigpo.advantage.STAT_NAMES`), docs/estimators.md, "Metrics"."""
 
 
 def check_graphgpo_options(
@@ -64,14 +51,7 @@ def check_graphgpo_options(
     invalid_penalty: Any,
     progress: Any,
 ) -> dict[str, Any]:
-    """Validate GraphGPO's options (the one check of the estimator and of ``algorithm.graphgpo``).
-
-    Valid: ``omega`` in (0, 1], ``success_reward`` > 0, ``episode_advantage_w``, ``step_advantage_w`` and
-    ``invalid_penalty`` finite numbers >= 0, ``progress`` true or false.
-
-    Raises:
-        ValueError: ``"<option>=<value> must be ..."`` naming the valid values.
-    """
+    """Validate GraphGPO's options (estimator and ``algorithm.graphgpo`` alike); errors name the option and value."""
     if not isinstance(progress, bool | np.bool_):
         raise KeyValueError(
             "progress",
@@ -101,7 +81,8 @@ def check_graphgpo_options(
 @dataclass(frozen=True)
 class GraphGPOOptions(MethodOptions):
     """GraphGPO's options (``algorithm.graphgpo.*``), validated by :func:`check_graphgpo_options`; defaults: the
-    paper's ALFWorld setting."""
+    paper's ALFWorld setting.
+    """
 
     omega: float = 0.1
     success_reward: float = 10.0
@@ -115,22 +96,10 @@ class GraphGPOOptions(MethodOptions):
 
 @torch.no_grad()
 def graphgpo_terms(batch: StepRows, options: GraphGPOOptions, common: CommonOptions) -> AdvantageTerms:
-    """Per-row GraphGPO terms (see the module docstring for the maths) of ``batch`` (``won`` required,
-    ``action_valid`` too when ``invalid_penalty`` > 0; ``row_penalty``, the authors' trainer placement, is subtracted
-    from R_G and from the episode score), with ``options`` and ``common`` (whose gamma discounts the reported R_t).
+    """Per-row GraphGPO terms, (N,) each: ``episode_adv`` A_E, ``step_adv`` A_G, ``advantage`` beta_E A_E + beta_G A_G.
 
-    Returns:
-        :class:`~verl_gigpo.advantage.AdvantageTerms` (``method="graphgpo"``): ``episode_adv`` = A_E,
-        ``step_adv`` = A_G, ``advantage`` = beta_E A_E + beta_G A_G; ``anchor_group`` = the graph node of s_t.
-        ``extras``: ``distance`` d(s_t), ``next_distance`` d(s_{t+1}), ``graph_return`` R_G. ``stats``: the shared
-        ``gigpo/*`` ones and ``graphgpo/frac_groups_with_win``, ``graphgpo/frac_rows_reaching_success`` (valid rows
-        whose state has a path to SUCCESS) and ``graphgpo/next_distance_mean`` (mean d(s_{t+1}) over the rows of
-        groups with a win).
-
-    Raises:
-        ValueError: bad input or options (as :func:`verl_gigpo.advantage.gigpo_advantage_terms` and
-            :func:`check_graphgpo_options`); ``won`` missing or differing within a trajectory; ``action_valid``
-            missing while ``invalid_penalty`` > 0.
+    Needs ``won`` (and ``action_valid`` when ``invalid_penalty`` > 0). ``extras``: ``distance`` d(s_t),
+    ``next_distance`` d(s_{t+1}), ``graph_return`` R_G; ``stats``: also ``graphgpo/*`` (docs/estimators.md, "Metrics").
     """
     base = basis(batch, common)
     rows, s_group = base.rows, base.s_group
@@ -171,18 +140,9 @@ def graphgpo_terms(batch: StepRows, options: GraphGPOOptions, common: CommonOpti
 def graph_distances(
     rows: ValidRows, node: np.ndarray, num_nodes: int, won_traj: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Distances to SUCCESS in each episode group's state graph (see the module docstring).
+    """``d(s_t)`` (M,), ``d(s_{t+1})`` (M,), ``reaching`` (M,) bool, ``group_won`` (G,): one BFS for all groups.
 
-    Args:
-        rows: the valid rows; node: ``(M,)`` graph node of each row's state (codes < ``num_nodes``, each node in
-            one episode group); won_traj: ``(T,)`` bool, won trajectories.
-
-    Returns:
-        ``d(s_t)`` ``(M,)`` float64, ``d(s_{t+1})`` ``(M,)`` float64 (0 after a winning last step, d_max + 1 after a
-        losing one), ``reaching`` ``(M,)`` bool (s_t has a path to SUCCESS), ``group_won`` ``(G,)`` bool.
-
-    One breadth-first search for all groups at once (node S + u is the SUCCESS node of group u), level by level
-    over the reversed edges of the frontier: every edge is read once, O(M) in all plus O(levels) numpy calls.
+    ``node`` (M,) graph node of each row's state (< ``num_nodes``), ``won_traj`` (T,) bool.
     """
     has_next = rows.next >= 0  # (M,)
     won_row = won_traj[rows.t]  # (M,)

@@ -1,26 +1,14 @@
 """HGPO (Hierarchy-of-Groups Policy Optimization, He et al., arXiv 2602.22817): step credit over history-keyed groups.
 
-GiGPO compares steps that share the current anchor state; their prompts can still differ in the history they show
-("context inconsistency"). HGPO puts each step into a hierarchy of groups keyed by its last k anchor states and
-mixes the group-relative advantages of all depths. Per episode group u, with R_t GiGPO's discounted step return::
+Per episode group u, with R_t GiGPO's discounted step return and keys from the step's own trajectory::
 
-    key_k(t) = (anchor_{t-k+1}, ..., anchor_t)          k = 1 .. min(K + 1, t + 1), from the step's own trajectory
+    key_k(t) = (anchor_{t-k+1}, ..., anchor_t)          k = 1 .. min(K + 1, t + 1)
     C_k(t)   = rows of u with the same key_k            (C_1 = GiGPO's anchor group)
-    a_k(t)   = norm(R_t within C_k(t))                  defined where |C_k| > 1
-    V(t)     = {k : |C_k(t)| > 1 and R_t != mean_{C_k(t)} R}   (i.e. a_k(t) != 0; see below)
+    a_k(t)   = norm(R_t within C_k(t))
+    V(t)     = {k : |C_k(t)| > 1 and R_t != mean_{C_k(t)} R}    (exact-arithmetic test, _rows.at_group_mean)
     A(t)     = sum_{k in V} w_k a_k(t),   w_k = k^alpha / sum_{j in V} j^alpha     (0 when V is empty)
 
-The paper writes the weight as (j + 1)^alpha over history lengths j = k - 1, i.e. k^alpha. Whether a_k(t) is 0 is
-decided as exact arithmetic would, on R_t and its group's mean before any division: R_t is the mean when
-|R_t - mean| <= 1e-12 * max(1, |mean|) (:func:`verl_gigpo.advantage._rows.at_group_mean`), so the float remainder
-of a row at its group's mean (~1e-16, larger after dividing by a small std) never enters V; the episode item of
-``episode_term`` is decided the same way on the episode return. Options (:func:`check_hgpo_options`):
-K = ``history_length`` (the environment's ``env.history_length``; paper: 2), ``alpha`` (paper: 1), ``weight_base``
-(``"depth"``: k^alpha, the paper; ``"depth_plus_one"``: (k + 1)^alpha, the authors' ``recipe/hgpo/core_hgpo.py``),
-``std`` (``"unbiased"``, as GiGPO here; ``"population"``, the authors' code) and ``episode_term`` (False: the paper;
-True: A^E joins the mix as one more item of weight 1, the code's ``base_group``, off by default there too). The
-previous step of a row is the row before it in step-id order within its trajectory, never the row before it in the
-batch. Deviations from the authors' code: see :mod:`verl_gigpo.advantage` (13-17).
+The method, its options and the deviations from the authors' code (items 13-17): docs/estimators.md.
 """
 
 from __future__ import annotations
@@ -51,21 +39,13 @@ WEIGHT_BASES = ("depth", "depth_plus_one")
 STDS = ("unbiased", "population")
 
 HGPO_STAT_NAMES = ("hgpo/depths_used_mean", "hgpo/deepest_depth_mean", "hgpo/frac_rows_without_group")
-"""HGPO's own diagnostics (beside :data:`~verl_gigpo.advantage.STAT_NAMES`), see :func:`hgpo_advantage_terms`."""
+"""HGPO's own diagnostics (beside :data:`~verl_gigpo.advantage.STAT_NAMES`), docs/estimators.md, "Metrics"."""
 
 
 def check_hgpo_options(
     *, history_length: Any, alpha: Any, weight_base: Any, std: Any, episode_term: Any
 ) -> dict[str, Any]:
-    """Validate HGPO's options (the one check of the estimator and of ``algorithm.hgpo``).
-
-    Valid: ``history_length`` a whole number >= 0 (depths 1 .. K + 1), ``alpha`` a finite number >= 0 (0: equal
-    weights), ``weight_base`` in ``("depth", "depth_plus_one")``, ``std`` in ``("unbiased", "population")``,
-    ``episode_term`` true or false.
-
-    Raises:
-        ValueError: ``"<option>=<value> must be ..."`` naming the valid values.
-    """
+    """Validate HGPO's options (estimator and ``algorithm.hgpo`` alike); errors name the option and value."""
     Range(
         "history_length",
         "int",
@@ -117,25 +97,10 @@ class HGPOOptions(MethodOptions):
 
 @torch.no_grad()
 def hgpo_terms(batch: StepRows, options: HGPOOptions, common: CommonOptions) -> AdvantageTerms:
-    """Per-row HGPO terms (see the module docstring for the maths).
+    """Per-row HGPO terms: ``step_adv`` = the weighted mean over the depths in V (module docstring), (N,) each.
 
-    Args:
-        batch: the rows (:class:`~verl_gigpo.advantage.StepRows`; ``won`` and ``action_valid`` are not read);
-            ``row_penalty`` is subtracted from R_t after discounting and from the episode score.
-        options: :class:`HGPOOptions`. common: the shared options (``gamma`` of R_t).
-
-    Returns:
-        :class:`~verl_gigpo.advantage.AdvantageTerms` (``method="hgpo"``): ``step_adv`` = the weighted mean over
-        the depths, ``episode_adv`` = A^E when ``episode_term`` is on (else 0), ``advantage`` = the weighted mean
-        over the depths and, with ``episode_term``, the episode item (so it is not ``episode_adv + step_adv``);
-        ``anchor_group`` = the depth-1 group. ``extras``: ``depths_used`` (|V|) and ``deepest_depth`` (the largest
-        k in V, 0 when V is empty). ``stats``: the shared ``gigpo/*`` ones and ``hgpo/depths_used_mean``,
-        ``hgpo/deepest_depth_mean`` (over valid rows) and ``hgpo/frac_rows_without_group`` (rows whose V is
-        empty: no step signal).
-
-    Raises:
-        ValueError: bad input or options, as :func:`verl_gigpo.advantage.gigpo_advantage_terms` and
-            :func:`check_hgpo_options`.
+    With ``episode_term`` the episode item A_E joins the mix with weight 1, so ``advantage`` is not
+    ``episode_adv + step_adv``. ``extras``: ``depths_used`` |V| and ``deepest_depth`` max V; ``stats``: also ``hgpo/*``.
     """
     base = basis(batch, common)
     A_E = base.A_E  # (M,)
@@ -177,13 +142,7 @@ def hgpo_terms(batch: StepRows, options: HGPOOptions, common: CommonOptions) -> 
 def _depth_mix(
     base: Basis, options: HGPOOptions, norm: str, epsilon: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The depth items of every valid row: ``(sum_k w_k a_k, sum_k w_k, |V|, max V)``, each ``(M,)``, over the
-    depths k in V (unnormalised weights w_k = k^alpha or (k + 1)^alpha); k is in V when the group has more than
-    one member and R_t is not its mean (:func:`~verl_gigpo.advantage._rows.at_group_mean`).
-
-    key_k(t) is built from key_{k-1} of the previous step and the anchor group of t: the pair
-    (key_{k-1}(t - 1), (u, anchor_t)) is exactly (u, anchor_{t-k+1}, ..., anchor_t). One pass per depth, O(M) each.
-    """
+    """``(sum_k w_k a_k, sum_k w_k, |V|, max V)``, each (M,); key_k(t) = (key_{k-1}(t - 1), (u, anchor_t))."""
     rows, s_group, R_t = base.rows, base.s_group, base.R_t
     m = rows.m
     total, weight = np.zeros(m), np.zeros(m)
@@ -215,5 +174,6 @@ def _depth_mix(
 @arrays_signature(HGPOOptions)
 def hgpo_advantage_terms(*inputs: Any, **keywords: Any) -> AdvantageTerms:
     """:func:`hgpo_terms` called with arrays, as :func:`verl_gigpo.advantage.gigpo_advantage_terms` (the
-    :class:`HGPOOptions` fields as keywords)."""
+    :class:`HGPOOptions` fields as keywords).
+    """
     return hgpo_terms(*split_call(HGPOOptions, inputs, keywords))

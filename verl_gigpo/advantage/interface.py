@@ -1,9 +1,4 @@
-"""The one estimator interface: ``estimator(rows, options, common) -> AdvantageTerms``.
-
-:class:`StepRows` holds a batch's per-row arrays, :class:`CommonOptions` the options every estimator shares, and each
-family has its own options dataclass (:class:`~verl_gigpo.advantage.GiGPOOptions`, ...). docs/adding-an-estimator.md
-walks through adding one.
-"""
+"""The one estimator interface: ``estimator(rows, options, common) -> AdvantageTerms`` (docs/adding-an-estimator.md)."""
 
 from __future__ import annotations
 
@@ -31,15 +26,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @dataclass(frozen=True)
 class StepRows:
-    """One batch of N step rows, the input of every estimator. Read (and checked) by the estimator, not here.
+    """One batch of N step rows, the input of every estimator (checked by the estimator, not here).
 
-    Attributes:
-        step_rewards: ``(N,)`` float, r_t (read as float64). response_mask: ``(N, L)``, 1 on response tokens.
-        group_ids, traj_ids: ``(N,)`` hashables, episode group (task) and trajectory.
-        step_ids: ``(N,)`` integers, step index inside the trajectory. anchor_keys: ``(N,)`` hashables.
-        row_mask: ``(N,)`` bool or None (all rows); False: padding or a failed episode, in no statistic.
-        won, action_valid: ``(N,)`` bool or None; the episode was won / the reply held a valid action.
-        row_penalty: ``(N,)`` float or None; each row's own penalty p_t, placed after discounting.
+    Per row (N,): ``step_rewards`` (read as float64), ``group_ids``, ``traj_ids``, ``step_ids``, ``anchor_keys``;
+    optional ``row_mask`` (bool; False: in no statistic), ``won``, ``action_valid``, ``row_penalty``.
+    ``response_mask``: (N, L).
     """
 
     step_rewards: RowValues
@@ -56,11 +47,8 @@ class StepRows:
 
 @dataclass(frozen=True)
 class CommonOptions:
-    """The options every estimator shares, checked at construction.
-
-    gamma: discount of R_t in [0, 1]. norm: ``"mean_std"`` ((x - mean) / (std + epsilon)) or ``"mean"``.
-    epsilon: > 0. episode_stats: ``"trajectory"`` (paper Eq. 3) or ``"step"`` (reference code).
-    similarity_threshold: None (exact anchor keys) or t in (0, 1]: str keys merged by similarity.
+    """The options every estimator shares, checked at construction: ``gamma``, ``norm``, ``epsilon``,
+    ``episode_stats`` and ``similarity_threshold`` (None: exact anchor keys).
     """
 
     gamma: float = DEFAULT_GAMMA
@@ -86,15 +74,7 @@ _COMMON_KEYS = frozenset(f.name for f in dataclasses.fields(CommonOptions))
 def split_call(
     options_class: type[Options], inputs: tuple[Any, ...], kwargs: dict[str, Any], *, outcome: bool = False
 ) -> tuple[StepRows, Options, CommonOptions]:
-    """A call in the arrays form, ``f(step_rewards, response_mask, group_ids, traj_ids, step_ids, anchor_keys,
-    **keywords)``, as the interface's ``(rows, options, common)``: keywords that name a :class:`StepRows` field go to
-    the rows (``won`` and ``action_valid`` only with ``outcome``), a :class:`CommonOptions` field to ``common``, the
-    rest to ``options_class``.
-
-    Raises:
-        TypeError: a missing input, or a keyword that none of the three knows.
-        ValueError: an invalid option (naming it).
-    """
+    """An arrays-form call ``f(step_rewards, ..., anchor_keys, **keywords)`` as ``(rows, options, common)``."""
     rows_known = _ROW_KEYS if outcome else _ROW_KEYS - {"won", "action_valid"}
     known = rows_known | _COMMON_KEYS | {f.name for f in dataclasses.fields(options_class)}
     unknown = sorted(set(kwargs) - known)
@@ -107,10 +87,7 @@ def split_call(
 
 
 def arrays_signature(options_class: type[MethodOptions], *, outcome: bool = False) -> Callable[[F], F]:
-    """Decorator: gives an arrays-form function (``f(*inputs, **keywords)`` read by :func:`split_call`) the signature
-    its users see, built from the dataclasses (each default stays in one place): the six inputs, then keyword-only
-    ``row_mask``, ``won`` and ``action_valid`` (with ``outcome``), the :class:`CommonOptions` fields, the
-    ``options_class`` fields and ``row_penalty``."""
+    """Decorator: the arrays form's visible signature, built from the dataclasses (each default in one place)."""
     kw, positional = inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD
     inputs = [inspect.Parameter(f.name, positional) for f in dataclasses.fields(StepRows)[:6]]
     rows = ["row_mask", *(["won", "action_valid"] if outcome else [])]
@@ -133,8 +110,7 @@ Estimator = Callable[[StepRows, Any, CommonOptions], Any]
 
 @dataclass(frozen=True)
 class EstimatorSpec:
-    """A registered estimator: its function, its options class (``algorithm.<name>``) and whether it reads
-    ``won`` and ``action_valid``."""
+    """A registered estimator: its function, its options class and whether it reads ``won`` and ``action_valid``."""
 
     terms: Estimator
     options: type[MethodOptions]

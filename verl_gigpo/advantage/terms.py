@@ -1,5 +1,4 @@
-"""What every estimator of :mod:`verl_gigpo.advantage` returns: :class:`AdvantageTerms`, per-row terms plus
-diagnostics, and the ``gigpo/*`` diagnostics they all share (:data:`STAT_NAMES`)."""
+"""What every estimator returns: :class:`AdvantageTerms` and the shared ``gigpo/*`` diagnostics (:data:`STAT_NAMES`)."""
 
 from __future__ import annotations
 
@@ -27,8 +26,8 @@ STAT_NAMES = (
     "gigpo/step_adv_abs_mean",
     "gigpo/num_masked_rows",
 )
-"""Diagnostics every estimator returns in :attr:`AdvantageTerms.stats` (documented in
-:func:`verl_gigpo.advantage.gigpo_advantage_terms`); HGPO, GraphGPO and G2PO add a few of their own."""
+"""Diagnostics every estimator returns in :attr:`AdvantageTerms.stats` (docs/metrics.md); HGPO, GraphGPO and G2PO
+add a few of their own."""
 
 STEP_ADV_ZERO = 1e-6
 """|A_S| at or below this counts as no step signal in ``gigpo/frac_rows_nonzero_step_adv`` (equal returns leave
@@ -49,34 +48,10 @@ _NUMPY_MASK_DTYPES = (
 
 @dataclass(frozen=True)
 class AdvantageTerms:
-    """Per-row terms of a step-credit advantage (GiGPO, HGPO, GraphGPO or G2PO), plus batch diagnostics.
+    """Per-row terms of a step-credit advantage plus batch diagnostics; every array (N,), 0 on masked rows.
 
-    All arrays have shape ``(N,)``, one entry per input row; rows with ``row_mask`` False hold 0 everywhere.
-
-    Attributes:
-        episode_return: float64, the row's episode score: R(tau) = sum of the trajectory's valid step rewards (same
-            for all its rows), minus the row's own penalty when the estimator got a ``row_penalty``.
-        step_return: float64, R_t = sum_{k >= t} gamma^(k - t) r_k along the trajectory in step-id order (minus the
-            row's own penalty with a ``row_penalty``).
-        episode_adv: float64, the episode term (A_E: R(tau) normalised within its episode group; HGPO: A_E when
-            its episode term is on, else 0).
-        step_adv: float64, the method's step term (GiGPO: A_S; HGPO: the weighted mean over history depths;
-            GraphGPO: A_G; G2PO: A_1 + A_2).
-        advantage: float64, the advantage the update uses (GiGPO: A_E + w A_S; see each estimator).
-        anchor_group: int64, the anchor group (episode group, anchor key) of the row, numbered 0, 1, ... in order
-            of first appearance among valid rows (-1 for masked rows): GiGPO's step group, HGPO's depth-1 group,
-            GraphGPO's and G2PO's graph node.
-        anchor_group_size: int64, number of valid rows in the row's anchor group (0 for masked rows).
-        row_mask: bool, which rows took part (True) and which were ignored (False).
-        episode_signal, step_signal: bool, the row's episode / step term carries signal into ``advantage``: the
-            values the term normalises differ beyond rounding within the row's group
-            (:func:`~verl_gigpo.advantage.differs_in_groups`, judged before normalising) and its weight is > 0.
-            What dynamic sampling's ``signal`` filter reads.
-        stats: diagnostics as plain floats: :data:`STAT_NAMES` and the method's own.
-        method: the estimator that computed the terms: ``"gigpo"``, ``"hgpo"``, ``"graphgpo"`` or ``"g2po"``.
-        extras: the per-row ``(N,)`` float64 values behind the method's step term (GraphGPO: ``distance``,
-            ``next_distance``, ``graph_return``; G2PO: ``node_value``, ``next_value``; HGPO: ``depths_used``,
-            ``deepest_depth``; GiGPO: none), 0 on masked rows.
+    Fields per estimator: docs/adding-an-estimator.md, "What an estimator returns". ``anchor_group`` is -1 on masked
+    rows; ``episode_signal``/``step_signal`` (bool) say whether the term carries signal (what dynamic sampling reads).
     """
 
     episode_return: np.ndarray
@@ -94,17 +69,9 @@ class AdvantageTerms:
     extras: dict[str, np.ndarray] = field(default_factory=dict)
 
     def token_level(self, response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Broadcast the per-row advantage and step return over the response tokens.
+        """``(advantages, returns)`` float32 (N, L): ``A[:, None] * mask``, ``R_t[:, None] * mask``.
 
-        Args:
-            response_mask: ``(N, L)`` tensor (bool, int or float); its device is the output device.
-
-        Returns:
-            ``(advantages, returns)``, both float32 ``(N, L)``: ``A[:, None] * mask`` and ``R_t[:, None] * mask``.
-
-        Raises:
-            ValueError: a non-finite ``response_mask`` entry (NaN would pass into the loss), or an advantage or
-                step return too large for float32 (|x| > 3.4e38).
+        ``response_mask`` (N, L) bool, int or float, on the output device. Raises on a non-finite mask or |x| > 3.4e38.
         """
         mask = as_response_mask(response_mask, self.advantage.shape[0]).detach()  # (N, L)
         for name, values in (("advantage", self.advantage), ("step return R_t", self.step_return)):
@@ -146,14 +113,7 @@ def assemble(
     stats: dict[str, float] | None = None,
     extras: dict[str, np.ndarray] | None = None,
 ) -> AdvantageTerms:
-    """The :class:`AdvantageTerms` of an estimator: its ``(M,)`` episode term, step term and advantage over the valid
-    rows of ``base``, scattered to ``(N,)``, with :data:`STAT_NAMES` plus the method's own ``stats`` and ``(M,)``
-    ``extras``. ``step_signal`` and ``episode_signal`` (None: ``base.episode_signal``) are ``(M,)`` bool.
-
-    Raises:
-        ValueError: a non-finite episode return, R_t or advantage (float64 overflow, see
-            :func:`~verl_gigpo.advantage._rows.check_overflow`).
-    """
+    """Scatter an estimator's (M,) terms, signals and ``extras`` of the valid rows to (N,), with :data:`STAT_NAMES`."""
     rows = base.rows
     check_overflow(rows, {"episode return": base.R_row, "step return R_t": base.R_t, "advantage": advantage})
     s_size = np.bincount(base.s_group, minlength=base.num_s)  # (S,)
@@ -181,14 +141,7 @@ def shared_stats(
     group_size: np.ndarray,
     flat_episode_groups: np.ndarray,
 ) -> dict[str, float]:
-    """The :data:`STAT_NAMES` diagnostics of one batch.
-
-    Args:
-        rows: the batch's valid rows.
-        A_E, A_S: ``(M,)`` the episode and step terms of the valid rows.
-        group_size: ``(S,)`` valid rows per anchor group.
-        flat_episode_groups: ``(G,)`` episode groups whose returns are all equal.
-    """
+    """The :data:`STAT_NAMES` diagnostics; ``A_E``, ``A_S`` (M,), ``group_size`` (S,), ``flat_episode_groups`` (G,)."""
     m, num_s = rows.m, group_size.shape[0]
     singleton = group_size == 1
     return {

@@ -1,15 +1,5 @@
-"""This project's configuration, in one place (docs/configuration.md).
-
-* :mod:`~verl_gigpo.config.algorithm` — :class:`GiGPOConfig`, the ``algorithm`` section of the step-credit
-  estimators (``algorithm.gamma``, ``algorithm.gigpo``, ``algorithm.{hgpo,graphgpo,g2po}``);
-* :mod:`~verl_gigpo.config.sections` — every section of this project's keys mapped to its settings class;
-* :mod:`~verl_gigpo.config.rules` — :class:`~verl_gigpo.config.rules.Range` (number and flag checks), the rules
-  both engines check;
-* :mod:`~verl_gigpo.config.keys` — the known keys, the command-line typo check, the deprecated spellings;
-* :mod:`~verl_gigpo.config.resume` — the resume policy; ``*.yaml`` — Hydra's configs (verl's and the local engine's).
-
-The names below load on first use: :mod:`~verl_gigpo.config.rules` and :mod:`~verl_gigpo.config.keys` import only
-the standard library (environment worker processes import the rules), the estimator settings import the maths.
+"""This project's configuration, in one place (docs/configuration.md): ``algorithm`` (:class:`GiGPOConfig`),
+``sections``, ``rules``, ``keys``, ``resume``, ``trainer`` and the yaml files. Names load on first use.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Step-credit configuration: one validated dataclass that knows the method, readable from a dict or a ``DictConfig``.
 
-In verl's Hydra config (and the local engine's) the method is ``algorithm.adv_estimator`` (gigpo, hgpo, graphgpo or
-g2po); ``algorithm.gigpo`` holds GiGPO's step weight and the settings every method shares (norm, epsilon, episode
-statistics, anchor keys), ``algorithm.gamma`` the discount, and ``algorithm.hgpo``, ``algorithm.graphgpo`` and
-``algorithm.g2po`` each successor's own options. :meth:`GiGPOConfig.from_algorithm` reads that section (checking
-every sub-section, errors naming the key), :meth:`GiGPOConfig.from_mapping` the ``algorithm.gigpo`` node alone.
-:meth:`GiGPOConfig.advantage_terms` is the configured estimator (similarity keys included), the one entry the
-plug-in's estimator functions, the ``gigpo_sync`` trainer mode and the local engine call;
-:meth:`GiGPOConfig.estimator_kwargs` gives GiGPO's exact-key options alone.
+    cfg = GiGPOConfig.from_algorithm(config.algorithm, env=config.env)   # every sub-section checked, keys named
+    terms = cfg.estimate(rows)                                            # the configured estimator
+
+The keys (``algorithm.gamma``, ``algorithm.gigpo.*``, ``algorithm.{hgpo,graphgpo,g2po}.*``): docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -73,43 +69,11 @@ _GIGPO_KEYS = (
 
 @dataclass
 class GiGPOConfig:
-    """Hyper-parameters of the step-credit estimator (GiGPO or a successor) and of anchor-state grouping.
+    """Hyper-parameters of the step-credit estimator (``method``: GiGPO or a successor) and of anchor grouping.
 
-    Attributes:
-        gamma: discount in [0, 1] of the step return ``R_t = sum_{k>=t} gamma^(k-t) r_k`` that the step-level
-            advantage compares (0: R_t = r_t). Paper: 0.95.
-        step_advantage_w: weight w >= 0 of the step-level term in ``A = A_episode + w * A_step``; 0 gives the
-            episode-level (GRPO-style) advantage alone. Paper: 1.0.
-        norm: how both levels normalise within a group: ``"mean_std"`` = (x - mean) / (std + epsilon) with the
-            unbiased std, ``"mean"`` = x - mean only. Paper: ``"mean_std"`` for ALFWorld, ``"mean"`` for WebShop.
-        epsilon: > 0, added to the std in ``"mean_std"``. Default 1e-6 (as GRPO in verl).
-        episode_stats: what the episode-level mean/std are taken over: ``"trajectory"`` (each trajectory once,
-            the paper's Eq. 3) or ``"step"`` (every step row, so long trajectories weigh more, as the reference
-            code does). Default ``"trajectory"``.
-        key_mode: what makes two steps "the same state" (their anchor key): ``"observation"`` (the observation
-            text, as in the paper), ``"state"`` (the environment's true state, where it exposes one),
-            ``"history:K"`` (state plus the last K actions, e.g. ``"history:2"``), or ``"similarity"``
-            (observation texts grouped by similarity, see :mod:`verl_gigpo.advantage.anchors`). Default
-            ``"observation"``.
-        similarity_threshold: in (0, 1]; used only when ``key_mode == "similarity"``: observations whose 5-byte
-            shingle sets have Dice similarity >= this are linked (1.0 = exact match). Default 0.9. (The
-            reference code's optional similarity mode uses a different measure, difflib's ratio, with 0.95.)
-        similarity_grouping: how ``key_mode == "similarity"`` groups the texts
-            (:data:`~verl_gigpo.advantage.anchors.SIMILARITY_GROUPINGS`): ``"dice_components"`` (default: connected
-            components of shingle Dice >= threshold, order-independent) or ``"difflib_first_fit"`` (the reference's:
-            difflib ratio against each cluster's first member, greedy in row order; order-dependent).
-        method: the estimator these settings drive: ``"gigpo"`` (default), ``"hgpo"``, ``"graphgpo"`` or ``"g2po"``
-            (:data:`verl_gigpo.STEP_CREDIT_ESTIMATORS`). gamma, norm, epsilon, episode_stats, key_mode and
-            similarity_threshold apply to every method; step_advantage_w is GiGPO's.
-        penalty_mode: where the invalid-action penalty enters the advantage (``env.invalid_action_penalty_mode``,
-            :data:`~verl_gigpo.config.rules.PENALTY_MODES`): ``"reward"`` (default) takes the rows' step rewards
-            as they are (the penalty already in r_t); ``"reference"`` takes the environment's rewards alone and passes
-            each row's own penalty, ``invalid_action_penalty`` on a row without a valid action, as the estimator's
-            ``row_penalty`` (the reference implementation's placement; needs ``episode_stats="step"``).
-        invalid_action_penalty: the penalty of ``"reference"`` mode (``env.invalid_action_penalty``; paper 0.1).
-        hgpo, graphgpo, g2po: each successor's own options (:class:`~verl_gigpo.advantage.HGPOOptions`,
-            :class:`~verl_gigpo.advantage.GraphGPOOptions`, :class:`~verl_gigpo.advantage.G2POOptions`: the keys of
-            ``algorithm.hgpo``, ``algorithm.graphgpo``, ``algorithm.g2po``), defaults the papers'.
+    ``R_t = sum_{k>=t} gamma^(k-t) r_k``; ``A = A_episode + step_advantage_w * A_step`` (GiGPO). Fields are the keys
+    of docs/configuration.md: ``algorithm.gamma``, ``algorithm.gigpo.*``, ``algorithm.{hgpo,graphgpo,g2po}``, and
+    ``penalty_mode`` / ``invalid_action_penalty`` from ``env.invalid_action_penalty_mode`` / ``_penalty``.
     """
 
     gamma: float = CommonOptions.gamma
@@ -171,13 +135,9 @@ class GiGPOConfig:
 
     @classmethod
     def from_mapping(cls, mapping: Any, *, section: str = "GiGPO config") -> GiGPOConfig:
-        """Build from a dict or an OmegaConf ``DictConfig`` (e.g. ``config.algorithm.gigpo``).
+        """Build from ``algorithm.gigpo`` (a dict or ``DictConfig``; missing or None: the default).
 
-        Missing keys take their defaults; ``None`` is accepted as "not set". Interpolations are resolved. ``section``
-        names the mapping in the unknown-key message.
-
-        Raises:
-            ValueError: on unknown keys (listing the known ones), a non-mapping, or invalid values.
+        Raises ValueError on unknown keys (named under ``section``), a non-mapping or a bad value.
         """
         if mapping is None:
             return cls()
@@ -190,27 +150,11 @@ class GiGPOConfig:
 
     @classmethod
     def from_algorithm(cls, algorithm: Any, *, method: str | None = None, env: Any = None) -> GiGPOConfig:
-        """Build from verl's ``algorithm`` config section (a dict or ``DictConfig``, or None for the defaults):
-        the ``algorithm.gigpo.*`` keys plus ``gamma = algorithm.gamma`` (the discount both engines share), and each
-        successor's section ``algorithm.hgpo``, ``algorithm.graphgpo``, ``algorithm.g2po`` (all of them are
-        checked, whichever method runs).
+        """Build from verl's ``algorithm`` section (None: defaults), every successor's section checked.
 
-        Args:
-            algorithm: the section.
-            method: the estimator; default ``algorithm.adv_estimator`` when that names a step-credit estimator,
-                else ``"gigpo"`` (e.g. ``grpo`` runs, whose config is only checked).
-            env: the ``env`` section, or None: where ``algorithm.hgpo.history_length`` and
-                ``algorithm.g2po.invalid_penalty`` are null (their defaults), they take ``env.history_length`` and
-                ``env.invalid_action_penalty`` (the prompt's history and the environment's penalty, as the papers
-                do); without ``env`` the papers' values, 2 and 0.1. :attr:`penalty_mode` and
-                :attr:`invalid_action_penalty` come from ``env.invalid_action_penalty_mode`` and
-                ``env.invalid_action_penalty`` (for an estimator that is not a step-credit one, e.g. ``grpo``, the
-                mode is checked but kept at ``"reward"`` here: :func:`~verl_gigpo.advantage.outcome.
-                outcome_advantages` reads it).
-
-        Raises:
-            ValueError: as :meth:`from_mapping`; an unknown key or a bad value in a successor's section, named
-                ``algorithm.<method>.<key>``.
+        ``method`` defaults to ``algorithm.adv_estimator`` when it is a step-credit estimator, else ``"gigpo"``.
+        Null ``algorithm.hgpo.history_length`` and ``algorithm.g2po.invalid_penalty`` take ``env``'s
+        ``history_length`` and ``invalid_action_penalty``. Raises ValueError naming ``algorithm.<section>.<key>``.
         """
         if algorithm is None:
             algorithm = {}
@@ -252,16 +196,10 @@ class GiGPOConfig:
         return self.estimate(StepRows(*inputs, **fields), env_rewards=env_rewards)
 
     def estimate(self, rows: StepRows, *, env_rewards: Any = None) -> AdvantageTerms:
-        """The configured estimator (:attr:`method`, :data:`verl_gigpo.advantage.ESTIMATORS`) on ``rows`` with these
-        settings: anchor keys merged by similarity when ``key_mode == "similarity"`` (``difflib_first_fit`` turns the
-        keys into cluster ids here, in the rows' order) and the invalid-action penalty placed by :attr:`penalty_mode`
-        (``"reference"``: ``env_rewards`` ``(N,)``, the environment's rewards without the penalty, replace the step
-        rewards, and ``rows.action_valid`` gives each row's penalty). ``terms.token_level(response_mask)`` gives the
-        ``(advantages, returns)`` (N, L) the update uses.
+        """The configured estimator on ``rows`` (N rows): similarity keys merged, the penalty placed by
+        :attr:`penalty_mode` (``"reference"`` needs ``env_rewards`` (N,) and ``rows.action_valid``).
 
-        Raises:
-            ValueError: malformed input, as the method's function documents; ``penalty_mode="reference"`` without
-                ``env_rewards`` or ``action_valid``.
+        ``terms.token_level(response_mask)`` gives ``(advantages, returns)`` (N, L). Raises ValueError on bad input.
         """
         if self.penalty_mode == "reference":
             if env_rewards is None or rows.action_valid is None:
@@ -288,9 +226,7 @@ class GiGPOConfig:
         return spec.terms(rows, options, common)
 
     def estimator_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :func:`verl_gigpo.advantage.compute_gigpo_advantage` (and
-        ``gigpo_advantage_terms``) with exact anchor keys: gamma, step_advantage_w, norm, epsilon, episode_stats.
-        :meth:`advantage_terms` adds the similarity threshold of ``key_mode="similarity"``."""
+        """Keyword arguments of :func:`verl_gigpo.advantage.compute_gigpo_advantage` with exact anchor keys."""
         return {
             "gamma": self.gamma,
             "step_advantage_w": self.step_advantage_w,
@@ -301,21 +237,17 @@ class GiGPOConfig:
 
     @property
     def env_key_mode(self) -> str:
-        """The ``key_mode`` to build environments with: ``"observation"`` when grouping by similarity (the
-        environment emits observation texts, the trainer groups them), else ``key_mode`` itself."""
+        """The ``key_mode`` environments are built with (``"observation"`` for ``"similarity"``)."""
         return "observation" if self.key_mode == "similarity" else self.key_mode
 
     @property
     def anchor_similarity_threshold(self) -> float | None:
-        """``similarity_threshold`` when ``key_mode == "similarity"``, else None (exact keys): the
-        ``similarity_threshold`` argument of :func:`verl_gigpo.advantage.gigpo_advantage_terms` (and of
-        :func:`verl_gigpo.advantage.anchors.anchor_group_ids`)."""
+        """``similarity_threshold`` when ``key_mode == "similarity"``, else None (exact keys)."""
         return self.similarity_threshold if self.key_mode == "similarity" else None
 
 
 def _method_options(name: str, kind: type, section: Any, inherited: dict[str, Any]) -> Any:
-    """``algorithm.<name>`` (a mapping, or None for the defaults) as a validated ``kind``; null values take
-    ``inherited`` (an env value, when not None) or the default. Errors name the key."""
+    """``algorithm.<name>`` as a validated ``kind``; nulls take ``inherited`` or the default."""
     section = {} if section is None else _as_mapping(section, f"algorithm.{name}")
     known = [f.name for f in dataclasses.fields(kind)]
     unknown = sorted(str(k) for k in section if k not in known)

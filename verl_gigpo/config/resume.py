@@ -3,27 +3,10 @@
     changes = VERL_RESUME.check(saved, current, allow=False, resuming=f"{folder} from step 2", ...)
     changes = LOCAL_RESUME.check(saved, current, allow=False, resuming=str(checkpoint), defaults=defaults, ...)
 
-**The rule is an allow-list.** A resumed run must train what the checkpointed run trained. Every key of the config
-is compared with the checkpointed run's; a key may differ only when the engine's list (:data:`VERL_RESUMABLE`,
-:data:`LOCAL_RESUMABLE`, both holding :data:`COMMON_RESUMABLE`) names it, each entry with the reason it does not
-change what an iteration computes (the length of the run, how often it validates, saves and logs, where and how fast
-it runs). Any other difference stops the resume with one line naming every such key and both values, unless
-``trainer.allow_config_change=true`` (the local engine's ``--allow-config-change``), which resumes and lists them.
-
-**Why not a block-list** (the keys that change training, everything else free): the keys of a config are not ours
-to enumerate. A verl release adds options (verl 0.9.1's composed config has about 930 keys), a new plug-in option
-appears, a section nobody listed (``critic.*``, ``distillation.*``, ``reward_model.*``) gets switched on. A
-block-list lets each of those change on resume without a word, and the run then silently trains something else
-than its checkpoint and metrics history claim: a failure that is found late or never, and that costs the run. An
-allow-list refuses such a resume with one line naming the key: the worst case is a harmless key refused, which
-costs one re-launch with ``trainer.allow_config_change=true`` and one line added here. The same holds for a key
-absent from the saved config (a newer verl or plug-in): it counts as changed, except on the local engine when its
-value is the engine's default (``defaults``, the engine's own YAML, which is what the older run used).
-
-Entries: ``a.b`` is that key; ``a.`` is the whole section; ``*.b`` is a key named ``b`` in any section (verl repeats
-micro-batch and memory settings for the actor, the reference model, the rollout and the critic); ``*.b.`` is any
-section named ``b``. The LoRA adapter's settings (:data:`LORA_ADAPTER_KEYS`) are not compared when the checkpointed
-run had no adapter (``lora_rank`` 0): they were unused, and a change of ``lora_rank`` itself is what counts.
+A key may differ from the checkpointed run's only when the engine's allow-list names it (each entry with its
+reason); any other difference stops the resume unless ``trainer.allow_config_change=true``. Why an allow-list:
+docs/runs.md#resuming. Entries: ``a.b`` a key; ``a.`` a section; ``*.b`` key ``b`` in any section; ``*.b.`` any
+section ``b``. :data:`LORA_ADAPTER_KEYS` are not compared when the saved run had no adapter.
 """
 
 from __future__ import annotations
@@ -174,9 +157,7 @@ class ResumeRefused(ValueError):
 
 
 def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}, "c": {}}`` -> ``{"a.b": 1}``: the dotted key of every leaf (lists and other non-mapping
-    values are leaves). An empty mapping holds no setting and adds nothing, so ``env.kwargs={}`` and
-    ``env.kwargs.x=1`` differ in ``env.kwargs.x`` alone, and a mapping left empty equals one that is absent."""
+    """``{"a": {"b": 1}, "c": {}}`` -> ``{"a.b": 1}``: the dotted key of every leaf (an empty mapping adds none)."""
     out: dict[str, Any] = {}
     for key, value in config.items():
         name = f"{prefix}{key}"
@@ -201,28 +182,20 @@ def _matches(entry: str, key: str) -> bool:
 
 @dataclass(frozen=True)
 class ResumePolicy:
-    """The allow-list rule over one engine's list of keys that may change on resume (module docstring).
-
-    Attributes:
-        resumable: ``{entry: reason}``, the keys that may change.
-        flag: how the user allows other changes on this engine (named in the refusal).
-    """
+    """One engine's allow-list ``resumable`` (``{entry: reason}``); ``flag`` allows other changes."""
 
     resumable: Mapping[str, str]
     flag: str
 
     def may_change(self, key: str) -> bool:
-        """Whether the dotted ``key`` may differ from the checkpointed run's (an entry of :attr:`resumable` covers
-        it)."""
+        """Whether an entry of :attr:`resumable` covers the dotted ``key``."""
         return any(_matches(entry, key) for entry in self.resumable)
 
     def changes(
         self, saved: Mapping[str, Any], current: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = None
     ) -> dict[str, tuple[Any, Any]]:
-        """``{dotted key: (saved value, current value)}`` for every key whose value differs between two configs
-        (nested mappings; a key in only one of them shows :data:`ABSENT`). A key absent from ``saved`` whose current
-        value is its value in ``defaults`` (nested) is unchanged; :data:`LORA_ADAPTER_KEYS` are left out when the
-        saved run had no adapter."""
+        """``{dotted key: (saved, current)}`` of every differing key (:data:`ABSENT` where missing); a key missing
+        from ``saved`` at its ``defaults`` value is unchanged."""
         old, new = flatten_config(saved), flatten_config(current)
         flat_defaults = flatten_config(defaults or {})
         unused = set(LORA_ADAPTER_KEYS) if not old.get("actor_rollout_ref.model.lora_rank") else set()
@@ -247,22 +220,10 @@ class ResumePolicy:
         start_over: str,
         defaults: Mapping[str, Any] | None = None,
     ) -> tuple[dict[str, tuple[Any, Any]], dict[str, tuple[Any, Any]]]:
-        """Compare the checkpointed run's config ``saved`` with the ``current`` one (:meth:`changes`).
+        """Compare ``saved`` with ``current``: ``(may_change, refused)``, each ``{key: (saved, current)}``.
 
-        Args:
-            allow: resume although a key outside the list changed (``trainer.allow_config_change``).
-            resuming: what is resumed, for the message (e.g. ``"<folder> from step 2"``).
-            source: where ``saved`` comes from, for the message (the launch record, the checkpoint).
-            start_over: how to start over instead on this engine, for the message.
-            defaults: the engine's default config (see :meth:`changes`).
-
-        Returns:
-            ``(may_change, refused)``: the changes the list allows and those it does not (non-empty only with
-            ``allow``), each ``{key: (saved, current)}``.
-
-        Raises:
-            ResumeRefused: a key outside the list changed and not ``allow``; one line naming every such key with both
-                values, and what to do.
+        Raises ResumeRefused (one line naming every refused key) unless ``allow``; ``resuming``, ``source`` and
+        ``start_over`` word the message.
         """
         changed = self.changes(saved, current, defaults=defaults)
         refused = {k: v for k, v in changed.items() if not self.may_change(k)}

@@ -1,35 +1,10 @@
 """The configuration rules both engines check, each written once, with the key as the user types it.
 
-Callers:
-
-* verl's path: :func:`verl_gigpo.verl_glue.preflight.preflight` on the driver, before Ray starts
-  (``python -m verl_gigpo.main``); the trainer mode :class:`verl_gigpo.verl_glue.trainer.GiGPOTrainerSync`
-  (``algorithm.use_kl_in_reward``, the group-size warning) and the agent loop's
-  :class:`~verl_gigpo.rollout.types.EpisodeConfig` (the ``env.*`` ranges) inside Ray;
-* the local engine: :func:`verl_gigpo.local.config.validate_config`, before a model loads.
-
-A rule gives a message (or None); the callers decide whether to raise, collect or log it. The message of a rule is
-the same on both engines: it names the key (``env.invalid_action_penalty``), the value, the allowed values and what
-the key means or what to do instead.
-
-* :data:`RANGES` — type and range of every numeric and boolean key (:class:`Range`); :data:`SHARED_KEYS` — those
-  that exist with the same meaning in verl's config and the local engine's, and so are checked by both.
-  :class:`Range` is also the check of every other number and flag the package takes (the estimators' options, the
-  sections of ``trainer.v1.gigpo_sync``, ``trainer.credit_log_*`` and ``env.prompt``, the local engine's sampling
-  parameters, the command lines' numbers): one message, ``<key>=<value> must be <allowed> (<meaning>)``;
-* :func:`kl_in_reward_problem` — ``algorithm.use_kl_in_reward`` and the estimator;
-* :func:`estimator_problem` — ``algorithm.adv_estimator`` against the estimators an engine runs;
-* :func:`group_size_warning` — the warning for ``actor_rollout_ref.rollout.n=1``;
-* :func:`penalty_mode` — ``env.invalid_action_penalty_mode`` (:data:`PENALTY_MODES`);
-* :func:`training_sampling_problem` — training rollouts must sample (``actor_rollout_ref.rollout.do_sample`` and
-  ``temperature``);
-* :func:`validation_sampling` — what validation decodes with (``val_kwargs.do_sample=false`` is greedy).
-
-The options of the estimators themselves (``algorithm.gamma``, ``algorithm.gigpo.*``, ``algorithm.<successor>.*``)
-are the estimator's own check (:class:`verl_gigpo.config.GiGPOConfig`), which both engines call.
-
-This module imports only the standard library: :mod:`verl_gigpo.rollout.types` uses it, and environment worker
-processes import that.
+A rule gives a message (or None) naming the key, the value, what is allowed and what to do; callers raise, collect
+or log it. :data:`RANGES` holds every numeric and boolean key's :class:`Range`; the field helpers (:func:`number`,
+:func:`whole`, :func:`flag`, :func:`choice`) declare a settings class's checks with its fields. Who calls the rules
+and why they exist: docs/configuration.md#rules-checked-on-both-engines. Standard library only (environment worker
+processes import it).
 """
 
 from __future__ import annotations
@@ -67,16 +42,11 @@ __all__ = [
 
 _KINDS = ("bool", "int", "float")
 
+#: ``algorithm.gamma``, the discount of the step return: the one default (the yaml files repeat it; a test checks)
 DEFAULT_GAMMA = 0.95
-"""``algorithm.gamma``, the discount of the step return (the paper's): the one default every estimator, the
-``algorithm`` settings and the commands take (the yaml files repeat it; a test holds them equal)."""
 
+#: values of ``env.invalid_action_penalty_mode`` (docs/configuration.md#rules-checked-on-both-engines)
 PENALTY_MODES = ("reward", "reference")
-"""Values of ``env.invalid_action_penalty_mode``, where the invalid-action penalty enters the advantage:
-``reward``: part of the step reward r_t before discounting, so earlier steps' R_t and the episode return R(tau)
-carry it; ``reference``: as the reference implementation's trainer places it (``apply_invalid_action_penalty``),
-subtracted from the invalid row's own step return after discounting and from that row's own episode score, with the
-episode statistics over step rows."""
 
 
 class KeyValueError(ValueError):
@@ -94,16 +64,10 @@ class KeyValueError(ValueError):
 
 @dataclass(frozen=True)
 class Range:
-    """The rule of one numeric or boolean config key: its type, its allowed range and what it means.
+    """The rule of one numeric or boolean config key: its type, allowed range and meaning.
 
-    Attributes:
-        key: the config key as the user types it (``env.invalid_action_penalty``).
-        kind: ``"bool"`` (true or false), ``"int"`` (a whole number, not a bool) or ``"float"`` (a finite real
-            number, not a bool; an int is accepted). Numpy's integer and floating scalars count as ints and
-            numbers (``numbers.Integral`` / ``numbers.Real``); numpy's bool is neither.
-        meaning: what the key means, shown in the message.
-        low, high: the bounds (None: unbounded on that side); ``low_open`` makes the lower bound strict.
-        nullable: null (None) is allowed too.
+    ``kind``: ``"bool"``, ``"int"`` (not a bool) or ``"float"`` (finite, not a bool; ints and numpy scalars pass).
+    ``low``/``high`` None: unbounded; ``low_open``: strict lower bound; ``nullable``: None allowed.
     """
 
     key: str
@@ -136,8 +100,7 @@ class Range:
         return f"{text} or null" if self.nullable else text
 
     def problem(self, value: Any, *, key: str | None = None) -> str | None:
-        """None when ``value`` obeys the rule, else ``"<key>=<value> must be <allowed> (<meaning>)"``; ``key``
-        replaces :attr:`key` in the message (a dataclass field checked with this rule names itself)."""
+        """None when ``value`` obeys the rule, else ``"<key>=<value> must be <allowed> (<meaning>)"``."""
         if value is None and self.nullable:
             return None
         if self._ok(value):
@@ -167,9 +130,8 @@ def _named(metadata: dict[str, Any], key: str | None) -> dict[str, Any]:
 
 
 def number(default: Any, meaning: str, *, key: str | None = None, **bounds: Any) -> Any:
-    """A dataclass field holding a finite number, its :class:`Range` (``low``, ``high``, ``low_open``, ``nullable``)
-    declared with it; :func:`check_settings` checks it under the section's key. ``key``: its config key in the
-    section where it differs from the field's name."""
+    """A dataclass field holding a finite number, with its :class:`Range` bounds; ``key``: its config key where it
+    differs from the field's name."""
     return field(default=default, metadata=_named({"rule": Range("", "float", meaning, **bounds)}, key))
 
 
@@ -189,12 +151,7 @@ def choice(default: str, choices: Sequence[str], meaning: str, *, key: str | Non
 
 
 def check_settings(settings: Any, section: str) -> None:
-    """Check every field of a settings dataclass that declares its rule (:func:`number`, :func:`whole`,
-    :func:`flag`, :func:`choice`), naming it ``<section>.<key>`` (its declared key, else the field's name).
-
-    Raises:
-        KeyValueError: the first bad value: its key, the value and what is allowed.
-    """
+    """Check every field of ``settings`` that declares its rule; KeyValueError names ``<section>.<key>``."""
     for spec in fields(settings):
         key, value = f"{section}.{spec.metadata.get('key', spec.name)}", getattr(settings, spec.name)
         if "rule" in spec.metadata:
@@ -264,13 +221,10 @@ _RULES = (
     Range("trainer.allow_config_change", "bool", "resume with a changed config"),
 )
 
+#: config key -> its :class:`Range`: the numeric and boolean keys no settings class declares on its fields
 RANGES: dict[str, Range] = {rule.key: rule for rule in _RULES}
-"""config key -> its :class:`Range`: every numeric and boolean key of the local engine's
-``local_trainer.yaml`` outside ``algorithm.gamma``, ``algorithm.gigpo`` and the successors' sections (the
-estimator's check), ``trainer.credit_log_*`` (:class:`verl_gigpo.credit.records.CreditLogOptions`) and the sections
-whose settings class declares its checks on its fields (``local``, ``trainer.health``, ``trainer.v1.gigpo_sync``:
-:mod:`verl_gigpo.config.trainer`)."""
 
+#: the keys of :data:`RANGES` that verl's preflight checks too (the lengths: through ``EpisodeConfig``)
 SHARED_KEYS = (
     "actor_rollout_ref.rollout.n",
     "algorithm.use_kl_in_reward",
@@ -278,17 +232,10 @@ SHARED_KEYS = (
     "env.history_length",
     "env.invalid_action_penalty",
 )
-"""The keys of :data:`RANGES` that verl's preflight checks too (same key, same meaning on both engines). The prompt
-and response lengths are checked on verl's path through :class:`~verl_gigpo.rollout.types.EpisodeConfig`, whose
-fields use the rules of ``data.max_prompt_length`` and ``actor_rollout_ref.rollout.response_length``."""
 
 
 def penalty_mode(env: Any) -> str:
-    """``env.invalid_action_penalty_mode`` of an ``env`` section (a mapping; a missing key is ``"reward"``).
-
-    Raises:
-        ValueError: a value outside :data:`PENALTY_MODES`, naming the key and what each mode does.
-    """
+    """``env.invalid_action_penalty_mode`` of an ``env`` section (missing: ``"reward"``); ValueError names it."""
     mode = env.get("invalid_action_penalty_mode", None) if env is not None else None
     if mode is None:
         return "reward"
@@ -302,18 +249,7 @@ def penalty_mode(env: Any) -> str:
 
 
 def kl_in_reward_problem(use_kl_in_reward: Any, estimator: Any, *, local_engine: bool = False) -> str | None:
-    """The rule of ``algorithm.use_kl_in_reward``: None when it may be set, else the message.
-
-    A KL penalty in the reward (verl's ``apply_kl_penalty``) is per token; the step-credit estimators
-    (:data:`verl_gigpo.STEP_CREDIT_ESTIMATORS`) read one reward per environment step, so they refuse it on both
-    engines. The local engine has no KL penalty in the reward for any estimator (``local_engine=True``). The KL
-    loss (``actor_rollout_ref.actor.use_kl_loss``) is what to use instead.
-
-    Args:
-        use_kl_in_reward: the value of ``algorithm.use_kl_in_reward`` (None or false: nothing to check).
-        estimator: ``algorithm.adv_estimator``.
-        local_engine: the caller is the local engine.
-    """
+    """The rule of ``algorithm.use_kl_in_reward`` for ``estimator``: None when it may be set, else the message."""
     if not use_kl_in_reward:
         return None
     instead = (
@@ -334,11 +270,7 @@ def kl_in_reward_problem(use_kl_in_reward: Any, estimator: Any, *, local_engine:
 
 
 def bypass_mode_problem(bypass_mode: Any, calculate_log_probs: Any) -> str | None:
-    """The rule of ``algorithm.rollout_correction.bypass_mode``: None when it may be set, else the message.
-
-    Bypass mode uses the rollout's log-probs as PPO's old log-probs (verl's ``_compute_old_log_prob`` reads the
-    ``rollout_log_probs`` field), so the rollout must return them: ``actor_rollout_ref.rollout.calculate_log_probs``.
-    """
+    """The rule of ``algorithm.rollout_correction.bypass_mode`` (needs ``calculate_log_probs``): None or the message."""
     if not bypass_mode or calculate_log_probs:
         return None
     return (
@@ -349,24 +281,14 @@ def bypass_mode_problem(bypass_mode: Any, calculate_log_probs: Any) -> str | Non
 
 
 def estimator_problem(estimator: Any, known: Sequence[str], *, engine: str) -> str | None:
-    """The rule of ``algorithm.adv_estimator``: None when ``estimator`` is one of ``known`` (the estimators of
-    ``engine``, e.g. ``"the local engine"``), else the message listing them."""
+    """The rule of ``algorithm.adv_estimator``: None when it is one of ``known`` (``engine``'s), else the message."""
     if isinstance(estimator, str) and estimator in known:
         return None
     return f"algorithm.adv_estimator={estimator!r} is not an advantage estimator of {engine}; use one of {list(known)}"
 
 
 def group_size_warning(estimator: str, group_size: Any, *, step_advantage_w: Any = None) -> str | None:
-    """The warning for episode groups of one trajectory (``actor_rollout_ref.rollout.n`` = 1), saying what the
-    estimator then computes; None for groups of 2 or more (or a value the config checks reject). Both engines warn
-    with it.
-
-    * the step-credit estimators (:data:`verl_gigpo.STEP_CREDIT_ESTIMATORS`): the episode term is 0 (a one-member
-      group); the step term still compares actions taken from an anchor state that the same episode revisits, 0
-      elsewhere; everything is 0 when ``step_advantage_w`` is 0.
-    * ``grpo``/``rloo`` (verl's ``core_algos``): a one-member group has mean 0 (and std 1), so the advantage is the
-      episode's raw return, with no baseline.
-    """
+    """The warning for ``actor_rollout_ref.rollout.n=1``, saying what ``estimator`` then computes; None otherwise."""
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size != 1:
         return None
     head = "actor_rollout_ref.rollout.n=1: every episode group holds one trajectory"
@@ -393,18 +315,8 @@ GREEDY_SAMPLING: dict[str, float | int] = {"temperature": 0.0, "top_p": 1.0, "to
 
 
 def training_sampling_problem(do_sample: Any, temperature: Any) -> str | None:
-    """The rule of the training rollouts' sampling (``actor_rollout_ref.rollout.do_sample`` and ``temperature``):
-    None when they sample, else the message.
-
-    Greedy training rollouts make every episode of a group identical (same task, same policy, same replies), so
-    every group-relative advantage is 0, and they are not draws from the policy whose log-probs PPO uses. verl's
-    agent loop never reads ``rollout.do_sample`` (only verl's legacy HF rollout does; the reference's vLLM rollout
-    ignores it for training too), so ``do_sample=false`` would otherwise be silently ignored.
-
-    Args:
-        do_sample: ``actor_rollout_ref.rollout.do_sample`` (True where the engine has no such key).
-        temperature: ``actor_rollout_ref.rollout.temperature``.
-    """
+    """The rule that training rollouts sample (``actor_rollout_ref.rollout.do_sample``, ``temperature`` > 0): None
+    when they do, else the message."""
     instead = "greedy validation is actor_rollout_ref.rollout.val_kwargs.do_sample=false"
     if do_sample is False:
         return (
@@ -421,13 +333,7 @@ def training_sampling_problem(do_sample: Any, temperature: Any) -> str | None:
 
 @dataclass(frozen=True)
 class ValidationSampling:
-    """What validation decodes with (:func:`validation_sampling`).
-
-    Attributes:
-        temperature, top_p, top_k: the sampling settings of every validation request.
-        greedy: ``val_kwargs.do_sample`` is false, so the three are :data:`GREEDY_SAMPLING`.
-        ignored: the ``val_kwargs`` settings greedy decoding overrides, as ``name=value`` (e.g. ``temperature=0.7``).
-    """
+    """What validation decodes with; ``ignored``: the ``val_kwargs`` greedy decoding overrides (``name=value``)."""
 
     temperature: float
     top_p: float
@@ -442,8 +348,7 @@ class ValidationSampling:
 
     @property
     def message(self) -> str | None:
-        """The line to log: None when validation samples; with ``do_sample`` false it says validation is greedy and
-        names what that ignores."""
+        """The line to log when validation is greedy (naming what it ignores), else None."""
         if not self.greedy:
             return None
         line = (
@@ -459,17 +364,8 @@ class ValidationSampling:
 
 
 def validation_sampling(val_kwargs: Mapping[str, Any]) -> ValidationSampling:
-    """What validation decodes with, from ``actor_rollout_ref.rollout.val_kwargs``.
-
-    ``do_sample`` true: its own ``temperature``, ``top_p`` and ``top_k`` (1.0, 1.0 and -1 where absent).
-    ``do_sample`` false: greedy, :data:`GREEDY_SAMPLING`, whatever the other three say, as the reference's vLLM
-    rollout decodes (verl-agent ``vLLMRollout.generate_sequences``: ``do_sample`` false gives temperature 0, top-p
-    1, top-k -1). verl 0.9.1's agent loop reads only the three numbers, so verl's path writes them into the config
-    (:func:`verl_gigpo.verl_glue.trainer.apply_validation_sampling`); the local engine sends them with each request.
-
-    Args:
-        val_kwargs: a mapping with ``do_sample`` (default true), ``temperature``, ``top_p`` and ``top_k``.
-    """
+    """What validation decodes with, from ``val_kwargs``: its own numbers (defaults 1.0, 1.0, -1), or
+    :data:`GREEDY_SAMPLING` when ``do_sample`` is false."""
     own = {
         "temperature": val_kwargs.get("temperature", 1.0),
         "top_p": val_kwargs.get("top_p", 1.0),

@@ -1,11 +1,5 @@
 """Each section of this project's keys and the settings classes that read it (docs/configuration.md, "Where the
-sections live").
-
-The estimators' options classes stay in :mod:`verl_gigpo.advantage` (they are the estimator interface's ``options``
-argument; moving them would change that interface), and the readers of ``env``, ``env.prompt``,
-``algorithm.filter_groups`` and the log options stay beside the code that uses them; this table is where to find them
-all. ``tests/test_config_sections.py`` holds each yaml default equal to its class's default, so the class is the one
-source of truth and the yaml repeats it for Hydra.
+sections live"); ``tests/test_config_sections.py`` holds each yaml default equal to its class's.
 """
 
 from __future__ import annotations

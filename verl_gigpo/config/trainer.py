@@ -1,8 +1,5 @@
-"""Settings of this project's ``trainer.*`` sections: ``trainer.health`` (:class:`HealthOptions`) and
-``trainer.v1.gigpo_sync`` (:class:`UpdateSettings`), read the same way by both engines; and the local engine's own
-``local`` section (:class:`LocalSettings`). Each field declares its check
-(:func:`~verl_gigpo.config.rules.number` and friends); defaults here, the yaml files repeat them (a test holds them
-equal). Standard library only.
+"""Settings of ``trainer.health``, ``trainer.v1.gigpo_sync`` (both engines) and the local engine's ``local``
+section; each field declares its check. Keys: docs/configuration.md. Standard library only.
 """
 
 from __future__ import annotations
@@ -52,13 +49,7 @@ def _positive(default: float) -> Any:
 
 @dataclass(frozen=True)
 class HealthOptions:
-    """``trainer.health.*`` (both engines; the thresholds calibrated on CPU runs, docs/watching-a-run.md).
-
-    enable: check at all. action: ``warn`` or ``stop``. window: iterations a windowed mean spans. baseline: first
-    logged values whose mean is the run's early value, and values the current one is smoothed over. warmup:
-    iterations before the anchor-aware alarms may fire. cooldown: iterations before one alarm is raised again.
-    ignore: signals silenced. The rest are the thresholds of the signals (docs/metrics.md#health).
-    """
+    """``trainer.health.*`` on both engines (docs/configuration.md; the thresholds: docs/watching-a-run.md)."""
 
     enable: bool = flag(True, "check the run's health")
     action: str = choice("warn", HEALTH_ACTIONS, "what an alarm does")
@@ -93,12 +84,7 @@ class HealthOptions:
 
     @classmethod
     def from_trainer(cls, trainer: Mapping[str, Any] | None) -> HealthOptions:
-        """Read and validate ``trainer.health`` (missing keys take the defaults; deprecated spellings are renamed
-        with a warning, :data:`~verl_gigpo.config.keys.DEPRECATED_KEYS`).
-
-        Raises:
-            ValueError: an unknown key or a bad value, naming the key.
-        """
+        """Read ``trainer.health`` (deprecated spellings renamed with a warning); ValueError names a bad key."""
         section = dict((trainer or {}).get("health", None) or {})
         rename_deprecated(section, "trainer.health")
         known = {f.name for f in fields(cls)}
@@ -113,16 +99,8 @@ class HealthOptions:
 
 @dataclass(frozen=True)
 class UpdateSettings:
-    """How an iteration's step rows are split into optimizer steps (``trainer.v1.gigpo_sync``), on both engines.
-
-    mini_batch_rows: most step rows per optimizer step; None = verl's own split (``ppo_mini_batch_size *
-    rollout.n`` rows). Default 256: the reference's ALFWorld ``ppo_mini_batch_size``, step rows there (its
-    ``rollout.n`` is 1). shuffle_rows: shuffle the rows (of each data-parallel rank) before splitting, so that a
-    mini-batch mixes episode groups. logprob_check_freq: verl only, in bypass mode
-    (``algorithm.rollout_correction.bypass_mode=true``): recompute the old log-probs with the actor anyway on the
-    first iteration of each launch and every N-th, so that ``actor/entropy`` and the rollout-vs-actor gap are still
-    logged; 0 = never. The local engine ignores it (its update's first forward pass gives the gap).
-    """
+    """How an iteration's step rows are split into optimizer steps (``trainer.v1.gigpo_sync``, docs/configuration.md);
+    ``logprob_check_freq`` is verl's only."""
 
     mini_batch_rows: int | None = whole(
         256,
@@ -143,11 +121,7 @@ class UpdateSettings:
 
     @classmethod
     def from_config(cls, config: Any) -> UpdateSettings:
-        """Read ``trainer.v1.gigpo_sync`` of a config (missing keys take the defaults).
-
-        Raises:
-            ValueError: a bad value or an unknown key, naming the key.
-        """
+        """Read ``trainer.v1.gigpo_sync`` (missing keys: defaults); ValueError names a bad key."""
         node = ((config.get("trainer") or {}).get("v1") or {}).get(TRAINER_MODE) or {}
         known = tuple(f.name for f in fields(cls))
         unknown = sorted(str(k) for k in node if k not in known)
@@ -172,11 +146,7 @@ class LocalSettings:
 
     @classmethod
     def from_section(cls, section: Mapping[str, Any] | None) -> LocalSettings:
-        """Read and validate ``local`` (missing keys take the defaults).
-
-        Raises:
-            ValueError: an unknown key or a bad value, naming the key.
-        """
+        """Read ``local`` (missing keys: defaults); ValueError names a bad key."""
         section = dict(section or {})
         known = [f.name for f in fields(cls)]
         unknown = sorted(str(k) for k in section if k not in known)

@@ -1,22 +1,7 @@
 """The anchor-state graph of one episode group: which actions the step-credit estimator credited from which state.
 
-Built from the credit records of ONE episode group of ONE iteration (:mod:`verl_gigpo.credit`):
-
-* a node per anchor group (the estimator's ``anchor_group``: the states its step term compares actions in),
-  plus two terminal nodes, :data:`WON` and :data:`NOT_WON`, where the trajectories ended;
-* an edge ``u -> v`` per (state, action, next state) seen: a trajectory took ``action`` from anchor state ``u``
-  and its next step was taken from ``v`` (from its last step: to a terminal node). Several actions from one
-  state are parallel edges (a ``MultiDiGraph`` keyed by the action); a move that leaves the state unchanged
-  (e.g. into a wall) is a self-loop.
-
-Drawn with networkx (``multipartite_layout``: columns by the first step at which a state was visited, the start on
-the left, the terminal nodes on the right) and matplotlib: node size = visits, label = observation excerpt; edge
-width = how often the action was taken, edge colour = its mean step term on a diverging map (blue = credited, red =
-blamed, grey = 0), the same colour scale for the whole graph (symmetric around 0). The step term is the one of the
-method that wrote the records (the records' ``method``): GiGPO's A_S, HGPO's mix over history depths, GraphGPO's
-A_G, G2PO's A_1 + A_2; GraphGPO's nodes also show their distance to a win ``d``, G2PO's their value ``V``.
-:func:`draw_side_by_side` puts two groups' graphs (e.g. two runs, two methods) next to each other on one colour
-scale.
+Nodes are anchor groups plus the terminal nodes :data:`WON` and :data:`NOT_WON`; edges are actions, coloured by their
+mean step term. How it is built and read: docs/credit-report.md.
 """
 
 from __future__ import annotations
@@ -73,24 +58,9 @@ def credit_colour(value: float, vmax: float) -> str:
 
 
 def anchor_graph(records: Sequence[dict[str, Any]], *, label_chars: int = 40) -> nx.MultiDiGraph:
-    """The anchor-state graph of one episode group (see the module docstring).
+    """The ``MultiDiGraph`` of the records of one episode group of one iteration (edge key: the action).
 
-    Args:
-        records: the credit records of one episode group of one iteration (any order).
-        label_chars: node labels are the first ``label_chars`` characters of the state's observation.
-
-    Returns:
-        a ``MultiDiGraph``. Node attributes: ``visits`` (rows taken from the state), ``label``, ``observation``,
-        ``start`` (a trajectory began there), ``terminal``, ``won`` (terminal nodes), ``depth`` (first step id
-        seen there; terminal nodes: one more than the largest), ``step_adv_mean`` (mean A_S of its rows),
-        ``anchor_key``, and for GraphGPO / G2PO ``value`` (the state's distance d / value V). Edge key = the
-        action (:data:`INVALID` for replies with no valid action); edge attributes: ``count`` (times taken),
-        ``step_adv_mean`` (mean step term of those rows), ``color`` (:func:`credit_colour`), ``width``. Graph
-        attributes: ``iteration``, ``group``, ``method``, ``vmax`` (the colour scale's bound: the largest |edge mean|,
-        1.0 when all are 0), ``trajectories``, ``won_trajectories``.
-
-    Raises:
-        ValueError: no records, or records of more than one iteration, episode group or method.
+    Node labels are the first ``label_chars`` characters of the observation; attributes: docs/credit-report.md.
     """
     if not records:
         raise ValueError("anchor_graph needs the credit records of one episode group; got none")
@@ -173,7 +143,7 @@ def anchor_graph(records: Sequence[dict[str, Any]], *, label_chars: int = 40) ->
 
 
 def draw_anchor_graph(graph: nx.MultiDiGraph, path: str | Path, *, title: str | None = None) -> Path:
-    """Draw :func:`anchor_graph`'s graph to a PNG at ``path`` (see the module docstring for the encoding)."""
+    """Draw :func:`anchor_graph`'s graph to a PNG at ``path`` (encoding: docs/credit-report.md)."""
     fig = anchor_graph_figure(graph, title=title)
     path = Path(path)
     fig.savefig(path)
@@ -192,9 +162,7 @@ def anchor_graph_figure(graph: nx.MultiDiGraph, *, title: str | None = None) -> 
 def draw_side_by_side(
     graphs: Sequence[nx.MultiDiGraph], path: str | Path, *, titles: Sequence[str], columns: int | None = None
 ) -> Path:
-    """Draw several :func:`anchor_graph` graphs side by side to a PNG at ``path``, their edges on ONE colour scale
-    (the largest bound of the graphs), each under its title, ``columns`` per row (default: all in one row): e.g.
-    the same episode group credited by two runs or by several methods."""
+    """Draw several :func:`anchor_graph` graphs side by side to a PNG at ``path`` on ONE colour scale."""
     vmax = max(g.graph["vmax"] for g in graphs)
     columns = columns or len(graphs)
     rows = -(-len(graphs) // columns)
@@ -228,27 +196,18 @@ def _draw(fig: Figure, ax: Any, graph: nx.MultiDiGraph, title: str | None, vmax:
 
     states = [n for n in graph if not graph.nodes[n]["terminal"]]
     starts = [n for n in states if graph.nodes[n]["start"]]
-    nx.draw_networkx_nodes(
-        graph,
-        pos,
-        nodelist=states,
-        node_size=[size[n] for n in states],
-        node_color="#f3f3f3",
-        edgecolors="#555555",
-        linewidths=1.0,
-        ax=ax,
-    )
-    if starts:
-        nx.draw_networkx_nodes(
-            graph,
-            pos,
-            nodelist=starts,
-            node_size=[size[n] for n in starts],
-            node_color="#f3f3f3",
-            edgecolors="#2ca02c",
-            linewidths=3.5,
-            ax=ax,
-        )
+    for subset, edge, width in ((states, "#555555", 1.0), (starts, "#2ca02c", 3.5)):  # start states: a green ring
+        if subset:
+            nx.draw_networkx_nodes(
+                graph,
+                pos,
+                nodelist=subset,
+                node_size=[size[n] for n in subset],
+                node_color="#f3f3f3",
+                edgecolors=edge,
+                linewidths=width,
+                ax=ax,
+            )
     for end, shape, colour in ((WON, "*", "#f2c12e"), (NOT_WON, "s", "#b0b0b0")):
         if end in graph:
             nx.draw_networkx_nodes(

@@ -1,54 +1,8 @@
-"""Per-step credit records: what the step-credit estimator (GiGPO, HGPO, GraphGPO, G2PO) credited, one JSON line
-per step row (both engines).
+"""Per-step credit records: what the step-credit estimator credited, one JSON line per valid step row (both engines).
 
-    python -m verl_gigpo.local.train trainer.credit_log_freq=10          # local engine
-    python -m verl_gigpo.main ... trainer.credit_log_freq=10             # verl engine (written by the driver)
-    python -m verl_gigpo.inspect runs/local                              # the report (verl_gigpo.inspect)
-
-Every ``trainer.credit_log_freq`` iterations (0 = off, the default) the engine writes
-``<run dir>/credit/iter_<k>.jsonl`` (run dir = ``trainer.default_local_dir``): one JSON object per valid step row
-of ``trainer.credit_log_groups`` episode groups sampled from the batch (-1 = every group). The numbers are the
-per-row arrays of the :class:`~verl_gigpo.advantage.AdvantageTerms` that the estimator returned for that batch and
-whose advantages the update used; nothing is recomputed. Padding rows and rows of failed episodes (``row_mask``
-False) are not written.
-
-================== ===========================================================================================
-field              meaning
-================== ===========================================================================================
-iteration          training iteration k (verl's ``global_steps``)
-group              episode group id (verl: the ``uid``; local engine: the task's index in the iteration)
-traj               trajectory id; step: step id in the trajectory (0-based)
-anchor_key         12-hex-digit hash of the anchor key (the raw key can be a long observation)
-anchor_group       the anchor group (episode group, anchor key) A_S was computed in (``AdvantageTerms.anchor_group``:
-                   an id within this iteration's batch; with ``key_mode=similarity``, the merged group)
-anchor_group_size  valid rows in that anchor group (1 = singleton: A_S = 0)
-observation        the observation the action was chosen from, cut to ``trainer.credit_log_max_chars``
-action             the parsed action, or the reply (cut likewise) when it held no valid action
-action_valid       the reply held a valid action
-step_reward        r_t (environment reward + shaping)
-step_return        R_t = sum_{k >= t} gamma^(k - t) r_k
-episode_return     R(tau) = sum_t r_t of the trajectory
-episode_adv        A_E (episode-level relative advantage; HGPO: 0 unless its episode term is on)
-step_adv           the method's step term: GiGPO A_S (within the anchor group), HGPO the mix over history depths,
-                   GraphGPO A_G (graph return within the anchor group), G2PO A_1 + A_2
-advantage          the advantage the update used (GiGPO: A = A_E + w * A_S)
-won                the episode was won
-task_id, task_type the environment's task id and type (None when the environment has none)
-method             the estimator: gigpo, hgpo, graphgpo or g2po (records without it are GiGPO's)
-distance           GraphGPO: d(s_t), the state's distance to a win in the group's state graph (and
-next_distance      d(s_{t+1}), 0 after a winning last step); graph_return: r_succ * omega^d(s_{t+1})
-node_value         G2PO: V(s_t), the merged state's mean discounted outcome; next_value: V'(t) = V(s_{t+1})
-depths_used        HGPO: how many history depths gave the row a nonzero group advantage; deepest_depth: the
-                   deepest of them (0: none)
-images             with image observations (local engine): the PNGs the prompt showed, as paths relative to the
-                   ``credit/`` folder (``images/<sha1 of the pixels>.png``, each drawing stored once)
-================== ===========================================================================================
-
-The method rows above ``images`` are written only by the method named (the extras of its terms).
-
-Size: about ``rows * (2 * credit_log_max_chars + 400)`` bytes per logged iteration (gridnav demo: 2 groups, about
-100 rows, 40 KB). Sampling uses its own generator seeded by (seed, iteration): with logging on or off, training
-draws the same random numbers, so the run is the same.
+Every ``trainer.credit_log_freq`` iterations (0 = off) the engine writes ``<run dir>/credit/iter_<k>.jsonl`` for
+``trainer.credit_log_groups`` sampled episode groups; the numbers are the :class:`~verl_gigpo.advantage.AdvantageTerms`
+the update used, nothing recomputed. The fields and how to read them: docs/credit-report.md.
 """
 
 from __future__ import annotations
@@ -110,20 +64,14 @@ RECORD_FIELDS = (
     "task_id",
     "task_type",
 )
-"""The keys every record has, in file order (documented in the module docstring); records also carry ``method``
+"""The keys every record has, in file order (docs/credit-report.md); records also carry ``method``
 and the method's extras (:attr:`AdvantageTerms.extras`)."""
 
 
 # ---------------------------------------------------------------------------------------------------- options
 @dataclass(frozen=True)
 class CreditLogOptions:
-    """The ``trainer.credit_log_*`` options (the same keys on both engines).
-
-    freq: write records every ``freq`` iterations (iterations k with k % freq == 0); 0 = off.
-    groups: episode groups written per logged iteration, sampled; -1 = every group of the batch.
-    max_chars: observation and action texts are cut to this many characters (bounds the files and, on verl,
-        the text the agent loop adds to each row's ``extra_fields``).
-    """
+    """The ``trainer.credit_log_*`` options (both engines): ``freq`` (0 = off), ``groups`` (-1 = all), ``max_chars``."""
 
     freq: int = whole(0, "log every N iterations; 0 turns credit records off", low=0, key="credit_log_freq")
     groups: int = 2
@@ -142,15 +90,7 @@ class CreditLogOptions:
 
     @classmethod
     def from_trainer(cls, trainer: Mapping[str, Any] | None, *, estimator: str | None = None) -> CreditLogOptions:
-        """Read and validate ``trainer.credit_log_freq|groups|max_chars`` (missing keys take the defaults).
-
-        The one reader of these keys: the verl trainer mode, the agent loop, the preflight check and the local
-        engine all call it. With ``estimator`` given and not a step-credit estimator (gigpo, hgpo, graphgpo, g2po),
-        logs a warning when records are on: they hold those estimators' terms, so other estimators write none.
-
-        Raises:
-            ValueError: a value out of range, naming the key and the valid values.
-        """
+        """Read and validate ``trainer.credit_log_*`` (the one reader); warns when ``estimator`` writes no records."""
         trainer = trainer or {}
         default = cls.__dataclass_fields__
         options = cls(
@@ -173,8 +113,7 @@ class CreditLogOptions:
         return self.freq > 0
 
     def due(self, iteration: int) -> bool:
-        """Whether training iteration ``iteration`` (1, 2, ...) is logged: ``freq > 0`` and ``iteration % freq == 0``
-        (never 0, the state before training)."""
+        """Whether training iteration ``iteration`` (1, 2, ...) is logged: ``freq > 0 and iteration % freq == 0``."""
         return self.freq > 0 and int(iteration) >= 1 and int(iteration) % self.freq == 0
 
 
@@ -185,14 +124,7 @@ def anchor_key_hash(key: Any) -> str:
 
 # ---------------------------------------------------------------------------------------------------- records
 def select_groups(group_ids: np.ndarray, row_mask: np.ndarray, k: int, rng: np.random.Generator) -> list[Any]:
-    """``k`` episode groups drawn without replacement from those with a valid row, in first-appearance order.
-
-    Args:
-        group_ids: ``(N,)`` episode group of each row.
-        row_mask: ``(N,)`` bool, valid rows.
-        k: how many; -1 (or more than there are) = all of them.
-        rng: the generator to draw with (never the training one).
-    """
+    """``k`` (-1: all) episode groups with a valid row, drawn with ``rng``; ``group_ids``, ``row_mask``: (N,)."""
     valid_groups = np.asarray(group_ids, dtype=object)[np.asarray(row_mask, dtype=bool)]
     seen: dict[Any, None] = dict.fromkeys(valid_groups.tolist())  # keeps first-appearance order
     groups = list(seen)
@@ -211,23 +143,9 @@ def credit_records(
     max_chars: int = 200,
     image_folder: str | Path | None = None,
 ) -> list[dict[str, Any]]:
-    """One record per valid row of ``groups`` (all groups when None), in batch order.
+    """One record per valid row of ``groups`` (None: all), in batch order, from ``terms`` and the (N,) rows ``steps``.
 
-    Args:
-        terms: what the estimator (e.g. :func:`~verl_gigpo.advantage.gigpo_advantage_terms`) returned for this
-            batch; every number of a record is read from it (``step_return``, ``episode_return``, ``episode_adv``,
-            ``step_adv``, ``advantage``, ``anchor_group``, ``anchor_group_size``, ``row_mask``, ``method`` and the
-            ``extras``).
-        iteration: the training iteration.
-        steps: the N step rows ``terms`` were computed on (:class:`~verl_gigpo.rollout.step_rows.StepBatch`): their
-            ids, raw anchor keys (hashed into ``anchor_key``), step rewards, flags and texts.
-        groups: the episode groups to write.
-        max_chars: texts are cut to this many characters.
-        image_folder: where the rows' images (``steps.images``) are stored as PNGs, named by the records'
-            ``images`` (:func:`verl_gigpo.rollout.vision.save_images`); None leaves images out.
-
-    Raises:
-        ValueError: ``steps`` has not the N rows of ``terms``.
+    ``image_folder``: where the rows' images are stored as PNGs (None: left out). Raises when the row counts differ.
     """
     n = _check_rows(terms, steps)
     gids = np.asarray(steps.group_ids, dtype=object)
@@ -281,12 +199,7 @@ def write_credit_records(records: Sequence[Mapping[str, Any]], run_dir: str | Pa
 
 
 def read_credit_records(path: str | Path) -> list[dict[str, Any]]:
-    """The records of one ``iter_<k>.jsonl`` file.
-
-    Raises:
-        FileNotFoundError: no such file.
-        ValueError: a line that is not a JSON object with the :data:`RECORD_FIELDS` (names the file and line).
-    """
+    """The records of one ``iter_<k>.jsonl`` file; one error naming the file and line for a bad line."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no credit records file {path}")
@@ -296,12 +209,7 @@ def read_credit_records(path: str | Path) -> list[dict[str, Any]]:
 
 
 def read_json_lines(path: Path, fields: Sequence[str], *, what: str, hint: str = "") -> list[dict[str, Any]]:
-    """The JSON objects of the lines of ``path`` (blank lines skipped), each checked to hold ``fields``.
-
-    Raises:
-        ValueError: a line that is not JSON, or an object without one of ``fields``, naming the file, the line and
-            ``what`` it should be (then ``hint``).
-    """
+    """The JSON objects of the lines of ``path``, each checked to hold ``fields``; errors name file and line."""
     records = []
     with path.open(encoding="utf-8") as fh:
         for number, line in enumerate(fh, start=1):
@@ -319,13 +227,7 @@ def read_json_lines(path: Path, fields: Sequence[str], *, what: str, hint: str =
 
 
 class CreditLogger:
-    """Writes credit records every ``options.freq`` iterations (see the module docstring).
-
-    Args:
-        options: the validated ``trainer.credit_log_*`` options.
-        run_dir: the run directory; files go to ``<run_dir>/credit/``.
-        seed: seeds the group sampling together with the iteration (its own generator).
-    """
+    """Writes credit records every ``options.freq`` iterations to ``<run_dir>/credit/``; ``seed`` seeds the sampling."""
 
     def __init__(self, options: CreditLogOptions, run_dir: str | Path, *, seed: int = 0) -> None:
         self.options = options
@@ -337,8 +239,7 @@ class CreditLogger:
         return self.options.due(iteration)
 
     def write(self, iteration: int, terms: AdvantageTerms, steps: StepBatch) -> Path:
-        """Sample the groups of ``steps`` (the N step rows ``terms`` were computed on, as both engines build them),
-        build their records (:func:`credit_records`) and write them; returns the file."""
+        """Sample the groups of ``steps`` (the rows of ``terms``), write their records; returns the file."""
         _check_rows(terms, steps)
         rng = np.random.default_rng([self.seed & 0xFFFFFFFF, int(iteration)])
         groups = select_groups(np.asarray(steps.group_ids, dtype=object), terms.row_mask, self.options.groups, rng)
@@ -358,7 +259,7 @@ class CreditLogger:
 
 
 def _check_rows(terms: AdvantageTerms, steps: StepBatch) -> int:
-    """N, the rows of ``terms``; raises ValueError when ``steps`` has another number of rows (other rows)."""
+    """N, the rows of ``terms``; raises when ``steps`` has another number of rows."""
     n = terms.row_mask.shape[0]
     if len(steps) != n:
         raise ValueError(f"credit records: the batch has {len(steps)} rows but the estimator's terms have {n}")

@@ -1,11 +1,7 @@
 """Credit the same rows again with another estimator: every method's picture of the same episodes.
 
-A run's credit records hold what each step-credit estimator reads (episode group, trajectory, step id, anchor group,
-step reward, outcome, action validity), so the rows of one episode group can be credited again by GiGPO, HGPO,
-GraphGPO and G2PO and drawn side by side (``python -m verl_gigpo.inspect RUN --methods gigpo,hgpo,graphgpo,g2po``).
-The anchor of a row is its recorded anchor group (exact keys, or the similarity groups the run used); the options
-are the defaults of :class:`verl_gigpo.config.GiGPOConfig` (the papers') with the ``gamma`` given, since records do
-not store the run's options.
+``python -m verl_gigpo.inspect RUN --methods gigpo,hgpo,graphgpo,g2po``; what is reused and assumed:
+docs/credit-report.md, "Other estimators, two runs".
 """
 
 from __future__ import annotations
@@ -25,16 +21,7 @@ __all__ = ["recredit"]
 
 
 def recredit(records: Sequence[dict[str, Any]], method: str, *, gamma: float = DEFAULT_GAMMA) -> list[dict[str, Any]]:
-    """The records of ``records``' rows as ``method`` credits them (same rows, same order, same texts).
-
-    Args:
-        records: credit records of one iteration (any method wrote them).
-        method: ``"gigpo"``, ``"hgpo"``, ``"graphgpo"`` or ``"g2po"``.
-        gamma: the discount of R_t (and of G2PO's node values).
-
-    Raises:
-        ValueError: an unknown method, or no records.
-    """
+    """The records of ``records``' rows (one iteration) as ``method`` credits them, with discount ``gamma``."""
     if method not in STEP_CREDIT_ESTIMATORS:
         raise ValueError(f"method={method!r} is not a step-credit estimator; use one of {list(STEP_CREDIT_ESTIMATORS)}")
     if not records:

@@ -46,6 +46,12 @@ class CreditReport:
     compare_png: Path | None = None
     methods_png: Path | None = None
 
+    def files(self) -> dict[str, Path]:
+        """Every file of the report but the summary text, by what it shows."""
+        optional = {"side by side": self.compare_png, "every method": self.methods_png}
+        written = {label: path for label, path in optional.items() if path is not None}
+        return {"graph": self.graph_png, **written, "distributions": self.distributions_png, "report": self.html}
+
 
 def default_group(run: CreditRun, iteration: int) -> str:
     """The episode group of ``iteration`` with the most rows that got a nonzero step advantage (the most to see in

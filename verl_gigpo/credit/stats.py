@@ -1,8 +1,4 @@
-"""Run-level numbers of the credit report: anchor-group sizes, singletons, sign disagreement, top (state, action).
-
-All of them are over the WRITTEN rows (``trainer.credit_log_groups`` sampled episode groups per logged iteration);
-the batch-wide counterparts are the ``gigpo/*`` metrics.
-"""
+"""Run-level numbers of the credit report over the WRITTEN rows: anchor-group sizes, singletons, sign disagreement."""
 
 from __future__ import annotations
 
@@ -23,21 +19,11 @@ ZERO = 1e-9
 
 @dataclass
 class RunStats:
-    """What the distributions figure and the summary show.
+    """What the distributions figure and the summary show, over the written rows.
 
-    Attributes:
-        iterations: the logged iterations, ascending.
-        rows: written step rows; episode_groups: (iteration, group) pairs; anchor_groups: (iteration, anchor group)
-            pairs.
-        flat_episode_groups: episode groups whose trajectories all have the same return (A_E = 0: only the step
-            term says anything there).
-        anchor_group_sizes: ``(anchor_groups,)`` int, the size of each anchor group (its valid rows).
-        singleton_row_frac: ``{iteration: fraction of its rows alone in their anchor group (A_S = 0)}``.
-        disagree_frac: ``{iteration: among rows whose A_E and A_S are both nonzero, the fraction with opposite
-            signs}`` (NaN when no row has both).
-        both_nonzero_frac: ``{iteration: fraction of rows whose A_E and A_S are both nonzero}``.
-        episode_adv, step_adv: ``(rows,)`` float, A_E and A_S of every written row; row_iteration: ``(rows,)``
-            its iteration; row_group_size: ``(rows,)`` the size of its anchor group.
+    Per row (rows,): ``episode_adv``, ``step_adv``, ``row_iteration``, ``row_group_size``; ``anchor_group_sizes``
+    (anchor_groups,); per iteration dicts: ``singleton_row_frac``, ``disagree_frac`` (opposite signs among rows with
+    both terms nonzero; NaN when none), ``both_nonzero_frac``. ``flat_episode_groups``: groups with all-equal returns.
     """
 
     iterations: list[int]

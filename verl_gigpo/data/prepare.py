@@ -3,20 +3,8 @@
     python -m verl_gigpo.data.prepare --env alfworld --train-size 2048 --out ~/data/gigpo/alfworld
     python -m verl_gigpo.data.prepare --env webshop --train-size 4096 --val-size 500 --out ~/data/gigpo/webshop
 
-A row is a TASK, not a prompt: ``env_name``, ``seed`` and ``split`` say which environment and which task the
-``gigpo_env_agent`` agent loop plays (verl repeats each row ``actor_rollout_ref.rollout.n`` times with one ``uid``
-= one episode group). The ``prompt`` column only satisfies verl's loader; the agent loop renders the real prompts.
-
-Training rows are tasks ``0..train_size-1`` of the environment's training split (verl shuffles them each epoch;
-environments map a seed to a task, e.g. ALFWorld's game index modulo the number of games). Validation uses a
-FIXED task list: tasks ``0..val_size-1`` of the evaluation split (ALFWorld ``valid_seen``/``valid_unseen``: every
-game of the split by default; WebShop: goals 0-499 of ``test``; others: the first ``val_size`` seeds of ``test``),
-never random draws, so numbers are comparable across runs.
-
-Data prep reports what it wrote: how many tasks of each task type each file holds, for environments that can tell a
-seed's task type without building the task (:meth:`environments.base.TextEnv.task_type_of`: ALFWorld's six types,
-WebShop's categories, search's question kinds). The counts are logged, printed by the command line and written to
-``task_types.json`` beside the parquet files (``null`` where the environment cannot tell).
+A row is a TASK (``env_name``, ``seed``, ``split``), not a prompt; validation uses a fixed task list. The counts
+of each task type go to ``task_types.json``. Details: docs/configuration.md#task-data.
 """
 
 from __future__ import annotations
@@ -30,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from environments import TextEnv, list_envs, make_env, resolve_env
+from environments import TextEnv, kwargs_from_json, list_envs, make_env, resolve_env
 from verl_gigpo import AGENT_LOOP_NAME
 from verl_gigpo.config.rules import Range
 
@@ -103,22 +91,10 @@ def write_task_files(
     train_split: str = "train",
     env_kwargs: dict[str, Any] | None = None,
 ) -> tuple[Path, Path]:
-    """Write ``train.parquet`` and ``val.parquet`` under ``out_dir``; return their paths.
+    """Write ``train.parquet`` (seeds ``0..train_size-1``) and ``val.parquet`` under ``out_dir``; return their paths.
 
-    Args:
-        env_name: registry name of the environment.
-        out_dir: output folder (created).
-        train_size: number of training tasks (seeds ``0..train_size-1`` of ``train_split``).
-        val_size: number of validation tasks; None = the environment's whole fixed list (e.g. every ALFWorld game of
-            the split) or its default size.
-        val_split: evaluation split (default: :data:`DEFAULT_VAL_SPLIT`).
-        train_split: training split.
-        env_kwargs: constructor arguments used to look up the size of a fixed task list (e.g. ``data_path``).
-
-    Raises:
-        ValueError: unknown environment or split, a validation split equal to the training split, non-positive
-            sizes, ``val_size`` beyond a fixed list, an empty ``out_dir``, or ``env_kwargs`` that is not a dict.
-        ImportError / EnvError: the environment cannot be built (e.g. ALFWorld without its data).
+    ``val_size`` None: the environment's whole fixed list or its default size. Raises ValueError on a bad name,
+    split or size; ImportError / EnvError when the environment cannot be built.
     """
     if env_name not in list_envs():
         raise ValueError(f"unknown environment {env_name!r}; known environments: {', '.join(list_envs())}")
@@ -184,14 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ImportError) as exc:
         parser.error(f"--env {args.env}: {exc}")
     try:
-        env_kwargs = json.loads(args.env_kwargs)
-    except json.JSONDecodeError as exc:
-        parser.error(f"--env-kwargs is not valid JSON: {exc}")
-    if not isinstance(env_kwargs, dict):
-        parser.error(
-            f"--env-kwargs must be a JSON object of constructor arguments, e.g. '{{\"size\": 7}}'; "
-            f"got {args.env_kwargs}"
-        )
+        env_kwargs = kwargs_from_json(args.env_kwargs)
+    except ValueError as exc:
+        parser.error(str(exc))
     try:
         train_path, val_path = write_task_files(
             env_name,

@@ -4,32 +4,11 @@
     DEMO_ITERS=2 make demo                      # shortened run (what tests/test_demo.py does)
     python -m verl_gigpo.dev.demo --seed 3 --out runs/demo-3 algorithm.adv_estimator=grpo
 
-Builds the tiny model into ``artifacts/tiny-model`` when it is missing (``DEMO_MODEL`` / ``--model``), trains it
-with the local engine (:mod:`verl_gigpo.local.train`) on gridnav with the settings of :data:`DEMO_OVERRIDES`, and
-prints the validation success before and after training and where the metrics and the plot went. Extra
-arguments are config overrides applied last.
-
-Credit records are on at a low frequency (``trainer.credit_log_freq`` = a quarter of the iterations, see
-:func:`credit_log_freq`; every episode group); at the end the demo writes the credit report
-(:mod:`verl_gigpo.credit.report`) into ``<out>/credit/report/``, prints its summary and where the page is.
-
-Two starts (``DEMO_START`` / ``--start``):
-
-* ``random`` (default): the tiny model with random weights, decoding restricted to the four action tokens
-  (``local.constrain_to_actions``: the actor computes its log-probs under the same restriction, so the trained
-  policy is exactly the sampled one). A random model almost never writes an action word by chance; the
-  restriction is what lets it learn from scratch.
-* ``imitate``: gridnav with a key (:data:`IMITATE_TASK`, 15 steps: the learning benchmark's task, where step
-  credit matters) from a start model that already reads its observation (``python -m verl_gigpo.dev.tiny_model
-  --imitate gridnav`` on that task, built into ``artifacts/tiny-model-imitate`` when missing: supervised on the
-  shortest-path expert's action with probability :data:`~verl_gigpo.dev.tiny_model.IMITATE_P`, a random one
-  otherwise), sampling over the full vocabulary with replies of up to 3 tokens (action, EOS, one spare) — as
-  verl's rollout does, and as an instruct model starts in the paper. 100 iterations by default.
-
-Environment variables (each also a CLI option): ``DEMO_ITERS`` (iterations; :data:`START_ITERS`), ``DEMO_SEED``
-(trainer seed), ``DEMO_OUT`` (run directory, default ``runs/demo``; each demo replaces the previous demo run there),
-``DEMO_MODEL`` (model directory; default ``artifacts/tiny-model``, or ``artifacts/tiny-model-imitate`` for
-``DEMO_START=imitate``), ``DEMO_START``.
+Builds the tiny model when it is missing, trains it with the local engine (:data:`DEMO_OVERRIDES`; extra arguments
+are config overrides applied last), prints the validation success before and after, and writes the credit report.
+Two starts (``DEMO_START`` / ``--start``): ``random`` (random weights, decoding restricted to the action tokens) and
+``imitate`` (a start model that reads its observation, on gridnav with a key). The environment variables and what
+each start measured: docs/local-engine.md ("The CPU demo").
 """
 
 from __future__ import annotations
@@ -126,8 +105,7 @@ def run_demo(
     start: str = "random",
 ) -> dict:
     """Build the model of ``start`` if needed, train, write the credit report; return ``{"val_start", "val_end",
-    "seconds", "metrics", "plot", "credit_report"}`` (the report is None when no credit records were written, e.g.
-    with ``algorithm.adv_estimator=grpo``).
+    "seconds", "metrics", "plot", "credit_report"}`` (report None without credit records, e.g. with grpo).
 
     Raises:
         ValueError: ``start`` is not one of :data:`START_OVERRIDES`.
@@ -176,14 +154,13 @@ def run_demo(
 
 
 def inspect_command(out_dir: str | Path, iteration: int, group: str) -> str:
-    """The command that draws ``group`` of ``iteration`` again, as pasted into a fresh shell: this Python and the run
-    folder as absolute paths (any other iteration and group go in their place)."""
+    """The command that draws ``group`` of ``iteration`` again, pasteable into a fresh shell (absolute paths)."""
     args = [sys.executable, "-m", "verl_gigpo.inspect", str(Path(out_dir).resolve()), "--iter", str(iteration)]
     return shlex.join([*args, "--group", str(group)])
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point (see the module docstring)."""
+    """CLI entry point; returns the exit status."""
     parser = argparse.ArgumentParser(description="Train a tiny model on gridnav with GiGPO (CPU demo)")
     parser.add_argument("--iters", type=int, default=None, help="iterations (DEMO_ITERS; 200, or 100 for imitate)")
     parser.add_argument("--seed", type=int, default=int(os.environ.get("DEMO_SEED") or 0))

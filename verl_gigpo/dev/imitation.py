@@ -1,14 +1,7 @@
-"""Supervised fine-tuning of a tiny model (:mod:`verl_gigpo.dev.tiny_model`) into a starting policy for RL.
-
-* :func:`sft_action_format` — answer a gridnav prompt with one uniformly random action word and EOS (the CLI's
-  ``--sft-actions``): the model speaks the action format and samples every action;
-* :func:`imitate_expert` — a weak policy that reads its observation (the CLI's ``--imitate ENV[:P]``): the label
-  of each state of walks through training tasks is the environment's shortest-path expert's action with
-  probability P (default :data:`IMITATE_P`) and a uniformly random action otherwise
-  (:func:`expert_examples`); :func:`action_probabilities` reads what the fine-tuned model then does.
-
-Both load the model folder, fine-tune it in place (AdamW on the reply tokens only) and save it back, recording the
-fine-tuning in its ``tiny_model_info.json``. Deterministic for a given seed.
+"""Supervised fine-tuning of a tiny model (:mod:`verl_gigpo.dev.tiny_model`) into a starting policy for RL:
+:func:`sft_action_format` (``--sft-actions``: random action words, the action format) and :func:`imitate_expert`
+(``--imitate ENV[:P]``: the expert's action with probability P). Both fine-tune the folder in place (AdamW on the
+reply tokens only) and record it in ``tiny_model_info.json``. docs/models.md ("The tiny models").
 """
 
 from __future__ import annotations
@@ -24,6 +17,7 @@ import torch
 
 from environments.images import IMAGE_INFO_KEY
 from verl_gigpo.config.rules import Range
+from verl_gigpo.dev.walks import walk
 
 __all__ = ["IMITATE_P", "action_probabilities", "expert_examples", "imitate_expert", "sft_action_format"]
 
@@ -43,19 +37,12 @@ def sft_action_format(
     lr: float = 3e-3,
     seed: int = 0,
 ) -> Path:
-    """Fine-tune the model in ``model_dir`` in place to reply to ``env_name`` prompts with a random action + EOS.
+    """Fine-tune ``model_dir`` in place to reply to ``env_name`` prompts with a uniformly random action word + EOS.
 
-    Examples: 64 seeded tasks, up to 3 steps each along a uniformly random walk; each example is the chat prompt
-    (:class:`verl_gigpo.rollout.ChatPromptEncoder`) and, as target, one action word drawn uniformly from the
-    environment's fixed action set followed by EOS. ``steps`` AdamW steps of ``batch_size`` examples, loss on the
-    target tokens only. The environment must have a fixed action set (``info["admissible_actions"]`` words that the
-    tokenizer keeps whole), e.g. gridnav's up/down/left/right.
-
-    Returns:
-        ``model_dir`` (model and tokenizer saved back; ``tiny_model_info.json`` records the fine-tuning).
+    ``steps`` AdamW steps of ``batch_size`` examples (:func:`_sft_examples`); returns ``model_dir``.
 
     Raises:
-        ValueError: ``steps`` or ``batch_size`` < 1, or the environment exposes no admissible actions.
+        ValueError: ``steps`` or ``batch_size`` < 1, or an environment without admissible actions.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -81,26 +68,25 @@ def sft_action_format(
 
 
 def _sft_examples(env_name: str, tokenizer, rng: np.random.Generator) -> list[tuple[list[int], list[int]]]:
-    """``(prompt ids, target ids)`` pairs: 64 seeded tasks, up to 3 steps each along a uniformly random walk, the
-    target one action word drawn uniformly from the admissible ones followed by EOS."""
+    """``(prompt ids, target ids)``: 64 seeded tasks, up to 3 random-walk steps each, target a random action + EOS."""
     from environments import make_env
     from verl_gigpo.rollout import ChatPromptEncoder
 
     encoder = ChatPromptEncoder(tokenizer)
     env = make_env(env_name, max_steps=10)
     examples = []
+
+    def choose(obs: str, info: dict, history: list) -> str:
+        actions = list(info.get("admissible_actions") or [])
+        if not actions:
+            raise ValueError(f"{env_name} lists no admissible actions; --sft-actions needs a fixed action set")
+        action = actions[int(rng.integers(len(actions)))]
+        prompt = encoder(env.render_prompt(obs, info))
+        examples.append((prompt, tokenizer.encode(action, add_special_tokens=False) + [tokenizer.eos_token_id]))
+        return action
+
     for task_seed in range(64):
-        obs, info = env.reset(seed=task_seed)
-        for _ in range(3):
-            actions = list(info.get("admissible_actions") or [])
-            if not actions:
-                raise ValueError(f"{env_name} lists no admissible actions; --sft-actions needs a fixed action set")
-            action = actions[int(rng.integers(len(actions)))]
-            prompt = encoder(env.render_prompt(obs, info))
-            examples.append((prompt, tokenizer.encode(action, add_special_tokens=False) + [tokenizer.eos_token_id]))
-            obs, _, terminated, truncated, info = env.step(action)
-            if terminated or truncated:
-                break
+        walk(env, task_seed, choose, steps=3)
     return examples
 
 
@@ -119,33 +105,16 @@ def imitate_expert(
     history_length: int = 0,
     seed: int = 0,
 ) -> Path:
-    """Fine-tune the model in ``model_dir`` in place into a weak policy that reads its observation.
+    """Fine-tune ``model_dir`` in place into a weak policy that reads its observation; returns ``model_dir``.
 
-    Supervised on (prompt, label) pairs from the environment's shortest-path expert (its ``oracle_action()``):
-    at every state of a walk through training tasks ``0 .. tasks-1`` the label is the expert's action with
-    probability ``p_expert`` and a uniformly random admissible action otherwise; the walk then takes the label
-    with probability ``follow`` and a uniformly random action otherwise, so off-path states are seen too. Each
-    prompt is rendered as the engines render it (:meth:`TextEnv.render_prompt` with the last ``history_length``
-    steps, then the chat template), the target is the label word + EOS, and the loss covers the target only.
-    ``steps`` AdamW steps of ``batch_size`` examples at ``lr``.
-
-    A vision-language model (:mod:`verl_gigpo.dev.tiny_vl_model`) is fine-tuned on an environment that draws its
-    observation (e.g. gridnav's ``observation="image"``): each prompt then holds the state's image, encoded with the
-    model's processor as both engines encode it.
-
-    The result is like an instruct model that sometimes acts right: its action distribution depends on the
-    observation (about ``p_expert + (1 - p_expert) / |A|`` on the expert's action where it fits the labels), so
-    group RL starts from rollouts that win now and then, with sampling over the full vocabulary.
-
-    Deterministic: the same arguments and model give byte-identical files.
-
-    Returns:
-        ``model_dir`` (model and tokenizer saved back; ``tiny_model_info.json`` records the fine-tuning under
-        ``"imitate"``).
+    Label at each state of a walk through tasks ``0 .. tasks-1``: the expert's ``oracle_action()`` with probability
+    ``p_expert``, else a random admissible action; the walk follows the label with probability ``follow``. Prompts as
+    the engines render them (``history_length``); the loss covers the label word + EOS. Deterministic.
+    A vision-language model is fine-tuned on an environment that draws its observation, with its processor.
 
     Raises:
-        ValueError: a probability outside [0, 1], ``steps``/``tasks``/``batch_size``/``max_steps`` < 1, or an
-            environment without ``oracle_action()`` or a fixed action set.
+        ValueError: a probability outside [0, 1], a count < 1, or an environment without ``oracle_action()`` or a
+            fixed action set.
     """
     from verl_gigpo.rollout.vision import load_pretrained
 
@@ -225,14 +194,9 @@ def expert_examples(
     history_length: int = 0,
     processor: Any = None,
 ) -> list[tuple]:
-    """The supervised examples of :func:`imitate_expert`: ``(prompt ids, target ids, label is the expert's)``
-    for every state of one walk per training task ``0 .. tasks-1`` (see there for the labels and the walk); with a
-    ``processor``, an environment that draws its observation gives ``(..., the state's images)``, its prompt ids
-    holding the expanded image placeholders.
-
-    Raises:
-        ValueError: the environment has no ``oracle_action()`` or lists no admissible actions.
-    """
+    """``(prompt ids, target ids, label is the expert's)`` for every state of one walk per task, as
+    :func:`imitate_expert` labels them; with a ``processor`` and a drawn observation, ``(..., the state's images)``.
+    ValueError: no ``oracle_action()``, no admissible actions, or a drawn observation without a processor."""
     from environments import make_env
     from verl_gigpo.rollout import ChatPromptEncoder
 
@@ -244,30 +208,27 @@ def expert_examples(
     if not callable(getattr(env, "oracle_action", None)):
         raise ValueError(f"{env_name} has no oracle_action(): --imitate needs an environment with an expert")
     examples = []
+
+    def choose(obs: str, info: dict, history: list) -> str:
+        actions = list(info.get("admissible_actions") or [])
+        if not actions:
+            raise ValueError(f"{env_name} lists no admissible actions; --imitate needs a fixed action set")
+        expert = env.oracle_action()
+        is_expert = bool(rng.random() < p_expert)
+        label = expert if is_expert else actions[int(rng.integers(len(actions)))]
+        shown = history[len(history) - history_length :] if history_length else []
+        text = env.render_prompt(obs, info, shown)
+        target = tokenizer.encode(label, add_special_tokens=False) + [tokenizer.eos_token_id]
+        if drawn:
+            images = tuple(info[IMAGE_INFO_KEY])
+            examples.append((encoder.encode_with_images(text, images), target, is_expert, images))
+        else:
+            examples.append((encoder(text), target, is_expert))
+        return label if rng.random() < follow else actions[int(rng.integers(len(actions)))]  # the move taken
+
     try:
         for task_seed in range(tasks):
-            obs, info = env.reset(seed=task_seed, options={"split": "train"})
-            history: list[tuple[str, str]] = []
-            while True:
-                actions = list(info.get("admissible_actions") or [])
-                if not actions:
-                    raise ValueError(f"{env_name} lists no admissible actions; --imitate needs a fixed action set")
-                expert = env.oracle_action()
-                is_expert = bool(rng.random() < p_expert)
-                label = expert if is_expert else actions[int(rng.integers(len(actions)))]
-                shown = history[len(history) - history_length :] if history_length else []
-                text = env.render_prompt(obs, info, shown)
-                target = tokenizer.encode(label, add_special_tokens=False) + [tokenizer.eos_token_id]
-                if drawn:
-                    images = tuple(info[IMAGE_INFO_KEY])
-                    examples.append((encoder.encode_with_images(text, images), target, is_expert, images))
-                else:
-                    examples.append((encoder(text), target, is_expert))
-                move = label if rng.random() < follow else actions[int(rng.integers(len(actions)))]
-                history.append((obs, move))
-                obs, _, terminated, truncated, info = env.step(move)
-                if terminated or truncated:
-                    break
+            walk(env, task_seed, choose, options={"split": "train"})
     finally:
         env.close()
     return examples
@@ -282,14 +243,8 @@ def action_probabilities(
     split: str = "test",
     max_steps: int = 15,
 ) -> list[dict]:
-    """The model's first-token probability of each action word at the first state of a few tasks: evidence that
-    a start model conditions on its observation (rows differ) or not (rows alike).
-
-    Returns:
-        one dict per seed: ``{"observation", "expert", "probs": {action: p}, "other": 1 - sum(probs)}``; the
-        expert is the environment's ``oracle_action()`` (None when it has none). Each action word is scored by its
-        first token after the chat template's generation prompt.
-    """
+    """First-token probability of each action word at the first state of each seed's task: one dict per seed,
+    ``{"observation", "expert", "probs": {action: p}, "other": 1 - sum(probs)}`` (``expert`` None without an oracle)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from environments import make_env
@@ -336,10 +291,9 @@ def _supervised_steps(
     width: int | None = None,
     image_processor: Any = None,
 ) -> None:
-    """``steps`` AdamW steps of ``batch_size`` examples drawn by ``rng``, loss on the targets (the second item of
-    each example), under a torch RNG seeded with ``seed`` (the global one is left as it was). Each batch is
-    right-padded to ``width`` tokens (None: its own longest example). With ``image_processor`` each example's
-    fourth item is its images, forwarded with Qwen-VL's 4-row positions as the engines forward them."""
+    """``steps`` AdamW steps on batches drawn by ``rng`` (right-padded to ``width``), loss on the targets, under a torch
+    RNG seeded with ``seed``. With ``image_processor`` each example's fourth item is its images, forwarded with
+    Qwen-VL's 4-row positions."""
     from verl_gigpo.rollout.vision import image_inputs, rope_positions
 
     with torch.random.fork_rng(devices=[]):
@@ -368,8 +322,7 @@ def _supervised_steps(
 def _right_padded(
     batch: Sequence[tuple[list[int], list[int]]], width: int, pad_id: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(input_ids, attention_mask, labels)``, each (B, W): prompt + target then ``pad_id`` on the right; labels
-    are the target tokens and -100 (no loss) elsewhere."""
+    """``(input_ids, attention_mask, labels)``, each (B, W): prompt + target, right-padded; labels -100 off targets."""
     ids = torch.full((len(batch), width), pad_id)  # (B, W)
     labels = torch.full((len(batch), width), -100)  # (B, W)
     attention = torch.zeros((len(batch), width), dtype=torch.long)  # (B, W)

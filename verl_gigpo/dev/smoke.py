@@ -4,41 +4,11 @@
     python -m verl_gigpo.dev.smoke --out runs/e2e --model artifacts/tiny-model-actions
     python -m verl_gigpo.dev.smoke --ranks 2            # 2 FSDP ranks over gloo (slower)
 
-Runs ``python -m verl_gigpo.main platform=cpu`` — the recipes' entry point, so verl's ``main_ppo`` ->
-``TaskRunnerV1`` -> the ``gigpo_sync`` trainer mode -> FSDP actor and reference workers -> the ``gigpo_env_agent``
-agent loop on the ``hf`` rollout backend -> TransferQueue — on gridnav with a tiny model, four times:
-
-1. ``gigpo``: validation, training iterations 1, 2, ... of 4 with a checkpoint after each; once the step-2
-   checkpoint and step 2's metrics are written, its agent-loop worker (Ray actor ``AgentLoopWorkerTQ``) gets SIGKILL
-   in the middle of iteration 3, once its first episode is written (``env.transcript_dir``): the launch must stop
-   by itself within :data:`STOP_BOUND_S` with one ``error:`` line naming that process and the relaunch
-   (:mod:`verl_gigpo.verl_glue.dead_actor`). With ``kill_env_worker`` (the e2e test), an environment worker process
-   gets SIGKILL in iteration 1 too, and the run must go on (it is replaced);
-2. ``gigpo_changed``: the same folder with ``algorithm.gigpo.step_advantage_w`` changed: stops before Ray, naming
-   the key (a resume must not silently change training, :mod:`verl_gigpo.verl_glue.launch`);
-3. ``gigpo_resume``: the same folder and settings: resumes from the last checkpoint, trains up to iteration 4,
-   validates; the episodes of iteration 3 that the killed launch finished are played again, reply for reply
-   (:func:`resume_replay`: the request seeds depend on the iteration, draw, task, member and step only);
-4. ``grpo`` (verl's estimator on the same step rows) training a LoRA adapter (:data:`LORA_SETTINGS`: verl's own
-   LoRA path, the adapter alone synced after every update): validation, iterations 1 and 2 with a checkpoint after
-   each, then its rollout server (Ray actor ``HFGenerationServer``) gets SIGKILL in the middle of iteration 3: the
-   launch must stop as ``gigpo`` does.
-
-Each run folder ``<out>/<run>/`` holds ``train.log`` (everything its launches printed), ``ckpt/`` (the experiment
-folder, ``trainer.default_local_dir``: verl's checkpoints, ``launches/`` and ``metrics.jsonl``, verl's file logger,
-one JSON line per logged step, kept across launches: the killed launch's rows up to its checkpoint, then the resumed
-launch's) and ``synced_weights/`` (the weights the rollout server received at each sync, see
-:data:`verl_gigpo.verl_glue.cpu.hf_rollout.DUMP_WEIGHTS_ENV`). Then it prints one line of metrics per iteration and
-checks, from those files: every launch ended as planned; every iteration logged finite ``actor/pg_loss`` and
-``actor/grad_norm`` and the ``env/*``/``episode/*`` metrics (``gigpo/*`` for GiGPO); validation before and after
-training; the changed launch named the key and never started Ray; the resumed launch said where it resumed from
-and the experiment's ``metrics.jsonl`` holds iterations 1-4 once each; each killed Ray actor stopped its launch in
-time with one line naming it; after every sync the rollout server held
-exactly the actor's checkpointed weights, and they had moved away from the initial model. Exit status 1 if a check
-fails.
-
-The tiny model is built when missing (``python -m verl_gigpo.dev.tiny_model --envs gridnav --sft-actions``:
-random weights, then taught the action format so rollouts are valid and varied). About 5 minutes on 2 cores.
+Runs ``python -m verl_gigpo.main platform=cpu`` on gridnav with a tiny model four times: ``gigpo`` (its agent-loop
+worker killed in iteration 3), ``gigpo_changed`` (a changed training key, refused before Ray), ``gigpo_resume``
+(resumes, trains to iteration 4) and ``grpo`` with LoRA (its rollout server killed in iteration 3). Then it checks
+the launches' files (:func:`check_runs`) and exits 1 if a check fails. What runs and what is checked:
+docs/cpu-smoke.md ("make e2e").
 """
 
 from __future__ import annotations
@@ -87,8 +57,7 @@ ROLLOUT_GAP_LIMIT = 1e-4
 
 
 def val_metric(row: dict[str, Any]) -> str | None:
-    """The key of verl's core validation metric in a logged row (``val-core/<data source>/acc/mean@1``: the agent
-    loop reports ``acc`` = episode won), or None when the row holds no validation."""
+    """The key of verl's core validation metric in a logged row (``val-core/<data source>/acc/mean@1``), or None."""
     keys = sorted(k for k in row if k.startswith("val-core/") and k.endswith("/acc/mean@1"))
     return keys[0] if keys else None
 
@@ -144,9 +113,8 @@ ENV_WORKER = "verl_gigpo.rollout.execution.procworker"
 
 @dataclass
 class Kill:
-    """A SIGKILL of one process of a launch in the middle of its run: once ``when()`` is true, the first process
-    of the launch's session whose command line contains ``target`` (:data:`AGENT_LOOP_WORKER`, ...) gets it.
-    ``fatal``: the launch is expected to stop by itself (within :data:`STOP_BOUND_S`), else to go on."""
+    """A SIGKILL, once ``when()`` is true, of the first process of the launch whose command line contains ``target``.
+    ``fatal``: the launch must then stop by itself within :data:`STOP_BOUND_S`, else go on."""
 
     label: str
     target: str
@@ -156,8 +124,8 @@ class Kill:
 
 @dataclass
 class KillRecord:
-    """A kill as it happened: which process (``pid``, its command line), at which second of the launch, and for a
-    fatal kill the seconds until the launch ended by itself (``stopped_after_s``, None when it did not: a hang)."""
+    """A kill as it happened: ``pid``, command line, second of the launch, and for a fatal kill the seconds until the
+    launch ended (``stopped_after_s``; None: a hang)."""
 
     label: str
     pid: int
@@ -167,9 +135,8 @@ class KillRecord:
 
 
 def session_processes(session: int) -> list[tuple[int, str]]:
-    """``(pid, command line)`` of the live processes of session ``session`` (a launch started with
-    ``start_new_session``: the driver, Ray's daemons and workers, environment workers), read from ``/proc``; a Ray
-    worker's command line is the title Ray sets, ``ray::<actor class>...``."""
+    """``(pid, command line)`` of the live processes of session ``session``, read from ``/proc`` (Ray workers show
+    ``ray::<actor class>...``)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -187,10 +154,8 @@ def session_processes(session: int) -> list[tuple[int, str]]:
 
 @dataclass
 class RunResult:
-    """One launch of the pipeline: its name, folder, exit status, seconds, the metrics rows this launch logged,
-    the experiment's whole metrics file after it (``history``: what users read), whether it was killed, and what it
-    printed (``output``, its part of ``train.log``), when it started (``time.time()``) and, when it was recorded, its
-    start-up timeline (:mod:`verl_gigpo.dev.timeline`)."""
+    """One launch: name, folder, exit status, seconds, the metrics rows it logged, the experiment's whole metrics file
+    after it (``history``), whether it was killed, its output, its start time and start-up timeline."""
 
     name: str
     run_dir: Path
@@ -277,16 +242,11 @@ def run_pipeline(
     kills: Sequence[Kill] = (),
     timeline: bool = False,
 ) -> RunResult:
-    """Launch ``python -m verl_gigpo.main OVERRIDES`` with its output appended to ``run_dir/train.log``.
+    """Launch ``python -m verl_gigpo.main OVERRIDES`` in its own process group, output appended to ``train.log``.
 
-    The launch runs in its own process group; when ``stop_when()`` (polled every 0.5 s) turns true, every process
-    of the group gets SIGKILL (``killed``). Each of ``kills`` SIGKILLs one process of the launch when its moment
-    comes (:class:`Kill`); after a fatal one the launch must end by itself within :data:`STOP_BOUND_S`, else the
-    whole group is killed and the result is ``hung``. verl's file logger writes the experiment's
-    ``ckpt/metrics.jsonl`` (where ``python -m verl_gigpo.main`` puts it), continuing it across launches, and the
-    rollout servers dump synced weights to ``run_dir/synced_weights``. With ``timeline``, every process of the
-    launch records its start-up phases in ``run_dir/timeline_<name>.jsonl`` (``GIGPO_TIMELINE``,
-    :mod:`verl_gigpo.dev.timeline`; emptied first).
+    When ``stop_when()`` (polled every 0.5 s) turns true the group is killed (``killed``); each of ``kills`` fires at
+    its moment, and a launch that does not end within :data:`STOP_BOUND_S` of a fatal one is killed as ``hung``.
+    With ``timeline``, every process records its start-up phases in ``run_dir/timeline_<name>.jsonl``.
     """
     from verl_gigpo.dev.timeline import ENV as TIMELINE_ENV
 
@@ -303,7 +263,7 @@ def run_pipeline(
         **(env or {}),
     }
     cmd = [sys.executable, "-m", "verl_gigpo.main", *overrides]
-    print(f"[{name}] python -m verl_gigpo.main ... (about 1-2 minutes; log: {run_dir / 'train.log'})", flush=True)
+    print(f"[{name}] python -m verl_gigpo.main ... (log: {run_dir / 'train.log'})", flush=True)
     launches_before = len(list((run_dir / "ckpt" / "launches").glob("launch_*.json")))
     log_start = (run_dir / "train.log").stat().st_size if (run_dir / "train.log").exists() else 0
     started = time.time()
@@ -362,8 +322,7 @@ def run_pipeline(
 
 
 def checkpointed_and_logged(run_dir: Path, step: int) -> Callable[[], bool]:
-    """A ``stop_when`` for :func:`run_pipeline`: true once verl's pointer names ``step`` (its checkpoint is
-    complete) and the metrics file holds iteration ``step``."""
+    """A ``stop_when``: true once verl's pointer names ``step`` and the metrics file holds iteration ``step``."""
     pointer = run_dir / "ckpt" / POINTER
 
     def done() -> bool:
@@ -375,8 +334,7 @@ def checkpointed_and_logged(run_dir: Path, step: int) -> Callable[[], bool]:
 
 
 def logged(run_dir: Path, step: int) -> Callable[[], bool]:
-    """A :class:`Kill` moment: true once the experiment's metrics file holds a row of ``step`` (step 0: the
-    validation before training), i.e. the launch has gone on to the next iteration."""
+    """A :class:`Kill` moment: true once the metrics file holds a row of ``step`` (0: the first validation)."""
     path = run_dir / "ckpt" / METRICS_NAME
     return lambda: any(row.get("step") == step for row in read_metrics(path))
 
@@ -387,9 +345,8 @@ def all_of(*moments: Callable[[], bool]) -> Callable[[], bool]:
 
 
 def transcribed(run_dir: Path, stream_prefix: str) -> Callable[[], bool]:
-    """A :class:`Kill` moment: true once the run's transcripts (``env.transcript_dir``) hold a step of an episode
-    whose request seeds' stream starts with ``stream_prefix`` and whose environment did not fail (``train:3:``: an
-    episode of iteration 3 was played to its end)."""
+    """A :class:`Kill` moment: true once the transcripts hold a step of an unfailed episode whose seed stream starts
+    with ``stream_prefix`` (``train:3:``: an episode of iteration 3 was played to its end)."""
     folder = run_dir / "transcripts"
 
     def done() -> bool:
@@ -408,13 +365,8 @@ def transcribed(run_dir: Path, stream_prefix: str) -> Callable[[], bool]:
 
 
 def resume_replay(run_dir: Path, stream_prefix: str = RESUMED_STREAM) -> tuple[int, list[str]]:
-    """The steps of the killed launch's episodes in streams ``stream_prefix*`` (the iteration it died in) that the
-    resumed launch played again, and what differs: the same request seeds and weights must give the same replies.
-    Episodes whose environment failed in either launch are not compared.
-
-    Returns:
-        ``(steps compared, problems)``; a step is keyed by (stream, member, step), played once by each launch.
-    """
+    """``(steps compared, problems)``: the killed launch's steps in streams ``stream_prefix*`` that the resumed launch
+    played again (keyed by stream, member, step), which must give the same replies; failed episodes are skipped."""
     from verl_gigpo.rollout.transcripts import read_transcripts
 
     plays: dict[tuple, list[tuple]] = {}
@@ -438,13 +390,9 @@ def _finite(value: Any) -> bool:
 
 
 def weight_sync_report(run_dir: Path, model_dir: Path) -> list[dict[str, Any]]:
-    """One entry per weight sync the rollout servers of ``run_dir`` received (``synced_weights/``), compared with
-    what the actor held then: the initial model for the sync at step 0, else the actor's checkpoint of that step.
-
-    Entry: ``file``, ``step``, ``reference`` (``initial`` / ``global_step_k`` / None when that step was not
-    checkpointed), ``same_names``, ``max_abs_diff`` (server vs reference) and ``moved`` (max |diff| between the
-    reference and the initial model: > 0 once the actor has been updated).
-    """
+    """One entry per weight sync in ``run_dir/synced_weights/``, compared with what the actor held then (the initial
+    model at step 0, else the checkpoint of that step): ``file``, ``step``, ``reference``, ``same_names``,
+    ``max_abs_diff`` (server vs reference) and ``moved`` (reference vs initial model)."""
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
@@ -479,7 +427,7 @@ def weight_sync_report(run_dir: Path, model_dir: Path) -> list[dict[str, Any]]:
 
 
 def check_runs(runs: dict[str, RunResult], model_dir: Path) -> list[str]:
-    """What is wrong with a smoke run (empty when everything holds; see the module docstring)."""
+    """What is wrong with a smoke run (empty when everything holds; the checks of docs/cpu-smoke.md)."""
     problems = []
     for name, run in runs.items():
         if name == "gigpo_changed":
@@ -580,9 +528,8 @@ STOPPING_KILLS = {
 
 
 def _stop_problems(run: RunResult, label: str, role: str) -> list[str]:
-    """What is wrong with a launch that the SIGKILL of its ``label`` process had to stop: the kill happened, the
-    launch ended by itself within :data:`STOP_BOUND_S` with exit status 1 and one ``error:`` line naming the
-    process (``role`` and its pid) and the relaunch."""
+    """What is wrong with a launch the SIGKILL of its ``label`` process had to stop: it must end in time with exit
+    status 1 and one ``error:`` line naming the process and the relaunch."""
     kill = run.kill(label)
     if kill is None:
         return [f"{run.name}: the {label} was never killed (no such process found; see {run.log})"]
@@ -623,12 +570,9 @@ def run_smoke(
     kill_env_worker: bool = False,
     timeline: bool = False,
 ) -> dict[str, RunResult]:
-    """Run the smoke runs (module docstring) under ``out_dir``; return them by name (``gigpo``, ``gigpo_changed``,
-    ``gigpo_resume``, ``grpo``). ``env_name`` is written into the task files (it must be registered in this process
-    and, through ``extra`` such as ``+env.registry.NAME=module:Class``, in the workers); ``env`` adds environment
-    variables; ``kill_env_worker`` SIGKILLs an environment worker process of the ``gigpo`` launch in iteration 1
-    (the environment must run in worker processes); ``timeline`` records each launch's start-up phases
-    (:func:`run_pipeline`)."""
+    """Run the smoke runs under ``out_dir``; return them by name (``gigpo``, ``gigpo_changed``, ``gigpo_resume``,
+    ``grpo``). ``env_name`` must be registered here and, through ``extra``, in the workers; ``kill_env_worker`` kills an
+    environment worker of ``gigpo`` in iteration 1; ``timeline`` records start-up phases."""
     from verl_gigpo.data.prepare import write_task_files
 
     out_dir = Path(out_dir).resolve()
@@ -669,7 +613,7 @@ def run_smoke(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point (see the module docstring)."""
+    """CLI entry point; returns the exit status."""
     parser = argparse.ArgumentParser(description="Smoke-test verl's own pipeline with GiGPO on this CPU")
     parser.add_argument("--out", default="runs/e2e", help="output folder (default runs/e2e; emptied first)")
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"tiny model folder (built if missing: {DEFAULT_MODEL})")

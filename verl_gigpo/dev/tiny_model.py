@@ -1,38 +1,13 @@
 """Build a tiny, randomly initialised chat model for CPU runs, tests and the demo — fully offline.
 
     python -m verl_gigpo.dev.tiny_model --out artifacts/tiny-model
-    python -m verl_gigpo.dev.tiny_model --out /tmp/m --hidden-size 64 --layers 2 --envs gridnav --seed 1
     python -m verl_gigpo.dev.tiny_model --out artifacts/tiny-model-actions --envs gridnav --sft-actions
     python -m verl_gigpo.dev.tiny_model --out artifacts/tiny-model-imitate --envs gridnav --imitate gridnav:0.7 \
         --imitate-kwargs '{"key": true, "observe": "target", "size": 5, "walls": [2, 4], "min_path": 5}'
 
-What it writes (``save_pretrained``; loads with ``AutoTokenizer/AutoModelForCausalLM.from_pretrained(DIR)`` under
-``HF_HUB_OFFLINE=1``):
-
-* a byte-level BPE tokenizer trained in about a second on text rendered by the environments that run without
-  external data (prompts of a few seeded random walks), so prompts are short. Every action word of the
-  environments with a fixed action set (e.g. gridnav's ``up``/``down``/``left``/``right``) is made a single
-  token, both at the start of a reply and after a space;
-* a ChatML chat template (``<|im_start|>role\\n...<|im_end|>``), ``<|im_end|>`` as EOS, ``<|endoftext|>`` as pad;
-* a ``Qwen2ForCausalLM`` (default: hidden 128, 4 layers, 4 heads, MLP 512, tied embeddings, ~1.3M parameters)
-  with random weights drawn from ``--seed``.
-
-With ``--sft-actions [STEPS]`` (default 40 steps) the model is then fine-tuned, supervised, to answer a gridnav
-prompt with one uniformly random action word and EOS (:func:`sft_action_format`): it speaks the action format,
-ignores the observation and samples every action (measured on gridnav prompts: up 0.22, down 0.18, left 0.20, right
-0.39, other tokens 0.01 — not exactly uniform), so group RL starts from varied, valid rollouts even when sampling
-over the full vocabulary (verl's rollout does; the local engine can also restrict outputs to the action tokens instead).
-
-With ``--imitate ENV[:P]`` the model is fine-tuned, supervised, into a weak policy that reads its observation
-(:func:`imitate_expert`): at each state of walks through training tasks the label is the environment's
-shortest-path expert's action with probability P (default :data:`IMITATE_P`) and a uniformly random action
-otherwise. Like an instruct model that sometimes acts right, it samples valid replies over the full vocabulary and
-wins now and then, so RL has something to sharpen; the CLI prints its action probabilities for a few observations.
-
-The fine-tuning lives in :mod:`verl_gigpo.dev.imitation` (its names are importable from here too).
-
-Deterministic: the same options and the same set of importable environments give byte-identical files.
-Any real model directory can be used in its place by the local engine.
+A BPE tokenizer trained on the environments' prompts (action words single tokens), a ChatML template and a ~1.3M
+parameter ``Qwen2ForCausalLM``; ``--sft-actions`` and ``--imitate`` fine-tune it (:mod:`verl_gigpo.dev.imitation`).
+Deterministic. What each option gives: docs/models.md ("The tiny models").
 """
 
 from __future__ import annotations
@@ -43,6 +18,7 @@ import logging
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -54,6 +30,7 @@ from verl_gigpo.dev.imitation import (  # re-exported: the fine-tuning the CLI r
     imitate_expert,
     sft_action_format,
 )
+from verl_gigpo.dev.walks import walk
 
 __all__ = [
     "CHAT_TEMPLATE",
@@ -99,15 +76,10 @@ _FORMAT_WORDS = ("<action>", "</action>", "<think>", "</think>", "user", "assist
 def env_corpus(
     env_names: Iterable[str] = DEFAULT_ENVS, *, seeds: int = 24, walk_steps: int = 6, rng_seed: int = 0
 ) -> tuple[list[str], list[str], list[str]]:
-    """Text of the given environments, for tokenizer training.
+    """Prompts of seeded random walks (``seeds`` tasks of ``walk_steps`` example actions) of each buildable environment.
 
-    For each environment that can be built with default arguments, plays ``seeds`` tasks with seeded random
-    walks of ``walk_steps`` example actions and renders every prompt (with one step of history).
-
-    Returns:
-        ``(texts, action_words, used_envs)``: the rendered prompts and actions; the actions of environments
-        whose action set is fixed and small (made single tokens); the names of the environments that could be
-        built. Environments that cannot be built here (missing module or data) are skipped with a warning.
+    Returns ``(texts, action_words, used_envs)``: the rendered prompts and actions, the fixed action words (made single
+    tokens), the environments built (the others are skipped with a warning).
     """
     from environments import make_env
 
@@ -122,43 +94,38 @@ def env_corpus(
             logger.warning("tokenizer corpus: skipping environment %r (%s: %s)", name, type(exc).__name__, exc)
             continue
         used.append(name)
-        seen_actions: set[str] = set()
-        try:
-            for seed in range(seeds):
-                obs, info = env.reset(seed=seed)
-                history: list[tuple[str, str]] = []
-                for _ in range(walk_steps):
-                    texts.append(env.render_prompt(obs, info, history[-1:]))
-                    choices = env.example_actions()
-                    if not choices:
-                        break
-                    action = choices[int(rng.integers(len(choices)))]
-                    seen_actions.update(choices)
-                    texts.append(f"<think>ok</think><action>{action}</action>")
-                    history.append((obs, action))
-                    obs, _, terminated, truncated, info = env.step(action)
-                    if terminated or truncated:
-                        break
-        finally:
-            env.close()
+        seen_actions = _walk_texts(env, seeds, walk_steps, rng, texts)
         # a small fixed action vocabulary of single words: make each word one token
         if 0 < len(seen_actions) <= 16 and all(a.isalpha() for a in seen_actions):
             action_words.update(seen_actions)
     return texts, sorted(action_words), used
 
 
+def _walk_texts(env: Any, seeds: int, walk_steps: int, rng: np.random.Generator, texts: list[str]) -> set[str]:
+    """Append the prompts and replies of ``env``'s seeded random walks to ``texts``, then close it; the actions seen."""
+    seen_actions: set[str] = set()
+
+    def choose(obs: str, info: dict, history: list) -> str | None:
+        texts.append(env.render_prompt(obs, info, history[-1:]))
+        choices = env.example_actions()
+        if not choices:
+            return None
+        action = choices[int(rng.integers(len(choices)))]
+        seen_actions.update(choices)
+        texts.append(f"<think>ok</think><action>{action}</action>")
+        return action
+
+    try:
+        for seed in range(seeds):
+            walk(env, seed, choose, steps=walk_steps)
+    finally:
+        env.close()
+    return seen_actions
+
+
 def build_tokenizer(texts: Sequence[str], *, vocab_size: int = 2048, single_token_words: Sequence[str] = ()):
-    """Train a byte-level BPE tokenizer on ``texts`` and wrap it as a ``PreTrainedTokenizerFast``.
-
-    Args:
-        texts: training text.
-        vocab_size: target vocabulary size (special tokens included).
-        single_token_words: words that must each be ONE token, both alone (start of a reply) and after a space.
-            They are repeated in the training text so BPE merges them; checked afterwards.
-
-    Raises:
-        ValueError: when a word of ``single_token_words`` still splits (raise ``vocab_size``).
-    """
+    """Train a byte-level BPE tokenizer of ``vocab_size`` on ``texts`` as a ``PreTrainedTokenizerFast``; each of
+    ``single_token_words`` is one token, alone and after a space (ValueError when one still splits)."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
@@ -219,20 +186,8 @@ def build_tiny_model(
     corpus_seeds: int = 24,
     seed: int = 0,
 ) -> Path:
-    """Train the tokenizer, build a randomly initialised ``Qwen2ForCausalLM`` and save both to ``out_dir``.
-
-    Args:
-        out_dir: output directory (created; existing files of the same names are overwritten).
-        hidden_size, num_layers, num_heads, num_kv_heads (default: ``num_heads``), intermediate_size,
-            max_position_embeddings: model sizes (``Qwen2Config`` fields).
-        vocab_size: tokenizer target vocabulary; the model's embedding has exactly the tokenizer's size.
-        envs: environments whose prompts train the tokenizer (those that cannot be built are skipped).
-        corpus_seeds: tasks per environment rendered for the corpus.
-        seed: weight initialisation seed (the global torch RNG is left as it was).
-
-    Returns:
-        the output directory.
-    """
+    """Train the tokenizer, build a random ``Qwen2ForCausalLM`` (``Qwen2Config`` sizes, weights from ``seed``, the
+    global torch RNG left as it was) and save both to ``out_dir``; returns it."""
     if hidden_size % num_heads:
         raise ValueError(f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})")
     kv_heads = num_heads if num_kv_heads is None else num_kv_heads
@@ -271,8 +226,7 @@ def build_tiny_model(
 
 
 def _random_qwen2(tokenizer, *, seed: int, **sizes: int):
-    """A ``Qwen2ForCausalLM`` over ``tokenizer``'s vocabulary and special ids, with tied embeddings, the
-    ``Qwen2Config`` fields ``sizes``, and weights drawn from ``seed`` (the global torch RNG is left as it was)."""
+    """A tied-embedding ``Qwen2ForCausalLM`` over ``tokenizer``'s vocabulary with weights drawn from ``seed``."""
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     ids = {name: tokenizer.convert_tokens_to_ids(tok) for name, tok in _SPECIAL_IDS.items()}
@@ -305,8 +259,7 @@ def add_imitate_options(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_imitate_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
-    """The keyword arguments of :func:`imitate_expert` from ``--imitate ENV[:P]`` and the ``--imitate-*`` options
-    (a usage error naming the option for anything malformed)."""
+    """The keyword arguments of :func:`imitate_expert` from ``--imitate ENV[:P]`` and the ``--imitate-*`` options."""
     env_name, _, p_text = args.imitate.partition(":")
     if not env_name:
         parser.error(f"--imitate takes ENV[:P], e.g. gridnav:0.7; got {args.imitate!r}")
@@ -316,12 +269,12 @@ def parse_imitate_options(parser: argparse.ArgumentParser, args: argparse.Namesp
         parser.error(f"--imitate {args.imitate}: P must be a number in [0, 1], got {p_text!r}")
     if not 0.0 <= p_expert <= 1.0:
         parser.error(f"--imitate {args.imitate}: P must be in [0, 1], got {p_expert}")
+    from environments import kwargs_from_json
+
     try:
-        env_kwargs = json.loads(args.imitate_kwargs)
-    except json.JSONDecodeError as exc:
-        parser.error(f"--imitate-kwargs is not JSON ({exc}): {args.imitate_kwargs!r}")
-    if not isinstance(env_kwargs, dict):
-        parser.error(f"--imitate-kwargs must be a JSON object of environment arguments, got {args.imitate_kwargs!r}")
+        env_kwargs = kwargs_from_json(args.imitate_kwargs, "--imitate-kwargs")
+    except ValueError as exc:
+        parser.error(str(exc))
     for option in ("imitate_steps", "imitate_tasks", "imitate_max_steps"):
         if getattr(args, option) < 1:
             parser.error(f"--{option.replace('_', '-')} must be >= 1, got {getattr(args, option)}")
@@ -339,7 +292,7 @@ def parse_imitate_options(parser: argparse.ArgumentParser, args: argparse.Namesp
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point (see the module docstring)."""
+    """CLI entry point; returns the exit status."""
     parser = argparse.ArgumentParser(
         description="Build a tiny random Qwen2 chat model with a locally trained tokenizer"
     )

@@ -5,23 +5,10 @@
     python -m verl_gigpo.dev.tiny_vl_model --out artifacts/tiny-vl-imitate --imitate gridnav:0.3 \
         --imitate-kwargs '{"observation": "image", "tile_size": 28, "size": 3, "walls": 0, "min_path": 1}'
 
-What it writes (``save_pretrained``; loads with ``AutoProcessor`` and ``AutoModelForImageTextToText`` under
-``HF_HUB_OFFLINE=1``):
-
-* the tiny text model's byte-level BPE tokenizer (:func:`verl_gigpo.dev.tiny_model.build_tokenizer`, trained here on
-  the environments' prompts) plus Qwen-VL's vision special tokens (``<|vision_start|>``, ``<|image_pad|>``, ...);
-* a ChatML chat template that also renders image parts of a message (``{"type": "image"}``) as
-  ``<|vision_start|><|image_pad|><|vision_end|>``;
-* a ``Qwen2_5_VLProcessor`` (Qwen2-VL image processor: patch 14, merge 2, so a 56x56 image is 4 image tokens;
-  ``--max-pixels`` caps the resized image);
-* a ``Qwen2_5_VLForConditionalGeneration`` (text: 2 layers, hidden 64, mrope sections [2, 3, 3]; vision: depth 2,
-  hidden 32) with random weights drawn from ``--seed``: about 0.4M parameters;
-* with ``--imitate ENV[:P]`` (the options of :mod:`verl_gigpo.dev.tiny_model`), then fine-tuned on the drawn
-  environment's expert actions with probability P (:func:`verl_gigpo.dev.imitation.imitate_expert`).
-
-Why Qwen2.5-VL: the reference's visual Sokoban and card recipes train Qwen2.5-VL-3B; verl 0.9.1's FSDP actor patches
-its forward (3-D mrope positions, ``multi_modal_inputs``), and the installed transformers generates with it on CPU
-(docs/vision.md).
+Writes the tiny text model's tokenizer plus Qwen-VL's vision tokens, a ChatML template with image parts, an
+images-only ``Qwen2_5_VLProcessor`` (:mod:`.tiny_vl_processor`) and a random ``Qwen2_5_VLForConditionalGeneration``;
+loads with ``AutoProcessor`` and ``AutoModelForImageTextToText``. Sizes and why this family: docs/vision.md.
+With ``--imitate ENV[:P]`` (:mod:`.tiny_model`'s options) it is then fine-tuned on the drawn environment's expert.
 """
 
 from __future__ import annotations
@@ -89,9 +76,8 @@ def build_tiny_vl_model(
 ) -> Path:
     """Train the tokenizer, build a random ``Qwen2_5_VLForConditionalGeneration`` and its processor in ``out_dir``.
 
-    ``hidden_size / num_heads`` must be 16 (the mrope sections [2, 3, 3] cover half a head's dimension).
-    ``min_pixels``/``max_pixels`` bound the image processor's resize (multiples of 28x28 = one merged token).
-    Returns the output directory.
+    ``hidden_size / num_heads`` must be 16 (mrope sections [2, 3, 3]); ``min_pixels``/``max_pixels`` bound the resize
+    (multiples of 28x28 = one merged token). Returns ``out_dir``.
     """
     from transformers import (
         GenerationConfig,
@@ -195,7 +181,7 @@ def _write_remote_processor(out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point (see the module docstring)."""
+    """CLI entry point; returns the exit status."""
     parser = argparse.ArgumentParser(description="Build a tiny random Qwen2.5-VL chat model with a local tokenizer")
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed")

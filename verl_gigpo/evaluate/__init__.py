@@ -1,27 +1,12 @@
 """Evaluate a model on an environment's evaluation split: success per task type with 95 % intervals, pass@k,
 episode transcripts and their credit report.
 
-    python -m verl_gigpo.evaluate MODEL [--env NAME] [--split SPLIT] [--tasks N|all] [--episodes K]
-        [--greedy | --temperature T] [--settings RUN] [--seed S] [--device cpu|cuda] [--out DIR] [key=value ...]
+    python -m verl_gigpo.evaluate MODEL [--env NAME] [--split SPLIT] [--tasks N|all] [--episodes K] [key=value ...]
     python -m verl_gigpo.evaluate MODEL --engine verl [options] -- [verl overrides ...]   # verl's val_only launch
-    EVAL_ONLY=1 CKPT=.../global_step_N bash recipes/run_alfworld.sh                      # the recipe's settings
 
-MODEL is a Hugging Face folder, a local-engine run or checkpoint, or (``--engine verl``) a verl checkpoint
-(:mod:`.models`). The local engine (default: this machine's CPU or one GPU) plays the tasks with the settings of
-the run that made the checkpoint (a local run's saved config, or ``--settings RUN``), else the local engine's
-defaults, then the options: the same prompt, step limit, history, lengths and invalid-action rule the run trained
-and validated with. Tasks are the split's fixed list (seeds ``0 .. N-1``), each played K times (pass@K) with the
-per-episode sampling seeds a run's validation uses, so evaluating a run's final checkpoint repeats its last
-validation exactly.
-
-Writes into ``--out`` (default ``runs/eval/<model>-<split>``) and prints where:
-
-* ``summary.json``: the settings, the model, the rows of the table (:class:`.report.SuccessRow`);
-* ``table.md`` (also printed): success per task type with its 95 % Wilson interval, pass@K, steps, invalid replies;
-* ``success_by_type.png``: the same as bars with error bars;
-* ``transcripts/transcripts_*.jsonl``: every step of every episode (:mod:`.transcripts`);
-* ``credit/iter_0.jsonl``: the same steps as credit records (:mod:`verl_gigpo.credit`, GiGPO's terms over the
-  episodes of each task), so ``python -m verl_gigpo.inspect OUT`` draws what was played.
+MODEL is a Hugging Face folder, a local-engine run or checkpoint, or a verl checkpoint (:mod:`.models`), played
+with the settings of the run that made it, on the split's fixed tasks and a run's validation seeds. The two
+engines, the settings and the files written: docs/evaluate.md.
 """
 
 from __future__ import annotations
@@ -81,16 +66,10 @@ TRANSCRIPTS = "transcripts"
 
 @dataclass(frozen=True)
 class EvalOptions:
-    """What to evaluate on, each None to keep the run's (or the defaults') value.
+    """What to evaluate on, each None to keep the run's (or the defaults') value; the options of docs/evaluate.md.
 
-    Attributes:
-        env: ``env.name``. split: ``env.val_split`` (ALFWorld ``valid_seen`` / ``valid_unseen``, WebShop ``test``,
-            the others ``test``). tasks: how many tasks of the split (seeds 0..tasks-1); ``"all"`` = the split's
-            whole fixed list (ALFWorld's games, WebShop's 500 test goals). episodes: K, episodes per task (pass@K).
-        greedy: decode greedily (``val_kwargs.do_sample=false``); temperature: sample at this temperature (> 0).
-        seed: ``trainer.seed`` and ``actor_rollout_ref.rollout.seed`` (the request seeds derive from it, on both
-            engines). device: ``trainer.device``.
-        overrides: further ``key=value`` items of the local engine's config, applied last.
+    ``tasks``: seeds ``0 .. tasks-1``, or ``"all"`` (the split's whole fixed list); ``episodes``: K (pass@K); ``seed``:
+    ``trainer.seed`` and ``rollout.seed``; ``overrides``: local-engine ``key=value`` items, applied last.
     """
 
     env: str | None = None
@@ -127,15 +106,12 @@ class EvalResult:
 def local_eval_config(
     source: ModelSource, options: EvalOptions, settings: str | Path | RunSettings | None = None
 ) -> Any:
-    """The local engine's config of an evaluation: its defaults, then the run's settings (``settings``: a path as
-    :func:`~.models.run_settings` reads, or what it returned; else the model's own: a local checkpoint's saved
-    config, a verl checkpoint's launch record), then ``options``; validated
-    (:func:`verl_gigpo.local.config.load_config`).
+    """The local engine's config of an evaluation: its defaults, then the run's settings (``settings``, else the
+    model's own: :func:`model_settings`), then ``options``; validated.
 
     Raises:
-        ValueError: a bad option or override (naming the key), a ``settings`` path that is no run, a verl
-            checkpoint whose settings are unknown while ``options.env`` is not given, a split of fewer tasks than
-            asked.
+        ValueError: a bad option or override (naming the key), a ``settings`` path that is no run, a verl checkpoint
+            with unknown settings and no ``options.env``, a split of fewer tasks than asked.
     """
     from verl_gigpo.local.config import load_config
 
@@ -171,14 +147,9 @@ def local_eval_config(
 
 
 def model_settings(source: ModelSource, options: EvalOptions = EvalOptions()) -> RunSettings | None:
-    """The settings a model carries: a local checkpoint's saved config, a verl checkpoint's launch record
-    (:func:`~.models.verl_run_settings`), the run settings an exported folder holds
-    (:func:`~.models.exported_run_settings`); None for another Hugging Face folder (the local engine's defaults).
-
-    Raises:
-        ValueError: a verl checkpoint without a launch record while ``options.env`` is not given (its environment
-            and limits are unknown: the message says what to pass).
-    """
+    """The settings a model carries (a local checkpoint's config, a verl checkpoint's launch record, an exported
+    folder's run settings); None for another Hugging Face folder. ValueError: a verl checkpoint without a launch record
+    and no ``options.env``."""
     if source.kind == "local":
         return RunSettings(layer=local_run_layer(source.run_config), origin=f"local run {source.checkpoint}")
     if source.kind == "verl":
@@ -190,9 +161,7 @@ def model_settings(source: ModelSource, options: EvalOptions = EvalOptions()) ->
 
 
 def _fit_task_count(cfg: Any, tasks: int | str | None, *, whole_list: bool = False) -> None:
-    """``data.val_size`` for ``tasks="all"`` (the split's fixed list; also with ``whole_list`` when the split has
-    one: ``--split`` named another split than the run's and ``--tasks`` was not given), and a check that the split
-    has that many."""
+    """``data.val_size`` for ``tasks="all"`` (or ``whole_list``), checked against the split's size."""
     from environments import make_env
 
     env = make_env(cfg.env.name, **OmegaConf.to_container(cfg.env.kwargs, resolve=True))
@@ -224,14 +193,13 @@ def evaluate_local(
     settings: str | Path | None = None,
     progress: bool = True,
 ) -> EvalResult:
-    """Evaluate ``model`` on the local engine (see the module docstring); returns what was written. A verl
-    checkpoint is played through its float32 export, written to ``out/model``
-    (:func:`verl_gigpo.export.export_checkpoint`), with the settings of its launch record (``settings`` overrides).
-    ``out`` None: :func:`default_out` of the model and the split.
+    """Evaluate ``model`` on the local engine; returns what was written (``out`` None: :func:`default_out`).
+
+    A verl checkpoint is played through its float32 export in ``out/model``, with its launch record's settings.
 
     Raises:
-        ValueError: a path that is no model, an ``out`` holding an evaluation, a verl checkpoint whose settings are
-            unknown, or a bad option (naming it). All are checked before anything is exported or played.
+        ValueError: no model at the path, an ``out`` holding an evaluation, unknown settings, a bad option; all
+            checked before anything is exported or played.
         FileNotFoundError: no such model, or no such ``settings`` folder.
     """
     from verl_gigpo import STEP_CREDIT_ESTIMATORS
@@ -314,8 +282,7 @@ def _defaults_warning(source: ModelSource, cfg: Any) -> str:
 
 
 def default_out(source: ModelSource, split: str | None) -> Path:
-    """``runs/eval/<model>-<split>`` (``<model>``: :meth:`~.models.ModelSource.short_name`), numbered ``-2``,
-    ``-3`` ... when it already holds an evaluation."""
+    """``runs/eval/<model>-<split>``, numbered ``-2``, ``-3`` ... when it already holds an evaluation."""
     base = Path("runs") / "eval" / f"{source.short_name()}-{split or 'eval'}"
     candidate, number = base, 1
     while (candidate / "summary.json").exists() or (candidate / TRANSCRIPTS).exists():
@@ -325,14 +292,13 @@ def default_out(source: ModelSource, split: str | None) -> Path:
 
 
 def verl_eval_overrides(source: ModelSource, out: Path, options: EvalOptions) -> list[str]:
-    """The overrides that make a ``python -m verl_gigpo.main`` launch an evaluation of ``source`` (appended after
-    the run's own): verl's ``trainer.val_only`` (validation before training, then stop), the checkpoint loaded by
-    verl itself (``trainer.resume_from_path``) or a Hugging Face folder as the model, the transcripts written to
-    ``out/transcripts`` (``env.transcript_dir``), verl's run folder ``out/verl``, and the options.
+    """The overrides that make a ``python -m verl_gigpo.main`` launch an evaluation of ``source``: ``trainer.val_only``,
+    the checkpoint (``trainer.resume_from_path``) or folder as the model, transcripts to ``out/transcripts``, verl's run
+    folder ``out/verl``, and the options.
 
     Raises:
-        ValueError: a local-engine checkpoint (evaluate it with the local engine, or export it), or an option verl's
-            validation cannot take (``--split``, ``--tasks all``, ``--device``: the launch's data and platform say).
+        ValueError: a local-engine checkpoint, or an option verl's validation cannot take (``--split``, ``--tasks all``,
+            ``--device``).
     """
     if source.kind == "local":
         raise ValueError(
@@ -372,14 +338,12 @@ def verl_eval_overrides(source: ModelSource, out: Path, options: EvalOptions) ->
 def evaluate_verl(
     model: str | Path, *, out: str | Path | None = None, options: EvalOptions = EvalOptions(), launch: Sequence[str]
 ) -> EvalResult:
-    """Evaluate ``model`` through verl's own pipeline: ``python -m verl_gigpo.main`` with ``launch`` (a run's
-    overrides, e.g. a recipe's) and :func:`verl_eval_overrides`, in a subprocess, then the report of the transcripts
-    its agent loops wrote. ``out`` None: :func:`default_out` (``runs/eval/<model>-eval``). ``launch`` empty: the
-    overrides of the launch that wrote a verl checkpoint (:func:`recorded_launch`).
+    """Evaluate ``model`` through verl's pipeline: ``python -m verl_gigpo.main`` with ``launch`` (default: the
+    checkpoint's recorded launch) and :func:`verl_eval_overrides` in a subprocess, then the transcripts' report.
 
     Raises:
         ValueError: as :func:`verl_eval_overrides`; a folder that already holds an evaluation.
-        RuntimeError: the launch failed (its output is above; the message gives the exit status).
+        RuntimeError: the launch failed (the message gives the exit status).
     """
     import subprocess
     import sys
@@ -417,12 +381,10 @@ def evaluate_verl(
 
 
 def recorded_launch(source: ModelSource) -> list[str]:
-    """The overrides of the ``python -m verl_gigpo.main`` launch that wrote a verl checkpoint, from its launch record
-    (``command``: the interpreter, the module's file, then the overrides).
+    """The overrides of the ``python -m verl_gigpo.main`` launch that wrote a verl checkpoint (its launch record).
 
     Raises:
-        ValueError: ``source`` is not a verl checkpoint, or its experiment folder holds no launch record (the
-            message says what to pass instead).
+        ValueError: ``source`` is not a verl checkpoint, or its experiment holds no launch record.
     """
     from verl_gigpo.verl_glue.launch import LAUNCHES_DIR, saved_launch_config
 
@@ -444,8 +406,7 @@ def recorded_launch(source: ModelSource) -> list[str]:
 
 
 def _launch_sampling(folder: Path) -> dict[str, Any]:
-    """The validation sampling of the evaluation launch in ``folder``, from its launch record (empty when it wrote
-    none)."""
+    """The validation sampling of the launch record in ``folder`` (empty when there is none)."""
     from verl_gigpo.verl_glue.launch import LAUNCHES_DIR
 
     records = sorted((folder / LAUNCHES_DIR).glob("launch_*.json"))
@@ -457,8 +418,7 @@ def _launch_sampling(folder: Path) -> dict[str, Any]:
 
 
 def decoding_text(settings: dict[str, Any]) -> str:
-    """``greedy`` or ``sampled (temperature 1.0, top_p 1.0)`` from an evaluation's settings, then ``k`` and the seed:
-    the line under the table's title."""
+    """The line under the table's title: ``greedy`` or ``sampled (temperature T, top_p P)``, then ``k`` and the seed."""
     if "do_sample" not in settings:
         decoding = "decoding as the launch's val_kwargs"
     elif not settings["do_sample"]:
@@ -479,9 +439,7 @@ def decoding_text(settings: dict[str, Any]) -> str:
 
 
 def greedy_repeats_warning(do_sample: bool, k: int) -> str | None:
-    """The warning for greedy decoding with ``k`` > 1 episodes per task (None otherwise): on a deterministic
-    environment the k episodes of a task are the same, so pass@k equals the success rate and the episode rate's
-    interval counts copies as if they were independent."""
+    """The warning for greedy decoding with ``k`` > 1 (None otherwise): a task's k episodes are then copies."""
     if do_sample or k <= 1:
         return None
     return (
@@ -492,8 +450,7 @@ def greedy_repeats_warning(do_sample: bool, k: int) -> str | None:
 
 
 def report_from_transcripts(out: str | Path, *, settings: dict[str, Any], gigpo: Any = None) -> EvalResult:
-    """Read ``<out>/transcripts/``, write the table, its plot, ``summary.json`` and the credit records (GiGPO's
-    terms, or ``gigpo``'s estimator, over each task's episodes), print where they went, and return them.
+    """Read ``<out>/transcripts/``; write and return the table, plot, ``summary.json`` and credit records.
 
     Raises:
         FileNotFoundError: no transcripts in ``<out>/transcripts``.
@@ -563,11 +520,7 @@ def _print_result(result: EvalResult, title: str, table: str, settings_from: str
 
 
 def _fresh_output(out: Path) -> None:
-    """Refuse a folder that already holds an evaluation (its transcripts would mix with the new ones).
-
-    Raises:
-        ValueError: ``out`` holds an evaluation, or cannot be made (a file on its path, no permission).
-    """
+    """Refuse a folder that already holds an evaluation; ValueError also when ``out`` cannot be made."""
     if (out / TRANSCRIPTS).exists() or (out / "summary.json").exists():
         raise ValueError(f"{out} already holds an evaluation; choose another --out, or remove it first")
     try:

@@ -1,12 +1,7 @@
-"""What the evaluation command accepts as a model, and how each is loaded.
-
-* a Hugging Face model folder (``config.json`` and a tokenizer), e.g. ``artifacts/tiny-model``, the folder
-  ``python -m verl_gigpo.export`` writes, or a downloaded ``Qwen2.5-1.5B-Instruct``;
-* a checkpoint of either engine, found as ``python -m verl_gigpo.export`` finds it
-  (:func:`verl_gigpo.export.resolve_checkpoint`): a local-engine run folder or checkpoint (``runs/demo``,
-  ``runs/demo/checkpoints/iter_200``: the run's start model with the checkpoint's weights, and the run's settings),
-  or a verl checkpoint (``<experiment>``, ``.../global_step_N`` or its ``actor/`` folder: verl's engine loads it
-  itself, ``--engine verl``; the local engine plays its float32 export).
+"""What the evaluation command accepts as a model, and how each is loaded: a Hugging Face model folder, a
+local-engine run or checkpoint (its start model with the checkpoint's weights, and the run's settings), or a verl
+checkpoint (``<experiment>``, ``.../global_step_N`` or its ``actor/``), found as ``python -m verl_gigpo.export``
+finds it. docs/evaluate.md.
 """
 
 from __future__ import annotations
@@ -36,17 +31,10 @@ _WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin")
 
 @dataclass(frozen=True)
 class ModelSource:
-    """A model to evaluate.
+    """A model to evaluate: ``kind`` is ``"hf"``, ``"local"`` or ``"verl"``.
 
-    Attributes:
-        given: the path the user gave.
-        kind: ``"hf"`` (a Hugging Face folder), ``"local"`` (a local-engine checkpoint) or ``"verl"`` (a verl
-            checkpoint).
-        hf_dir: the Hugging Face folder whose config and tokenizer are used (a local checkpoint's start model;
-            None for a verl checkpoint until it is exported).
-        checkpoint: the local checkpoint's ``state.pt``, or the verl checkpoint's ``global_step_N`` folder.
-        step: the checkpoint's iteration (None for a Hugging Face folder).
-        run_config: the local run's saved config (a dict), None otherwise.
+    ``hf_dir``: the folder whose config and tokenizer are used (None for a verl checkpoint until exported);
+    ``checkpoint``: a local ``state.pt`` or a verl ``global_step_N``; ``run_config``: a local run's saved config.
     """
 
     given: Path
@@ -65,8 +53,7 @@ class ModelSource:
         return f"verl checkpoint {self.checkpoint} (step {self.step})"
 
     def short_name(self) -> str:
-        """A folder-name stem for this model: ``tiny-model``, ``demo-iter_200`` (a local run and its iteration),
-        ``<experiment>-global_step_150`` (a verl checkpoint)."""
+        """A folder-name stem: ``tiny-model``, ``demo-iter_200``, ``<experiment>-global_step_150``."""
         if self.kind == "hf":
             return Path(self.given).resolve().name or "model"
         if self.kind == "local":
@@ -76,12 +63,11 @@ class ModelSource:
 
 
 def resolve_model(path: str | Path) -> ModelSource:
-    """Say what ``path`` is (see the module docstring).
+    """Say what ``path`` is.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ValueError: ``path`` is neither a Hugging Face folder nor a checkpoint (the message says what is accepted),
-            or a local checkpoint whose start model is not there.
+        ValueError: neither a Hugging Face folder nor a checkpoint, or a local checkpoint without its start model.
     """
     from verl_gigpo.export import ExportError, local_base_model, resolve_checkpoint
 
@@ -116,11 +102,7 @@ def resolve_model(path: str | Path) -> ModelSource:
 
 
 def load_local_weights(source: ModelSource) -> dict[str, Any]:
-    """The model state dict of a local checkpoint (``source.kind == "local"``).
-
-    Raises:
-        ValueError: ``source`` is not a local-engine checkpoint.
-    """
+    """The model state dict of a local checkpoint; ValueError for another kind of source."""
     if source.kind != "local" or source.checkpoint is None:
         raise ValueError(f"{source.given} is not a local-engine checkpoint")
     return _load(source.checkpoint)["model"]
@@ -133,8 +115,7 @@ def _load(state_file: Path) -> dict[str, Any]:
 
 
 def run_settings(path: str | Path) -> RunSettings:
-    """The settings of a local-engine run or checkpoint, a verl experiment or checkpoint, or a folder
-    ``python -m verl_gigpo.export`` wrote (``--settings``).
+    """The settings of a run or checkpoint of either engine, or of a folder the export wrote (``--settings``).
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -166,8 +147,7 @@ def run_settings(path: str | Path) -> RunSettings:
 
 
 def exported_run_settings(hf_dir: Path) -> RunSettings | None:
-    """The run settings ``python -m verl_gigpo.export`` saved in a folder it wrote
-    (:data:`verl_gigpo.export.RUN_SETTINGS`), None when the folder has none."""
+    """The run settings the export saved in a folder (None when it has none)."""
     import json
 
     from verl_gigpo.export import RUN_SETTINGS

@@ -1,18 +1,11 @@
-"""The evaluation table: success per task type with 95 % confidence intervals, pass@k, and its plot.
+"""The evaluation table: success per task type with 95 % Wilson intervals, pass@k, and its plot.
 
     rows = success_rows(outcomes, k=4)          # one SuccessRow per task type, then "all"
     print(markdown_table(rows, k=4))
     plot_success(rows, "success_by_type.png")
 
-Success rate = won episodes / scored episodes (episodes whose environment failed are not scored; they are counted
-apart). pass@k = tasks with at least one won episode among their k / scored tasks. Both intervals are Wilson score
-intervals at 95 % (z = 1.96): for p = s/n,
-
-    centre = (p + z^2 / 2n) / (1 + z^2 / n),   half = z sqrt(p (1 - p) / n + z^2 / 4n^2) / (1 + z^2 / n),
-
-which stays inside [0, 1] and is not degenerate at 0 or n successes. The episodes of one task are not independent
-draws of the split's success rate (the interval of the episode rate is then too narrow when k > 1); pass@k's
-interval counts tasks.
+Success rate = won / scored episodes; pass@k = tasks with a won episode among their k / scored tasks
+(docs/evaluate.md, "The numbers").
 """
 
 from __future__ import annotations
@@ -36,8 +29,9 @@ ALL = "all"
 
 
 def wilson_interval(successes: int, trials: int, z: float = Z_95) -> tuple[float, float]:
-    """The Wilson score interval ``(low, high)`` of a success rate ``successes / trials`` (see the module
-    docstring); ``(0, 1)`` for no trials.
+    """The 95 % Wilson score interval ``(low, high)`` of ``p = successes / trials`` (z = 1.96); ``(0, 1)`` for none.
+
+        centre = (p + z^2 / 2n) / (1 + z^2 / n),   half = z sqrt(p (1 - p) / n + z^2 / 4n^2) / (1 + z^2 / n)
 
     Raises:
         ValueError: ``successes`` outside ``[0, trials]``.
@@ -55,14 +49,10 @@ def wilson_interval(successes: int, trials: int, z: float = Z_95) -> tuple[float
 
 @dataclass(frozen=True)
 class SuccessRow:
-    """The success of one task type (or of every task: ``name == "all"``).
+    """The success of one task type (``"(none)"`` without one) or of every task (``"all"``).
 
-    Attributes:
-        name: the task type (``"(none)"`` for tasks without one) or ``"all"``.
-        tasks, episodes: scored tasks and episodes; env_errors: episodes whose environment failed (not scored).
-        wins: won episodes; rate, low, high: wins / episodes and its 95 % Wilson interval.
-        solved: tasks with a won episode; pass_k, pass_low, pass_high: solved / tasks and its interval.
-        mean_length: mean steps of the scored episodes; invalid_rate: invalid replies per step played.
+    ``rate, low, high``: wins / episodes and its interval; ``pass_k, pass_low, pass_high``: solved / tasks and its
+    interval; ``env_errors``: episodes whose environment failed (not scored).
     """
 
     name: str
@@ -86,12 +76,8 @@ class SuccessRow:
 
 
 def success_rows(outcomes: Sequence[EpisodeOutcome]) -> list[SuccessRow]:
-    """One :class:`SuccessRow` per task type (sorted by name), then the ``"all"`` row; tasks are told apart by
-    their episode group.
-
-    Raises:
-        ValueError: no episode at all.
-    """
+    """One :class:`SuccessRow` per task type (sorted), then ``"all"``; tasks told apart by episode group. ValueError:
+    no episode."""
     if not outcomes:
         raise ValueError("no episode to score: the evaluation played nothing (no tasks in the split?)")
     types = sorted({_type_name(o.task_type) for o in outcomes})

@@ -1,42 +1,12 @@
 """Export a checkpoint to a Hugging Face model folder: ``python -m verl_gigpo.export CKPT --out HF_DIR``.
 
     python -m verl_gigpo.export checkpoints/verl_gigpo/alfworld_gigpo_Qwen2.5-1.5B-Instruct --out exported/alfworld
-    python -m verl_gigpo.export .../global_step_150 --out exported/it150 --dtype float32
-    python -m verl_gigpo.export runs/demo --out exported/demo          # a local-engine run (make demo)
+    python -m verl_gigpo.export runs/demo --out exported/demo --dtype float32     # a local-engine run (make demo)
 
-CKPT is any of
-
-* a verl checkpoint: ``<experiment>/global_step_N/actor``, ``<experiment>/global_step_N``, or the experiment folder
-  (``trainer.default_local_dir``), meaning the checkpoint its ``latest_checkpointed_iteration.txt`` names, the one
-  a resumed launch would continue from;
-* a local-engine checkpoint (:mod:`verl_gigpo.local.checkpoint`): ``<run>/checkpoints/iter_K/state.pt``, its folder
-  ``iter_K``, ``<run>/checkpoints`` or the run folder, meaning the checkpoint a resumed run would continue from
-  (:func:`verl_gigpo.local.run_folder.checkpoint_candidates`).
-
-The folder written loads offline with ``AutoTokenizer.from_pretrained(HF_DIR)`` and
-``AutoModelForCausalLM.from_pretrained(HF_DIR)``, and ``python -m verl_gigpo.evaluate HF_DIR`` takes it. How:
-
-1. **The full weights.** A verl checkpoint holds each FSDP rank's shard of every tensor
-   (``model_world_size_W_rank_R.pt``, DTensors, in the precision the actor trained in: float32). The shards are
-   joined as verl's model merger joins them (``FSDPModelMerger``: along each DTensor's shard dimension, one copy of
-   replicated tensors, the ranks of one FSDP group) but without its cast of every tensor to bfloat16, so that
-   ``--dtype float32`` gives the actor's weights bit for bit. A local-engine checkpoint holds the full state dict.
-2. **LoRA.** When the checkpoint holds a LoRA adapter (verl's ``actor_rollout_ref.model.lora_rank`` > 0), it is
-   merged into the weights it adapts, ``W' = W + (alpha / r) B A`` (:func:`verl_gigpo.verl_glue.lora.merge_lora`),
-   with the rank and alpha verl recorded in ``lora_train_meta.json``; the folder is then a plain model (no peft needed).
-3. **Writing.** verl's model merger writes the folder (``BaseModelMerger.save_hf_model_and_tokenizer``: the model
-   class from the checkpoint's ``huggingface/config.json``, tied weights saved once, the generation config, the
-   tokenizer with its chat template, a check that the folder is complete). The weights are cast to ``--dtype``
-   first (default bfloat16, as verl's merger writes; ``float32`` keeps the trained weights exactly), and
-   ``config.json`` then records that dtype (verl's writer records bfloat16 whatever the tensors hold, and
-   ``transformers`` loads a folder in the dtype its config names).
-
-4. **The run's settings.** ``gigpo_run_settings.json`` (:data:`RUN_SETTINGS`) records the settings of the run that
-   wrote the checkpoint (a local run's saved config; a verl launch's record, ``<experiment>/launches/``), so that
-   ``python -m verl_gigpo.evaluate HF_DIR`` plays the folder with the run's environment, prompt and limits.
-
-The folder is built next to ``HF_DIR`` and renamed into place when complete: a failed export leaves nothing behind.
-An existing non-empty ``HF_DIR`` is refused unless ``--overwrite`` is given.
+CKPT is a verl checkpoint (``global_step_N[/actor]`` or its experiment folder) or a local-engine one (``iter_K``,
+its ``state.pt``, or the run folder). verl's FSDP shards are joined without verl's bfloat16 cast, a LoRA adapter is
+merged in (``W' = W + (alpha / r) B A``), and verl's model merger writes the folder with the run's settings
+(:data:`RUN_SETTINGS`). The forms, the differences from ``verl.model_merger`` and what is checked: docs/export.md.
 """
 
 from __future__ import annotations
@@ -97,8 +67,8 @@ class ExportError(ValueError):
 
 @dataclass(frozen=True)
 class Source:
-    """A resolved checkpoint. ``kind``: ``"verl"`` (``path`` = the ``actor`` folder) or ``"local"`` (``path`` =
-    ``state.pt``); ``step``: its iteration (verl's global step, the local engine's iteration)."""
+    """A resolved checkpoint: ``kind`` ``"verl"`` (``path``: the ``actor`` folder) or ``"local"`` (``path``:
+    ``state.pt``), ``step`` its iteration."""
 
     kind: str
     path: Path
@@ -107,9 +77,8 @@ class Source:
 
 @dataclass(frozen=True)
 class ExportResult:
-    """What :func:`export_checkpoint` wrote: the folder, the source, the dtype, the number of parameters, the
-    LoRA adapter merged (``{"r": ..., "lora_alpha": ..., "layers": ...}``, None without one), and where the run
-    settings saved with it came from (:data:`RUN_SETTINGS`; None when the run's settings are unknown)."""
+    """What :func:`export_checkpoint` wrote: folder, source, dtype, parameter count, the LoRA adapter merged (None:
+    none) and where the saved run settings came from (None: unknown)."""
 
     out: Path
     source: Source
@@ -130,11 +99,10 @@ def _verl_actor(step_dir: Path) -> Source:
 
 
 def resolve_checkpoint(ckpt: str | Path) -> Source:
-    """The checkpoint ``ckpt`` names (module docstring: which paths mean which checkpoint).
+    """The checkpoint ``ckpt`` names (the forms of docs/export.md, "Which checkpoint").
 
     Raises:
-        ExportError: ``ckpt`` does not exist, is not a checkpoint of either engine, or is an experiment / run folder
-            whose pointer names no complete checkpoint.
+        ExportError: no such path, not a checkpoint of either engine, or a pointer that names no complete checkpoint.
     """
     path = Path(ckpt).expanduser().resolve()
     if not path.exists():
@@ -202,18 +170,11 @@ def _load_quietly(path: Path) -> dict[str, Any]:
 def fsdp_full_state_dict(actor_dir: str | Path) -> dict[str, torch.Tensor]:
     """The full state dict of a verl FSDP actor checkpoint (``global_step_N/actor``), in the precision it was saved.
 
-    Each DTensor is joined from the shards of one FSDP group (ranks ``mesh[0, :]`` of a ``("ddp", "fsdp")`` mesh, every
-    rank of an ``("fsdp",)`` mesh), concatenated along its ``Shard(dim)`` placement (a ``Replicate`` one is taken from
-    the first rank); plain tensors are replicated and must be equal on those ranks. These are the rules of verl's
-    ``FSDPModelMerger._load_and_merge_state_dicts``, which in addition casts every tensor to bfloat16.
-
-    Returns:
-        name -> full tensor, names as the actor's module has them (peft's ``base_model.model.`` prefix and
-        ``.base_layer`` / ``.lora_A.default`` names with a LoRA adapter).
+    DTensors are joined from one FSDP group's shards along their ``Shard(dim)`` (verl's ``FSDPModelMerger`` rules,
+    without its bfloat16 cast); plain tensors must be equal on those ranks. Names as the actor's module has them.
 
     Raises:
-        ExportError: a missing ``fsdp_config.json`` or shard file, a mesh other than verl's FSDP meshes, a Partial
-            placement, or a replicated tensor that differs between ranks.
+        ExportError: a missing config or shard, a mesh other than verl's, a Partial placement, differing replicas.
     """
     from torch.distributed.tensor import DTensor
 
@@ -262,20 +223,8 @@ def fsdp_full_state_dict(actor_dir: str | Path) -> dict[str, torch.Tensor]:
 def merged_state_dict(
     state: Mapping[str, torch.Tensor], lora_config: Mapping[str, Any] | None = None
 ) -> tuple[dict[str, torch.Tensor], int]:
-    """Hugging Face weights of an actor state dict: peft names made plain and a LoRA adapter merged in.
-
-    Args:
-        state: a full state dict (:func:`fsdp_full_state_dict`, or a plain Hugging Face state dict).
-        lora_config: the adapter's rank and alpha (``r``, ``lora_alpha``; verl's ``lora_train_meta.json``),
-            needed when ``state`` holds ``lora_A``/``lora_B`` tensors.
-
-    Returns:
-        ``(weights, layers merged)``: name -> tensor (``W + (alpha / r) B A`` for every adapted layer, see
-        :func:`verl_gigpo.verl_glue.lora.merge_lora`), and how many layers had an adapter.
-
-    Raises:
-        ExportError: adapter tensors without ``lora_config``.
-    """
+    """``(weights, layers merged)``: ``state``'s peft names made plain and each adapted weight ``W + (alpha / r) B A``
+    (``lora_config``: ``r``, ``lora_alpha``). ExportError: adapter tensors without ``lora_config``."""
     from verl_gigpo.verl_glue.lora import PEFT_PREFIX, adapted_weight_name, merge_lora
 
     adapter = {k: v for k, v in state.items() if adapted_weight_name(k) is not None}
@@ -319,8 +268,7 @@ class _NoTorchDtypeWarning(logging.Filter):
 
 @contextlib.contextmanager
 def _without_torch_dtype_warning():
-    """verl 0.9.1's merger builds the model with ``from_config(..., torch_dtype=...)``, which transformers calls
-    deprecated on every export; the folder's dtype is ``--dtype`` anyway, so that one line is dropped."""
+    """Drop transformers' ``torch_dtype`` deprecation line, which verl's merger triggers on every export."""
     loggers = [logging.getLogger(f"transformers.{name}") for name in ("modeling_utils", "configuration_utils")]
     quiet = _NoTorchDtypeWarning()
     for log in loggers:
@@ -333,8 +281,7 @@ def _without_torch_dtype_warning():
 
 
 def _write_folder(weights: dict[str, torch.Tensor], hf_config_dir: Path, target: Path, dtype: str) -> int:
-    """Write ``weights`` (cast to ``dtype``) with the config, generation config and tokenizer of ``hf_config_dir``
-    through verl's model merger; returns the number of parameters written."""
+    """Write ``weights`` cast to ``dtype`` through verl's model merger; returns the number of parameters."""
     from safetensors import safe_open
     from verl.model_merger.base_model_merger import ModelMergerConfig
     from verl.model_merger.fsdp_model_merger import FSDPModelMerger
@@ -370,18 +317,12 @@ def export_checkpoint(
     overwrite: bool = False,
     base_model: str | Path | None = None,
 ) -> ExportResult:
-    """Write the checkpoint ``ckpt`` as a Hugging Face model folder at ``out`` (module docstring).
+    """Write the checkpoint ``ckpt`` as a Hugging Face model folder at ``out`` (empty or new unless ``overwrite``).
 
-    Args:
-        ckpt: a checkpoint of either engine (:func:`resolve_checkpoint`).
-        out: the folder to write (must not exist or be empty, unless ``overwrite``).
-        dtype: a key of :data:`DTYPES`: the weights' dtype in the folder.
-        base_model: local-engine checkpoints only: the model folder the run started from (its config and
-            tokenizer), when the path the checkpoint recorded (``actor_rollout_ref.model.path``) is not there.
+    ``dtype``: a key of :data:`DTYPES`; ``base_model``: a local run's start folder when its recorded path has moved.
 
     Raises:
-        ExportError: an unknown dtype, ``out`` not empty, or a checkpoint that cannot be read (the message names the
-            path and what to pass).
+        ExportError: an unknown dtype, ``out`` not empty, or a checkpoint that cannot be read (naming path and fix).
     """
     if dtype not in DTYPES:
         raise ExportError(f"--dtype {dtype!r}: use one of {sorted(DTYPES)}")
@@ -421,9 +362,7 @@ def export_checkpoint(
 
 
 def _run_settings(source: Source, state: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The settings of the run that wrote ``source``, as :data:`RUN_SETTINGS` holds them (``origin``, ``layer``:
-    local-engine config keys, ``dropped``): a local checkpoint's saved config, a verl checkpoint's launch record
-    (:func:`verl_gigpo.export.run_settings.verl_run_settings`); None when unknown."""
+    """The settings of the run that wrote ``source`` as :data:`RUN_SETTINGS` holds them; None when unknown."""
     from verl_gigpo.export.run_settings import local_run_layer, verl_run_settings
 
     if source.kind == "local":
@@ -435,8 +374,7 @@ def _run_settings(source: Source, state: Mapping[str, Any] | None) -> dict[str, 
 
 
 def local_base_model(state_path: Path, state: Mapping[str, Any], base_model: str | Path | None) -> Path:
-    """The model folder a local-engine run started from: ``base_model``, else the checkpoint's recorded
-    ``actor_rollout_ref.model.path`` (relative paths from the current folder, then from the run folder)."""
+    """The folder a local run started from: ``base_model``, else its recorded ``actor_rollout_ref.model.path``."""
     if base_model is not None:
         candidates = [Path(base_model).expanduser()]
         given = "--base-model"
@@ -457,7 +395,7 @@ def local_base_model(state_path: Path, state: Mapping[str, Any], base_model: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point (see the module docstring)."""
+    """CLI entry point; returns the exit status."""
     parser = argparse.ArgumentParser(
         prog="python -m verl_gigpo.export",
         description="Export a verl or local-engine checkpoint to a Hugging Face model folder (tokenizer included; "

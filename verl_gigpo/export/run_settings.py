@@ -13,14 +13,8 @@ __all__ = ["RunSettings", "local_run_layer", "no_launch_record", "verl_run_setti
 
 @dataclass(frozen=True)
 class RunSettings:
-    """The settings of the run that made a model, as a layer of the local engine's config.
-
-    Attributes:
-        layer: nested mapping of local-engine config keys (``env.*``, ``algorithm.*``, prompt and reply lengths,
-            validation sampling, the validation split and size).
-        origin: where they were read (a local run's saved config, or a verl launch record).
-        dropped: keys of the run's config the local engine has no counterpart for (not applied).
-    """
+    """The settings of the run that made a model as a local-engine config ``layer``, where they were read
+    (``origin``), and the run's keys the local engine has no counterpart for (``dropped``, not applied)."""
 
     layer: dict[str, Any]
     origin: str
@@ -42,14 +36,8 @@ _VERL_SKIPPED = ("algorithm.use_kl_in_reward", "env.transcript_dir")
 
 
 def verl_run_settings(checkpoint: Path, step: int) -> RunSettings | None:
-    """The settings of the verl launch that wrote ``checkpoint`` (``<experiment>/global_step_<step>``), read from
-    its launch record (``<experiment>/launches/launch_NNN.json``, written by ``python -m verl_gigpo.main``; the
-    newest record when none can be matched to the checkpoint), as local-engine keys: the parts in
-    :data:`_VERL_SHARED` the local engine has, the environment, split and size of the launch's ``data.val_files``
-    (its rows' ``env_name`` and ``split`` and their count; the environment's default evaluation split when the file
-    is gone),
-    and ``local.constrain_to_actions=false`` (verl samples from the whole vocabulary). None when the experiment
-    folder holds no launch record.
+    """The settings of the verl launch that wrote ``checkpoint``, from ``<experiment>/launches/launch_NNN.json`` (the
+    newest when none matches), as local-engine keys, with ``local.constrain_to_actions=false``; None without a record.
     """
     from verl_gigpo.verl_glue.launch import LAUNCHES_DIR, saved_launch_config
 
@@ -106,9 +94,7 @@ def no_launch_record(checkpoint: Path) -> str:
 
 
 def _val_tasks(config: dict[str, Any]) -> tuple[str | None, str | None, int | None]:
-    """``(environment, split, task count)`` of a verl launch's validation: its ``data.val_files`` rows' one
-    ``env_name`` and one ``split`` (the agent loop plays a row's ``env_name``, which may differ from ``env.name``)
-    and their number; else ``(None, the environment's default evaluation split, None)``."""
+    """``(environment, split, task count)`` of a launch's ``data.val_files`` rows, else ``(None, default, None)``."""
     from verl_gigpo.data.prepare import DEFAULT_VAL_SPLIT
 
     files = _get(config, "data.val_files")

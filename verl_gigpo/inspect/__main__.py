@@ -59,13 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(report.summary)
-    print(f"graph: {report.graph_png}")
-    if report.compare_png is not None:
-        print(f"side by side: {report.compare_png}")
-    if report.methods_png is not None:
-        print(f"every method: {report.methods_png}")
-    print(f"distributions: {report.distributions_png}")
-    print(f"report: {report.html}")
+    for label, path in report.files().items():
+        print(f"{label}: {path}")
     return 0
 
 

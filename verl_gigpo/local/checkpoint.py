@@ -1,13 +1,10 @@
-"""The local engine's checkpoints: what ``checkpoints/iter_K/state.pt`` holds, and writing and reading it.
+"""The local engine's checkpoints: ``checkpoints/iter_K/state.pt``, one ``torch.save`` dict with ``iteration``, the
+model and optimizer states, every RNG state (:func:`rng_states`), ``history`` (metrics lines) and ``config``.
 
     write_checkpoint(out_dir / "checkpoints", iteration, state)      # state.pt, then the pointer, both atomic
     found = read_checkpoint(out_dir / "checkpoints", cfg, device=device)   # (state, path) or None
 
-A checkpoint is one ``torch.save`` dict: ``iteration``, ``model`` and ``optimizer`` state dicts, the RNG states
-(:func:`rng_states`: the task sampler's, the generation server's, torch's (CPU and CUDA), numpy's and Python's
-global ones), ``history`` (the metrics lines so far) and ``config`` (the resolved config). Restoring all of them
-makes a resumed run equal an uninterrupted one on the CPU. Which checkpoint is read, and which config changes a
-resume accepts, are the run folder's rules (:mod:`verl_gigpo.local.run_folder`).
+Which checkpoint is read and which config changes a resume accepts: :mod:`verl_gigpo.local.run_folder`.
 """
 
 from __future__ import annotations
@@ -56,9 +53,7 @@ def restore_rng_states(state: dict[str, Any], task_rng: np.random.Generator, ser
 
 
 def write_checkpoint(checkpoints_dir: Path, iteration: int, state: dict[str, Any]) -> Path:
-    """Write ``state`` to ``checkpoints_dir/iter_K/state.pt`` and point ``latest_checkpointed_iteration.txt`` at
-    it, each through a temporary file and a rename (a crash leaves the old file or the new one, never a part);
-    returns the checkpoint's folder."""
+    """Write ``state`` to ``iter_K/state.pt`` and point the latest-iteration file at it (atomic); returns its folder."""
     ckpt_dir = checkpoints_dir / f"iter_{iteration}"
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     tmp = ckpt_dir / "state.pt.tmp"
@@ -72,14 +67,10 @@ def write_checkpoint(checkpoints_dir: Path, iteration: int, state: dict[str, Any
 def read_checkpoint(
     checkpoints_dir: Path, cfg: DictConfig, *, device: torch.device
 ) -> tuple[dict[str, Any], Path] | None:
-    """Load the checkpoint to resume from (the pointer's, else the newest complete one that loads; see
-    :func:`verl_gigpo.local.run_folder.checkpoint_candidates`) and check its config against ``cfg``.
-
-    Returns:
-        ``(state, path of state.pt)``, or None when the folder holds no checkpoint that loads.
+    """``(state, path of state.pt)`` of the checkpoint to resume from, its config checked against ``cfg``; None: none.
 
     Raises:
-        ValueError: the config differs in keys that may not change on resume (the message lists them).
+        ValueError: the config differs in keys that may not change on resume.
     """
     for iteration, path in checkpoint_candidates(checkpoints_dir):
         try:
@@ -105,8 +96,7 @@ def read_checkpoint(
 
 
 def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """Give every parameter group the config's ``lr``: a restored optimizer brings back the saved one, and the
-    learning rate may change on resume (warned when it does)."""
+    """Give every parameter group the config's ``lr`` (it may change on resume, with a warning)."""
     for group in optimizer.param_groups:
         if group["lr"] != lr:
             logger.warning("%s: %g in the checkpoint, %g from now on", LR_KEY, group["lr"], lr)

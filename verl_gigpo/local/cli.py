@@ -1,14 +1,10 @@
 """The local engine's command line: ``python -m verl_gigpo.local.train [key=value ...] [--resume] [--overwrite]``.
 
-    python -m verl_gigpo.dev.tiny_model --out artifacts/tiny-model
-    python -m verl_gigpo.local.train                                     # the gridnav demo defaults
     python -m verl_gigpo.local.train algorithm.adv_estimator=grpo trainer.default_local_dir=runs/grpo
-    python -m verl_gigpo.local.train env.kwargs.size=7 env.kwargs.key=true env.max_steps=24 trainer.seed=3
     python -m verl_gigpo.local.train trainer.total_training_steps=300 --resume      # continue a run
     python -m verl_gigpo.local.train --overwrite                                    # delete the run, start over
 
-Overrides are OmegaConf dotlist items over ``verl_gigpo/config/local_trainer.yaml`` (:mod:`verl_gigpo.local.config`);
-the training loop is :class:`verl_gigpo.local.train.LocalTrainer`, which ``python -m verl_gigpo.local.train`` runs.
+Overrides are OmegaConf dotlist items over ``verl_gigpo/config/local_trainer.yaml``; more: docs/local-engine.md.
 """
 
 from __future__ import annotations

@@ -2,15 +2,9 @@
 
     cfg = load_config(["algorithm.adv_estimator=grpo", "trainer.seed=3"])   # defaults + overrides, validated
 
-Defaults: ``verl_gigpo/config/local_trainer.yaml`` (:data:`DEFAULT_CONFIG`), with the key names of the verl
-recipes; overrides are OmegaConf dotlist items ``key=value`` and unknown keys are an error. Every numeric and
-boolean key is type- and range-checked (:func:`validate_config`) by the rules of :mod:`verl_gigpo.config.rules` (those
-verl's preflight applies to the keys both engines have), so a typo fails at once rather than after the first
-iteration; ``algorithm.gigpo.*`` and the successors' sections (``algorithm.hgpo``, ``algorithm.graphgpo``,
-``algorithm.g2po``) are checked by :class:`verl_gigpo.config.GiGPOConfig`, ``trainer.credit_log_*`` by
-:class:`verl_gigpo.credit.records.CreditLogOptions`, ``algorithm.filter_groups`` (dynamic sampling) by
-:class:`verl_gigpo.rollout.dynamic.DynamicSampling`, the environment deadlines and worker processes by
-:class:`verl_gigpo.rollout.execution.EnvExecution` (the validator verl's agent loop uses).
+Defaults: ``verl_gigpo/config/local_trainer.yaml`` (verl's key names); unknown keys are an error. Values are checked
+by the rules verl's preflight applies (:mod:`verl_gigpo.config.rules`) and the components' own validators. Keys:
+docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -58,12 +52,10 @@ g2po) and verl's grpo and rloo."""
 def load_config(
     overrides: Sequence[str] = (), config_path: str | Path | None = None, *, layers: Sequence[Mapping] = ()
 ) -> DictConfig:
-    """The defaults (``local_trainer.yaml`` or ``config_path``), then the nested mappings ``layers`` in order (e.g. a
-    run's saved config, then an evaluation's settings), then dotlist ``overrides``, merged and validated.
+    """The defaults (or ``config_path``), then the mappings ``layers`` in order, then dotlist ``overrides``, validated.
 
     Raises:
-        ValueError: an override or a layer names an unknown key (the message lists the known top-level sections),
-            an override is not ``key=value``, or a value is out of range (see :func:`validate_config`).
+        ValueError: an unknown key, an override that is not ``key=value``, or a bad value (:func:`validate_config`).
     """
     base = OmegaConf.load(Path(config_path) if config_path else DEFAULT_CONFIG)
     OmegaConf.set_struct(base, True)
@@ -90,23 +82,14 @@ def load_config(
 
 
 def _check_numbers(cfg: DictConfig) -> None:
-    """Type and range of every numeric and boolean key, by its rule in :data:`verl_gigpo.config.rules.RANGES` (the rules
-    verl's preflight uses for the keys both engines have); raises ``ValueError`` naming the key, the value, the
-    allowed values and what the key means."""
+    """Type and range of every numeric and boolean key by ``config.rules.RANGES``; ValueError names it."""
     for key, rule in RANGES.items():
         rule.check(OmegaConf.select(cfg, key))
 
 
 def validate_config(cfg: DictConfig) -> None:
-    """Check values and combinations; raise ``ValueError`` saying what to change.
-
-    The rules are those of :mod:`verl_gigpo.config.rules` (the ones verl's preflight checks too: ranges,
-    ``algorithm.use_kl_in_reward``, ``algorithm.adv_estimator``, the group-size warning), then what only this
-    engine needs (training rollouts that sample, the mini-batch size, the policy loss), then the checks of the
-    components: ``trainer.credit_log_*``, ``env.invalid_action``, ``env.name``, the environment deadlines and worker
-    processes, ``env.prompt.*``, ``data.apply_chat_template_kwargs``, ``algorithm.gamma``, the estimators' sections
-    and ``algorithm.filter_groups``.
-    """
+    """Check values and combinations (the shared rules, this engine's own, the components'); ValueError says what to
+    change."""
     _check_numbers(cfg)
     LocalSettings.from_section(OmegaConf.to_container(cfg.local, resolve=True))  # local.*: checks on its fields
     rollout, actor, algorithm = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.actor, cfg.algorithm
@@ -157,8 +140,7 @@ def validate_config(cfg: DictConfig) -> None:
 
 
 def check_loggers(loggers) -> list[str]:
-    """``trainer.logger`` as a list of verl's backend names (``verl.utils.tracking.Tracking.supported_backend``);
-    raises ``ValueError`` naming a bad one."""
+    """``trainer.logger`` as a list of verl's ``Tracking`` backend names; ValueError naming a bad one."""
     from verl.utils.tracking import Tracking
 
     names = logger_names(loggers)
@@ -172,9 +154,7 @@ def check_loggers(loggers) -> list[str]:
 
 
 def gigpo_config(cfg: DictConfig):
-    """The step-credit settings (``algorithm.adv_estimator``, ``algorithm.gamma``, ``algorithm.gigpo`` and the
-    successors' sections) as a validated :class:`verl_gigpo.config.GiGPOConfig` (raises ``ValueError`` naming the
-    key)."""
+    """The step-credit settings as a validated :class:`verl_gigpo.config.GiGPOConfig` (ValueError names the key)."""
     from verl_gigpo.config import GiGPOConfig
 
     return GiGPOConfig.from_algorithm(cfg.algorithm, env=cfg.env)

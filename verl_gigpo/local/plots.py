@@ -1,10 +1,4 @@
-"""The local engine's learning-curve plot (``learning_curve.png`` in the run folder).
-
-    plot_metrics(history, out_dir / "learning_curve.png", title=run_title(cfg))
-
-``history`` is the list of metrics lines a run writes to ``metrics.jsonl``: training iterations carry
-``env/success_rate`` and ``env/episode_length``, validation points ``val/success_rate`` and ``val/episode_length``.
-"""
+"""The local engine's learning-curve plot (``learning_curve.png``) from the ``metrics.jsonl`` lines of a run."""
 
 from __future__ import annotations
 

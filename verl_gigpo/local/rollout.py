@@ -4,10 +4,8 @@
     episodes = rollout.validation_episodes()          # the fixed validation tasks, as LocalTrainer validates
     rollout.close()
 
-:class:`~verl_gigpo.local.train.LocalTrainer` plays its training and validation episodes through one of these, and
-the evaluation command (:mod:`verl_gigpo.evaluate`) through another, so an evaluation of a checkpoint plays exactly
-what the run's validation played: the same tasks (``env.val_split`` seeds ``0 .. data.val_size - 1``), the same
-request seeds (:mod:`verl_gigpo.rollout.seeding`, as verl's agent loop derives them), the same sampling parameters.
+The trainer and :mod:`verl_gigpo.evaluate` both play through it, so an evaluation plays what validation played
+(docs/local-engine.md).
 """
 
 from __future__ import annotations
@@ -32,12 +30,7 @@ __all__ = ["LocalRollout", "local_device"]
 
 
 def local_device(cfg: DictConfig) -> torch.device:
-    """``trainer.device`` as a torch device.
-
-    Raises:
-        ValueError: a device name torch does not know, or ``trainer.device=cuda[:N]`` where torch sees no such CUDA
-            device (``--device`` on the command lines).
-    """
+    """``trainer.device`` as a torch device; ValueError for an unknown name or a CUDA device torch does not see."""
     name = str(cfg.trainer.device)
     try:
         device = torch.device(name)
@@ -56,20 +49,9 @@ def local_device(cfg: DictConfig) -> torch.device:
 class LocalRollout:
     """A causal LM, its :class:`~verl_gigpo.local.server.LocalGenerationServer` and the environments of ``cfg``.
 
-    Args:
-        cfg: a validated local-engine config (:func:`verl_gigpo.local.config.load_config`).
-        gigpo: the step-credit settings when the run trains with one (their anchor key mode builds the
-            environments), else None (anchor keys of the environment's state).
-        model: an already loaded model (the trainer's); None loads ``actor_rollout_ref.model.path``.
-        tokenizer: its tokenizer (with ``model``).
-
-    Attributes: ``device``, ``tokenizer``, ``model``, ``processor`` and ``image_processor`` (a vision-language
-    model's, else None), ``server``, ``encoder``, ``episode_config``, ``env_kwargs``,
-    ``allowed_ids`` (the token ids decoding is restricted to, ``local.constrain_to_actions``; None: all),
-    ``execution``, ``env_executor``, ``env_pool``, ``loop``.
-
-    Raises:
-        ValueError: ``trainer.device=cuda`` without CUDA; a model path that is not a folder.
+    ``gigpo``: the step-credit settings (their anchor key mode builds the environments), else None. ``model`` and
+    ``tokenizer``: an already loaded pair; None loads ``actor_rollout_ref.model.path``. ``allowed_ids``: the token ids
+    decoding is restricted to (``local.constrain_to_actions``; None: all).
     """
 
     def __init__(
@@ -161,16 +143,11 @@ class LocalRollout:
         progress: bool = False,
         first_task: int = 0,
     ) -> list[Episode]:
-        """Play each task ``n`` times concurrently; episodes come back in (task, member) order (``len(tasks) * n``).
+        """Play each task ``n`` times concurrently; ``len(tasks) * n`` episodes in (task, member) order.
 
-        With ``iteration`` (verl's ``global_steps``, from 1) the tasks are training draws ``first_task,
-        first_task + 1, ...`` of that iteration (a later dynamic-sampling round numbers its tasks after the earlier
-        rounds'): draw ``g`` is the episode group ``task<g>`` and plays in
-        :func:`~verl_gigpo.rollout.seeding.training_stream` ``(iteration, g)``. Without it every task plays in
-        ``stream`` (validation's by default), task ``g`` the group ``task<first_task + g>``. Member ``k`` of a group
-        seeds its requests with :class:`~verl_gigpo.rollout.seeding.EpisodeSeeds` (``env.seeded_sampling``), with
-        the training rollout's sampling parameters or validation's (``val_kwargs``: greedy when ``do_sample`` is
-        false). ``progress`` shows a bar over the finished episodes."""
+        With ``iteration``, training draws ``first_task, first_task + 1, ...`` of that iteration, each in its training
+        stream; without, every task plays in ``stream`` (validation's by default). Seeds: docs/reproducibility.md.
+        """
         params = sampling_params(self.cfg, self.allowed_ids, validation=validation)
         self.server.forget_image_logits()  # the weights may have changed since the last rollout
         if iteration is None:
@@ -194,13 +171,12 @@ class LocalRollout:
         return [TaskSpec(cfg.env.name, s, cfg.env.val_split, self.env_kwargs) for s in range(cfg.data.val_size)]
 
     def validation_episodes(self, *, progress: bool = False) -> list[Episode]:
-        """The validation episodes: each of :meth:`validation_tasks` played ``val_kwargs.n`` times with validation's
-        sampling parameters in the validation stream (``len(tasks) * n``, in (task, member) order)."""
+        """Each validation task played ``val_kwargs.n`` times with validation's sampling, in (task, member) order."""
         n = self.cfg.actor_rollout_ref.rollout.val_kwargs.n
         return self.play(self.validation_tasks(), n, validation=True, progress=progress)
 
     def close(self) -> None:
-        """Stop the server, the environments (worker processes included), their threads and the event loop."""
+        """Stop the server, the environments and their workers, and the event loop."""
         self.loop.run_until_complete(self.server.aclose())
         self.env_pool.close()
         self.env_executor.shutdown(wait=True)

@@ -1,24 +1,6 @@
-"""The local engine's run folder: what a run writes there, how a run is protected from being overwritten by
-accident, and how checkpoints are found.
-
-A run folder (``trainer.default_local_dir``) holds :data:`RUN_OUTPUTS`: ``metrics.jsonl``, ``learning_curve.png``,
-``checkpoints/iter_K/state.pt`` with the pointer ``checkpoints/latest_checkpointed_iteration.txt``, ``credit/``
-and the logged episodes (``episodes.jsonl``, ``episodes.html``). Rules:
-
-1. Starting a run (no ``--resume``) in a folder that holds one is refused (:func:`prepare_run_folder`): pass
-   ``--resume`` to continue it or ``--overwrite`` to delete its outputs first. Other files are never touched.
-2. ``state.pt`` and the pointer are each written to a temporary file and renamed (atomic on POSIX), so a crash
-   leaves either the old or the new file, never a truncated one (:func:`write_latest`).
-3. On resume the pointer's checkpoint is used; when the pointer is missing, unreadable, or names a checkpoint
-   without a complete ``state.pt``, the newest complete checkpoint is used instead, with a warning
-   (:func:`checkpoint_candidates`; a ``state.pt`` that fails to load also falls back to the next one).
-4. Before anything is built, the folder and the outputs a run appends to or replaces must be writable
-   (:func:`check_writable`): a read-only ``metrics.jsonl`` or folder is a one-line error naming the path.
-5. The saved config is compared with the new one by the rule both engines share
-   (:data:`verl_gigpo.config.resume.LOCAL_RESUME`, an allow-list): the keys of
-   :data:`verl_gigpo.config.resume.LOCAL_RESUMABLE` (length of the run, frequencies, logging, speed-only settings, the
-   folder itself, the learning rate) may change and take effect; any other difference stops the resume with the
-   list of keys, unless ``--allow-config-change`` is given.
+"""The local engine's run folder: what a run writes there (:data:`RUN_OUTPUTS`), how a run is protected from being
+overwritten by accident (``--resume`` / ``--overwrite``), atomic checkpoint pointers, and how checkpoints are found
+on resume. The rules: docs/runs.md ("The local engine's run folder") and docs/local-engine.md.
 """
 
 from __future__ import annotations
@@ -48,17 +30,12 @@ _ITER = re.compile(r"iter_(\d+)")
 
 
 def prepare_run_folder(out_dir: str | Path, *, resume: bool, overwrite: bool) -> None:
-    """Make sure starting (or resuming) a run in ``out_dir`` destroys nothing by accident.
+    """Make sure starting (or resuming) a run in ``out_dir`` destroys nothing by accident, then :func:`check_writable`.
 
-    Without ``resume``, a folder that already holds a run (any of :data:`RUN_OUTPUTS`) is refused unless
-    ``overwrite``, which then deletes those outputs (and only those). ``resume`` and ``overwrite`` together are
-    contradictory.
-
-    Then the folder is created if needed and checked with :func:`check_writable`.
+    Without ``resume``, a folder holding a run is refused unless ``overwrite`` (which deletes only :data:`RUN_OUTPUTS`).
 
     Raises:
-        ValueError: the folder holds a run and neither flag is given (the message says which flags do what), both
-            flags are given, or the folder or one of its outputs cannot be written (or deleted).
+        ValueError: a run is there and neither flag is given, both flags are given, or a path cannot be written.
     """
     out = Path(out_dir)
     if resume and overwrite:
@@ -98,13 +75,8 @@ def _cannot(what: str, exc: OSError, path: Path, out: Path) -> str:
 
 
 def check_writable(out_dir: str | Path) -> None:
-    """Create the run folder ``out_dir`` if needed and make sure a run can write there: a file can be created in
-    it, in ``checkpoints/`` and ``credit/`` when they exist, and ``metrics.jsonl`` (and ``learning_curve.png``)
-    can be opened for appending when they exist. Nothing existing is changed.
-
-    Raises:
-        ValueError: one line naming the path that cannot be written and why.
-    """
+    """Create ``out_dir`` if needed and check that a run can write there (files, ``checkpoints/``, ``credit/``,
+    ``metrics.jsonl``) without changing anything; ValueError: one line naming the path and why."""
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -129,9 +101,7 @@ def check_writable(out_dir: str | Path) -> None:
 
 
 def write_latest(checkpoints: str | Path, iteration: int) -> None:
-    """Point ``checkpoints/latest_checkpointed_iteration.txt`` (verl's name,
-    :data:`verl_gigpo.config.resume.POINTER`) at ``iteration``, atomically: a temporary file, flushed to disk,
-    renamed."""
+    """Point ``checkpoints/latest_checkpointed_iteration.txt`` at ``iteration`` atomically (temp file, rename)."""
     checkpoints = Path(checkpoints)
     tmp = checkpoints / (POINTER + ".tmp")
     with tmp.open("w") as fh:
@@ -142,9 +112,8 @@ def write_latest(checkpoints: str | Path, iteration: int) -> None:
 
 
 def checkpoint_candidates(checkpoints: str | Path) -> list[tuple[int, Path]]:
-    """``(iteration, state.pt path)`` of the checkpoints to try on resume, best first: the one the pointer names
-    (when it is readable and complete), then every other complete checkpoint, newest first. Empty when there is
-    none. Logs a warning when the pointer is missing, unreadable or names a missing or partial checkpoint."""
+    """``(iteration, state.pt path)`` to try on resume, best first: the pointer's, then every other complete one,
+    newest first; warns when the pointer is missing, unreadable or names a partial checkpoint."""
     checkpoints = Path(checkpoints)
     complete = sorted(
         (

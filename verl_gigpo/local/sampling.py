@@ -1,19 +1,6 @@
-"""Sampling for the local generation server: the request parameters it accepts and how it draws each token.
-
-Sampling parameters (vLLM names; anything else is rejected with ``ValueError``):
-
-* ``temperature`` (default 1.0; 0 = greedy), ``top_p`` (1.0), ``top_k`` (-1 or 0 = off),
-* ``max_tokens`` (alias ``max_new_tokens``; default 16): a hard cap on generated tokens,
-* ``stop_token_ids``: extra stop ids besides the tokenizer's EOS id(s) and the pad id,
-* ``allowed_token_ids``: restrict sampling to these ids (constrained decoding; the log-probs are then those of
-  the restricted distribution, so an actor must apply the same restriction when it recomputes them),
-* ``seed`` (int: a fresh generator per call, vLLM-style) or ``generator`` (a ``torch.Generator`` the caller
-  owns and that advances across calls — the way to make multi-step episodes reproducible),
-* ``logprobs`` and ``n`` are accepted for compatibility (log-probs are always returned; ``n`` must be 1).
-
-Returned log-probs: for each generated token, ``log softmax(logits / temperature)`` over the (allowed) vocabulary,
-taken BEFORE top-k/top-p truncation — what an actor recomputes from the same logits. With ``temperature == 0``
-the token is the argmax and the log-prob is that of the untempered distribution (``temperature = 1``).
+"""Sampling for the local generation server: the request parameters it accepts (vLLM names) and how it draws each
+token. Log-probs are ``log softmax(logits / T)`` before top-k/top-p, as an actor recomputes them. The parameters and
+their defaults: docs/local-engine.md ("The generation server").
 """
 
 from __future__ import annotations
@@ -46,7 +33,7 @@ _KNOWN_PARAMS = {
 
 @dataclass
 class SamplingParams:
-    """Validated sampling parameters of one request (see the module docstring for their meaning)."""
+    """Validated sampling parameters of one request."""
 
     temperature: float = 1.0
     top_p: float = 1.0
@@ -59,11 +46,7 @@ class SamplingParams:
 
 
 def parse_sampling_params(params: dict[str, Any] | None, *, vocab_size: int, default_max_tokens: int = 16):
-    """Validate a sampling-parameter dict (vLLM names) into :class:`SamplingParams`.
-
-    Raises:
-        ValueError: unknown key, or a value out of range (the message names the key and the accepted range).
-    """
+    """Validate a sampling-parameter dict (vLLM names) into :class:`SamplingParams`; ValueError names the bad key."""
     params = dict(params or {})
     unknown = set(params) - _KNOWN_PARAMS
     if unknown:
@@ -134,8 +117,8 @@ class DecodeOutputs:
         return cls([[] for _ in range(batch)], [[] for _ in range(batch)], ["length"] * batch, [False] * batch)
 
     def add(self, tokens: list[int], logprobs: list[float], active: list[int], t: int, ctl: DecodeControls) -> None:
-        """Append the ``t``-th token (``tokens``, ``logprobs``: (B,)) of each ``active`` request; a stop id, or the
-        request's ``max_tokens``, ends it."""
+        """Append the ``t``-th token (``tokens``, ``logprobs``: (B,)) of each ``active`` request;
+        a stop id or ``max_tokens`` ends it."""
         for i in active:
             self.tokens[i].append(tokens[i])
             self.logprobs[i].append(logprobs[i])
@@ -166,12 +149,10 @@ def sample_tokens(
     generators: list[torch.Generator],
     active: list[int],
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row and return ``(tokens (B,), log_probs (B,))``.
+    """Draw one token per row: ``(tokens (B,), log_probs (B,))`` from ``logits`` (B, V).
 
-    ``log_probs`` = log softmax(logits / T) at the drawn token, before top-k/top-p (T = 1 for greedy rows).
-    Sampling: top-k then top-p (smallest set of highest-probability tokens with mass >= p) on the tempered
-    distribution, then inverse-CDF with one uniform per row drawn from that row's generator. Only the rows in
-    ``active`` (not yet finished) sample, so a request's generator advances once per token it generates.
+    ``log_probs`` = log softmax(logits / T) at the drawn token, before top-k then top-p; inverse-CDF with one uniform
+    from each ``active`` row's generator.
     """
     temp = torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]  # (B, 1)
     scaled = logits / temp  # (B, V)

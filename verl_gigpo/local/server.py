@@ -4,21 +4,10 @@
     out = await server.generate("traj-0", prompt_ids=[...], sampling_params={"temperature": 1.0, "max_tokens": 8})
     out.token_ids, out.log_probs, out.stop_reason
 
-Concurrent ``generate`` calls are batched: each call queues a request; one background task takes whatever is
-waiting (up to ``max_batch_size``) and runs ONE batched generation for it — left padding with an attention mask,
-identical prompts prefilled once, a KV cache, one forward per new token for the whole batch — in a worker thread,
-so the event loop keeps stepping environments meanwhile. Requests that arrive during a batch form the next one.
-
-Sampling parameters (vLLM names) and how tokens are drawn: :mod:`verl_gigpo.local.sampling`.
-
-Reproducibility: each request draws its uniforms from its own generator (``seed``/``generator``, else the
-server's generator), so the sampled tokens do not depend on which other requests share the batch (up to
-float rounding of the batched forward, which only matters when a uniform falls within ~1e-7 of a boundary).
-
-Requests with images run one at a time; the logits of each (token ids, images) they score are kept until
-:meth:`LocalGenerationServer.forget_image_logits` (the local engine calls it before each rollout, the weights fixed
-within one), so the members of a group that reach the same state share one forward. Tokens and log-probs are those
-of an uncached forward: each request still draws with its own generator.
+Concurrent calls are batched into one generation in a worker thread; each request samples from its own generator.
+Sampling parameters: :mod:`verl_gigpo.local.sampling`. How batching works: docs/local-engine.md.
+Image requests keep each (ids, pixels)'s logits until :meth:`LocalGenerationServer.forget_image_logits` (called
+before each rollout): equal states share one forward, with the same tokens and log-probs.
 """
 
 from __future__ import annotations
@@ -61,22 +50,14 @@ class LocalGenerationServer:
     """Batched async generation with a Hugging Face causal LM, in this process (CPU or one GPU).
 
     Args:
-        model: a ``transformers`` causal LM (moved to ``device`` and put in eval mode for generation).
-        tokenizer: its tokenizer (EOS and pad ids come from it unless given).
-        device: ``"cpu"``, ``"cuda"``, ``"cuda:0"``, ...
-        max_batch_size: most requests per batched generation.
-        default_max_tokens: ``max_tokens`` when a request does not say.
-        eos_token_ids: stop ids (default: the tokenizer's EOS id, plus the model's generation-config EOS ids).
+        eos_token_ids: stop ids (default: the tokenizer's EOS id plus the generation config's).
         pad_token_id: padding id (default: the tokenizer's pad id, else the first EOS id); it also stops.
-        seed: seed of the server's own generator, used by requests that bring neither ``seed`` nor ``generator``.
-        image_processor: a vision-language model's image processor
-            (:func:`verl_gigpo.rollout.vision.load_pretrained`); requests with ``image_data`` need it. None: a text
-            model.
+        seed: seed of the server's generator, for requests that bring neither ``seed`` nor ``generator``.
+        image_processor: a vision-language model's image processor, needed by requests with ``image_data``.
 
     Attributes:
-        stats: counters — ``requests``, ``batches`` (batched generations), ``forward_passes`` (model calls),
-            ``generated_tokens``, ``max_batch`` (largest batch so far), ``busy_s`` (seconds spent generating),
-            ``prefill_rows`` (distinct prompts prefilled: identical prompts in one batch are prefilled once).
+        stats: counters ``requests``, ``batches``, ``forward_passes``, ``generated_tokens``, ``max_batch``,
+            ``busy_s``, ``prefill_rows`` (distinct prompts prefilled).
     """
 
     def __init__(
@@ -145,18 +126,10 @@ class LocalGenerationServer:
         sampling_params: dict[str, Any] | None = None,
         image_data: Sequence[Any] | None = None,
     ) -> GenerationOutput:
-        """Generate a continuation of ``prompt_ids`` (batched with whatever other requests are waiting).
+        """Generate a continuation of ``prompt_ids`` (P,), batched with whatever other requests are waiting.
 
-        Args:
-            request_id: caller's id (may repeat across the steps of one episode); used in error messages.
-            prompt_ids: prompt token ids (P,), P >= 1.
-            sampling_params: see the module docstring.
-            image_data: the prompt's images (its image placeholders already expanded); such a request runs alone
-                (:meth:`_generate_with_images`). Needs ``image_processor``.
-
-        Returns:
-            :class:`GenerationOutput` with ``token_ids`` (R,), ``log_probs`` (R,) and ``stop_reason``
-            (``"completed"`` when a stop id ended it — the stop id is included — else ``"length"``).
+        Returns a :class:`GenerationOutput`: ``token_ids`` (R,), ``log_probs`` (R,), ``stop_reason`` (``"completed"``
+        when a stop id, included, ended it, else ``"length"``). A request with ``image_data`` runs alone.
 
         Raises:
             ValueError: bad prompt ids or sampling parameters.
@@ -285,15 +258,9 @@ class LocalGenerationServer:
         expand: torch.Tensor,
         params: list[SamplingParams],
     ) -> tuple[list[list[int]], list[list[float]], list[str]]:
-        """Prefill the U distinct prompts, then decode B requests one token per forward with a KV cache.
+        """Prefill the U distinct prompts (U, P), then decode B requests one token per forward with a KV cache.
 
-        Args:
-            input_ids, attention, positions: the left-padded distinct prompts (:func:`left_pad`), (U, P) each.
-            expand: (B,) the distinct prompt of each request.
-            params: B validated :class:`SamplingParams`.
-
-        Returns:
-            per request: the generated token ids, their log-probs, and the stop reason.
+        ``expand`` (B,) maps each request to its prompt; returns per request the token ids, log-probs and stop reason.
         """
         from transformers import DynamicCache
 
@@ -337,9 +304,10 @@ class LocalGenerationServer:
 
     @torch.inference_mode()
     def _generate_with_images(self, prompt_ids: list[int], images: list[Any], p: SamplingParams) -> GenerationOutput:
-        """One request with images, decoded one token per full forward (no KV cache), with the positions and pixels
-        the actor scores it with (:mod:`verl_gigpo.rollout.vision`). Vision placeholder ids are never drawn, but the
-        log-prob returned is the full policy's, as the actor computes it (docs/vision.md)."""
+        """One request with images, one full forward per token (no KV cache), with the actor's positions and pixels.
+
+        Vision placeholder ids are never drawn; the log-prob returned is the full policy's, as the actor computes it.
+        """
         start = time.perf_counter()
         self.model.eval()
         pixels = tuple(pixel_key(image) for image in images)

@@ -1,5 +1,5 @@
-"""The pieces :class:`~verl_gigpo.local.train.LocalTrainer` builds from its config before training: the model, the
-token ids decoding is restricted to, the sampling parameters, the episodes' seeds and the update's row split."""
+"""What :class:`~verl_gigpo.local.train.LocalTrainer` builds from its config before training: the model, the allowed
+token ids, the sampling parameters, the episodes' settings and the update's row split."""
 
 from __future__ import annotations
 
@@ -21,13 +21,9 @@ logger = logging.getLogger(__name__)
 
 
 def load_model(path: str, device: torch.device, *, seed: int, trust_remote_code: bool = False) -> tuple[Any, Any]:
-    """``(tokenizer, model)`` of the Hugging Face folder ``path``, the model in float32 on ``device`` (built under
-    ``seed`` with the global torch RNG left as it was, for weights a checkpoint does not hold). A vision-language
-    model (a ``vision_config``) loads with ``AutoModelForImageTextToText``
-    (:func:`verl_gigpo.rollout.vision.load_model_only`).
-
-    Raises:
-        ValueError: ``path`` is not a directory (the message says how to build a tiny model there).
+    """``(tokenizer, model)`` of the Hugging Face folder ``path``, float32 on ``device``, built under ``seed`` (global
+    torch RNG left as it was); a vision-language model loads with ``AutoModelForImageTextToText``.
+    ValueError: no such folder.
     """
     from transformers import AutoTokenizer
 
@@ -48,12 +44,8 @@ def load_model(path: str, device: torch.device, *, seed: int, trust_remote_code:
 def action_token_ids(
     cfg: DictConfig, tokenizer: Any, eos_token_ids: list[int], episode_config: EpisodeConfig
 ) -> list[int]:
-    """Sorted token ids of the environment's action words (``local.constrain_to_actions``), plus ``eos_token_ids``
-    when replies may be longer than one token.
-
-    Raises:
-        ValueError: the environment gives no fixed action list.
-    """
+    """Sorted token ids of the environment's action words (plus ``eos_token_ids`` when replies may be longer);
+    ValueError when the environment gives no fixed action list."""
     env_kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
     env = make_task_env(TaskSpec(cfg.env.name, 0, cfg.env.train_split, env_kwargs), episode_config)
     try:
@@ -78,9 +70,8 @@ def action_token_ids(
 
 
 def sampling_params(cfg: DictConfig, allowed_ids: list[int] | None, *, validation: bool) -> dict[str, Any]:
-    """The generation server's sampling parameters of the training rollouts (``actor_rollout_ref.rollout.*``) or of
-    validation (``val_kwargs``, as :func:`~verl_gigpo.config.rules.validation_sampling` reads it on both engines:
-    greedy when ``do_sample`` is false), restricted to ``allowed_ids``."""
+    """The server's sampling parameters of training rollouts or of validation (``val_kwargs``: greedy when
+    ``do_sample`` is false), restricted to ``allowed_ids``."""
     rollout = cfg.actor_rollout_ref.rollout
     if validation:
         decoding = validation_sampling(rollout.val_kwargs).params
@@ -98,9 +89,7 @@ def sampling_params(cfg: DictConfig, allowed_ids: list[int] | None, *, validatio
 
 
 def update_settings(cfg: DictConfig) -> UpdateSettings:
-    """How the update splits the rows (``trainer.v1.gigpo_sync``, read by the validator verl's trainer mode uses);
-    warns that ``ppo_mini_batch_size`` is not used when ``mini_batch_rows`` is set (verl's gigpo_sync mode does not
-    use it then either)."""
+    """How the update splits the rows (``trainer.v1.gigpo_sync``); warns that ``ppo_mini_batch_size`` is then unused."""
     update = UpdateSettings.from_config(cfg)
     tasks = cfg.actor_rollout_ref.actor.ppo_mini_batch_size
     if update.mini_batch_rows is not None and tasks is not None:
@@ -114,13 +103,8 @@ def update_settings(cfg: DictConfig) -> UpdateSettings:
 
 
 def episode_config(cfg: DictConfig, gigpo: GiGPOConfig | None) -> EpisodeConfig:
-    """How the local engine plays an episode: :meth:`EpisodeConfig.from_env` (the constructor verl's agent loop uses
-    too) over ``env.*``, ``data.max_prompt_length``, ``actor_rollout_ref.rollout.response_length`` and, for a
-    step-credit estimator (``gigpo`` not None), its anchor key mode (``"state"`` otherwise).
-
-    Raises:
-        ValueError: a value out of range, naming the config key.
-    """
+    """How an episode is played (:meth:`EpisodeConfig.from_env`, as verl's agent loop builds it); ValueError names the
+    key."""
     return EpisodeConfig.from_env(
         cfg.env,
         max_prompt_length=cfg.data.max_prompt_length,

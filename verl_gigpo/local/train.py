@@ -1,68 +1,11 @@
-"""The local engine's training loop (:class:`LocalTrainer`): group RL (GiGPO, HGPO, GraphGPO, G2PO, GRPO, RLOO) for
-text agents in one process, on a CPU or one GPU. ``python -m verl_gigpo.local.train [key=value ...]`` runs it
-(command line: :mod:`verl_gigpo.local.cli`; defaults ``verl_gigpo/config/local_trainer.yaml``, with verl's key names).
+"""The local engine's training loop (:class:`LocalTrainer`): GiGPO, HGPO, GraphGPO, G2PO, GRPO or RLOO for text
+agents in one process, on a CPU or one GPU.
 
-The pieces it calls have a module each: :mod:`~verl_gigpo.local.config` (defaults, overrides, checks),
-:mod:`~verl_gigpo.local.setup` (model, action tokens, sampling parameters), :mod:`~verl_gigpo.local.rollout` (the
-model, its server and the environments, playing episode groups), :mod:`~verl_gigpo.local.server` (batched
-generation), :class:`verl_gigpo.rollout.step_rows.StepBatch` (an iteration's step rows, the type verl's trainer mode
-uses), :mod:`~verl_gigpo.local.update` (the PPO update), :mod:`~verl_gigpo.local.checkpoint` and
-:mod:`~verl_gigpo.local.run_folder` (checkpoints and the run folder's rules), :mod:`~verl_gigpo.local.plots`.
+    python -m verl_gigpo.local.train [key=value ...] [--resume | --overwrite]
 
-One iteration:
-
-1. rollout: ``data.train_batch_size`` task seeds of ``env.train_split`` are drawn from the run's seeded RNG; each
-   drawn task gets an id (its episodes' ``group_id``) and is played ``actor_rollout_ref.rollout.n`` times, all
-   episodes concurrently (:func:`verl_gigpo.rollout.run_episode`) through one
-   :class:`~verl_gigpo.local.server.LocalGenerationServer`, which batches their generation requests while
-   environment steps run inline, in threads (``local.env_workers``) or in worker processes (``env.num_workers``),
-   each under ``env.step_timeout_s`` / ``env.reset_timeout_s``. Each episode samples from its own
-   ``torch.Generator`` seeded by (trainer.seed, iteration, episode), so runs are reproducible. With dynamic
-   sampling (``algorithm.filter_groups.enable``, docs/dynamic-sampling.md) the iteration plays rounds of
-   ``data.train_batch_size`` fresh tasks (the next draws of the same RNG) until that many groups pass the filter
-   (:func:`verl_gigpo.rollout.dynamic.group_signal`, the keep test verl's path uses) or
-   ``max_num_gen_batches`` rounds were played (:meth:`LocalTrainer.play_iteration`).
-2. step rows: :meth:`StepBatch.from_episodes <verl_gigpo.rollout.step_rows.StepBatch.from_episodes>`: episode group =
-   the drawn task's id; rows of an episode whose environment failed are kept, masked (no statistic, advantage 0, no
-   loss), as on verl's engine.
-3. advantages: ``gigpo``, ``hgpo``, ``graphgpo``, ``g2po`` -> :meth:`StepBatch.advantage_terms
-   <verl_gigpo.rollout.step_rows.StepBatch.advantage_terms>` (the estimator entry verl's trainer mode uses);
-   ``grpo`` / ``rloo`` -> :func:`~verl_gigpo.advantage.outcome.outcome_advantages` (the function verl's trainer mode
-   calls): verl's ``core_algos`` GRPO / RLOO on one score per trajectory (its return) grouped by task, failed
-   episodes left out, broadcast to the trajectory's rows.
-4. update (:class:`~verl_gigpo.local.update.PPOActor`): PPO with verl's registered policy loss and ``agg_loss``,
-   optional ``kl_penalty`` to the frozen initial model, an entropy bonus, AdamW and gradient-norm clipping, over
-   ``ppo_epochs`` passes; mini-batches of at most ``trainer.v1.gigpo_sync.mini_batch_rows`` shuffled step rows (verl's
-   gigpo_sync keys), else of ``ppo_mini_batch_size`` tasks; rows with the same ``prompt + response[:-1]`` are
-   forwarded once (exact; 8-10x fewer forwards on gridnav).
-
-Validation: every ``trainer.test_freq`` iterations, before the first and after the last, on the fixed task list
-``env.val_split`` seeds ``0 .. data.val_size-1``, ``val_kwargs.n`` episodes each, with fixed per-episode seeds.
-
-Outputs in ``trainer.default_local_dir``: ``metrics.jsonl`` (one line per iteration; iteration 0 holds the first
-validation), ``learning_curve.png``, ``checkpoints/iter_K/`` and, with ``trainer.credit_log_freq`` > 0,
-``credit/iter_K.jsonl`` (:mod:`verl_gigpo.credit`), and with ``trainer.log_episodes`` > 0 ``episodes.jsonl`` and
-``episodes.html`` (:mod:`verl_gigpo.rollout.episode_log`; also to ``trainer.logger``'s wandb and tensorboard).
-``--resume`` continues from the last checkpoint and gives the same parameters and metrics as an uninterrupted run
-(CPU); :mod:`verl_gigpo.local.run_folder` says what may change.
-
-Metrics: ``env/*`` and ``episode/*`` (:func:`verl_gigpo.rollout.metrics.episode_metrics` over the step rows trained
-on, as on verl's engine), ``gigpo/*``, ``adv/abs_mean``, ``actor/*``, ``rollout/*`` (``rollout/episodes_played`` and
-``rollout/episodes_played_total``: training episodes played, this iteration and in the run, to compare runs at equal
-episode budgets), ``dynamic/*`` with dynamic sampling (:meth:`verl_gigpo.rollout.dynamic.DynamicRounds.metrics`),
-``update/*`` (with ``mini_batch_rows``), ``health/*`` (the training-health alarms, :mod:`verl_gigpo.rollout.health`;
-alarms also in ``health.jsonl``), ``timing_s/{rollout,generate,env,adv,update}``, ``val/*`` and the per-type
-``val-core/<env.name>/<type>/*`` (:func:`verl_gigpo.rollout.metrics.type_metrics`) on validation lines, and the
-run-level keys under verl's
-names (:func:`verl_gigpo.rollout.metrics.run_names`, :func:`~verl_gigpo.rollout.metrics.val_names`): ``step``,
-``training/global_step``, ``timing_s/step`` (the iteration without validation), ``timing_s/testing``,
-``val-core/<env.name>/acc/mean@1``, beside the local names ``training_step``, ``timing_s/iteration`` (with
-validation), ``timing_s/val`` and ``val/success_rate``.
-
-Deviations from verl's trainer, on purpose: old log-probs come from the update's own forward when there is a single
-optimizer step per iteration (the parameters have not moved yet, so they are equal); ``local.constrain_to_actions``
-(default on) restricts decoding and the actor's log-probs to the action words' tokens, so the trained policy is
-exactly the sampling policy.
+Defaults: ``verl_gigpo/config/local_trainer.yaml`` (verl's key names). One iteration: rollout of task groups,
+step rows, advantages, PPO update. The steps, validation and the deviations from verl's trainer:
+docs/local-engine.md; run folder and resuming: docs/runs.md; metric names: docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -120,10 +63,7 @@ logger = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------------------- trainer
 class LocalTrainer:
-    """Train a Hugging Face causal LM on a text environment with GiGPO / GRPO / RLOO (see the module docstring).
-
-    Args:
-        cfg: a validated config (:func:`load_config`).
+    """Train a Hugging Face causal LM on a text environment; ``cfg`` is a validated config (:func:`load_config`).
 
     Use :meth:`fit` for a whole run; :meth:`train_step` and :meth:`validate` are the pieces.
     """
@@ -181,20 +121,14 @@ class LocalTrainer:
     def rollout(
         self, tasks: list[TaskSpec], n: int, *, validation: bool, iteration: int | None = None, first_task: int = 0
     ) -> list[Episode]:
-        """Play each task ``n`` times concurrently; episodes come back in (task, member) order, task ``g`` the group
-        ``task<first_task + g>``, training draws of ``iteration`` when it is given
-        (:meth:`verl_gigpo.local.rollout.LocalRollout.play`)."""
+        """Play each task ``n`` times concurrently, episodes in (task, member) order (:meth:`LocalRollout.play`)."""
         return self.rollouts.play(tasks, n, validation=validation, iteration=iteration, first_task=first_task)
 
     # ------------------------------------------------------------------ advantages
     def compute_advantages(self, batch: StepBatch) -> tuple[np.ndarray, dict[str, float], AdvantageTerms | None]:
-        """One advantage per step row (N,), the estimator's metrics, and its terms (None for grpo / rloo, or a batch
-        with no unmasked row): what the credit records and the episode log of the iteration read.
+        """Advantages (N,) per step row, the estimator's metrics and its terms (None: grpo / rloo, no unmasked row).
 
-        gigpo, hgpo, graphgpo, g2po: the configured estimator, :meth:`verl_gigpo.config.GiGPOConfig.advantage_terms`.
-        grpo / rloo: verl's outcome estimators on one score per trajectory (its return), grouped by task,
-        broadcast to the trajectory's rows (:func:`verl_gigpo.advantage.outcome.outcome_advantages`, as on verl's
-        engine).
+        gigpo, hgpo, graphgpo, g2po: :meth:`GiGPOConfig.advantage_terms`; grpo / rloo: :func:`outcome_advantages`.
         """
         if not batch.row_mask.any():  # no episode ran without an environment error
             return np.zeros(len(batch)), {}, None
@@ -214,8 +148,7 @@ class LocalTrainer:
 
     # ------------------------------------------------------------------ update
     def update(self, batch: StepBatch, advantages: np.ndarray) -> dict[str, float]:
-        """PPO update on the batch's unmasked rows with per-row ``advantages`` (N,); returns ``actor/*`` metrics
-        (:meth:`verl_gigpo.local.update.PPOActor.update`)."""
+        """PPO update on the batch's unmasked rows with ``advantages`` (N,); returns ``actor/*`` metrics."""
         return self.actor.update(batch, advantages, iteration=self.iteration)
 
     # ------------------------------------------------------------------ iteration, validation
@@ -272,16 +205,11 @@ class LocalTrainer:
         return metrics
 
     def play_iteration(self) -> tuple[list[Episode], list[Episode], dict[str, float]]:
-        """The training episodes of one iteration: ``(episodes to train on, every episode played, dynamic/*
-        metrics)``.
+        """One iteration's training episodes: ``(episodes to train on, every episode played, dynamic/* metrics)``.
 
-        Without dynamic sampling: ``data.train_batch_size`` tasks drawn from the run's task stream, each played
-        ``rollout.n`` times (both lists the same). With ``algorithm.filter_groups.enable``: rounds of
-        ``data.train_batch_size`` fresh tasks each (the next draws of the same stream, numbered on across rounds),
-        each group kept or dropped by :func:`verl_gigpo.rollout.dynamic.group_signal`, until the kept groups fill the
-        batch or ``max_num_gen_batches`` rounds were played (:class:`~verl_gigpo.rollout.dynamic.DynamicRounds`
-        picks the groups: a surplus trimmed in play order, a shortfall filled with the last round's dropped groups,
-        with a warning)."""
+        With ``algorithm.filter_groups.enable``, rounds of fresh tasks until the kept groups fill the batch
+        (:class:`~verl_gigpo.rollout.dynamic.DynamicRounds`); else both lists are the same.
+        """
         cfg = self.cfg
         size, n = cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.n
         iteration = self.iteration + 1  # verl's global_steps of this batch (the request seeds' iteration)
@@ -315,16 +243,13 @@ class LocalTrainer:
         return chosen, played, metrics
 
     def _draw_tasks(self, count: int) -> list[TaskSpec]:
-        """The next ``count`` training tasks of the run's task stream: seeds of ``env.train_split`` drawn from the
-        task RNG (``trainer.seed``; saved in checkpoints, so a resumed run draws what an uninterrupted one does)."""
+        """The next ``count`` training task seeds of ``env.train_split`` from the run's task RNG."""
         cfg = self.cfg
         seeds = self.task_rng.integers(0, 2**31 - 1, size=count)
         return [TaskSpec(cfg.env.name, int(s), cfg.env.train_split, self.env_kwargs) for s in seeds]
 
     def validate(self) -> dict[str, float]:
-        """Play the fixed validation tasks (:meth:`verl_gigpo.local.rollout.LocalRollout.validation_episodes`);
-        returns ``val/*`` metrics and the per-type ``val-core/<env.name>/<type>/*`` (empty when ``data.val_size`` is
-        0)."""
+        """Play the fixed validation tasks; returns ``val/*`` and ``val-core/<env.name>/<type>/*`` metrics."""
         cfg = self.cfg
         if cfg.data.val_size == 0:
             return {}
@@ -343,9 +268,8 @@ class LocalTrainer:
         return {**val, **by_type, **val_names(cfg.env.name, val, seconds=time.perf_counter() - start)}
 
     def fit(self) -> list[dict[str, float]]:
-        """Train until ``trainer.total_training_steps``, or until the training episodes played reach
-        ``trainer.total_training_episodes`` when set (resuming first when ``trainer.resume``); returns all metrics
-        lines (also in ``metrics.jsonl``), writes the plot and the final checkpoint."""
+        """Train until ``trainer.total_training_steps`` (or ``total_training_episodes``), resuming first when asked;
+        returns all metrics lines (also in ``metrics.jsonl``) and writes the plot and the final checkpoint."""
         cfg = self.cfg
         total = cfg.trainer.total_training_steps
         budget = cfg.trainer.get("total_training_episodes", None)
@@ -410,8 +334,7 @@ class LocalTrainer:
             self.tracking.log(data=metrics, step=int(metrics["step"]))
 
     def close(self) -> None:
-        """Stop the server, the environments (worker processes included), their threads and the event loop; close
-        the loggers."""
+        """Stop the server, the environments and their workers, the event loop; close the loggers."""
         self.rollouts.close()
         self.episode_log.close()
         if self.tracking is not None:
@@ -433,9 +356,7 @@ class LocalTrainer:
         return self.last_checkpoint
 
     def load_checkpoint(self) -> int:
-        """Restore the last checkpoint of ``trainer.default_local_dir`` (model, optimizer, RNGs, iteration,
-        metrics); returns its iteration (0 when there is none). A learning rate changed on resume is set in the
-        restored optimizer.
+        """Restore the last checkpoint (model, optimizer, RNGs, iteration, metrics); returns its iteration (0: none).
 
         Raises:
             ValueError: the config differs from the checkpoint's in keys that may not change on resume.
@@ -476,8 +397,7 @@ def _tracking(cfg: DictConfig, loggers: list[str], project: str, experiment: str
 
 
 def resume_command(cfg: DictConfig) -> str:
-    """The command that resumes this run: ``python -m verl_gigpo.local.train`` with every key that differs from
-    the defaults (``local_trainer.yaml``) and ``--resume``."""
+    """The command that resumes this run: every key that differs from ``local_trainer.yaml``, and ``--resume``."""
     defaults = flatten_config(OmegaConf.to_container(OmegaConf.load(DEFAULT_CONFIG), resolve=True))
     current = flatten_config(OmegaConf.to_container(cfg, resolve=True))
     skip = {"trainer.resume", "trainer.overwrite"}

@@ -3,26 +3,8 @@
     actor = PPOActor(model, cfg.actor_rollout_ref.actor, pad_token_id=pad, device=device, allowed_ids=ids)
     metrics = actor.update(batch, advantages, iteration=k)   # a StepBatch of N rows, advantages (N,): actor/* metrics
 
-One update:
-
-0. the rows: only those with ``row_mask`` (rows of episodes whose environment failed take no part, as their
-   response_mask 0 makes them take none on verl's engine).
-1. de-duplicate: a response's log-probs depend only on the prompt and the response's tokens but the last, so rows
-   with the same ``prompt + response[:-1]`` are forwarded ONCE and each row reads its own last token from the
-   shared logits (exact). With one-token actions that is one forward per distinct prompt.
-2. fixed log-probs (no grad): with more than one optimizer step per iteration, the old log-probs before the first
-   step; with one step they are the update's own forward, detached (the parameters have not moved yet, so they
-   are equal). With ``use_kl_loss``, the frozen initial model's log-probs.
-3. for each of ``ppo_epochs`` passes, for each mini-batch (:func:`split_rows`: ``mini_batch_rows`` set, the rows
-   shuffled and cut into ``ceil(rows / mini_batch_rows)`` near-equal mini-batches, as verl's ``gigpo_sync`` mode does;
-   else ``ppo_mini_batch_size`` tasks with all their rows, verl's own split): micro-batches of
-   ``ppo_micro_batch_size_per_gpu`` forwarded inputs accumulate the gradients of
-   ``pg_loss - entropy_coeff * entropy + kl_loss_coef * kl`` (verl's ``get_policy_loss_fn``, ``agg_loss``,
-   ``kl_penalty``), each normalised by the whole mini-batch so the micro-batch size does not change the result;
-   then gradient-norm clipping and one AdamW step.
-
-Under ``local.constrain_to_actions`` (``allowed_ids``) the log-probs are those of the distribution restricted to
-the allowed tokens, the one the generation server sampled from.
+Loss per mini-batch: ``pg_loss - entropy_coeff * entropy + kl_loss_coef * kl``. The steps (de-duplicated forwards,
+fixed log-probs, mini- and micro-batches): docs/local-engine.md, "The PPO update".
 
 Shapes: N rows, U de-duplicated inputs, R the longest response, V' the allowed-token count (else the vocabulary).
 """
@@ -89,8 +71,7 @@ class _LossConfig:
     global_batch_info: dict
 
     def get(self, key: str, default: Any = None) -> Any:
-        """``dict.get``-style access, as verl's configs offer, for the fields above only: a verl loss reading another
-        field would otherwise get ``default`` silently (verl_gigpo.verl_glue.contract checks verl's losses)."""
+        """``dict.get``-style access for the fields above only (others give ``default``; verl_glue/contract checks)."""
         if key not in self.__dataclass_fields__:
             raise KeyError(
                 f"verl's policy loss reads actor.{key}, which the local engine does not pass it (it passes "
@@ -118,27 +99,14 @@ class _LossConfig:
 
 
 class PPOActor:
-    """The policy's PPO update (see the module docstring): owns the optimizer and the frozen reference model.
+    """The policy's PPO update: owns the optimizer (AdamW) and, with ``actor.use_kl_loss``, the frozen ``ref_model``.
 
     Args:
-        model: the ``transformers`` causal LM being trained (also the generation server's model).
-        actor: the ``actor_rollout_ref.actor`` config (optimizer, clipping, losses, batch sizes).
-        pad_token_id: id written left of shorter inputs (masked out).
-        device: where the model lives.
-        allowed_ids: under ``local.constrain_to_actions``, the token ids decoding is restricted to (sorted); the
-            log-probs are then over these ids only. None: the whole vocabulary.
-        mini_batch_rows: most step rows per optimizer step (``trainer.v1.gigpo_sync.mini_batch_rows``); None: split
-            by ``actor.ppo_mini_batch_size`` tasks (null: the whole iteration in one step).
-        shuffle_rows: with ``mini_batch_rows``, shuffle the rows before each pass (``trainer.v1.gigpo_sync.
-            shuffle_rows``), from an RNG seeded by ``(seed, iteration, pass)``.
-        seed: the run's seed (``trainer.seed``).
-        image_processor: a vision-language model's image processor; rows with images are then scored one input per
-            forward with their pixels and Qwen-VL's 4-row positions (:mod:`verl_gigpo.rollout.vision`), as the
-            server generated them. None: a text model.
-
-    Attributes:
-        ref_model: a frozen copy of ``model`` as it was at construction when ``actor.use_kl_loss``, else None.
-        optimizer: AdamW over ``model``'s parameters (``actor.optim.lr``, ``actor.optim.weight_decay``).
+        actor: the ``actor_rollout_ref.actor`` config.
+        allowed_ids: the sorted token ids decoding is restricted to (``local.constrain_to_actions``); None: all.
+        mini_batch_rows: most step rows per optimizer step; None: ``actor.ppo_mini_batch_size`` tasks per step.
+        shuffle_rows: with ``mini_batch_rows``, shuffle the rows each pass (RNG seeded by ``(seed, iteration, pass)``).
+        image_processor: a vision-language model's image processor; None: a text model.
     """
 
     def __init__(
@@ -170,10 +138,11 @@ class PPOActor:
         self.image_processor = image_processor
 
     def update(self, batch: StepBatch, advantages: np.ndarray, *, iteration: int = 0) -> dict[str, float]:
-        """PPO update on the batch's unmasked rows (``row_mask``) with per-row ``advantages`` (N,); ``iteration``
-        seeds the row shuffle. Returns ``actor/*`` and ``rollout/{rows,forward_rows,logprob_diff_max}`` metrics, and
-        with ``mini_batch_rows`` verl's ``update/{rows,mini_batch_rows,num_mini_batches}`` (empty when no row is
-        unmasked)."""
+        """PPO update on the rows with ``row_mask``, per-row ``advantages`` (N,); ``iteration`` seeds the row shuffle.
+
+        Returns ``actor/*``, ``rollout/{rows,forward_rows,logprob_diff_max}`` and, with ``mini_batch_rows``,
+        ``update/*`` metrics (empty when no row is unmasked).
+        """
         actor = self.actor
         kept = np.flatnonzero(batch.row_mask)  # (K,) rows that train
         if kept.size == 0:
@@ -223,16 +192,10 @@ class PPOActor:
         resp_lens: Sequence[int],
         images: Sequence[Sequence[Any]] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probs and entropies at the response positions of de-duplicated inputs.
+        """Log-probs and entropies at the response positions of de-duplicated, left-padded inputs.
 
-        ``inputs[u]`` = prompt + response[:-1]; the logits at positions ``P-1 .. P+R-2`` score the R response
-        tokens. Inputs are left-padded, so those positions are the last ``R`` of each row. With ``images`` (one list
-        per input), inputs that have images are forwarded alone (:meth:`_image_logits`).
-
-        Returns:
-            ``(logp (U, R_max, V'), entropy (U, R_max))`` left-aligned (index j = j-th response token), where
-            V' is the allowed-token count under ``local.constrain_to_actions`` (columns in ``allowed_ids``
-            order), else the vocabulary.
+        ``inputs[u]`` = prompt + response[:-1]; its last R logits score the R response tokens. Inputs with ``images``
+        are forwarded alone. Returns ``(logp (U, R_max, V'), entropy (U, R_max))``, left-aligned.
         """
         from verl.utils.torch_functional import entropy_from_logits
 
@@ -253,8 +216,7 @@ class PPOActor:
         return torch.log_softmax(logits, dim=-1), entropy_from_logits(logits)
 
     def _image_logits(self, model: Any, input_ids: Sequence[int], images: Sequence[Any], keep: int) -> torch.Tensor:
-        """(1, keep, V) logits of the last ``keep`` positions of one unpadded input, with its images' pixels and
-        the 4-row positions the server generated with (text inputs too, then without pixels)."""
+        """(1, keep, V) logits of the last ``keep`` positions of one unpadded input, with pixels and 4-row positions."""
         if images and self.image_processor is None:
             raise ValueError("step rows with images need PPOActor(image_processor=...): use a vision-language model")
         ids = torch.tensor([list(input_ids)], dtype=torch.long, device=self.device)  # (1, L)
@@ -295,8 +257,7 @@ class PPOActor:
         return _Rows(inputs, resp_lens, inverse, images, tokens.to(self.device), mask.to(self.device))
 
     def _fixed_logprobs(self, rows: _Rows, n_steps: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """``(old, ref)`` log-probs (N, R) that stay fixed during the update: old only with several optimizer
-        steps (with one, the update's own forward is detached instead), ref only with ``use_kl_loss``."""
+        """``(old, ref)`` log-probs (N, R): old only with several optimizer steps, ref only with ``use_kl_loss``."""
         old_logp = ref_logp = None
         with torch.no_grad():
             if n_steps > 1:
@@ -306,8 +267,7 @@ class PPOActor:
         return old_logp, ref_logp
 
     def _row_logprobs(self, model: Any, rows: _Rows) -> torch.Tensor:
-        """Log-probs (N, R) of every row's response tokens, forwarding the de-duplicated inputs in micro-batches
-        (no grad); only the gathered token log-probs are kept, so memory stays at one micro-batch of logits."""
+        """Log-probs (N, R) of every row's response tokens, forwarded in micro-batches (no grad)."""
         micro = self.actor.ppo_micro_batch_size_per_gpu
         out = torch.zeros(rows.tokens.shape, dtype=torch.float32, device=self.device)  # (N, R)
         for start in range(0, len(rows.inputs), micro):
@@ -384,8 +344,7 @@ class PPOActor:
             sums.weighted[k] += float(pg_metrics.get(k, 0.0)) * share
 
     def _micro_logprobs(self, rows: _Rows, chunk: np.ndarray, picked: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probs and entropies (n, R) of the rows ``picked``, whose inputs are ``chunk`` (forwarded once each),
-        zero-padded on the right to the batch's longest response."""
+        """Log-probs and entropies (n, R) of the rows ``picked`` (inputs ``chunk``), right-padded with zeros."""
         local = {int(u): k for k, u in enumerate(chunk)}
         logp_u, ent_u = self.forward_logprobs(
             self.model,
@@ -409,12 +368,10 @@ def split_rows(
     mini_batch_rows: int | None = None,
     rng: np.random.Generator | None = None,
 ) -> list[np.ndarray]:
-    """The rows (indices into the batch) of each mini-batch of one pass over the batch's K rows.
+    """The rows (indices) of each mini-batch of one pass over K rows.
 
-    ``mini_batch_rows`` M set: ``k = ceil(K / M)`` mini-batches of ``floor(K / k)`` or ``ceil(K / k)`` rows (the
-    split of verl's ``gigpo_sync`` mode, :func:`verl_gigpo.verl_glue.trainer.plan_mini_batches`, without its padding),
-    over the rows permuted by ``rng`` (None: batch order). Else ``tasks_per_step`` tasks (episode groups, in order of
-    first appearance) with all their rows each; None: all rows in one mini-batch.
+    ``mini_batch_rows`` M: ``ceil(K / M)`` near-equal mini-batches of the rows permuted by ``rng`` (None: in order).
+    Else ``tasks_per_step`` tasks with all their rows each; None: one mini-batch.
     """
     n = len(group_ids)
     if mini_batch_rows is not None:
@@ -426,8 +383,7 @@ def split_rows(
 
 
 def _rollout_diff(batch: StepBatch, picked: np.ndarray, actor_logp: torch.Tensor) -> float:
-    """Largest ``|actor - server|`` log-prob of the same response tokens over the rows ``picked`` (``actor_logp``
-    (n, R) in their order); nonzero only by float rounding."""
+    """Largest ``|actor - server|`` log-prob over the rows ``picked`` (``actor_logp`` (n, R)); float rounding only."""
     worst = 0.0
     values = actor_logp.detach().cpu()
     for k, r in enumerate(picked):

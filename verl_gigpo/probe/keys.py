@@ -1,16 +1,6 @@
-"""The anchor-key modes the probe compares, as written on its command line (``--keys``).
-
-One spelling per mode, each the name of a ``GiGPOConfig`` setting:
-
-* ``observation``, ``state``, ``history:K``: ``algorithm.gigpo.key_mode`` of that name; the key of each step is
-  :meth:`environments.base.TextEnv.anchor_key` of that mode, the key the environment gives when built with it;
-* ``similarity:T`` (``similarity`` alone: T = 0.9, ``GiGPOConfig``'s default): ``key_mode=similarity`` with
-  ``similarity_threshold=T``; the keys are the ``observation`` keys (:attr:`GiGPOConfig.env_key_mode
-  <verl_gigpo.config.GiGPOConfig.env_key_mode>`: what a run with that setting builds its environments with),
-  grouped by similarity inside the estimator.
-
-Every environment offers every mode (:meth:`TextEnv.anchor_key` takes any of them from one instance), so the probe
-plays the episodes once and reads every mode's keys from the same states.
+"""The anchor-key modes the probe compares, as written on its command line (``--keys``): ``observation``,
+``state``, ``history:K`` (``algorithm.gigpo.key_mode`` of that name) and ``similarity:T`` (``key_mode=similarity``
+with ``similarity_threshold=T``, over the ``observation`` keys; ``similarity`` alone: T = 0.9). docs/probe.md.
 """
 
 from __future__ import annotations
@@ -31,13 +21,8 @@ DEFAULT_KEYS = "state,observation,history:1,history:2,similarity:0.95,similarity
 
 @dataclass(frozen=True)
 class KeySpec:
-    """One anchor-key mode of the probe.
-
-    Attributes:
-        name: as written (``"state"``, ``"history:2"``, ``"similarity:0.9"``), the row label of the table.
-        env_mode: the environment key mode whose keys it groups (``"observation"`` for similarity).
-        similarity_threshold: the threshold of a similarity mode, else None (exact keys).
-    """
+    """One anchor-key mode: ``name`` as written (the table's row label), ``env_mode`` the environment key mode it groups
+    (``"observation"`` for similarity), ``similarity_threshold`` (None: exact keys)."""
 
     name: str
     env_mode: str
@@ -49,11 +34,7 @@ class KeySpec:
         return "similarity" if self.similarity_threshold is not None else parse_key_mode(self.env_mode)[0]
 
     def gigpo_config(self, *, method: str = "gigpo", gamma: float = DEFAULT_GAMMA) -> GiGPOConfig:
-        """The estimator settings of this mode (everything else at ``GiGPOConfig``'s defaults: the paper's).
-
-        Raises:
-            ValueError: ``method`` is not a step-credit estimator, or ``gamma`` is outside [0, 1].
-        """
+        """This mode's estimator settings (the rest at ``GiGPOConfig``'s defaults); ValueError: bad method or gamma."""
         if self.similarity_threshold is None:
             return GiGPOConfig(method=method, gamma=gamma, key_mode=self.env_mode)
         return GiGPOConfig(
@@ -62,11 +43,10 @@ class KeySpec:
 
 
 def parse_keys(text: str | Sequence[str]) -> list[KeySpec]:
-    """The key modes of a comma-separated list (or a sequence of names), in order, duplicates refused.
+    """The key modes of a comma-separated list (or a sequence of names), in order.
 
     Raises:
-        ValueError: an empty list, an unknown mode or a bad threshold, or a mode named twice; the message names
-            ``--keys`` and the bad item.
+        ValueError: an empty list, an unknown mode, a bad threshold or a mode named twice (naming ``--keys``).
     """
     items = [t.strip() for t in text.split(",")] if isinstance(text, str) else [str(t).strip() for t in text]
     if not items or not all(items):

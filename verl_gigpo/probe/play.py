@@ -1,24 +1,9 @@
 """Playing the probe's episodes, and reading every key mode's anchor keys from their states.
 
-Two policies, the same records (:class:`~verl_gigpo.rollout.types.Episode` with one
-:class:`~verl_gigpo.rollout.types.StepRecord` per step, the records both engines train from):
-
-* :func:`play_random`: the environment's own valid actions, drawn uniformly from
-  :meth:`TextEnv.example_actions <environments.base.TextEnv.example_actions>` (the admissible actions; a few
-  representative ones where the action space is unbounded: search queries, WebShop's search page), episode ``k`` of
-  task ``g`` from ``np.random.default_rng([seed, g, k])``: reproducible, and independent of the order of play.
-  Played by the engines' episode runner (:func:`~verl_gigpo.rollout.episode.run_episode`) with
-  :class:`RandomActions` as its generator, which draws each action and reads every mode's key before the step.
-* :func:`play_model`: a Hugging Face model on the local engine (:class:`~verl_gigpo.local.rollout.LocalRollout`, as
-  ``python -m verl_gigpo.evaluate`` plays), with the training rollout's sampling; episode ``k`` of task ``g`` samples
-  with the request seeds of the stream :data:`PROBE_STREAM` (:mod:`verl_gigpo.rollout.seeding`). The episode
-  runner records one key mode, so
-  :func:`replay_keys` then replays each episode's commands in a fresh reset of the same task and reads every mode's
-  keys there, checking on the way that the replay meets the recorded key and reward of every step (environments are
-  deterministic given the task seed and the commands: ``python -m environments.checker`` checks it).
-
-Tasks are seeds ``0 .. groups - 1`` of the split; each is played ``n`` times, one episode group per task (group id
-``task<g>``, as :meth:`LocalRollout.play <verl_gigpo.local.rollout.LocalRollout.play>` names them).
+:func:`play_random` draws the environment's own valid actions (episode ``k`` of task ``g`` from
+``np.random.default_rng([seed, g, k])``) through the engines' episode runner; :func:`play_model` plays a model on
+the local engine, then :func:`replay_keys` reads every mode's keys in a replay. Tasks are seeds ``0 .. groups - 1``,
+group ids ``task<g>``. docs/probe.md ("What it plays", "Key modes, read once").
 """
 
 from __future__ import annotations
@@ -64,16 +49,8 @@ class ProbeError(RuntimeError):
 
 @dataclass
 class PlayedEpisodes:
-    """The probe's episodes and the anchor keys of their step rows under every key mode asked.
-
-    Attributes:
-        episodes: ``groups * n`` episodes in (task, member) order.
-        keys: ``{env key mode: (N,) object array of str}``, row ``i`` the key of row ``i`` of :attr:`steps` (rows of
-            failed episodes, which the estimator leaves out, hold ``""``).
-        steps: :meth:`StepBatch.from_episodes` of the episodes (N rows).
-        policy: what chose the actions, in words.
-        max_steps: the step limit the episodes were played with.
-    """
+    """The probe's episodes (``groups * n``, (task, member) order), their step rows ``steps`` (N rows), and ``keys``:
+    ``{env key mode: (N,) str}`` per row (``""`` for rows of failed episodes)."""
 
     episodes: list[Episode]
     keys: dict[str, np.ndarray]
@@ -93,11 +70,7 @@ def probe_tasks(env_name: str, groups: int, split: str, env_kwargs: Mapping[str,
 
 
 def split_max_steps(env_kwargs: Mapping[str, Any]) -> tuple[int | None, dict[str, Any]]:
-    """``(max_steps or None, the other kwargs)``: the episode config holds the step limit, the task the rest.
-
-    Raises:
-        ValueError: ``key_mode`` among the kwargs (the probe reads every mode asked with ``--keys``).
-    """
+    """``(max_steps or None, the other kwargs)``; ValueError for a ``key_mode`` among them (``--keys`` chooses)."""
     kwargs = dict(env_kwargs)
     if "key_mode" in kwargs:
         raise ValueError(
@@ -108,10 +81,10 @@ def split_max_steps(env_kwargs: Mapping[str, Any]) -> tuple[int | None, dict[str
 
 
 def build_env(env_name: str, kwargs: Mapping[str, Any], max_steps: int | None) -> TextEnv:
-    """The environment ``env_name`` built with ``kwargs`` (and ``max_steps`` when given; else its own default).
+    """The environment ``env_name`` built with ``kwargs`` (and ``max_steps`` when given).
 
     Raises:
-        ValueError: an unknown environment, or a constructor argument it refuses (naming the arguments given).
+        ValueError: an unknown environment, or a constructor argument it refuses.
         ImportError: its optional dependency is missing.
     """
     limit = {"max_steps": max_steps} if max_steps is not None else {}
@@ -123,11 +96,7 @@ def build_env(env_name: str, kwargs: Mapping[str, Any], max_steps: int | None) -
 
 
 def checked_split(env: TextEnv, split: str | None) -> str:
-    """``split``, or the environment's first split when None.
-
-    Raises:
-        ValueError: a split the environment does not have (naming ``--split`` and the known ones).
-    """
+    """``split``, or the environment's first split when None; ValueError naming ``--split`` and the known ones."""
     if split is None:
         return env.splits[0]
     if split not in env.splits:
@@ -146,16 +115,9 @@ def play_random(
     env_kwargs: Mapping[str, Any] | None = None,
     progress: bool = False,
 ) -> PlayedEpisodes:
-    """Play ``groups`` tasks ``n`` times each with uniformly drawn valid actions (see the module docstring).
+    """Play ``groups`` tasks ``n`` times each with uniformly drawn valid actions, reading every key mode of ``modes``.
 
-    Args:
-        env_name: a registered environment.
-        groups, n: tasks (seeds ``0 .. groups - 1``) and episodes per task.
-        modes: the environment key modes to read (``observation``, ``state``, ``history:K``).
-        split: the task split (default: the environment's first).
-        seed: seeds the action draws.
-        env_kwargs: constructor arguments (``max_steps`` among them sets the step limit).
-        progress: a progress bar over the episodes.
+    ``env_kwargs``: constructor arguments (``max_steps`` sets the step limit); ``seed`` seeds the action draws.
 
     Raises:
         ValueError: an unknown environment, split or constructor argument.
@@ -215,9 +177,8 @@ def play_random(
 
 
 class RandomActions:
-    """The random policy as :func:`~verl_gigpo.rollout.episode.run_episode`'s generator and tokenizer: each request
-    draws one of the environment's :meth:`~environments.base.TextEnv.example_actions` (its reply is the action's
-    UTF-8 bytes as token ids) and reads every mode's anchor key first, from the state the action is taken in."""
+    """The random policy as ``run_episode``'s generator and tokenizer: each request draws an example action (reply:
+    its UTF-8 bytes) and reads every mode's key first."""
 
     def __init__(self, env_name: str, kwargs: Mapping[str, Any], max_steps: int | None, modes: Sequence[str]):
         self.build = lambda: build_env(env_name, kwargs, max_steps)
@@ -236,11 +197,7 @@ class RandomActions:
         self.rng, self.keys = rng, {mode: [] for mode in self.modes}
 
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any]) -> Any:
-        """One uniformly drawn example action, as its UTF-8 bytes.
-
-        Raises:
-            ProbeError: the environment offers no action in this state.
-        """
+        """One uniformly drawn example action, as its UTF-8 bytes; ProbeError when the state offers none."""
         choices = self.env.example_actions()
         if not choices:
             raise ProbeError(
@@ -284,16 +241,8 @@ def play_model(
     device: str | None = None,
     progress: bool = False,
 ) -> PlayedEpisodes:
-    """Play ``groups`` tasks ``n`` times each with ``model`` on the local engine, then :func:`replay_keys`.
-
-    Args:
-        model: a Hugging Face causal LM folder.
-        env_name, groups, n, modes, split, env_kwargs, progress: as :func:`play_random`.
-        seed: ``trainer.seed`` (the episodes' sampling seeds derive from it).
-        overrides: ``key=value`` items of the local engine's config (``verl_gigpo/config/local_trainer.yaml``:
-            prompt, response length, sampling), applied last.
-        registry: ``env.registry`` entries for an environment given as ``package.module:Class``.
-        device: ``trainer.device`` (default the config's: cpu).
+    """Play ``groups`` tasks ``n`` times each with the model folder ``model`` on the local engine, then
+    :func:`replay_keys`. Other arguments as :func:`play_random`; ``overrides``: local-engine ``key=value`` items.
 
     Raises:
         ValueError: a bad override or setting (naming the key); an unknown environment or split.
@@ -336,16 +285,11 @@ def play_model(
 def replay_keys(
     episodes: Sequence[Episode], modes: Sequence[str], config: EpisodeConfig, *, progress: bool = False
 ) -> dict[str, list[str]]:
-    """Every mode's anchor key of every step row of ``episodes``: each episode's commands replayed in a fresh reset
-    of its task (one environment built as the episodes' were, ``config``), keys read before each step.
-
-    Returns:
-        ``{mode: N keys}`` in the row order of :meth:`StepBatch.from_episodes` (a failed episode's rows, or its one
-        placeholder row, hold ``""``).
+    """``{mode: N keys}`` of ``episodes``' step rows (row order of :meth:`StepBatch.from_episodes`, ``""`` for failed
+    ones), each episode's commands replayed in a fresh reset of its task.
 
     Raises:
-        ProbeError: a replayed step whose key (under ``config.key_mode``) or reward differs from the record: the
-            environment is not deterministic given the task seed and the commands.
+        ProbeError: a replayed step's key or reward differs from the record (the environment is not deterministic).
     """
     keys: dict[str, list[str]] = {mode: [] for mode in modes}
     played = [ep for ep in episodes if ep.env_error is None and ep.steps]

@@ -66,8 +66,7 @@ class ProbeReport:
 
 
 def headline(result: ProbeResult) -> str:
-    """Two lines over the table: what was played, and what the episodes were like (the flat-group fraction is the
-    same for every key mode: it depends on the episode returns only)."""
+    """Two lines over the table: what was played, and what the episodes were like."""
     opts = result.options
     flat = result.stats[0].flat_groups if result.stats else 0.0
     failed = f", {result.failed} failed in the environment (left out)" if result.failed else ""
@@ -90,8 +89,7 @@ def markdown_table(result: ProbeResult) -> str:
 
 
 def plot_probe(result: ProbeResult, path: str | Path) -> Path:
-    """Horizontal bars per key mode: rows alone in their anchor group, rows with a step signal, episode groups
-    with step signal only (fractions in [0, 1])."""
+    """Horizontal bars per key mode: singleton rows, signal rows, signal-only groups (fractions in [0, 1])."""
     stats = result.stats
     series = (
         ("rows alone in their anchor group", [s.singleton_rows for s in stats], "#c44e52"),
@@ -127,10 +125,7 @@ def plot_probe(result: ProbeResult, path: str | Path) -> Path:
 def write_report(result: ProbeResult, out: str | Path, *, command: str | None = None) -> ProbeReport:
     """Write ``summary.json``, ``table.md``, ``probe.png`` and ``probe.html`` (the PNG inlined) into ``out``.
 
-    Args:
-        result: what :func:`~verl_gigpo.probe.run.run_probe` found.
-        out: the folder (made when missing).
-        command: the command line that made it, kept in the summary and shown on the page.
+    ``command``: the command line that made it, kept in the summary and shown on the page.
 
     Raises:
         ValueError: ``out`` already holds a probe summary (choose another folder, or remove it).

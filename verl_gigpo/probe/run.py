@@ -23,27 +23,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ProbeOptions:
-    """What to probe (each field is the command-line option of the same name).
+    """What to probe; each field is the command-line option of the same name (docs/probe.md has the table).
 
-    Attributes:
-        env: a registered environment (``--env``; a user's ``package.module:Class`` is registered by the CLI).
-        groups: episode groups (tasks: seeds ``0 .. groups - 1``), >= 1 (``--groups``).
-        n: episodes per group, >= 1 (``-n``).
-        keys: the key modes (``--keys``), a comma-separated string or :class:`KeySpec` list.
-        split: the task split (``--split``; default the environment's first).
-        seed: seeds the random actions, or the model's sampling (``--seed``).
-        model: a Hugging Face model folder (``--model``); None: random valid actions.
-        env_kwargs: the environment's constructor arguments (``key=value`` items; ``max_steps`` sets the step
-            limit, ``key_mode`` is refused: ``--keys`` chooses the modes).
-        method: the step-credit estimator whose step term is measured (``--method``; default gigpo).
-        gamma: its discount (``--gamma``).
-        device: ``trainer.device`` with ``--model``.
-        overrides: local-engine config items with ``--model`` (``--set``).
-        registry: ``env.registry`` entries for a user's environment (filled by the CLI).
+    ``env_kwargs``: the environment's constructor arguments (``max_steps`` sets the step limit; ``key_mode`` is
+    refused). ``registry``: ``env.registry`` entries for a user's environment (filled by the CLI).
 
     Raises:
-        ValueError: a bad value, naming the option (``--groups``, ``-n``, ``--keys``, ``--method``, ``--gamma``,
-            ``--model``, ``--set``, a ``key_mode=`` item).
+        ValueError: a bad value, naming the option.
     """
 
     env: str = "gridnav"
@@ -92,25 +78,14 @@ class ProbeOptions:
 
     @property
     def env_modes(self) -> list[str]:
-        """The environment key modes whose keys are read, each once: ``state`` (the reference of merged rows), then
-        those of the key modes (similarity modes read ``observation``)."""
+        """The environment key modes to read, each once: ``state`` first, then those of the key modes."""
         return list(dict.fromkeys(["state", *(spec.env_mode for spec in self.key_specs)]))
 
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """What the probe found.
-
-    Attributes:
-        options: what was probed.
-        policy: what chose the actions, in words; split: the task split; max_steps: the step limit.
-        episodes, rows: episodes played, step rows (N, failed episodes' rows included); failed: episodes whose
-            environment failed (rows left out).
-        mean_length: mean steps per episode; success: fraction of episodes won; invalid: fraction of steps whose
-            action was invalid.
-        stats: one :class:`KeyModeStats` per key mode, in ``--keys`` order.
-        recommendation: the verdict (:func:`verl_gigpo.probe.stats.recommend`).
-    """
+    """What the probe found: the episodes' summary (``episodes``, ``rows``, ``failed``, ``mean_length``, ``success``,
+    ``invalid``), one :class:`KeyModeStats` per key mode in ``--keys`` order, and the ``recommendation``."""
 
     options: ProbeOptions
     policy: str
@@ -157,13 +132,11 @@ class ProbeResult:
 
 
 def run_probe(options: ProbeOptions, *, progress: bool = False) -> ProbeResult:
-    """Play the episodes once (:mod:`verl_gigpo.probe.play`), then measure every key mode on them
-    (:func:`~verl_gigpo.probe.stats.key_mode_stats`) and recommend one (:func:`~verl_gigpo.probe.stats.recommend`).
+    """Play the episodes once, measure every key mode on them and recommend one.
 
     Raises:
         ValueError: an unknown environment, split or constructor argument; a bad local-engine setting.
-        ProbeError: see :mod:`verl_gigpo.probe.play`.
-        EnvError: the environment failed while playing randomly.
+        ProbeError, EnvError: see :mod:`verl_gigpo.probe.play`.
     """
     warning = group_size_warning(options.method, options.n)
     if warning:

@@ -1,41 +1,16 @@
 """What each anchor-key mode does to the step term on the same episodes, and which mode the probe recommends.
 
-For one key mode, over the valid step rows (M) of G episode groups, with the terms of the configured estimator
-(:meth:`StepBatch.advantage_terms <verl_gigpo.rollout.step_rows.StepBatch.advantage_terms>`, the entry both engines
-train with)::
+Over the M valid step rows of G episode groups, with the configured estimator's terms (``StepBatch.advantage_terms``)::
 
-    anchor groups per episode group  = S / G                 S = anchor groups (episode group, anchor key)
-    shared groups per episode group  = S_2 / G               S_2 = anchor groups of 2 rows or more
+    anchor groups per episode group  = S / G       S = anchor groups (episode group, anchor key)
+    shared groups per episode group  = S_2 / G     S_2 = anchor groups of 2 rows or more
     singleton rows                   = #{rows whose anchor group has 1 row} / M
     signal rows                      = #{rows with |A_S| > ZERO in a group with step signal} / M
     merged rows                      = #{rows whose anchor group holds more than one state key} / M
     flat groups                      = #{groups the episode filter drops} / G'
     signal-only groups               = #{flat groups where the estimator's terms carry signal} / G'
-    signal-only groups, no step cost = the same, every row's reward minus the per-step reward c
 
-A flat group is one an episode filter drops (DAPO's and verl-agent's "GiGPO (dynamic)": its episode scores all equal);
-a signal-only group is one it drops although the estimator's terms still carry signal there. Both come from the keep
-test of dynamic sampling on both engines (:func:`verl_gigpo.rollout.dynamic.group_signal` with ``filter=episode``),
-so the figure is the share of groups ``filter=signal`` keeps and ``filter=episode`` drops; G' counts the groups with
-an unmasked row. With a constant per-step reward c (Sokoban's -0.1 a move) the step returns of a state differ by
-the steps left alone, so the last figure removes c (the most common step reward of the valid rows, 0 where most
-steps earn nothing) and counts again: what remains comes from the outcome and other rewards along the way.
-``ZERO`` (1e-9, :data:`verl_gigpo.credit.stats.ZERO`) absorbs rounding in the signal rows. Merged rows compare
-their action with actions taken from another true state (the environment's ``state`` key of the same step): 0 for
-``state`` and ``history:K`` by construction; what ``observation`` texts alias and what a similarity threshold merges.
-
-The recommendation (:func:`recommend`):
-
-1. Candidates are the modes whose merged rows are at most :data:`MERGED_MAX` (0.05): a mode that reaches more rows
-   by comparing actions across different states buys its signal with wrong peers (all modes, when none qualifies).
-2. Take the candidates whose signal rows are within :data:`CLOSE` (0.02) of the most; among them prefer, in this
-   order, ``state``, ``observation``, ``history:K`` (smaller K first), ``similarity:T`` (higher T first): exact keys
-   before similarity, and the true state before texts that may alias states.
-3. Say instead that step credit will help little when the chosen mode, or every mode, leaves at least
-   :data:`FRAGMENTED` (0.9) of the rows alone in their anchor group (verdict ``fragmented``: a key that holds the
-   step index or other per-episode detail never repeats), or when no mode gives any row a step signal (verdict
-   ``no_signal``: anchor groups form, but their step returns are all equal, typically because no episode of a group
-   earned a different reward).
+The definitions and the rule of :func:`recommend`: docs/probe.md ("The numbers", "The advice").
 """
 
 from __future__ import annotations
@@ -74,16 +49,10 @@ MERGED_MAX = 0.05
 
 @dataclass(frozen=True)
 class KeyModeStats:
-    """The step term's reach under one key mode (definitions in the module docstring).
+    """The step term's reach under one key mode (the fractions of the module docstring).
 
-    Attributes:
-        key: the mode's name (``KeySpec.name``).
-        rows: M, valid step rows; episode_groups: G, episode groups with a valid row.
-        anchor_groups_per_group, shared_groups_per_group: S / G and S_2 / G.
-        singleton_rows, signal_rows, merged_rows: fractions of the M rows.
-        flat_groups, signal_only_groups: fractions of the G groups.
-        signal_only_groups_no_step_reward: signal-only groups with ``step_reward`` taken off every row's reward.
-        step_reward: c, the per-step reward taken off (the most common step reward of the valid rows).
+    ``rows`` M and ``episode_groups`` G count valid rows and groups; ``step_reward`` is c, the per-step reward taken off
+    for ``signal_only_groups_no_step_reward``.
     """
 
     key: str
@@ -113,17 +82,9 @@ def key_mode_stats(
     method: str = "gigpo",
     gamma: float = DEFAULT_GAMMA,
 ) -> KeyModeStats:
-    """The numbers of one key mode: the estimator's terms on ``steps`` with ``anchor_keys`` as the rows' keys.
+    """The numbers of one key mode: the estimator's terms on ``steps`` (N rows) with ``anchor_keys`` (N,) str.
 
-    Args:
-        steps: the N step rows of the probe's episodes (:meth:`StepBatch.from_episodes`).
-        anchor_keys: ``(N,)`` str, each row's key under ``spec.env_mode`` (masked rows: any str).
-        spec: the mode (exact, or similarity with its threshold).
-        state_keys: ``(N,)`` str, each row's ``state`` key (the reference of merged rows).
-        method, gamma: the estimator and the discount (``GiGPOConfig``).
-
-    Returns:
-        the :class:`KeyModeStats`; all zeros when no row is valid.
+    ``state_keys`` (N,) str: each row's ``state`` key, the reference of merged rows. All zeros when no row is valid.
 
     Raises:
         ValueError: ``anchor_keys`` or ``state_keys`` of another length than ``steps``; a bad method or gamma.
@@ -177,14 +138,8 @@ def key_mode_stats(
 
 @dataclass(frozen=True)
 class Recommendation:
-    """The probe's verdict.
-
-    Attributes:
-        key: the mode recommended (or, with ``verdict != "recommend"``, the one the line is about).
-        verdict: ``"recommend"``; ``"fragmented"`` (even that mode leaves at least :data:`FRAGMENTED` of the rows
-            alone in their anchor group); or ``"no_signal"`` (no mode gives any row a step signal).
-        line: the one line the probe prints.
-    """
+    """The probe's verdict: ``key`` (the mode the ``line`` is about), ``verdict`` (``"recommend"``, ``"fragmented"``
+    or ``"no_signal"``) and the one ``line`` printed."""
 
     key: str
     verdict: str
@@ -192,7 +147,7 @@ class Recommendation:
 
 
 def _preference(spec: KeySpec) -> tuple[int, float]:
-    """Sort key of rule 1: state, observation, history:K by K, similarity by falling threshold."""
+    """Sort key of the advice's rule 2: state, observation, history:K by K, similarity by falling threshold."""
     kind = spec.kind
     if kind == "similarity":
         return 3, -float(spec.similarity_threshold or 0.0)
@@ -202,11 +157,7 @@ def _preference(spec: KeySpec) -> tuple[int, float]:
 
 
 def recommend(stats: Sequence[KeyModeStats], specs: Sequence[KeySpec]) -> Recommendation:
-    """The recommended key mode and its one-line reason (the rule in the module docstring).
-
-    Args:
-        stats: one :class:`KeyModeStats` per mode, in the order of ``specs``.
-        specs: the modes.
+    """The recommended key mode and its one-line reason, from one :class:`KeyModeStats` per mode of ``specs``.
 
     Raises:
         ValueError: no modes, or ``stats`` and ``specs`` that do not match.
@@ -279,5 +230,5 @@ def _without_step_reward(stats: KeyModeStats) -> str:
 
 
 def percent(x: float, digits: int = 0) -> str:
-    """``0.1234`` -> ``"12%"`` (``digits=1``: ``"12.3%"``): how the table and the recommendation write a fraction."""
+    """``0.1234`` -> ``"12%"`` (``digits=1``: ``"12.3%"``)."""
     return f"{100 * x:.{digits}f}%"

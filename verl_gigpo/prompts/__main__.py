@@ -4,12 +4,12 @@ ENV --step N [--template F] [--model M]`` (see the package doc)."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import yaml
 
+from environments import kwargs_from_json
 from verl_gigpo.prompts.reference import PROMPT_FILES, write_templates
 
 DEFAULT_OUT = "~/gigpo-prompts"
@@ -56,7 +56,7 @@ def _show(args: argparse.Namespace) -> int:
         tokenizer = AutoTokenizer.from_pretrained(model)
     limit = args.max_prompt_length or RECIPE_PROMPT_LENGTH.get(args.env, 2048)
     try:
-        kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
+        kwargs = kwargs_from_json(args.env_kwargs) if args.env_kwargs else {}
         sample = sample_prompt(
             args.env,
             args.step,
@@ -66,7 +66,7 @@ def _show(args: argparse.Namespace) -> int:
             env_kwargs=kwargs,
             tokenizer=tokenizer,
         )
-    except (ValueError, FileNotFoundError) as exc:  # json.JSONDecodeError is a ValueError
+    except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     text = sample.text

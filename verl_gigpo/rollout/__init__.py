@@ -1,13 +1,7 @@
 """Episode logic shared by the verl agent loop and the local engine: prompt, generate, parse, step, bookkeeping.
 
-Imports environments, never an engine (neither verl glue nor :mod:`verl_gigpo.local`). Its modules import each
-other one way, bottom up: ``types`` (data) <- ``factory`` (building an environment); ``execution`` (deadline and
-worker settings), ``threads`` (a thread pool that survives hung calls), ``wire`` (the pipe protocol) <-
-``procpool`` (environments in worker processes; ``procworker`` is the worker's ``__main__``, imported by nothing)
-<- ``pool`` <- ``envcalls`` (an episode's environment calls under their deadlines) <- ``episode``; ``metrics`` (the
-episode metrics) and ``rows`` (one episode -> its step rows: the one schema of a training row, for verl's agent loop,
-both engines' batches and the credit records) <- ``step_rows`` (one training batch's step rows, :class:`StepBatch`,
-for both engines).
+Imports environments, never an engine. Bottom up: ``types`` <- ``factory``; ``execution/`` (where and how long
+environment calls run) <- ``episode``; ``metrics`` and ``rows`` (the step-row schema) <- ``step_rows``.
 """
 
 from verl_gigpo.rollout.episode import (

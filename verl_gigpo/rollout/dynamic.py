@@ -5,30 +5,12 @@
     rounds = DynamicRounds(options, target=data.train_batch_size)  # one iteration's rounds
     rounds.add(steps, signal); ...; rounds.selected(); rounds.metrics()
 
-The one keep test both engines use (:func:`group_signal`), on the step rows of either engine
-(:class:`~verl_gigpo.rollout.step_rows.StepBatch`: ``from_episodes`` on the local engine, ``from_rows`` on verl's).
-For episode group g, with C_g its trajectories whose environment did not fail (rows with ``row_mask`` True), and
-"differs" meaning ``max - min > SIGNAL_RTOL * max |x| + SIGNAL_ATOL`` over the group's values
-(:func:`verl_gigpo.advantage.differs_in_groups`; rounding never counts)::
+One keep test for both engines, on either engine's step rows::
 
-    episode(g) = |C_g| >= 2 and the episode scores S(tau), tau in C_g, differ
-    terms(g)   = an unmasked row of g has AdvantageTerms.episode_signal or .step_signal
-    keep(g)    = episode(g)                     (filter "episode": the reference's and DAPO's rule)
-               = episode(g) or terms(g)         (filter "signal")
+    episode(g) = |C_g| >= 2 and the episode scores S(tau) of g's finished trajectories differ
+    keep(g)    = episode(g)  (filter "episode")  |  episode(g) or a row's estimator term has signal  ("signal")
 
-* S(tau) is ``sum_t r_t`` of the step rewards (penalty included) with ``env.invalid_action_penalty_mode=reward``,
-  the environment's rewards alone with ``reference`` (the reference implementation's ``episode_rewards``).
-* terms(g) reads both terms as the configured estimator computes them (:meth:`StepBatch.advantage_terms
-  <verl_gigpo.rollout.step_rows.StepBatch.advantage_terms>`), penalty placement included: with ``reference`` the
-  episode term normalises each row's ``S(tau) - p_t``, so an all-fail group with one invalid reply has signal. Each
-  flag is decided on the values its term normalises (R_t in the anchor group for GiGPO and HGPO, the graph return
-  for GraphGPO, A_1's and A_2's inputs for G2PO), before normalising, and needs the term's weight > 0.
-* Rows of failed episodes and verl's padding rows count in neither test; a group with no unmasked row is dropped.
-
-Rounds (:class:`DynamicRounds`, the local engine's loop; docs/dynamic-sampling.md): each round plays
-``data.train_batch_size`` fresh tasks, the filter keeps or drops each group, and rounds go on until the kept groups
-fill the batch or ``max_rounds`` rounds were played. A surplus is trimmed in play order; on the last round the groups
-the filter dropped fill what is missing, in play order, as the reference's last try keeps everything.
+The keep test, the rounds and the metrics: docs/dynamic-sampling.md.
 """
 
 from __future__ import annotations
@@ -59,10 +41,8 @@ __all__ = [
 #: the config section of the options, verl's own (``algorithm.filter_groups``, DAPO's), plus the key ``filter``
 SECTION = "algorithm.filter_groups"
 
+#: values of ``algorithm.filter_groups.filter`` (docs/dynamic-sampling.md)
 FILTERS = ("episode", "signal")
-"""Values of ``algorithm.filter_groups.filter``: ``episode`` keeps a group whose episode scores are not all equal
-(the reference's dynamic GiGPO, DAPO); ``signal`` also keeps one where the estimator's episode or step term carries
-signal."""
 
 #: the keys of verl's ``algorithm.filter_groups`` (ppo_trainer.yaml, ``FilterGroupsConfig``) that are not ours:
 #: ``metric`` must be ``reward`` (or null) when enabled; ``max_inflight_gen_batches`` is read by verl's pipeline only
@@ -72,20 +52,9 @@ _KEYS = ("enable", "filter", "max_num_gen_batches")
 
 @dataclass(frozen=True)
 class DynamicSampling:
-    """The options of dynamic sampling (``algorithm.filter_groups``, verl's DAPO section, with the reference's keys).
+    """The options of dynamic sampling (``algorithm.filter_groups``; keys in docs/dynamic-sampling.md).
 
-    Attributes:
-        enable: ``algorithm.filter_groups.enable``: replace the groups the filter drops by groups of fresh tasks.
-        filter: ``algorithm.filter_groups.filter``: ``"episode"`` (the reference's dynamic GiGPO and DAPO: keep a
-            group whose episode scores are not all equal) or ``"signal"`` (also keep one whose estimator's step
-            term is nonzero somewhere; needs a step-credit estimator). See :func:`group_signal`.
-        max_rounds: ``algorithm.filter_groups.max_num_gen_batches``: most rounds (generation batches of
-            ``data.train_batch_size`` tasks) per iteration, the first included; >= 1. The reference's dynamic GiGPO
-            scripts: 10. (verl's own default, 0 = no limit, is not accepted: a policy whose groups all fail the
-            filter would roll out forever.)
-
-    Raises:
-        ValueError: a value of the wrong type or out of range, naming the key.
+    ``max_rounds`` is ``max_num_gen_batches``. Raises ValueError naming the key on a bad value.
     """
 
     enable: bool = False
@@ -109,13 +78,10 @@ class DynamicSampling:
 
     @classmethod
     def from_algorithm(cls, algorithm: Any) -> DynamicSampling:
-        """Read ``algorithm.filter_groups`` of an ``algorithm`` section (a mapping or ``DictConfig``; a missing
-        section is off) and check it against ``algorithm.adv_estimator``.
+        """Read and check ``algorithm.filter_groups`` (missing: off) against ``algorithm.adv_estimator``.
 
-        Raises:
-            ValueError: an unknown key (listing the known ones), a bad value, ``metric`` other than ``reward`` or
-                null when enabled, or ``filter=signal`` with an estimator that has no step term (not one of
-                :data:`verl_gigpo.STEP_CREDIT_ESTIMATORS`); each message names the key.
+        Raises ValueError naming the key: unknown key, bad value, ``metric`` not ``reward``, or ``filter=signal``
+        without a step-credit estimator.
         """
         algorithm = {} if algorithm is None else algorithm
         section = algorithm.get("filter_groups", None)
@@ -155,17 +121,9 @@ class DynamicSampling:
 class GroupSignal:
     """The keep decision of every episode group of one batch of step rows (:func:`group_signal`).
 
-    Attributes:
-        group_ids: ``(G,)`` object, the episode groups in order of first appearance among the non-padding rows.
-        episode: ``(G,)`` bool, the group's episode scores are not all equal (what the ``episode`` filter keeps).
-        step: ``(G,)`` bool, the configured estimator's step term carries signal on one of its unmasked rows
-            (``AdvantageTerms.step_signal``; all False without a step-credit estimator).
-        episode_term: ``(G,)`` bool, its episode term does (``AdvantageTerms.episode_signal``, the penalty placement
-            of ``reference`` mode included; all False without a step-credit estimator).
-        keep: ``(G,)`` bool, the filter's decision.
-        filter: the filter that decided (:data:`FILTERS`).
-        score: ``(G,)`` float64, the highest episode score of the group's unmasked trajectories (0 when it has none):
-            for a group whose scores are all equal, the score they share.
+    All arrays ``(G,)`` in order of first appearance: ``group_ids`` object; ``episode``, ``step`` (step term has
+    signal), ``episode_term`` (episode term has signal), ``keep`` bool; ``score`` float64, the group's highest
+    finished episode score (0 if none).
     """
 
     group_ids: np.ndarray
@@ -192,23 +150,10 @@ class GroupSignal:
 
 
 def group_signal(steps: StepBatch, filter: str, gigpo: Any = None, *, penalty_mode: str = "reward") -> GroupSignal:
-    """Keep or drop each episode group of ``steps`` by ``filter`` (the rule in the module docstring).
+    """Keep or drop each episode group of ``steps`` (N rows) by ``filter`` (docs/dynamic-sampling.md#the-keep-test).
 
-    Args:
-        steps: the step rows (N rows, any number of groups; padding and failed episodes masked).
-        filter: ``"episode"`` or ``"signal"`` (:data:`FILTERS`).
-        gigpo: the configured step-credit estimator (a :class:`verl_gigpo.config.GiGPOConfig`), or None for an
-            estimator without a step term (grpo, rloo). With it, the terms test runs under either filter (the
-            ``episode`` filter reports the groups it drops that had signal) and the episode score follows its
-            ``penalty_mode``.
-        penalty_mode: ``env.invalid_action_penalty_mode`` when ``gigpo`` is None: which score the episode test
-            compares (``reward``: the step rewards' sum; ``reference``: the environment rewards' sum).
-
-    Returns:
-        :class:`GroupSignal` over the groups of the non-padding rows.
-
-    Raises:
-        ValueError: an unknown ``filter``, or ``"signal"`` without ``gigpo``.
+    ``gigpo`` is the step-credit estimator's settings (None for grpo/rloo, then ``penalty_mode`` picks the score).
+    Raises ValueError on an unknown ``filter`` or ``"signal"`` without ``gigpo``.
     """
     if filter not in FILTERS:
         raise ValueError(f"{SECTION}.filter={filter!r} must be one of {list(FILTERS)}")
@@ -250,15 +195,8 @@ def group_signal(steps: StepBatch, filter: str, gigpo: Any = None, *, penalty_mo
 
 @dataclass(frozen=True)
 class GroupRecord:
-    """What dynamic sampling knows of one played episode group: its round, the filter's decision and its episodes.
-
-    Attributes:
-        group_id: the episode group (task draw) id.
-        round: the round that played it (1, 2, ...).
-        keep, episode: as :class:`GroupSignal` (the filter kept it; its episode scores differ).
-        step: the estimator's terms carry signal (:attr:`GroupSignal.step` or :attr:`GroupSignal.episode_term`).
-        episodes: trajectories played; finished: those whose environment did not fail; won: finished and won.
-    """
+    """One played episode group: its round (1, 2, ...), the filter's flags (as :class:`GroupSignal`; ``step``: either
+    term has signal) and its episodes played, finished (no environment failure) and won."""
 
     group_id: str
     round: int
@@ -307,21 +245,9 @@ def group_records(steps: StepBatch, signal: GroupSignal, round: int) -> list[Gro
 
 
 def dynamic_metrics(records: list[GroupRecord], selected: list[str] | set[str], target: int) -> dict[str, float]:
-    """The ``dynamic/*`` metrics of one iteration (docs/metrics.md), the same definition on both engines.
+    """The ``dynamic/*`` metrics of one iteration (defined in docs/metrics.md), for both engines.
 
-    Args:
-        records: every group played this iteration (:func:`group_records`).
-        selected: the ids of the groups trained on.
-        target: the groups an iteration trains on (``data.train_batch_size``).
-
-    Returns:
-        ``rounds``; ``kept_fraction_round_<k>`` (groups the filter kept / groups played in round k, each round played)
-        and ``kept_fraction`` (over all rounds); ``kept_groups`` (groups of the batch the filter kept);
-        ``kept_by_step_signal_only`` (groups of the batch kept for their step term alone); ``dropped_with_step_signal``
-        (groups the filter dropped whose step term was nonzero); ``short_groups`` (``target - kept_groups``: slots of
-        the batch holding a group the filter dropped); ``surplus_groups`` (kept groups not trained on);
-        ``episodes_played``; ``episodes_per_kept_group`` (episodes played / ``kept_groups``; the episodes played when
-        none was kept); ``played_success_rate`` (won / finished over every episode played), each under ``dynamic/``.
+    ``records``: every group played; ``selected``: ids trained on; ``target``: ``data.train_batch_size``.
     """
     chosen = set(selected)
     rounds = max((r.round for r in records), default=0)
@@ -353,16 +279,8 @@ def dynamic_metrics(records: list[GroupRecord], selected: list[str] | set[str], 
 
 @dataclass
 class DynamicRounds:
-    """The rounds of one iteration on the local engine: what each round's filter kept, when to stop, which groups
-    to train on, and the metrics (:func:`dynamic_metrics`).
-
-    Args:
-        options: the dynamic-sampling options (enabled).
-        target: the groups an iteration trains on (``data.train_batch_size``).
-
-    Use: ``while not rounds.done: rounds.add(steps_of_a_round_of_fresh_tasks, group_signal(...))``, then
-    :meth:`selected` (the groups to train on) and :meth:`metrics`.
-    """
+    """The rounds of one local-engine iteration: ``while not rounds.done: rounds.add(...)``, then :meth:`selected`
+    and :meth:`metrics`. ``target`` is ``data.train_batch_size``."""
 
     options: DynamicSampling
     target: int
@@ -370,12 +288,7 @@ class DynamicRounds:
     num_rounds: int = 0
 
     def add(self, steps: StepBatch, signal: GroupSignal) -> None:
-        """Record a round: the filter's decisions on its step rows.
-
-        Raises:
-            RuntimeError: a round after the last (``done``).
-            ValueError: a group id already seen in an earlier round (each round's tasks need their own ids).
-        """
+        """Record a round's decisions. Raises RuntimeError after the last round, ValueError on a repeated group id."""
         if self.done:
             raise RuntimeError(f"no round after the last: {self.num_rounds} round(s), {self.kept_count} kept")
         repeated = sorted({r.group_id for r in self.records} & {str(g) for g in signal.group_ids})
@@ -395,9 +308,7 @@ class DynamicRounds:
         return self.kept_count >= self.target or self.num_rounds >= self.options.max_rounds
 
     def selected(self) -> list[str]:
-        """The ids of the groups to train on, in play order: the kept groups, the first ``target`` of them; when
-        fewer were kept after the last round, that round's dropped groups fill the rest (in play order), as the
-        reference's last try keeps every group."""
+        """The first ``target`` kept group ids in play order, topped up with the last round's dropped groups."""
         kept = [r.group_id for r in self.records if r.keep][: self.target]
         fill = [r.group_id for r in self.records if r.round == self.num_rounds and not r.keep]
         return kept + fill[: max(0, self.target - len(kept))]

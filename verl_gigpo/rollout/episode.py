@@ -6,28 +6,10 @@ One call plays one episode of one task::
         TaskSpec("sokoban", seed=3), generator=server, encoder=ChatPromptEncoder(tokenizer),
         tokenizer=tokenizer, config=EpisodeConfig(max_steps=20), traj_id="t0", sampling_params={...})
 
-Each step: render the environment's prompt (task, last ``history_length`` steps, current observation,
-admissible actions) -> encode (chat template) -> ``await generator.generate(...)`` -> decode -> ``parse_action``
-(under ``EpisodeConfig.invalid_action``) -> ``env.step`` (in a thread, off the event loop) -> record a
-:class:`StepRecord`. Environment calls run in a thread pool (or, for environments that are not thread-parallel, in
-worker processes) so that hundreds of episodes proceed concurrently with no lock-step barrier between them, each call
-under its deadline (:mod:`verl_gigpo.rollout.execution.envcalls`).
-
-The prompt's structure and what happens to one over ``max_prompt_length`` are ``EpisodeConfig.prompt``
-(``env.prompt.*``): :func:`build_prompt` renders it (:func:`verl_gigpo.rollout.prompts.render_prompt`: the
-environment's own prompt in that style, or a template file) and applies the over-long rule; a step whose reply
-sent no command shows :meth:`~verl_gigpo.rollout.types.PromptOptions.history_action` in later prompts' history.
-
-The event loop stays free for the other episodes: an observation longer than
-``EpisodeConfig.max_observation_chars`` is cut to its end as it arrives (``StepRecord.observation_truncated``), a
-prompt is tokenised once per step (:func:`build_prompt`), and a prompt whose observations hold more than
-:data:`OFFLOAD_PROMPT_CHARS` characters is rendered and tokenised in a worker thread (Hugging Face's fast
-tokenizers release the GIL while they encode).
-
-An environment error (any exception from ``make``/``reset``/``step``, or a missed deadline) ends the episode:
-``Episode.env_error`` holds the message, the steps played so far are kept, and the caller decides what to do with
-them (the verl agent loop masks them out of training). A prompt over budget under ``env.prompt.overlong=fail_episode``
-(:class:`PromptTooLongError`) ends it the same way. Nothing is swallowed silently: the error is also logged.
+Each step: render the prompt -> encode -> generate -> decode -> ``parse_action`` -> ``env.step`` (off the event
+loop, under its deadline) -> a :class:`StepRecord`. An environment error or a missed deadline ends the episode
+(``Episode.env_error``, logged). Prompts and their budget: docs/environments.md#long-observations-and-the-prompt-budget;
+where environment calls run: docs/environments-execution.md.
 """
 
 from __future__ import annotations
@@ -64,9 +46,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: Prompts whose observations (current and shown history) hold more characters than this are rendered and
-#: tokenised in a worker thread: tokenising costs ~1-3 us a character, so a longer prompt would hold the event loop
-#: (and every other episode of the worker) for more than ~10 ms; shorter ones stay on the loop, where a thread hop
-#: would cost more than it saves.
+#: tokenised in a worker thread (docs/environments.md#long-observations-and-the-prompt-budget)
 OFFLOAD_PROMPT_CHARS = 8_192
 
 #: The longest run of characters :func:`_removed_block` slides a removed block left to align it with tokens.
@@ -91,14 +71,9 @@ _CHECKED_TEMPLATE_KWARGS: set[tuple[str, str]] = set()
 
 
 def chat_template_kwargs_from(value: Any, *, key: str = "data.apply_chat_template_kwargs") -> dict[str, Any]:
-    """The extra ``apply_chat_template`` arguments of a config (verl's ``data.apply_chat_template_kwargs``, read by
-    both engines) as a plain dict, e.g. ``{"enable_thinking": False}`` for Qwen3 without thinking.
+    """``data.apply_chat_template_kwargs`` as a plain dict (None is ``{}``), e.g. ``{"enable_thinking": False}``.
 
-    ``None`` is ``{}``; a mapping (a ``DictConfig`` too) is copied with nested mappings and lists made plain.
-
-    Raises:
-        ValueError: ``value`` is not a mapping, a key is not a string, or a key is one the encoder sets itself
-            (:data:`RESERVED_TEMPLATE_KWARGS`); the message names ``key``.
+    Raises ValueError naming ``key``: not a mapping, a non-string key, or a key in :data:`RESERVED_TEMPLATE_KWARGS`.
     """
     if value is None:
         return {}
@@ -120,8 +95,7 @@ def chat_template_kwargs_from(value: Any, *, key: str = "data.apply_chat_templat
 
 
 def _plain(value: Any) -> Any:
-    """``value`` with mappings as dicts and sequences (not strings) as lists, recursively (a config node made
-    plain for Jinja)."""
+    """``value`` with mappings as dicts and sequences (not strings) as lists, recursively."""
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
@@ -130,18 +104,9 @@ def _plain(value: Any) -> Any:
 
 
 class ChatPromptEncoder:
-    """Turn a prompt text into prompt token ids with the tokenizer's chat template (one user message).
-
-    Args:
-        tokenizer: a Hugging Face tokenizer. Without a chat template the raw text is encoded.
-        system_prompt: optional system message placed before the user message.
-        chat_template_kwargs: extra arguments for ``apply_chat_template`` (e.g. ``{"enable_thinking": False}``;
-            both engines pass ``data.apply_chat_template_kwargs`` through :func:`chat_template_kwargs_from`).
-        processor: a multimodal processor (verl's ``model_config.processor``) for observations with images
-            (:meth:`encode_with_images`); None for text models.
-            Arguments the template does not read change nothing: that, and arguments given to a tokenizer without
-            a chat template, is logged as a warning once per process.
-    """
+    """Turn a prompt text into prompt token ids with the tokenizer's chat template (one user message; the raw text
+    without a template). ``processor`` (verl's ``model_config.processor``) encodes observations with images;
+    ``chat_template_kwargs`` the template does not read are warned about once per process."""
 
     def __init__(
         self,
@@ -158,9 +123,7 @@ class ChatPromptEncoder:
             self._check_template_kwargs()
 
     def _check_template_kwargs(self) -> None:
-        """Warn (once per process, template and arguments) about arguments that cannot change the prompt: given to a
-        tokenizer without a chat template, or named nowhere in the template's text (a Jinja template reads a
-        variable only by its name)."""
+        """Warn once per process about template arguments that cannot change the prompt."""
         template = getattr(self.tokenizer, "chat_template", None)
         probe = (str(template), repr(sorted(self.chat_template_kwargs.items())))
         if probe in _CHECKED_TEMPLATE_KWARGS:
@@ -179,12 +142,8 @@ class ChatPromptEncoder:
             )
 
     def encode_with_images(self, text: str, images: Sequence[Any]) -> list[int]:
-        """The prompt ids (P,) of one user turn holding ``images`` (before the text), with each image's placeholder
-        token repeated as often as the processor's grid asks (verl's vLLM path sends the same expanded ids).
-
-        Raises:
-            ValueError: there is no processor (a text model was given image observations).
-        """
+        """The prompt ids (P,) of one user turn holding ``images`` then ``text``, placeholders expanded as verl's vLLM
+        path does. Raises ValueError without a processor."""
         if self.processor is None:
             raise ValueError(
                 "the observation has images but the model has no processor: use a vision-language model "
@@ -204,10 +163,8 @@ class ChatPromptEncoder:
         return list(self.tokenizer.encode(self._render(text), add_special_tokens=False))
 
     def encode_with_offsets(self, text: str) -> tuple[list[int], list[int] | None]:
-        """``(ids, starts)``: the ids (P,) of :meth:`__call__` and, for each token, the position in ``text`` where
-        it starts (P,); tokens of the chat template start before 0 or at ``len(text)`` and after. ``starts`` is None
-        when the tokenizer gives no offsets (a slow tokenizer) or the chat template does not hold ``text``
-        verbatim. One tokenisation."""
+        """``(ids (P,), starts (P,))``: each token's start position in ``text`` (template tokens outside
+        ``[0, len(text))``); ``starts`` is None without offsets or when the template alters ``text``."""
         rendered = self._render(text)
         at = rendered.rfind(text)
         try:
@@ -232,13 +189,12 @@ class ChatPromptEncoder:
 
 
 class PromptTooLongError(ValueError):
-    """A prompt longer than ``max_prompt_length`` under ``env.prompt.overlong=fail_episode``: the episode ends there
-    as failed (:func:`run_episode` records it in ``Episode.env_error``)."""
+    """A prompt over ``max_prompt_length`` under ``env.prompt.overlong=fail_episode`` (or with images): the episode
+    fails there."""
 
 
 def cap_observation(text: str, max_chars: int) -> tuple[str, bool]:
-    """``(text, False)`` when ``text`` has at most ``max_chars`` characters, else ``(its last max_chars characters,
-    True)``: a prompt too long for its budget is cut from the left too, so the end is what a prompt can show."""
+    """``(text, False)``, or ``(its last max_chars characters, True)`` when longer."""
     if len(text) <= max_chars:
         return text, False
     return text[len(text) - max_chars :], True
@@ -253,29 +209,12 @@ def build_prompt(
     config: EpisodeConfig,
     images: Sequence[Any] | None = None,
 ) -> tuple[str, list[int], int, bool]:
-    """Render and encode the prompt in ``config.prompt``'s style, with the last ``config.history_length`` steps of
-    ``history``, and fit it into ``config.max_prompt_length`` tokens.
+    """Render and encode the prompt with the last ``config.history_length`` steps of ``history`` and fit it into
+    ``config.max_prompt_length`` tokens by ``config.prompt.overlong`` (docs/environments.md, "Long observations and
+    the prompt budget"). ``images`` default to ``info["images"]``; a prompt with images is never cut.
 
-    Returns ``(prompt_text, prompt_ids, history_used, prompt_truncated)``. First, with
-    ``config.prompt.history_free_above_chars`` set, a prompt whose text with history is longer than that is rendered
-    without history. Then a prompt over the token budget follows ``config.prompt.overlong``: ``drop_history``
-    drops the oldest history until it fits, and when even the history-free prompt is too long cuts its ids from the
-    LEFT (the end holds the observation and the format instruction); ``cut_left`` cuts the ids from the left, history
-    kept; ``fail_episode`` raises :class:`PromptTooLongError`.
-
-    The prompt is tokenised once: with an encoder that gives token offsets (:meth:`ChatPromptEncoder.encode_with_
-    offsets`), the ids of a prompt with fewer history items are those of the full prompt with the dropped items'
-    tokens taken out. That equals encoding the shorter prompt afresh when the tokenizer splits at the items'
-    boundaries, as BPE pre-tokenisers do at the line starts where history items begin and end; where it does not
-    (a removed block that starts or ends inside a token), and for a plain callable encoder, the shorter prompts are
-    encoded again, one by one.
-
-    ``images`` (default: the observation's, ``info["images"]``) go before the text, encoded with the processor
-    (:meth:`ChatPromptEncoder.encode_with_images`); such a prompt is never cut (:class:`PromptTooLongError`).
-
-    Raises:
-        PromptTooLongError: the prompt is over budget and ``config.prompt.overlong`` is ``fail_episode``, or it holds
-            images and cannot fit without a cut.
+    Returns ``(prompt_text, prompt_ids (P,), history_used, prompt_truncated)``.
+    Raises PromptTooLongError under ``fail_episode``, or when a prompt with images cannot fit.
     """
     options, limit = config.prompt, config.max_prompt_length
     images = list(info.get(IMAGE_INFO_KEY) or []) if images is None else list(images)
@@ -346,13 +285,8 @@ def build_prompt(
 
 
 def _removed_block(full: str, shorter: str, first_token_at: dict[int, int]) -> tuple[int, int] | None:
-    """The token range ``(i, j)`` of ``full``'s ids whose removal gives the ids of ``shorter``, when ``shorter`` is
-    ``full`` without one contiguous block that starts and ends at token starts; else None.
-
-    The block is found by the longest common prefix; since a repeated run (e.g. the ``[Step `` that opens both
-    the first dropped and the first kept history item) can be removed at several places, it is slid left, over
-    characters that equal the ones it would uncover, to a place that aligns with tokens.
-    """
+    """The token range ``(i, j)`` of ``full``'s ids whose removal gives ``shorter``'s, when ``shorter`` is ``full``
+    less one block starting and ending at token starts (slid left over repeated text to align); else None."""
     removed = len(full) - len(shorter)
     if removed <= 0:
         return None
@@ -392,29 +326,10 @@ async def run_episode(
 ) -> Episode:
     """Play one episode of ``task`` and return it with one :class:`StepRecord` per step.
 
-    Args:
-        task: which environment/task to play.
-        generator: async ``generate(request_id, prompt_ids=..., sampling_params=...)`` (verl server manager or
-            :class:`verl_gigpo.local.server.LocalGenerationServer`); the request id is ``traj_id`` for every
-            step, so servers with sticky sessions keep the episode's prefix cache.
-        encoder: prompt text -> prompt token ids (usually :class:`ChatPromptEncoder`).
-        tokenizer: decodes the response (``skip_special_tokens=True``) before ``parse_action``.
-        config: episode settings (step limit, history, lengths, invalid-action rule and penalty, key mode).
-        traj_id: unique id of this trajectory.
-        sampling_params: passed to the generator unchanged.
-        env_factory: builds the environment (default: the registry, :func:`make_task_env`); ignored with a pool.
-        executor: the threads environment calls run in (default: a process-wide pool of 64,
-            :func:`verl_gigpo.rollout.execution.envcalls.default_threads`; ``EnvThreadPool(0)`` runs them inline).
-        env_pool: reuse environments across episodes (recommended when building one is expensive, e.g. ALFWorld);
-            without a pool the environment is built for this episode and closed at its end. A pool with worker
-            processes hosts the environments that are not thread-parallel there
-            (:mod:`verl_gigpo.rollout.execution.pool`).
-        execution: the deadlines of environment calls (default :class:`EnvExecution`'s: 60 s a step, 300 s a
-            reset); a missed one ends the episode with an ``EnvDeadlineError``
-            (:mod:`verl_gigpo.rollout.execution.envcalls`).
-        group_id: the episode group (task draw) it belongs to, kept on the episode (:attr:`Episode.group_id`).
-        seeds: the seed of each step's request (:class:`~verl_gigpo.rollout.seeding.EpisodeSeeds`), set in the
-            sampling parameters; None sends ``sampling_params`` as they are.
+    ``generator.generate(traj_id, prompt_ids=..., sampling_params=...)`` is called with ``traj_id`` on every step
+    (sticky sessions keep the prefix cache). ``executor`` (default: a shared pool of 64 threads), ``env_pool`` (reuse
+    environments, or host them in worker processes) and ``execution`` (deadlines) say where and how long environment
+    calls run; ``seeds`` sets each step's request seed (None: ``sampling_params`` as given).
     """
     episode = Episode(traj_id=traj_id, task=task, group_id=group_id, seeds=seeds)
     timing = {"generate": 0.0, "env": 0.0, "glue": 0.0}

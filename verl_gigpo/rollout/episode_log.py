@@ -5,11 +5,8 @@ tensorboard text (``trainer.log_episodes``; docs/episode-table.md).
     records = [episode_record(ep, kind="val", iteration=k, max_chars=options.max_chars) for ep in chosen]
     EpisodeLog(run_dir, options, loggers=["tensorboard"]).write(records, step=k)
 
-Both engines log the same episodes: at each validation, member 0 of validation tasks ``0..N-1``
-(:func:`logged_validation`); every ``log_episodes_train_freq`` iterations, the first trajectory of each of the first
-N training groups, with the estimator's terms (:func:`training_records`). On verl's path the agent loop appends the
-chosen validation episodes to ``episodes_parts/`` (:class:`PartWriter`) and the trainer mode gathers them
-(:func:`drain_parts`).
+Both engines log the same episodes (:func:`logged_validation`, :func:`training_records`); on verl's path the agent
+loop writes them to ``episodes_parts/`` (:class:`PartWriter`) and the trainer mode gathers them (:func:`drain_parts`).
 """
 
 from __future__ import annotations
@@ -154,11 +151,8 @@ def episode_record(episode: Episode, *, kind: str, iteration: int, max_chars: in
 def training_records(
     steps: Any, *, n: int, iteration: int, max_chars: int, terms: Any = None, advantages: np.ndarray | None = None
 ) -> list[dict[str, Any]]:
-    """The logged training episodes of one batch: the first trajectory (the first whose environment did not fail,
-    if any) of each of the first ``n`` episode groups (batch order), each step with ``episode_adv`` and ``step_adv``
-    (a step-credit estimator's ``terms``) or only ``advantage`` (per-row ``advantages`` (N,), grpo / rloo).
-    ``steps`` is a :class:`~verl_gigpo.rollout.step_rows.StepBatch` whose texts were kept (its ``observations`` and
-    ``actions``; the action is the reply when invalid)."""
+    """The logged training episodes of ``steps`` (a StepBatch with texts): the first finished trajectory of each
+    of the first ``n`` groups, each step with ``terms``' ``episode_adv``/``step_adv`` or ``advantages`` (N,)."""
     real = ~np.asarray(steps.padding, dtype=bool)  # (N,)
     chosen: dict[Any, Any] = {}  # group -> its first trajectory (the first whose environment did not fail, if any)
     for i in np.flatnonzero(real):
@@ -259,15 +253,8 @@ def tensorboard_dir(project: str, experiment: str) -> str:
 
 
 class EpisodeLog:
-    """Writes logged episodes to the run folder (``episodes.jsonl``, ``episodes.html``) and to the configured
-    loggers: a ``wandb.Table`` per kind (``episodes/val``, ``episodes/train``) when ``wandb`` is one and a run is
-    open, tensorboard text (one entry per task) in :func:`tensorboard_dir` when ``tensorboard`` is.
-
-    Args:
-        run_dir: the run folder (created when missing).
-        loggers: the configured logger names (``trainer.logger``).
-        project, experiment: ``trainer.project_name`` / ``experiment_name`` (tensorboard's folder).
-    """
+    """Writes logged episodes to the run folder (``episodes.jsonl``, ``episodes.html``) and to the loggers of
+    ``trainer.logger``: a ``wandb.Table`` per kind, tensorboard text per task (docs/episode-table.md)."""
 
     def __init__(
         self, run_dir: str | Path, *, loggers: Iterable[str] = (), project: str = "verl_gigpo", experiment: str = "run"

@@ -1,9 +1,4 @@
-"""How the episode runner and the environment pool build an environment for a task.
-
-The bottom of :mod:`verl_gigpo.rollout` with :mod:`verl_gigpo.rollout.types`: :mod:`~verl_gigpo.rollout.execution.pool`
-and :mod:`~verl_gigpo.rollout.episode` both import it, and it imports neither, so the package's imports go one way
-(``types`` <- ``factory`` <- ``pool`` <- ``episode``).
-"""
+"""How the episode runner and the environment pool build an environment for a task (imports only ``types``)."""
 
 from __future__ import annotations
 
@@ -14,12 +9,9 @@ __all__ = ["make_task_env"]
 
 
 def make_task_env(task: TaskSpec, config: EpisodeConfig) -> TextEnv:
-    """Build the environment of ``task`` with the episode's ``max_steps`` and ``key_mode``, and its reply-parsing rules
-    (``config.parse``, :attr:`environments.base.TextEnv.parse_style`).
+    """Build ``task``'s environment with the episode's ``max_steps``, ``key_mode`` and ``parse`` rules.
 
-    Raises:
-        ValueError: ``task.env_kwargs`` repeats ``max_steps`` or ``key_mode`` (they belong to the episode config),
-            or the registry rejects the name or a constructor argument.
+    Raises ValueError when ``task.env_kwargs`` repeats ``max_steps`` or ``key_mode``, or the registry refuses it.
     """
     clash = {"max_steps", "key_mode"} & set(task.env_kwargs)
     if clash:

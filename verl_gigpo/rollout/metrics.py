@@ -1,42 +1,8 @@
 """Episode metrics (``env/*``, ``episode/*``, and the local engine's ``val/*``): one definition for both engines.
 
-Each engine reduces its rollouts to one :class:`TrajectorySummary` per trajectory (both engines' training batches
-from their step rows, :meth:`verl_gigpo.rollout.step_rows.StepBatch.trajectory_summaries`; the local engine's
-validation from its :class:`~verl_gigpo.rollout.types.Episode` objects, :func:`summaries_from_episodes`) and calls
-:func:`episode_metrics`, so a metric name means the same thing whichever engine logged it.
-
-Trajectories whose environment failed (``env_error``) are left out of every policy metric (success, length, return,
-invalid actions, dropped history, cut observations): a crashed environment says nothing about the policy, and its rows
-carry no learning signal on either engine. They are counted by ``env/env_error_rate``, ``episode/num_trajectories``,
-``episode/num_step_rows`` (both engines keep their rows in the batch, masked) and the seconds.
-
-Definitions (C = the trajectories whose environment did not fail, A = all trajectories; a mean over an empty C is
-0.0, so the keys are there every iteration)::
-
-    env/success_rate                 mean over C of won
-    env/success_rate/<task_type>     the same over the trajectories of C of that task type (types seen in C)
-    env/episode_length               mean over C of length (environment steps played)
-    env/invalid_action_rate          sum over C of num_invalid / sum over C of length        (per step)
-    env/history_dropped_rate         sum over C of history_dropped_steps / sum over C of length  (per step)
-    env/observation_truncated_rate   sum over C of observation_truncated_steps / sum over C of length  (per step)
-    env/env_error_rate               |A \\ C| / |A|
-    env/abandoned_threads            sum over A of abandoned_threads (environment calls written off at a deadline)
-    episode/return_mean|std|min|max  mean, population std, min, max over C of episode_return
-    episode/num_trajectories         |A|
-    episode/num_step_rows            sum over A of batch_rows (the training batch's step rows, padding excluded)
-    episode/env_seconds_mean         mean over A of env_seconds
-    episode/generate_seconds_mean    mean over A of generate_seconds
-
-The ``env`` and ``episode`` namespaces are arguments (``prefix``, ``episode_prefix``): the local engine logs its
-validation episodes with both set to ``val`` (``val/success_rate``, ``val/return_mean``, ...).
-
-Validation per task type, the same keys on both engines (:func:`type_metrics`, C as above, per type T of
-:func:`validation_type`)::
-
-    val-core/<env>/<T>/success            mean over C_T of won
-    val-core/<env>/<T>/length             mean over C_T of length
-    val-core/<env>/<T>/invalid_per_step   sum over C_T of num_invalid / sum over C_T of length
-    val-core/<env>/<T>/count              |C_T|
+Each engine reduces its rollouts to one :class:`TrajectorySummary` per trajectory and calls
+:func:`episode_metrics`, so a metric name means the same thing whichever engine logged it. Trajectories whose
+environment failed are left out of every policy metric. Every metric and what it counts over: docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -61,34 +27,16 @@ __all__ = [
     "validation_type",
 ]
 
+#: most task types one validation logs keys for (the rarest pooled under ``other``)
 MAX_TYPE_KEYS = 12
-"""Most task types one validation logs keys for: the most frequent ``MAX_TYPE_KEYS - 1`` keep their name, the
-others are pooled under ``other``."""
 
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 @dataclass(frozen=True)
 class TrajectorySummary:
-    """What the episode metrics need of one trajectory, whichever engine played it.
-
-    Attributes:
-        won: the task was solved.
-        length: environment steps played (0 when the environment failed at reset).
-        episode_return: sum of the step rewards (environment reward plus the invalid-action penalty).
-        num_invalid: steps whose reply held no valid action.
-        history_dropped_steps: steps whose prompt lost history to fit the prompt budget.
-        observation_truncated_steps: steps whose observation was cut to the observation cap
-            (``EpisodeConfig.max_observation_chars``) before its prompt was rendered.
-        env_error: the environment raised (or the prompt went over budget under ``env.prompt.overlong=fail_episode``);
-            the trajectory ended there and carries no learning signal.
-        task_type: the environment's task type (e.g. ALFWorld's ``pick_and_place``), or None.
-        env_seconds: seconds spent inside the environment (reset, step, close).
-        generate_seconds: seconds spent awaiting the rollout server.
-        batch_rows: step rows the trajectory put into the training batch on either engine: one per step, masked
-            ones of a failed environment included, and one placeholder row when it failed at reset.
-        abandoned_threads: environment calls of the trajectory abandoned in a thread past their deadline.
-    """
+    """What the episode metrics need of one trajectory, whichever engine played it. ``batch_rows``: its rows in the
+    training batch (failed episodes' masked rows included; one placeholder when reset failed)."""
 
     won: bool
     length: int
@@ -131,15 +79,9 @@ def summaries_from_episodes(episodes: Iterable[Episode]) -> list[TrajectorySumma
 def episode_metrics(
     trajectories: Sequence[TrajectorySummary], *, prefix: str = "env", episode_prefix: str = "episode"
 ) -> dict[str, float]:
-    """The episode metrics of a batch of trajectories, as defined in the module docstring.
+    """The ``env/*`` and ``episode/*`` metrics (docs/metrics.md) of a batch's trajectories; empty without any.
 
-    Args:
-        trajectories: one summary per trajectory of the batch (padding excluded).
-        prefix: namespace of the ``env/*`` metrics (success, length, rates).
-        episode_prefix: namespace of the ``episode/*`` metrics (returns, counts, seconds).
-
-    Returns:
-        ``{name: float}``; empty when there is no trajectory.
+    ``prefix`` and ``episode_prefix`` rename the two namespaces (the local engine's validation: ``val``).
     """
     if not trajectories:
         return {}
@@ -179,9 +121,8 @@ def episode_metrics(
 
 
 def validation_type(task_type: str | None) -> str:
-    """The validation group of a task type: its part before the first ``/`` (Search's ``1hop/<template>`` ->
-    ``1hop``, a user question's ``type`` field, e.g. its data source, as it is), cleaned for a metric name; ``all``
-    when the environment gives no type."""
+    """The validation group of a task type: its part before the first ``/``, cleaned for a metric name (``all``
+    for none)."""
     head = _NAME_UNSAFE.sub("_", str(task_type).split("/", 1)[0]).strip("_") if task_type else ""
     return head or "all"
 
@@ -189,9 +130,8 @@ def validation_type(task_type: str | None) -> str:
 def type_metrics(
     data_source: str, trajectories: Sequence[TrajectorySummary], *, max_types: int = MAX_TYPE_KEYS
 ) -> dict[str, float]:
-    """``val-core/<data_source>/<type>/{success,length,invalid_per_step,count}`` (module docstring) over the
-    trajectories whose environment did not fail, grouped by :func:`validation_type`; at most ``max_types`` (>= 2)
-    types, the rarest pooled as ``other``. Empty when no trajectory counts."""
+    """``val-core/<data_source>/<type>/{success,length,invalid_per_step,count}`` (docs/metrics.md) by
+    :func:`validation_type`; at most ``max_types`` (>= 2) types, the rarest pooled as ``other``."""
     if max_types < 2:
         raise ValueError(f"max_types={max_types} must be >= 2 (the kept types and 'other')")
     done = [t for t in trajectories if not t.env_error]
@@ -215,9 +155,7 @@ def type_metrics(
 
 
 def run_names(iteration: int, *, training: bool) -> dict[str, float]:
-    """The run-level keys of one metrics line of the local engine, under verl's names (verl's file logger writes
-    ``step`` on every line and ``training/global_step`` on training iterations) and the local engine's own
-    ``training_step`` (the same number): ``iteration`` 0 is the validation before training (``training`` False)."""
+    """The local engine's run-level keys of one metrics line, under verl's names and its own (``training_step``)."""
     out = {"step": float(iteration), "training_step": float(iteration)}
     if training:
         out["training/global_step"] = float(iteration)
@@ -225,10 +163,8 @@ def run_names(iteration: int, *, training: bool) -> dict[str, float]:
 
 
 def val_names(data_source: str, val: dict[str, float], *, seconds: float) -> dict[str, float]:
-    """verl's names for a validation of the local engine: ``val-core/<data_source>/acc/mean@1`` (verl's core
-    validation metric; the agent loop's ``acc`` is the episode won, so it equals ``val/success_rate`` of ``val``,
-    the :func:`episode_metrics` under ``prefix="val"``), and its seconds as ``timing_s/testing`` (verl) and
-    ``timing_s/val`` (the local engine's own name). Empty ``val`` (no validation tasks): the seconds only."""
+    """verl's names for a local-engine validation: ``val-core/<data_source>/acc/mean@1`` (= ``val/success_rate``)
+    and its seconds as ``timing_s/testing`` and ``timing_s/val``."""
     out = {"timing_s/testing": seconds, "timing_s/val": seconds}
     if "val/success_rate" in val:
         out[f"val-core/{data_source}/acc/mean@1"] = val["val/success_rate"]

@@ -91,12 +91,9 @@ class PromptTemplate:
 
 
 def parse_template(text: str, path: str = "<template>") -> PromptTemplate:
-    """Parse a template file's ``text``: without marker lines the whole text is the ``step`` section; with them, each
-    line ``--- gigpo prompt: <section> ---`` starts a section that runs to the next marker (the newline ending its
-    last line included) or the end of the file, and text before the first marker is a comment.
+    """Parse a template file's ``text`` into its sections (format: docs/environments.md#prompt-templates).
 
-    Raises:
-        ValueError: one line naming ``env.prompt.template``, the file and the bad section or field, and the known ones.
+    Raises ValueError naming ``env.prompt.template``, the file and the bad section or field.
     """
     marks = list(_MARKER.finditer(text))
     if not marks:
@@ -145,12 +142,8 @@ def _read(path: str, mtime_ns: int, size: int) -> PromptTemplate:
 
 
 def load_template(path: str | os.PathLike[str]) -> PromptTemplate:
-    """The parsed template file at ``path`` (``~`` expanded), read again only when the file changes.
-
-    Raises:
-        ValueError: the file is missing or unreadable, or :func:`parse_template` refuses it; the message names
-            ``env.prompt.template``.
-    """
+    """The parsed template file at ``path`` (``~`` expanded), re-read when it changes; ValueError names
+    ``env.prompt.template``."""
     where = os.path.expanduser(os.fspath(path))
     try:
         stat = os.stat(where)

@@ -2,15 +2,9 @@
 
     rows = episode_rows(episode, text_chars=200)   # one EpisodeRow per step (one placeholder row if it failed at reset)
 
-verl's agent loop puts each row's :attr:`EpisodeRow.fields` into ``AgentLoopOutput.extra_fields``;
-:class:`~verl_gigpo.rollout.step_rows.StepBatch` reads them back on both engines, and the credit records read the same
-columns. :data:`ROW_FIELDS` declares every field once (name, dtype, default, placeholder, doc): the writer below, the
-readers (``StepBatch``) and the table in docs/estimators.md (checked by a test) derive from it. An episode whose
-environment failed before its first step has one placeholder row carrying every field (the step fields at their
-``placeholder``, no tokens), so that the failure is counted (``env/env_error_rate``) while the row takes part in no
-statistic and no loss; verl's agent loop gives it a short prompt and one EOS token with response_mask 0.
-
-Plain Python (no verl, no numpy): :mod:`verl_gigpo.rollout` serves both engines.
+:data:`ROW_FIELDS` declares every field once; the writer (:func:`episode_rows`, verl's ``extra_fields``), the
+readers (``StepBatch``) and the table in docs/estimators.md#the-step-row-schema (checked by a test) derive from it.
+Plain Python (no verl, no numpy).
 """
 
 from __future__ import annotations
@@ -38,15 +32,9 @@ EPISODE = "episode"
 
 @dataclass(frozen=True)
 class RowField:
-    """One field of a step row.
-
-    name: the key in :attr:`EpisodeRow.fields` (verl's ``extra_fields``). dtype: the numpy dtype of its
-    ``StepBatch`` column. default: the value a reader gives a row that lacks it. doc: one line for the docs table.
-    level: ``"episode"`` (read from the episode, also on the placeholder row) or ``"step"`` (read from the step;
-    the placeholder row holds ``placeholder``). read: the value from the episode or the step. column: its
-    ``StepBatch`` column (None: not read there). required: a step-credit estimator cannot do without it.
-    text: written only with ``text_chars`` > 0, cut to that many characters.
-    """
+    """One field of a step row: its key, ``StepBatch`` column and dtype, reader's ``default``, ``placeholder`` (for
+    a ``"step"`` field on a failed episode's placeholder row), ``read`` (from the episode or the step) and ``doc``.
+    ``text`` fields are written only with ``text_chars`` > 0."""
 
     name: str
     dtype: str
@@ -171,15 +159,8 @@ def schema_table() -> str:
 
 @dataclass(frozen=True)
 class EpisodeRow:
-    """One step row of an episode.
-
-    fields: the row's fields (the table of the module docstring; verl's ``extra_fields``).
-    prompt_ids, response_ids: the step's token ids (P,) and (R,); empty for the placeholder row.
-    response_logprobs: the generator's log-probs of the response tokens (R,), or None (placeholder, or none reported).
-    generation_info: the generator output's extra fields (verl's servers report the weight versions there).
-    placeholder: the row stands for an episode that failed at reset (it is no step).
-    images: the images its prompt showed (RGB PIL images; empty for a text environment).
-    """
+    """One step row: ``fields`` (verl's ``extra_fields``), ``prompt_ids`` (P,), ``response_ids`` (R,),
+    ``response_logprobs`` (R,) or None; ``placeholder`` for a failed reset's row (no tokens)."""
 
     fields: dict[str, Any]
     prompt_ids: list[int]
@@ -191,17 +172,8 @@ class EpisodeRow:
 
 
 def episode_rows(episode: Episode, *, text_chars: int = 0) -> list[EpisodeRow]:
-    """The step rows of ``episode``: one per step in step order, or one placeholder row when its environment failed
-    before the first step (see the module docstring for the fields and the placeholder rule).
-
-    Args:
-        episode: a finished episode.
-        text_chars: > 0 adds ``observation`` and ``action`` texts cut to that many characters (credit records);
-            0 adds none.
-
-    Returns:
-        ``max(episode.length, 1)`` rows.
-    """
+    """The ``max(episode.length, 1)`` step rows of ``episode`` (one placeholder if reset failed); ``text_chars`` > 0
+    adds ``observation`` and ``action`` cut to that length."""
     common = {f.name: f.read(episode) for f in ROW_FIELDS if f.level == EPISODE}
     steps = [f for f in ROW_FIELDS if f.level != EPISODE and (text_chars > 0 or not f.text)]
     if not episode.steps:

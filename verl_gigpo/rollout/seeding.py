@@ -61,11 +61,7 @@ def seed_param(rollout_name: str | None) -> str:
 
 
 def seeded_sampling_from(env: Mapping[str, Any] | None) -> bool:
-    """``env.seeded_sampling`` (default true).
-
-    Raises:
-        ValueError: the value is not a boolean.
-    """
+    """``env.seeded_sampling`` (default true); ValueError when it is not a boolean."""
     value = (env or {}).get("seeded_sampling", True)
     if not isinstance(value, bool):
         raise ValueError(f"env.seeded_sampling must be true or false, got {value!r}")

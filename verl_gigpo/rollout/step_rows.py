@@ -5,16 +5,9 @@
     terms = steps.advantage_terms(cfg, response_mask)              # the configured step-credit estimator
     metrics = episode_metrics(steps.trajectory_summaries())       # env/* and episode/*, one definition
 
-One row per environment step (N rows). The rules are the same whichever engine built the rows:
-
-* the episode group of a row is its task's id (verl's ``uid``; on the local engine :attr:`Episode.group_id
-  <verl_gigpo.rollout.types.Episode.group_id>`, else the task itself), never a batch position;
-* every row of an episode whose environment failed (``env_error``: it raised or missed a deadline) stays in the batch
-  with ``row_mask`` False: it takes part in no statistic, gets advantage 0 and no loss; an episode that failed at
-  reset has one placeholder row (:func:`~verl_gigpo.rollout.rows.episode_rows` writes the rows of both engines);
-* padding rows (verl's copies tagged ``is_padding``) are masked too and are no trajectory.
-
-Plain numpy (no verl, no torch at import): :mod:`verl_gigpo.rollout` serves both engines.
+One row per environment step (N rows). A row's episode group is its task's id, never a batch position; rows of
+failed episodes and verl's padding rows stay in the batch with ``row_mask`` False. Plain numpy at import. The row
+schema: docs/estimators.md#the-step-row-schema.
 """
 
 from __future__ import annotations
@@ -42,19 +35,9 @@ _COLUMNS: dict[str, tuple[str, Any, Any]] = {f.name: (f.column, f.default, f.dty
 
 @dataclass
 class StepBatch:
-    """Per-row step data of one training batch, as numpy arrays of length N (all rows, padding included).
-
-    The columns read from the rows' fields, their dtypes and defaults are the schema's
-    (:data:`~verl_gigpo.rollout.rows.ROW_FIELDS`, tabled in docs/estimators.md); an optional one left None takes the
-    schema's default. The others: group_ids, the episode group (task id: verl ``uid``; see :func:`episode_group_id`);
-    row_mask, False for padding rows and rows of failed episodes; padding, verl's padding rows (None: rows with
-    row_mask False and no env_error, or a ``pad...`` uid); env_rewards, the environment's reward alone (float64; None:
-    the step rewards), read by ``env.invalid_action_penalty_mode=reference``.
-
-    Token columns, set by :meth:`from_episodes` (the local engine's update reads them; on verl the tokens stay in
-    TransferQueue and these are None): prompts (N lists of prompt token ids), responses (N lists of response token
-    ids), rollout_logprobs (N lists of the server's log-probs of the response tokens, or None per row), images (N
-    lists of the images each prompt showed; empty lists for text).
+    """Per-row step data of one training batch, numpy arrays (N,) (padding included); schema columns as
+    :data:`~verl_gigpo.rollout.rows.ROW_FIELDS`. ``env_rewards``: the environment's reward alone (None: the step
+    rewards). Token columns (N lists; local engine only, else None): prompts, responses, rollout_logprobs, images.
     """
 
     group_ids: np.ndarray
@@ -103,11 +86,8 @@ class StepBatch:
                 raise ValueError(f"StepBatch.{name} has {len(column)} rows, group_ids {n}")
 
     def trajectory_summaries(self) -> list[TrajectorySummary]:
-        """One :class:`~verl_gigpo.rollout.metrics.TrajectorySummary` per trajectory of the real (non-padding)
-        rows, in order of first appearance: won / env_error if any of its rows says so; length = the agent loop's
-        ``episode_length`` (its row count where unknown); return, invalid actions, dropped history and cut
-        observations summed over its rows (none for the placeholder row of an episode that failed at reset, reported
-        length 0); task type and seconds from its first row; ``batch_rows`` = its rows (failed ones included)."""
+        """One :class:`~verl_gigpo.rollout.metrics.TrajectorySummary` per trajectory of the non-padding rows, in
+        order of first appearance."""
         real = np.flatnonzero(~self.padding)  # (M,)
         if real.size == 0:
             return []
@@ -149,11 +129,8 @@ class StepBatch:
 
     @classmethod
     def from_rows(cls, uids: Sequence[str], extra_fields: Sequence[dict], is_padding: Sequence[bool]) -> StepBatch:
-        """Build from TransferQueue rows: their ``uid``, ``extra_fields`` and the ``is_padding`` tags.
-
-        Raises:
-            ValueError: a real row lacks the agent loop's step fields (wrong agent loop).
-        """
+        """Build from TransferQueue rows (``uid``, ``extra_fields``, ``is_padding``); ValueError if a real row lacks
+        the agent loop's step fields."""
         n = len(uids)
         if not (len(extra_fields) == n == len(is_padding)):
             raise ValueError(
@@ -174,16 +151,8 @@ class StepBatch:
 
     @classmethod
     def from_episodes(cls, episodes: Sequence[Episode], *, text_chars: int = 0) -> StepBatch:
-        """Build from finished episodes (the local engine), in their order: the rows of
-        :func:`~verl_gigpo.rollout.rows.episode_rows` (one per step; one masked placeholder row with no tokens for an
-        episode that failed before its first step), the rows of a failed episode masked (``row_mask`` False,
-        ``env_error`` True). Group ids come from :func:`episode_group_id`; trajectory ids are the episodes'
-        ``traj_id`` (which must differ). ``text_chars`` > 0 keeps the rows' texts cut to that many characters (the
-        credit records' ``observation`` and ``action``).
-
-        Raises:
-            ValueError: two episodes share a ``traj_id``.
-        """
+        """Build from finished episodes (the local engine) via :func:`~verl_gigpo.rollout.rows.episode_rows`;
+        ``text_chars`` > 0 keeps the rows' texts, cut. Raises ValueError when two episodes share a ``traj_id``."""
         ids = [ep.traj_id for ep in episodes]
         if len(set(ids)) != len(ids):
             repeated = sorted({t for t in ids if ids.count(t) > 1})
@@ -245,13 +214,10 @@ class StepBatch:
         return StepBatch(**taken)
 
     def trajectory_scores(self, *, env_rewards: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """One outcome score per trajectory of the unmasked rows, for verl's outcome estimators (GRPO, RLOO).
+        """One outcome score ``R = sum_t r_t`` per trajectory of the unmasked rows (GRPO, RLOO).
 
-        Returns:
-            ``traj_of_row`` (N,) int64: each unmasked row's trajectory 0..T-1, -1 for masked rows (padding, failed
-            episodes); ``returns`` (T,) float64: the sum of the trajectory's step rewards,
-            ``R = sum_t r_t`` (of its environment rewards alone with ``env_rewards``); ``groups`` (T,) object: the
-            trajectory's episode group.
+        Returns ``traj_of_row`` (N,) int64 (-1 masked), ``returns`` (T,) float64 (environment rewards alone with
+        ``env_rewards``), ``groups`` (T,) object.
         """
         traj_of_row = np.full(len(self), -1, dtype=np.int64)
         real = np.flatnonzero(self.row_mask)  # (M,)
@@ -267,13 +233,8 @@ class StepBatch:
         return traj_of_row, returns, self.group_ids[real[first]]
 
     def advantage_terms(self, cfg: Any, response_mask: Any = None) -> Any:
-        """The configured step-credit estimator on these rows: ``cfg.estimate`` of a
-        :class:`verl_gigpo.config.GiGPOConfig` on :meth:`estimator_rows`, with the environment's rewards for
-        ``cfg.penalty_mode="reference"``. The rewards go in as float64 (no float32 round trip).
-
-        Returns:
-            the estimator's terms (:class:`verl_gigpo.advantage.AdvantageTerms`, arrays (N,)); masked rows get 0.
-        """
+        """``cfg.estimate`` (a :class:`verl_gigpo.config.GiGPOConfig`) on these rows, rewards float64: the
+        :class:`verl_gigpo.advantage.AdvantageTerms`, arrays (N,), 0 on masked rows."""
         env_rewards = np.asarray(self.env_rewards, dtype=np.float64)
         return cfg.estimate(self.estimator_rows(response_mask), env_rewards=env_rewards)
 
@@ -291,9 +252,7 @@ class StepBatch:
 
 
 def episode_group_id(episode: Episode) -> str:
-    """The episode group of ``episode``: its ``group_id`` (the id of the task draw it belongs to) when set, else its
-    task, ``env_name/split/seed`` (plus the constructor arguments when there are any), so that episodes of the same
-    task form one group and never depend on where they sit in the batch."""
+    """The episode group of ``episode``: its ``group_id`` when set, else ``env_name/split/seed[/kwargs]``."""
     if episode.group_id is not None:
         return str(episode.group_id)
     task = episode.task

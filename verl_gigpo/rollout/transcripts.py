@@ -6,32 +6,7 @@
     outcomes = episode_outcomes(records)                          # one EpisodeOutcome per trajectory
     steps = step_rows(records)                                    # the rows a step-credit estimator reads
 
-verl's agent loop writes them when ``env.transcript_dir`` is set (the evaluation command sets it for a verl
-``trainer.val_only`` launch); the local engine's evaluation writes them from its episodes. Each agent-loop worker
-process appends to its own file, so several processes (and nodes, on a shared folder) never write one file.
-
-================== ===========================================================================================
-field              meaning
-================== ===========================================================================================
-group              the episode group: the task draw (verl: the row's ``uid``; local: ``task<index>``)
-traj, step         trajectory id; step id in the trajectory (0-based)
-env_name, split    the environment and the task split; seed: the task seed; task_id, task_type: the environment's
-anchor_key         12-hex-digit hash of the anchor key of the state the action was taken from
-observation        the observation the action was chosen from, cut to :data:`MAX_CHARS`
-action             the parsed action (the reply when it held none); response: the reply, cut likewise
-action_valid       the reply held a valid action under ``env.invalid_action``
-env_reward         the environment's reward; step_reward: minus the invalid-action penalty when invalid
-won                the episode was won (every step of it carries the same value)
-env_error          the environment raised or missed a deadline (the episode is not scored); env_error_message
-episode_length     steps played; episode_return: the sum of the step rewards; num_invalid: invalid replies
-rollout_seed       with seeded requests: the rollout seed, the stream (``val`` or ``train:<iteration>:<draw>``) and
-stream, member     the member of the group, which with the task give each request's seed (docs/reproducibility.md)
-images             with image observations: the PNGs the prompt showed, as paths relative to the transcript folder
-                   (``images/<sha1 of the pixels>.png``, :func:`verl_gigpo.rollout.vision.save_images`)
-================== ===========================================================================================
-
-An episode whose environment failed before its first step has one record with ``step`` 0, empty texts and
-``env_error`` true.
+Every field: docs/evaluate.md#transcript-records.
 """
 
 from __future__ import annotations
@@ -104,16 +79,8 @@ IMAGE_FIELDS = ("images",)
 def episode_records(
     episode: Any, *, group: Any, max_chars: int = MAX_CHARS, image_folder: str | Path | None = None
 ) -> list[dict[str, Any]]:
-    """The transcript records of one finished episode (:class:`verl_gigpo.rollout.Episode`): one per step, or one
-    placeholder when its environment failed before the first step.
-
-    Args:
-        episode: the episode.
-        group: its episode group (the task draw's id).
-        max_chars: texts are cut to this many characters.
-        image_folder: the transcript folder: a step's images are stored there as PNGs and its record names them
-            (``images``); None leaves images out.
-    """
+    """The transcript records of one finished episode: one per step, or one placeholder when it failed before the
+    first step. Texts are cut to ``max_chars``; ``image_folder`` (None: no images) receives the steps' PNGs."""
     common = {
         "group": _plain(group),
         "traj": str(episode.traj_id),
@@ -155,12 +122,8 @@ def episode_records(
 
 
 class TranscriptWriter:
-    """Appends transcript records to ``<folder>/transcripts_<host>_<pid>.jsonl`` (one file per process), one
-    JSON line each, flushed after every episode; safe to call from several threads of the process.
-
-    Args:
-        folder: created when missing.
-    """
+    """Appends transcript records to ``<folder>/transcripts_<host>_<pid>.jsonl`` (one file per process), flushed
+    after every episode; thread-safe."""
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
@@ -176,12 +139,8 @@ class TranscriptWriter:
 
 
 def read_transcripts(folder: str | Path) -> list[dict[str, Any]]:
-    """Every record of the ``transcripts_*.jsonl`` files in ``folder``, file by file in name order.
-
-    Raises:
-        FileNotFoundError: no such folder, or no transcript file in it.
-        ValueError: a line that is not a JSON object with the :data:`TRANSCRIPT_FIELDS` (names the file and line).
-    """
+    """Every record of the ``transcripts_*.jsonl`` files in ``folder``, in name order. Raises FileNotFoundError
+    (no file) or ValueError naming the file and line of a bad record."""
     folder = Path(folder)
     files = sorted(folder.glob("transcripts_*.jsonl")) if folder.is_dir() else []
     if not files:

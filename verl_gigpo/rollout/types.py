@@ -28,11 +28,8 @@ __all__ = [
     "parse_style_from_config",
 ]
 
-#: An observation longer than this many characters per prompt token (``max_prompt_length``) is cut to its last
-#: ``OBSERVATION_CHARS_PER_PROMPT_TOKEN * max_prompt_length`` characters before the prompt is rendered and tokenised.
-#: English BPE text averages about 4 characters a token (ALFWorld's and WebShop's text with Qwen's tokenizer), so
-#: the kept tail still holds about twice the prompt budget: a cut observation's prompt is cut from the left anyway
-#: and keeps the same end, while a huge observation costs bounded tokenising time.
+#: An observation longer than this many characters per prompt token (``max_prompt_length``) is cut to its end
+#: before the prompt is rendered (docs/environments.md#long-observations-and-the-prompt-budget)
 OBSERVATION_CHARS_PER_PROMPT_TOKEN = 8
 
 #: EpisodeConfig field -> the config key whose rule (:data:`verl_gigpo.config.rules.RANGES`) it obeys
@@ -55,12 +52,7 @@ _RULE_MEANINGS = {
 
 
 def check_invalid_action(value: Any) -> str:
-    """Return ``value`` when it is an invalid-action rule (``env.invalid_action``: ``"format"`` or
-    ``"admissible"``, see :mod:`environments.base`).
-
-    Raises:
-        ValueError: naming ``env.invalid_action``, the value and what each rule means.
-    """
+    """Return ``value`` when it is an ``env.invalid_action`` rule, else raise ValueError naming the key."""
     if value not in INVALID_ACTION_RULES:
         rules = "; ".join(f"{rule!r}: {_RULE_MEANINGS[rule]}" for rule in INVALID_ACTION_RULES)
         raise ValueError(f"env.invalid_action must be one of {list(INVALID_ACTION_RULES)} ({rules}), got {value!r}")
@@ -98,12 +90,9 @@ PARSE_KEYS = ("lowercase", "collapse_whitespace")
 
 
 def parse_style_from_config(parse: Mapping[str, Any] | None) -> ParseStyle:
-    """The :class:`~environments.base.ParseStyle` of a config's ``env.parse`` section (None or absent keys: the
-    defaults, this project's rules: no lower-casing, whitespace collapsed).
+    """The :class:`~environments.base.ParseStyle` of ``env.parse`` (None or absent keys: the defaults).
 
-    Raises:
-        ValueError: the section is not a mapping, has a key outside :data:`PARSE_KEYS`, or a value that is not a
-            bool; the message names the key (``env.parse.<key>``).
+    Raises ValueError naming ``env.parse.<key>``: not a mapping, an unknown key, or a value that is not a bool.
     """
     if parse is None:
         return ParseStyle()
@@ -123,29 +112,10 @@ def parse_style_from_config(parse: Mapping[str, Any] | None) -> ParseStyle:
 
 @dataclass(frozen=True)
 class PromptOptions:
-    """How the episode runner builds each step's prompt: the ``env.prompt.*`` keys, read the same way by both engines.
-    The defaults are this project's choices; the paper recipes set the reference implementation's
-    (docs/fidelity.md). The wording of a prompt is its environment's (``environments/<env>/prompt.py``).
+    """How each step's prompt is built: the ``env.prompt.*`` keys (docs/configuration.md), for both engines.
 
-    style: the structure :meth:`environments.base.TextEnv.render_prompt` writes: ``env.prompt.show_step_limit``
-        (state ``max_steps``; default true), ``env.prompt.first_step_number`` (0 or 1: the number of an episode's
-        first step in the history; default 0) and ``env.prompt.admissible_actions`` (``comma`` or ``lines``: one
-        quoted action per line; default ``comma``). See :class:`environments.base.PromptStyle`.
-    invalid_reply_tail: what the history shows as the action of a step whose reply sent no command (every invalid
-        reply under ``env.invalid_action=admissible``; under ``format``, a reply the environment's rule sends
-        nothing for): None = :data:`INVALID_IN_HISTORY`; N = the reply's last N characters (0: nothing).
-    overlong: what happens to a prompt longer than ``data.max_prompt_length``, one of :data:`OVERLONG_RULES`.
-    history_free_above_chars: a prompt whose text with history has more characters than this is rendered without
-        history (the reference's WebShop rule, 13,000); None = no such rule. Applied before ``overlong``.
-    template: a template file (``env.prompt.template``) whose text, filled with the environment's fields, is the
-        prompt instead of the environment's own; None = the environment's own (:mod:`verl_gigpo.rollout.prompts`).
-    history_item: how a template's ``{history}`` writes the past steps, one of
-        :data:`~verl_gigpo.rollout.prompts.HISTORY_ITEMS`.
-    image_history: the images of how many past steps a prompt shows before the current observation's (oldest
-        first; 0 = none, as the reference's visual Sokoban prompt). Text history is ``env.history_length``'s.
-
-    Raises:
-        ValueError: a bad value, naming the key (``env.prompt.<field>``).
+    ``style`` holds ``show_step_limit``, ``first_step_number`` and ``admissible_actions``. Raises ValueError naming
+    ``env.prompt.<field>``.
     """
 
     style: PromptStyle = field(default_factory=PromptStyle)
@@ -191,12 +161,7 @@ class PromptOptions:
 
     @classmethod
     def from_config(cls, prompt: Mapping[str, Any] | None) -> PromptOptions:
-        """The options of a config's ``env.prompt`` section (None or absent keys: the defaults).
-
-        Raises:
-            ValueError: the section is not a mapping, has a key outside :data:`PROMPT_KEYS`, or a bad value; the
-                message names the key (``env.prompt.<key>``).
-        """
+        """The options of ``env.prompt`` (None or absent keys: the defaults); ValueError names the bad key."""
         if prompt is None:
             return cls()
         if not isinstance(prompt, Mapping):
@@ -228,8 +193,7 @@ class PromptOptions:
         return options
 
     def history_action(self, action: str | None, reply: str) -> str:
-        """What the history shows as the action of a step: the command sent (``action``), or, when the reply sent
-        none, :data:`INVALID_IN_HISTORY` or the reply's last ``invalid_reply_tail`` characters."""
+        """The history's action of a step: ``action``, or for none :data:`INVALID_IN_HISTORY` or the reply's tail."""
         if action is not None:
             return action
         if self.invalid_reply_tail is None:
@@ -239,15 +203,8 @@ class PromptOptions:
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """One task = one episode group: every member builds ``env_name`` with ``env_kwargs`` and resets it with
-    ``(seed, split)``, so all of them start in the same state.
-
-    env_name: registry name (see ``environments.list_envs()``).
-    seed: task seed / index (the same seed gives the same task and initial state).
-    split: task split of that environment (``"train"``, ``"valid_seen"``, ``"test"``, ...).
-    env_kwargs: extra constructor arguments (e.g. ``{"dim_room": [6, 6]}``); ``max_steps`` and ``key_mode``
-        come from :class:`EpisodeConfig` and must not be repeated here.
-    """
+    """One task = one episode group: every member builds ``env_name`` with ``env_kwargs`` (not ``max_steps`` or
+    ``key_mode``, which :class:`EpisodeConfig` sets) and resets it with ``(seed, split)``."""
 
     env_name: str
     seed: int
@@ -257,22 +214,8 @@ class TaskSpec:
 
 @dataclass(frozen=True)
 class EpisodeConfig:
-    """How an episode is played (the ``env.*`` keys of the Hydra config).
-
-    max_steps: step limit of the environment (truncation).
-    history_length: how many past (observation, action) pairs the prompt shows (paper: 2 for ALFWorld).
-    max_prompt_length: prompt token budget; what happens to a longer prompt is ``prompt.overlong``'s rule (by
-        default the oldest history is dropped first, then the prompt is cut from the left as a last resort).
-    max_response_length: response tokens kept per step (longer generations are cut).
-    invalid_action_penalty: subtracted from the step reward when the reply is invalid (paper: 0.1).
-    key_mode: anchor key mode handed to the environment (``observation`` | ``state`` | ``history:K``).
-    invalid_action: which replies are invalid (``env.invalid_action``): ``"admissible"`` (an inadmissible command
-        is invalid, penalised, and the state stays) or ``"format"`` (the reference's rule: only a broken format is
-        invalid; a well-formed command goes to the environment). See :mod:`environments.base`.
-    prompt: how each step's prompt is built (``env.prompt.*``, :class:`PromptOptions`).
-    parse: how a reply becomes a command (``env.parse.*``, :class:`environments.base.ParseStyle`); the environment
-        factory sets it on every environment it builds.
-    """
+    """How an episode is played: the ``env.*`` keys (docs/configuration.md), plus the prompt and response token
+    budgets and the anchor key mode."""
 
     max_steps: int = 50
     history_length: int = 2
@@ -303,15 +246,9 @@ class EpisodeConfig:
         key_mode: str,
         field_keys: Mapping[str, str] | None = None,
     ) -> EpisodeConfig:
-        """The episode settings of a config's ``env`` section (``max_steps``, ``history_length``,
-        ``invalid_action_penalty``, ``invalid_action``, ``prompt``: :meth:`PromptOptions.from_config`, ``parse``:
-        :func:`parse_style_from_config`) plus the prompt
-        and response budgets and the anchor key mode, which each engine reads from its own keys. Both engines build
-        their :class:`EpisodeConfig` here.
+        """Both engines' :class:`EpisodeConfig` from a config's ``env`` section plus the budgets and key mode.
 
-        Raises:
-            ValueError: a value out of range, the message naming the config key (``env.<field>``, or
-                ``field_keys[field]`` for the fields not under ``env``) instead of the ``EpisodeConfig`` field.
+        Raises ValueError naming the config key (``env.<field>`` or ``field_keys[field]``).
         """
         keys = {"key_mode": "algorithm.gigpo.key_mode", **(field_keys or {})}
         try:
@@ -332,19 +269,14 @@ class EpisodeConfig:
 
     @property
     def max_observation_chars(self) -> int:
-        """Longest observation text shown in a prompt: ``OBSERVATION_CHARS_PER_PROMPT_TOKEN * max_prompt_length``
-        characters (a longer one keeps its end)."""
+        """``OBSERVATION_CHARS_PER_PROMPT_TOKEN * max_prompt_length``: longest observation shown (its end)."""
         return OBSERVATION_CHARS_PER_PROMPT_TOKEN * self.max_prompt_length
 
 
 @dataclass
 class GenerationOutput:
-    """What a generator returns for one request (duck-compatible with verl's ``TokenOutput``).
-
-    token_ids: generated token ids (R,), EOS included when generation stopped on it.
-    log_probs: log-probability of each generated token under the sampling policy (R,), or None.
-    stop_reason: ``"completed"`` (EOS), ``"length"`` (max tokens) or None.
-    """
+    """One request's output (like verl's ``TokenOutput``): ``token_ids`` (R,) with EOS, ``log_probs`` (R,) or None,
+    ``stop_reason`` ``"completed"`` | ``"length"`` | None."""
 
     token_ids: list[int]
     log_probs: list[float] | None = None
@@ -362,25 +294,10 @@ class Generator(Protocol):
 
 @dataclass
 class StepRecord:
-    """One environment step = one training row.
-
-    step_id: 0-based index of the step in its trajectory.
-    observation: the observation the action was chosen from; anchor_key: its anchor key (state BEFORE the action).
-    prompt_ids (P,), response_ids (R,), response_logprobs (R,) or None: the tokens of this row.
-    action: the command sent to the environment (the canonical action; under the ``format`` rule any command the
-        reply named, admissible or not; None when none was sent); action_valid: the reply is valid under the
-        episode's invalid-action rule (False: penalised).
-    env_reward: reward returned by the environment; step_reward: env_reward - penalty if invalid.
-    terminated / truncated / won: flags after the step.
-    history_used: past steps shown in the prompt; history_dropped: past steps left out of it to fit
-        max_prompt_length (or ``env.prompt.history_free_above_chars``).
-    prompt_truncated: the prompt's ids were cut from the left (``env.prompt.overlong``: ``cut_left``, or
-        ``drop_history`` when even the history-free prompt was too long).
-    observation_truncated: ``observation`` was longer than ``EpisodeConfig.max_observation_chars`` and holds its
-        end only (so does the prompt).
-    generation_info: the generator output's ``extra_fields`` when it has them (verl's servers report e.g. the
-        weight versions ``min_global_steps``/``max_global_steps``), else an empty dict.
-    """
+    """One environment step = one training row: ``prompt_ids`` (P,), ``response_ids`` (R,), ``response_logprobs``
+    (R,) or None. ``anchor_key`` is the state before the action; ``action`` is None when no command was sent;
+    ``step_reward = env_reward - penalty`` if invalid; ``generation_info``: the output's ``extra_fields`` (verl's weight
+    versions)."""
 
     step_id: int
     observation: str
@@ -408,22 +325,9 @@ class StepRecord:
 
 @dataclass
 class Episode:
-    """A finished episode: its steps and a summary.
-
-    traj_id: unique trajectory id; task: the task it played; task_id / task_type: from the environment.
-    steps: one :class:`StepRecord` per step (may be empty if the environment failed at reset).
-    won: the task was solved; episode_return: sum of step rewards (shaping included).
-    env_error: the error message when the environment raised, or the prompt went over budget under
-        ``env.prompt.overlong=fail_episode`` (the episode ended there), else None.
-    timing: seconds spent in ``generate`` (awaiting the server), ``env`` (inside reset/step/close, measured in the
-        worker thread) and ``glue`` (prompt render + chat template + tokenise, decode + parse).
-    abandoned_threads: environment calls of this episode abandoned in threads past their deadline (0 or 1: the
-        episode ends there); each leaves a thread running until the call returns (``env/abandoned_threads``).
-    group_id: the episode group it belongs to (the id of its task draw, shared by the group's members; verl's
-        ``uid``); None: the group is the task itself (:func:`verl_gigpo.rollout.step_rows.episode_group_id`).
-    seeds: the seeds its requests carried (:class:`~verl_gigpo.rollout.seeding.EpisodeSeeds`: rollout seed,
-        stream, member), or None when they carried none; enough to replay it.
-    """
+    """A finished episode: its steps (empty if reset failed) and a summary. ``env_error``: why it ended early;
+    ``timing``: seconds in ``generate``, ``env`` and ``glue`` (render, tokenise, parse); ``group_id``: verl's ``uid``
+    (None: the task); ``seeds``: its :class:`~verl_gigpo.rollout.seeding.EpisodeSeeds`, enough to replay it."""
 
     traj_id: str
     task: TaskSpec

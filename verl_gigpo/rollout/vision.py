@@ -64,12 +64,8 @@ def load_model_only(path: str, *, trust_remote_code: bool = False, dtype: Any = 
 
 
 def load_processor(path: str, *, trust_remote_code: bool = False) -> Any:
-    """The ``AutoProcessor`` of the vision-language model folder ``path`` (the tiny model's images-only processor
-    class lives in its folder: ``trust_remote_code=True``, docs/vision.md).
-
-    Raises:
-        ValueError: it does not load without remote code and ``trust_remote_code`` is false (names the key).
-    """
+    """The ``AutoProcessor`` of the model folder ``path``; ValueError naming the key when it needs
+    ``trust_remote_code``."""
     from transformers import AutoProcessor
 
     if trust_remote_code:

@@ -1,35 +1,11 @@
 """The ``gigpo_env_agent`` verl agent loop: one environment episode -> one training row per step.
 
-verl builds one instance per trajectory inside its agent-loop worker and calls ``run(sampling_params, **row)``
-with the dataset row's fields (``env_name``, ``seed``, ``split`` written by ``python -m verl_gigpo.data.prepare``)
-plus ``uid`` and ``session_id``. The episode itself is played by the shared runner
-(:func:`verl_gigpo.rollout.run_episode`) against verl's server manager; each step becomes an
-``AgentLoopOutput`` whose ``extra_fields`` are the row's fields of :func:`verl_gigpo.rollout.rows.episode_rows` (the
-one schema of a step row, its placeholder row included; the table of fields is in :mod:`verl_gigpo.rollout.rows`),
-which the ``gigpo_sync`` trainer mode reads back with :meth:`StepBatch.from_rows
-<verl_gigpo.rollout.step_rows.StepBatch.from_rows>`. verl's own fields are added to every row:
-
-=================  ==========================================================================================
-min_global_steps   the weight versions of the servers that generated the episode (verl's off-policy
-max_global_steps   bookkeeping reads them from every row)
-reward_extra_info  {"acc" (= won), "episode_length", "invalid_actions"}: verl logs them as validation metrics
-=================  ==========================================================================================
-
-``reward_score`` of the final row is the episode return (verl copies it to the episode's other rows; verl's own
-advantage step, which the trainer mode runs for estimators other than its own and grpo/rloo, reads it). The server's
-log-probs are kept (``response_logprobs``).
-Environment calls run in a thread pool shared by all episodes of the worker process
-(:class:`~verl_gigpo.rollout.execution.threads.EnvThreadPool`, ``GIGPO_ENV_THREADS`` threads, default 64), so hundreds
-of episodes proceed concurrently with no lock-step barrier; finished environments are kept in a worker-wide
-:class:`~verl_gigpo.rollout.EnvPool` and reset for the next episode instead of being rebuilt. Environments that are
-not thread-parallel (ALFWorld) run in ``env.num_workers`` worker processes of that pool (``auto``: this node's cores
-divided among its agent-loop workers). Every call has a deadline (``env.step_timeout_s``, ``env.reset_timeout_s``):
-docs/environments-execution.md.
-
-With ``env.transcript_dir`` set, every episode is also written there as transcript records, one JSON line per step
-(:mod:`verl_gigpo.rollout.transcripts`): the evaluation command sets it for a ``trainer.val_only`` launch. With
-``trainer.log_episodes`` = N, member 0 of validation tasks ``0..N-1`` is appended to
-``<trainer.default_local_dir>/episodes_parts/`` (:mod:`verl_gigpo.rollout.episode_log`), which the trainer mode gathers.
+verl builds one instance per trajectory and calls ``run(sampling_params, **row)`` with the dataset row's fields. The
+episode is played by the shared runner (:func:`verl_gigpo.rollout.run_episode`) against verl's server manager; each
+step becomes an ``AgentLoopOutput`` whose ``extra_fields`` are the row of
+:func:`verl_gigpo.rollout.rows.episode_rows`, which the ``gigpo_sync`` trainer mode reads back. Environment calls run
+in a worker-wide thread pool and environment pool (docs/environments-execution.md). What verl's fields carry and why
+the placeholder row: docs/verl-integration.md ("The agent loop").
 """
 
 from __future__ import annotations
@@ -74,12 +50,7 @@ __all__ = ["GiGPOEnvAgentLoop", "episode_config_from", "episode_to_outputs"]
 
 
 def episode_config_from(config: Any) -> EpisodeConfig:
-    """The :class:`EpisodeConfig` of a verl trainer config (``env.*``, ``algorithm.gigpo.key_mode``, lengths).
-
-    Raises:
-        ValueError: a value out of range, the message naming the key as it is set in verl's config (``env.max_steps``,
-            ``data.max_prompt_length``, ...) rather than the ``EpisodeConfig`` field.
-    """
+    """The :class:`EpisodeConfig` of a verl trainer config; ValueError naming the key as set in verl's config."""
     env = config.get("env", None)
     if env is None:
         raise ValueError(
@@ -99,8 +70,7 @@ def episode_config_from(config: Any) -> EpisodeConfig:
 
 @dataclass(frozen=True)
 class LoopSettings:
-    """What the agent loop reads from verl's config (:func:`loop_settings`): the episode settings, the environment
-    execution, the episode-log options, the texts kept per row (credit records, logged episodes) and seeding."""
+    """What the agent loop reads from verl's config (:func:`loop_settings`)."""
 
     episode_config: EpisodeConfig
     execution: EnvExecution
@@ -115,12 +85,8 @@ _SETTINGS_KEPT = 4
 
 
 def loop_settings(config: Any) -> LoopSettings:
-    """The :class:`LoopSettings` of a verl config, parsed once per process and config object (verl makes one agent
-    loop per trajectory, each with its worker's one config); the ``env.registry`` environments are registered then.
-
-    Raises:
-        ValueError: a bad value, naming the key (:func:`episode_config_from` and the options' readers).
-    """
+    """The :class:`LoopSettings` of a verl config, parsed once per process and config object (``env.registry``
+    registered then); ValueError naming a bad key."""
     with _SETTINGS_LOCK:
         cached = _SETTINGS.get(id(config))
         if cached is not None and cached[0] is config:
@@ -150,21 +116,9 @@ def episode_to_outputs(
     text_chars: int = 0,
 ) -> list[AgentLoopOutput]:
     """One ``AgentLoopOutput`` per row of :func:`~verl_gigpo.rollout.rows.episode_rows` (its fields become
-    ``extra_fields``; see the module docstring for what verl adds).
-
-    ``min_global_steps``/``max_global_steps`` (the weight versions verl's off-policy bookkeeping reads from every
-    row) come from the server's outputs; ``weight_version`` fills them in when no generation happened (an
-    environment that failed at reset): :meth:`GiGPOEnvAgentLoop.run` passes ``global_steps - 1``, the version the
-    servers hold while verl's synchronous trainer samples batch ``global_steps`` (they are synced after each
-    update), so verl's staleness metrics (``(global_steps - 1) - version``) read 0 for it, as for its siblings.
-
-    The placeholder row of an episode that failed at reset gets the prompt ``placeholder_prompt_ids`` and the
-    response ``[eos_id]`` (verl needs a token) with response_mask 0 and log-prob 0: every field a real row has,
-    because TransferQueue drops a field for the WHOLE batch when one row lacks it, and verl's old-log-prob step then
-    fails on the missing rollout_log_probs. Rows of an episode with ``env_error`` get response_mask 0, so no loss
-    flows through them.
-
-    ``text_chars`` > 0 (credit records on) adds ``observation`` and ``action`` texts cut to that many characters.
+    ``extra_fields``). ``weight_version`` fills ``min/max_global_steps`` when nothing was generated; an episode that
+    failed at reset gets one placeholder row (``placeholder_prompt_ids``, response ``[eos_id]``, mask 0);
+    ``text_chars`` > 0 adds the observation and action texts. Why: docs/verl-integration.md ("The agent loop").
     """
     rows = episode_rows(episode, text_chars=text_chars)
     min_versions = [
@@ -216,6 +170,14 @@ def episode_to_outputs(
 
 
 @register(AGENT_LOOP_NAME)
+def _one_per_key(lock: threading.Lock, table: dict[str, Any], key: str, make: Any) -> Any:
+    """``table[key]``, made by ``make(key)`` on first use, under ``lock`` (one worker-wide object per key)."""
+    with lock:
+        if key not in table:
+            table[key] = make(key)
+        return table[key]
+
+
 class GiGPOEnvAgentLoop(AgentLoopBase):
     """Plays one environment episode per trajectory and returns one training row per step (see module doc)."""
 
@@ -258,8 +220,7 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
 
     @classmethod
     def executor(cls) -> EnvThreadPool:
-        """The worker-wide thread pool environment calls run in (size ``GIGPO_ENV_THREADS``, default 64); a call
-        abandoned past its deadline gets its thread replaced, so hung environments cannot starve it."""
+        """The worker-wide thread pool environment calls run in (``GIGPO_ENV_THREADS``, default 64)."""
         with cls._executor_lock:
             if cls._executor is None:
                 threads = int(os.getenv("GIGPO_ENV_THREADS", "64"))
@@ -269,25 +230,16 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
     @classmethod
     def transcript_writer(cls, folder: str) -> TranscriptWriter:
         """The worker-wide writer of ``env.transcript_dir`` (one file per process)."""
-        with cls._transcripts_lock:
-            if folder not in cls._transcripts:
-                cls._transcripts[folder] = TranscriptWriter(folder)
-            return cls._transcripts[folder]
+        return _one_per_key(cls._transcripts_lock, cls._transcripts, folder, TranscriptWriter)
 
     @classmethod
     def part_writer(cls, run_dir: str) -> PartWriter:
-        """The worker-wide writer of logged validation episodes (``<run_dir>/episodes_parts/``, one file per
-        process)."""
-        with cls._episode_parts_lock:
-            if run_dir not in cls._episode_parts:
-                cls._episode_parts[run_dir] = PartWriter(run_dir)
-            return cls._episode_parts[run_dir]
+        """The worker-wide writer of logged validation episodes (``<run_dir>/episodes_parts/``)."""
+        return _one_per_key(cls._episode_parts_lock, cls._episode_parts, run_dir, PartWriter)
 
     def env_pool(self) -> EnvPool:
-        """The worker-wide environment pool, made by the first agent loop of the process: its worker processes
-        (``env.num_workers``; ``auto`` = this node's cores divided among the agent-loop workers verl places on it,
-        ``actor_rollout_ref.rollout.agent.num_workers`` round-robin over ``trainer.nnodes`` nodes) host the
-        environments that are not thread-parallel."""
+        """The worker-wide environment pool (``env.num_workers``; ``auto``: the node's cores over its agent-loop
+        workers)."""
         cls = type(self)
         with cls._env_pool_lock:
             if cls._env_pool is None:
@@ -298,9 +250,8 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
             return cls._env_pool
 
     def episode_seeds(self, task: TaskSpec, row: dict[str, Any]) -> EpisodeSeeds | None:
-        """The request seeds of member ``session_id`` of ``task``'s group (None with ``env.seeded_sampling=false``):
-        a training row (one with the trainer mode's draw field) plays in the stream of its iteration
-        (``global_steps``) and draw, any other row (validation, evaluation) in the validation stream."""
+        """The request seeds of member ``session_id`` of ``task``'s group: training rows in their iteration's and
+        draw's stream, others in the validation stream; None with ``env.seeded_sampling=false``."""
         if not self.seeded:
             return None
         draw = row.get(DRAW_FIELD)

@@ -1,24 +1,9 @@
 """Joining a running Ray cluster: which launch joins one, what it must not pass to Ray, and whether verl's workers fit.
 
-verl's ``run_ppo`` calls ``ray.init(**ray_kwargs.ray_init)`` unless Ray is already connected. A launch *joins* a
-cluster when Ray is given an address: ``ray_kwargs.ray_init.address`` (any value but ``local``), or ``RAY_ADDRESS``
-in the environment when that key is unset or ``auto`` (Ray's own rule, ``ray.init``). Ray then refuses
-``num_cpus``/``num_gpus`` ("When connecting to an existing cluster, num_cpus and num_gpus must not be provided"):
-the cluster's nodes declared their own when they started (``ray start --num-cpus N --num-gpus G``). The
-``platform=cpu`` config sets both for the one-machine case, so :func:`prepare_ray_init` drops them when joining.
-
-verl places its trainer workers (FSDP ranks; with the hybrid rollout, also the rollout replicas) with one Ray
-placement group per node (``RayResourcePool.get_placement_groups``): ``trainer.nnodes`` groups, each
-``trainer.n_gpus_per_node`` bundles of ``{GPU: 1, CPU: c}`` (``c`` = ``ResourcePoolManager.max_colocate_count``, 3)
-packed onto ONE Ray node (``STRICT_PACK``). A group that fits no node waits forever: verl's own check
-(``ResourcePoolManager._check_resource_available``) counts only the cluster's total GPUs. :func:`placement_problems`
-does the full count from the nodes' declared resources, and :func:`check_cluster` runs it on the driver, connected to
-the cluster, before verl starts anything there.
-
-    from verl_gigpo.verl_glue.cluster import prepare_ray_init, check_cluster
-    address = prepare_ray_init(config)      # None: verl starts a local Ray
-    if address is not None:
-        report = check_cluster(config, address)   # raises ClusterError naming the numbers and what to do
+A launch joins when Ray is given an address (``ray_kwargs.ray_init.address`` or ``RAY_ADDRESS``); Ray then refuses
+``num_cpus``/``num_gpus``, which :func:`prepare_ray_init` drops. verl's own check counts only the cluster's total
+GPUs, and a placement group that fits no node waits forever, so :func:`check_cluster` counts per node on the driver
+before verl starts. docs/multi-node.md ("Launch a run on the cluster").
 """
 
 from __future__ import annotations
@@ -55,12 +40,8 @@ class ClusterError(ValueError):
 
 
 def ray_address(ray_init: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None) -> str | None:
-    """The address of the running Ray cluster a launch will join, or None when verl will start a local Ray.
-
-    ``ray_init`` is ``ray_kwargs.ray_init``; ``environ`` defaults to ``os.environ``. Ray's rule (``ray.init``): an
-    ``address`` of None or ``"auto"`` is replaced by ``RAY_ADDRESS`` when that is set; ``"auto"`` without it still
-    joins (the cluster started on this machine); ``"local"`` always starts a new local Ray.
-    """
+    """The address of the running Ray cluster a launch will join (``ray_init.address``, else ``RAY_ADDRESS`` for
+    None or ``"auto"``: Ray's rule), or None when verl will start a local Ray (``"local"``)."""
     environ = os.environ if environ is None else environ
     address = (ray_init or {}).get("address")
     address = None if address is None else str(address).strip() or None
@@ -73,10 +54,8 @@ def ray_address(ray_init: Mapping[str, Any] | None, environ: Mapping[str, str] |
 
 
 def prepare_ray_init(config: Any, environ: Mapping[str, str] | None = None) -> str | None:
-    """When the launch joins a cluster (:func:`ray_address`), remove from ``config.ray_kwargs.ray_init`` (in place)
-    the keys Ray refuses then (``num_cpus``, ``num_gpus``, ``resources``, ``object_store_memory``, ``labels``:
-    set to None, which ``ray.init`` takes as not given), logging what was removed; return the address (else None,
-    changing nothing)."""
+    """When the launch joins a cluster, set to None in ``config.ray_kwargs.ray_init`` the keys Ray then refuses
+    (``num_cpus``, ``num_gpus``, ...), logging them; return the address, else None."""
     ray_init = config.ray_kwargs.ray_init
     address = ray_address(ray_init, environ)
     if address is None:
@@ -105,15 +84,10 @@ def placement_problems(
     resource: str = "GPU",
     cpus_per_rank: int = CPUS_PER_RANK,
 ) -> list[str]:
-    """What stops verl's trainer placement groups from fitting on ``nodes`` (empty when they fit).
-
-    ``nodes``: ``ray.nodes()`` entries (``Alive``, ``NodeID``, ``NodeManagerAddress``, ``Resources``: the node's
-    declared totals); dead nodes are ignored. verl asks for ``nnodes`` groups, each of ``n_gpus_per_node`` ranks
-    packed onto one node, a rank taking 1 ``resource`` (the platform's Ray accelerator name: ``GPU``, also on the CPU
-    platform, whose GPUs are logical) and ``cpus_per_rank`` CPUs. A node with G accelerators and C CPUs holds
-    ``min(floor(G / n), floor(C / (cpus_per_rank * n)))`` groups; the cluster holds the launch when these sum to at
-    least ``nnodes``. The totals are what the nodes declared: resources other jobs hold are not subtracted.
-    """
+    """What stops verl's trainer placement groups from fitting on ``nodes`` (``ray.nodes()`` entries; empty when they
+    fit): ``nnodes`` groups of ``n_gpus_per_node`` ranks, each packed onto one node, a rank taking 1 ``resource`` and
+    ``cpus_per_rank`` CPUs. A node with G accelerators and C CPUs holds
+    ``min(floor(G / n), floor(C / (cpus_per_rank * n)))`` groups, counted from its declared totals."""
     alive = [n for n in nodes if n.get("Alive", True)]
     need = n_gpus_per_node * nnodes
     gpus = {_node_name(n): float(n.get("Resources", {}).get(resource, 0)) for n in alive}
@@ -161,14 +135,8 @@ class ClusterReport:
 
 
 def check_cluster(config: Any, address: str) -> ClusterReport:
-    """Connect to the cluster at ``address``, read its live nodes, disconnect, and raise :class:`ClusterError` when
-    verl's trainer placement groups cannot fit there (:func:`placement_problems` for ``trainer.nnodes`` x
-    ``trainer.n_gpus_per_node`` ranks) or the cluster cannot be reached.
-
-    Runs on the driver before verl's ``run_ppo`` (which connects again with the run's runtime environment): a
-    launch that cannot fit stops in seconds with the numbers, instead of waiting forever for its placement groups.
-    The accelerator resource is the active verl platform's (``ray_resource_name()``: ``GPU`` on CUDA and CPU).
-    """
+    """Connect to the cluster at ``address``, read its live nodes, disconnect; raise :class:`ClusterError` when
+    ``trainer.nnodes`` x ``trainer.n_gpus_per_node`` ranks cannot fit there or it cannot be reached."""
     import ray
     from verl.plugin.platform import get_platform
 

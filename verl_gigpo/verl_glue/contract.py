@@ -1,12 +1,9 @@
 """verl's contract: every verl symbol verl_gigpo overrides, patches, wraps, reads or registers into, why, and its guard.
 
-:data:`CONTRACT` is the one list; docs/upgrading.md says how to read it and what to run on a new verl release
-(``pytest -m verl_contract`` first). ``python -m verl_gigpo.verl_glue.contract`` prints it as markdown (``--check``
-also runs every guard). Each guard runs where the symbol is used: at import of the module that overrides or reads it
-(:func:`check_contract`), or when a patch installs (the installer calls :func:`check_signature` and
-:func:`check_binding` itself: once installed, the patched name is ours). A failing guard raises
-:class:`~verl_gigpo.verl_glue.verl_version.VerlMismatchError` naming the verl symbol, what was expected and what is
-there, instead of a patch that silently no longer applies.
+:data:`CONTRACT` is the one list; ``python -m verl_gigpo.verl_glue.contract`` prints it (``--check`` runs every
+guard). Each guard runs where the symbol is used (:func:`check_contract` at import, or the patch's installer) and
+raises :class:`~verl_gigpo.verl_glue.verl_version.VerlMismatchError` naming what changed. How to read it and what to
+run on a new verl: docs/upgrading.md.
 """
 
 from __future__ import annotations
@@ -51,17 +48,11 @@ GUARDS = {
 
 @dataclass(frozen=True)
 class Entry:
-    """One verl symbol touched by verl_gigpo.
+    """One verl symbol touched by verl_gigpo: the columns of docs/upgrading.md ("How to read the table").
 
-    Attributes:
-        symbol: ``module:Qualified.name`` in verl, e.g. ``verl.trainer.ppo.v1:PPOTrainerSync._update_actor``.
-        kind: overrides, wraps, patches, reads or registers into.
-        ours: the module of verl_gigpo that touches it (its guard runs there).
-        why: what verl_gigpo needs it for.
-        guard: a key of :data:`GUARDS`.
-        arg: the guard's argument: parameter names (``signature``; None: the override's), a type (``exists``), the
-            calling method (``called``), the literal (``text``), the stand-in class path (``fields``), the installer
-            (``binding``).
+    ``arg``: the guard's argument: parameter names (``signature``; None: the override's), a type (``exists``), the
+    calling method (``called``), the literal (``text``), the stand-in class path (``fields``), the installer
+    (``binding``).
     """
 
     symbol: str
@@ -361,18 +352,8 @@ def parameter_names(function: Callable[..., Any]) -> tuple[str, ...]:
 
 
 def check_signature(function: Any, params: Sequence[str], *, target: str, use: str) -> None:
-    """Refuse a verl callable whose parameters are not ``params`` (names, in order).
-
-    Args:
-        function: the verl function, method (read off its class) or class (its ``__init__`` is read, ``self``
-            included).
-        params: the parameter names the patch was written for, e.g. ``("timeout_second", "backend")``.
-        target: the verl symbol, for the message.
-        use: what of verl_gigpo relies on it, for the message.
-
-    Raises:
-        VerlMismatchError: ``function`` is not callable or its parameters differ.
-    """
+    """Refuse (VerlMismatchError) a verl callable whose parameter names, in order, are not ``params``; a class is
+    read through its ``__init__`` (``self`` included); ``target`` and ``use`` go into the message."""
     if not callable(function):
         raise VerlMismatchError(target, f"a callable with parameters {tuple(params)}", repr(function), use=use)
     found = parameter_names(function.__init__ if inspect.isclass(function) else function)
@@ -381,11 +362,7 @@ def check_signature(function: Any, params: Sequence[str], *, target: str, use: s
 
 
 def check_overrides(cls: type, base: type, names: Sequence[str], *, use: str) -> None:
-    """Refuse a verl base class whose methods ``names`` are gone or take other parameters than ``cls``'s overrides.
-
-    Raises:
-        VerlMismatchError: a method is missing on ``base`` or its parameter names differ from the override's.
-    """
+    """Refuse (VerlMismatchError) a ``base`` whose methods ``names`` are gone or differ in parameters from ``cls``'s."""
     for name in names:
         ours = vars(cls)[name]
         verl_method = getattr(base, name, None)
@@ -396,12 +373,8 @@ def check_overrides(cls: type, base: type, names: Sequence[str], *, use: str) ->
 
 
 def check_binding(module_name: str, attr: str, expected: Any, *, use: str) -> None:
-    """Refuse a loaded verl module whose name ``attr`` is not ``expected`` (the object it bound at import and a patch
-    replaces); a module not imported yet passes (it binds the patched object when it is imported).
-
-    Raises:
-        VerlMismatchError: ``sys.modules[module_name].attr`` is missing or another object.
-    """
+    """Refuse (VerlMismatchError) a loaded verl module whose name ``attr`` is not ``expected``, the object a patch
+    replaces; a module not imported yet passes."""
     module = sys.modules.get(module_name)
     if module is None:
         return
@@ -447,11 +420,7 @@ def _our_override(entry: Entry, base: type) -> Any:
 
 
 def check_entry(entry: Entry) -> None:
-    """Run ``entry``'s guard (see :data:`GUARDS`); a ``binding`` guard runs in its installer, not here.
-
-    Raises:
-        VerlMismatchError: the verl symbol is not what verl_gigpo was written for.
-    """
+    """Run ``entry``'s guard (a ``binding`` guard runs in its installer); VerlMismatchError when it fails."""
     use = f"{entry.ours} ({entry.why})"
     target = entry.symbol.replace(":", ".")
     try:
@@ -517,12 +486,8 @@ def _check_fields(entry: Entry, verl_config: type, ours: type, *, target: str, u
 
 
 def check_contract(ours: str, symbol: str | None = None) -> None:
-    """Run the guard of every :data:`CONTRACT` entry of module ``ours`` (called at that module's import, or where it
-    touches verl); with ``symbol``, of its entries whose verl symbol ends with it only (e.g. ``"._engines"``).
-
-    Raises:
-        VerlMismatchError: a verl symbol it relies on is not what it was written for.
-    """
+    """Run the guard of every :data:`CONTRACT` entry of module ``ours`` (only those whose symbol ends with
+    ``symbol``, when given); VerlMismatchError when a verl symbol is not what it was written for."""
     for entry in CONTRACT:
         if entry.ours == ours and (symbol is None or entry.symbol.endswith(symbol)):
             check_entry(entry)

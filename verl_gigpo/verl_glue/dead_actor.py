@@ -1,16 +1,10 @@
 """A process of a verl run that died (a Ray actor: SIGKILL, the OOM killer, a segfault): one line saying which and what
 to do, instead of Ray's nested tracebacks.
 
-verl does not replace a dead actor. Where it awaits one (the trainer's calls on its worker groups, the rollout
-server's weight sync), Ray raises ``ActorDiedError`` there as soon as the actor's process is gone, and the error
-travels up as a ``RayTaskError`` through every actor that waited on it (TaskRunner) to ``main_ppo.run_ppo`` in the
-driver. Where it does not (verl's synchronous V1 trainer starts the episodes on the agent-loop workers and then polls
-TransferQueue for their rows, ``ReplayBuffer.sample``, with no deadline), a dead agent-loop worker would leave the
-run waiting forever: :class:`ActorWatch`, checked by the ``gigpo_sync`` trainer mode on every poll and after every
-sample, raises :class:`DeadActorError` instead, which reaches the driver the same way. :func:`find_dead_actor`
-reads the innermost dead actor from that error (Ray writes ``class_name``, ``pid``, ``name``, ``ip`` into its
-message); ``python -m verl_gigpo.main`` then stops with :func:`stop_message` and exit status 1, and a relaunch with
-``trainer.resume_mode=auto`` resumes from the last checkpoint (docs/runs.md, "A process dies").
+:class:`ActorWatch` turns the hang of verl's rollout wait on a dead agent-loop worker or rollout server into
+:class:`DeadActorError`; :func:`find_dead_actor` reads the dead actor from the error that reaches the driver, and
+``python -m verl_gigpo.main`` ends with :func:`stop_message`. Why and how: docs/verl-integration.md ("A dead Ray
+actor"); what a user sees: docs/runs.md ("A process dies").
 """
 
 from __future__ import annotations
@@ -141,15 +135,8 @@ def death_reason(cause: str) -> str | None:
 
 
 def dead_actor_in_job(*, wait_s: float = 0.0, poll_s: float = 0.25) -> DeadActor | None:
-    """The actor of this driver's Ray job that died unasked (its process or its node died), from Ray's actor table;
-    None when none did (or Ray is not running in this process).
-
-    The fallback of ``verl_gigpo.main`` for an error out of ``main_ppo`` that names no dead actor (a client of a
-    service whose node left fails with its own error first, e.g. a timeout or a closed socket): Ray marks the
-    processes of a node that left DEAD only when it notices, so the table is read again every ``poll_s`` seconds
-    for up to ``wait_s``. Among several, a process that died itself (``WORKER_DIED``, ``NODE_DIED``) wins over one
-    that died with its owner (``OWNER_DIED``), then the one that ended first.
-    """
+    """The actor of this driver's Ray job that died unasked, from Ray's actor table, read every ``poll_s`` for up to
+    ``wait_s`` seconds; None when none did (or Ray is not running here)."""
     import ray
     from ray._private import state
 
@@ -173,15 +160,8 @@ def dead_actor_in_job(*, wait_s: float = 0.0, poll_s: float = 0.25) -> DeadActor
 
 
 class ActorWatch:
-    """Whether the Ray actors of ``handles()`` (agent-loop workers, rollout servers) are alive, read from Ray's
-    actor table (``ray._private.state.actors``, the GCS table verl reads too; Ray marks an actor DEAD within
-    milliseconds of its process exiting).
-
-    verl's synchronous trainer waits for rollouts by polling TransferQueue (``ReplayBuffer.sample``) with no
-    deadline, and nothing there awaits the agent-loop workers (``AgentLoopWorkerTQ.generate_sequences`` only
-    starts the episodes): a dead one leaves its prompts running forever. :meth:`check` on every poll turns that
-    hang into :class:`DeadActorError`.
-    """
+    """Whether the Ray actors of ``handles()`` (agent-loop workers, rollout servers) are alive, from Ray's actor
+    table; :meth:`check` raises :class:`DeadActorError` for a dead one."""
 
     def __init__(self, handles: Callable[[], Iterable[Any]], *, every_s: float = 1.0):
         self.handles, self.every_s = handles, every_s
@@ -266,17 +246,10 @@ def raised_by_ray(error: BaseException) -> bool:
 
 
 def find_dead_actor(error: BaseException, *, waited_on: str | None = None) -> DeadActor | None:
-    """The dead Ray actor behind ``error`` (an exception out of verl's ``main_ppo``), or None when no actor died.
+    """The dead Ray actor behind ``error`` (out of verl's ``main_ppo``; the innermost cause wins), or None.
 
-    Looks at ``error`` and its causes (``RayTaskError.cause``, ``__cause__``, ``__context__``); among the texts
-    that describe a dead actor (``ray.exceptions.ActorDiedError``), the innermost cause wins: the actor whose death
-    made the others fail.
-
-    ``waited_on``: the class of the actor the caller's own ``ray.get`` waited on (``verl_gigpo.main``: verl's
-    ``TaskRunnerV1``). When no dead actor is described but the chain holds Ray's ``ActorUnavailableError`` (an actor
-    whose process or node stopped answering, as when the node it ran on leaves the cluster; Ray's text names its id
-    but neither class nor pid), the innermost unavailable actor is reported with Ray's reason: as ``waited_on`` when
-    ``error`` itself is that error (the caller's own call failed), else by its actor id.
+    Failing that, an ``ActorUnavailableError`` in the chain, named ``waited_on`` (the class the caller's own
+    ``ray.get`` waited on) when ``error`` is that error, else by its actor id.
     """
     from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
 
@@ -319,11 +292,8 @@ def stop_message(dead: DeadActor, experiment_dir: str | Path) -> str:
 
 
 def guard_replay_buffer(buffer: Any, watch: ActorWatch) -> Any:
-    """Make verl's replay buffer ``buffer`` call ``watch.check()`` before each of its polls of TransferQueue
-    (``ReplayBuffer._wait_for_next_poll``) and before and after each ``sample``: a dead watched actor then stops the
-    iteration (:class:`DeadActorError`) instead of leaving ``sample`` waiting (polls look at Ray's table at most once
-    per ``watch.every_s``; ``sample`` always looks), and no batch generated while one died is trained on. Both are
-    wrapped on the instance; returns ``buffer``."""
+    """Make verl's replay buffer call ``watch.check()`` before each poll of TransferQueue and before and after each
+    ``sample`` (both wrapped on the instance); returns ``buffer``."""
     from verl_gigpo.verl_glue.contract import check_contract
 
     check_contract(__name__)  # verl's sample still polls through _wait_for_next_poll

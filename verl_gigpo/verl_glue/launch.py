@@ -1,25 +1,10 @@
-"""What ``python -m verl_gigpo.main`` does with the experiment folder before verl starts Ray.
+"""What ``python -m verl_gigpo.main`` does with the experiment folder (``trainer.default_local_dir``) before Ray.
 
-The experiment folder is ``trainer.default_local_dir`` (verl's default: ``checkpoints/<project>/<experiment>``).
-verl saves ``global_step_K/`` there and then writes the pointer ``latest_checkpointed_iteration.txt``
-(``verl.trainer.ppo.v1.trainer_base.PPOTrainer._save_checkpoint``); with ``trainer.resume_mode=auto`` a launch
-resumes from the step the pointer names (``verl.utils.checkpoint.checkpoint_manager.find_latest_ckpt_path``).
-:func:`prepare_launch` runs on the driver, before Ray, and:
-
-1. **Partial checkpoints.** A ``global_step_K/`` with K above the pointer (or any, without a pointer) is a save
-   that did not finish (a crash mid-save): it is renamed ``global_step_K.partial`` with one line naming both, so it
-   is neither mistaken for a good checkpoint nor mixed with the files of the next save of step K.
-2. **No silent resume.** A launch that will resume says so: the step, the folder, how to start over.
-3. **Settings of the checkpointed run.** Each launch that passes these checks saves its resolved config in
-   ``launches/launch_NNN.json`` with the checkpoints it found; checkpoint K was written by the last launch before
-   the first one that found it (:func:`saved_launch_config`). When the new config differs from that one in a key
-   that may not change on resume (:data:`verl_gigpo.config.resume.VERL_RESUME`: an allow-list, the same rule as the
-   local engine's), the launch stops with the keys and both values, unless ``trainer.allow_config_change=true``.
-4. **Metrics.** The metrics file keeps the rows of the iterations up to the checkpoint and continues after them
-   (:mod:`verl_gigpo.verl_glue.metrics_file`); its path is printed.
-
-Relative folders are made absolute here (from the current directory, as verl does) so that every process of the
-run uses the same folder.
+:func:`prepare_launch`, on the driver: 1. renames partial checkpoints (``global_step_K`` above verl's pointer) to
+``global_step_K.partial``; 2. says whether and from where the launch resumes; 3. stops when a key that may not change
+on resume (:data:`verl_gigpo.config.resume.VERL_RESUME`) differs from the checkpointed run's launch record
+(``launches/launch_NNN.json``), unless ``trainer.allow_config_change=true``; 4. keeps the metrics file
+(:mod:`verl_gigpo.verl_glue.metrics_file`). docs/runs.md ("Checkpoints and partial checkpoints", "Resuming").
 """
 
 from __future__ import annotations
@@ -73,12 +58,8 @@ class LaunchError(ValueError):
 
 @dataclass
 class CheckpointFolder:
-    """verl's checkpoints in an experiment folder.
-
-    pointer: the step ``latest_checkpointed_iteration.txt`` names (None without a readable pointer);
-    pointer_problem: why the pointer is unreadable ("" when it is fine or absent); steps: every ``global_step_K``
-    folder's K, sorted.
-    """
+    """verl's checkpoints in an experiment folder: the ``pointer``'s step (None if unreadable or absent),
+    ``pointer_problem`` ("" when fine), every ``global_step_K``'s K (``steps``, sorted)."""
 
     folder: Path
     pointer: int | None = None
@@ -145,12 +126,8 @@ def checkpoint_stamp(folder: str | Path, step: int) -> int:
 
 
 def saved_launch_config(folder: str | Path, step: int) -> tuple[Path, dict[str, Any]] | None:
-    """The record of the launch that wrote checkpoint ``step``, or None when unknown (a run launched another way).
-
-    Each record lists the checkpoints its launch found at start (``checkpoints_seen``: step -> stamp). The writer
-    is the launch just before the first one that found this save of ``step`` (same :func:`checkpoint_stamp`), or the
-    newest launch when none found it; it must have started below ``step``.
-    """
+    """The record of the launch that wrote checkpoint ``step`` (the one before the first launch that found that save
+    of ``step``, by :func:`checkpoint_stamp`), or None when unknown."""
     records = [json.loads(path.read_text()) | {"_path": path} for _, path in _launch_records(Path(folder))]
     stamp = checkpoint_stamp(folder, step)
     seen_by = [i for i, r in enumerate(records) if r.get("checkpoints_seen", {}).get(str(step)) == stamp]
@@ -164,10 +141,8 @@ def saved_launch_config(folder: str | Path, step: int) -> tuple[Path, dict[str, 
 def write_launch_record(
     folder: str | Path, config: Any, resume_step: int, metrics: Path | None, metrics_rows: int = 0
 ) -> Path:
-    """Save this launch's resolved config in ``folder/launches/launch_NNN.json`` (one more than the last) with the
-    step it resumes from (0: from scratch), the command line, the time, the metrics file, how many of its rows
-    precede this launch's (``metrics_rows``) and the checkpoints already there (``checkpoints_seen``, see
-    :func:`saved_launch_config`); returns the path."""
+    """Save this launch's resolved config, resume step, command, time, metrics rows and the checkpoints already there
+    in ``folder/launches/launch_NNN.json``; returns the path."""
     records = Path(folder) / LAUNCHES_DIR
     records.mkdir(parents=True, exist_ok=True)
     number = max((n for n, _ in _launch_records(Path(folder))), default=0) + 1
@@ -239,14 +214,8 @@ _SHARD = re.compile(r"model_world_size_(\d+)_rank_\d+\.pt")
 
 
 def world_size_problem(config: Any, checkpoint: Path) -> str | None:
-    """Why verl cannot load the actor checkpoint in ``checkpoint`` (``.../global_step_K``) with this launch's ranks,
-    or None.
-
-    verl's FSDP checkpoint holds one shard per rank, ``actor/model_world_size_<W>_rank_<r>.pt``, and loads only the
-    shards of its own world size (``FSDPCheckpointManager.load_checkpoint``): a launch with another
-    ``trainer.nnodes`` x ``trainer.n_gpus_per_node`` would fail inside Ray (a missing shard file). A checkpoint
-    without shard files (not verl's layout) is not judged.
-    """
+    """Why verl cannot load the actor checkpoint ``.../global_step_K`` with this launch's ranks (its FSDP shards are
+    per world size), or None; a checkpoint without shard files is not judged."""
     shards = {
         int(m.group(1)) for p in (checkpoint / "actor").glob("model_world_size_*") if (m := _SHARD.fullmatch(p.name))
     }
@@ -274,19 +243,12 @@ def _set_env(config: Any, environ: dict[str, str], name: str, value: str) -> Non
 
 
 def prepare_launch(config: Any, *, environ: dict[str, str] | None = None, record: bool = True) -> LaunchPlan:
-    """Steps 1-4 of the module docstring, on a composed config (modified in place: the absolute
-    ``trainer.default_local_dir``, and the metrics file's path in ``ray_kwargs.ray_init.runtime_env.env_vars``).
-
-    Args:
-        config: the composed config (``DictConfig``).
-        environ: the environment to set ``VERL_FILE_LOGGER_PATH`` and ``GIGPO_METRICS_APPEND`` in (default
-            ``os.environ``, which Ray processes inherit).
-        record: write the launch record (``launches/launch_NNN.json``).
+    """Prepare the experiment folder of a composed config before Ray (module docstring); ``config`` gets the absolute
+    ``trainer.default_local_dir`` and the metrics path, ``environ`` (default ``os.environ``) the file logger's
+    variables; ``record`` writes the launch record.
 
     Raises:
-        LaunchError: a training key differs from the checkpointed run's without ``trainer.allow_config_change``,
-            or verl could not resume (unreadable pointer, missing ``resume_from_path``, a checkpoint of another
-            number of ranks: :func:`world_size_problem`).
+        LaunchError: a training key changed without ``trainer.allow_config_change``, or verl could not resume.
     """
     environ = os.environ if environ is None else environ
     folder = Path(str(config.trainer.default_local_dir)).absolute()
@@ -333,8 +295,8 @@ def prepare_launch(config: Any, *, environ: dict[str, str] | None = None, record
 
 
 def _check_settings(config: Any, folder: Path, step: int) -> list[str]:
-    """Compare the config with the one that wrote checkpoint ``step``; raise LaunchError on a changed training key
-    unless ``trainer.allow_config_change``; return the lines to print."""
+    """Compare the config with the one that wrote checkpoint ``step``: LaunchError on a changed training key unless
+    ``trainer.allow_config_change``; the lines to print."""
     found = saved_launch_config(folder, step)
     if found is None:
         return [
@@ -360,9 +322,7 @@ def _check_settings(config: Any, folder: Path, step: int) -> list[str]:
 
 
 def summary_lines(plan: LaunchPlan) -> list[str]:
-    """The end-of-launch summary (:func:`verl_gigpo.rollout.summary.launch_summary`) of a verl launch: the metrics
-    file's rows (none without the ``file`` logger), the last training step logged (else the checkpoint pointer's),
-    the latest complete checkpoint of the experiment folder."""
+    """The end-of-launch summary of a verl launch (:func:`verl_gigpo.rollout.summary.launch_summary`)."""
     rows = read_metrics(plan.metrics) if plan.metrics is not None else []
     steps = [int(row["step"]) for row in rows if TRAINING_STEP_KEY in row]
     state = read_checkpoint_folder(plan.folder)

@@ -1,22 +1,11 @@
 """LoRA adapters as verl trains them (peft's LoRA on linear layers), merged into full weights.
 
-Notation (LoRA, Hu et al. 2021, arXiv 2106.09685; peft's ``LoraLayer``): a linear layer ``y = x W^T + b`` with
-``W`` of shape ``(out, in)`` gets an adapter ``A`` ``(r, in)`` and ``B`` ``(out, r)``. In evaluation mode (no
-dropout) the adapted layer computes
-
-    y = x W^T + b + s (x A^T) B^T,      s = alpha / r   (alpha / sqrt(r) with rsLoRA)
-
-which equals the plain layer with the merged weight ``W' = W + s B A``. :func:`merge_lora` computes ``W'`` for every
-adapted layer; the ``hf`` rollout backend serves the merged weights after each adapter sync
-(:mod:`verl_gigpo.verl_glue.cpu.hf_rollout`) and ``python -m verl_gigpo.export`` writes them (:mod:`verl_gigpo.export`).
-
-Names. An adapter tensor is named after its layer: ``<layer>.lora_A[.<adapter>].weight`` and ``lora_B`` alike, with
-or without peft's ``base_model.model.`` prefix (verl's checkpoints keep the adapter name ``default``, verl's weight
-sync and its model merger drop it). ``<layer>.weight`` is the Hugging Face name of the weight it adapts.
-
-Supported: what verl's FSDP engine builds (``FSDPEngine._build_lora_module``: rank, alpha, target modules, no bias
-adapters). DoRA, per-layer ranks or alphas (``rank_pattern``/``alpha_pattern``), ``fan_in_fan_out`` layers, LoRA
-biases and adapters on parameters (``target_parameters``) change the formula above and are refused by name.
+Notation (LoRA, arXiv 2106.09685; peft's ``LoraLayer``): a linear layer ``y = x W^T + b``, ``W`` (out, in), gets
+``A`` (r, in) and ``B`` (out, r); in evaluation mode it computes ``y = x W^T + b + s (x A^T) B^T`` with
+``s = alpha / r`` (``alpha / sqrt(r)`` with rsLoRA), which is the plain layer with ``W' = W + s B A``. Adapter
+tensors are named ``<layer>.lora_A[.<adapter>].weight`` (and ``lora_B``), with or without peft's
+``base_model.model.`` prefix. Supported: what verl's FSDP engine builds; settings that change the formula are refused
+by name. Used by the ``hf`` rollout backend and ``python -m verl_gigpo.export`` (docs/export.md).
 """
 
 from __future__ import annotations
@@ -38,15 +27,9 @@ _UNSUPPORTED = ("use_dora", "fan_in_fan_out", "lora_bias", "rank_pattern", "alph
 
 
 def lora_scale(config: Mapping[str, Any]) -> float:
-    """The factor ``s`` of ``W' = W + s B A`` for a peft LoRA config (a ``LoraConfig.to_dict()`` or an
-    ``adapter_config.json``): ``lora_alpha / r``, or ``lora_alpha / sqrt(r)`` when ``use_rslora`` is true.
-
-    Raises:
-        ValueError: ``r`` not a whole number >= 1, or ``lora_alpha`` missing or 0 (verl's model merger writes 0 when a
-            checkpoint lacks ``lora_train_meta.json``: the merge would silently drop the adapter).
-        NotImplementedError: a setting that changes the formula (DoRA, per-layer ranks/alphas, fan_in_fan_out,
-            LoRA biases, adapters on parameters: ``target_parameters``), named.
-    """
+    """The factor ``s`` of ``W' = W + s B A``: ``lora_alpha / r``, or ``lora_alpha / sqrt(r)`` with ``use_rslora``.
+    ValueError for a bad ``r`` or a missing/0 ``lora_alpha``; NotImplementedError for a setting that changes the
+    formula (DoRA, per-layer ranks/alphas, fan_in_fan_out, LoRA biases, ``target_parameters``)."""
     for key in _UNSUPPORTED:
         if config.get(key):
             raise NotImplementedError(
@@ -64,10 +47,8 @@ def lora_scale(config: Mapping[str, Any]) -> float:
 
 
 def adapted_weight_name(name: str) -> tuple[str, str] | None:
-    """``(Hugging Face weight name, "A" | "B")`` of an adapter tensor's name, None for any other name.
-
-    ``base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight`` and
-    ``model.layers.0.self_attn.q_proj.lora_A.weight`` both give ``("model.layers.0.self_attn.q_proj.weight", "A")``.
+    """``(Hugging Face weight name, "A" | "B")`` of an adapter tensor's name, None for any other name:
+    ``base_model.model.<layer>.lora_A.default.weight`` and ``<layer>.lora_A.weight`` give ``("<layer>.weight", "A")``.
     """
     if name.startswith(PEFT_PREFIX):
         name = name[len(PEFT_PREFIX) :]
@@ -82,20 +63,9 @@ def adapted_weight_name(name: str) -> tuple[str, str] | None:
 def merge_lora(
     base: Mapping[str, torch.Tensor], adapter: Mapping[str, torch.Tensor], config: Mapping[str, Any]
 ) -> dict[str, torch.Tensor]:
-    """Merged weights ``W' = W + s B A`` of every layer ``adapter`` adapts (module docstring).
-
-    Args:
-        base: Hugging Face weight name -> base weight ``W`` ``(out, in)`` (at least the adapted layers').
-        adapter: adapter tensors, ``A`` ``(r, in)`` and ``B`` ``(out, r)`` per layer (names: module docstring).
-        config: the adapter's peft LoRA config (:func:`lora_scale`).
-
-    Returns:
-        weight name -> ``W'`` ``(out, in)`` in ``W``'s dtype and device, for the adapted layers only. ``B A`` and the
-        sum are computed in float32 (as peft's ``merge_and_unload`` does) at least, in float64 for float64 weights.
-
-    Raises:
-        ValueError: a tensor name that is not an adapter's, a layer with only one of A and B, a layer ``base`` lacks,
-            or shapes that do not fit ``(out, in) = (out, r) @ (r, in)`` with ``r`` the config's rank.
+    """Merged weights ``W' = W + s B A`` (``W`` (out, in), ``A`` (r, in), ``B`` (out, r)) of every layer ``adapter``
+    adapts, in ``W``'s dtype, computed in float32 at least; ``base``: HF name -> ``W``; ``config``: peft's LoRA config.
+    ValueError for a name that is not an adapter's, a layer with one of A and B, a layer ``base`` lacks, bad shapes.
     """
     scale = lora_scale(config)
     pairs: dict[str, dict[str, torch.Tensor]] = {}

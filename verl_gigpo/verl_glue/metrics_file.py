@@ -1,22 +1,10 @@
 """The metrics file of a verl launch (``trainer.logger`` with ``file``): where it is, how it survives a resume, how
 to read it.
 
-verl's ``FileLogger`` writes one JSON line per logged step, ``{"step": k, "data": {...}}``, to
-``$VERL_FILE_LOGGER_PATH`` (else ``$VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl``) and opens it with ``"wb"``
-(``verl.utils.tracking.FileLogger.__init__``), so every launch empties the file. ``python -m verl_gigpo.main`` keeps
-one file per experiment across launches instead:
-
-1. The file is ``<trainer.default_local_dir>/metrics.jsonl`` (:func:`metrics_path`; an explicit
-   ``VERL_FILE_LOGGER_PATH`` or ``VERL_FILE_LOGGER_ROOT`` wins), printed at start.
-2. Before Ray starts, :func:`prepare_metrics_file` keeps the rows of the iterations the launch resumes after
-   (steps <= the checkpoint's step) and moves every later row (iterations the launch trains again) and every
-   unreadable line to ``<name>.superseded.jsonl`` beside it; a fresh start moves all rows there. Iterations up to
-   the checkpoint that have no row (a launch killed after saving a checkpoint and before verl logged that
-   iteration) are reported as missing.
-3. verl's file logger appends in that launch (:func:`append_file_logger`, a shim applied by the plug-in in every
-   process and active only where ``GIGPO_METRICS_APPEND=1``, which the entry point sets for its launch).
-
-:func:`read_metrics` reads the file; :func:`iteration_gaps` names the iterations missing from it or logged twice.
+``python -m verl_gigpo.main`` keeps one ``metrics.jsonl`` per experiment across launches (verl's logger would empty
+it): :func:`prepare_metrics_file` trims it to the resumed checkpoint before Ray starts, :func:`append_file_logger`
+makes verl append. :func:`read_metrics` reads it; :func:`iteration_gaps` finds missing or repeated iterations.
+docs/runs.md ("Metrics").
 """
 
 from __future__ import annotations
@@ -56,13 +44,8 @@ TRAINING_STEP_KEY = "training/global_step"
 
 
 def metrics_path(config: Any, environ: dict[str, str] | None = None) -> Path | None:
-    """Where verl's file logger of this launch writes, as an absolute path; None when ``trainer.logger`` has no
-    ``file``.
-
-    ``VERL_FILE_LOGGER_PATH`` when set, else ``$VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl`` when that is set
-    (verl's own rule), else ``<trainer.default_local_dir>/metrics.jsonl`` (relative folders are taken from the
-    current directory, as verl does).
-    """
+    """Where verl's file logger of this launch writes, absolute: ``VERL_FILE_LOGGER_PATH``, else verl's
+    ``VERL_FILE_LOGGER_ROOT`` rule, else ``<trainer.default_local_dir>/metrics.jsonl``; None without ``file``."""
     environ = os.environ if environ is None else environ
     loggers = config.trainer.get("logger", None) or []
     if "file" not in ([loggers] if isinstance(loggers, str) else list(loggers)):
@@ -116,18 +99,9 @@ class MetricsPreparation:
 
 
 def prepare_metrics_file(path: Path, resume_step: int, *, keep_all: bool = False) -> MetricsPreparation:
-    """Make ``path`` hold exactly the rows of the iterations a launch that resumes after ``resume_step`` keeps.
-
-    Rows with ``step <= resume_step`` stay in order; later rows (and every line that is not a JSON object with a
-    ``step``, e.g. one cut by a kill) are appended to :func:`superseded_path`. ``resume_step`` 0 (a fresh start)
-    moves every row, the validation at step 0 included. The file is rewritten through a temporary file and a rename.
-    Iterations ``1..resume_step`` without a training row are returned in ``missing``.
-
-    ``keep_all`` (a ``trainer.val_only`` launch, which trains nothing): the file is left as it is, only its folder
-    is made; nothing is moved and nothing reported missing.
-
-    Raises:
-        OSError: the file or its folder cannot be read or written.
+    """Make ``path`` hold exactly the rows a launch that resumes after ``resume_step`` keeps (0: none): later rows and
+    unreadable lines go to :func:`superseded_path`; iterations ``1..resume_step`` without a row are in ``missing``.
+    ``keep_all`` (a ``trainer.val_only`` launch) leaves the file as it is. OSError when it cannot be read or written.
     """
     report = MetricsPreparation(path=path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -228,18 +202,9 @@ def format_steps(steps: Sequence[int]) -> str:
 
 
 def append_file_logger(_module: Any = None) -> None:
-    """verl's ``verl.utils.tracking.FileLogger`` opens its file with ``"wb"``, so a resumed launch would delete the
-    metrics of every earlier launch; verl has no option to append. Replace ``verl.utils.tracking.FileLogger`` (looked
-    up by name when ``Tracking.__init__`` builds the ``file`` logger) with a subclass that opens
-    ``$VERL_FILE_LOGGER_PATH`` with ``"ab"`` when ``GIGPO_METRICS_APPEND=1``, and is verl's class otherwise. Its
-    ``log`` and ``finish`` are verl's (they use ``self.fp``). Idempotent; checked against verl 0.9.1 by
-    ``tests/test_runs.py``.
-
-    Raises:
-        VerlMismatchError: verl's ``FileLogger`` is not a class taking ``(project_name, experiment_name)`` with
-            ``log`` and ``finish`` (:mod:`verl_gigpo.verl_glue.contract`); RuntimeError: an unsupported verl
-            version.
-    """
+    """Make verl's ``FileLogger`` append (``"ab"``) to ``$VERL_FILE_LOGGER_PATH`` when ``GIGPO_METRICS_APPEND=1``:
+    verl opens it with ``"wb"``, so a resumed launch would delete the earlier metrics. Idempotent.
+    VerlMismatchError: verl's ``FileLogger`` differs from the contract's; RuntimeError: an unsupported verl."""
     from verl.utils import tracking
 
     from verl_gigpo.verl_glue.contract import check_signature

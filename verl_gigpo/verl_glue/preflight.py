@@ -1,41 +1,10 @@
 """Driver-side checks of the composed Hydra config, run by ``python -m verl_gigpo.main`` before verl starts Ray.
 
-verl reads ``algorithm.gigpo.*`` and ``env.*`` only inside its Ray actors (the trainer mode, the agent-loop
-workers), so without this check a typo there surfaces minutes after launch, deep in a Ray traceback, or never (a
-key added with ``+`` that nothing reads). :func:`preflight` checks the whole GiGPO part of the config on the driver:
-
-* the rules both engines check (:mod:`verl_gigpo.config.rules`, the local engine's config check uses them too):
-  ``actor_rollout_ref.rollout.n``, ``env.max_steps``, ``env.history_length``, ``env.invalid_action_penalty`` (a
-  finite number >= 0), ``algorithm.use_kl_in_reward`` (refused with a step-credit estimator, whose rewards are
-  per step), ``algorithm.adv_estimator`` (one of verl's registry) and the training rollouts' sampling
-  (``actor_rollout_ref.rollout.do_sample`` true, ``temperature`` > 0);
-* the supported path: verl's V1 trainer (``trainer.use_v1=true``) with verl's own TransferQueue agent-loop
-  manager, and ``trainer.v1.trainer_mode=gigpo_sync`` for ``adv_estimator=gigpo``;
-* ``algorithm.gigpo.*`` through :meth:`GiGPOConfig.from_algorithm` and ``env.*`` through
-  :func:`verl_gigpo.verl_glue.agent_loop.episode_config_from` — the readers the trainer mode and the agent loop use, so
-  the messages are the ones those components would give later; plus what those readers let through: keys nothing
-  reads (``algorithm.gigpo.gamma``, ``env.<typo>``), an ``env.name`` that is neither registered nor in
-  ``env.registry``, an ``env.kwargs`` that is not a mapping;
-* ``trainer.credit_log_*`` (per-step credit records) through
-  :meth:`verl_gigpo.credit.records.CreditLogOptions.from_trainer`;
-* ``trainer.log_episodes*`` (the episode table) through
-  :meth:`verl_gigpo.rollout.episode_log.EpisodeLogOptions.from_trainer`, ``trainer.health.*`` through
-  :meth:`verl_gigpo.rollout.health.HealthOptions.from_trainer`;
-* ``algorithm.filter_groups`` (dynamic sampling) through
-  :meth:`verl_gigpo.rollout.dynamic.DynamicSampling.from_algorithm` and, when enabled, what verl's path needs (the
-  ``gigpo_sync`` trainer mode, no custom sampler);
-* ``data.apply_chat_template_kwargs`` (a mapping; no key the prompt encoder sets itself) through
-  :func:`verl_gigpo.rollout.episode.chat_template_kwargs_from`, the agent loop's reader;
-* the files a run needs (:func:`file_problems`): ``actor_rollout_ref.model.path`` (an existing folder with a
-  ``config.json``, or a Hugging Face hub id, which with ``HF_HUB_OFFLINE=1`` must be in the local cache),
-  ``data.train_files``/``data.val_files``, and the environment's own data (:meth:`environments.TextEnv.setup_problems`,
-  e.g. ALFWorld's ``env.kwargs.data_path`` or ``$ALFWORLD_DATA``).
-
-Every message names the config key as the user types it. Warnings (nothing wrong, but worth knowing, e.g. a group
-size of 1) are logged.
-
-    from verl_gigpo.verl_glue.preflight import preflight
-    preflight(config)  # raises GiGPOConfigError listing every problem, or returns None
+verl reads ``algorithm.gigpo.*`` and ``env.*`` only inside its Ray actors, so a typo there would surface minutes
+after launch, or never. :func:`preflight` checks them, the rules both engines share, verl's V1 path, the logging and
+dynamic-sampling options and the files a run reads, through the readers the trainer mode and the agent loop use;
+every message names the key as the user types it. The list: docs/runs.md ("Checks before Ray starts"); why:
+docs/verl-integration.md ("Before Ray").
 """
 
 from __future__ import annotations
@@ -106,16 +75,8 @@ class GiGPOConfigError(ValueError):
 
 
 def preflight(config: Any) -> None:
-    """Check the composed trainer config on the driver; raise :class:`GiGPOConfigError` listing every problem.
-
-    Args:
-        config: the composed Hydra config (verl's ``ppo_trainer`` + ``verl_gigpo/config/gigpo_trainer.yaml`` +
-            overrides), a ``DictConfig`` or a plain dict.
-
-    Raises:
-        GiGPOConfigError: (a ``ValueError``) when :func:`config_problems` (the keys) or :func:`file_problems` (the
-            paths) find anything; warnings (:func:`config_warnings`) are logged.
-    """
+    """Check the composed trainer config (a ``DictConfig`` or dict) on the driver; raise :class:`GiGPOConfigError`
+    listing every problem of :func:`config_problems` and :func:`file_problems`; log :func:`config_warnings`."""
     problems = config_problems(config) + file_problems(config)
     if problems:
         raise GiGPOConfigError(problems)
@@ -124,12 +85,7 @@ def preflight(config: Any) -> None:
 
 
 def config_problems(config: Any) -> list[str]:
-    """Every problem of the GiGPO keys of ``config`` (see the module docstring; the paths are
-    :func:`file_problems`'), one message each; ``[]`` if none.
-
-    The ``algorithm.gigpo`` and ``env`` messages are those of :meth:`GiGPOConfig.from_algorithm` and
-    :func:`~verl_gigpo.verl_glue.agent_loop.episode_config_from`, the readers the trainer mode and the agent loop call.
-    """
+    """Every problem of the GiGPO keys of ``config``, one message each (the readers' own); ``[]`` if none."""
     if not isinstance(config, DictConfig):
         config = OmegaConf.create(config)
     rule_problems = _rule_problems(config)
@@ -190,9 +146,7 @@ def config_problems(config: Any) -> list[str]:
 
 
 def _dynamic_sampling_problems(config: DictConfig) -> list[str]:
-    """``algorithm.filter_groups`` through :meth:`~verl_gigpo.rollout.dynamic.DynamicSampling.from_algorithm` (the
-    reader of the trainer mode and the local engine) and, when enabled, what verl's path needs: the ``gigpo_sync``
-    trainer mode (whose replay buffer runs the keep test), no custom sampler, whole iterations per sample."""
+    """``algorithm.filter_groups`` and, when enabled, what verl's path needs (``gigpo_sync``, no custom sampler)."""
     from verl_gigpo.rollout.dynamic import DynamicSampling
 
     try:
@@ -225,11 +179,8 @@ def _dynamic_sampling_problems(config: DictConfig) -> list[str]:
 
 
 def config_warnings(config: Any) -> list[str]:
-    """What is valid but worth a warning: a group size (``actor_rollout_ref.rollout.n``) of 1 (what each
-    estimator then computes, :func:`verl_gigpo.config.group_size_warning`); ``rollout.full_determinism`` without
-    request seeds (``env.seeded_sampling=false``: one seed for every request of a replica);
-    ``val_kwargs.do_sample=false`` with a sampling setting under a trainer mode other than ``gigpo_sync``, which
-    alone makes it greedy (:func:`verl_gigpo.verl_glue.trainer.apply_validation_sampling`)."""
+    """What is valid but worth a warning: a group size of 1, ``full_determinism`` without request seeds, greedy
+    validation settings under another trainer mode."""
     if not isinstance(config, DictConfig):
         config = OmegaConf.create(config)
     estimator = OmegaConf.select(config, "algorithm.adv_estimator", default=None)
@@ -263,9 +214,7 @@ def _truthy(value: str | None) -> bool:
 
 
 def _model_problem(key: str, value: Any) -> str | None:
-    """``key`` (a model or tokenizer location) must be an existing folder holding ``config.json`` or a hub id that
-    can be fetched: any when the hub is reachable, a cached one under ``HF_HUB_OFFLINE=1``. URLs (``hdfs://``, ...)
-    are verl's to fetch."""
+    """``key`` must be a folder holding ``config.json`` or a fetchable hub id (cached under ``HF_HUB_OFFLINE=1``)."""
     text = str(value)
     if "://" in text:
         return None
@@ -308,8 +257,7 @@ def _listed(value: Any) -> list[str]:
 
 
 def file_problems(config: Any) -> list[str]:
-    """The files and folders a run reads, checked before Ray (see the module docstring); one message per problem,
-    naming the config key (or environment variable) and what to do."""
+    """The files and folders a run reads (model, data, the environment's own data); one message per problem."""
     if not isinstance(config, DictConfig):
         config = OmegaConf.create(config)
     problems = []
@@ -342,8 +290,7 @@ def file_problems(config: Any) -> list[str]:
 
 
 def _env_data_problems(env: Any) -> list[str]:
-    """The environment's own check of its constructor arguments (:meth:`environments.TextEnv.setup_problems`),
-    for environments of this process's registry (``env.registry`` targets are imported only in the workers)."""
+    """The environment's own check of its constructor arguments (:meth:`environments.TextEnv.setup_problems`)."""
     if not isinstance(env, Mapping) or env.get("name", None) not in list_envs():
         return []
     kwargs = env.get("kwargs", None) or {}
@@ -363,8 +310,7 @@ def _env_data_problems(env: Any) -> list[str]:
 
 
 def _path_problems(config: DictConfig) -> list[str]:
-    """GiGPO's rows come from verl's V1 TransferQueue path: the agent loop returns a LIST of outputs per episode
-    (one training row per step), which only ``AgentLoopManagerTQ``/``AgentLoopWorkerTQ`` store."""
+    """verl's V1 TransferQueue path, the only one that stores a list of outputs per episode."""
     algorithm = config.get("algorithm", None) or {}
     estimator = algorithm.get("adv_estimator", None)
     rollout = OmegaConf.select(config, "actor_rollout_ref.rollout", default=None) or {}
@@ -401,9 +347,7 @@ def _path_problems(config: DictConfig) -> list[str]:
 
 
 def _rule_problems(config: DictConfig) -> list[str]:
-    """The rules of :mod:`verl_gigpo.config.rules` that the local engine checks too, outside ``env.*``
-    (:func:`_env_problems`): the group size, ``algorithm.use_kl_in_reward`` (refused with a step-credit estimator)
-    and ``algorithm.adv_estimator`` (one that verl's registry holds, the plug-in's included)."""
+    """The rules both engines check, outside ``env.*``: the group size, ``use_kl_in_reward``, ``adv_estimator``."""
     problems = []
     for key in SHARED_KEYS:
         if not key.startswith("env."):
@@ -424,8 +368,7 @@ def _rule_problems(config: DictConfig) -> list[str]:
 
 
 def _gigpo_problems(algorithm: Any, env: Any = None) -> list[str]:
-    """``algorithm.gigpo.*`` (and ``algorithm.gamma``) as the trainer mode and the agent loop read them, with the
-    ``env`` values the estimators take (``env.invalid_action_penalty_mode`` and the successors' inherited ones)."""
+    """``algorithm.gigpo.*`` (and ``algorithm.gamma``) as the trainer mode and the agent loop read them."""
     if algorithm is None:
         return []
     gigpo = algorithm.get("gigpo", None)
@@ -449,13 +392,8 @@ def _gigpo_problems(algorithm: Any, env: Any = None) -> list[str]:
 
 
 def _env_problems(env: Any) -> tuple[list[str], bool]:
-    """What :func:`~verl_gigpo.verl_glue.agent_loop.episode_config_from` and the environment registry do not check
-    before an episode starts: unknown keys, the name, the types of the numbers, ``env.kwargs``.
-
-    Returns:
-        the problems, and whether the numbers have types that reader can take (it casts with ``int()`` and
-        ``float()``, which would truncate 2.5 or fail on text with Python's own message).
-    """
+    """What :func:`~verl_gigpo.verl_glue.agent_loop.episode_config_from` and the registry leave unchecked (unknown
+    keys, the name, number types, ``env.kwargs``); the problems, and whether the numbers' types can be cast."""
     if env is None:
         return [], True  # episode_config_from says what to do
     if not isinstance(env, Mapping):

@@ -1,10 +1,5 @@
-"""Warnings of verl's dependencies that repeat without telling the user anything new: each shown once per process.
-
-TransferQueue's ``limit_pytorch_auto_parallel_threads`` (``transfer_queue.utils.common``) warns on every put and get
-of a process on a machine with fewer physical cores than ``TQ_NUM_THREADS`` (8): "target_num_threads 8 should not
-exceed total physical CPU cores 2", about 20 times in a one-iteration ``DEVICE=cpu`` recipe run. The plug-in installs
-:func:`quiet_repeated_warnings` in every process that imports verl.
-"""
+"""Warnings of verl's dependencies that repeat without telling the user anything new: each shown once per process
+(TransferQueue's thread-count warning, on every put and get where the machine has fewer than 8 cores)."""
 
 from __future__ import annotations
 
@@ -38,8 +33,7 @@ class OncePerProcess(logging.Filter):
 
 
 def quiet_repeated_warnings() -> None:
-    """Attach a :class:`OncePerProcess` filter for each entry of :data:`REPEATED` (once; the loggers need not exist
-    yet: ``logging.getLogger`` returns the object the library's module binds later)."""
+    """Attach a :class:`OncePerProcess` filter for each entry of :data:`REPEATED` (once)."""
     for name, pattern in REPEATED.items():
         target = logging.getLogger(name)
         if not any(isinstance(f, OncePerProcess) and f.pattern is pattern for f in target.filters):

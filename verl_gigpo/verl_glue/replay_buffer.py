@@ -1,39 +1,10 @@
 """Dynamic sampling on verl's pipeline: verl's synchronous V1 ReplayBuffer whose DAPO filter is the shared keep test.
 
-verl 0.9.1's sync ``ReplayBuffer`` has a DAPO path (``algorithm.filter_groups.enable``): when a prompt's group is
-finished (all ``rollout.n`` sessions), it may be evicted from TransferQueue; each eviction adds refill credit and the
-buffer dispatches fresh prompts through the trainer's ``refill_fn`` (``PPOTrainer._add_prompts_to_generate``, one
-dataloader prompt per fetch: verl sets ``data.gen_batch_size=1`` when ``filter_groups.enable``), until enough groups
-are sampleable; then it drains the requests in flight and discards the surplus. Its own filter compares one scalar
-per row (``rm_scores`` or a ``reward_extra_info`` field) and evicts a group whose values are all equal.
-
-That scalar test cannot say whether the step term has signal: verl's rows are environment steps, and the test needs
-the rows of every session of the group together (anchor groups span trajectories). The agent loop sees one session
-only; the first place that holds a whole group is this buffer, at the moment the group is finished. So the keep test
-runs here: :class:`DynamicReplayBuffer` reads the finished group's rows (``uid``, ``extra_fields``) from
-TransferQueue, builds their :class:`~verl_gigpo.rollout.step_rows.StepBatch` and calls
-:func:`verl_gigpo.rollout.dynamic.group_signal`, the function the local engine calls.
-
-What it adds to verl's buffer, besides the filter:
-
-1. a budget of ``algorithm.filter_groups.max_num_gen_batches`` x ``data.train_batch_size`` prompts per iteration (the
-   reference's tries; verl 0.9.1's V1 buffer ignores ``max_num_gen_batches`` and refills without limit): fresh prompts
-   are dispatched while the budget lasts, and a dropped group is evicted only while the groups present plus the
-   prompts the budget still allows exceed ``data.train_batch_size``, so an iteration always ends with a full batch
-   (groups the filter dropped fill what the budget could not, as the reference's last try keeps everything);
-2. the selection: the groups the filter kept first, in dispatch order, then the others in dispatch order (verl
-   orders by global step alone, which leaves ties to set order);
-3. the ``dynamic/*`` metrics (:func:`verl_gigpo.rollout.dynamic.dynamic_metrics`, as on the local engine), a group's
-   round being its dispatch index // ``data.train_batch_size`` + 1.
-
-Contract with verl (``verl/trainer/ppo/v1/replay_buffer.py``, verl 0.9.1; private members, hence the version guard of
-:mod:`verl_gigpo.verl_glue.trainer`): the ``ReplayBuffer.__init__`` arguments; ``sample`` (wrapped: per-iteration state
-before, metrics after); ``_dapo_filtered_keys`` (replaced: it returns the uids to evict and a ``{score: count}``
-breakdown, and may use ``finished_keys``, ``pending_keys``, ``running_keys``, ``failure_keys``, ``partitions`` and
-``_dapo_classification_cache`` of the current poll's snapshot); ``_select_prompt_uids`` (replaced: same return
-value); ``refill_fn`` (wrapped with the budget). verl's loop (``ReplayBuffer.sample``) calls ``_dapo_filtered_keys``
-once per poll right after syncing the snapshot, evicts what it returns, then refills ``2k`` prompts per ``k``
-evicted, at most ``max_inflight_gen_batches`` x ``train_batch_size`` in flight.
+The keep test needs a whole episode group's step rows, and the first place that holds them is verl's buffer when the
+group is finished: :class:`DynamicReplayBuffer` reads them from TransferQueue and calls
+:func:`verl_gigpo.rollout.dynamic.group_signal` (the local engine's function), adds the reference's per-iteration
+budget, orders kept groups first and adds the ``dynamic/*`` metrics. How and why: docs/dynamic-sampling.md
+("On verl's pipeline"); the verl members it relies on: docs/verl-integration.md and the contract table.
 """
 
 from __future__ import annotations
@@ -59,19 +30,11 @@ FILTER_METRIC = "gigpo_group_signal"
 
 
 class DynamicReplayBuffer(ReplayBuffer):
-    """verl's sync ``ReplayBuffer`` with dynamic sampling by :func:`~verl_gigpo.rollout.dynamic.group_signal` (see the
-    module docstring).
+    """verl's sync ``ReplayBuffer`` with dynamic sampling by :func:`~verl_gigpo.rollout.dynamic.group_signal`.
 
-    Args:
-        *args, **kwargs: verl's ``ReplayBuffer`` arguments (``filter_groups_metric`` is set to :data:`FILTER_METRIC`,
-            ``gen_batch_size`` must be 1 and ``train_batch_size`` set).
-        dynamic: the options (``algorithm.filter_groups``, enabled).
-        gigpo: the step-credit estimator's settings (a :class:`verl_gigpo.config.GiGPOConfig`), None for grpo, rloo
-            and verl's other estimators.
-        penalty_mode: ``env.invalid_action_penalty_mode`` (the episode score, when ``gigpo`` is None).
-
-    Raises:
-        ValueError: dynamic sampling not enabled, or ``gen_batch_size`` other than 1 / no ``train_batch_size``.
+    ``dynamic``: ``algorithm.filter_groups`` (enabled); ``gigpo``: the step-credit estimator's :class:`GiGPOConfig`
+    (None for other estimators); ``penalty_mode``: the episode score's mode when ``gigpo`` is None. verl's own
+    arguments otherwise (``gen_batch_size`` must be 1); ValueError if not.
     """
 
     def __init__(
@@ -93,8 +56,7 @@ class DynamicReplayBuffer(ReplayBuffer):
 
     # ------------------------------------------------------------------ one iteration's state
     def _start_iteration(self, batch_size: int) -> None:
-        """Reset the iteration's budget, dispatch order and records; the iteration's first ``batch_size`` prompts
-        are already dispatched (verl's ``prepare_step`` submits them before sampling)."""
+        """Reset the iteration's budget, dispatch order and records (its first ``batch_size`` prompts dispatched)."""
         self._target = batch_size
         self._budget = self.dynamic.max_rounds * batch_size
         self._dispatched = batch_size
@@ -102,8 +64,7 @@ class DynamicReplayBuffer(ReplayBuffer):
         self._records: dict[str, GroupRecord] = {}
 
     def _refill(self, num_prompts: int) -> int:
-        """Dispatch ``num_prompts`` fresh prompts (verl's request), as many as the iteration's budget still allows;
-        returns the number dispatched."""
+        """Dispatch up to ``num_prompts`` fresh prompts within the iteration's budget; returns how many."""
         allowed = min(num_prompts, self._budget - self._dispatched)
         if allowed <= 0:
             return 0
@@ -111,12 +72,8 @@ class DynamicReplayBuffer(ReplayBuffer):
         return self._dispatch(allowed)
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int):
-        """verl's ``sample``; for training, one iteration of dynamic sampling, its ``dynamic/*`` metrics added.
-
-        Raises:
-            ValueError: ``batch_size`` other than ``data.train_batch_size`` (verl's ``parameter_sync_step`` > 1 splits
-                an iteration into several samples, which the per-iteration budget does not follow).
-        """
+        """verl's ``sample``; for training, one iteration of dynamic sampling with its ``dynamic/*`` metrics.
+        ValueError for a ``batch_size`` other than ``data.train_batch_size`` (``parameter_sync_step`` > 1)."""
         if partition_id == "val":
             return super().sample(global_steps, partition_id, batch_size)
         if batch_size != self.train_batch_size:
@@ -144,9 +101,8 @@ class DynamicReplayBuffer(ReplayBuffer):
 
     # ------------------------------------------------------------------ verl's DAPO hooks
     def _dapo_filtered_keys(self, partition_id: str) -> tuple[set[str], Counter]:
-        """The finished groups to evict now: the newly finished groups are judged by the keep test (once each); a
-        dropped one is evicted while the groups present plus the budget's remaining prompts exceed the target.
-        Returns the uids and ``{shared episode score: groups}`` of them (verl logs it as a table)."""
+        """The uids of newly finished groups to evict (judged once each, evicted while the budget can replace them)
+        and ``{shared episode score: groups}``."""
         if partition_id == "val":
             return set(), Counter()
         present = (
@@ -171,8 +127,7 @@ class DynamicReplayBuffer(ReplayBuffer):
         return set(evict), Counter(evict.values())
 
     def _judge(self, partition_id: str, uids: list[str]) -> dict[str, float]:
-        """Run the keep test on the finished groups ``uids`` (their rows read from TransferQueue), record them, and
-        return ``{uid: shared episode score}`` of those the filter drops, in dispatch order."""
+        """Keep test on the finished groups ``uids``: records them, returns ``{uid: score}`` of those it drops."""
         wanted = set(uids)
         keys = [key for key in self.partitions[partition_id] if key.split("_")[0] in wanted]
         if keys:
@@ -196,8 +151,7 @@ class DynamicReplayBuffer(ReplayBuffer):
         return dropped
 
     def _select_prompt_uids(self, partition_id: str, sampleable_keys: set[str], batch_size: int):
-        """verl's selection for validation; for training the groups the filter kept first, then the others, each in
-        dispatch order. Returns verl's ``(selected uids, partition snapshot, global-steps snapshot)``."""
+        """Training: the kept groups first, then the others, each in dispatch order (verl's return value)."""
         if partition_id == "val":
             return super()._select_prompt_uids(partition_id, sampleable_keys, batch_size)
 

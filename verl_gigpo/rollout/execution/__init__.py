@@ -8,14 +8,7 @@ The package runs environment calls: :mod:`.envcalls` (one episode's calls, each 
     execution.step_timeout_s, execution.reset_timeout_s   # seconds, or None (no deadline)
     execution.resolve_workers(engine_processes=8)         # worker processes for non-thread-parallel environments
 
-Deadlines (docs/environments-execution.md):
-
-* ``step_timeout_s`` bounds one ``env.step`` (and the ``close`` of a broken environment);
-* ``reset_timeout_s`` bounds building an environment (when the pool has no idle one) and one ``env.reset``.
-
-The clock starts when the call starts running (in its thread, or in its worker process), not while it waits for
-a free thread. A call in a thread also waits there for locks the environment takes (ALFWorld's engine lock is
-held by the other episodes' calls in the same process), so the defaults leave room for that.
+The keys, their defaults and where the clock starts: docs/environments-execution.md.
 """
 
 from __future__ import annotations
@@ -37,25 +30,16 @@ __all__ = [
     "usable_cpus",
 ]
 
-#: ``env.step_timeout_s`` default: ALFWorld steps take 20-80 ms; 60 s also covers waiting behind 128 other episodes'
-#: steps for the engine lock of one process, or a slow remote WebShop / retrieval server.
+#: ``env.step_timeout_s`` and ``env.reset_timeout_s`` defaults (why: docs/environments-execution.md#keys)
 DEFAULT_STEP_TIMEOUT_S = 60.0
-#: ``env.reset_timeout_s`` default: building an ALFWorld instance and loading a real game takes ~0.5-3 s, and in
-#: threads a reset also waits for every other episode's load under the engine lock (16 games' first loads back to
-#: back at the start of an iteration: ~1 minute); 300 s leaves a factor of five.
 DEFAULT_RESET_TIMEOUT_S = 300.0
 #: ``env.num_workers: auto`` never starts more worker processes than this per engine process.
 MAX_AUTO_WORKERS = 32
 
 
 class EnvDeadlineError(EnvError):
-    """An environment call gave no answer within its deadline; the episode fails and the instance is dropped.
-
-    Attributes (besides :class:`~environments.EnvError`'s ``env_name``, ``task_id``, ``step``): ``call`` (``"make"``,
-    ``"reset"``, ``"step"``, ``"close"``), ``waited_s`` (seconds the call ran), ``key`` (the deadline as set,
-    e.g. ``"env.step_timeout_s=60 s"``) and ``remedy`` (what was done with the stuck call: thread abandoned,
-    worker process replaced).
-    """
+    """An environment call gave no answer within its deadline (``key``, e.g. ``"env.step_timeout_s=60 s"``); the
+    episode fails, the instance is dropped, and ``remedy`` says what was done with the stuck call."""
 
     def __init__(
         self, env_name: str, task_id: str | None, step: int, *, call: str, waited_s: float, key: str, remedy: str
@@ -80,14 +64,8 @@ def _seconds(value: Any, key: str) -> float | None:
 
 @dataclass(frozen=True)
 class EnvExecution:
-    """How environment calls run (the ``env.*`` keys of this module).
-
-    step_timeout_s: deadline of one ``step`` (and of closing a broken instance); None = wait for ever.
-    reset_timeout_s: deadline of building an instance and of one ``reset``; None = wait for ever.
-    num_workers: worker processes hosting environments whose class says ``thread_parallel = False`` (ALFWorld):
-        ``"auto"`` (see :meth:`resolve_workers`), 0 (run them in threads of this process; their calls take turns)
-        or a positive count. Environments that are thread-parallel always run in threads.
-    """
+    """How environment calls run: ``env.step_timeout_s``, ``env.reset_timeout_s`` (None: no deadline) and
+    ``env.num_workers`` (docs/environments-execution.md#keys)."""
 
     step_timeout_s: float | None = DEFAULT_STEP_TIMEOUT_S
     reset_timeout_s: float | None = DEFAULT_RESET_TIMEOUT_S
@@ -103,11 +81,7 @@ class EnvExecution:
 
     @classmethod
     def from_config(cls, env: Mapping[str, Any] | None) -> EnvExecution:
-        """The settings of an ``env`` config section (a missing key takes its default).
-
-        Raises:
-            ValueError: a value out of range; the message names the key as typed (``env.step_timeout_s``).
-        """
+        """The settings of an ``env`` section (missing keys: defaults); ValueError names the bad key."""
         env = env if env is not None else {}
         return cls(
             step_timeout_s=_seconds(env.get("step_timeout_s", DEFAULT_STEP_TIMEOUT_S), "env.step_timeout_s"),
@@ -116,9 +90,7 @@ class EnvExecution:
         )
 
     def resolve_workers(self, *, engine_processes: int = 1, cpus: int | None = None) -> int:
-        """The number of worker processes: ``num_workers`` itself, or for ``"auto"`` the cores left to each of the
-        ``engine_processes`` processes that run episodes on this machine (verl's agent-loop workers on this node;
-        1 on the local engine): ``max(1, min(MAX_AUTO_WORKERS, cpus // engine_processes))``."""
+        """``num_workers``, or for ``"auto"``: ``max(1, min(MAX_AUTO_WORKERS, cpus // engine_processes))``."""
         if self.num_workers != "auto":
             return int(self.num_workers)
         cpus = usable_cpus() if cpus is None else cpus

@@ -7,20 +7,9 @@ awaits instead of calling an environment directly.
     observation, reward, terminated, truncated, info = await calls.step(env, action)   # under env.step_timeout_s
     await calls.finish(env, broken=episode.env_error is not None)
 
-Where a call runs:
-
-* an environment hosted in a worker process (:class:`~verl_gigpo.rollout.execution.procpool.RemoteEnv`): a request to
-  the worker; the host enforces the deadline (kills and replaces the worker);
-* any other: a thread of an :class:`~verl_gigpo.rollout.execution.threads.EnvThreadPool`; the clock starts when the call
-  starts in its thread (for an environment that is not thread-parallel, once it has its first-come-first-served
-  turn). Past the deadline the call is abandoned (:meth:`EnvThreadPool.abandon`: a fresh thread replaces it),
-  ``episode.abandoned_threads`` counts it, and the environment is closed if the call ever returns;
-* an inline pool (``threads=0``, the local engine's default): on the event-loop thread; with a deadline the call
-  runs in a helper thread while the loop waits, so it can be abandoned the same way.
-
-A missed deadline raises :class:`~verl_gigpo.rollout.execution.EnvDeadlineError` (an ``EnvError`` naming the
-environment, task, step and seconds waited), which the episode runner records like any environment error. The
-stuck instance is never given back to the pool.
+A call runs in a worker process, a thread, or inline; a missed deadline raises
+:class:`~verl_gigpo.rollout.execution.EnvDeadlineError`. Where calls run and what a missed deadline does:
+docs/environments-execution.md.
 """
 
 from __future__ import annotations
@@ -66,18 +55,8 @@ def _close_quietly(env: Any) -> None:
 
 
 class EnvCalls:
-    """The environment calls of one episode of ``task`` (module docstring).
-
-    Args:
-        task, config: the episode's task and settings.
-        episode: the episode being played; ``timing["env"]`` gets each call's seconds, ``abandoned_threads`` counts
-            calls abandoned in threads.
-        execution: the deadlines.
-        threads: the thread pool of calls that do not go to a worker process (default :func:`default_threads`).
-        env_pool: where environments come from and go back to; without one, ``factory`` builds an environment per
-            episode and it is closed at the end.
-        factory: builds an environment without a pool (default: the registry).
-    """
+    """The environment calls of one episode of ``task``; adds each call's seconds to ``episode.timing["env"]``.
+    Without ``env_pool``, ``factory`` builds an environment per episode."""
 
     def __init__(
         self,

@@ -1,15 +1,9 @@
 """Reuse environment instances across episodes.
 
-Building an environment can be expensive (ALFWorld loads a TextWorld engine and a 34 MB planner library per
-instance, which ``close`` cannot fully unload), while ``reset`` fully re-initialises any environment that follows
-the contract. :class:`EnvPool` keeps finished environments per (name, kwargs, max_steps, key_mode) and hands them
-to the next episode of the same kind. Thread-safe: the episode runner acquires and releases in worker threads.
-
-Environments whose class says ``thread_parallel = False`` (ALFWorld) go to a
-:class:`~verl_gigpo.rollout.execution.procpool.ProcessEnvHost` when the pool has one (``num_workers`` > 0): their
-instances live and are reused in worker processes, and the pool hands out
-:class:`~verl_gigpo.rollout.execution.procpool.RemoteEnv` proxies. Only the default factory (the registry) can build
-environments in another process.
+:class:`EnvPool` keeps finished environments per (name, kwargs, max_steps, key_mode) and hands them to the next
+episode of the same kind (``reset`` re-initialises an environment that follows the contract); thread-safe.
+Environments with ``thread_parallel = False`` go to a worker-process host when ``num_workers`` > 0
+(docs/environments-execution.md).
 """
 
 from __future__ import annotations
@@ -30,15 +24,8 @@ __all__ = ["EnvPool"]
 
 
 class EnvPool:
-    """A pool of idle environments keyed by what makes them interchangeable.
-
-    Args:
-        factory: builds a new environment for ``(task, config)`` (default: the registry via
-            :func:`verl_gigpo.rollout.factory.make_task_env`).
-        max_idle: idle instances kept per key; extra ones are closed on release.
-        num_workers: worker processes for environments that are not thread-parallel (0: they run in threads too).
-        execution: the deadlines those workers enforce (default :class:`EnvExecution`'s).
-    """
+    """A pool of idle environments keyed by what makes them interchangeable; ``max_idle`` kept per key.
+    ``num_workers`` > 0 hosts non-thread-parallel environments in worker processes under ``execution``'s deadlines."""
 
     def __init__(
         self,

@@ -1,32 +1,9 @@
 """Environments in worker processes: parallel steps for environments that hold a process-wide lock (ALFWorld).
 
-An environment class with ``thread_parallel = False`` serialises its calls within one process, so threads do not
-make it faster. :class:`ProcessEnvHost` runs its instances in ``num_workers`` worker processes
-(:mod:`verl_gigpo.rollout.execution.procworker`), each holding any number of reusable instances; the episode runner
-talks to an instance through a :class:`RemoteEnv`:
-
-* ``reset`` / ``step`` / ``close`` are requests over the worker's pipe, answered in order; one request is in
-  flight per worker at a time, sent by that worker's driver thread here, so the event loop never blocks on a pipe;
-* ``parse_action`` / ``render_prompt`` (and every other attribute) run in THIS process on a *view* of the
-  environment: an instance of its class built with ``TextEnv.__init__`` only, whose ``_admissible_actions()`` is
-  the last ``info["admissible_actions"]`` (the contract of ``thread_parallel = False``, environments/base.py).
-
-Placement: an episode goes to the worker already holding an instance of the same task (the members of an episode
-group share the worker's engine cache, ALFWorld's parsed game), else to the worker with the fewest live instances;
-an idle instance on that worker is reused, else one is built there.
-
-Deadlines (:class:`~verl_gigpo.rollout.execution.EnvExecution`): a request that runs past its deadline gets
-:class:`~verl_gigpo.rollout.execution.EnvDeadlineError`; its worker is killed and a fresh one is started for the
-next request. The other instances of that worker are rebuilt in the fresh one on their next request, by replaying
-their episode (make, the same reset, the same actions: environments are deterministic by contract, and the last
-anchor key must match); only when that replay fails does their episode fail (an ``EnvError`` saying why). A worker
-that dies during a request (a crash, SIGKILL) is replaced the same way as soon as its pipe closes (no deadline is
-waited for); the instance whose call was in flight is not rebuilt, its episode fails. A worker found dead before a
-request is sent (it died between requests) is replaced first, and every instance it held is rebuilt by replay: no
-episode fails for it.
-
-Shutdown: :meth:`ProcessEnvHost.close` (also run at interpreter exit) ends every worker; a worker also ends when its
-parent process dies (see :mod:`~verl_gigpo.rollout.execution.procworker`).
+:class:`ProcessEnvHost` runs instances of a ``thread_parallel = False`` environment in worker processes
+(:mod:`verl_gigpo.rollout.execution.procworker`); the episode runner talks to one through a :class:`RemoteEnv`
+(``reset``/``step``/``close`` over the worker's pipe; every other attribute on a local view). Placement, deadlines,
+replay after a lost worker and shutdown: docs/environments-execution.md.
 """
 
 from __future__ import annotations
@@ -95,11 +72,8 @@ def view_class(cls: type[TextEnv]) -> type[TextEnv]:
 
 
 class RemoteEnv:
-    """An environment instance living in a worker process of a :class:`ProcessEnvHost`.
-
-    ``reset``/``step``/``close`` block until the worker answers (use them from threads; the episode runner uses the
-    host's futures instead); any other attribute comes from the local view (module docstring).
-    """
+    """An environment instance in a worker process: ``reset``/``step``/``close`` block until the worker answers;
+    any other attribute comes from the local view."""
 
     def __init__(self, host: ProcessEnvHost, slot: _Slot, iid: int, task: TaskSpec, config: EpisodeConfig):
         self._host, self._slot, self.iid = host, slot, iid
@@ -407,17 +381,9 @@ class _Slot:
 
 
 class ProcessEnvHost:
-    """``num_workers`` worker processes hosting environment instances (module docstring).
-
-    Args:
-        num_workers: worker processes (started when first needed).
-        execution: the deadlines (``step_timeout_s`` for step/close, ``reset_timeout_s`` for make/reset).
-        max_idle: idle instances kept per worker and environment kind; extra ones are closed on release.
-
-    Counters: ``created``, ``reused`` (instances), ``started`` (processes started), ``replaced`` (workers killed or
-    lost and replaced), ``died_idle`` (of those, workers found dead between requests), ``restored`` (instances lost
-    with a worker and rebuilt by replay).
-    """
+    """``num_workers`` worker processes (started when needed) hosting environment instances; ``max_idle`` idle
+    instances kept per worker and kind. Counters: ``created``, ``reused``, ``started``, ``replaced``, ``died_idle``,
+    ``restored`` (instances rebuilt by replay)."""
 
     def __init__(self, num_workers: int, execution: EnvExecution | None = None, *, max_idle: int = 64):
         Range("num_workers", "int", "worker processes", low=1).check(num_workers)

@@ -1,26 +1,11 @@
 """The worker process that hosts environments for :mod:`verl_gigpo.rollout.execution.procpool`.
 
-Started by the host as ``python -m verl_gigpo.rollout.execution.procworker READ_FD WRITE_FD PARENT_PID`` (a fresh
-interpreter: nothing of the parent's state is inherited but ``PYTHONPATH``). It holds any number of environment
-instances, keyed by an integer id, and serves one request at a time from its pipe:
-
-=========  ===================================  ==========================================================
-request    arguments                            reply value
-=========  ===================================  ==========================================================
-``make``   env name, registry target, task,     None (the instance is built with
-           episode config                       :func:`verl_gigpo.rollout.factory.make_task_env`)
-``reset``  seed, options                        ``(observation, info)``
-``step``   action                               ``(observation, reward, terminated, truncated, info)``
-``close``  --                                   None (the instance is closed and forgotten)
-``exit``   --                                   (no reply: every instance is closed and the process ends)
-=========  ===================================  ==========================================================
-
-Every reply is ``("ok", value, seconds)`` or ``("error", description, seconds)``, ``seconds`` being the time the
-call ran here (:mod:`verl_gigpo.rollout.execution.wire`). The package does not import this module: it runs as
-``__main__``.
-
-The process ends with its parent: ``PR_SET_PDEATHSIG`` (Linux) kills it when the parent dies, and a watchdog thread
-ends it when it finds itself re-parented; it ignores SIGINT (the parent decides when it stops).
+Started as ``python -m verl_gigpo.rollout.execution.procworker READ_FD WRITE_FD PARENT_PID`` (a fresh interpreter).
+It holds environment instances keyed by an integer id and serves one request at a time from its pipe: ``make``
+(env name, registry target, task, episode config), ``reset`` (seed, options), ``step`` (action), ``close``, and
+``exit`` (no reply). Each reply is ``("ok", value, seconds)`` or ``("error", description, seconds)``
+(:mod:`verl_gigpo.rollout.execution.wire`). It ends with its parent and ignores SIGINT
+(docs/environments-execution.md).
 """
 
 from __future__ import annotations

@@ -1,27 +1,13 @@
 """Threads for environment calls that survive calls which never return.
 
-A Python thread cannot be killed. When an environment call misses its deadline, the episode runner gives up on it
-(:meth:`EnvThreadPool.abandon`): the thread running it is written off and a fresh thread takes its place, so the pool
-keeps ``threads`` threads serving calls however many calls hang. An abandoned thread exits when (if ever) its call
-returns, and runs the callbacks registered on its future then (the runner closes the environment there). Threads
-are daemon threads, so a hung one cannot keep the process from exiting (``concurrent.futures.ThreadPoolExecutor``
-joins its threads at exit and would wait for ever).
-
     pool = EnvThreadPool(64)
     future = pool.submit(env.step, action)        # an EnvCallFuture: started_at / elapsed_s set by the thread
     ...
     if not future.done() and pool.abandon(future): ...   # written off; pool.abandoned_running counts it
 
-``threads=0`` runs calls inline on the caller's thread (:meth:`call_inline`); with a deadline an inline call runs in
-a helper thread while the caller blocks, so it can be abandoned the same way.
-
-Calls of an environment that is not thread-parallel take turns on a process-wide lock inside the environment
-(ALFWorld's engine lock). Python's locks are not fair: with many threads waiting, one can wait far longer than the
-others, and a deadline that counted the wait would fire on a healthy call. ``submit(..., turn=TurnLock)`` makes such
-calls take a first-come-first-served turn before they start (``started_at`` is set once the turn is theirs), so
-the deadline counts the call alone; abandoning a call passes its turn on (a call after it then meets the
-environment's own lock, still held by the hung call, and misses its deadline in turn: threads cannot recover an
-environment whose lock a hung call holds; worker processes can).
+A call past its deadline is abandoned: its daemon thread is written off and a fresh one takes its place.
+``threads=0`` runs calls inline (:meth:`EnvThreadPool.call_inline`); ``submit(..., turn=TurnLock)`` gives calls of a
+non-thread-parallel environment first-come-first-served turns. Why: docs/environments-execution.md.
 """
 
 from __future__ import annotations
@@ -94,11 +80,8 @@ class EnvCallFuture(Future):
 
 
 class EnvThreadPool(Executor):
-    """An executor of ``threads`` daemon threads whose stuck calls can be written off (see the module docstring).
-
-    Attributes: ``busy_s`` (seconds spent inside calls, summed over threads), ``abandoned_running`` (abandoned calls
-    still running), ``abandoned_total`` (calls ever abandoned).
-    """
+    """An executor of ``threads`` daemon threads whose stuck calls can be written off. Counters: ``busy_s``,
+    ``abandoned_running``, ``abandoned_total``."""
 
     def __init__(self, threads: int, *, name: str = "gigpo-env") -> None:
         Range("threads", "int", "0 = calls run inline", low=0).check(threads)
@@ -177,11 +160,8 @@ class EnvThreadPool(Executor):
 
     # ------------------------------------------------------------------ deadlines
     def abandon(self, future: EnvCallFuture) -> bool:
-        """Write off the thread running ``future`` (a call of this pool that has started) and start a replacement.
-
-        Returns False, doing nothing, when the call already finished (take its result instead) or was abandoned
-        before. Callbacks added to ``future`` afterwards run in the abandoned thread when the call returns.
-        """
+        """Write off the thread running ``future`` and start a replacement; False if it already finished or was
+        abandoned. Later callbacks run in the abandoned thread when the call returns."""
         with self._lock:
             if future.done() or future.abandoned:
                 return False
@@ -203,13 +183,8 @@ class EnvThreadPool(Executor):
             future.turn.release()
 
     def call_inline(self, fn: Callable[..., Any], args: tuple, timeout: float | None) -> EnvCallFuture:
-        """Run ``fn(*args)`` and block the caller until it returns (the inline mode of ``threads=0``).
-
-        Without a ``timeout`` the call runs on the caller's thread. With one it runs in a helper thread (a hand-off
-        through two ``SimpleQueue``: ~40 us on a loaded 2-core machine); when it has run ``timeout`` seconds it is
-        abandoned (the helper is written off and replaced) and :class:`CallAbandoned` is raised. Returns the
-        finished future (``result()`` re-raises the call's exception).
-        """
+        """Run ``fn(*args)`` inline (``threads=0``) and return the finished future; with a ``timeout`` it runs in a
+        helper thread and is abandoned past it (:class:`CallAbandoned`)."""
         if not self.inline:
             raise RuntimeError(f"{self.name}: call_inline is for inline pools (threads=0)")
         if timeout is None:

@@ -1,18 +1,8 @@
 """Run verl's own pipeline on a CPU: the ``cpu`` platform, the ``hf`` rollout backend and the shims they need.
 
-:func:`register_cpu_backends` is called by the plug-in (:mod:`verl_gigpo.plugin`) in every process that imports
-verl. It registers, through verl's own extension points:
-
-* the ``cpu`` platform (``verl.plugin.platform.PlatformRegistry``; selected by ``VERL_PLATFORM=cpu``, never
-  auto-detected), see :mod:`verl_gigpo.verl_glue.cpu.platform`;
-* the ``hf`` rollout backend (``verl.workers.rollout.replica.RolloutReplicaRegistry``; selected by
-  ``actor_rollout_ref.rollout.name=hf``), see :mod:`verl_gigpo.verl_glue.cpu.hf_rollout`;
-
-and, only in processes on the CPU platform, verl's FSDP engines for device ``cpu``
-(``verl.workers.engine.EngineRegistry``) and the shims of :mod:`verl_gigpo.verl_glue.cpu.shims`.
-
-Users reach all of it with ``python -m verl_gigpo.main platform=cpu`` or ``DEVICE=cpu`` in the
-recipes.
+:func:`register_cpu_backends` (called by the plug-in) registers them through verl's own registries; users reach all
+of it with ``python -m verl_gigpo.main platform=cpu`` or ``DEVICE=cpu`` in the recipes. How each piece fits into
+verl: docs/verl-integration.md ("verl's pipeline on a CPU"); usage and speed: docs/cpu-smoke.md.
 """
 
 from __future__ import annotations
@@ -86,12 +76,7 @@ def register_rollout_backend() -> None:
 
 
 def register_cpu_engines(_module: Any = None) -> None:
-    """Register verl's FSDP engines (language and value models) for device ``cpu`` (idempotent).
-
-    verl registers them for ``cuda``/``npu`` only (the ``EngineRegistry.register`` decorators of
-    ``verl.workers.engine.fsdp.transformer_impl.FSDPEngineWithLMHead`` and ``FSDPEngineWithValueHead``); the
-    same classes run on CPU with gloo and FSDP2.
-    """
+    """Register verl's FSDP engines (language and value models) for device ``cpu``; verl does for cuda/npu only."""
     from verl.workers.engine.base import EngineRegistry
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
 
@@ -138,9 +123,8 @@ def _when_imported(module: str, hook: Any) -> None:
 
 
 def register_cpu_backends() -> None:
-    """Register the ``cpu`` platform now, and, when verl imports their registries, the ``hf`` rollout backend and, on
-    the CPU platform only, the FSDP engines for ``cpu`` and the shims (see the module docstring). Processes that
-    never import those verl modules import nothing more. Safe to call more than once."""
+    """Register the ``cpu`` platform now, and the ``hf`` backend, CPU engines and shims when verl imports their
+    registries (idempotent)."""
     import importlib
 
     platform = importlib.import_module("verl_gigpo.verl_glue.cpu.platform")
@@ -157,11 +141,8 @@ def register_cpu_backends() -> None:
 
 
 def check_cpu_config(config: Any) -> None:
-    """Raise ``ValueError`` naming the setting when a ``trainer.device=cpu`` config cannot run on the CPU platform.
-
-    The settings come from ``platform=cpu`` (``verl_gigpo/config/platform/cpu.yaml``); this catches a config that
-    set ``trainer.device=cpu`` without it, or overrode one of them with a value that needs a GPU.
-    """
+    """Raise ``ValueError`` naming the setting when a ``trainer.device=cpu`` config cannot run on the CPU platform
+    (``platform=cpu`` missing, or one of its settings overridden with a value that needs a GPU)."""
     problems = []
     arr = config.actor_rollout_ref
     if arr.rollout.name != ROLLOUT_NAME:
@@ -205,13 +186,8 @@ def check_cpu_config(config: Any) -> None:
 
 
 def activate_cpu_platform(config: Any) -> None:
-    """Make this process, and every Ray process it starts, run verl on the CPU platform.
-
-    Checks ``config`` (:func:`check_cpu_config`), sets ``VERL_PLATFORM=cpu`` (inherited by Ray workers; the
-    ``platform=cpu`` config also passes it in Ray's runtime env) and TransferQueue's threads
-    (:func:`set_transfer_queue_threads`), registers the CPU engines and shims here, and
-    replaces verl's platform singleton if this process resolved another platform before.
-    """
+    """Make this process, and every Ray process it starts, run verl on the CPU platform (config checked,
+    ``VERL_PLATFORM=cpu``, TransferQueue's threads, engines and shims, verl's platform singleton replaced)."""
     check_cpu_config(config)
     os.environ["VERL_PLATFORM"] = PLATFORM_NAME
     set_transfer_queue_threads(config)
@@ -229,10 +205,8 @@ TQ_DEFAULT_THREADS = 8
 
 
 def set_transfer_queue_threads(config: Any, environ: dict[str, str] | None = None) -> str | None:
-    """On a machine with fewer physical cores than TransferQueue's default ``TQ_NUM_THREADS`` (8), pass the core
-    count to every Ray process (``ray_kwargs.ray_init.runtime_env.env_vars.TQ_NUM_THREADS``): TransferQueue clamps
-    to it anyway, but warns on every put and get. Nothing when the user set ``TQ_NUM_THREADS``. Returns the value
-    set, or None."""
+    """Pass the core count as ``TQ_NUM_THREADS`` to every Ray process on a machine with fewer cores than
+    TransferQueue's default 8 (unless the user set it); returns the value set, or None."""
     import psutil
     from omegaconf import OmegaConf, open_dict
 

@@ -1,10 +1,5 @@
-"""The ``torch.<device>``-like module verl's CPU platform hands out (``get_torch_device()``).
-
-verl calls ``get_torch_device().<fn>()`` for memory statistics, caches, RNG state, streams and synchronisation
-(``verl/utils/memory_utils.py``, ``verl/workers/engine_workers.py``, the FSDP engine). ``torch.cpu`` has only some
-of these, so this module answers the rest: caches and synchronisation are no-ops, memory figures come from the
-process and the machine (psutil), RNG state is torch's CPU generator. Nothing here touches ``torch.cpu`` itself.
-"""
+"""The ``torch.<device>``-like module verl's CPU platform hands out (``get_torch_device()``): no-op caches and
+synchronisation, psutil memory figures, torch's CPU generator for RNG state."""
 
 from __future__ import annotations
 

@@ -1,35 +1,9 @@
 """The ``hf`` rollout backend: verl's rollout servers answered by the project's Hugging Face generation server.
 
-Select it with ``actor_rollout_ref.rollout.name=hf`` (``platform=cpu``, i.e. ``config/platform/cpu.yaml``, does).
-It is verl's rollout contract, met without vLLM/SGLang, so that verl's own pipeline (``main_ppo`` -> TaskRunner ->
-the trainer -> agent loops) runs on a CPU. Three pieces, as verl's vLLM backend has:
-
-* :class:`HFReplica` (``verl.workers.rollout.replica.RolloutReplica``, registered in ``RolloutReplicaRegistry``):
-  one per rollout replica; in verl's synchronous ("hybrid") mode it starts one :class:`HFGenerationServer` Ray
-  actor next to the replica's training worker.
-* :class:`HFGenerationServer`: a Ray actor wrapping :class:`verl_gigpo.local.server.LocalGenerationServer`
-  (batched generation, KV cache, per-token log-probs). It speaks verl's server interface: ``generate`` returns
-  ``TokenOutput`` with the weight version (``global_steps``); ``sleep``/``wake_up`` gate generation the way
-  verl's trainer expects (no generation between ``sleep`` and the ``wake_up`` after a weight update);
-  ``update_weights`` loads the actor's new weights.
-* :class:`HFServerAdapter` (``verl.workers.rollout.base.BaseRollout``): lives in each training worker; verl's
-  weight sync (``ActorRolloutRefWorker.update_weights``) hands it a generator of ``(HF name, full tensor)``; every
-  rank drains it (``DTensor.full_tensor()`` is a collective) and the replica's first rank sends the tensors to its
-  server through Ray's object store.
-
-LoRA (``actor_rollout_ref.model.lora_rank`` > 0). verl's default (``model.lora.merge=false``) syncs as it does for
-vLLM: the base weights once (``base_sync_done=False``, layer names with peft's ``.base_layer``), then only the
-adapter's ``A`` and ``B`` after every update. The server keeps the base weights and serves ``W + s B A`` merged in
-float32 (:func:`verl_gigpo.verl_glue.lora.merge_lora`), the same function as the actor's unmerged adapter: rollout and
-actor log-probs agree to float rounding. With ``model.lora.merge=true`` verl merges in the actor and sends every weight
-cast to bfloat16 (``FSDPEngine._merged_lora_per_tensor_param``): the server then holds bf16-rounded weights
-(measured gap to the fp32 actor ~4e-3 in token probability, 4e-4 after an update), so keep the default on a CPU.
-
-Limits (stated, not hidden): only verl's synchronous trainer (hybrid replicas) is supported; aborting requests does
-not interrupt a running batch (in-flight requests finish); video and audio inputs are rejected. Requests with images
-(a vision-language model, loaded with ``AutoModelForImageTextToText``) run one at a time without a KV cache, in
-the local server (:mod:`verl_gigpo.rollout.vision`; docs/vision.md). It is a correctness tool, not a fast one: use
-vLLM on GPUs.
+Select it with ``actor_rollout_ref.rollout.name=hf`` (``platform=cpu`` does), so that verl's own pipeline runs on a
+CPU without vLLM/SGLang. Three pieces, as verl's vLLM backend has: :class:`HFReplica` (one per replica),
+:class:`HFGenerationServer` (a Ray actor that generates and receives weights) and :class:`HFServerAdapter` (in each
+training worker: verl's weight sync). What each answers, LoRA and the limits: docs/verl-integration.md.
 """
 
 from __future__ import annotations
@@ -77,13 +51,7 @@ def _rollout_world_size(config: Any) -> int:
 class HFGenerationServer:
     """Ray actor: verl's rollout-server interface over :class:`~verl_gigpo.local.server.LocalGenerationServer`.
 
-    Args:
-        config: verl ``RolloutConfig`` (reads ``prompt_length``, ``response_length``, ``max_model_len``,
-            ``max_num_seqs``, ``free_cache_engine`` and ``seed``: the server samples requests that bring no ``seed``
-            from a generator seeded ``seed + replica_rank``, as verl seeds each vLLM replica's engine).
-        model_path: local Hugging Face model folder (verl's ``HFModelConfig.local_path``).
-        replica_rank: the replica this server belongs to (for messages).
-        trust_remote_code: passed to ``from_pretrained``.
+    ``config``: verl's ``RolloutConfig``; ``model_path``: verl's ``HFModelConfig.local_path``.
     """
 
     def __init__(self, config: Any, model_path: str, replica_rank: int, trust_remote_code: bool = False):
@@ -136,13 +104,8 @@ class HFGenerationServer:
     ) -> TokenOutput:
         """Generate one response; returns ``TokenOutput(token_ids, log_probs, stop_reason, extra_fields)``.
 
-        ``max_tokens`` defaults as in verl's vLLM server: ``min(response_length, prompt_length + response_length
-        - len(prompt))``, clamped to the model's context. Waits while the server sleeps (weights are being
-        replaced); fails after ``abort_all_requests(reject_request=True)``.
-
-        Raises:
-            ValueError: video/audio input, images for a text model, a sampling parameter the local server cannot
-                honour, or a prompt that leaves no room in the model's context.
+        Waits while the server sleeps. ValueError: video/audio input, images for a text model, a sampling parameter
+        the local server cannot honour, or a prompt that leaves no room in the model's context.
         """
         if video_data is not None or kwargs.get("audio_data") is not None:
             raise ValueError("the 'hf' rollout backend takes text and images only (video/audio data given)")
@@ -194,15 +157,8 @@ class HFGenerationServer:
 
     # ------------------------------------------------------------------ weights
     def update_weights(self, weights: dict[str, torch.Tensor], global_steps: int | None = None) -> int:
-        """Load the actor's full weights (HF names) into the served model; returns the number of tensors loaded.
-
-        They are also the base weights of later LoRA adapter syncs (:meth:`update_adapter`). Tied parameters (e.g.
-        ``lm_head.weight`` with tied embeddings) may be absent; any other missing or unknown name is an error, so a
-        sync can never silently leave stale weights.
-
-        Raises:
-            ValueError: names that do not match the served model.
-        """
+        """Load the actor's full weights (HF names; tied ones may be absent) into the served model; returns the number
+        loaded. ValueError for names that do not match the served model."""
         own = self.model.state_dict()
         unknown = sorted(set(weights) - set(own))
         if unknown:
@@ -225,18 +181,9 @@ class HFGenerationServer:
     def update_adapter(
         self, adapter: dict[str, torch.Tensor], peft_config: dict[str, Any], global_steps: int | None = None
     ) -> int:
-        """Serve the base weights with a LoRA adapter merged: ``W' = W + s B A`` for every adapted layer, in float32
-        (:func:`verl_gigpo.verl_glue.lora.merge_lora`). The base ``W`` is what the last full sync
-        (:meth:`update_weights`) or the model folder gave, never an earlier merge. Returns the number of layers merged.
-
-        Args:
-            adapter: the adapter's ``lora_A``/``lora_B`` tensors as verl sends them (peft names, full tensors).
-            peft_config: the adapter's peft ``LoraConfig`` as a dict (rank, alpha, ...).
-
-        Raises:
-            ValueError / NotImplementedError: from :func:`~verl_gigpo.verl_glue.lora.merge_lora` (names, shapes, a LoRA
-                variant the formula does not cover); the served weights are then unchanged.
-        """
+        """Serve the base weights with a LoRA adapter merged, ``W' = W + s B A`` in float32 (:func:`merge_lora`);
+        ``adapter``: peft names, full tensors; ``peft_config``: peft's ``LoraConfig`` as a dict. Returns the layers
+        merged; on an error (ValueError / NotImplementedError) the served weights are unchanged."""
         if self._base is None:  # before the first merge the served weights are the base
             self._base = {name: t.detach().clone() for name, t in self.model.state_dict().items()}
         merged = merge_lora(self._base, adapter, peft_config)
@@ -303,10 +250,7 @@ class HFGenerationServer:
             self._awake.set()
 
     async def abort_all_requests(self, reject_request: bool = False) -> dict[str, Any]:
-        """Hold (or, with ``reject_request``, fail) new requests until :meth:`resume_generation`.
-
-        Requests already in a batch finish (the local server cannot interrupt a batch): none are aborted.
-        """
+        """Hold (or, with ``reject_request``, fail) new requests until :meth:`resume_generation`; none are aborted."""
         self._reject = bool(reject_request)
         self._awake.clear()
         return {"aborted_count": 0, "request_ids": []}
@@ -385,12 +329,8 @@ class HFReplica(RolloutReplica):
 
 
 class HFServerAdapter(BaseRollout):
-    """In-worker side of the ``hf`` backend: verl's weight sync and sleep/wake calls, forwarded to the server.
-
-    verl builds one per training rank (``ActorRolloutRefWorker``); the rank ``rank % rollout_world_size == 0``
-    of each replica owns the server handle. ``update_weights`` must be called on every rank (verl does): the
-    generator's ``full_tensor()`` all-gathers are collectives.
-    """
+    """In-worker side of the ``hf`` backend: verl's weight sync and sleep/wake calls, forwarded to the replica's server
+    by its first rank (``update_weights`` runs on every rank: the all-gathers are collectives)."""
 
     def __init__(self, config: Any, model_config: Any, device_mesh: Any, replica_rank: int = -1, **kwargs: Any):
         super().__init__(config, model_config, device_mesh)
@@ -430,16 +370,9 @@ class HFServerAdapter(BaseRollout):
         base_sync_done: bool = True,
         **kwargs: Any,
     ) -> None:
-        """Drain ``weights`` (on every rank) and load them into this replica's server.
-
-        What verl sends (``ActorRolloutRefWorker.update_weights``): full weights (``peft_config`` None); with an
-        unmerged LoRA adapter, the base weights once (``base_sync_done`` false; peft's ``.base_layer`` is dropped
-        from their names) and then the adapter alone (``base_sync_done`` true), which the server merges
-        (:meth:`HFGenerationServer.update_adapter`).
-
-        Raises:
-            NotImplementedError: a wire format other than full named tensors (delta updates).
-        """
+        """Drain ``weights`` (on every rank) and load them into this replica's server: full weights, or with an
+        unmerged LoRA adapter the base weights once and then the adapter alone (``base_sync_done``).
+        NotImplementedError for a wire format other than full named tensors."""
         if wire_format != "named_tensors":
             raise NotImplementedError(f"the '{ROLLOUT_NAME}' rollout backend takes full tensors, not {wire_format!r}")
         adapter_only = peft_config is not None and base_sync_done

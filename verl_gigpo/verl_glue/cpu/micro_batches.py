@@ -1,14 +1,7 @@
 """Micro-batches of rows of similar length, for forward passes over padded rows (the CPU platform's split).
 
-verl pads every row of a micro-batch to the longest one when ``use_remove_padding=false`` (the CPU platform's
-setting: packing with sdpa is not used there). Its dynamic split (``use_dynamic_bsz``) balances the total tokens of
-the micro-batches, so each mixes short and long rows and pays for the longest; its fixed split takes rows in batch
-order, which is shuffled. Sorting by length first makes the padded size of a micro-batch close to its real size:
-on the gridnav learning task (prompts of 18-82 tokens, mean 29) the actor's forward and backward passes do about
-half the work.
-
-Notation: a row's length ``l_i`` (prompt + response tokens); a micro-batch ``B`` costs ``|B| * max_{i in B} l_i``
-padded tokens (what its forward pass computes); ``T`` is the budget of padded tokens per micro-batch.
+A micro-batch ``B`` costs ``|B| * max_{i in B} l_i`` padded tokens; ``T`` is the budget per micro-batch. Why:
+docs/verl-integration.md ("The shims").
 """
 
 from __future__ import annotations
@@ -26,22 +19,9 @@ def padded_tokens(lengths: Sequence[int], part: Sequence[int]) -> int:
 def sorted_partition(lengths: Sequence[int], max_tokens: int, num_parts: int | None = None) -> list[list[int]]:
     """Split rows into micro-batches of rows of similar length, each within ``max_tokens`` padded tokens.
 
-    Rows are taken in order of length (ties by index) and added to the current micro-batch while
-    ``(|B| + 1) * l_i <= T``; a row longer than ``T`` gets a micro-batch of its own. With ``num_parts``, the
-    micro-batch with the most padded tokens (among those with two rows or more) is split in half until there are
-    exactly ``num_parts`` (data-parallel ranks must run the same number of micro-batches).
-
-    Args:
-        lengths: (N,) tokens of each row (> 0).
-        max_tokens: T, padded tokens per micro-batch (> 0).
-        num_parts: the number of micro-batches wanted; at least what the budget needs (None: that number).
-
-    Returns:
-        Micro-batches as lists of row indices (each ascending), shortest rows first; every row in exactly one.
-
-    Raises:
-        ValueError: no rows, a length or ``max_tokens`` < 1, ``num_parts`` below the budget's count or above the
-            number of rows.
+    ``lengths``: (N,) tokens per row; rows are added in order of length while ``(|B| + 1) * l_i <= T``; with
+    ``num_parts``, the largest micro-batch is halved until there are exactly that many. Returns lists of row indices
+    (each ascending), shortest rows first. ValueError on empty or non-positive input or an impossible ``num_parts``.
     """
     n = len(lengths)
     if n == 0:

@@ -1,19 +1,7 @@
 """verl's ``cpu`` platform: run verl's own pipeline (FSDP workers over gloo, Ray) on a machine with no accelerator.
 
-Registered into verl's platform registry (``verl.plugin.platform.PlatformRegistry``) by the plug-in; selected with
-``VERL_PLATFORM=cpu`` (``python -m verl_gigpo.main trainer.device=cpu`` sets it for every process it starts). It
-is never auto-detected: on a machine with GPUs verl keeps choosing them.
-
-What each part answers (verl's ``PlatformBase`` asks for all of it):
-
-* device ``"cpu"``, vendor ``"cpu"``, device module :mod:`verl_gigpo.verl_glue.cpu.device` (no-op caches, psutil
-  memory);
-* process groups over ``gloo``;
-* Ray: verl's resource pools ask for a ``"GPU"`` per worker and check the cluster's ``GPU`` count
-  (``verl/single_controller/ray/base.py``), so the CPU platform keeps the resource name ``GPU`` and Ray is started
-  with *logical* GPUs (``ray_kwargs.ray_init.num_gpus``, set by ``verl_gigpo/config/platform/cpu.yaml``):
-  placement only, no device is touched;
-* no IPC, no profiler, no CUDA runtime.
+Registered into verl's ``PlatformRegistry`` by the plug-in; selected with ``VERL_PLATFORM=cpu``, never
+auto-detected. Ray gets logical GPUs for placement only (docs/verl-integration.md, "The cpu platform").
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """The few changes to verl internals that running verl 0.9.1 on a CPU needs where verl offers no extension point.
 
-Everything else of the CPU path goes through verl's own registries (the ``cpu`` platform, the FSDP engine
-registered for device ``cpu``, the ``hf`` rollout backend). Each shim below names the verl symbol it works around
-and is applied only in processes that run on the CPU platform (``VERL_PLATFORM=cpu``), when verl imports the module
-it changes (:func:`verl_gigpo.verl_glue.cpu.register_cpu_backends`); each is idempotent. When installed, each checks the
-verl version and that what it replaces is what it was written for (parameters, and the object each importing module
-bound), and raises :class:`verl_gigpo.verl_glue.verl_version.VerlMismatchError` otherwise, rather than silently not
-applying (:mod:`verl_gigpo.verl_glue.verl_version`). Nothing here changes verl's behaviour on GPUs. The one shim every
-platform gets (verl's file logger appends across the launches of ``python -m verl_gigpo.main``) lives with the metrics
-file it serves: :func:`verl_gigpo.verl_glue.metrics_file.append_file_logger`.
+Each shim names the verl symbol it works around, is applied only in processes on the CPU platform when verl imports
+the module it changes, is idempotent, and checks what it replaces (a ``VerlMismatchError`` otherwise). Nothing here
+changes verl's behaviour on GPUs. Why each: docs/verl-integration.md ("The shims").
 """
 
 from __future__ import annotations
@@ -36,29 +30,26 @@ def _check_version() -> None:
     check_verl_version(installed_verl_version())
 
 
+def _already_installed(current: Any) -> bool:
+    """Whether ``current`` is a shim's replacement already; when it is verl's own, the verl version is checked first."""
+    if getattr(current, "_gigpo_cpu", False):
+        return True
+    _check_version()
+    return False
+
+
 def gloo_process_group() -> None:
-    """verl's ``verl.utils.distributed.initialize_global_process_group_ray`` builds the backend
-    ``f"cpu:gloo,{device}:{backend}"``, which on the CPU platform is ``"cpu:gloo,cpu:gloo"``, and torch rejects a
-    duplicate device type. Default the backend to plain ``gloo``.
-
-    The modules of :data:`GLOO_BOUND_BY` bind the function by name at import, so their bindings are checked and
-    replaced too: a loaded module now; a module not imported yet when it is imported (it binds the patched function);
-    a module whose import is under way (it is importing ``verl.utils.distributed``, which runs this shim) at the
-    patched function's first call, when its import has finished.
-
-    Raises:
-        VerlMismatchError: the function's parameters are not ``(timeout_second, backend)``, or a module of
-            :data:`GLOO_BOUND_BY` binds something else under that name (or nothing).
-    """
+    """Default the backend of verl's ``initialize_global_process_group_ray`` to plain ``gloo`` (verl's
+    ``"cpu:gloo,cpu:gloo"`` is refused by torch), in every module of :data:`GLOO_BOUND_BY` that binds it.
+    VerlMismatchError if its parameters are not ``(timeout_second, backend)`` or a module binds something else."""
     from verl.utils import distributed
 
     from verl_gigpo.verl_glue.contract import check_binding, check_signature
     from verl_gigpo.verl_glue.cpu import _when_imported
 
     original = distributed.initialize_global_process_group_ray
-    if getattr(original, "_gigpo_cpu", False):
+    if _already_installed(original):
         return
-    _check_version()
     use = "CPU platform's gloo shim (verl_gigpo.verl_glue.cpu.shims.gloo_process_group)"
     name = "initialize_global_process_group_ray"
     check_signature(original, ("timeout_second", "backend"), target=f"verl.utils.distributed.{name}", use=use)
@@ -92,15 +83,8 @@ def gloo_process_group() -> None:
 
 
 def unpinned_ref_offload() -> None:
-    """verl's ``FSDPEngine._build_fsdp_module`` (``verl.workers.engine.fsdp.transformer_impl``) gives forward-only
-    engines (the reference policy) ``CPUOffloadPolicy(pin_memory=True)``; pinned host memory needs an accelerator
-    ("Cannot access accelerator device"). On the CPU the parameters already live in host memory, so the same policy
-    without pinning is used.
-
-    Raises:
-        VerlMismatchError: ``transformer_impl.CPUOffloadPolicy`` is not ``verl.utils.fsdp_utils.CPUOffloadPolicy``
-            (torch's), or it takes no ``pin_memory``.
-    """
+    """Give verl's forward-only FSDP engines (the reference policy) ``CPUOffloadPolicy`` without pinned memory, which
+    needs an accelerator. VerlMismatchError if verl's ``CPUOffloadPolicy`` is not torch's or takes no ``pin_memory``."""
     from verl.utils import fsdp_utils
     from verl.workers.engine.fsdp import transformer_impl
 
@@ -108,9 +92,8 @@ def unpinned_ref_offload() -> None:
     from verl_gigpo.verl_glue.verl_version import VerlMismatchError
 
     policy = transformer_impl.CPUOffloadPolicy
-    if getattr(policy, "_gigpo_cpu", False):
+    if _already_installed(policy):
         return
-    _check_version()
     use = "CPU platform's offload shim (verl_gigpo.verl_glue.cpu.shims.unpinned_ref_offload)"
     check_binding(transformer_impl.__name__, "CPUOffloadPolicy", fsdp_utils.CPUOffloadPolicy, use=use)
     if policy is None or "pin_memory" not in parameter_names(policy):
@@ -133,25 +116,10 @@ def unpinned_ref_offload() -> None:
 
 
 def length_sorted_micro_batches() -> None:
-    """verl's dynamic micro-batch split (``use_dynamic_bsz``: ``verl.utils.seqlen_balancing.rearrange_micro_batches``,
-    called by ``verl.workers.engine.utils.prepare_micro_batches``) balances the total tokens of the micro-batches
-    (Karmarkar-Karp, ``seqlen_balancing.get_seqlen_balanced_partitions``), so each mixes short and long rows; with
-    padded inputs (``use_remove_padding=false``, the CPU platform's setting) every row then pays for the longest of its
-    micro-batch. For padded inputs the split becomes :func:`verl_gigpo.verl_glue.cpu.micro_batches.sorted_partition`:
-    rows of similar length together, at most ``max_token_len`` PADDED tokens per micro-batch (a longer row alone), the
-    same number of micro-batches on every data-parallel rank. verl restores the rows' order from the returned indices
-    (``restore_dynamic_batch``), and its losses are normalised by the whole mini-batch's tokens or rows
-    (``agg_loss``), so log-probs and gradients are the same up to float rounding; only per-micro-batch metric
-    means are averaged over other groups. The micro-batches carry the tensors, the batch-wide settings and, of the
-    per-row Python objects, only :data:`MICRO_BATCH_ROW_OBJECTS` (:func:`_select_parts`). Packed inputs
-    (``use_remove_padding=true``) and grouped rows (``force_group_size > 1``) keep verl's split.
-
-    ``verl.workers.engine.utils`` binds the function by name at import, so that binding is replaced.
-
-    Raises:
-        VerlMismatchError: that binding is not ``verl.utils.seqlen_balancing.rearrange_micro_batches``, or its
-            parameters are not the ones this replacement takes.
-    """
+    """Replace verl's dynamic micro-batch split (``rearrange_micro_batches``, as bound in
+    ``verl.workers.engine.utils``) for padded inputs by ``micro_batches.sorted_partition``:
+    rows of similar length together; the same log-probs and gradients. VerlMismatchError if the binding or its
+    parameters differ."""
     from verl.utils import seqlen_balancing
     from verl.utils import tensordict_utils as tu
     from verl.workers.engine import utils as engine_utils
@@ -159,9 +127,8 @@ def length_sorted_micro_batches() -> None:
     from verl_gigpo.verl_glue.contract import check_binding, check_signature
 
     original = engine_utils.rearrange_micro_batches
-    if getattr(original, "_gigpo_cpu", False):
+    if _already_installed(original):
         return
-    _check_version()
     use = "CPU platform's micro-batch shim (verl_gigpo.verl_glue.cpu.shims.length_sorted_micro_batches)"
     check_binding(engine_utils.__name__, "rearrange_micro_batches", seqlen_balancing.rearrange_micro_batches, use=use)
     check_signature(original, REARRANGE_PARAMS, target="verl.utils.seqlen_balancing.rearrange_micro_batches", use=use)
@@ -230,10 +197,8 @@ MICRO_BATCH_ROW_OBJECTS = ("multi_modal_inputs",)
 
 
 def _select_parts(batch: Any, parts: list[list[int]]) -> list[Any]:
-    """``[tu.index_select_tensor_dict(batch, part) for part in parts]`` with the same per-field rules
-    (``verl.utils.tensordict_utils.index_select_tensor_dict``), but each nested field is unbound once for all parts
-    instead of once per part (that costs ~40 ms per micro-batch for 300 rows of 7 nested fields), and of the per-row
-    Python objects only :data:`MICRO_BATCH_ROW_OBJECTS` are kept."""
+    """``[tu.index_select_tensor_dict(batch, part) for part in parts]``, each nested field unbound once for all parts
+    and of the per-row objects only :data:`MICRO_BATCH_ROW_OBJECTS` kept."""
     import torch
     from tensordict import NonTensorStack, TensorDict
     from verl.utils.tensordict_utils import nested_tensor_from_tensor_list
