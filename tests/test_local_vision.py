@@ -118,3 +118,34 @@ def test_update_rows_keep_the_pixels_apart_and_the_images_change_the_logprobs(ti
         assert "images" not in episode_records(episodes[0], group="task0")[0]  # no folder: no images
     finally:
         trainer.close()
+
+
+def test_image_requests_share_a_state_s_forward_until_the_weights_change(tiny_vl_model_dir, tmp_path):
+    import asyncio
+
+    trainer = LocalTrainer(_cfg(tiny_vl_model_dir, tmp_path, "local.constrain_to_actions=false"))
+    server = trainer.server
+    try:
+        env_images = [Image.fromarray(np.full((56, 56, 3), c, dtype=np.uint8)) for c in (30, 220)]
+        prompt = trainer.rollouts.encoder.encode_with_images("push", env_images[:1])
+
+        def play(seed, image):
+            params = {"temperature": 1.0, "max_tokens": 3, "seed": seed}
+            return asyncio.run(server.generate("r", prompt_ids=prompt, sampling_params=params, image_data=[image]))
+
+        first = play(0, env_images[0])
+        forwards = server.stats["forward_passes"]
+        again = play(0, env_images[0])  # the same state: every forward comes from the kept logits
+        assert server.stats["forward_passes"] == forwards and server.stats["image_cache_hits"] >= len(again.token_ids)
+        assert again.token_ids == first.token_ids and again.log_probs == first.log_probs
+        play(0, env_images[1])  # another drawing with the same ids is forwarded afresh
+        assert server.stats["forward_passes"] > forwards
+
+        with torch.no_grad():  # new weights: the kept logits are stale until forgotten
+            for p in trainer.model.parameters():
+                p.mul_(1.5)
+        assert play(0, env_images[0]).log_probs == first.log_probs
+        server.forget_image_logits()
+        assert play(0, env_images[0]).log_probs[0] != first.log_probs[0]
+    finally:
+        trainer.close()

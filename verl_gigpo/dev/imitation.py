@@ -10,10 +10,12 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
+from environments.images import IMAGE_INFO_KEY
 from verl_gigpo.config.rules import Range
 from verl_gigpo.dev.walks import walk
 
@@ -108,12 +110,13 @@ def imitate_expert(
     Label at each state of a walk through tasks ``0 .. tasks-1``: the expert's ``oracle_action()`` with probability
     ``p_expert``, else a random admissible action; the walk follows the label with probability ``follow``. Prompts as
     the engines render them (``history_length``); the loss covers the label word + EOS. Deterministic.
+    A vision-language model is fine-tuned on an environment that draws its observation, with its processor.
 
     Raises:
         ValueError: a probability outside [0, 1], a count < 1, or an environment without ``oracle_action()`` or a
             fixed action set.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from verl_gigpo.rollout.vision import load_pretrained
 
     for name, value in (("p_expert", p_expert), ("follow", follow)):
         Range(name, "float", "a probability", low=0, high=1).check(value)
@@ -121,8 +124,13 @@ def imitate_expert(
         Range(name, "int", "a count", low=1).check(value)
     Range("history_length", "int", "past steps shown in the prompt", low=0).check(history_length)
     model_dir = Path(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    model, processor = load_pretrained(str(model_dir), trust_remote_code=True)  # the tiny VL processor's class
+    if processor is None:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    else:
+        tokenizer = processor.tokenizer
     rng = np.random.default_rng(seed)
     examples = expert_examples(
         env_name,
@@ -134,12 +142,22 @@ def imitate_expert(
         follow=follow,
         max_steps=max_steps,
         history_length=history_length,
+        processor=processor,
     )
     _supervised_steps(
-        model, tokenizer.pad_token_id, examples, rng, steps=steps, batch_size=batch_size, lr=lr, seed=seed
+        model,
+        tokenizer.pad_token_id,
+        examples,
+        rng,
+        steps=steps,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        image_processor=None if processor is None else processor.image_processor,
     )
     model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
+    if processor is None:  # a VL folder's tokenizer files also name its processor class: left as built
+        tokenizer.save_pretrained(model_dir)
     info_path = model_dir / "tiny_model_info.json"
     info = json.loads(info_path.read_text()) if info_path.exists() else {}
     info["imitate"] = {
@@ -174,14 +192,19 @@ def expert_examples(
     follow: float = 0.7,
     max_steps: int = 15,
     history_length: int = 0,
-) -> list[tuple[list[int], list[int], bool]]:
+    processor: Any = None,
+) -> list[tuple]:
     """``(prompt ids, target ids, label is the expert's)`` for every state of one walk per task, as
-    :func:`imitate_expert` labels them. ValueError: no ``oracle_action()`` or no admissible actions."""
+    :func:`imitate_expert` labels them; with a ``processor`` and a drawn observation, ``(..., the state's images)``.
+    ValueError: no ``oracle_action()``, no admissible actions, or a drawn observation without a processor."""
     from environments import make_env
     from verl_gigpo.rollout import ChatPromptEncoder
 
-    encoder = ChatPromptEncoder(tokenizer)
+    encoder = ChatPromptEncoder(tokenizer, processor=processor)
     env = make_env(env_name, max_steps=max_steps, **dict(env_kwargs or {}))
+    drawn = getattr(env, "images_per_step", 0) > 0
+    if drawn and processor is None:
+        raise ValueError(f"{env_name} draws its observation: imitation needs a vision-language model's processor")
     if not callable(getattr(env, "oracle_action", None)):
         raise ValueError(f"{env_name} has no oracle_action(): --imitate needs an environment with an expert")
     examples = []
@@ -194,9 +217,13 @@ def expert_examples(
         is_expert = bool(rng.random() < p_expert)
         label = expert if is_expert else actions[int(rng.integers(len(actions)))]
         shown = history[len(history) - history_length :] if history_length else []
-        prompt = encoder(env.render_prompt(obs, info, shown))
+        text = env.render_prompt(obs, info, shown)
         target = tokenizer.encode(label, add_special_tokens=False) + [tokenizer.eos_token_id]
-        examples.append((prompt, target, is_expert))
+        if drawn:
+            images = tuple(info[IMAGE_INFO_KEY])
+            examples.append((encoder.encode_with_images(text, images), target, is_expert, images))
+        else:
+            examples.append((encoder(text), target, is_expert))
         return label if rng.random() < follow else actions[int(rng.integers(len(actions)))]  # the move taken
 
     try:
@@ -262,18 +289,30 @@ def _supervised_steps(
     lr: float,
     seed: int,
     width: int | None = None,
+    image_processor: Any = None,
 ) -> None:
     """``steps`` AdamW steps on batches drawn by ``rng`` (right-padded to ``width``), loss on the targets, under a torch
-    RNG seeded with ``seed``."""
+    RNG seeded with ``seed``. With ``image_processor`` each example's fourth item is its images, forwarded with
+    Qwen-VL's 4-row positions."""
+    from verl_gigpo.rollout.vision import image_inputs, rope_positions
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
         model.train()
         for _ in range(steps):
-            batch = [examples[int(i)][:2] for i in rng.integers(len(examples), size=batch_size)]
+            drawn = [examples[int(i)] for i in rng.integers(len(examples), size=batch_size)]
+            batch = [example[:2] for example in drawn]
             pad_to = width if width is not None else max(len(p) + len(t) for p, t in batch)
             ids, attention, labels = _right_padded(batch, pad_to, pad_id)  # (B, W) each
-            loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+            if image_processor is None:
+                loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+            else:
+                vision = image_inputs(image_processor, [image for example in drawn for image in example[3]])
+                positions = rope_positions(model, ids, attention, vision["image_grid_thw"])  # (4, B, W)
+                loss = model(
+                    input_ids=ids, attention_mask=attention, position_ids=positions, labels=labels, **vision
+                ).loss
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

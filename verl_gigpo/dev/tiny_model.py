@@ -238,7 +238,27 @@ def _random_qwen2(tokenizer, *, seed: int, **sizes: int):
     return model
 
 
-def _parse_imitate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
+def add_imitate_options(parser: argparse.ArgumentParser) -> None:
+    """``--imitate ENV[:P]`` and the ``--imitate-*`` options (read back by :func:`parse_imitate_options`)."""
+    parser.add_argument(
+        "--imitate",
+        default=None,
+        metavar="ENV[:P]",
+        help="then fine-tune into a weak policy imitating ENV's shortest-path expert: the expert's action with "
+        f"probability P (default {IMITATE_P}), a random one otherwise (e.g. gridnav:0.7)",
+    )
+    parser.add_argument(
+        "--imitate-kwargs", default="{}", metavar="JSON", help="environment arguments, e.g. '{\"key\": true}'"
+    )
+    parser.add_argument("--imitate-steps", type=int, default=400, help="supervised steps (batch 32)")
+    parser.add_argument("--imitate-tasks", type=int, default=400, help="training tasks walked for examples")
+    parser.add_argument("--imitate-max-steps", type=int, default=15, help="step limit of each walk")
+    parser.add_argument(
+        "--imitate-history", type=int, default=0, help="past steps shown in each prompt (as env.history_length)"
+    )
+
+
+def parse_imitate_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
     """The keyword arguments of :func:`imitate_expert` from ``--imitate ENV[:P]`` and the ``--imitate-*`` options."""
     env_name, _, p_text = args.imitate.partition(":")
     if not env_name:
@@ -294,26 +314,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="STEPS",
         help="then fine-tune to answer gridnav prompts with a random action word (default 40 steps)",
     )
-    parser.add_argument(
-        "--imitate",
-        default=None,
-        metavar="ENV[:P]",
-        help="then fine-tune into a weak policy imitating ENV's shortest-path expert: the expert's action with "
-        f"probability P (default {IMITATE_P}), a random one otherwise (e.g. gridnav:0.7)",
-    )
-    parser.add_argument(
-        "--imitate-kwargs", default="{}", metavar="JSON", help="environment arguments, e.g. '{\"key\": true}'"
-    )
-    parser.add_argument("--imitate-steps", type=int, default=400, help="supervised steps (batch 32)")
-    parser.add_argument("--imitate-tasks", type=int, default=400, help="training tasks walked for examples")
-    parser.add_argument("--imitate-max-steps", type=int, default=15, help="step limit of each walk")
-    parser.add_argument(
-        "--imitate-history", type=int, default=0, help="past steps shown in each prompt (as env.history_length)"
-    )
+    add_imitate_options(parser)
     args = parser.parse_args(argv)
     if args.sft_actions < 0:
         parser.error(f"--sft-actions takes a number of steps >= 1, got {args.sft_actions}")
-    imitate = _parse_imitate(parser, args) if args.imitate is not None else None
+    imitate = parse_imitate_options(parser, args) if args.imitate is not None else None
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     out = build_tiny_model(
         args.out,

@@ -2,10 +2,13 @@
 
     python -m verl_gigpo.dev.tiny_vl_model --out artifacts/tiny-vl
     python -m verl_gigpo.dev.tiny_vl_model --out /tmp/vl --seed 1 --max-pixels 12544
+    python -m verl_gigpo.dev.tiny_vl_model --out artifacts/tiny-vl-imitate --imitate gridnav:0.3 \
+        --imitate-kwargs '{"observation": "image", "tile_size": 28, "size": 3, "walls": 0, "min_path": 1}'
 
 Writes the tiny text model's tokenizer plus Qwen-VL's vision tokens, a ChatML template with image parts, an
 images-only ``Qwen2_5_VLProcessor`` (:mod:`.tiny_vl_processor`) and a random ``Qwen2_5_VLForConditionalGeneration``;
 loads with ``AutoProcessor`` and ``AutoModelForImageTextToText``. Sizes and why this family: docs/vision.md.
+With ``--imitate ENV[:P]`` (:mod:`.tiny_model`'s options) it is then fine-tuned on the drawn environment's expert.
 """
 
 from __future__ import annotations
@@ -19,7 +22,17 @@ from pathlib import Path
 
 import torch
 
-from verl_gigpo.dev.tiny_model import BOS_TOKEN, DEFAULT_ENVS, EOS_TOKEN, PAD_TOKEN, build_tokenizer, env_corpus
+from verl_gigpo.dev.imitation import imitate_expert
+from verl_gigpo.dev.tiny_model import (
+    BOS_TOKEN,
+    DEFAULT_ENVS,
+    EOS_TOKEN,
+    PAD_TOKEN,
+    add_imitate_options,
+    build_tokenizer,
+    env_corpus,
+    parse_imitate_options,
+)
 
 _REMOTE_MODULE = "processing_tiny_vl.py"
 
@@ -174,13 +187,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
     parser.add_argument("--max-pixels", type=int, default=112 * 112, help="image processor's resize cap (pixels)")
     parser.add_argument("--envs", default=",".join(DEFAULT_ENVS), help="comma-separated environments for the corpus")
+    add_imitate_options(parser)
     args = parser.parse_args(argv)
     if args.max_pixels < 56 * 56:
         parser.error(f"--max-pixels must be >= {56 * 56} (one 56x56 image), got {args.max_pixels}")
+    imitate = parse_imitate_options(parser, args) if args.imitate is not None else None
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     out = build_tiny_vl_model(
         args.out, max_pixels=args.max_pixels, envs=[e for e in args.envs.split(",") if e], seed=args.seed
     )
+    if imitate is not None:
+        imitate_expert(out, **imitate, seed=args.seed)
     info = json.loads((out / "tiny_model_info.json").read_text())
     print(f"tiny VL model: {info['parameters']:,} parameters, vocab {info['vocab_size']}, written to {out}")
     return 0

@@ -149,6 +149,7 @@ class LocalRollout:
         stream; without, every task plays in ``stream`` (validation's by default). Seeds: docs/reproducibility.md.
         """
         params = sampling_params(self.cfg, self.allowed_ids, validation=validation)
+        self.server.forget_image_logits()  # the weights may have changed since the last rollout
         if iteration is None:
             streams = [stream] * len(tasks)
         else:

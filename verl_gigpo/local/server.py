@@ -6,6 +6,8 @@
 
 Concurrent calls are batched into one generation in a worker thread; each request samples from its own generator.
 Sampling parameters: :mod:`verl_gigpo.local.sampling`. How batching works: docs/local-engine.md.
+Image requests keep each (ids, pixels)'s logits until :meth:`LocalGenerationServer.forget_image_logits` (called
+before each rollout): equal states share one forward, with the same tokens and log-probs.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 import torch
 
+from environments.images import pixel_key
 from verl_gigpo.local.sampling import (
     DecodeControls,
     DecodeOutputs,
@@ -69,6 +72,7 @@ class LocalGenerationServer:
         pad_token_id: int | None = None,
         seed: int = 0,
         image_processor: Any = None,
+        image_cache_size: int = 4096,
     ) -> None:
         if not isinstance(max_batch_size, int) or max_batch_size < 1:
             raise ValueError(f"max_batch_size must be a positive int, got {max_batch_size!r}")
@@ -102,7 +106,10 @@ class LocalGenerationServer:
             "max_batch": 0,
             "busy_s": 0.0,
             "prefill_rows": 0,
+            "image_cache_hits": 0,
         }
+        self.image_cache_size = image_cache_size
+        self._image_logits: dict[tuple, torch.Tensor] = {}  # (ids, pixel keys) -> (1, V) logits
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-generate")
         self._pending: list[_Request] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -175,6 +182,10 @@ class LocalGenerationServer:
         if self._worker is not None and not self._worker.done():
             self._worker.cancel()
         self._executor.shutdown(wait=True)
+
+    def forget_image_logits(self) -> None:
+        """Drop the kept logits of image requests; call it whenever the model's weights change."""
+        self._image_logits.clear()
 
     # ------------------------------------------------------------------ batching
     def _ensure_worker(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -299,7 +310,8 @@ class LocalGenerationServer:
         """
         start = time.perf_counter()
         self.model.eval()
-        vision = {k: v.to(self.device) for k, v in image_inputs(self.image_processor, images).items()}
+        pixels = tuple(pixel_key(image) for image in images)
+        vision: dict[str, torch.Tensor] | None = None
         generator = p.generator or (torch.Generator().manual_seed(p.seed) if p.seed is not None else self.generator)
         stops = set(self.eos_token_ids) | {self.pad_token_id} | set(p.stop_token_ids)
         temperature = torch.tensor([p.temperature], dtype=torch.float32, device=self.device)  # (1,)
@@ -307,17 +319,27 @@ class LocalGenerationServer:
         tokens: list[int] = []
         logprobs: list[float] = []
         for _ in range(p.max_tokens):
-            attention = torch.ones_like(ids)  # (1, L)
-            forward = self.model(
-                input_ids=ids,
-                attention_mask=attention,
-                position_ids=rope_positions(self.model, ids, attention, vision["image_grid_thw"]),  # (4, 1, L)
-                **vision,
-                use_cache=False,
-                logits_to_keep=1,
-            )
-            self.stats["forward_passes"] += 1
-            logits = forward.logits[:, -1, :].float()  # (1, V)
+            key = (tuple(ids[0].tolist()), pixels)
+            logits = self._image_logits.get(key)  # (1, V)
+            if logits is None:
+                if vision is None:
+                    vision = {k: v.to(self.device) for k, v in image_inputs(self.image_processor, images).items()}
+                attention = torch.ones_like(ids)  # (1, L)
+                forward = self.model(
+                    input_ids=ids,
+                    attention_mask=attention,
+                    position_ids=rope_positions(self.model, ids, attention, vision["image_grid_thw"]),  # (4, 1, L)
+                    **vision,
+                    use_cache=False,
+                    logits_to_keep=1,
+                )
+                self.stats["forward_passes"] += 1
+                logits = forward.logits[:, -1, :].float()  # (1, V)
+                if len(self._image_logits) >= self.image_cache_size:
+                    self._image_logits.clear()
+                self._image_logits[key] = logits
+            else:
+                self.stats["image_cache_hits"] += 1
             if p.allowed_token_ids is not None:
                 allowed = torch.zeros_like(logits, dtype=torch.bool)
                 allowed[0, list(p.allowed_token_ids)] = True
