@@ -41,6 +41,7 @@ class BlackjackEnv(CardGameEnv):
     ``observation``, ``image_size`` (default 300), ``natural`` (False)."""
 
     name = "blackjack"
+    actions = tuple(ACTIONS)
 
     def __init__(
         self,
@@ -136,7 +137,4 @@ class BlackjackEnv(CardGameEnv):
 
     def _match_action(self, candidate: str) -> str | None:
         word = candidate.strip().strip("'\"`.").strip().lower()
-        return word if word in ACTIONS else None
-
-    def _admissible_actions(self) -> list[str]:
-        return list(ACTIONS)
+        return word if word in self.actions else None

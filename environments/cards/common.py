@@ -29,6 +29,8 @@ class CardGameEnv(TextEnv):
     """
 
     splits = ("train", "test")
+    #: the game's action words (each subclass sets its own)
+    actions: tuple[str, ...] = ()
 
     def __init__(self, *, key_mode: str, max_steps: int, observation: str, image_size: int) -> None:
         super().__init__(key_mode=key_mode, max_steps=max_steps)
@@ -71,3 +73,10 @@ class CardGameEnv(TextEnv):
 
     @abc.abstractmethod
     def _draw(self) -> Any: ...
+
+    def _match_action(self, candidate: str) -> str | None:
+        word = candidate.strip().strip("'\"`").strip()
+        return word if word in self.actions else None
+
+    def _admissible_actions(self) -> list[str]:
+        return list(self.actions)

@@ -106,6 +106,7 @@ class EZPointsEnv(CardGameEnv):
     (12), ``reward`` (10)."""
 
     name = "ezpoints"
+    actions = tuple(ACTIONS)
 
     def __init__(
         self,
@@ -194,13 +195,6 @@ class EZPointsEnv(CardGameEnv):
         formula = " ".join(self.formula)
         draw.text((size * 0.05, size * 0.84), f"Formula: {formula}", fill=(255, 255, 255), font=font(size // 15))
         return image
-
-    def _match_action(self, candidate: str) -> str | None:
-        word = candidate.strip().strip("'\"`").strip()
-        return word if word in ACTIONS else None
-
-    def _admissible_actions(self) -> list[str]:
-        return list(ACTIONS)
 
     def checker_paths(self) -> list[tuple[list[str | None], list[str | None]]]:
         """Besides the default pair: a number no card shows (a no-op) vs nothing."""

@@ -31,6 +31,7 @@ class NumberLineEnv(CardGameEnv):
     ``observation``, ``image_size`` (default 300), ``max_position`` (default 5, in [2, 20])."""
 
     name = "numberline"
+    actions = tuple(ACTIONS)
 
     def __init__(
         self,
@@ -99,10 +100,3 @@ class NumberLineEnv(CardGameEnv):
         draw.text((size * 0.08, size * 0.08), f"Target: {self.target}", fill=(200, 30, 30), font=text)
         draw.text((size * 0.08, size * 0.2), f"Current: {self.position}", fill=(30, 90, 220), font=text)
         return image
-
-    def _match_action(self, candidate: str) -> str | None:
-        word = candidate.strip().strip("'\"`").strip()
-        return word if word in ACTIONS else None
-
-    def _admissible_actions(self) -> list[str]:
-        return list(ACTIONS)
