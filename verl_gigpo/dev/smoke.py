@@ -27,12 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from verl_gigpo.config.resume import POINTER
+from verl_gigpo.rollout.seeding import HOLD_STREAM_ENV
 from verl_gigpo.verl_glue.metrics_file import METRICS_NAME, iteration_gaps, read_metrics, training_steps
 
 __all__ = [
     "DEFAULT_MODEL",
     "RunResult",
     "check_runs",
+    "emptied",
     "ensure_model",
     "pipeline_overrides",
     "read_metrics",
@@ -321,6 +323,16 @@ def run_pipeline(
     return result
 
 
+def emptied(folder: str | Path) -> Path:
+    """``folder``, deleted if it exists: a smoke's launches start from no checkpoint (a kept one would be resumed)."""
+    import shutil
+
+    folder = Path(folder)
+    if folder.exists():
+        shutil.rmtree(folder)
+    return folder
+
+
 def checkpointed_and_logged(run_dir: Path, step: int) -> Callable[[], bool]:
     """A ``stop_when``: true once verl's pointer names ``step`` and the metrics file holds iteration ``step``."""
     pointer = run_dir / "ckpt" / POINTER
@@ -587,12 +599,15 @@ def run_smoke(
         extra = [*extra, *transcripts]
         first = pipeline_overrides(run_dir=gigpo_dir, estimator="gigpo", total_steps=4, extra=extra, **common)
         # mid-iteration 3: the step-2 row is logged after the step-2 checkpoint, then iteration 3 starts its rollout;
-        # the kill waits for its first finished episode, which the resumed launch must play again (resume_replay)
+        # the kill waits for its first finished episode, which the resumed launch must play again (resume_replay).
+        # Iteration 3's episodes are held after their transcript is written (HOLD_STREAM_ENV; this launch only):
+        # its rollout takes under a second here, so without the hold the kill could land after the rollout ended
         mid_third = all_of(checkpointed_and_logged(gigpo_dir, 2), transcribed(gigpo_dir, RESUMED_STREAM))
         kills = [Kill("agent-loop worker", AGENT_LOOP_WORKER, mid_third, fatal=True)]
         if kill_env_worker:  # iteration 1: the validation before training is logged, the rollout starts
             kills.insert(0, Kill("environment worker", ENV_WORKER, logged(gigpo_dir, 0)))
-        runs["gigpo"] = run_pipeline("gigpo", gigpo_dir, first, env=env, kills=kills, timeline=timeline)
+        held = {**(env or {}), HOLD_STREAM_ENV: RESUMED_STREAM}
+        runs["gigpo"] = run_pipeline("gigpo", gigpo_dir, first, env=held, kills=kills, timeline=timeline)
         if runs["gigpo"].kill("agent-loop worker") is not None:
             resume = {"run_dir": gigpo_dir, "estimator": "gigpo", "total_steps": 4, "val_before_train": False}
             changed = pipeline_overrides(**resume, extra=[*extra, f"{CHANGED_KEY}=0.5"], **common)
@@ -621,11 +636,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.ranks < 1:
         parser.error(f"--ranks must be >= 1, got {args.ranks}")
-    out = Path(args.out)
-    if out.exists():
-        import shutil
-
-        shutil.rmtree(out)
+    out = emptied(args.out)
     start = time.perf_counter()
     runs = run_smoke(out, args.model, ranks=args.ranks)
     for name, run in runs.items():

@@ -20,7 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from verl_gigpo.dev.smoke import ROLLOUT_GAP_LIMIT, RunResult, pipeline_overrides, run_pipeline
+from verl_gigpo.dev.smoke import ROLLOUT_GAP_LIMIT, RunResult, emptied, pipeline_overrides, run_pipeline
 
 __all__ = ["DEFAULT_VL_MODEL", "VISION_SETTINGS", "check_vision_run", "main", "run_vision_smoke", "text_replay"]
 
@@ -122,12 +122,14 @@ def check_vision_run(run: RunResult) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point (see the module docstring)."""
     parser = argparse.ArgumentParser(description="verl's pipeline on CPU with a tiny vision-language model")
-    parser.add_argument("--out", default="runs/e2e-vision", help="output folder (default runs/e2e-vision)")
+    parser.add_argument(
+        "--out", default="runs/e2e-vision", help="output folder (default runs/e2e-vision; emptied first)"
+    )
     parser.add_argument(
         "--model", default=DEFAULT_VL_MODEL, help=f"tiny VL model (built if missing: {DEFAULT_VL_MODEL})"
     )
     args = parser.parse_args(argv)
-    run = run_vision_smoke(args.out, args.model)
+    run = run_vision_smoke(emptied(args.out), args.model)  # a kept checkpoint would be resumed: no iterations
     for row in run.metrics:
         print(
             f"[vision] iteration {row.get('step')}: rollout-vs-actor gap {row.get('training/rollout_probs_diff_max')}"

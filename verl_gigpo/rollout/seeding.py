@@ -32,6 +32,12 @@ VALIDATION_STREAM = "val"
 #: training row it submits; validation rows have none)
 DRAW_FIELD = "gigpo_draw"
 
+#: dev only (``make e2e``): the agent loop returns episodes whose stream starts with this variable's value
+#: :data:`HOLD_S` seconds after their transcript is written, so the smoke's kill of the agent-loop worker lands while
+#: that rollout still runs (docs/cpu-smoke.md)
+HOLD_STREAM_ENV = "GIGPO_DEV_HOLD_STREAM"
+HOLD_S = 120.0
+
 #: sampling parameter that carries a request's seed, by ``actor_rollout_ref.rollout.name`` (others: ``seed``)
 _SEED_PARAMS = {"sglang": "sampling_seed"}
 

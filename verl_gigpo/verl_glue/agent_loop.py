@@ -10,6 +10,7 @@ the placeholder row: docs/verl-integration.md ("The agent loop").
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import threading
@@ -37,6 +38,8 @@ from verl_gigpo.rollout.execution.threads import EnvThreadPool
 from verl_gigpo.rollout.rows import episode_rows
 from verl_gigpo.rollout.seeding import (
     DRAW_FIELD,
+    HOLD_S,
+    HOLD_STREAM_ENV,
     VALIDATION_STREAM,
     EpisodeSeeds,
     seed_param,
@@ -275,6 +278,7 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
             env_kwargs=self.env_kwargs,
         )
         traj_id = f"{kwargs.get('uid', 'nouid')}_{kwargs.get('session_id', 0)}"
+        seeds = self.episode_seeds(task, kwargs)
         episode = await run_episode(
             task,
             generator=self.server_manager,
@@ -283,7 +287,7 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
             config=self.episode_config,
             traj_id=traj_id,
             sampling_params=sampling_params,
-            seeds=self.episode_seeds(task, kwargs),
+            seeds=seeds,
             executor=self.executor(),
             env_pool=self.env_pool(),
             execution=self.execution,
@@ -291,6 +295,9 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
         if self.transcripts is not None:
             records = episode_records(episode, group=kwargs.get("uid", "nouid"), image_folder=self.transcripts.folder)
             self.transcripts.write(records)
+        held = os.environ.get(HOLD_STREAM_ENV)
+        if held and seeds is not None and seeds.stream.startswith(held):  # make e2e: a kill must land mid-rollout
+            await asyncio.sleep(HOLD_S)
         options = self.episode_options
         # a row without the trainer mode's draw field is a validation row (as for the request seeds)
         if (
