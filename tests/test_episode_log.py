@@ -185,6 +185,12 @@ def test_summary_reads_counts_per_type_and_a_tolerant_health_file(tmp_path):
         "health alarms: none (no health.jsonl in the run folder)",
         "checkpoint: none written",
     ]
+    checked = launch_summary(
+        [{"step": 1.0, "health/alarms": 0.0}], run_dir=tmp_path / "x", iterations=1, checkpoint=None
+    )
+    assert checked[3] == "health alarms: none (no health.jsonl in the run folder)"
+    unchecked = launch_summary([{"step": 1.0}], run_dir=tmp_path / "x", iterations=1, checkpoint=None)
+    assert unchecked[3] == "health alarms: not checked (no health/* metrics logged: trainer.health.enable=false)"
 
 
 def test_a_verl_launch_summary_reads_the_metrics_file_and_the_checkpoint_folder(tmp_path):
@@ -196,7 +202,7 @@ def test_a_verl_launch_summary_reads_the_metrics_file_and_the_checkpoint_folder(
     metrics = tmp_path / "metrics.jsonl"
     rows = [
         {"step": 0, "data": {"val-core/gridnav/acc/mean@1": 0.25}},
-        {"step": 1, "data": {"training/global_step": 1, "env/success_rate": 0.5}},
+        {"step": 1, "data": {"training/global_step": 1, "env/success_rate": 0.5, "health/alarms": 0.0}},
         {"step": 2, "data": {"training/global_step": 2, "val-core/gridnav/acc/mean@1": 0.5}},
     ]
     metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -103,6 +103,12 @@ def launch_summary(
         where = f" (iteration {int(step)})" if step is not None else ""
         lines.append(f"last validation{where}: " + ", ".join(validation_lines(val)))
     alarms = health_lines(run_dir)
+    if (
+        rows
+        and not (Path(run_dir) / HEALTH_JSONL).is_file()
+        and not any(k.startswith("health/") for r in rows for k in r)
+    ):
+        alarms = ["not checked (no health/* metrics logged: trainer.health.enable=false)"]
     lines.append(f"health alarms: {alarms[0]}" if len(alarms) == 1 else "health alarms:")
     if len(alarms) > 1:
         lines += [f"  {a}" for a in alarms]
