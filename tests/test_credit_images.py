@@ -80,12 +80,12 @@ def test_the_drivers_records_name_the_images_the_agent_loop_stored(episodes, tmp
         outputs = episode_to_outputs(
             ep, placeholder_prompt_ids=[], eos_id=0, text_chars=50, image_refs=step_image_refs(ep, credit)
         )
-        for out, step in zip(outputs, ep.steps, strict=True):
-            field = out.as_dict()
+        fields = [out.as_dict() for out in outputs]  # an episode's rows, put into TransferQueue together
+        for field in fields:
             field.pop("multi_modal_data", None)  # verl's TQ postprocess stores no raw image
-            extra.append(list_of_dict_to_tensordict([field])["extra_fields"][0])
-            uids.append(ep.group_id)
-            drawn.append(step.images)
+        extra.extend(list_of_dict_to_tensordict(fields)["extra_fields"])
+        uids.extend([ep.group_id] * len(outputs))
+        drawn.extend(step.images for step in ep.steps)
     failed = Episode("g1_9", TaskSpec("sokoban", 2), env_error="boom", group_id="g1")  # a placeholder row, masked
     extra.append(episode_to_outputs(failed, placeholder_prompt_ids=[1], eos_id=0, text_chars=50)[0].extra_fields)
     uids.append("g1")
