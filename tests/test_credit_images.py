@@ -17,9 +17,10 @@ from verl_gigpo.credit.recredit import recredit
 from verl_gigpo.dev.vision_smoke import credit_image_problems
 from verl_gigpo.evaluate import report_from_transcripts
 from verl_gigpo.rollout import Episode, StepRecord, TaskSpec
+from verl_gigpo.rollout.seeding import DRAW_FIELD
 from verl_gigpo.rollout.step_rows import StepBatch
 from verl_gigpo.rollout.transcripts import TranscriptWriter, episode_records
-from verl_gigpo.verl_glue.agent_loop import episode_to_outputs, step_image_refs
+from verl_gigpo.verl_glue.agent_loop import credit_images_due, episode_to_outputs, step_image_refs
 
 # two groups of two members; each member's moves (Sokoban seeds 1 and 2, drawn 8 px a cell)
 PLAYS = {("g0", 1): [["up", "left", "down"], ["right", "up", "up"]], ("g1", 2): [["down", "down"], ["left", "up"]]}
@@ -107,6 +108,14 @@ def test_the_drivers_records_name_the_images_the_agent_loop_stored(episodes, tmp
     rows = [r.extra_fields for r in episode_to_outputs(episodes[0], placeholder_prompt_ids=[], eos_id=0)]
     assert all("images" not in r for r in rows)
     assert StepBatch.from_rows(["g0"] * len(rows), rows, [False] * len(rows)).image_refs is None
+
+
+def test_the_agent_loop_stores_images_for_training_rows_of_logged_iterations_only():
+    every_2nd = CreditLogOptions(freq=2)
+    assert credit_images_due(every_2nd, {"global_steps": 4, DRAW_FIELD: 0})
+    assert not credit_images_due(every_2nd, {"global_steps": 3, DRAW_FIELD: 0})  # not logged
+    assert not credit_images_due(every_2nd, {"global_steps": 4})  # a validation row
+    assert not credit_images_due(CreditLogOptions(freq=0), {"global_steps": 4, DRAW_FIELD: 0})  # records off
 
 
 def test_the_evaluations_records_name_copies_of_the_transcripts_images(episodes, tmp_path):

@@ -52,7 +52,7 @@ from verl_gigpo.rollout.transcripts import TranscriptWriter, episode_records
 from verl_gigpo.rollout.vision import save_images
 from verl_gigpo.verl_glue.contract import check_contract
 
-__all__ = ["GiGPOEnvAgentLoop", "episode_config_from", "episode_to_outputs", "step_image_refs"]
+__all__ = ["GiGPOEnvAgentLoop", "credit_images_due", "episode_config_from", "episode_to_outputs", "step_image_refs"]
 
 
 def episode_config_from(config: Any) -> EpisodeConfig:
@@ -181,6 +181,12 @@ def episode_to_outputs(
     return outputs
 
 
+def credit_images_due(credit: CreditLogOptions, row: dict[str, Any]) -> bool:
+    """Whether the dataset row ``row`` is a training row (the trainer mode's draw field) of an iteration whose credit
+    records are written (``credit.due(row["global_steps"])``), so its steps' images are stored; never validation."""
+    return DRAW_FIELD in row and credit.due(int(row.get("global_steps") or 0))
+
+
 def step_image_refs(episode: Episode, folder: str | Path) -> list[list[str]]:
     """Store each step's images as PNGs in ``folder`` (the run's ``credit/``); one list of their paths relative to
     ``folder`` per step, the ``image_refs`` of :func:`episode_to_outputs`."""
@@ -279,11 +285,6 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
         stream = VALIDATION_STREAM if draw is None else training_stream(int(row["global_steps"]), int(draw))
         return EpisodeSeeds(self.rollout_seed, stream, task, int(row.get("session_id", 0)), self.seed_param)
 
-    def credit_images_due(self, row: dict[str, Any]) -> bool:
-        """Whether the training row ``row``'s steps are in a logged iteration's credit records
-        (``trainer.credit_log_freq``), so their images are stored; validation rows never are."""
-        return DRAW_FIELD in row and self.credit.due(int(row.get("global_steps") or 0))
-
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:
         """Play the episode of the dataset row ``kwargs`` (env_name, seed, split, uid, session_id)."""
         env_name = kwargs.get("env_name") or self.default_env_name
@@ -331,7 +332,7 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
             step = int(kwargs.get("global_steps", 0) or 0)
             self.episode_parts.write(episode_record(episode, kind="val", iteration=step, max_chars=options.max_chars))
         image_refs = None
-        if self.credit_images_due(kwargs) and any(step.images for step in episode.steps):
+        if credit_images_due(self.credit, kwargs) and any(step.images for step in episode.steps):
             image_refs = await asyncio.to_thread(step_image_refs, episode, self.credit_dir)
         placeholder = []
         if not episode.steps:
