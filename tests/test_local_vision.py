@@ -76,6 +76,9 @@ def test_two_local_iterations_on_sokoban_images(tiny_vl_model_dir, tmp_path):
     evaluate_local(tmp_path, out=tmp_path / "eval", progress=False)
     transcripts = read_transcripts(tmp_path / "eval" / "transcripts")
     assert transcripts and all((tmp_path / "eval" / "transcripts" / t["images"][0]).is_file() for t in transcripts)
+    # and its credit records name copies of those drawings, beside them in eval/credit/
+    rebuilt = read_credit_records(tmp_path / "eval" / "credit" / "iter_0.jsonl")
+    assert rebuilt and all((tmp_path / "eval" / "credit" / r["images"][0]).is_file() for r in rebuilt)
 
 
 def test_update_rows_keep_the_pixels_apart_and_the_images_change_the_logprobs(tiny_vl_model_dir, tmp_path):

@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ __all__ = [
     "CreditLogOptions",
     "CreditLogger",
     "anchor_key_hash",
+    "copy_images",
     "credit_records",
     "read_credit_records",
     "read_json_lines",
@@ -145,7 +147,8 @@ def credit_records(
 ) -> list[dict[str, Any]]:
     """One record per valid row of ``groups`` (None: all), in batch order, from ``terms`` and the (N,) rows ``steps``.
 
-    ``image_folder``: where the rows' images are stored as PNGs (None: left out). Raises when the row counts differ.
+    A row's ``images``: its ``steps.image_refs`` when named, else its ``steps.images`` stored as PNGs in
+    ``image_folder`` (None: left out). Raises when the row counts differ.
     """
     n = _check_rows(terms, steps)
     gids = np.asarray(steps.group_ids, dtype=object)
@@ -180,9 +183,31 @@ def credit_records(
                 **{name: float(values[i]) for name, values in terms.extras.items()},
             }
         )
-        if image_folder is not None and steps.images is not None and steps.images[i]:
+        if steps.image_refs is not None and steps.image_refs[i]:  # stored already (verl's agent loop, evaluation)
+            records[-1]["images"] = list(steps.image_refs[i])
+        elif image_folder is not None and steps.images is not None and steps.images[i]:
             records[-1]["images"] = save_images(steps.images[i], image_folder)
     return records
+
+
+def copy_images(refs: Sequence[str], source: str | Path, folder: str | Path) -> list[str]:
+    """Copy the PNGs ``refs`` (paths relative to ``source``, e.g. ``images/<sha1>.png``) to the same paths under
+    ``folder`` (a file there already is kept: names are pixel hashes); returns ``refs``. FileNotFoundError naming a
+    missing file."""
+    source, folder = Path(source), Path(folder)
+    for ref in refs:
+        src, dst = source / ref, folder / ref
+        if Path(ref).is_absolute() or ".." in Path(ref).parts:
+            raise ValueError(f"image path {ref!r} (in a record of {source}) must be relative, inside that folder")
+        if dst.exists():
+            continue
+        if not src.is_file():
+            raise FileNotFoundError(f"image {src} named by a record of {source} is missing; was the folder moved?")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)  # whole or absent, as save_images writes
+    return list(refs)
 
 
 def write_credit_records(records: Sequence[Mapping[str, Any]], run_dir: str | Path, iteration: int) -> Path:

@@ -48,6 +48,7 @@ def recredit(records: Sequence[dict[str, Any]], method: str, *, gamma: float = D
         task_ids=column("task_id"),
         observations=column("observation"),
         actions=column("action"),
+        image_refs=[list(r.get("images") or []) for r in records],  # the same PNGs, beside the same records
     )
     terms = rows.advantage_terms(GiGPOConfig(gamma=gamma, method=method))
     out = credit_records(terms, iteration=int(records[0]["iteration"]), steps=rows)

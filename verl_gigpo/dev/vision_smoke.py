@@ -7,8 +7,9 @@ tiny vision-language model of :mod:`verl_gigpo.dev.tiny_vl_model` (built if miss
 both iterations are logged with every episode played (no environment or agent-loop error), the rollout-vs-actor
 log-prob gap of each iteration is at most :data:`~verl_gigpo.dev.smoke.ROLLOUT_GAP_LIMIT` (verl's old-log-prob pass
 runs every iteration: the actor's forward pass takes the images, so a rollout that saw them and an actor that did not
-would differ by far more), and the anchor keys of every transcribed image episode equal those of the same actions
-played on the text Sokoban (the same GiGPO groups). Evidence and limits: docs/vision.md.
+would differ by far more), the anchor keys of every transcribed image episode equal those of the same actions
+played on the text Sokoban (the same GiGPO groups), and the driver's credit records of both iterations name each
+step's drawing, a PNG in ``credit/images/`` equal to the transcript's. Evidence and limits: docs/vision.md.
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ from typing import Any
 
 from verl_gigpo.dev.smoke import ROLLOUT_GAP_LIMIT, RunResult, emptied, pipeline_overrides, run_pipeline
 
-__all__ = ["DEFAULT_VL_MODEL", "VISION_SETTINGS", "check_vision_run", "main", "run_vision_smoke", "text_replay"]
+__all__ = [
+    "DEFAULT_VL_MODEL",
+    "VISION_SETTINGS",
+    "check_vision_run",
+    "credit_image_problems",
+    "main",
+    "run_vision_smoke",
+    "text_replay",
+]
 
 DEFAULT_VL_MODEL = "artifacts/tiny-vl"
 
@@ -38,6 +47,7 @@ VISION_SETTINGS: tuple[str, ...] = (
     "actor_rollout_ref.model.trust_remote_code=true",  # the model folder's images-only processor class
     "data.trust_remote_code=true",
     "trainer.v1.gigpo_sync.logprob_check_freq=1",  # verl's old-log-prob pass every iteration: the gap is logged
+    "trainer.credit_log_freq=1",  # the driver's credit records, each step naming the drawing the agent loop stored
 )
 
 
@@ -94,6 +104,40 @@ def text_replay(transcript_dir: Path) -> tuple[int, list[str]]:
     return compared, bad
 
 
+def credit_image_problems(credit_dir: Path, transcript_dir: Path, iterations: list[int]) -> list[str]:
+    """The problems of the credit records ``<credit_dir>/iter_<k>.jsonl`` of ``iterations`` (empty: none): each
+    record must name one image, a PNG under ``credit_dir`` whose name is its pixels' hash, and the same one as the
+    transcript record of its trajectory and step."""
+    from PIL import Image
+
+    from environments.images import pixel_key
+    from verl_gigpo.credit.records import read_credit_records
+
+    shown = {}
+    for path in sorted(transcript_dir.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            shown[(record["traj"], record["step"])] = record.get("images")
+    problems = []
+    for k in iterations:
+        path = credit_dir / f"iter_{k}.jsonl"
+        records = read_credit_records(path) if path.is_file() else []
+        if not records:
+            problems.append(f"no credit records in {path}")
+        for r in records:
+            where = f"{path.name} {r['traj']} step {r['step']}"
+            refs = r.get("images") or []
+            if len(refs) != 1:
+                problems.append(f"{where}: names {len(refs)} images, expected 1")
+            elif not (credit_dir / refs[0]).is_file():
+                problems.append(f"{where}: {refs[0]} is missing from {credit_dir}")
+            elif refs[0] != f"images/{pixel_key(Image.open(credit_dir / refs[0]))}.png":
+                problems.append(f"{where}: {refs[0]} does not hold the pixels its name hashes")
+            elif refs != shown.get((r["traj"], r["step"])):
+                problems.append(f"{where}: {refs} but the transcript shows {shown.get((r['traj'], r['step']))}")
+    return problems
+
+
 def check_vision_run(run: RunResult) -> list[str]:
     """The problems of the vision launch (empty: it passed); see the module docstring for what is checked."""
     problems = [] if run.returncode == 0 else [f"the launch exited {run.returncode}: {run.error_lines()[-3:]}"]
@@ -116,6 +160,9 @@ def check_vision_run(run: RunResult) -> list[str]:
     compared, bad = text_replay(run.run_dir / "transcripts")
     if compared == 0 or bad:
         problems.append(f"anchor keys of image vs text episodes: {compared} steps compared, mismatches {bad[:3]}")
+    images = credit_image_problems(run.run_dir / "ckpt" / "credit", run.run_dir / "transcripts", [1, 2])
+    if images:
+        problems.append(f"credit records' images ({len(images)} problems): {images[:3]}")
     return problems
 
 

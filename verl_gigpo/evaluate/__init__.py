@@ -16,7 +16,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -450,13 +450,14 @@ def greedy_repeats_warning(do_sample: bool, k: int) -> str | None:
 
 
 def report_from_transcripts(out: str | Path, *, settings: dict[str, Any], gigpo: Any = None) -> EvalResult:
-    """Read ``<out>/transcripts/``; write and return the table, plot, ``summary.json`` and credit records.
+    """Read ``<out>/transcripts/``; write and return the table, plot, ``summary.json`` and credit records (their
+    images copied to ``<out>/credit/images/``).
 
     Raises:
-        FileNotFoundError: no transcripts in ``<out>/transcripts``.
+        FileNotFoundError: no transcripts in ``<out>/transcripts``, or an image a transcript names is missing.
     """
     from verl_gigpo.config import GiGPOConfig
-    from verl_gigpo.credit.records import CreditLogger, CreditLogOptions
+    from verl_gigpo.credit.records import CREDIT_DIR, CreditLogger, CreditLogOptions, copy_images
 
     out = Path(out)
     records = read_transcripts(out / TRANSCRIPTS)
@@ -475,6 +476,9 @@ def report_from_transcripts(out: str | Path, *, settings: dict[str, Any], gigpo:
     steps = step_rows(records)
     credit = None
     if steps.row_mask.any():  # every episode group, texts of up to 400 characters
+        if any(r.get("images") for r in records):  # the transcripts' PNGs, copied beside the records
+            refs = [copy_images(r.get("images") or [], out / TRANSCRIPTS, out / CREDIT_DIR) for r in records]
+            steps = replace(steps, image_refs=refs)
         terms = steps.advantage_terms(gigpo if gigpo is not None else GiGPOConfig(key_mode="state"))
         writer = CreditLogger(CreditLogOptions(freq=1, groups=-1, max_chars=400), out)
         credit = writer.write(0, terms, steps)

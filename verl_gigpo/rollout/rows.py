@@ -16,6 +16,7 @@ from typing import Any
 from verl_gigpo.rollout.types import Episode
 
 __all__ = [
+    "IMAGES_FIELD",
     "REQUIRED_FIELDS",
     "ROW_FIELDS",
     "EpisodeRow",
@@ -142,6 +143,11 @@ ROW_FIELDS: tuple[RowField, ...] = (
     ),
 )
 # fmt: on
+
+#: verl's step rows only: the extra field naming the step's images, PNG paths relative to the run's ``credit/`` folder
+#: (the agent loop stores them there when credit records are due; not a schema field, read into
+#: ``StepBatch.image_refs``)
+IMAGES_FIELD = "images"
 
 #: the fields a step-credit estimator cannot do without (a row lacking one was not written by :func:`episode_rows`)
 REQUIRED_FIELDS = tuple(f.name for f in ROW_FIELDS if f.required)

@@ -22,7 +22,7 @@ import pandas as pd
 from verl_gigpo import AGENT_LOOP_NAME, ESTIMATOR_NAME
 from verl_gigpo.config.trainer import UpdateSettings  # noqa: F401 - its home was here
 from verl_gigpo.rollout.metrics import TrajectorySummary
-from verl_gigpo.rollout.rows import REQUIRED_FIELDS, ROW_FIELDS, episode_rows
+from verl_gigpo.rollout.rows import IMAGES_FIELD, REQUIRED_FIELDS, ROW_FIELDS, episode_rows
 from verl_gigpo.rollout.types import Episode
 
 __all__ = ["REQUIRED_FIELDS", "StepBatch", "UpdateSettings", "episode_group_id"]
@@ -38,6 +38,8 @@ class StepBatch:
     """Per-row step data of one training batch, numpy arrays (N,) (padding included); schema columns as
     :data:`~verl_gigpo.rollout.rows.ROW_FIELDS`. ``env_rewards``: the environment's reward alone (None: the step
     rewards). Token columns (N lists; local engine only, else None): prompts, responses, rollout_logprobs, images.
+    ``image_refs`` (N lists, else None): each row's images as PNG paths relative to the run's ``credit/`` folder
+    (verl's rows, the evaluation's transcripts).
     """
 
     group_ids: np.ndarray
@@ -65,6 +67,7 @@ class StepBatch:
     responses: list[list[int]] | None = None
     rollout_logprobs: list[list[float] | None] | None = None
     images: list[list[Any]] | None = None
+    image_refs: list[list[str]] | None = None
 
     def __len__(self) -> int:
         """N, the number of rows (padding and masked rows included)."""
@@ -80,7 +83,7 @@ class StepBatch:
             self.padding = pad_uid | (~self.row_mask & ~self.env_error)
         if self.env_rewards is None:
             self.env_rewards = np.asarray(self.step_rewards, dtype=np.float64).copy()
-        for name in ("prompts", "responses", "rollout_logprobs", "images"):
+        for name in ("prompts", "responses", "rollout_logprobs", "images", "image_refs"):
             column = getattr(self, name)
             if column is not None and len(column) != n:
                 raise ValueError(f"StepBatch.{name} has {len(column)} rows, group_ids {n}")
@@ -147,7 +150,9 @@ class StepBatch:
                     f"step rows of the '{AGENT_LOOP_NAME}' agent loop (actor_rollout_ref.rollout.agent."
                     f"default_agent_loop={AGENT_LOOP_NAME}, or an agent_name column in the dataset)"
                 )
-        return cls._from_fields(np.array([str(u) for u in uids], dtype=object), extra_fields, padding)
+        refs = [list((f or {}).get(IMAGES_FIELD) or []) for f in extra_fields]  # the agent loop's PNG paths
+        uid_array = np.array([str(u) for u in uids], dtype=object)
+        return cls._from_fields(uid_array, extra_fields, padding, image_refs=refs if any(refs) else None)
 
     @classmethod
     def from_episodes(cls, episodes: Sequence[Episode], *, text_chars: int = 0) -> StepBatch:

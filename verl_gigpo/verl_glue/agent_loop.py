@@ -14,7 +14,9 @@ import asyncio
 import math
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
@@ -22,7 +24,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 from environments import register_envs
 from verl_gigpo import AGENT_LOOP_NAME
 from verl_gigpo.config import GiGPOConfig
-from verl_gigpo.credit.records import CreditLogOptions
+from verl_gigpo.credit.records import CREDIT_DIR, CreditLogOptions
 from verl_gigpo.rollout import (
     ChatPromptEncoder,
     EnvPool,
@@ -35,7 +37,7 @@ from verl_gigpo.rollout import (
 from verl_gigpo.rollout.episode_log import EpisodeLogOptions, PartWriter, episode_record, logged_validation
 from verl_gigpo.rollout.execution import EnvExecution
 from verl_gigpo.rollout.execution.threads import EnvThreadPool
-from verl_gigpo.rollout.rows import episode_rows
+from verl_gigpo.rollout.rows import IMAGES_FIELD, episode_rows
 from verl_gigpo.rollout.seeding import (
     DRAW_FIELD,
     HOLD_S,
@@ -47,9 +49,10 @@ from verl_gigpo.rollout.seeding import (
     training_stream,
 )
 from verl_gigpo.rollout.transcripts import TranscriptWriter, episode_records
+from verl_gigpo.rollout.vision import save_images
 from verl_gigpo.verl_glue.contract import check_contract
 
-__all__ = ["GiGPOEnvAgentLoop", "episode_config_from", "episode_to_outputs"]
+__all__ = ["GiGPOEnvAgentLoop", "credit_images_due", "episode_config_from", "episode_to_outputs", "step_image_refs"]
 
 
 def episode_config_from(config: Any) -> EpisodeConfig:
@@ -80,6 +83,7 @@ class LoopSettings:
     episode_options: EpisodeLogOptions
     text_chars: int
     seeded: bool
+    credit: CreditLogOptions
 
 
 _SETTINGS: dict[int, tuple[Any, LoopSettings]] = {}  # id(config) -> (config, its settings); the config kept alive
@@ -103,7 +107,8 @@ def loop_settings(config: Any) -> LoopSettings:
         options = EpisodeLogOptions.from_trainer(trainer)
         train_texts = options.max_chars + 1 if options.train_freq else 0
         text_chars = max(credit.max_chars if credit.enabled else 0, train_texts if options.enabled else 0)
-        settings = LoopSettings(episode_config, execution, options, text_chars, seeded_sampling_from(env_cfg))
+        seeded = seeded_sampling_from(env_cfg)
+        settings = LoopSettings(episode_config, execution, options, text_chars, seeded, credit)
         if len(_SETTINGS) >= _SETTINGS_KEPT:  # a config object per trajectory would otherwise pile up
             _SETTINGS.pop(next(iter(_SETTINGS)))
         _SETTINGS[id(config)] = (config, settings)
@@ -117,11 +122,13 @@ def episode_to_outputs(
     eos_id: int,
     weight_version: int | None = None,
     text_chars: int = 0,
+    image_refs: Sequence[list[str]] | None = None,
 ) -> list[AgentLoopOutput]:
     """One ``AgentLoopOutput`` per row of :func:`~verl_gigpo.rollout.rows.episode_rows` (its fields become
     ``extra_fields``). ``weight_version`` fills ``min/max_global_steps`` when nothing was generated; an episode that
     failed at reset gets one placeholder row (``placeholder_prompt_ids``, response ``[eos_id]``, mask 0);
-    ``text_chars`` > 0 adds the observation and action texts. Why: docs/verl-integration.md ("The agent loop").
+    ``text_chars`` > 0 adds the observation and action texts; ``image_refs`` (one list per step) adds each step's
+    stored PNGs as the ``images`` field. Why: docs/verl-integration.md ("The agent loop").
     """
     rows = episode_rows(episode, text_chars=text_chars)
     min_versions = [
@@ -147,12 +154,14 @@ def episode_to_outputs(
     per_step_time = episode.timing.get("generate", 0.0) / max(episode.length, 1)
     outputs = []
     for i, row in enumerate(rows):
-        images = None
+        images, fields = None, {**row.fields, **verl_fields}
         if row.placeholder:
             prompt_ids, response_ids, logprobs = list(placeholder_prompt_ids), [eos_id], [0.0]
         else:
             prompt_ids, response_ids, logprobs = row.prompt_ids, row.response_ids, row.response_logprobs
             images = episode.steps[i].images or None  # rows are the steps, in order
+            if image_refs is not None and image_refs[i]:  # the credit records' PNGs (verl keeps no raw image)
+                fields[IMAGES_FIELD] = list(image_refs[i])
         last = i == len(rows) - 1
         outputs.append(
             AgentLoopOutput(
@@ -163,13 +172,25 @@ def episode_to_outputs(
                 reward_score=float(episode.episode_return) if last else None,
                 num_turns=0 if row.placeholder else 2,
                 metrics=AgentLoopMetrics() if row.placeholder else AgentLoopMetrics(generate_sequences=per_step_time),
-                extra_fields={**row.fields, **verl_fields},
+                extra_fields=fields,
                 # verl's postprocess turns images into multi_modal_inputs (pixel_values, image_grid_thw) and 3-D
                 # rope positions for the actor; text rows leave the field unset, as before
                 **({"multi_modal_data": {"images": images}} if images else {}),
             )
         )
     return outputs
+
+
+def credit_images_due(credit: CreditLogOptions, row: dict[str, Any]) -> bool:
+    """Whether the dataset row ``row`` is a training row (the trainer mode's draw field) of an iteration whose credit
+    records are written (``credit.due(row["global_steps"])``), so its steps' images are stored; never validation."""
+    return DRAW_FIELD in row and credit.due(int(row.get("global_steps") or 0))
+
+
+def step_image_refs(episode: Episode, folder: str | Path) -> list[list[str]]:
+    """Store each step's images as PNGs in ``folder`` (the run's ``credit/``); one list of their paths relative to
+    ``folder`` per step, the ``image_refs`` of :func:`episode_to_outputs`."""
+    return [save_images(step.images, folder) for step in episode.steps]
 
 
 def _one_per_key(lock: threading.Lock, table: dict[str, Any], key: str, make: Any) -> Any:
@@ -215,6 +236,9 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
         trainer = self.config.get("trainer", None)
         self.episode_options, self.text_chars = settings.episode_options, settings.text_chars
         self.episode_parts = self.part_writer(str(trainer.default_local_dir)) if self.episode_options.enabled else None
+        # trainer.credit_log_freq: the driver's records name the images this loop stores in <run dir>/credit/images/
+        self.credit = settings.credit
+        self.credit_dir = Path(str(trainer.default_local_dir)) / CREDIT_DIR if self.credit.enabled else None
         folder = env_cfg.get("transcript_dir", None)  # env.transcript_dir: every episode, one line per step
         self.transcripts = self.transcript_writer(str(folder)) if folder else None
         rollout = self.config.actor_rollout_ref.rollout
@@ -307,6 +331,9 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
         ):
             step = int(kwargs.get("global_steps", 0) or 0)
             self.episode_parts.write(episode_record(episode, kind="val", iteration=step, max_chars=options.max_chars))
+        image_refs = None
+        if credit_images_due(self.credit, kwargs) and any(step.images for step in episode.steps):
+            image_refs = await asyncio.to_thread(step_image_refs, episode, self.credit_dir)
         placeholder = []
         if not episode.steps:
             placeholder = self.tokenizer.encode(f"environment {env_name} failed: {episode.env_error}")[:64] or [0]
@@ -318,6 +345,7 @@ class GiGPOEnvAgentLoop(AgentLoopBase):
             eos_id=eos,
             weight_version=int(version) - 1 if version is not None else None,
             text_chars=self.text_chars,
+            image_refs=image_refs,
         )
 
 
