@@ -67,8 +67,12 @@ def every_field(tmp_path):
     return path
 
 
+#: the fields of image tasks (tests/test_prompt_templates_images.py): the images' place and EZPoints' formula
+IMAGE_TASK_FIELDS = ("image", "formula", "text_formula")
+
+
 def test_the_test_template_writes_every_field():
-    assert all(f"{{{name}}}" in EVERY_FIELD for name in [*FIELDS, *FIELD_ALIASES])
+    assert all(f"{{{name}}}" in EVERY_FIELD for name in [*FIELDS, *FIELD_ALIASES] if name not in IMAGE_TASK_FIELDS)
 
 
 def _expected(task, observations, actions):

@@ -20,9 +20,10 @@ the same groups (tests/test_cards.py). Rules, rewards and limits follow the refe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from environments.base import StepResult
+from environments.base import PromptStyle, StepResult
 from environments.cards.common import CardGameEnv, rank_name
 from environments.cards.draw import SUITS, draw_card, font, new_canvas
 from environments.cards.prompt import EZPOINTS_TASK
@@ -172,6 +173,16 @@ class EZPointsEnv(CardGameEnv):
 
     def _state_digest(self) -> str:
         return f"{self.task_id}|cards={self._deal()}|formula={' '.join(self.formula)}"
+
+    def prompt_fields(
+        self,
+        observation: str,
+        info: dict[str, Any],
+        history: Sequence[tuple[str, str]] = (),
+        style: PromptStyle | None = None,
+    ) -> dict[str, Any]:
+        """TextEnv's fields plus ``formula``: the formula built so far, e.g. ``"3*4"`` (a template's ``{formula}``)."""
+        return {**super().prompt_fields(observation, info, history, style), "formula": "".join(self.formula)}
 
     def _formula_text(self) -> str:
         return f"Formula: {''.join(self.formula) or '(empty)'}"

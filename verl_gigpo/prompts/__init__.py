@@ -4,6 +4,12 @@ checkout of the reference implementation) and ``python -m verl_gigpo.prompts sho
 builder both engines use is :mod:`verl_gigpo.rollout.prompts`.
 """
 
-from verl_gigpo.prompts.reference import PROMPT_FILES, REFERENCE_LAYOUTS, read_reference_template, write_templates
+from verl_gigpo.prompts.reference import (
+    PROMPT_FILES,
+    REFERENCE_LAYOUTS,
+    REFERENCE_TEMPLATES,
+    read_reference_template,
+    write_templates,
+)
 
-__all__ = ["PROMPT_FILES", "REFERENCE_LAYOUTS", "read_reference_template", "write_templates"]
+__all__ = ["PROMPT_FILES", "REFERENCE_LAYOUTS", "REFERENCE_TEMPLATES", "read_reference_template", "write_templates"]

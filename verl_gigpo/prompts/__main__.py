@@ -10,7 +10,8 @@ from pathlib import Path
 import yaml
 
 from environments import kwargs_from_json
-from verl_gigpo.prompts.reference import PROMPT_FILES, write_templates
+from verl_gigpo.prompts.reference import PROMPT_FILES, REFERENCE_TEMPLATES, write_templates
+from verl_gigpo.rollout.prompts import IMAGE_MARK
 
 DEFAULT_OUT = "~/gigpo-prompts"
 
@@ -23,13 +24,13 @@ def _from_reference(args: argparse.Namespace) -> int:
     envs = [e for e in args.envs.split(",") if e] if args.envs else None
     unknown = sorted(set(envs or ()) - set(PROMPT_FILES))
     if unknown:
-        print(f"error: --envs {','.join(unknown)}: known environments are {', '.join(PROMPT_FILES)}", file=sys.stderr)
+        print(f"error: --envs {','.join(unknown)}: known templates are {', '.join(PROMPT_FILES)}", file=sys.stderr)
         return 2
     written, skipped = write_templates(checkout, Path(args.out).expanduser(), envs)
     for item in written:
-        print(f"{item.env}: wrote {item.path}; use it with: {' '.join(item.overrides)}")
-    for env, why in skipped.items():
-        print(f"{env}: skipped: {why}", file=sys.stderr)
+        print(f"{item.name}: wrote {item.path}; use it with: {' '.join(item.overrides)}")
+    for name, why in skipped.items():
+        print(f"{name}: skipped: {why}", file=sys.stderr)
     if not written:
         print(f"error: no template written from {checkout}", file=sys.stderr)
         return 1
@@ -86,6 +87,11 @@ def _show(args: argparse.Namespace) -> int:
         )
         if not args.model:
             print("# (the tiny model's tokenizer, not your model's: pass --model for the count your run sees)")
+    if sample.images:
+        print(
+            f"# {sample.images} image(s) at the observation, placed where the text holds {IMAGE_MARK} (else before "
+            "the text); their tokens are not counted"
+        )
     return 0
 
 
@@ -96,14 +102,18 @@ def main(argv: list[str] | None = None) -> int:
     ref = sub.add_parser(
         "from-reference",
         help="write template files from your own checkout of the reference (verl-agent)",
-        description="Write one template file per environment from your own checkout of the reference implementation "
-        "(verl-agent), read now: " + "; ".join(f"{e}: {p}" for e, p in PROMPT_FILES.items()) + " (the module-level "
-        "strings <ENV>_TEMPLATE and <ENV>_TEMPLATE_NO_HIS, read without running the file). Nothing of the reference "
-        "is stored in this project. Prints the overrides that use each file.",
+        description="Write one template file per template from your own checkout of the reference implementation "
+        "(verl-agent), read now: "
+        + "; ".join(
+            f"{name}: {ref.file} {ref.step}{f' and {ref.first_step}' if ref.first_step else ''}"
+            for name, ref in REFERENCE_TEMPLATES.items()
+        )
+        + " (module-level strings, read without running the file). Nothing of the reference is stored in this "
+        "project. Prints the overrides that use each file.",
     )
     ref.add_argument("checkout", help="the root of your verl-agent checkout")
-    ref.add_argument("--out", default=DEFAULT_OUT, help=f"the folder to write <env>.txt into (default {DEFAULT_OUT})")
-    ref.add_argument("--envs", default="", help="comma-separated environments (default all: alfworld,webshop,...)")
+    ref.add_argument("--out", default=DEFAULT_OUT, help=f"the folder to write <name>.txt into (default {DEFAULT_OUT})")
+    ref.add_argument("--envs", default="", help="comma-separated templates (default all: alfworld,webshop,...)")
     ref.set_defaults(run=_from_reference)
     show = sub.add_parser(
         "show",
@@ -112,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         "print step STEP's prompt as both engines build it, its token count under the model's chat template, and "
         "whether it is over data.max_prompt_length.",
     )
-    show.add_argument("--env", required=True, help="alfworld | webshop | sokoban | search | gridnav")
+    show.add_argument("--env", required=True, help="alfworld | webshop | sokoban | search | gridnav | ezpoints | ...")
     show.add_argument("--step", type=int, default=1, help="the step whose prompt to show, from 1 (default 1)")
     show.add_argument("--seed", type=int, default=0, help="the task (default 0)")
     show.add_argument("--template", default=None, help="a template file (env.prompt.template)")

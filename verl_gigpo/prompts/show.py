@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from environments import TextEnv
+from environments.images import IMAGE_INFO_KEY
 from verl_gigpo.rollout.episode import ChatPromptEncoder, build_prompt
 from verl_gigpo.rollout.factory import make_task_env
 from verl_gigpo.rollout.types import OVERLONG_RULES, EpisodeConfig, PromptOptions, TaskSpec
@@ -24,13 +25,14 @@ TINY_MODEL = Path(__file__).resolve().parents[2] / "artifacts" / "tiny-model"
 
 @dataclass
 class SamplePrompt:
-    """What :func:`sample_prompt` built: the prompt text, its token ids (None without a tokenizer), the steps taken
-    before it, and the history items it shows."""
+    """What :func:`sample_prompt` built: the prompt text, its token ids (None without a tokenizer; the images' tokens
+    not counted), the steps taken before it, the history items it shows and the current observation's images."""
 
     text: str
     ids: list[int] | None
     taken: int
     history_used: int
+    images: int = 0
 
 
 def default_model() -> str | None:
@@ -85,10 +87,14 @@ def sample_prompt(
             if terminated or truncated:
                 raise ValueError(f"{env_name} task {seed}: the sample episode ended after {taken + 1} steps")
         encoder = ChatPromptEncoder(tokenizer) if tokenizer is not None else (lambda text: [])
-        text, ids, used, _ = build_prompt(env, observation, info, history, encoder, config)
+        images = len(info.get(IMAGE_INFO_KEY) or ())
+        # the text and its ids without the images' tokens (a tokenizer has no processor to count them)
+        text, ids, used, _ = build_prompt(env, observation, info, history, encoder, config, images=[])
     finally:
         env.close()
-    return SamplePrompt(text=text, ids=ids if tokenizer is not None else None, taken=step - 1, history_used=used)
+    return SamplePrompt(
+        text=text, ids=ids if tokenizer is not None else None, taken=step - 1, history_used=used, images=images
+    )
 
 
 def overlong_note(tokens: int, limit: int, rule: str) -> str:

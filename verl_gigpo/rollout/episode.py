@@ -28,7 +28,7 @@ from verl_gigpo.rollout.execution.envcalls import EnvCalls
 from verl_gigpo.rollout.execution.pool import EnvPool
 from verl_gigpo.rollout.execution.threads import EnvThreadPool
 from verl_gigpo.rollout.factory import make_task_env
-from verl_gigpo.rollout.prompts import render_prompt
+from verl_gigpo.rollout.prompts import image_parts, render_prompt
 from verl_gigpo.rollout.seeding import EpisodeSeeds
 from verl_gigpo.rollout.types import Episode, EpisodeConfig, Generator, StepRecord, TaskSpec
 
@@ -142,14 +142,14 @@ class ChatPromptEncoder:
             )
 
     def encode_with_images(self, text: str, images: Sequence[Any]) -> list[int]:
-        """The prompt ids (P,) of one user turn holding ``images`` then ``text``, placeholders expanded as verl's vLLM
-        path does. Raises ValueError without a processor."""
+        """The prompt ids (P,) of one user turn holding ``images`` where ``text`` has a template's ``{image}`` (else
+        before it), placeholders expanded as verl's vLLM path does. Raises ValueError without a processor."""
         if self.processor is None:
             raise ValueError(
                 "the observation has images but the model has no processor: use a vision-language model "
                 "(e.g. python -m verl_gigpo.dev.tiny_vl_model) or the environment's text observation"
             )
-        content = [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]
+        content = image_parts(text, len(images))
         messages = [{"role": "user", "content": content}]
         if self.system_prompt:
             messages.insert(0, {"role": "system", "content": self.system_prompt})

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from environments.images import IMAGE_INFO_KEY
+
 if TYPE_CHECKING:
     from environments import TextEnv
 
@@ -26,8 +28,11 @@ __all__ = [
     "FIELDS",
     "FIELD_ALIASES",
     "HISTORY_ITEMS",
+    "IMAGE_MARK",
     "SECTIONS",
     "PromptTemplate",
+    "fill_template",
+    "image_parts",
     "load_template",
     "moot_key_warnings",
     "parse_template",
@@ -47,7 +52,12 @@ FIELDS = {
     "max_steps": "the step limit (env.max_steps)",
     "history": "the past steps the prompt shows, laid out by env.prompt.history_item (empty without history)",
     "history_count": "how many past steps the history shows",
+    "image": "where the prompt's images go (IMAGE_MARK; empty without images; without it they come before the text)",
+    "formula": "the formula built so far (EZPoints; another environment refuses a template that writes it)",
 }
+
+#: What ``{image}`` writes into a prompt's text: the chat turn's images go there (:func:`image_parts`).
+IMAGE_MARK = "<image>"
 
 #: Other spellings of the fields (the reference's variable names), so that its templates drop in unchanged.
 FIELD_ALIASES = {
@@ -59,6 +69,7 @@ FIELD_ALIASES = {
     "action_history": "history",
     "memory_context": "history",
     "history_length": "history_count",
+    "text_formula": "formula",
 }
 
 #: ``env.prompt.history_item``: how a template's ``{history}`` writes the past steps (N: a step's number).
@@ -125,6 +136,7 @@ def _check_fields(body: str, path: str, section: str) -> None:
             f"{_KEY}={path}: its {section} section is not a format string ({exc}); write a literal brace as "
             "{{ or }}"
         ) from None
+    images = 0
     for _, field, _, _ in parsed:
         if field is None:
             continue
@@ -134,6 +146,9 @@ def _check_fields(body: str, path: str, section: str) -> None:
                 f"{_KEY}={path}: unknown field {{{name}}} in its {section} section; known fields: "
                 f"{', '.join(known)} (a literal brace is written {{{{ or }}}})"
             )
+        images += name == "image"
+    if images > 1:
+        raise ValueError(f"{_KEY}={path}: its {section} section writes {{image}} {images} times; write it once")
 
 
 @functools.lru_cache(maxsize=32)
@@ -168,8 +183,27 @@ def _history_text(env: TextEnv, items: Sequence[tuple[int, str, str]], layout: s
     return "Recent history:\n" + "".join(lines)
 
 
-def template_values(env: TextEnv, fields: dict[str, Any], options: PromptOptions) -> dict[str, Any]:
-    """Every field of :data:`FIELDS` and :data:`FIELD_ALIASES`, from :meth:`TextEnv.prompt_fields`' ``fields``."""
+class _Unfilled:
+    """A field this environment does not fill: formatting it raises one line naming the field and the template."""
+
+    def __init__(self, env: str, field: str) -> None:
+        self.env, self.field = env, field
+
+    def __format__(self, spec: str) -> str:
+        spellings = " or ".join(f"{{{name}}}" for name in [self.field, *_spellings(self.field)])
+        raise ValueError(
+            f"{_KEY}: the template writes {spellings}, which {self.env} does not fill; remove it or use a "
+            "template written for this environment"
+        )
+
+
+def _spellings(field: str) -> list[str]:
+    return [alias for alias, name in FIELD_ALIASES.items() if name == field]
+
+
+def template_values(env: TextEnv, fields: dict[str, Any], options: PromptOptions, images: int = 0) -> dict[str, Any]:
+    """Every field of :data:`FIELDS` and :data:`FIELD_ALIASES`, from :meth:`TextEnv.prompt_fields`' ``fields`` and
+    the number of ``images`` the prompt shows (``{image}`` is :data:`IMAGE_MARK` when there are any)."""
     values = {
         "task": fields["task"],
         "observation": fields["observation"],
@@ -179,6 +213,8 @@ def template_values(env: TextEnv, fields: dict[str, Any], options: PromptOptions
         "max_steps": fields["max_steps"],
         "history": _history_text(env, fields["history"], options.history_item),
         "history_count": len(fields["history"]),
+        "image": IMAGE_MARK if images else "",
+        "formula": fields["formula"] if "formula" in fields else _Unfilled(env.name, "formula"),
     }
     return values | {alias: values[name] for alias, name in FIELD_ALIASES.items()}
 
@@ -195,9 +231,38 @@ def render_prompt(
     many history items filled with :func:`template_values`."""
     if options.template is None:
         return env.render_prompt(observation, info, history, options.style)
-    template = load_template(options.template)
+    return fill_template(load_template(options.template), env, observation, info, history, options)
+
+
+def fill_template(
+    template: PromptTemplate,
+    env: TextEnv,
+    observation: str,
+    info: dict[str, Any],
+    history: Sequence[tuple[str, str]],
+    options: PromptOptions,
+) -> str:
+    """``template``'s section for ``len(history)`` past steps, filled with :func:`template_values` of this state.
+
+    Raises ValueError naming a field that ``env`` does not fill."""
     fields = env.prompt_fields(observation, info, history, options.style)
-    return template.text(len(history)).format_map(template_values(env, fields, options))
+    images = len(info.get(IMAGE_INFO_KEY) or ())
+    return template.text(len(history)).format_map(template_values(env, fields, options, images))
+
+
+def image_parts(text: str, count: int) -> list[dict[str, str]]:
+    """One chat turn's content parts: ``count`` images where ``text`` holds :data:`IMAGE_MARK` (``{image}``), else
+    before the text; empty text parts are left out. Raises ValueError when the mark appears more than once."""
+    pieces = text.split(IMAGE_MARK)
+    if len(pieces) > 2:
+        raise ValueError(
+            f"the prompt holds {IMAGE_MARK} {len(pieces) - 1} times; a template writes {{image}} once, and an "
+            f"observation with images may not contain {IMAGE_MARK}"
+        )
+    before, after = pieces if len(pieces) == 2 else ("", text)
+    parts = [{"type": "text", "text": before}, *({"type": "image"} for _ in range(count))]
+    parts.append({"type": "text", "text": after})
+    return [part for part in parts if part["type"] == "image" or part["text"]]
 
 
 #: Warnings already logged in this process (one each).
