@@ -541,8 +541,9 @@ class Recipe:
         if not path:
             return []
         if not os.path.isfile(path):
+            name = "sokoban_image" if self.env == "sokoban" and self.images else self.env
             raise RecipeError(
-                f"PROMPT_TEMPLATE={path} is not a file: give a template file, e.g. ~/gigpo-prompts/{self.env}.txt as "
+                f"PROMPT_TEMPLATE={path} is not a file: give a template file, e.g. ~/gigpo-prompts/{name}.txt as "
                 f"written by `{self.python} -m verl_gigpo.prompts from-reference /path/to/verl-agent`"
             )
         item, actions = table.TEMPLATE_LAYOUT[self.env]

@@ -7,9 +7,12 @@ stands, in the text and in the tiny vision model's prompt ids; ``show`` prints s
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
+from recipe_config import compose_recipe
 from verl.utils.tokenizer import hf_processor
 
 from environments import make_env
@@ -17,6 +20,9 @@ from verl_gigpo.prompts.__main__ import main
 from verl_gigpo.prompts.reference import REFERENCE_TEMPLATES, read_reference_template
 from verl_gigpo.rollout import ChatPromptEncoder, EpisodeConfig, PromptOptions, build_prompt
 from verl_gigpo.rollout.prompts import FIELD_ALIASES, FIELDS, IMAGE_MARK, image_parts, load_template
+from verl_gigpo.verl_glue.agent_loop import episode_config_from
+
+ROOT = Path(__file__).resolve().parents[1]
 
 #: the strings of a mini-checkout, in this project's own words, laid out as the reference's files hold them. The
 #: reference formats EZPoints' string only: the others' braces reach the model as written.
@@ -169,3 +175,20 @@ def test_show_prints_a_card_prompt_with_its_image_mark(written, capsys):
     prompt, tail = _shown(capsys.readouterr().out)
     assert prompt == BLACKJACK
     assert tail[-1].startswith("# 1 image(s) at the observation, placed where the text holds <image>")
+
+
+def test_the_image_recipes_take_the_written_templates(written):
+    """PROMPT_TEMPLATE of a card recipe and of the image Sokoban recipe selects the file, with the settings the
+    reference's image prompts need (images, no history) already the recipes' defaults."""
+    for recipe, name in (("ezpoints", "ezpoints"), ("sokoban", "sokoban_image")):
+        cfg, _ = compose_recipe(recipe, PROMPT_TEMPLATE=str(written[0] / f"{name}.txt"))
+        assert episode_config_from(cfg).prompt.template == str(written[0] / f"{name}.txt")
+        assert (cfg.env.history_length, cfg.env.kwargs.observation) == (0, "image")
+    proc = subprocess.run(
+        ["bash", str(ROOT / "recipes" / "run_sokoban.sh")],
+        env={**os.environ, "DRY_RUN": "1", "PROMPT_TEMPLATE": "/nowhere/t.txt"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1 and "e.g. ~/gigpo-prompts/sokoban_image.txt" in proc.stderr.splitlines()[-1]
