@@ -142,7 +142,7 @@ def read_reference_template(checkout: Path, name: str) -> str:
     if first is not None and not step.endswith("\n"):
         raise ValueError(f"{source}: {ref.step} does not end with a newline, so it cannot come before a second section")
     if not ref.formatted:
-        step = step.replace("{", "{{").replace("}", "}}")
+        step, first = (None if t is None else t.replace("{", "{{").replace("}", "}}") for t in (step, first))
     settings = dict(ref.settings)
     if settings.get("env.kwargs.observation") == "image":
         marks = step.count(REFERENCE_IMAGE_MARK)
