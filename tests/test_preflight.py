@@ -81,6 +81,25 @@ def test_valid_configs_pass(overrides, tmp_path, monkeypatch):
     assert preflight(cfg) is None
 
 
+def test_wandb_logging_without_credentials_stops_before_ray(tmp_path, monkeypatch):
+    """trainer.logger with wandb and no W&B key: wandb.init would stop the run inside Ray after start-up; preflight
+    names the key and the ways out instead. Offline mode or a netrc entry for api.wandb.ai pass."""
+    for name in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_MODE", "WANDB_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    cfg = compose_gigpo(["trainer.logger=[console,wandb]"])
+    with pytest.raises(GiGPOConfigError, match=r"trainer.logger=\['console', 'wandb'\] includes wandb.*WANDB_MODE"):
+        preflight(cfg)
+    assert preflight(compose_gigpo([])) is None  # the default: console and verl's file logger
+    (tmp_path / "netrc").write_text("machine api.wandb.ai\n  login user\n  password abc\n")
+    assert preflight(cfg) is None
+    (tmp_path / "netrc").write_text("machine example.org login user password abc\n")
+    with pytest.raises(GiGPOConfigError):
+        preflight(cfg)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert preflight(cfg) is None
+
+
 @pytest.mark.parametrize(
     "override",
     [

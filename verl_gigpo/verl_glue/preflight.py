@@ -10,6 +10,7 @@ docs/verl-integration.md ("Before Ray").
 from __future__ import annotations
 
 import logging
+import netrc
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -286,7 +287,35 @@ def file_problems(config: Any) -> list[str]:
                     f"{key}={name} does not exist: write the task files with {prepare} (train.parquet and "
                     f"val.parquet) and set data.train_files and data.val_files to them"
                 )
-    return problems + _env_data_problems(config.get("env", None))
+    return problems + _env_data_problems(config.get("env", None)) + _logger_problems(config)
+
+
+def _wandb_key_found() -> bool:
+    """Whether wandb would find credentials without asking: ``WANDB_API_KEY``, an identity-token file, an offline or
+    disabled ``WANDB_MODE``, or a netrc entry (``NETRC`` or ``~/.netrc``) for a W&B host."""
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    if os.environ.get("WANDB_MODE", "").strip().lower() in ("offline", "disabled", "dryrun"):
+        return True
+    path = Path(os.environ.get("NETRC") or Path.home() / ".netrc")
+    try:
+        hosts = netrc.netrc(str(path)).hosts
+    except (OSError, netrc.NetrcParseError):
+        return path.is_file()  # a netrc wandb may still read: do not guess
+    base = os.environ.get("WANDB_BASE_URL", "")
+    wanted = {"api.wandb.ai", base.split("://")[-1].split("/")[0].split(":")[0]} - {""}
+    return any(host in wanted for host in hosts)
+
+
+def _logger_problems(config: DictConfig) -> list[str]:
+    """``trainer.logger`` with wandb and no W&B credentials: verl's tracker would stop the run after start-up."""
+    loggers = _listed(OmegaConf.select(config, "trainer.logger", default=None))
+    if "wandb" not in loggers or _wandb_key_found():
+        return []
+    return [
+        f"trainer.logger={loggers} includes wandb, but no W&B credentials were found (WANDB_API_KEY, `wandb login`'s "
+        "~/.netrc entry): log in, set WANDB_MODE=offline, or log without it, e.g. trainer.logger=[console,file]"
+    ]
 
 
 def _env_data_problems(env: Any) -> list[str]:
