@@ -189,8 +189,14 @@ def test_summary_reads_counts_per_type_and_a_tolerant_health_file(tmp_path):
         [{"step": 1.0, "health/alarms": 0.0}], run_dir=tmp_path / "x", iterations=1, checkpoint=None
     )
     assert checked[3] == "health alarms: none (no health.jsonl in the run folder)"
-    unchecked = launch_summary([{"step": 1.0}], run_dir=tmp_path / "x", iterations=1, checkpoint=None)
+    unchecked = launch_summary(
+        [{"step": 1.0, "timing_s/step": 1.0}], run_dir=tmp_path / "x", iterations=1, checkpoint=None
+    )
     assert unchecked[3] == "health alarms: not checked (no health/* metrics logged: trainer.health.enable=false)"
+    val_only = launch_summary(
+        [{"step": 4.0, "timing_s/testing": 1.0}], run_dir=tmp_path / "x", iterations=None, checkpoint=None
+    )
+    assert val_only[3] == "health alarms: none (no health.jsonl in the run folder)"  # no iteration to check
 
 
 def test_a_verl_launch_summary_reads_the_metrics_file_and_the_checkpoint_folder(tmp_path):

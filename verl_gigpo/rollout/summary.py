@@ -104,7 +104,7 @@ def launch_summary(
         lines.append(f"last validation{where}: " + ", ".join(validation_lines(val)))
     alarms = health_lines(run_dir)
     if (
-        rows
+        any("timing_s/step" in r for r in rows)  # a training iteration was logged (validation-only rows have none)
         and not (Path(run_dir) / HEALTH_JSONL).is_file()
         and not any(k.startswith("health/") for r in rows for k in r)
     ):
