@@ -378,9 +378,14 @@ def paired_lines(curves: dict[str, dict[str, Any]], baseline: str) -> list[str]:
     ]
 
 
+#: the fewest paired seeds a verdict is drawn from
+VERDICT_SEEDS = 3
+
+
 def verdicts(per_seed: dict[str, dict[str, dict[int, float]]], base: dict[str, str]) -> list[str]:
     """One markdown bullet per (configuration, metric) with a baseline: 'higher' / 'lower' than the baseline when the
-    paired 95 % interval excludes 0, else 'no difference shown'; 'one seed' when no interval exists."""
+    paired 95 % interval excludes 0, else 'no difference shown'; no verdict from fewer than :data:`VERDICT_SEEDS`
+    seeds (two seeds whose differences happen to be equal give an interval of width 0)."""
     titles = {"final": "final validation success", "mean": "validation success averaged over training"}
     lines = []
     for name, values in per_seed.items():
@@ -389,8 +394,8 @@ def verdicts(per_seed: dict[str, dict[str, dict[int, float]]], base: dict[str, s
             continue
         for metric, title in titles.items():
             d = paired_difference(values[metric], per_seed[ref][metric])
-            if d["n"] < 2:
-                said = f"{d['n']} paired seed(s), no interval"
+            if d["n"] < VERDICT_SEEDS:
+                said = f"too few paired seeds to say ({format_difference(d)}, {d['n']} seed(s))"
             elif d["low"] > 0:
                 said = f"higher than `{ref}` ({format_difference(d)}, {d['n']} seeds)"
             elif d["high"] < 0:

@@ -313,3 +313,16 @@ def test_the_verl_dynamic_sampling_benchmark_refuses_bad_options_by_name(lb, cap
             dsv.parse_args(argv)
         err = capsys.readouterr().err
         assert stop.value.code == 2 and message in err and "learning.py" not in err, err
+
+
+def test_verdicts_need_three_paired_seeds(lb):
+    """Two seeds whose differences are equal give a zero-width interval: no verdict from them; three seeds decide."""
+    base = {"final": {0: 0.25, 1: 0.09, 2: 0.30}, "mean": {0: 0.1, 1: 0.1, 2: 0.1}}
+    two = {"final": {0: 0.34, 1: 0.18}, "mean": {0: 0.1, 1: 0.1}}
+    three = {"final": {0: 0.35, 1: 0.20, 2: 0.39}, "mean": {0: 0.1, 1: 0.1, 2: 0.1}}
+    lines = lb.report.verdicts({"base": base, "two": two, "three": three}, {"two": "base", "three": "base"})
+    assert (
+        lines[0] == "- `two`, final validation success: too few paired seeds to say (+0.09 [+0.09, +0.09], 2 seed(s))."
+    )
+    assert lines[2].startswith("- `three`, final validation success: higher than `base` (+0.10 [")
+    assert lines[3].startswith("- `three`, validation success averaged over training: no difference shown")
