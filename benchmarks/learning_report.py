@@ -370,21 +370,40 @@ def launch_seconds(curves: dict[str, dict[str, Any]]) -> list[float]:
     return out
 
 
-def paired_lines(curves: dict[str, dict[str, Any]], baseline: str) -> list[str]:
+def within_budget(curve: dict[str, Any], budget: float) -> dict[int, float]:
+    """Per seed, the validation success of the last validation after at most ``budget`` training episodes (a run
+    that logs no episode count played ``budget`` in its iterations: its last validation)."""
+    out = {}
+    for i, seed in enumerate(curve["seeds"]):
+        played = curve["episodes"][i]  # (V,)
+        ok = np.flatnonzero(~np.isfinite(played) | (played <= budget))
+        out[seed] = float(curve["val"][i, ok[-1]])
+    return out
+
+
+def paired_lines(curves: dict[str, dict[str, Any]], baseline: str, budget: float | None = None) -> list[str]:
     """Markdown: each configuration's paired difference from ``baseline`` (the same engine's, for labels
     ``engine/config``) in final validation success and in validation success averaged over training (the
-    validations after the start), seed by seed (:func:`paired.paired_table`); a line saying so when the baseline
-    was not run."""
+    validations after the start), seed by seed (:func:`paired.paired_table`); with ``budget`` (the training episodes
+    of a run without dynamic sampling), when some run played more, also at that budget (:func:`within_budget`); a
+    line saying so when the baseline was not run."""
+    more = budget is not None and any(
+        np.isfinite(c["episodes"]).any() and np.nanmax(c["episodes"]) > budget for c in curves.values()
+    )
     per_seed = {
         name: {
             "final": dict(zip(c["seeds"], c["val"][:, -1].tolist(), strict=True)),
             "mean": dict(zip(c["seeds"], c["val"][:, 1:].mean(axis=1).tolist(), strict=True)),
+            **({"budget": within_budget(c, budget)} if more else {}),
         }
         for name, c in curves.items()
         if c["val"].shape[1] > 1
     }
     base = {name: f"{name.rpartition('/')[0]}/{baseline}".lstrip("/") for name in per_seed}
-    table = paired_table(per_seed, base, {"final": "final val success", "mean": "mean val success over training"})
+    metrics = {"final": "final val success", "mean": "mean val success over training"}
+    if more:
+        metrics["budget"] = f"val success within {budget:.0f} training episodes"
+    table = paired_table(per_seed, base, metrics)
     if not table:
         return [
             f"No paired comparison: the baseline `{baseline}` has no run with validations after the start here.",
@@ -398,7 +417,7 @@ def paired_lines(curves: dict[str, dict[str, Any]], baseline: str) -> list[str]:
         "",
         "What these data support (an interval that excludes 0; else no difference shown at this number of seeds):",
         "",
-        *verdicts(per_seed, base),
+        *verdicts(per_seed, base, budget if more else None),
         "",
     ]
 
@@ -407,11 +426,16 @@ def paired_lines(curves: dict[str, dict[str, Any]], baseline: str) -> list[str]:
 VERDICT_SEEDS = 3
 
 
-def verdicts(per_seed: dict[str, dict[str, dict[int, float]]], base: dict[str, str]) -> list[str]:
+def verdicts(
+    per_seed: dict[str, dict[str, dict[int, float]]], base: dict[str, str], budget: float | None = None
+) -> list[str]:
     """One markdown bullet per (configuration, metric) with a baseline: 'higher' / 'lower' than the baseline when the
     paired 95 % interval excludes 0, else 'no difference shown'; no verdict from fewer than :data:`VERDICT_SEEDS`
-    seeds (two seeds whose differences happen to be equal give an interval of width 0)."""
+    seeds (two seeds whose differences happen to be equal give an interval of width 0). ``budget``: also the
+    validation success within that many training episodes (``per_seed[...]["budget"]``)."""
     titles = {"final": "final validation success", "mean": "validation success averaged over training"}
+    if budget is not None:
+        titles["budget"] = f"validation success within {budget:.0f} training episodes"
     lines = []
     for name, values in per_seed.items():
         ref = base.get(name)
@@ -498,7 +522,7 @@ def markdown_verl(curves: dict, args: argparse.Namespace, command: str, wall: fl
         lines.append(f"- {engine} {config}: {per_seed}")
     lines += [
         "",
-        *paired_lines(curves, args.baseline),
+        *paired_lines(curves, args.baseline, budget=args.iters * args.tasks * args.group),
         kept_line(args.data),
         "",
         f"![learning curves, verl (solid) and the local engine (dashed)]({png})",
