@@ -41,6 +41,8 @@ VARIANTS = {
     "entropy_coeff": (0.0, "entropy bonus {:g}"),
     "imitate": (None, "imitation start (expert labels p = {:g})"),
     "probe_start": (None, "supervised start (an optimal move with probability {:g})"),
+    "tasks": (8, "{} tasks an iteration"),
+    "val_size": (32, "{} validation tasks"),
 }
 
 
