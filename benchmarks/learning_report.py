@@ -18,6 +18,9 @@ from learning_settings import (
     ACTION_MODEL,
     ACTION_MODEL_COMMAND,
     ENGINES,
+    IMITATE_ARGS,
+    IMITATE_COMMAND,
+    IMITATE_MODEL,
     SECTION_VERL,
     SUITES,
     TASK,
@@ -31,7 +34,13 @@ from paired import format_difference, paired_difference, paired_table
 def model_description(model_dir: str | Path) -> str:
     """What the start model in ``model_dir`` is, from the ``tiny_model_info.json`` its builder wrote (``imitate``:
     the expert-imitation fine-tuning and its settings; ``sft_actions``: random action words, the command
-    ``ACTION_MODEL_COMMAND``); a folder without that record is named as given."""
+    ``ACTION_MODEL_COMMAND``); a folder without that record is named as given. :data:`IMITATE_MODEL` is described by
+    its command, so a fresh clone without the folder rebuilds the same text."""
+    if str(model_dir) == IMITATE_MODEL:
+        return (
+            "the tiny model fine-tuned to imitate gridnav's shortest-path expert on the key task: the expert's action "
+            f"with probability {IMITATE_ARGS[1].split(':')[1]}, a random one otherwise; `{IMITATE_COMMAND}`"
+        )
     info_path = Path(model_dir) / "tiny_model_info.json"
     info = json.loads(info_path.read_text()) if info_path.exists() else {}
     if "imitate" in info:
