@@ -15,7 +15,6 @@ step's drawing, a PNG in ``credit/images/`` equal to the transcript's. Evidence 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -76,6 +75,17 @@ def run_vision_smoke(out_dir: str | Path, model_dir: str | Path = DEFAULT_VL_MOD
     return run_pipeline("vision", run_dir, overrides, timeout=900)
 
 
+def _transcripts(folder: Path) -> list[dict[str, Any]]:
+    """The transcript records in ``folder`` (:func:`~verl_gigpo.rollout.transcripts.read_transcripts`); [] without
+    any, which the checks then report (nothing compared, no image matched)."""
+    from verl_gigpo.rollout.transcripts import read_transcripts
+
+    try:
+        return read_transcripts(folder)
+    except FileNotFoundError:
+        return []
+
+
 def text_replay(transcript_dir: Path) -> tuple[int, list[str]]:
     """Replay every transcribed training episode's actions on the text Sokoban; ``(steps compared, mismatches)``
     where a mismatch is a step whose anchor key differs from the text episode's."""
@@ -83,11 +93,9 @@ def text_replay(transcript_dir: Path) -> tuple[int, list[str]]:
     from verl_gigpo.rollout.transcripts import anchor_key_hash
 
     steps: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for path in sorted(transcript_dir.glob("*.jsonl")):
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            if not record.get("env_error"):
-                steps[record["traj"]].append(record)
+    for record in _transcripts(transcript_dir):
+        if not record.get("env_error"):
+            steps[record["traj"]].append(record)
     env = make_env("sokoban", max_steps=3)
     compared, bad = 0, []
     for traj, records in steps.items():
@@ -113,11 +121,7 @@ def credit_image_problems(credit_dir: Path, transcript_dir: Path, iterations: li
     from environments.images import pixel_key
     from verl_gigpo.credit.records import read_credit_records
 
-    shown = {}
-    for path in sorted(transcript_dir.glob("*.jsonl")):
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            shown[(record["traj"], record["step"])] = record.get("images")
+    shown = {(r["traj"], r["step"]): r.get("images") for r in _transcripts(transcript_dir)}
     problems = []
     for k in iterations:
         path = credit_dir / f"iter_{k}.jsonl"

@@ -15,6 +15,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -303,7 +304,7 @@ def _wandb_key_found() -> bool:
     except (OSError, netrc.NetrcParseError):
         return path.is_file()  # a netrc wandb may still read: do not guess
     base = os.environ.get("WANDB_BASE_URL", "")
-    wanted = {"api.wandb.ai", base.split("://")[-1].split("/")[0].split(":")[0]} - {""}
+    wanted = {"api.wandb.ai", urlparse(base if "://" in base else f"//{base}").hostname}
     return any(host in wanted for host in hosts)
 
 
