@@ -45,7 +45,7 @@ from dynamic_sampling import paired_lines, plot  # noqa: E402
 from kept_data import NO_KEPT_DATA, add_kept_options, default_data_dir, refused_in_one_line, shown  # noqa: E402
 from learning import parse_args as learning_args  # noqa: E402
 from learning_report import kept_line, load_line, machine_load, model_description  # noqa: E402
-from learning_run import load_run, run_verl, val_success, write_tasks  # noqa: E402
+from learning_run import episodes_per_iteration, load_run, run_verl, val_success, write_tasks  # noqa: E402
 from learning_settings import CONFIGS, IMITATE_MODEL, REPO, TASK, TASK_TITLES, ensure_start_model  # noqa: E402
 from results_md import add_output_options, write_section  # noqa: E402
 
@@ -94,12 +94,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def episode_budget(args: argparse.Namespace) -> int:
     """Training episodes a run without dynamic sampling plays: iterations x tasks x group."""
     return args.learning.iters * args.learning.tasks * args.learning.group
-
-
-def episodes_per_iteration(row: dict[str, Any]) -> float:
-    """Training episodes an iteration played: every round's with dynamic sampling (``dynamic/episodes_played``),
-    else the batch's trajectories (``episode/num_trajectories``)."""
-    return float(row.get("dynamic/episodes_played", row["episode/num_trajectories"]))
 
 
 def run_stats(rows: list[dict[str, Any]], budget: float) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 from kept_data import shown
-from learning_run import load_run, val_success
+from learning_run import episodes_per_iteration, load_run, val_success
 from learning_settings import (
     ACTION_MODEL,
     ACTION_MODEL_COMMAND,
@@ -109,14 +109,14 @@ def load_curves(
 
 def episodes_at(lines: list[dict], steps: np.ndarray) -> list[float]:
     """Training episodes played before each validation step (V,): the run's ``rollout/episodes_played_total`` at that
-    iteration (the local engine), else the sum of its iterations' ``dynamic/episodes_played`` (verl with dynamic
-    sampling); 0 at step 0, nan where a run logs neither (verl without dynamic sampling)."""
+    iteration (the local engine), else the sum of its iterations' :func:`~learning_run.episodes_per_iteration`
+    (verl); 0 at step 0, nan where a run logs neither."""
     total = {int(m["step"]): m["rollout/episodes_played_total"] for m in lines if "rollout/episodes_played_total" in m}
     if not total:
         running = 0.0
         for m in lines:
-            if "dynamic/episodes_played" in m:
-                running += float(m["dynamic/episodes_played"])
+            if "episode/num_trajectories" in m:
+                running += episodes_per_iteration(m)
                 total[int(m["step"])] = running
     return [0.0 if s == 0 else float(total.get(int(s), float("nan"))) for s in steps]
 
@@ -153,11 +153,10 @@ def summarise(curves: dict, threshold: float, window: int = 20) -> list[dict]:
                 "reached": int(np.isfinite(reach).sum()),
                 "reach_median": float(np.nanmedian(reach)) if np.isfinite(reach).any() else float("nan"),
                 "seconds": c["seconds"].mean(),
-                # training episodes a run played in all (nan where not logged: verl's path without dynamic sampling)
+                # training episodes a run played in all (nan where a run logs no count)
                 "episodes": float(np.nanmean(c["episodes"][:, -1]))
-                if c.get("episodes") is not None and np.isfinite(c["episodes"][:, -1]).any()
+                if np.isfinite(c["episodes"][:, -1]).any()
                 else float("nan"),
-                "last_step": float(c["steps"][-1]),
             }
         )
     return rows
@@ -215,19 +214,12 @@ def _pm(x: tuple[float, float]) -> str:
     return f"{x[0]:.2f} ± {x[1]:.2f}"
 
 
-def _episodes(row: dict, episodes_per_step: int) -> str:
-    """A run's training episodes: logged, else its last iteration x ``episodes_per_step``."""
-    n = row["episodes"] if np.isfinite(row["episodes"]) else row["last_step"] * episodes_per_step
-    return f"{n:.0f}"
-
-
 def _result_rows(
-    rows: list[dict], threshold: float, window: int, *, engine_column: bool, episodes_per_step: int | None = None
+    rows: list[dict], threshold: float, window: int, *, engine_column: bool, played: bool = False
 ) -> list[str]:
-    """The results table (one row per configuration); with ``episodes_per_step`` also the training episodes a run
-    played (logged, else iterations x ``episodes_per_step``): dynamic sampling plays more per iteration."""
+    """The results table (one row per configuration); ``played``: also the training episodes a run played
+    (dynamic sampling plays more per iteration)."""
     head = "| engine | config " if engine_column else "| config "
-    played = episodes_per_step is not None
     lines = [
         f"{head}| seeds | val success at start | final val success | mean val success over training | "
         f"train success, last {window} it. | seeds reaching {threshold:.2f} | median it. to {threshold:.2f} | "
@@ -242,7 +234,7 @@ def _result_rows(
         lines.append(
             f"{first}| {r['seeds']} | {_pm(r['start'])} | {_pm(r['final'])} | {_pm(r['auc'])} | "
             f"{_pm(r['train_last'])} | {r['reached']}/{r['seeds']} | {reach} | "
-            + (f"{_episodes(r, episodes_per_step)} | " if played else "")
+            + ((f"{r['episodes']:.0f} | " if np.isfinite(r["episodes"]) else "- | ") if played else "")
             + f"{r['seconds']:.0f} |"
         )
     return lines
@@ -518,7 +510,7 @@ def markdown_verl(curves: dict, args: argparse.Namespace, command: str, wall: fl
             args.threshold,
             train_window(args.iters),
             engine_column=True,
-            episodes_per_step=args.tasks * args.group,
+            played=True,
         ),
         "",
         "Final validation success per seed:",

@@ -61,6 +61,12 @@ def read_run(run_dir: Path, engine: str) -> list[dict[str, Any]]:
     return rows
 
 
+def episodes_per_iteration(row: dict[str, Any]) -> float:
+    """Training episodes an iteration played: every round's with dynamic sampling (``dynamic/episodes_played``),
+    else the batch's trajectories (``episode/num_trajectories``)."""
+    return float(row.get("dynamic/episodes_played", row["episode/num_trajectories"]))
+
+
 def val_success(row: dict[str, Any]) -> float | None:
     """The validation success of a row (verl's core validation metric: the share of won episodes), or None when
     the row holds no validation."""
