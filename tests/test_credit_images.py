@@ -152,3 +152,26 @@ def test_copy_images_refuses_paths_outside_the_folder_and_names_a_missing_file(t
         copy_images(["../x.png"], tmp_path / "src", tmp_path / "dst")
     with pytest.raises(FileNotFoundError, match="b.png"):
         copy_images(["images/b.png"], tmp_path / "src", tmp_path / "dst")
+
+
+def test_threads_storing_the_same_drawing_at_once_all_get_its_file(tmp_path):
+    """The agent loop stores images in threads, and a group's members often show the same drawing at once: each
+    writer renames its own aside file (a shared one made the later renames fail with FileNotFoundError)."""
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    from verl_gigpo.rollout.vision import save_images
+
+    for trial in range(10):
+        drawing = np.random.default_rng(trial).integers(0, 255, (96, 96, 3), dtype=np.uint8)
+        folder, start = tmp_path / str(trial), Barrier(8)
+
+        def store(_, drawing=drawing, folder=folder, start=start):
+            start.wait()
+            return save_images([drawing], folder)
+
+        with ThreadPoolExecutor(8) as pool:
+            refs = list(pool.map(store, range(8)))
+        assert len({tuple(r) for r in refs}) == 1
+        assert np.array_equal(_pixels(folder / refs[0][0]), drawing)
+        assert [p.name for p in folder.rglob(".*.tmp")] == []

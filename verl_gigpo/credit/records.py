@@ -24,7 +24,7 @@ from verl_gigpo.advantage import AdvantageTerms
 from verl_gigpo.config.rules import Range, check_settings, whole
 from verl_gigpo.rollout.rows import truncate_text
 from verl_gigpo.rollout.step_rows import StepBatch
-from verl_gigpo.rollout.vision import save_images
+from verl_gigpo.rollout.vision import aside, save_images
 
 __all__ = [
     "CREDIT_DIR",
@@ -204,7 +204,7 @@ def copy_images(refs: Sequence[str], source: str | Path, folder: str | Path) -> 
         if not src.is_file():
             raise FileNotFoundError(f"image {src} named by a record of {source} is missing; was the folder moved?")
         dst.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+        tmp = aside(dst)
         shutil.copyfile(src, tmp)
         os.replace(tmp, dst)  # whole or absent, as save_images writes
     return list(refs)

@@ -12,6 +12,7 @@ and the actor score a step with images the same way. Rationale: docs/vision.md.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import torch
 from environments.images import pixel_key
 
 __all__ = [
+    "aside",
     "image_inputs",
     "is_vision_config",
     "load_model_only",
@@ -105,6 +107,12 @@ def rope_positions(model: Any, ids: torch.Tensor, attention: torch.Tensor, grid_
     return torch.cat([text, rope], dim=0)
 
 
+def aside(path: Path) -> Path:
+    """Where ``path`` is written before its rename: a name of this process and thread, so that writers of the same
+    drawing (group members in one state, the agent loop's threads, other processes) never share a file."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+
+
 def save_images(images: Sequence[Any], folder: str | Path) -> list[str]:
     """Store ``images`` as PNG files ``<folder>/images/<sha1 of the pixels>.png`` and return their paths relative to
     ``folder`` (``images/<sha1>.png``), the reference a record keeps. A drawing seen before is written once (the
@@ -120,7 +128,7 @@ def save_images(images: Sequence[Any], folder: str | Path) -> list[str]:
         path = out / name
         if not path.exists():
             out.mkdir(parents=True, exist_ok=True)
-            tmp = out / f".{name}.{os.getpid()}.tmp"
+            tmp = aside(path)
             pil.save(tmp, format="PNG")
             os.replace(tmp, path)
         refs.append(f"{IMAGE_DIR}/{name}")
